@@ -1,0 +1,192 @@
+# shmlock — top-level build. `make help` lists the targets.
+#
+# Build outputs go to $(O) (default build/); `make check` uses build/check and
+# build/asan, so a release build and the test builds never mix objects.
+
+VERSION    := 0.1.0
+SOVERSION  := 0
+PREFIX     ?= /usr/local
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+BINDIR     ?= $(PREFIX)/bin
+SBINDIR    ?= $(PREFIX)/sbin
+MANDIR     ?= $(PREFIX)/share/man
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+DESTDIR    ?=
+O          ?= build
+
+CC       ?= cc
+CFLAGS   ?= -O2 -g
+WARNINGS := -std=gnu11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+            -Wformat=2 -Wundef
+ifeq ($(WERROR),1)
+WARNINGS += -Werror
+endif
+CPPFLAGS += -D_GNU_SOURCE -Iinclude -Ilibshm -DSHMLOCK_VERSION='"$(VERSION)"'
+ifeq ($(CRASH_POINTS),1)
+CPPFLAGS += -DLOCAL_CRASH_POINTS
+endif
+ifneq ($(SANITIZE),)
+CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+ALL_CFLAGS = $(WARNINGS) $(CFLAGS) -fvisibility=hidden -MMD -MP
+
+URCU_LIBS    := -lurcu-memb -lurcu-cds -lurcu-common
+SYSTEMD_LIBS := $(shell pkg-config --libs libsystemd 2>/dev/null || echo -lsystemd)
+CUNIT_LIBS   := $(shell pkg-config --libs cunit 2>/dev/null || echo -lcunit)
+
+ifeq ($(V),1)
+Q :=
+say :=
+else
+Q := @
+say = @printf '  %-7s %s\n' $(1) $(2);
+endif
+
+LIBSHM_SRC := $(wildcard libshm/*.c)
+BROKER_SRC := $(wildcard broker/*.c)
+CLI_SRC    := $(wildcard cli/*.c)
+TESTLIB_SRC := tests/harness.c tests/broker_fixture.c
+UNIT_SRC   := $(wildcard tests/unit_*.c)
+INTEG_SRC  := $(wildcard tests/it_*.c)
+
+PIC_OBJ    := $(LIBSHM_SRC:%.c=$(O)/pic/%.o)
+STATIC_OBJ := $(LIBSHM_SRC:%.c=$(O)/static/%.o)
+BROKER_OBJ := $(BROKER_SRC:%.c=$(O)/%.o)
+CLI_OBJ    := $(CLI_SRC:%.c=$(O)/%.o)
+
+SONAME   := liblocal.so.$(SOVERSION)
+SHLIB    := $(O)/liblocal.so.$(VERSION)
+STLIB    := $(O)/liblocal.a
+BROKER   := $(O)/shmlockd
+CLI      := $(O)/shmlock
+TESTS    := $(O)/tests/shmlock-tests
+DEMO     := $(O)/handover-demo
+BENCH    := $(O)/bench/shmlock-bench
+
+.PHONY: all install uninstall check test run bench clean help deps format lint
+all: $(SHLIB) $(STLIB) $(O)/liblocal.pc $(BROKER) $(if $(CLI_SRC),$(CLI))
+
+$(O)/pic/%.o: %.c
+	$(call say,CC,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -fPIC -c $< -o $@
+
+$(O)/static/%.o $(O)/%.o: %.c
+	$(call say,CC,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+
+$(SHLIB): $(PIC_OBJ) libshm/liblocal.map
+	$(call say,LD,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,$(SONAME) \
+		-Wl,--version-script=libshm/liblocal.map -Wl,--no-undefined \
+		$(PIC_OBJ) -o $@ $(LDFLAGS) -lpthread
+	$(Q)ln -sf liblocal.so.$(VERSION) $(O)/$(SONAME)
+	$(Q)ln -sf $(SONAME) $(O)/liblocal.so
+
+$(STLIB): $(STATIC_OBJ)
+	$(call say,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(O)/liblocal.pc: libshm/liblocal.pc.in Makefile
+	@mkdir -p $(@D)
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+		-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+
+$(BROKER): $(BROKER_OBJ) $(STLIB)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(BROKER_OBJ) $(STLIB) -o $@ $(LDFLAGS) $(URCU_LIBS) \
+		$(SYSTEMD_LIBS) -lpthread
+
+$(CLI): $(CLI_OBJ) $(STLIB)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(CLI_OBJ) $(STLIB) -o $@ $(LDFLAGS) -lpthread
+
+$(DEMO): $(O)/docs/examples/handover.o $(STLIB)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread
+
+# Tests link the static archive so they can reach internal functions too.
+$(TESTS): $(TESTLIB_SRC:%.c=$(O)/%.o) $(UNIT_SRC:%.c=$(O)/%.o) $(INTEG_SRC:%.c=$(O)/%.o) \
+		$(O)/tests/main.o $(STLIB)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) $(CUNIT_LIBS) -lpthread
+
+$(BENCH): $(O)/bench/bench.o $(STLIB)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread
+
+$(O)/bench/%.o: tests/bench/%.c
+	$(call say,CC,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+
+# ---- running -------------------------------------------------------------
+
+deps:
+	@scripts/install-deps.sh
+
+test: $(TESTS) $(BROKER) $(if $(CLI_SRC),$(CLI))
+	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) SHMLOCK_CLI_BIN=$(abspath $(CLI)) $(TESTS)
+
+# The README's test command: -Werror build with crash points, then the same
+# suite under ASan+UBSan.
+check: deps
+	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 test
+	$(MAKE) O=build/asan CRASH_POINTS=1 WERROR=1 SANITIZE=address,undefined \
+		CFLAGS="-O1 -g" test
+
+run: deps
+	$(MAKE) all $(DEMO)
+	scripts/run.sh $(abspath $(BROKER)) $(abspath $(DEMO))
+
+bench: deps
+	$(MAKE) all $(BENCH)
+	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) $(BENCH)
+
+# ---- install -------------------------------------------------------------
+
+install: all
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(SBINDIR) \
+		$(DESTDIR)$(BINDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(MANDIR)/man3 \
+		$(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man1
+	install -m 0755 $(SHLIB) $(DESTDIR)$(LIBDIR)/
+	ln -sf liblocal.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/liblocal.so
+	install -m 0644 $(STLIB) $(DESTDIR)$(LIBDIR)/
+	install -m 0644 include/liblocal.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 0644 $(O)/liblocal.pc $(DESTDIR)$(PKGCONFIGDIR)/
+	install -m 0755 $(BROKER) $(DESTDIR)$(SBINDIR)/
+	$(if $(CLI_SRC),install -m 0755 $(CLI) $(DESTDIR)$(BINDIR)/)
+	install -m 0644 docs/liblocal.3 $(DESTDIR)$(MANDIR)/man3/
+	install -m 0644 docs/shmlockd.8 $(DESTDIR)$(MANDIR)/man8/
+
+uninstall:
+	rm -f $(DESTDIR)$(LIBDIR)/liblocal.* $(DESTDIR)$(INCLUDEDIR)/liblocal.h \
+		$(DESTDIR)$(PKGCONFIGDIR)/liblocal.pc $(DESTDIR)$(SBINDIR)/shmlockd \
+		$(DESTDIR)$(BINDIR)/shmlock $(DESTDIR)$(MANDIR)/man3/liblocal.3 \
+		$(DESTDIR)$(MANDIR)/man8/shmlockd.8
+
+format:
+	clang-format -i $(LIBSHM_SRC) $(BROKER_SRC) $(CLI_SRC) libshm/*.h broker/*.h include/*.h
+
+lint:
+	clang-format --dry-run $(LIBSHM_SRC) $(BROKER_SRC) $(CLI_SRC) libshm/*.h broker/*.h
+	cppcheck --quiet --enable=warning,performance,portability --inline-suppr \
+		-D_GNU_SOURCE -Iinclude -Ilibshm libshm broker cli
+
+clean:
+	rm -rf build
+
+help:
+	@echo 'make            build liblocal (.so, .a, .pc), shmlockd and shmlock'
+	@echo 'make check      install missing deps (as root), build with -Werror, run all'
+	@echo '                tests, then again under ASan+UBSan'
+	@echo 'make run        run shmlockd in the foreground with a short demo'
+	@echo 'make bench      print the benchmark tables'
+	@echo 'make install    install under $$(DESTDIR)$$(PREFIX)'
+	@echo 'make SANITIZE=address,undefined|thread   sanitizer build; V=1 verbose'
+
+-include $(shell find $(O) -name '*.d' 2>/dev/null)

@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: MIT */
+/* shmlockd's internal interfaces. */
+#ifndef SHMLOCKD_BROKER_H
+#define SHMLOCKD_BROKER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <urcu/urcu-memb.h>
+#include <urcu/rculfhash.h>
+
+#include "keyops.h"
+#include "proto.h"
+
+enum timer_kind {
+	TIMER_TTL = 1,	 /* a = session slot, b = generation */
+	TIMER_DELAY = 2, /* a = key index: grant waiters when lock-delay ends */
+};
+
+struct timer {
+	uint64_t at_ns; /* CLOCK_MONOTONIC */
+	uint32_t kind, a, b;
+};
+
+struct timer_heap {
+	struct timer *v;
+	size_t n, cap;
+};
+
+/* Broker-side record of a live session (the segment slot is the truth). */
+struct bsession {
+	uint8_t id[16];
+	uint32_t slot, gen;
+	int pidfd; /* -1: no process check */
+	struct cds_lfht_node node;
+	struct rcu_head rcu;
+};
+
+struct broker_opts {
+	char socket_path[108];
+	char shm_name[256];
+	struct seg_caps caps;
+	int log_level;
+	bool foreground_demo;
+	bool destroy_segment_on_exit;
+	bool force_pidfd_fallback; /* tests: pretend SO_PEERPIDFD is missing */
+};
+
+struct broker {
+	struct broker_opts opts;
+	struct segment seg;
+	void *mem;
+	size_t mem_size;
+	int shm_fd;
+	int listen_fd;
+	bool listen_owned; /* we bound it (not socket-activated): unlink at exit */
+	int epfd, timerfd, sigfd;
+	uint64_t armed_ns; /* what timerfd is set to; 0: disarmed */
+	struct timer_heap timers;
+	struct cds_lfht *by_id;	   /* id -> bsession, read under RCU */
+	struct bsession **by_slot; /* slot -> bsession, event loop only */
+	uint64_t started_ns;
+	bool stopping;
+};
+
+/* log.c: stderr with sd-daemon priority prefixes, which journald parses. */
+void blog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void blog_set_level(int level);
+int blog_parse_level(const char *s);
+
+/* shm.c: attach the existing segment or create one. */
+int shm_setup(struct broker *b);
+void shm_teardown(struct broker *b);
+
+/* listen.c: the control socket, socket-activated or bound. */
+int listen_setup(struct broker *b);
+void listen_teardown(struct broker *b);
+
+/* timers.c */
+int timer_add(struct timer_heap *h, uint64_t at_ns, uint32_t kind, uint32_t a, uint32_t b);
+bool timer_peek(const struct timer_heap *h, struct timer *out);
+void timer_pop(struct timer_heap *h);
+void timer_free(struct timer_heap *h);
+
+/* sessions.c */
+int sessions_init(struct broker *b);
+void sessions_fini(struct broker *b);
+/* Open a session for a peer; fills slot/gen/id. Returns 0 or -code. */
+int session_open(struct broker *b, const struct proto_open *req, int pidfd, pid_t pid,
+		 uid_t uid, uint64_t start_time, struct proto_reply *rep);
+/* Close by id. @voluntary: the owner asked (no lock-delay). */
+int session_close_id(struct broker *b, const uint8_t id[16], bool voluntary);
+/* The process behind @slot's pidfd exited. */
+void session_died(struct broker *b, uint32_t slot);
+/* Re-adopt sessions recorded in an existing segment (broker restart). */
+void sessions_adopt(struct broker *b);
+void session_ttl_due(struct broker *b, uint32_t slot, uint32_t gen);
+/* Grant waiters of key @idx whose lock-delay has ended. */
+void key_delay_due(struct broker *b, uint32_t idx);
+void broker_schedule(struct broker *b, uint64_t at_ns, uint32_t kind, uint32_t a, uint32_t b2);
+
+/* loop.c */
+int loop_run(struct broker *b);
+int loop_watch_fd(struct broker *b, int fd, uint64_t tag);
+void loop_unwatch_fd(struct broker *b, int fd);
+
+/* epoll tags: the high byte says what the fd is. */
+#define TAG_LISTEN (1ull << 56)
+#define TAG_CONN (2ull << 56)
+#define TAG_PIDFD (3ull << 56)
+#define TAG_TIMER (4ull << 56)
+#define TAG_SIGNAL (5ull << 56)
+#define TAG_KIND(t) ((t)&0xffull << 56)
+#define TAG_VALUE(t) ((t) & ((1ull << 56) - 1))
+
+#endif

@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: MIT
+/* Logging to stderr. Lines start with "<N>" (sd-daemon(3) priorities) when
+ * stderr is the journal, so journald files them at the right level. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+
+#include "broker.h"
+
+static int max_level = LOG_INFO;
+
+void blog_set_level(int level)
+{
+	max_level = level;
+}
+
+int blog_parse_level(const char *s)
+{
+	static const char *const names[] = { "emerg", "alert", "crit", "err",
+					     "warning", "notice", "info", "debug" };
+	int i;
+
+	for (i = 0; i < 8; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	return -1;
+}
+
+void blog(int level, const char *fmt, ...)
+{
+	static const char *const tags[] = { "emerg", "alert", "crit", "error",
+					    "warning", "notice", "info", "debug" };
+	char line[1024];
+	va_list ap;
+
+	if (level > max_level)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (getenv("JOURNAL_STREAM"))
+		fprintf(stderr, "<%d>%s\n", level, line);
+	else
+		fprintf(stderr, "shmlockd: %s: %s\n", tags[level & 7], line);
+}

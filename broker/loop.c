@@ -1,0 +1,275 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The event loop: one epoll over the control socket, its connections, every
+ * session's pidfd, a timerfd for the deadline heap and a signalfd. Nothing in
+ * it blocks on a client: connections are non-blocking and each carries one
+ * request and one reply.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include <systemd/sd-daemon.h>
+
+#include "broker.h"
+#include "clock.h"
+#include "procinfo.h"
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77 /* Linux 6.5; missing from 6.1 UAPI headers */
+#endif
+
+int loop_watch_fd(struct broker *b, int fd, uint64_t tag)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = tag };
+
+	return epoll_ctl(b->epfd, EPOLL_CTL_ADD, fd, &ev) ? -errno : 0;
+}
+
+void loop_unwatch_fd(struct broker *b, int fd)
+{
+	epoll_ctl(b->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+/* The peer's pidfd: SO_PEERPIDFD, else SO_PEERCRED + pidfd_open, checked
+ * against the start time the client reported so a reused pid is refused. */
+static int peer_pidfd(struct broker *b, int conn, const struct ucred *cred,
+		      uint64_t claimed_start, uint64_t *start)
+{
+	socklen_t len = sizeof(int);
+	int fd = -1;
+
+	if (b->opts.force_pidfd_fallback ||
+	    getsockopt(conn, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) < 0)
+		fd = -1;
+	if (fd < 0) {
+		fd = (int)syscall(SYS_pidfd_open, cred->pid, 0);
+		if (fd < 0)
+			return -LOCAL_EDENIED;
+	}
+	if (proc_start_time(cred->pid, start) ||
+	    (claimed_start && *start != claimed_start)) {
+		close(fd);
+		return -LOCAL_EDENIED;
+	}
+	return fd;
+}
+
+static int handle_open(struct broker *b, int conn, const struct proto_open *req,
+		       struct proto_reply *rep)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	uint64_t start = 0;
+	int pidfd, err;
+
+	if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return -LOCAL_EDENIED;
+	pidfd = peer_pidfd(b, conn, &cred, req->start_time, &start);
+	if (pidfd < 0)
+		return pidfd;
+	err = session_open(b, req, pidfd, cred.pid, cred.uid, start, rep);
+	if (err)
+		close(pidfd);
+	return err;
+}
+
+static void send_reply(int conn, const struct proto_reply *rep, int fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { (void *)rep, sizeof(*rep) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (fd >= 0) {
+		struct cmsghdr *c;
+
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = sizeof(ctl.buf);
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	}
+	/* Non-blocking: a client that does not read its reply loses it. */
+	sendmsg(conn, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+static void handle_conn(struct broker *b, int conn)
+{
+	char buf[PROTO_MAX_MSG + 1];
+	union proto_request req;
+	struct proto_reply rep;
+	ssize_t n;
+	int type, fd = -1;
+
+	n = recv(conn, buf, sizeof(buf), MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	memset(&rep, 0, sizeof(rep));
+	proto_init_hdr(&rep.hdr, MSG_REPLY, sizeof(rep));
+	rep.seg_abi = SEG_ABI;
+	if (n > 0) {
+		type = proto_decode_request(buf, (size_t)n, &req);
+		switch (type) {
+		case MSG_OPEN:
+			rep.status = handle_open(b, conn, &req.open, &rep);
+			if (!rep.status)
+				fd = b->shm_fd;
+			break;
+		case MSG_CLOSE:
+			rep.status = session_close_id(b, req.sid.id, true);
+			break;
+		case MSG_DESTROY:
+			rep.status = session_close_id(b, req.sid.id, false);
+			break;
+		default:
+			rep.status = type; /* -LOCAL_EVERSION or -LOCAL_EPROTO */
+			blog(LOG_DEBUG, "bad request (%zd bytes): %s", n, local_strerror(type));
+		}
+		send_reply(conn, &rep, fd);
+	}
+	loop_unwatch_fd(b, conn);
+	close(conn);
+}
+
+static void handle_listen(struct broker *b)
+{
+	for (;;) {
+		int conn = accept4(b->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (conn < 0) {
+			if (errno != EAGAIN && errno != EINTR)
+				blog(LOG_WARNING, "accept: %s", strerror(errno));
+			return;
+		}
+		if (loop_watch_fd(b, conn, TAG_CONN | (uint64_t)conn))
+			close(conn);
+	}
+}
+
+static void arm_timer(struct broker *b)
+{
+	struct itimerspec its = { { 0, 0 }, { 0, 0 } };
+	struct timer t;
+	uint64_t at;
+
+	if (!timer_peek(&b->timers, &t)) {
+		if (b->armed_ns) {
+			timerfd_settime(b->timerfd, TFD_TIMER_ABSTIME, &its, NULL);
+			b->armed_ns = 0;
+		}
+		return;
+	}
+	at = t.at_ns ? t.at_ns : 1;
+	if (at == b->armed_ns)
+		return;
+	its.it_value.tv_sec = (time_t)(at / 1000000000ull);
+	its.it_value.tv_nsec = (long)(at % 1000000000ull);
+	timerfd_settime(b->timerfd, TFD_TIMER_ABSTIME, &its, NULL);
+	b->armed_ns = at;
+}
+
+static void handle_timers(struct broker *b)
+{
+	uint64_t expirations, now = mono_ns();
+	struct timer t;
+
+	if (read(b->timerfd, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
+		blog(LOG_WARNING, "timerfd: %s", strerror(errno));
+	b->armed_ns = 0;
+	while (timer_peek(&b->timers, &t) && t.at_ns <= now) {
+		timer_pop(&b->timers);
+		if (t.kind == TIMER_TTL)
+			session_ttl_due(b, t.a, t.b);
+		else if (t.kind == TIMER_DELAY)
+			key_delay_due(b, t.a);
+	}
+}
+
+static void handle_signal(struct broker *b)
+{
+	struct signalfd_siginfo si;
+
+	if (read(b->sigfd, &si, sizeof(si)) != sizeof(si))
+		return;
+	if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+		blog(LOG_NOTICE, "signal %u: stopping; the segment and every hold stay in place",
+		     si.ssi_signo);
+		b->stopping = true;
+	}
+}
+
+static int loop_setup(struct broker *b)
+{
+	sigset_t mask;
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	b->epfd = epoll_create1(EPOLL_CLOEXEC);
+	b->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	b->sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (b->epfd < 0 || b->timerfd < 0 || b->sigfd < 0)
+		return -errno;
+	if (loop_watch_fd(b, b->listen_fd, TAG_LISTEN) || loop_watch_fd(b, b->timerfd, TAG_TIMER) ||
+	    loop_watch_fd(b, b->sigfd, TAG_SIGNAL))
+		return -errno;
+	return 0;
+}
+
+int loop_run(struct broker *b)
+{
+	struct epoll_event ev[64];
+	int err = loop_setup(b), n, i;
+
+	if (err)
+		return err;
+	sessions_adopt(b);
+	sd_notify(0, "READY=1");
+	blog(LOG_INFO, "ready on %s, segment %s", b->opts.socket_path, b->opts.shm_name);
+	while (!b->stopping) {
+		arm_timer(b);
+		n = epoll_wait(b->epfd, ev, 64, -1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		for (i = 0; i < n; i++) {
+			uint64_t tag = ev[i].data.u64;
+
+			switch (TAG_KIND(tag)) {
+			case TAG_LISTEN:
+				handle_listen(b);
+				break;
+			case TAG_CONN:
+				handle_conn(b, (int)TAG_VALUE(tag));
+				break;
+			case TAG_PIDFD:
+				session_died(b, (uint32_t)TAG_VALUE(tag));
+				break;
+			case TAG_TIMER:
+				handle_timers(b);
+				break;
+			case TAG_SIGNAL:
+				handle_signal(b);
+				break;
+			}
+		}
+	}
+	sd_notify(0, "STOPPING=1");
+	return 0;
+}

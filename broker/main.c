@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: MIT
+/* shmlockd: command line, start-up and shutdown. See shmlockd(8). */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "broker.h"
+#include "clock.h"
+#include "paths.h"
+
+#ifndef SHMLOCK_VERSION
+#define SHMLOCK_VERSION "0.1.0"
+#endif
+
+static const char usage_text[] =
+	"Usage: shmlockd [OPTION]...\n"
+	"Run the shmlock broker: own the shared-memory segment, open and close\n"
+	"sessions, release the holds of processes that die, run TTL and lock-delay\n"
+	"timers.\n"
+	"\n"
+	"  --socket PATH           control socket (default: $SHMLOCK_SOCKET, else\n"
+	"                          /run/shmlock/shmlockd.sock for root, else\n"
+	"                          $XDG_RUNTIME_DIR/shmlock/shmlockd.sock)\n"
+	"  --shm-name NAME         POSIX shm segment (default /shmlock for root,\n"
+	"                          /shmlock-UID otherwise)\n"
+	"  --max-keys N            key table size (default 4096)\n"
+	"  --max-sessions N        session table size (default 1024)\n"
+	"  --max-waiters N         queued requests at once (default 4096)\n"
+	"  --max-holds N           holds at once (default 4096)\n"
+	"  --max-value BYTES       largest value attached to a hold (default 1024,\n"
+	"                          at most 65536)\n"
+	"  --log-level LEVEL       emerg..debug (default info)\n"
+	"  --destroy-segment-on-exit  unlink the segment when stopping\n"
+	"  -h, --help              show this help and exit\n"
+	"  -V, --version           show the version and exit\n"
+	"\n"
+	"Exit status: 0 after a clean stop, 1 on a usage or start-up error.\n";
+
+enum { OPT_SOCKET = 256, OPT_SHM, OPT_KEYS, OPT_SESSIONS, OPT_WAITERS, OPT_HOLDS, OPT_VALUE,
+       OPT_LOG, OPT_DESTROY, OPT_FALLBACK };
+
+static const struct option long_opts[] = {
+	{ "socket", required_argument, NULL, OPT_SOCKET },
+	{ "shm-name", required_argument, NULL, OPT_SHM },
+	{ "max-keys", required_argument, NULL, OPT_KEYS },
+	{ "max-sessions", required_argument, NULL, OPT_SESSIONS },
+	{ "max-waiters", required_argument, NULL, OPT_WAITERS },
+	{ "max-holds", required_argument, NULL, OPT_HOLDS },
+	{ "max-value", required_argument, NULL, OPT_VALUE },
+	{ "log-level", required_argument, NULL, OPT_LOG },
+	{ "destroy-segment-on-exit", no_argument, NULL, OPT_DESTROY },
+	{ "test-force-pidfd-fallback", no_argument, NULL, OPT_FALLBACK },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static int parse_u32(const char *name, const char *s, uint32_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *s == '-' || !*s || *end || v > UINT32_MAX) {
+		fprintf(stderr, "shmlockd: --%s: not a number in range: '%s'\n", name, s);
+		return -1;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int copy_opt(const char *name, const char *s, char *dst, size_t size)
+{
+	if (strlen(s) >= size) {
+		fprintf(stderr, "shmlockd: --%s: too long\n", name);
+		return -1;
+	}
+	strcpy(dst, s);
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct broker_opts *o)
+{
+	int c, lvl;
+
+	o->caps = (struct seg_caps){ .max_keys = 4096, .max_sessions = 1024,
+				     .max_waiters = 4096, .max_holds = 4096, .max_value = 1024 };
+	o->log_level = LOG_INFO;
+	paths_socket(o->socket_path, sizeof(o->socket_path));
+	paths_shm_name(o->shm_name, sizeof(o->shm_name));
+	while ((c = getopt_long(argc, argv, "hV", long_opts, NULL)) != -1) {
+		int err = 0;
+
+		switch (c) {
+		case OPT_SOCKET:
+			err = copy_opt("socket", optarg, o->socket_path, sizeof(o->socket_path));
+			break;
+		case OPT_SHM:
+			err = copy_opt("shm-name", optarg, o->shm_name, sizeof(o->shm_name));
+			if (!err && (o->shm_name[0] != '/' || strchr(o->shm_name + 1, '/'))) {
+				fprintf(stderr, "shmlockd: --shm-name: must be /NAME\n");
+				err = -1;
+			}
+			break;
+		case OPT_KEYS:
+			err = parse_u32("max-keys", optarg, &o->caps.max_keys);
+			break;
+		case OPT_SESSIONS:
+			err = parse_u32("max-sessions", optarg, &o->caps.max_sessions);
+			break;
+		case OPT_WAITERS:
+			err = parse_u32("max-waiters", optarg, &o->caps.max_waiters);
+			break;
+		case OPT_HOLDS:
+			err = parse_u32("max-holds", optarg, &o->caps.max_holds);
+			break;
+		case OPT_VALUE:
+			err = parse_u32("max-value", optarg, &o->caps.max_value);
+			break;
+		case OPT_LOG:
+			lvl = blog_parse_level(optarg);
+			if (lvl < 0) {
+				fprintf(stderr, "shmlockd: --log-level: unknown level '%s'\n", optarg);
+				err = -1;
+			}
+			o->log_level = lvl;
+			break;
+		case OPT_DESTROY:
+			o->destroy_segment_on_exit = true;
+			break;
+		case OPT_FALLBACK:
+			o->force_pidfd_fallback = true;
+			break;
+		case 'h':
+			fputs(usage_text, stdout);
+			exit(0);
+		case 'V':
+			printf("shmlockd %s (segment ABI %u, protocol %u)\n", SHMLOCK_VERSION,
+			       SEG_ABI, PROTO_VERSION);
+			exit(0);
+		default:
+			err = -1;
+		}
+		if (err)
+			return -1;
+	}
+	if (optind < argc) {
+		fprintf(stderr, "shmlockd: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	if (seg_caps_valid(&o->caps)) {
+		fprintf(stderr, "shmlockd: capacities out of range (see --help)\n");
+		return -1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct broker b;
+	int err;
+
+	memset(&b, 0, sizeof(b));
+	b.shm_fd = b.listen_fd = b.epfd = b.timerfd = b.sigfd = -1;
+	if (parse_args(argc, argv, &b.opts)) {
+		fputs("Try 'shmlockd --help'.\n", stderr);
+		return 1;
+	}
+	blog_set_level(b.opts.log_level);
+	urcu_memb_register_thread();
+	b.started_ns = mono_ns();
+	err = shm_setup(&b);
+	if (!err)
+		err = sessions_init(&b);
+	if (!err)
+		err = listen_setup(&b);
+	if (!err) {
+		atomic_store(&b.seg.hdr->broker_pid, (uint32_t)getpid());
+		err = loop_run(&b);
+	}
+	listen_teardown(&b);
+	if (b.by_id)
+		sessions_fini(&b);
+	timer_free(&b.timers);
+	shm_teardown(&b);
+	urcu_memb_unregister_thread();
+	if (err) {
+		blog(LOG_ERR, "exiting: %s", local_strerror(err));
+		return 1;
+	}
+	return 0;
+}

@@ -1,0 +1,421 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Sessions: open, close, invalidation (process death, TTL), the sweep that
+ * releases a session's holds and removes its waiters, and re-adoption of the
+ * sessions recorded in a segment after a broker restart.
+ *
+ * The segment's session slot is the truth; struct bsession only adds what is
+ * local to this broker process (the pidfd, the id index for lookups).
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/pidfd.h>
+#include <sys/random.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "broker.h"
+#include "client.h"
+#include "clock.h"
+#include "procinfo.h"
+
+static unsigned long id_hash(const uint8_t id[16])
+{
+	unsigned long h;
+
+	memcpy(&h, id, sizeof(h)); /* ids are random: any 8 bytes will do */
+	return h;
+}
+
+static int id_match(struct cds_lfht_node *node, const void *key)
+{
+	const struct bsession *bs = caa_container_of(node, struct bsession, node);
+
+	return !memcmp(bs->id, key, sizeof(bs->id));
+}
+
+int sessions_init(struct broker *b)
+{
+	b->by_id = cds_lfht_new_flavor(64, 64, 0, CDS_LFHT_AUTO_RESIZE, &urcu_memb_flavor, NULL);
+	b->by_slot = calloc(b->seg.caps.max_sessions, sizeof(*b->by_slot));
+	return b->by_id && b->by_slot ? 0 : -ENOMEM;
+}
+
+static void bsession_free_rcu(struct rcu_head *head)
+{
+	free(caa_container_of(head, struct bsession, rcu));
+}
+
+static void forget(struct broker *b, struct bsession *bs)
+{
+	if (bs->pidfd >= 0) {
+		loop_unwatch_fd(b, bs->pidfd);
+		close(bs->pidfd);
+	}
+	b->by_slot[bs->slot] = NULL;
+	urcu_memb_read_lock();
+	cds_lfht_del(b->by_id, &bs->node);
+	urcu_memb_read_unlock();
+	urcu_memb_call_rcu(&bs->rcu, bsession_free_rcu);
+}
+
+void sessions_fini(struct broker *b)
+{
+	uint32_t i;
+
+	for (i = 0; b->by_slot && i < b->seg.caps.max_sessions; i++)
+		if (b->by_slot[i])
+			forget(b, b->by_slot[i]);
+	urcu_memb_barrier();
+	if (b->by_id)
+		cds_lfht_destroy(b->by_id, NULL);
+	free(b->by_slot);
+}
+
+static struct bsession *track(struct broker *b, uint32_t slot, uint32_t gen, const uint8_t *id,
+			      int pidfd)
+{
+	struct bsession *bs = calloc(1, sizeof(*bs));
+
+	if (!bs)
+		return NULL;
+	memcpy(bs->id, id, sizeof(bs->id));
+	bs->slot = slot;
+	bs->gen = gen;
+	bs->pidfd = pidfd;
+	cds_lfht_node_init(&bs->node);
+	urcu_memb_read_lock();
+	cds_lfht_add(b->by_id, id_hash(id), &bs->node);
+	urcu_memb_read_unlock();
+	b->by_slot[slot] = bs;
+	if (pidfd >= 0)
+		loop_watch_fd(b, pidfd, TAG_PIDFD | slot);
+	return bs;
+}
+
+static uint32_t free_slot(struct broker *b)
+{
+	static uint32_t hint;
+	uint32_t n = b->seg.caps.max_sessions, i;
+
+	for (i = 0; i < n; i++) {
+		uint32_t s = (hint + i) % n;
+
+		if (!b->by_slot[s] &&
+		    SESS_STATE(atomic_load(&b->seg.sessions[s].state_gen)) == SESS_FREE) {
+			hint = s + 1;
+			return s;
+		}
+	}
+	return IDX_NONE;
+}
+
+void broker_schedule(struct broker *b, uint64_t at_ns, uint32_t kind, uint32_t a, uint32_t b2)
+{
+	if (timer_add(&b->timers, at_ns, kind, a, b2))
+		blog(LOG_CRIT, "out of memory for a timer; a deadline may be missed");
+}
+
+int session_open(struct broker *b, const struct proto_open *req, int pidfd, pid_t pid,
+		 uid_t uid, uint64_t start_time, struct proto_reply *rep)
+{
+	uint32_t slot = free_slot(b), gen;
+	struct seg_session *s;
+	uint8_t id[16];
+
+	if (slot == IDX_NONE) {
+		blog(LOG_WARNING, "session table full (--max-sessions=%u)",
+		     b->seg.caps.max_sessions);
+		return -LOCAL_EMAXSESSIONS;
+	}
+	if (getrandom(id, sizeof(id), 0) != sizeof(id))
+		return -EAGAIN;
+	s = &b->seg.sessions[slot];
+	gen = SESS_GEN(atomic_load(&s->state_gen)) + 1;
+	memcpy(s->id, id, sizeof(id));
+	memcpy(s->name, req->name, sizeof(s->name));
+	s->pid = (req->flags & LOCAL_SESSION_NO_PROCESS_CHECK) ? 0 : pid;
+	s->uid = uid;
+	s->start_time = start_time;
+	s->created_ns = mono_ns();
+	s->ttl_ms = req->ttl_ms;
+	s->lock_delay_ms = req->lock_delay_ms;
+	s->behavior = req->behavior;
+	s->flags = req->flags;
+	s->closing_lost = 0;
+	atomic_store(&s->renewed_ns, s->created_ns);
+	if (req->flags & LOCAL_SESSION_NO_PROCESS_CHECK) {
+		close(pidfd);
+		pidfd = -1;
+	}
+	if (!track(b, slot, gen, id, pidfd)) {
+		if (pidfd >= 0)
+			close(pidfd);
+		return -ENOMEM;
+	}
+	/* Published last: clients check this word before using the slot. */
+	atomic_store(&s->state_gen, SESS_PACK(SESS_ACTIVE, gen));
+	if (s->ttl_ms)
+		broker_schedule(b, s->created_ns + (uint64_t)s->ttl_ms * 1000000ull, TIMER_TTL,
+				slot, gen);
+	atomic_fetch_add(&b->seg.hdr->stats.sessions_opened, 1);
+	rep->slot = slot;
+	rep->gen = gen;
+	memcpy(rep->id, id, sizeof(id));
+	blog(LOG_DEBUG, "session %u opened for pid %d (%s)", slot, (int)pid, s->name);
+	return 0;
+}
+
+struct sweep_log {
+	char keys[512];
+	size_t len;
+	unsigned count;
+};
+
+static void note_key(struct sweep_log *l, const struct seg_key *k)
+{
+	int n;
+
+	l->count++;
+	if (l->len + k->key_len + 3 >= sizeof(l->keys))
+		return;
+	n = snprintf(l->keys + l->len, sizeof(l->keys) - l->len, "%s%.*s", l->len ? ", " : "",
+		     (int)k->key_len, k->key);
+	if (n > 0)
+		l->len += (size_t)n;
+}
+
+/* Remove one node of a closing session from its key; returns a node to wake. */
+static uint32_t sweep_node_locked(struct broker *b, struct seg_key *k, uint32_t i, bool lost,
+				  struct sweep_log *log)
+{
+	struct segment *seg = &b->seg;
+	struct seg_node *n = &seg->nodes[i];
+	uint64_t w = atomic_load(&n->word);
+	uint32_t wake = IDX_NONE;
+
+	switch (NODE_STATE(w)) {
+	case NODE_HOLDING:
+		note_key(log, k);
+		wake = key_release_hold_locked(seg, k, i, lost);
+		break;
+	case NODE_WAITING:
+		queue_unlink_locked(seg, k, i);
+		atomic_store(&n->word, 0);
+		k->waiters--;
+		key_touch_locked(k);
+		wake = i; /* a thread of a closing session may sleep there */
+		break;
+	case NODE_GRANTED:
+		/* Handed a hold its process never took up: nobody acted under
+		 * it, so it goes back without lock-delay. */
+		if (n->hold < seg->nnodes &&
+		    atomic_load(&seg->nodes[n->hold].word) ==
+			    NODE_PACK(NODE_HOLDING, NODE_SESSION(w), NODE_KEY(w)))
+			wake = key_release_hold_locked(seg, k, n->hold, false);
+		atomic_compare_exchange_strong(&n->word, &w, 0);
+		break;
+	}
+	return wake;
+}
+
+/*
+ * Release everything @slot holds and remove its queued requests. The slot is
+ * marked CLOSING first, so no client can link a new node for it while we scan
+ * (see grant_fast_locked()).
+ */
+static void sweep(struct broker *b, uint32_t slot, bool lost, const char *why)
+{
+	struct segment *seg = &b->seg;
+	struct seg_session *s = &seg->sessions[slot];
+	uint64_t sg = atomic_load(&s->state_gen);
+	struct sweep_log log = { .len = 0 };
+	char id[33];
+	uint32_t i;
+
+	s->closing_lost = lost;
+	atomic_store(&s->state_gen, SESS_PACK(SESS_CLOSING, SESS_GEN(sg)));
+	for (i = 0; i < seg->nnodes; i++) {
+		uint64_t w = atomic_load(&seg->nodes[i].word);
+		uint32_t wake[64], nwake = 0, j;
+		struct seg_key *k;
+
+		if (!w || NODE_SESSION(w) != slot)
+			continue;
+		k = seg_key_at(seg, NODE_KEY(w));
+		if (!k || key_lock(seg, k)) {
+			/* A node pointing at no usable key: just free it. */
+			atomic_compare_exchange_strong(&seg->nodes[i].word, &w, 0);
+			continue;
+		}
+		w = atomic_load(&seg->nodes[i].word);
+		if (w && NODE_SESSION(w) == slot && seg_key_at(seg, NODE_KEY(w)) == k) {
+			uint32_t x = sweep_node_locked(b, k, i, lost, &log);
+
+			if (x != IDX_NONE)
+				wake[nwake++] = x;
+			nwake += key_grant_pending_locked(seg, k, wake + nwake, 63);
+		}
+		if (k->delay_until_ns > mono_ns())
+			broker_schedule(b, k->delay_until_ns, TIMER_DELAY, seg_key_index(seg, k), 0);
+		key_unlock(k);
+		for (j = 0; j < nwake; j++)
+			waiter_wake(seg, wake[j]);
+	}
+	hex_encode(s->id, sizeof(s->id), id);
+	if (log.count)
+		blog(lost ? LOG_NOTICE : LOG_DEBUG, "session %s (%s, pid %d) %s; released %u: %s",
+		     id, s->name, s->pid, why, log.count, log.keys);
+	else
+		blog(lost ? LOG_INFO : LOG_DEBUG, "session %s (%s, pid %d) %s", id, s->name,
+		     s->pid, why);
+	memset(s->id, 0, sizeof(s->id));
+	atomic_store(&s->state_gen, SESS_PACK(SESS_FREE, SESS_GEN(sg)));
+	atomic_fetch_add(&seg->hdr->stats.sessions_closed, 1);
+}
+
+static void end_session(struct broker *b, uint32_t slot, bool lost, const char *why)
+{
+	struct bsession *bs = b->by_slot[slot];
+
+	if (bs)
+		forget(b, bs);
+	sweep(b, slot, lost, why);
+}
+
+int session_close_id(struct broker *b, const uint8_t id[16], bool voluntary)
+{
+	struct cds_lfht_iter it;
+	struct cds_lfht_node *node;
+	uint32_t slot = IDX_NONE;
+
+	urcu_memb_read_lock();
+	cds_lfht_lookup(b->by_id, id_hash(id), id_match, id, &it);
+	node = cds_lfht_iter_get_node(&it);
+	if (node)
+		slot = caa_container_of(node, struct bsession, node)->slot;
+	urcu_memb_read_unlock();
+	if (slot == IDX_NONE)
+		return -LOCAL_ESESSION;
+	end_session(b, slot, !voluntary, voluntary ? "closed" : "destroyed by an operator");
+	return 0;
+}
+
+void session_died(struct broker *b, uint32_t slot)
+{
+	struct pollfd p = { .events = POLLIN };
+
+	if (slot >= b->seg.caps.max_sessions || !b->by_slot[slot])
+		return;
+	/* A stale event from this epoll batch may name a slot that a new
+	 * session took meanwhile: only a readable pidfd means death. */
+	p.fd = b->by_slot[slot]->pidfd;
+	if (p.fd < 0 || poll(&p, 1, 0) != 1)
+		return;
+	atomic_fetch_add(&b->seg.hdr->stats.crash_cleanups, 1);
+	end_session(b, slot, true, "invalidated: its process exited");
+}
+
+void session_ttl_due(struct broker *b, uint32_t slot, uint32_t gen)
+{
+	struct seg_session *s = seg_session_at(&b->seg, slot);
+	uint64_t due;
+
+	if (!s || atomic_load(&s->state_gen) != SESS_PACK(SESS_ACTIVE, gen))
+		return; /* ended already */
+	due = atomic_load(&s->renewed_ns) + (uint64_t)s->ttl_ms * 1000000ull;
+	if (due > mono_ns()) {
+		broker_schedule(b, due, TIMER_TTL, slot, gen); /* renewed meanwhile */
+		return;
+	}
+	atomic_fetch_add(&b->seg.hdr->stats.ttl_expiries, 1);
+	end_session(b, slot, true, "invalidated: TTL expired");
+}
+
+void key_delay_due(struct broker *b, uint32_t idx)
+{
+	struct seg_key *k = seg_key_at(&b->seg, idx);
+	uint32_t wake[64], n, i;
+
+	if (!k || atomic_load(&k->state) != KEY_USED || key_lock(&b->seg, k))
+		return;
+	if (k->delay_until_ns > mono_ns()) {
+		broker_schedule(b, k->delay_until_ns, TIMER_DELAY, idx, 0);
+		n = 0;
+	} else {
+		n = key_grant_pending_locked(&b->seg, k, wake, 64);
+	}
+	key_unlock(k);
+	for (i = 0; i < n; i++)
+		waiter_wake(&b->seg, wake[i]);
+	if (n == 64)
+		broker_schedule(b, 0, TIMER_DELAY, idx, 0); /* more to grant */
+}
+
+/* Is the process recorded in @s still the one that opened the session? */
+static int adopt_pidfd(const struct seg_session *s)
+{
+	uint64_t start;
+	int fd = (int)pidfd_open(s->pid, 0);
+
+	if (fd < 0)
+		return -1;
+	if (proc_start_time(s->pid, &start) || (s->start_time && start != s->start_time)) {
+		close(fd); /* the pid was reused by another process */
+		return -1;
+	}
+	return fd;
+}
+
+void sessions_adopt(struct broker *b)
+{
+	struct segment *seg = &b->seg;
+	unsigned adopted = 0, dead = 0;
+	uint64_t now = mono_ns();
+	uint32_t i;
+
+	for (i = 0; i < seg->caps.max_sessions; i++) {
+		struct seg_session *s = &seg->sessions[i];
+		uint64_t sg = atomic_load(&s->state_gen);
+		int fd = -1;
+
+		if (SESS_STATE(sg) == SESS_CLOSING) {
+			sweep(b, i, s->closing_lost, "closed (finished after broker restart)");
+			continue;
+		}
+		if (SESS_STATE(sg) != SESS_ACTIVE)
+			continue;
+		if (s->pid && (fd = adopt_pidfd(s)) < 0) {
+			dead++;
+			atomic_fetch_add(&seg->hdr->stats.crash_cleanups, 1);
+			sweep(b, i, true, "invalidated: its process exited while the broker was down");
+			continue;
+		}
+		if (!track(b, i, SESS_GEN(sg), s->id, fd)) {
+			if (fd >= 0)
+				close(fd);
+			continue;
+		}
+		if (s->ttl_ms)
+			broker_schedule(b, atomic_load(&s->renewed_ns) + (uint64_t)s->ttl_ms * 1000000ull,
+					TIMER_TTL, i, SESS_GEN(sg));
+		adopted++;
+	}
+	/* Resume lock-delays and grant what a dead broker left pending. */
+	for (i = 0; i < seg->caps.max_keys; i++) {
+		struct seg_key *k = &seg->keys[i];
+
+		if (atomic_load(&k->state) != KEY_USED)
+			continue;
+		if (k->delay_until_ns > now)
+			broker_schedule(b, k->delay_until_ns, TIMER_DELAY, i, 0);
+		else if (k->waiters)
+			key_delay_due(b, i);
+	}
+	if (adopted || dead)
+		blog(LOG_NOTICE, "re-adopted %u live sessions, cleaned up %u dead ones", adopted,
+		     dead);
+}

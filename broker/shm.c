@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The segment outlives the broker: at start-up we attach to the one already
+ * there (holders keep their locks across a broker restart) and create a new
+ * one only when none exists or the old one cannot be used.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "broker.h"
+
+static int attach_existing(struct broker *b)
+{
+	struct stat st;
+	void *mem;
+	int fd, err;
+
+	fd = shm_open(b->opts.shm_name, O_RDWR | O_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || st.st_size < (off_t)sizeof(struct seg_header)) {
+		close(fd);
+		return -LOCAL_ECORRUPT;
+	}
+	mem = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (mem == MAP_FAILED) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	err = seg_bind(&b->seg, mem, (size_t)st.st_size);
+	if (err) {
+		munmap(mem, (size_t)st.st_size);
+		close(fd);
+		return err;
+	}
+	b->mem = mem;
+	b->mem_size = (size_t)st.st_size;
+	b->shm_fd = fd;
+	return 0;
+}
+
+static int create_new(struct broker *b)
+{
+	size_t size = seg_size_for(&b->opts.caps);
+	void *mem;
+	int fd, err;
+
+	if (!size)
+		return -EINVAL;
+	fd = shm_open(b->opts.shm_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0660);
+	if (fd < 0)
+		return -errno;
+	fchmod(fd, 0660); /* the umask must not narrow what clients need */
+	if (ftruncate(fd, (off_t)size) < 0) {
+		err = -errno;
+		goto fail;
+	}
+	mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (mem == MAP_FAILED) {
+		err = -errno;
+		goto fail;
+	}
+	err = seg_format(mem, size, &b->opts.caps);
+	if (!err)
+		err = seg_bind(&b->seg, mem, size);
+	if (err) {
+		munmap(mem, size);
+		goto fail;
+	}
+	b->mem = mem;
+	b->mem_size = size;
+	b->shm_fd = fd;
+	return 0;
+fail:
+	close(fd);
+	shm_unlink(b->opts.shm_name);
+	return err;
+}
+
+int shm_setup(struct broker *b)
+{
+	int err = attach_existing(b);
+
+	if (!err) {
+		blog(LOG_NOTICE, "attached existing segment %s (%zu bytes)", b->opts.shm_name,
+		     b->mem_size);
+		if (memcmp(&b->seg.caps, &b->opts.caps, sizeof(b->seg.caps)))
+			blog(LOG_WARNING, "segment %s keeps its own capacities; restart with a "
+			     "new --shm-name to change them", b->opts.shm_name);
+		return 0;
+	}
+	if (err != -ENOENT) {
+		/* Unusable (other ABI, damaged header): set it aside, never
+		 * guess at its contents. */
+		blog(LOG_WARNING, "segment %s unusable (%s); creating a new one",
+		     b->opts.shm_name, local_strerror(err));
+		shm_unlink(b->opts.shm_name);
+	}
+	err = create_new(b);
+	if (err)
+		blog(LOG_ERR, "cannot create segment %s: %s", b->opts.shm_name,
+		     local_strerror(err));
+	else
+		blog(LOG_INFO, "created segment %s (%zu bytes)", b->opts.shm_name, b->mem_size);
+	return err;
+}
+
+void shm_teardown(struct broker *b)
+{
+	if (b->mem)
+		munmap(b->mem, b->mem_size);
+	if (b->shm_fd >= 0)
+		close(b->shm_fd);
+	if (b->opts.destroy_segment_on_exit)
+		shm_unlink(b->opts.shm_name);
+}

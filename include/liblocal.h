@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * liblocal — locks, sessions and fencing tokens in shared memory.
+ *
+ * A process opens a session with the shmlockd broker (one Unix-socket round
+ * trip), then takes and releases locks directly in the broker's shared-memory
+ * segment: no system call when uncontended, a futex sleep in strict FIFO
+ * order when contended. When the process dies, the broker releases what its
+ * sessions held and hands the keys to the next waiters.
+ *
+ * Conventions for every call below:
+ *  - returns 0 on success or a negative error code: a negated errno value
+ *    (-EINVAL, -ETIMEDOUT, ...) or a negated LOCAL_E* code; local_strerror()
+ *    turns either into text;
+ *  - never aborts, exits or prints;
+ *  - thread-safe: one session may be used from many threads at once, but a
+ *    session is the unit of ownership (two threads of one session share its
+ *    holds; threads that must exclude each other use separate sessions);
+ *  - a session belongs to the process that opened it and is not inherited by
+ *    fork(): in a child every call on it returns -LOCAL_EFORKED.
+ */
+#ifndef LIBLOCAL_H
+#define LIBLOCAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && __GNUC__ >= 4
+#define LOCAL_API __attribute__((visibility("default")))
+#else
+#define LOCAL_API
+#endif
+
+#define LOCAL_VERSION_MAJOR 0
+#define LOCAL_VERSION_MINOR 1
+
+/* The largest key, in bytes (keys are 1..LOCAL_KEY_MAX bytes, no NUL). */
+#define LOCAL_KEY_MAX 255
+/* The largest value a broker may be configured to accept (--max-value). */
+#define LOCAL_VALUE_MAX 65536
+/* A session id: 32 lowercase hex characters and a NUL. */
+#define LOCAL_SESSION_ID_LEN 32
+/* Session lock-delay bounds, in milliseconds (Consul's 0..60 s, 15 s). */
+#define LOCAL_LOCK_DELAY_MAX_MS 60000
+#define LOCAL_LOCK_DELAY_DEFAULT_MS 15000
+
+/* Library-specific error codes; calls return them negated. */
+enum local_error {
+	LOCAL_EBASE = 10000,
+	LOCAL_ENOTHELD = LOCAL_EBASE, /* the session does not hold the key */
+	LOCAL_ESESSION,		      /* session closed, expired or destroyed */
+	LOCAL_EBROKER,		      /* the broker cannot be reached */
+	LOCAL_EVERSION,		      /* broker or segment of another version */
+	LOCAL_EPROTO,		      /* malformed reply from the broker */
+	LOCAL_EMAXKEYS,		      /* the key table is full */
+	LOCAL_EMAXSESSIONS,	      /* the session table is full */
+	LOCAL_EMAXWAITERS,	      /* the waiter table is full */
+	LOCAL_EMAXHOLDS,	      /* the hold table is full */
+	LOCAL_EVALUESIZE,	      /* value longer than the broker's --max-value */
+	LOCAL_EKIND,		      /* key is a semaphore, used as a lock (or back) */
+	LOCAL_ELIMIT,		      /* semaphore limit differs from the key's */
+	LOCAL_ECORRUPT,		      /* segment entry damaged; quarantined */
+	LOCAL_EFORKED,		      /* session used in a child after fork() */
+	LOCAL_EDENIED,		      /* the broker refused this peer */
+	LOCAL_ELAST
+};
+
+enum local_behavior {
+	LOCAL_BEHAVIOR_RELEASE = 0, /* holds are released when the session ends */
+	LOCAL_BEHAVIOR_DELETE = 1,  /* ... and the keys' values are dropped */
+};
+
+enum local_session_flags {
+	/* The session survives its creator's death: it ends only by close,
+	 * TTL expiry or an operator. */
+	LOCAL_SESSION_NO_PROCESS_CHECK = 1u << 0,
+};
+
+enum local_kind {
+	LOCAL_KIND_NONE = 0, /* no such key (or idle: never held) */
+	LOCAL_KIND_LOCK = 1,
+	LOCAL_KIND_SEMAPHORE = 2,
+};
+
+typedef struct local_session local_session;
+
+struct local_session_opts {
+	const char *socket_path; /* NULL: $SHMLOCK_SOCKET, then the default */
+	const char *name;	 /* NULL: the program's name */
+	uint32_t ttl_ms;	 /* 0: no TTL */
+	int32_t lock_delay_ms;	 /* -1: default (15000); 0..60000 */
+	int behavior;		 /* enum local_behavior */
+	unsigned flags;		 /* enum local_session_flags */
+};
+
+/*
+ * Initialise @opts to the defaults (what passing NULL means): socket from the
+ * environment, the program's name, no TTL, 15 s lock-delay, behavior release.
+ */
+LOCAL_API void local_session_opts_init(struct local_session_opts *opts);
+
+/*
+ * Open a session with the broker. Blocks for one round trip on the broker's
+ * socket. On success *out holds a session to be ended with
+ * local_session_close(). Errors: -LOCAL_EBROKER (nothing listening),
+ * -LOCAL_EVERSION, -LOCAL_EMAXSESSIONS, -LOCAL_EDENIED, -EINVAL (bad options:
+ * lock_delay_ms over 60000, unknown behavior or flags), -ENOMEM.
+ */
+LOCAL_API int local_session_open(const struct local_session_opts *opts,
+				 local_session **out);
+
+/*
+ * End a session: release every hold (without lock-delay: this is voluntary),
+ * leave every queue, free the handle. Threads still waiting on the session
+ * return -LOCAL_ESESSION. Always frees @s, even when the broker is unreachable
+ * (then the broker cleans up when this process exits, or at TTL expiry) and
+ * returns -LOCAL_EBROKER. @s must not be used afterwards.
+ */
+LOCAL_API int local_session_close(local_session *s);
+
+/*
+ * Renew the session's TTL: a store into shared memory, no system call.
+ * Errors: -LOCAL_ESESSION when the session has already ended.
+ */
+LOCAL_API int local_session_renew(local_session *s);
+
+/* The session's id: 32 lowercase hex characters. Valid until close. */
+LOCAL_API const char *local_session_id(const local_session *s);
+
+struct local_acquire_opts {
+	int64_t timeout_ms; /* <0: forever, 0: try once, >0: wait at most */
+	uint32_t lease_ms;  /* 0: no lease (see liblocal(3)) */
+	const void *value;  /* attached to the hold (leader info); may be NULL */
+	size_t value_len;
+};
+
+/*
+ * Acquire @key (1..255 bytes, NUL-terminated, no NUL inside) as a lock.
+ * NULL @opts waits forever with no value. Waiters are granted in strict FIFO
+ * order per key. On success *token (if non-NULL) receives the fencing token:
+ * strictly greater than every token granted before, on any key.
+ * Re-acquiring a lock the session already holds succeeds at once, keeps the
+ * token and replaces the value (when @opts->value is non-NULL).
+ * Errors: -EBUSY (try found it held or in lock-delay), -ETIMEDOUT,
+ * -EINVAL (empty key), -ENAMETOOLONG (key over 255 bytes), -LOCAL_EKIND,
+ * -LOCAL_EVALUESIZE, -LOCAL_EMAXKEYS, -LOCAL_EMAXHOLDS, -LOCAL_EMAXWAITERS,
+ * -LOCAL_ESESSION, -LOCAL_EFORKED, -LOCAL_ECORRUPT.
+ */
+LOCAL_API int local_lock(local_session *s, const char *key,
+			 const struct local_acquire_opts *opts, uint64_t *token);
+
+/*
+ * Release the session's hold on @key and hand the key to the next waiter.
+ * Never blocks on other holders. Errors: -LOCAL_ENOTHELD (not held, or lost
+ * to expiry or an operator), -EINVAL, -ENAMETOOLONG, -LOCAL_ESESSION.
+ */
+LOCAL_API int local_release(local_session *s, const char *key);
+
+struct local_key_info {
+	int kind; /* enum local_kind */
+	uint32_t limit, holders, waiters;
+	uint64_t token; /* the current (lock) holder's fencing token; 0 if free */
+	uint64_t lock_index;   /* number of acquisitions of this key */
+	uint64_t modify_index; /* number of changes of this key */
+	uint64_t lock_delay_remaining_ms;
+	char holder_session[LOCAL_SESSION_ID_LEN + 1]; /* "" when free */
+	char holder_name[64];
+	int32_t holder_pid; /* 0 when free or not bound to a process */
+	size_t value_len;
+	char value[LOCAL_VALUE_MAX]; /* the value attached by the last holder */
+};
+
+/*
+ * Describe @key. A key that does not exist is reported with kind
+ * LOCAL_KIND_NONE and returns 0. Errors: -EINVAL, -ENAMETOOLONG,
+ * -LOCAL_ESESSION, -LOCAL_ECORRUPT.
+ */
+LOCAL_API int local_info(local_session *s, const char *key, struct local_key_info *out);
+
+/*
+ * Text for any code these calls return (negative or positive, errno or
+ * LOCAL_E*). Never NULL; the string is static.
+ */
+LOCAL_API const char *local_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LIBLOCAL_H */

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: MIT
+/* The public lock calls: argument checks, then the per-key protocol. */
+#include <errno.h>
+#include <string.h>
+
+#include "client.h"
+#include "clock.h"
+
+/* Common entry checks: the session is ours and the key is well-formed. */
+static int enter(local_session *s, const char *key, size_t *len)
+{
+	int err = session_usable(s);
+
+	if (err)
+		return err;
+	if (!key)
+		return -EINVAL;
+	*len = strnlen(key, LOCAL_KEY_MAX + 1);
+	return key_check(key, *len);
+}
+
+/* A queued request was granted: attach the value it asked for. */
+static int set_value_after_grant(local_session *s, const char *key, size_t len,
+				 const struct acquire_req *req)
+{
+	struct seg_key *k;
+	int err = keytab_find(s->seg, key, len, false, &k);
+
+	if (err)
+		return err == -ENOENT ? -LOCAL_ENOTHELD : err;
+	if (key_find_hold_locked(s->seg, k, s->who.slot) == IDX_NONE) {
+		err = -LOCAL_ENOTHELD;
+	} else {
+		key_set_value_locked(s->seg, k, req->value, req->value_len);
+		key_touch_locked(k);
+	}
+	key_unlock(k);
+	return err;
+}
+
+static int acquire(local_session *s, const char *key, const struct acquire_req *req,
+		   int64_t timeout_ms, uint64_t *token)
+{
+	uint64_t deadline = timeout_ms > 0 ? deadline_after_ms(timeout_ms) : 0;
+	uint32_t waiter = IDX_NONE;
+	struct seg_key *k;
+	uint64_t tok = 0;
+	size_t len;
+	int err;
+
+	err = enter(s, key, &len);
+	if (err)
+		return err;
+	err = keytab_find(s->seg, key, len, true, &k);
+	if (err)
+		return err;
+	err = key_acquire_locked(s->seg, k, req, &tok, &waiter, &s->hints);
+	key_unlock(k);
+	if (err == 1) {
+		err = waiter_wait(s->seg, waiter, s->who, deadline, &tok);
+		if (!err && req->value)
+			err = set_value_after_grant(s, key, len, req);
+	}
+	if (!err && token)
+		*token = tok;
+	return err;
+}
+
+int local_lock(local_session *s, const char *key, const struct local_acquire_opts *opts,
+	       uint64_t *token)
+{
+	struct acquire_req req = { .kind = LOCAL_KIND_LOCK, .limit = 1 };
+	int64_t timeout_ms = -1;
+
+	if (!s)
+		return -EINVAL;
+	if (opts) {
+		timeout_ms = opts->timeout_ms;
+		req.lease_ms = opts->lease_ms;
+		req.value = opts->value;
+		req.value_len = opts->value_len;
+		if (opts->value_len && !opts->value)
+			return -EINVAL;
+	}
+	req.who = s->who;
+	req.try_only = timeout_ms == 0;
+	return acquire(s, key, &req, timeout_ms, token);
+}
+
+int local_release(local_session *s, const char *key)
+{
+	struct seg_key *k;
+	uint32_t h, wake;
+	size_t len;
+	int err;
+
+	err = enter(s, key, &len);
+	if (err)
+		return err;
+	err = keytab_find(s->seg, key, len, false, &k);
+	if (err)
+		return err == -ENOENT ? -LOCAL_ENOTHELD : err;
+	h = key_find_hold_locked(s->seg, k, s->who.slot);
+	if (h == IDX_NONE) {
+		key_unlock(k);
+		return session_is(s->seg, s->who) ? -LOCAL_ENOTHELD : -LOCAL_ESESSION;
+	}
+	wake = key_release_hold_locked(s->seg, k, h, false);
+	key_unlock(k);
+	if (wake != IDX_NONE)
+		waiter_wake(s->seg, wake);
+	return 0;
+}
+
+static void describe_holder(const struct segment *seg, uint32_t slot, struct local_key_info *out)
+{
+	const struct seg_session *ss = seg_session_at(seg, slot);
+
+	if (!ss)
+		return;
+	hex_encode(ss->id, sizeof(ss->id), out->holder_session);
+	memcpy(out->holder_name, ss->name, sizeof(out->holder_name));
+	out->holder_name[sizeof(out->holder_name) - 1] = '\0';
+	out->holder_pid = ss->pid;
+}
+
+int local_info(local_session *s, const char *key, struct local_key_info *out)
+{
+	struct seg_key *k;
+	uint64_t vw, now;
+	size_t len;
+	int err;
+
+	if (!out)
+		return -EINVAL;
+	err = enter(s, key, &len);
+	if (err)
+		return err;
+	memset(out, 0, offsetof(struct local_key_info, value));
+	err = keytab_find(s->seg, key, len, false, &k);
+	if (err == -ENOENT)
+		return 0;
+	if (err)
+		return err;
+	out->kind = (int)k->kind;
+	out->limit = k->limit;
+	out->holders = k->holders;
+	out->waiters = k->waiters;
+	out->lock_index = k->lock_index;
+	out->modify_index = atomic_load(&k->modify_index);
+	now = mono_ns();
+	if (k->delay_until_ns > now)
+		out->lock_delay_remaining_ms = (k->delay_until_ns - now + 999999) / 1000000;
+	if (k->h_head < s->seg->nnodes) {
+		const struct seg_node *h = &s->seg->nodes[k->h_head];
+
+		out->token = h->token;
+		describe_holder(s->seg, NODE_SESSION(atomic_load(&h->word)), out);
+	}
+	vw = atomic_load(&k->value_word);
+	out->value_len = VALUE_LEN(vw);
+	memcpy(out->value, seg_value_buf(s->seg, seg_key_index(s->seg, k), VALUE_SEL(vw)),
+	       out->value_len);
+	key_unlock(k);
+	return 0;
+}

@@ -1,0 +1,346 @@
+// SPDX-License-Identifier: MIT
+/* Session open and close, and the per-process segment mappings. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "clock.h"
+#include "paths.h"
+#include "procinfo.h"
+
+#define BROKER_REPLY_TIMEOUT_S 10
+
+static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mapping *maps;
+static _Atomic uint64_t fork_gen;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void)
+{
+	atomic_fetch_add(&fork_gen, 1);
+}
+
+static void register_atfork(void)
+{
+	pthread_atfork(NULL, NULL, on_fork_child);
+}
+
+int session_usable(const local_session *s)
+{
+	if (!s)
+		return -EINVAL;
+	/* A generation counter bumped by an atfork handler: cheaper than
+	 * getpid(), which is a real syscall in current glibc. */
+	if (s->fork_gen != atomic_load_explicit(&fork_gen, memory_order_relaxed))
+		return -LOCAL_EFORKED;
+	return 0;
+}
+
+void hex_encode(const uint8_t *in, size_t n, char *out)
+{
+	static const char digits[] = "0123456789abcdef";
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		out[2 * i] = digits[in[i] >> 4];
+		out[2 * i + 1] = digits[in[i] & 15];
+	}
+	out[2 * n] = '\0';
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+int hex_decode(const char *in, uint8_t *out, size_t n)
+{
+	size_t i;
+
+	if (strlen(in) != 2 * n)
+		return -EINVAL;
+	for (i = 0; i < n; i++) {
+		int hi = hexval(in[2 * i]), lo = hexval(in[2 * i + 1]);
+
+		if (hi < 0 || lo < 0)
+			return -EINVAL;
+		out[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return 0;
+}
+
+int broker_call(const char *path, const void *req, size_t len, struct proto_reply *rep, int *fd)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct timeval tv = { .tv_sec = BROKER_REPLY_TIMEOUT_S };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	char buf[sizeof(*rep) + 16];
+	struct iovec iov = { buf, sizeof(buf) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct cmsghdr *c;
+	ssize_t n;
+	int sock, err, got_fd = -1;
+
+	if (fd)
+		*fd = -1;
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (sock < 0)
+		return -LOCAL_EBROKER;
+	setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		err = errno == EACCES || errno == EPERM ? -LOCAL_EDENIED : -LOCAL_EBROKER;
+		goto out;
+	}
+	if (send(sock, req, len, MSG_NOSIGNAL) != (ssize_t)len) {
+		err = -LOCAL_EBROKER;
+		goto out;
+	}
+	mh.msg_control = ctl.buf;
+	mh.msg_controllen = sizeof(ctl.buf);
+	do
+		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0) {
+		err = -LOCAL_EBROKER;
+		goto out;
+	}
+	for (c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+		    c->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(&got_fd, CMSG_DATA(c), sizeof(int));
+	err = proto_decode_reply(buf, (size_t)n, rep);
+	if (!err && fd) {
+		*fd = got_fd;
+		got_fd = -1;
+	}
+out:
+	if (got_fd >= 0)
+		close(got_fd);
+	close(sock);
+	return err;
+}
+
+/* Map the segment behind @fd once per process; consumes @fd. */
+static int mapping_get(int fd, struct mapping **out)
+{
+	struct mapping *m;
+	struct stat st;
+	void *mem;
+	int err = 0;
+
+	if (fstat(fd, &st) < 0) {
+		close(fd);
+		return -LOCAL_EBROKER;
+	}
+	pthread_mutex_lock(&maps_lock);
+	for (m = maps; m; m = m->next)
+		if (m->dev == st.st_dev && m->ino == st.st_ino)
+			break;
+	if (m) {
+		m->refs++;
+		goto out;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		err = -ENOMEM;
+		goto out;
+	}
+	mem = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (mem == MAP_FAILED) {
+		free(m);
+		err = -ENOMEM;
+		goto out;
+	}
+	err = seg_bind(&m->seg, mem, (size_t)st.st_size);
+	if (err) {
+		munmap(mem, (size_t)st.st_size);
+		free(m);
+		goto out;
+	}
+	m->dev = st.st_dev;
+	m->ino = st.st_ino;
+	m->refs = 1;
+	m->next = maps;
+	maps = m;
+out:
+	pthread_mutex_unlock(&maps_lock);
+	close(fd);
+	if (!err)
+		*out = m;
+	return err;
+}
+
+static void mapping_put(struct mapping *m)
+{
+	struct mapping **p;
+
+	pthread_mutex_lock(&maps_lock);
+	if (--m->refs == 0) {
+		for (p = &maps; *p; p = &(*p)->next)
+			if (*p == m) {
+				*p = m->next;
+				break;
+			}
+		munmap(m->seg.hdr, m->seg.size);
+		free(m);
+	}
+	pthread_mutex_unlock(&maps_lock);
+}
+
+void local_session_opts_init(struct local_session_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->lock_delay_ms = -1;
+	o->behavior = LOCAL_BEHAVIOR_RELEASE;
+}
+
+static int build_open(const struct local_session_opts *o, struct proto_open *req)
+{
+	uint64_t start = 0;
+
+	if (o->lock_delay_ms > LOCAL_LOCK_DELAY_MAX_MS || o->lock_delay_ms < -1)
+		return -EINVAL;
+	if (o->behavior != LOCAL_BEHAVIOR_RELEASE && o->behavior != LOCAL_BEHAVIOR_DELETE)
+		return -EINVAL;
+	if (o->flags & ~(unsigned)LOCAL_SESSION_NO_PROCESS_CHECK)
+		return -EINVAL;
+	memset(req, 0, sizeof(*req));
+	proto_init_hdr(&req->hdr, MSG_OPEN, sizeof(*req));
+	req->ttl_ms = o->ttl_ms;
+	req->lock_delay_ms = o->lock_delay_ms < 0 ? LOCAL_LOCK_DELAY_DEFAULT_MS
+						  : (uint32_t)o->lock_delay_ms;
+	req->behavior = (uint32_t)o->behavior;
+	req->flags = o->flags;
+	proc_start_time(getpid(), &start);
+	req->start_time = start;
+	strncpy(req->name, o->name ? o->name : program_invocation_short_name,
+		sizeof(req->name) - 1);
+	return 0;
+}
+
+int local_session_open(const struct local_session_opts *opts, local_session **out)
+{
+	struct local_session_opts defaults;
+	struct proto_reply rep;
+	struct proto_open req;
+	local_session *s;
+	int err, fd;
+
+	if (!out)
+		return -EINVAL;
+	pthread_once(&atfork_once, register_atfork);
+	if (!opts) {
+		local_session_opts_init(&defaults);
+		opts = &defaults;
+	}
+	err = build_open(opts, &req);
+	if (err)
+		return err;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	if (opts->socket_path) {
+		if (strlen(opts->socket_path) >= sizeof(s->socket_path)) {
+			err = -ENAMETOOLONG;
+			goto fail;
+		}
+		strcpy(s->socket_path, opts->socket_path);
+	} else {
+		err = paths_socket(s->socket_path, sizeof(s->socket_path));
+		if (err)
+			goto fail;
+	}
+	err = broker_call(s->socket_path, &req, sizeof(req), &rep, &fd);
+	if (err)
+		goto fail;
+	if (rep.status) {
+		err = rep.status;
+		if (fd >= 0)
+			close(fd);
+		goto fail;
+	}
+	if (fd < 0) {
+		err = -LOCAL_EPROTO;
+		goto fail;
+	}
+	err = mapping_get(fd, &s->map);
+	if (err)
+		goto fail; /* the broker reaps the session when we exit */
+	s->seg = &s->map->seg;
+	s->who.slot = rep.slot;
+	s->who.gen = rep.gen;
+	if (!seg_session_at(s->seg, rep.slot)) {
+		mapping_put(s->map);
+		err = -LOCAL_EPROTO;
+		goto fail;
+	}
+	memcpy(s->raw_id, rep.id, sizeof(s->raw_id));
+	hex_encode(rep.id, sizeof(rep.id), s->id);
+	s->fork_gen = atomic_load(&fork_gen);
+	*out = s;
+	return 0;
+fail:
+	free(s);
+	return err;
+}
+
+int local_session_close(local_session *s)
+{
+	struct proto_session_id req;
+	struct proto_reply rep;
+	int err;
+
+	if (!s)
+		return -EINVAL;
+	err = session_usable(s);
+	if (err == -LOCAL_EFORKED) {
+		/* The parent still owns the session: free only our copy. */
+		free(s);
+		return 0;
+	}
+	memset(&req, 0, sizeof(req));
+	proto_init_hdr(&req.hdr, MSG_CLOSE, sizeof(req));
+	memcpy(req.id, s->raw_id, sizeof(req.id));
+	err = broker_call(s->socket_path, &req, sizeof(req), &rep, NULL);
+	if (!err)
+		err = rep.status;
+	mapping_put(s->map);
+	free(s);
+	return err;
+}
+
+int local_session_renew(local_session *s)
+{
+	int err = session_usable(s);
+
+	if (err)
+		return err;
+	if (!session_is(s->seg, s->who))
+		return -LOCAL_ESESSION;
+	atomic_store(&s->seg->sessions[s->who.slot].renewed_ns, mono_ns());
+	/* Re-check: a renew that lands after expiry must not look successful. */
+	return session_is(s->seg, s->who) ? 0 : -LOCAL_ESESSION;
+}
+
+const char *local_session_id(const local_session *s)
+{
+	return s ? s->id : "";
+}

@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: MIT */
+/* CLOCK_MONOTONIC in nanoseconds: one clock for every process on the host,
+ * so deadlines stored in the segment mean the same to all of them. */
+#ifndef SHMLOCK_CLOCK_H
+#define SHMLOCK_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+static inline uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* now + ms, saturating; ms < 0 means "no deadline" (0). */
+static inline uint64_t deadline_after_ms(int64_t ms)
+{
+	uint64_t now = mono_ns();
+
+	if (ms < 0)
+		return 0;
+	if ((uint64_t)ms > (UINT64_MAX - now) / 1000000ull)
+		return UINT64_MAX;
+	return now + (uint64_t)ms * 1000000ull;
+}
+
+#endif

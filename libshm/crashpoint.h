@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Numbered crash points. In a build with -DLOCAL_CRASH_POINTS, CRASH_POINT(n)
+ * ends the process with _exit(CRASH_EXIT_CODE) when n equals the number in
+ * $SHMLOCK_CRASH_AT, so tests can kill a client at each step of every
+ * shared-memory mutation and check the invariants afterwards. In a release
+ * build it compiles to nothing.
+ *
+ * Every point is listed here, with where it sits; tests/crash_points.c walks
+ * this list, so a new point is tested as soon as it is declared.
+ */
+#ifndef SHMLOCK_CRASHPOINT_H
+#define SHMLOCK_CRASHPOINT_H
+
+#define CRASH_EXIT_CODE 86
+
+#define CRASH_POINT_LIST(X)                                                               \
+	X(1, ACQ_FAST_CLAIMED, "fast-path acquire: hold node claimed, not linked")           \
+	X(2, ACQ_FAST_LINKED, "fast-path acquire: hold linked, counters not updated")       \
+	X(3, ACQ_FAST_DONE, "fast-path acquire: all written, mutex still held")             \
+	X(4, ENQ_CLAIMED, "enqueue: waiter node claimed, not linked")                       \
+	X(5, ENQ_LINKED, "enqueue: waiter linked, count not updated")                       \
+	X(6, ENQ_PARKED, "enqueue: queued and about to sleep (mutex released)")             \
+	X(7, REL_UNLINKED, "release without waiters: hold unlinked, node not freed")        \
+	X(8, REL_FREED, "release without waiters: node freed, counters not updated")        \
+	X(9, HANDOFF_HOLD_SET, "release with waiter: waiter's hold index written")         \
+	X(10, HANDOFF_TRANSFERRED, "release with waiter: hold transferred, waiter not yet granted") \
+	X(11, HANDOFF_GRANTED, "release with waiter: waiter granted, not unlinked")         \
+	X(12, HANDOFF_UNLINKED, "release with waiter: waiter unlinked, counters not updated") \
+	X(13, CANCEL_UNLINKED, "timeout: waiter unlinked, node not freed")                  \
+	X(14, CANCEL_FREED, "timeout: waiter node freed, counters not updated")             \
+	X(15, VALUE_WRITTEN, "value update: new bytes written, not published")              \
+	X(16, GRANTED_CONSUMED, "granted waiter: hold taken, waiter node not freed")
+
+enum crash_point {
+#define X(n, name, what) CP_##name = n,
+	CRASH_POINT_LIST(X)
+#undef X
+	CP_COUNT
+};
+
+#ifdef LOCAL_CRASH_POINTS
+void crash_point_hit(int n);
+#define CRASH_POINT(name) crash_point_hit(CP_##name)
+#else
+#define CRASH_POINT(name) ((void)0)
+#endif
+
+#endif

@@ -1,0 +1,374 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Acquire, enqueue, handoff and release: the per-key protocol.
+ *
+ * All steps run under the key's robust mutex, except a waiter's sleep, which
+ * is on its own node's futex word. The order of the stores in each step is
+ * chosen so that the node table alone tells repair (repair.c) what happened
+ * when the actor dies between any two of them; the CRASH_POINT()s mark the
+ * gaps that tests kill at.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "clock.h"
+#include "crashpoint.h"
+#include "futex.h"
+#include "keyops.h"
+
+/* Spin this long for a grant before parking: a handoff from a running holder
+ * on the other core usually lands within it and saves two syscalls. */
+#define WAIT_SPIN_NS 4000ull
+
+uint64_t draw_token(struct segment *seg)
+{
+	return atomic_fetch_add(&seg->hdr->token_counter, 1) + 1;
+}
+
+void key_touch_locked(struct seg_key *k)
+{
+	atomic_fetch_add_explicit(&k->modify_index, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&k->change_seq, 1, memory_order_release);
+	if (atomic_load_explicit(&k->watchers, memory_order_acquire))
+		futex_wake(&k->change_seq, INT32_MAX);
+}
+
+void key_set_value_locked(struct segment *seg, struct seg_key *k, const void *v, size_t len)
+{
+	uint64_t w = atomic_load(&k->value_word);
+	uint32_t sel = VALUE_SEL(w) ^ 1;
+
+	if (len)
+		memcpy(seg_value_buf(seg, seg_key_index(seg, k), sel), v, len);
+	CRASH_POINT(VALUE_WRITTEN);
+	atomic_store(&k->value_word, VALUE_PACK(sel, (uint32_t)len));
+}
+
+static uint64_t lease_deadline(uint32_t lease_ms)
+{
+	return lease_ms ? mono_ns() + (uint64_t)lease_ms * 1000000ull : 0;
+}
+
+/* Lock-delay over? Clears the deadline once passed, so the fast path reads
+ * the clock only while a delay is pending. */
+static bool delay_over_locked(struct seg_key *k)
+{
+	if (!k->delay_until_ns)
+		return true;
+	if (mono_ns() < k->delay_until_ns)
+		return false;
+	k->delay_until_ns = 0;
+	return true;
+}
+
+static int check_kind_locked(struct seg_key *k, const struct acquire_req *req)
+{
+	if (k->kind == LOCAL_KIND_NONE) {
+		k->kind = req->kind;
+		k->limit = req->limit;
+		return 0;
+	}
+	if (k->kind != req->kind)
+		return -LOCAL_EKIND;
+	if (k->limit != req->limit)
+		return -LOCAL_ELIMIT;
+	return 0;
+}
+
+static int grant_fast_locked(struct segment *seg, struct seg_key *k, const struct acquire_req *req,
+			     uint64_t *token, _Atomic uint32_t *hint)
+{
+	uint32_t key = seg_key_index(seg, k);
+	struct seg_node *node;
+	uint32_t n;
+
+	n = node_claim(seg, 0, seg->caps.max_holds, req->who.slot, key, hint);
+	if (n == IDX_NONE)
+		return -LOCAL_EMAXHOLDS;
+	node = &seg->nodes[n];
+	CRASH_POINT(ACQ_FAST_CLAIMED);
+	/* Checked after the claim: the broker marks a session CLOSING before
+	 * it sweeps the session's nodes, so either it sees this node or we
+	 * see CLOSING. */
+	if (!session_is(seg, req->who)) {
+		atomic_store(&node->word, 0);
+		return -LOCAL_ESESSION;
+	}
+	node->session_gen = req->who.gen;
+	node->token = draw_token(seg);
+	node->lease_until_ns = lease_deadline(req->lease_ms);
+	node->hold = IDX_NONE;
+	node->prev = IDX_NONE;
+	node->next = k->h_head;
+	atomic_store(&node->word, NODE_PACK(NODE_HOLDING, req->who.slot, key));
+	k->h_head = n;
+	CRASH_POINT(ACQ_FAST_LINKED);
+	k->holders++;
+	k->lock_index++;
+	k->token = node->token;
+	if (req->value)
+		key_set_value_locked(seg, k, req->value, req->value_len);
+	key_touch_locked(k);
+	atomic_fetch_add_explicit(&seg->hdr->stats.grants, 1, memory_order_relaxed);
+	CRASH_POINT(ACQ_FAST_DONE);
+	*token = node->token;
+	return 0;
+}
+
+static int enqueue_locked(struct segment *seg, struct seg_key *k, const struct acquire_req *req,
+			  uint32_t *waiter, _Atomic uint32_t *hint)
+{
+	uint32_t key = seg_key_index(seg, k);
+	struct seg_node *node, *tail;
+	uint32_t n;
+
+	n = node_claim(seg, seg->caps.max_holds, seg->caps.max_waiters, req->who.slot, key, hint);
+	if (n == IDX_NONE)
+		return -LOCAL_EMAXWAITERS;
+	node = &seg->nodes[n];
+	CRASH_POINT(ENQ_CLAIMED);
+	if (!session_is(seg, req->who)) {
+		atomic_store(&node->word, 0);
+		return -LOCAL_ESESSION;
+	}
+	node->session_gen = req->who.gen;
+	node->seq = k->next_seq++;
+	node->lease_ms = req->lease_ms;
+	node->hold = IDX_NONE;
+	node->token = 0;
+	node->next = IDX_NONE;
+	node->prev = k->q_tail;
+	atomic_store(&node->futex, NODE_FUTEX_IDLE);
+	atomic_store(&node->word, NODE_PACK(NODE_WAITING, req->who.slot, key));
+	tail = seg_node_at(seg, k->q_tail);
+	if (tail)
+		tail->next = n;
+	else
+		k->q_head = n;
+	k->q_tail = n;
+	CRASH_POINT(ENQ_LINKED);
+	k->waiters++;
+	*waiter = n;
+	return 1;
+}
+
+int key_acquire_locked(struct segment *seg, struct seg_key *k, const struct acquire_req *req,
+		       uint64_t *token, uint32_t *waiter, struct node_hints *hints)
+{
+	uint32_t h;
+	int err;
+
+	if (req->value && req->value_len > seg->caps.max_value)
+		return -LOCAL_EVALUESIZE;
+	err = check_kind_locked(k, req);
+	if (err)
+		return err;
+	h = key_find_hold_locked(seg, k, req->who.slot);
+	if (h != IDX_NONE) {
+		/* Consul: re-acquiring a held lock succeeds at once, keeps the
+		 * token and updates the value. */
+		if (req->value) {
+			key_set_value_locked(seg, k, req->value, req->value_len);
+			key_touch_locked(k);
+		}
+		*token = seg->nodes[h].token;
+		return 0;
+	}
+	if (key_find_waiter_locked(seg, k, req->who.slot) != IDX_NONE)
+		return -EALREADY;
+	/* No barging: a free slot goes to the queue's head, not to us. */
+	if (k->holders < k->limit && k->q_head == IDX_NONE && delay_over_locked(k))
+		return grant_fast_locked(seg, k, req, token, &hints->hold);
+	if (req->try_only)
+		return -EBUSY;
+	return enqueue_locked(seg, k, req, waiter, &hints->wait);
+}
+
+/*
+ * Give hold node @h (already claimed or being handed over) to waiter @w.
+ * Store order, so repair can always tell what happened:
+ *   w->hold, w->token  — private to w until its word changes;
+ *   h->word = HOLDING by w's session — the hold moves here;
+ *   w->word = GRANTED — the waiter may now consume it;
+ *   unlink w from the queue — repair rebuilds the queue anyway.
+ */
+static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t w, uint32_t h)
+{
+	struct seg_node *wn = &seg->nodes[w], *hn = &seg->nodes[h];
+	uint64_t ww = atomic_load(&wn->word);
+	uint32_t key = seg_key_index(seg, k);
+	uint64_t token = draw_token(seg);
+
+	wn->hold = h;
+	wn->token = token;
+	CRASH_POINT(HANDOFF_HOLD_SET);
+	hn->token = token;
+	hn->session_gen = wn->session_gen;
+	hn->lease_until_ns = lease_deadline(wn->lease_ms);
+	atomic_store(&hn->word, NODE_PACK(NODE_HOLDING, NODE_SESSION(ww), key));
+	CRASH_POINT(HANDOFF_TRANSFERRED);
+	atomic_store(&wn->word, NODE_PACK(NODE_GRANTED, NODE_SESSION(ww), key));
+	CRASH_POINT(HANDOFF_GRANTED);
+	queue_unlink_locked(seg, k, w);
+	CRASH_POINT(HANDOFF_UNLINKED);
+	k->waiters--;
+	k->lock_index++;
+	k->token = token;
+	key_touch_locked(k);
+	atomic_fetch_add_explicit(&seg->hdr->stats.grants, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&seg->hdr->stats.handoffs, 1, memory_order_relaxed);
+}
+
+static void apply_loss_locked(struct segment *seg, struct seg_key *k, uint32_t slot)
+{
+	const struct seg_session *s = seg_session_at(seg, slot);
+	uint64_t until;
+
+	if (!s)
+		return;
+	if (s->lock_delay_ms) {
+		until = mono_ns() + (uint64_t)s->lock_delay_ms * 1000000ull;
+		if (until > k->delay_until_ns)
+			k->delay_until_ns = until;
+	}
+	if (s->behavior == LOCAL_BEHAVIOR_DELETE)
+		key_set_value_locked(seg, k, NULL, 0);
+}
+
+uint32_t key_release_hold_locked(struct segment *seg, struct seg_key *k, uint32_t h,
+				 bool involuntary)
+{
+	struct seg_node *hn = &seg->nodes[h];
+	uint32_t w = k->q_head;
+
+	if (involuntary)
+		apply_loss_locked(seg, k, NODE_SESSION(atomic_load(&hn->word)));
+	atomic_fetch_add_explicit(&seg->hdr->stats.releases, 1, memory_order_relaxed);
+	if (w != IDX_NONE && w < seg->nnodes && delay_over_locked(k) &&
+	    NODE_STATE(atomic_load(&seg->nodes[w].word)) == NODE_WAITING) {
+		/* Direct handoff: the hold node changes owner in place, so the
+		 * hold count never dips and nobody can barge in between. */
+		grant_waiter_locked(seg, k, w, h);
+		return w;
+	}
+	holders_unlink_locked(seg, k, h);
+	CRASH_POINT(REL_UNLINKED);
+	atomic_store(&hn->word, 0);
+	CRASH_POINT(REL_FREED);
+	k->holders--;
+	key_touch_locked(k);
+	return IDX_NONE;
+}
+
+uint32_t key_grant_pending_locked(struct segment *seg, struct seg_key *k, uint32_t *wake,
+				  uint32_t nwake)
+{
+	static _Atomic uint32_t hint; /* racy by design: only a starting point */
+	uint32_t key = seg_key_index(seg, k), n = 0;
+
+	while (n < nwake && k->holders < k->limit && k->q_head != IDX_NONE &&
+	       k->q_head < seg->nnodes && delay_over_locked(k)) {
+		uint32_t w = k->q_head;
+		uint64_t ww = atomic_load(&seg->nodes[w].word);
+		uint32_t h;
+
+		if (NODE_STATE(ww) != NODE_WAITING || NODE_KEY(ww) != key)
+			break; /* inconsistent: the caller repairs */
+		h = node_claim(seg, 0, seg->caps.max_holds, NODE_SESSION(ww), key, &hint);
+		if (h == IDX_NONE)
+			break; /* hold table full: retried on the next release */
+		seg->nodes[h].prev = IDX_NONE;
+		seg->nodes[h].next = k->h_head;
+		k->h_head = h;
+		k->holders++;
+		grant_waiter_locked(seg, k, w, h);
+		wake[n++] = w;
+	}
+	return n;
+}
+
+void waiter_wake(struct segment *seg, uint32_t n)
+{
+	struct seg_node *node = seg_node_at(seg, n);
+
+	/* After the key mutex is dropped the node may already be consumed and
+	 * reused; a stray wake is harmless because every sleeper re-checks its
+	 * word in a loop. */
+	if (node && atomic_exchange(&node->futex, NODE_FUTEX_WOKEN) == NODE_FUTEX_PARKED)
+		futex_wake(&node->futex, 1);
+}
+
+/* Take a grant: the hold is ours once the waiter node is freed. */
+static int consume_grant(struct seg_node *node, uint64_t granted, uint64_t *token)
+{
+	*token = node->token;
+	CRASH_POINT(GRANTED_CONSUMED);
+	/* CAS: the broker may have swept this node if the session closed. */
+	atomic_compare_exchange_strong(&node->word, &granted, 0);
+	return 0;
+}
+
+static int cancel_wait(struct segment *seg, uint32_t waiter, struct owner who, uint64_t *token)
+{
+	struct seg_node *node = &seg->nodes[waiter];
+	uint64_t w = atomic_load(&node->word);
+	uint32_t key = NODE_KEY(w);
+	struct seg_key *k;
+	int err;
+
+	if (NODE_SESSION(w) != who.slot || !(k = seg_key_at(seg, key)))
+		return -LOCAL_ESESSION;
+	err = key_lock(seg, k);
+	if (err)
+		return err;
+	w = atomic_load(&node->word);
+	if (w == NODE_PACK(NODE_GRANTED, who.slot, key)) {
+		/* The grant landed as we timed out: take it, never strand it. */
+		err = consume_grant(node, w, token);
+	} else if (w == NODE_PACK(NODE_WAITING, who.slot, key)) {
+		queue_unlink_locked(seg, k, waiter);
+		CRASH_POINT(CANCEL_UNLINKED);
+		atomic_store(&node->word, 0);
+		CRASH_POINT(CANCEL_FREED);
+		k->waiters--;
+		atomic_fetch_add_explicit(&seg->hdr->stats.timeouts, 1, memory_order_relaxed);
+		err = -ETIMEDOUT;
+	} else {
+		err = -LOCAL_ESESSION;
+	}
+	key_unlock(k);
+	return err;
+}
+
+int waiter_wait(struct segment *seg, uint32_t waiter, struct owner who, uint64_t deadline_ns,
+		uint64_t *token)
+{
+	struct seg_node *node = &seg->nodes[waiter];
+	uint64_t waiting = atomic_load(&node->word), w;
+	uint64_t spin_until = mono_ns() + WAIT_SPIN_NS;
+	uint64_t granted = NODE_PACK(NODE_GRANTED, who.slot, NODE_KEY(waiting));
+
+	CRASH_POINT(ENQ_PARKED);
+	for (;;) {
+		w = atomic_load(&node->word);
+		if (w != waiting)
+			break;
+		if (mono_ns() < spin_until) {
+			__builtin_ia32_pause();
+			continue;
+		}
+		/* Announce the park, then re-check: a granter that set the word
+		 * before our exchange sees PARKED and wakes us; one after it
+		 * changes the word we re-read. */
+		atomic_store(&node->futex, NODE_FUTEX_PARKED);
+		if (atomic_load(&node->word) != waiting)
+			continue;
+		if (futex_wait_until(&node->futex, NODE_FUTEX_PARKED, deadline_ns) == -ETIMEDOUT)
+			return cancel_wait(seg, waiter, who, token);
+		if (deadline_ns && mono_ns() >= deadline_ns && atomic_load(&node->word) == waiting)
+			return cancel_wait(seg, waiter, who, token);
+	}
+	if (w == granted)
+		return consume_grant(node, w, token);
+	return -LOCAL_ESESSION;
+}

@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Per-key algorithms shared by liblocal and the broker: key lookup, the
+ * acquire / enqueue / release / grant steps, and crash repair. There is one
+ * implementation of each, linked into both.
+ *
+ * Locking: the table mutex (key creation and reclaim) is taken before a key
+ * mutex, never after. Every function named *_locked expects the caller to
+ * hold the key's mutex.
+ */
+#ifndef SHMLOCK_KEYOPS_H
+#define SHMLOCK_KEYOPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "segment.h"
+
+/* Who is acting: a session slot and the generation the caller knows it by. */
+struct owner {
+	uint32_t slot;
+	uint32_t gen;
+};
+
+/* Where a session starts looking for a free node: the one it freed last. */
+struct node_hints {
+	_Atomic uint32_t hold;
+	_Atomic uint32_t wait;
+};
+
+struct acquire_req {
+	struct owner who;
+	uint32_t kind;	/* LOCAL_KIND_LOCK or LOCAL_KIND_SEMAPHORE */
+	uint32_t limit; /* 1 for locks */
+	uint32_t lease_ms;
+	bool try_only;
+	const void *value; /* NULL: leave the value alone */
+	size_t value_len;
+};
+
+/* ---- key table (keytab.c) --------------------------------------------- */
+
+uint32_t key_hash(const char *key, size_t len);
+
+/* Validate a caller's key: 0, -EINVAL (empty, or NUL inside) or -ENAMETOOLONG. */
+int key_check(const char *key, size_t len);
+
+/*
+ * Find @key and return with its mutex held. With @create, a missing key is
+ * made (reclaiming idle keys if the table is full). Returns 0, -ENOENT (not
+ * found, !create), -LOCAL_EMAXKEYS or -LOCAL_ECORRUPT.
+ */
+int keytab_find(struct segment *seg, const char *key, size_t len, bool create,
+		struct seg_key **out);
+
+/* Lock a key's mutex, repairing it if its last owner died. 0 or -LOCAL_ECORRUPT. */
+int key_lock(struct segment *seg, struct seg_key *k);
+void key_unlock(struct seg_key *k);
+
+/* Reclaim one idle key under the table mutex; returns how many were freed. */
+uint32_t keytab_reclaim_idle(struct segment *seg, uint64_t idle_ns, uint32_t max);
+
+/* ---- nodes (nodes.c) -------------------------------------------------- */
+
+/*
+ * Claim a free node from [first, first+count) for (session, key): one CAS
+ * makes it NODE_CLAIMED and records the owner. @hint is where to start
+ * looking (updated). Returns the node index or IDX_NONE when all are taken.
+ */
+uint32_t node_claim(struct segment *seg, uint32_t first, uint32_t count, uint32_t session,
+		    uint32_t key, _Atomic uint32_t *hint);
+
+bool session_is(const struct segment *seg, struct owner who);
+
+/* Walk the key's holder list for @slot's hold; IDX_NONE if none. */
+uint32_t key_find_hold_locked(struct segment *seg, struct seg_key *k, uint32_t slot);
+/* ... and its queued request, if any. */
+uint32_t key_find_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t slot);
+
+void queue_unlink_locked(struct segment *seg, struct seg_key *k, uint32_t n);
+void holders_unlink_locked(struct segment *seg, struct seg_key *k, uint32_t n);
+
+/* ---- acquire / release (keyops.c) ------------------------------------- */
+
+/*
+ * One attempt under the key mutex. Returns 0 with *token set (granted, or
+ * already held), 1 with *waiter set (queued; sleep with waiter_wait), or a
+ * negative code.
+ */
+int key_acquire_locked(struct segment *seg, struct seg_key *k, const struct acquire_req *req,
+		       uint64_t *token, uint32_t *waiter, struct node_hints *hints);
+
+/*
+ * Sleep until the queued request @waiter is granted, its deadline passes
+ * (then leave the queue), or its session ends. Returns 0 with *token set,
+ * -ETIMEDOUT, or -LOCAL_ESESSION. Takes no lock while sleeping.
+ */
+int waiter_wait(struct segment *seg, uint32_t waiter, struct owner who, uint64_t deadline_ns,
+		uint64_t *token);
+
+/*
+ * End hold @h. @involuntary applies the holder's lock-delay (and behavior
+ * delete). Hands the key to the next waiter when allowed; returns the waiter
+ * node to wake after unlocking, or IDX_NONE.
+ */
+uint32_t key_release_hold_locked(struct segment *seg, struct seg_key *k, uint32_t h,
+				 bool involuntary);
+
+/*
+ * Grant queued requests while the key has room and no lock-delay runs.
+ * Appends the woken nodes to @wake (capacity @nwake); returns how many.
+ */
+uint32_t key_grant_pending_locked(struct segment *seg, struct seg_key *k, uint32_t *wake,
+				  uint32_t nwake);
+
+/* Wake a granted waiter, skipping the syscall if it has not parked. */
+void waiter_wake(struct segment *seg, uint32_t n);
+
+/* Replace the key's value (double-buffered: readers never see a torn one). */
+void key_set_value_locked(struct segment *seg, struct seg_key *k, const void *v, size_t len);
+
+/* Record a change: bump modify_index and wake watchers, if any. */
+void key_touch_locked(struct seg_key *k);
+
+uint64_t draw_token(struct segment *seg);
+
+/* ---- crash repair (repair.c) ------------------------------------------ */
+
+/*
+ * Rebuild a key's lists and counts from the node table, which is the truth:
+ * free nodes a dead operation had claimed, finish a half-done handoff, re-sort
+ * the queue by arrival, then grant what can be granted. Called with the key
+ * mutex held after EOWNERDEAD, or when a list is found inconsistent. Returns 0
+ * or -LOCAL_ECORRUPT (the key was quarantined).
+ */
+int key_repair_locked(struct segment *seg, struct seg_key *k);
+
+/* Sanity checks used before trusting a key's own fields. */
+bool key_fields_sane(const struct segment *seg, const struct seg_key *k);
+
+#endif

@@ -1,0 +1,318 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The key table: an open-addressing index (linear probing, tombstones) over
+ * fixed key entries.
+ *
+ * Lookups probe the index without any lock and then validate the entry under
+ * its own mutex; a miss or a failed validation falls back to a probe under the
+ * table mutex, which is authoritative. Creation and reclaim happen only under
+ * the table mutex. If the table mutex's owner dies, the index is rebuilt from
+ * the entries, which are the truth.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "clock.h"
+#include "keyops.h"
+
+uint32_t key_hash(const char *key, size_t len)
+{
+	uint32_t h = 2166136261u; /* FNV-1a */
+	size_t i;
+
+	for (i = 0; i < len; i++) {
+		h ^= (uint8_t)key[i];
+		h *= 16777619u;
+	}
+	return h;
+}
+
+int key_check(const char *key, size_t len)
+{
+	if (!key || len == 0)
+		return -EINVAL;
+	if (len > LOCAL_KEY_MAX)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+void key_unlock(struct seg_key *k)
+{
+	pthread_mutex_unlock(&k->mutex);
+}
+
+int key_lock(struct segment *seg, struct seg_key *k)
+{
+	int r = pthread_mutex_lock(&k->mutex);
+
+	if (r == EOWNERDEAD) {
+		/* Its last owner died inside a critical section: rebuild the
+		 * key from the node table before anyone else sees it. */
+		atomic_fetch_add(&seg->hdr->stats.repairs, 1);
+		r = key_repair_locked(seg, k);
+		pthread_mutex_consistent(&k->mutex);
+		if (r) {
+			pthread_mutex_unlock(&k->mutex);
+			return r;
+		}
+	} else if (r) {
+		return -LOCAL_ECORRUPT;
+	}
+	if (atomic_load(&k->state) == KEY_QUARANTINED) {
+		pthread_mutex_unlock(&k->mutex);
+		return -LOCAL_ECORRUPT;
+	}
+	return 0;
+}
+
+static bool key_matches(const struct seg_key *k, uint32_t hash, const char *key, size_t len)
+{
+	return atomic_load(&k->state) == KEY_USED && atomic_load(&k->hash) == hash &&
+	       k->key_len == len && memcmp(k->key, key, len) == 0;
+}
+
+/* Lock-free probe: the first live entry with this hash, or IDX_NONE. */
+static uint32_t probe_unlocked(struct segment *seg, uint32_t hash)
+{
+	uint32_t mask = seg->index_size - 1, i = hash & mask, n;
+
+	for (n = 0; n < seg->index_size; n++, i = (i + 1) & mask) {
+		uint32_t v = atomic_load_explicit(&seg->index[i], memory_order_acquire);
+
+		if (v == 0)
+			return IDX_NONE;
+		if (v == INDEX_TOMB || v - 1 >= seg->caps.max_keys)
+			continue;
+		if (atomic_load_explicit(&seg->keys[v - 1].hash, memory_order_relaxed) == hash)
+			return v - 1;
+	}
+	return IDX_NONE;
+}
+
+/* Under the table mutex: the exact entry, and where it would be inserted. */
+static uint32_t probe_locked(struct segment *seg, uint32_t hash, const char *key, size_t len,
+			     uint32_t *slot)
+{
+	uint32_t mask = seg->index_size - 1, i = hash & mask, n;
+
+	*slot = IDX_NONE;
+	for (n = 0; n < seg->index_size; n++, i = (i + 1) & mask) {
+		uint32_t v = atomic_load(&seg->index[i]);
+
+		if (v == 0) {
+			if (*slot == IDX_NONE)
+				*slot = i;
+			return IDX_NONE;
+		}
+		if (v == INDEX_TOMB || v - 1 >= seg->caps.max_keys) {
+			if (*slot == IDX_NONE)
+				*slot = i;
+			continue;
+		}
+		if (key_matches(&seg->keys[v - 1], hash, key, len))
+			return v - 1;
+	}
+	return IDX_NONE;
+}
+
+static void index_remove_locked(struct segment *seg, uint32_t idx)
+{
+	uint32_t mask = seg->index_size - 1, i = atomic_load(&seg->keys[idx].hash) & mask, n;
+
+	for (n = 0; n < seg->index_size; n++, i = (i + 1) & mask) {
+		uint32_t v = atomic_load(&seg->index[i]);
+
+		if (v == 0)
+			return;
+		if (v == idx + 1) {
+			atomic_store(&seg->index[i], INDEX_TOMB);
+			seg->hdr->index_tombs++;
+			return;
+		}
+	}
+}
+
+/* Rebuild the index from the entries: after a crash under the table mutex,
+ * or when tombstones make probes long. Lock-free readers that miss during
+ * the rebuild fall back to the locked probe. */
+static void index_rebuild_locked(struct segment *seg)
+{
+	uint32_t mask = seg->index_size - 1, k, i;
+
+	for (i = 0; i < seg->index_size; i++)
+		atomic_store(&seg->index[i], 0);
+	for (k = 0; k < seg->caps.max_keys; k++) {
+		uint32_t st = atomic_load(&seg->keys[k].state);
+
+		if (st == KEY_RESERVED) {
+			atomic_store(&seg->keys[k].state, KEY_FREE);
+			continue;
+		}
+		if (st != KEY_USED)
+			continue;
+		i = atomic_load(&seg->keys[k].hash) & mask;
+		while (atomic_load(&seg->index[i]) != 0)
+			i = (i + 1) & mask;
+		atomic_store(&seg->index[i], k + 1);
+	}
+	seg->hdr->index_tombs = 0;
+}
+
+static int table_lock(struct segment *seg)
+{
+	int r = pthread_mutex_lock(&seg->hdr->table_mutex);
+
+	if (r == EOWNERDEAD) {
+		atomic_fetch_add(&seg->hdr->stats.repairs, 1);
+		index_rebuild_locked(seg);
+		pthread_mutex_consistent(&seg->hdr->table_mutex);
+		return 0;
+	}
+	return r ? -LOCAL_ECORRUPT : 0;
+}
+
+static bool key_idle_locked(const struct seg_key *k, uint64_t now)
+{
+	return k->holders == 0 && k->waiters == 0 && atomic_load(&k->watchers) == 0 &&
+	       (k->delay_until_ns == 0 || k->delay_until_ns <= now);
+}
+
+uint32_t keytab_reclaim_idle(struct segment *seg, uint64_t idle_ns, uint32_t max)
+{
+	uint64_t now = mono_ns();
+	uint32_t i, freed = 0;
+
+	if (table_lock(seg))
+		return 0;
+	for (i = 0; i < seg->caps.max_keys && freed < max; i++) {
+		struct seg_key *k = &seg->keys[i];
+		int r;
+
+		if (atomic_load(&k->state) != KEY_USED)
+			continue;
+		r = pthread_mutex_trylock(&k->mutex);
+		if (r == EOWNERDEAD) {
+			atomic_fetch_add(&seg->hdr->stats.repairs, 1);
+			r = key_repair_locked(seg, k);
+			pthread_mutex_consistent(&k->mutex);
+		}
+		if (r)
+			continue;
+		if (atomic_load(&k->state) == KEY_USED && key_idle_locked(k, now)) {
+			if (!k->idle_since_ns)
+				k->idle_since_ns = now;
+			if (now - k->idle_since_ns >= idle_ns) {
+				index_remove_locked(seg, i);
+				atomic_store(&k->state, KEY_FREE);
+				freed++;
+			}
+		} else {
+			k->idle_since_ns = 0;
+		}
+		pthread_mutex_unlock(&k->mutex);
+	}
+	if (seg->hdr->index_tombs > seg->index_size / 4)
+		index_rebuild_locked(seg);
+	pthread_mutex_unlock(&seg->hdr->table_mutex);
+	return freed;
+}
+
+static uint32_t find_free_entry_locked(struct segment *seg)
+{
+	uint32_t n = seg->caps.max_keys, start = seg->hdr->key_hint % n, i;
+
+	for (i = 0; i < n; i++) {
+		uint32_t k = (start + i) % n;
+
+		if (atomic_load(&seg->keys[k].state) == KEY_FREE) {
+			seg->hdr->key_hint = k + 1;
+			return k;
+		}
+	}
+	return IDX_NONE;
+}
+
+static int create_locked(struct segment *seg, uint32_t hash, const char *key, size_t len,
+			 uint32_t slot, struct seg_key **out)
+{
+	uint32_t idx = find_free_entry_locked(seg);
+	struct seg_key *k;
+	int err;
+
+	if (idx == IDX_NONE)
+		return -LOCAL_EMAXKEYS;
+	k = &seg->keys[idx];
+	err = key_lock(seg, k);
+	if (err)
+		return err;
+	atomic_store(&k->state, KEY_RESERVED);
+	k->kind = LOCAL_KIND_NONE;
+	k->limit = 0;
+	k->holders = k->waiters = 0;
+	k->q_head = k->q_tail = k->h_head = IDX_NONE;
+	k->lock_index = 0;
+	k->token = 0;
+	k->delay_until_ns = 0;
+	k->idle_since_ns = 0;
+	atomic_store(&k->value_word, 0);
+	memcpy(k->key, key, len);
+	k->key[len] = '\0';
+	k->key_len = (uint32_t)len;
+	atomic_store(&k->hash, hash);
+	atomic_store(&k->state, KEY_USED);
+	atomic_store_explicit(&seg->index[slot], idx + 1, memory_order_release);
+	*out = k;
+	return 0;
+}
+
+int keytab_find(struct segment *seg, const char *key, size_t len, bool create,
+		struct seg_key **out)
+{
+	uint32_t hash = key_hash(key, len), idx, slot;
+	int err;
+
+	idx = probe_unlocked(seg, hash);
+	if (idx != IDX_NONE) {
+		struct seg_key *k = &seg->keys[idx];
+
+		err = key_lock(seg, k);
+		if (err)
+			return err;
+		if (key_matches(k, hash, key, len)) {
+			*out = k;
+			return 0;
+		}
+		key_unlock(k);
+	}
+	err = table_lock(seg);
+	if (err)
+		return err;
+	idx = probe_locked(seg, hash, key, len, &slot);
+	if (idx != IDX_NONE) {
+		err = key_lock(seg, &seg->keys[idx]);
+		if (!err)
+			*out = &seg->keys[idx];
+	} else if (!create) {
+		err = -ENOENT;
+	} else {
+		if (find_free_entry_locked(seg) == IDX_NONE) {
+			/* Full: reclaim idle keys now rather than fail. */
+			pthread_mutex_unlock(&seg->hdr->table_mutex);
+			keytab_reclaim_idle(seg, 0, 64);
+			err = table_lock(seg);
+			if (err)
+				return err;
+			idx = probe_locked(seg, hash, key, len, &slot);
+			if (idx != IDX_NONE) {
+				err = key_lock(seg, &seg->keys[idx]);
+				if (!err)
+					*out = &seg->keys[idx];
+				goto out;
+			}
+		}
+		err = slot == IDX_NONE ? -LOCAL_EMAXKEYS : create_locked(seg, hash, key, len, slot, out);
+	}
+out:
+	pthread_mutex_unlock(&seg->hdr->table_mutex);
+	return err;
+}

@@ -1,0 +1,13 @@
+/* SPDX-License-Identifier: MIT */
+/* Process identity beyond the pid, so a reused pid is never mistaken for the
+ * process that opened a session. */
+#ifndef SHMLOCK_PROCINFO_H
+#define SHMLOCK_PROCINFO_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Field 22 of /proc/PID/stat (clock ticks since boot). 0 or -errno. */
+int proc_start_time(pid_t pid, uint64_t *out);
+
+#endif

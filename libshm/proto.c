@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: MIT
+/* Encoding and strict decoding of the broker protocol. */
+#include <string.h>
+
+#include "proto.h"
+
+void proto_init_hdr(struct proto_hdr *h, uint16_t type, uint32_t len)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = PROTO_MAGIC;
+	h->version = PROTO_VERSION;
+	h->type = type;
+	h->len = len;
+}
+
+static int check_hdr(const void *buf, size_t len)
+{
+	struct proto_hdr h;
+
+	if (len < sizeof(h))
+		return -LOCAL_EPROTO;
+	memcpy(&h, buf, sizeof(h));
+	if (h.magic != PROTO_MAGIC)
+		return -LOCAL_EPROTO;
+	if (h.version != PROTO_VERSION)
+		return -LOCAL_EVERSION;
+	if (h.len != len)
+		return -LOCAL_EPROTO;
+	return h.type;
+}
+
+int proto_decode_request(const void *buf, size_t len, union proto_request *out)
+{
+	int type = check_hdr(buf, len);
+
+	if (type < 0)
+		return type;
+	switch (type) {
+	case MSG_OPEN:
+		if (len != sizeof(out->open))
+			return -LOCAL_EPROTO;
+		memcpy(&out->open, buf, len);
+		if (memchr(out->open.name, '\0', sizeof(out->open.name)) == NULL)
+			return -LOCAL_EPROTO;
+		if (out->open.lock_delay_ms > LOCAL_LOCK_DELAY_MAX_MS ||
+		    out->open.behavior > LOCAL_BEHAVIOR_DELETE ||
+		    (out->open.flags & ~(uint32_t)LOCAL_SESSION_NO_PROCESS_CHECK))
+			return -LOCAL_EPROTO;
+		return type;
+	case MSG_CLOSE:
+	case MSG_DESTROY:
+		if (len != sizeof(out->sid))
+			return -LOCAL_EPROTO;
+		memcpy(&out->sid, buf, len);
+		return type;
+	default:
+		return -LOCAL_EPROTO;
+	}
+}
+
+int proto_decode_reply(const void *buf, size_t len, struct proto_reply *out)
+{
+	int type = check_hdr(buf, len);
+
+	if (type < 0)
+		return type;
+	if (type != MSG_REPLY || len != sizeof(*out))
+		return -LOCAL_EPROTO;
+	memcpy(out, buf, len);
+	return 0;
+}

@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Crash repair of one key.
+ *
+ * The node table is the authority: every hold and every queued request is a
+ * node whose word names its state, session and key, and every change of
+ * state is a single store. The key's lists and counts are a cache of it.
+ * Repair therefore needs no undo log: it frees what a dead operation had
+ * only claimed, completes a handoff whose hold had already moved, and
+ * rebuilds the FIFO (by arrival sequence) and the holder list.
+ */
+#include <stdlib.h>
+
+#include "keyops.h"
+
+bool key_fields_sane(const struct segment *seg, const struct seg_key *k)
+{
+	uint32_t st = atomic_load(&k->state);
+
+	(void)seg;
+	if (st > KEY_QUARANTINED)
+		return false;
+	if (st != KEY_USED)
+		return true;
+	if (k->key_len < 1 || k->key_len > LOCAL_KEY_MAX)
+		return false;
+	if (k->kind > LOCAL_KIND_SEMAPHORE)
+		return false;
+	if (k->kind != LOCAL_KIND_NONE && k->limit < 1)
+		return false;
+	return VALUE_LEN(atomic_load(&k->value_word)) <= seg->caps.max_value;
+}
+
+static int by_seq(const void *a, const void *b, void *arg)
+{
+	const struct seg_node *nodes = arg;
+	uint64_t x = nodes[*(const uint32_t *)a].seq, y = nodes[*(const uint32_t *)b].seq;
+
+	return x < y ? -1 : x > y;
+}
+
+static bool holds_for(const struct segment *seg, uint32_t h, uint64_t waiting_word)
+{
+	const struct seg_node *hn = seg_node_at(seg, h);
+
+	return hn && atomic_load(&hn->word) == NODE_PACK(NODE_HOLDING, NODE_SESSION(waiting_word),
+							 NODE_KEY(waiting_word));
+}
+
+int key_repair_locked(struct segment *seg, struct seg_key *k)
+{
+	uint32_t key = seg_key_index(seg, k), nw = 0, nh = 0, i, *waiting;
+	uint32_t wake[64], nwake = 0;
+	uint64_t max_seq = 0;
+
+	if (!key_fields_sane(seg, k)) {
+		atomic_store(&k->state, KEY_QUARANTINED);
+		atomic_fetch_add(&seg->hdr->stats.quarantined, 1);
+		return -LOCAL_ECORRUPT;
+	}
+	waiting = malloc((size_t)seg->nnodes * sizeof(*waiting));
+	if (!waiting)
+		return -LOCAL_ECORRUPT;
+	k->h_head = IDX_NONE;
+	for (i = 0; i < seg->nnodes; i++) {
+		struct seg_node *n = &seg->nodes[i];
+		uint64_t w = atomic_load(&n->word);
+
+		if (w == 0 || NODE_KEY(w) != key)
+			continue;
+		switch (NODE_STATE(w)) {
+		case NODE_CLAIMED: /* its claimer died before linking it */
+			atomic_store(&n->word, 0);
+			break;
+		case NODE_WAITING:
+			if (holds_for(seg, n->hold, w)) {
+				/* The hold had moved to this waiter; finish. */
+				atomic_store(&n->word, NODE_PACK(NODE_GRANTED, NODE_SESSION(w), key));
+				if (nwake < 64)
+					wake[nwake++] = i;
+				break;
+			}
+			n->hold = IDX_NONE;
+			waiting[nw++] = i;
+			if (n->seq > max_seq)
+				max_seq = n->seq;
+			break;
+		case NODE_HOLDING:
+			n->prev = IDX_NONE;
+			n->next = k->h_head;
+			k->h_head = i;
+			nh++;
+			break;
+		case NODE_GRANTED: /* unlinked already; its owner consumes it */
+			break;
+		default: /* garbage in a node word: not ours to trust */
+			break;
+		}
+	}
+	qsort_r(waiting, nw, sizeof(*waiting), by_seq, seg->nodes);
+	k->q_head = k->q_tail = IDX_NONE;
+	for (i = 0; i < nw; i++) {
+		struct seg_node *n = &seg->nodes[waiting[i]];
+
+		n->prev = i ? waiting[i - 1] : IDX_NONE;
+		n->next = i + 1 < nw ? waiting[i + 1] : IDX_NONE;
+	}
+	if (nw) {
+		k->q_head = waiting[0];
+		k->q_tail = waiting[nw - 1];
+	}
+	free(waiting);
+	k->holders = nh;
+	k->waiters = nw;
+	if (k->next_seq <= max_seq)
+		k->next_seq = max_seq + 1;
+	if (k->kind != LOCAL_KIND_NONE)
+		nwake += key_grant_pending_locked(seg, k, wake + nwake, 64 - nwake);
+	key_touch_locked(k);
+	for (i = 0; i < nwake; i++)
+		waiter_wake(seg, wake[i]);
+	return 0;
+}

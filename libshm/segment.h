@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The shared-memory segment: layout, creation and attachment.
+ *
+ * Layout (offsets recorded in the header, each 64-byte aligned):
+ *
+ *   header | sessions[max_sessions] | keys[max_keys] | index[index_size]
+ *          | nodes[max_holds + max_waiters] | values[max_keys][2][max_value]
+ *
+ * Nodes [0, max_holds) are hold nodes, [max_holds, max_holds+max_waiters)
+ * waiter nodes, so the two capacities are exact and fail with distinct errors.
+ *
+ * Everything here is internal: the layout is versioned by SEG_ABI and never
+ * appears in include/.
+ */
+#ifndef SHMLOCK_SEGMENT_H
+#define SHMLOCK_SEGMENT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "liblocal.h"
+
+#define SEG_MAGIC 0x4b434f4c4d485321ull /* "!SHMLOCK" little-endian */
+#define SEG_ABI 1u
+
+#define SEG_NAME_MAX 64 /* session name, including the NUL */
+
+/* ---- sessions --------------------------------------------------------- */
+
+/* Session slot states, kept in the low byte of slot->state_gen. */
+enum seg_session_state {
+	SESS_FREE = 0,
+	SESS_ACTIVE = 1,
+	SESS_CLOSING = 2, /* the broker is removing its nodes; no new claims */
+};
+
+#define SESS_STATE(sg) ((uint32_t)((sg)&0xff))
+#define SESS_GEN(sg) ((uint32_t)((sg) >> 32))
+#define SESS_PACK(state, gen) (((uint64_t)(gen) << 32) | (uint64_t)(state))
+
+struct seg_session {
+	/* {generation, state}: the one word a client checks under a key mutex
+	 * before it links a node, so a closing session never gains a node. */
+	_Atomic uint64_t state_gen;
+	_Atomic uint64_t renewed_ns; /* CLOCK_MONOTONIC of the last renew */
+	uint8_t id[16];
+	char name[SEG_NAME_MAX];
+	int32_t pid; /* 0: no process check */
+	uint32_t uid;
+	uint64_t start_time; /* /proc/PID/stat field 22, against pid reuse */
+	uint64_t created_ns;
+	uint32_t ttl_ms;
+	uint32_t lock_delay_ms;
+	uint32_t behavior;
+	uint32_t flags;
+	uint32_t closing_lost; /* CLOSING: apply lock-delay (not a voluntary close) */
+} __attribute__((aligned(64)));
+
+/* ---- nodes ------------------------------------------------------------ */
+
+/*
+ * A node is a hold or a queued request. Its word packs {state, session slot,
+ * key index} so that one CAS claims a free node *and* records whose it is:
+ * whoever repairs a key after a crash finds every node of that key by
+ * scanning words, with no window in which a claimed node belongs to nobody.
+ */
+enum seg_node_state {
+	NODE_FREE = 0,
+	NODE_CLAIMED = 1, /* being filled in under the key mutex */
+	NODE_WAITING = 2, /* queued, in the key's FIFO */
+	NODE_GRANTED = 3, /* waiter handed a hold (node->hold) not yet consumed */
+	NODE_HOLDING = 4, /* a hold, in the key's holder list */
+};
+
+#define NODE_STATE(w) ((uint32_t)((w)&0xff))
+#define NODE_SESSION(w) ((uint32_t)(((w) >> 8) & 0xffffff))
+#define NODE_KEY(w) ((uint32_t)((w) >> 32))
+#define NODE_PACK(state, sess, key)                                                   \
+	(((uint64_t)(key) << 32) | ((uint64_t)((sess)&0xffffff) << 8) | (uint64_t)(state))
+
+#define NODE_FUTEX_IDLE 0u
+#define NODE_FUTEX_PARKED 1u
+#define NODE_FUTEX_WOKEN 2u
+
+#define IDX_NONE UINT32_MAX
+
+struct seg_node {
+	_Atomic uint64_t word;
+	_Atomic uint32_t futex; /* the waiter sleeps here, alone */
+	uint32_t session_gen;
+	uint32_t next; /* FIFO or holder list, IDX_NONE-terminated */
+	uint32_t prev;
+	uint32_t hold;	   /* NODE_GRANTED: the hold node given to this waiter */
+	uint32_t lease_ms; /* NODE_WAITING: the lease to start at the grant */
+	uint64_t seq;	       /* arrival order within the key */
+	uint64_t token;	       /* HOLDING/GRANTED: the fencing token */
+	uint64_t lease_until_ns; /* 0: no lease */
+} __attribute__((aligned(64)));
+
+/* ---- keys ------------------------------------------------------------- */
+
+enum seg_key_state {
+	KEY_FREE = 0,
+	KEY_RESERVED = 1, /* being created under the table mutex */
+	KEY_USED = 2,
+	KEY_QUARANTINED = 3, /* found damaged; never used again */
+};
+
+/* value_word packs {which buffer, length}: one store publishes a value. */
+#define VALUE_SEL(w) ((uint32_t)((w) >> 32))
+#define VALUE_LEN(w) ((uint32_t)((w)&0xffffffffu))
+#define VALUE_PACK(sel, len) (((uint64_t)(sel) << 32) | (uint64_t)(len))
+
+struct seg_key {
+	pthread_mutex_t mutex; /* robust, process-shared */
+	_Atomic uint32_t state;
+	_Atomic uint32_t hash; /* read without the mutex by lookups */
+	uint32_t kind; /* enum local_kind */
+	uint32_t limit;
+	/* Derived from the nodes (rebuilt by repair): */
+	uint32_t holders, waiters;
+	uint32_t q_head, q_tail; /* FIFO of NODE_WAITING nodes */
+	uint32_t h_head;	 /* holder list */
+	uint32_t key_len;
+	/* Monotonic counters (only ever raised): */
+	uint64_t next_seq;
+	uint64_t lock_index;
+	_Atomic uint64_t modify_index;
+	uint64_t token; /* the last token granted on this key */
+	uint64_t delay_until_ns; /* lock-delay end, CLOCK_MONOTONIC; 0: none */
+	_Atomic uint64_t value_word;
+	uint64_t idle_since_ns;
+	_Atomic uint32_t change_seq; /* watchers' futex */
+	_Atomic uint32_t watchers;
+	char key[LOCAL_KEY_MAX + 1];
+} __attribute__((aligned(64)));
+
+/* ---- header ----------------------------------------------------------- */
+
+struct seg_caps {
+	uint32_t max_keys;
+	uint32_t max_sessions;
+	uint32_t max_waiters;
+	uint32_t max_holds;
+	uint32_t max_value;
+};
+
+struct seg_stats {
+	_Atomic uint64_t grants;
+	_Atomic uint64_t releases;
+	_Atomic uint64_t timeouts;
+	_Atomic uint64_t handoffs;
+	_Atomic uint64_t repairs;	  /* EOWNERDEAD recoveries */
+	_Atomic uint64_t crash_cleanups; /* sessions whose process died */
+	_Atomic uint64_t ttl_expiries;
+	_Atomic uint64_t sessions_opened;
+	_Atomic uint64_t sessions_closed;
+	_Atomic uint64_t quarantined;
+};
+
+struct seg_header {
+	uint64_t magic;
+	uint32_t abi;
+	uint32_t header_size;
+	uint64_t size;
+	struct seg_caps caps;
+	uint32_t index_size; /* power of two */
+	uint32_t session_size, key_size, node_size;
+	uint64_t off_sessions, off_keys, off_index, off_nodes, off_values;
+	uint64_t created_realtime_ns;
+	_Atomic uint64_t token_counter; /* the last token drawn */
+	_Atomic uint32_t broker_pid;
+	_Atomic uint32_t broker_doorbell; /* futex: clients ring the broker */
+	pthread_mutex_t table_mutex;	  /* robust: key creation and reclaim */
+	uint32_t index_tombs;		  /* under table_mutex */
+	uint32_t key_hint;		  /* under table_mutex: where to look for a free key */
+	struct seg_stats stats;
+} __attribute__((aligned(64)));
+
+/* A process's view of one mapped segment. */
+struct segment {
+	struct seg_header *hdr;
+	size_t size;
+	struct seg_caps caps; /* copied at attach: never trust the shared copy */
+	uint32_t index_size;
+	uint32_t nnodes;
+	struct seg_session *sessions;
+	struct seg_key *keys;
+	_Atomic uint32_t *index; /* key idx + 1; 0 empty; INDEX_TOMB deleted */
+	struct seg_node *nodes;
+	char *values;
+};
+
+#define INDEX_TOMB UINT32_MAX
+
+/* Bytes needed for @caps; 0 when they are out of range. */
+size_t seg_size_for(const struct seg_caps *caps);
+
+/* Check caps against the documented ranges: 0 or -EINVAL. */
+int seg_caps_valid(const struct seg_caps *caps);
+
+/* Lay out and initialise a fresh segment of seg_size_for(caps) bytes at @mem. */
+int seg_format(void *mem, size_t size, const struct seg_caps *caps);
+
+/*
+ * Validate the header of a mapping of @size bytes and fill @seg. Returns 0,
+ * -LOCAL_EVERSION (another ABI) or -LOCAL_ECORRUPT (inconsistent header).
+ */
+int seg_bind(struct segment *seg, void *mem, size_t size);
+
+static inline struct seg_session *seg_session_at(const struct segment *seg, uint32_t i)
+{
+	return i < seg->caps.max_sessions ? &seg->sessions[i] : NULL;
+}
+
+static inline struct seg_key *seg_key_at(const struct segment *seg, uint32_t i)
+{
+	return i < seg->caps.max_keys ? &seg->keys[i] : NULL;
+}
+
+static inline struct seg_node *seg_node_at(const struct segment *seg, uint32_t i)
+{
+	return i < seg->nnodes ? &seg->nodes[i] : NULL;
+}
+
+static inline uint32_t seg_key_index(const struct segment *seg, const struct seg_key *k)
+{
+	return (uint32_t)(k - seg->keys);
+}
+
+static inline uint32_t seg_node_index(const struct segment *seg, const struct seg_node *n)
+{
+	return (uint32_t)(n - seg->nodes);
+}
+
+static inline char *seg_value_buf(const struct segment *seg, uint32_t key, uint32_t sel)
+{
+	return seg->values + ((size_t)key * 2 + (sel & 1)) * seg->caps.max_value;
+}
+
+/* Initialise a robust, process-shared mutex in shared memory. */
+int seg_mutex_init(pthread_mutex_t *m);
+
+#endif
