@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#include "broker_fixture.h"
+#include "harness.h"
+
+static int answers(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), r;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	close(fd);
+	return r == 0;
+}
+
+static void launch(struct broker_proc *b)
+{
+	const char *bin = getenv("SHMLOCK_BROKER_BIN");
+	const char *argv[32];
+	int n = 0, i, status;
+
+	if (!bin)
+		FAIL_AT("SHMLOCK_BROKER_BIN is not set (run through 'make check')");
+	argv[n++] = bin;
+	argv[n++] = "--socket";
+	argv[n++] = b->sock;
+	argv[n++] = "--shm-name";
+	argv[n++] = b->shm;
+	argv[n++] = "--log-level";
+	argv[n++] = getenv("SHMLOCK_TEST_BROKER_LOG") ? "debug" : "warning";
+	for (i = 0; b->extra[i] && n < 31; i++)
+		argv[n++] = b->extra[i];
+	argv[n] = NULL;
+	fflush(NULL);
+	b->pid = fork();
+	if (b->pid < 0)
+		FAIL_AT("fork: %s", strerror(errno));
+	if (b->pid == 0) {
+		int fd = open(b->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+		if (fd >= 0 && !getenv("SHMLOCK_TEST_BROKER_LOG")) {
+			dup2(fd, 2);
+			close(fd);
+		}
+		execv(bin, (char *const *)argv);
+		_exit(127);
+	}
+	if (!WAIT_FOR(answers(b->sock) || waitpid(b->pid, &status, WNOHANG) == b->pid, 5000) ||
+	    !answers(b->sock))
+		FAIL_AT("broker did not come up on %s (log: %s)", b->sock, b->log);
+}
+
+void broker_start(struct broker_proc *b, const char *const *extra)
+{
+	static int seq;
+	int i = 0;
+
+	memset(b, 0, sizeof(*b));
+	snprintf(b->dir, sizeof(b->dir), "/tmp/shmlock-test-XXXXXX");
+	if (!mkdtemp(b->dir))
+		FAIL_AT("mkdtemp: %s", strerror(errno));
+	snprintf(b->sock, sizeof(b->sock), "%s/sock", b->dir);
+	snprintf(b->log, sizeof(b->log), "%s/broker.log", b->dir);
+	snprintf(b->shm, sizeof(b->shm), "/shmlock-test-%d-%d", (int)getpid(), seq++);
+	for (; extra && extra[i] && i < 15; i++)
+		b->extra[i] = extra[i];
+	b->extra[i] = NULL;
+	shm_unlink(b->shm);
+	launch(b);
+}
+
+void broker_restart(struct broker_proc *b)
+{
+	launch(b);
+}
+
+void broker_signal_wait(struct broker_proc *b, int sig)
+{
+	struct child c = { .pid = b->pid, .rd = -1, .wr = -1 };
+	int status;
+
+	kill(b->pid, sig);
+	status = child_wait(&c, 10000);
+	(void)status;
+	b->pid = 0;
+}
+
+void broker_stop(struct broker_proc *b)
+{
+	char cmd[160];
+
+	if (b->pid > 0)
+		broker_signal_wait(b, SIGTERM);
+	shm_unlink(b->shm);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b->dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", b->dir);
+}
+
+local_session *open_session(const struct broker_proc *b, const char *name, int lock_delay_ms,
+			    uint32_t ttl_ms)
+{
+	struct local_session_opts o;
+	local_session *s = NULL;
+
+	local_session_opts_init(&o);
+	o.socket_path = b->sock;
+	o.name = name;
+	o.lock_delay_ms = lock_delay_ms;
+	o.ttl_ms = ttl_ms;
+	CHECK_OK(local_session_open(&o, &s));
+	return s;
+}

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A real shmlockd for a test: its own socket in a fresh temporary directory
+ * and its own segment name, started from $SHMLOCK_BROKER_BIN, and ready when
+ * its socket answers.
+ */
+#ifndef SHMLOCK_TEST_BROKER_FIXTURE_H
+#define SHMLOCK_TEST_BROKER_FIXTURE_H
+
+#include <sys/types.h>
+
+#include "liblocal.h"
+
+struct broker_proc {
+	pid_t pid;
+	char dir[64];
+	char sock[128];
+	char shm[64];
+	char log[128];
+	const char *extra[16]; /* extra flags, NULL-terminated */
+};
+
+/* Fill names and start the broker; fails the test if not ready in 5 s. */
+void broker_start(struct broker_proc *b, const char *const *extra);
+/* Start again with the same names and flags (restart after a stop/kill). */
+void broker_restart(struct broker_proc *b);
+/* Send @sig and wait for the broker to exit. */
+void broker_signal_wait(struct broker_proc *b, int sig);
+/* SIGTERM, wait, unlink the segment and remove the directory. */
+void broker_stop(struct broker_proc *b);
+
+/* Open a session on @b with @lock_delay_ms (-1: default) and optional TTL. */
+local_session *open_session(const struct broker_proc *b, const char *name, int lock_delay_ms,
+			    uint32_t ttl_ms);
+
+#endif

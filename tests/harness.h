@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Test harness: CUnit reports, every test body runs in a forked child (its
+ * own process group) with a deadline, so a hang or a crash fails one test
+ * instead of the suite. Inside a body, use the CHECK macros: they print the
+ * failure and end the child with status 1.
+ */
+#ifndef SHMLOCK_TEST_HARNESS_H
+#define SHMLOCK_TEST_HARNESS_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "liblocal.h"
+
+struct test_case {
+	const char *suite;
+	const char *name;
+	void (*fn)(void);
+	int timeout_s;
+};
+
+void test_register(const struct test_case *tc);
+
+#define TEST(suite_, name_, timeout_s_)                                                  \
+	static void test_##name_(void);                                                     \
+	static const struct test_case tc_##name_ = { #suite_, #name_, test_##name_,         \
+						     timeout_s_ };                            \
+	__attribute__((constructor)) static void reg_##name_(void)                          \
+	{                                                                                  \
+		test_register(&tc_##name_);                                                \
+	}                                                                                  \
+	static void test_##name_(void)
+
+#define FAIL_AT(...)                                                                      \
+	do {                                                                               \
+		fprintf(stderr, "    %s:%d: ", __FILE__, __LINE__);                            \
+		fprintf(stderr, __VA_ARGS__);                                              \
+		fputc('\n', stderr);                                                       \
+		_exit(1);                                                                  \
+	} while (0)
+
+#define CHECK(cond)                                                                       \
+	do {                                                                               \
+		if (!(cond))                                                               \
+			FAIL_AT("CHECK(%s) failed", #cond);                                \
+	} while (0)
+
+#define CHECK_EQ(a, b)                                                                    \
+	do {                                                                               \
+		long long a_ = (long long)(a), b_ = (long long)(b);                        \
+		if (a_ != b_)                                                              \
+			FAIL_AT("%s == %s failed: %lld != %lld", #a, #b, a_, b_);          \
+	} while (0)
+
+/* Expect a liblocal return code, printing both as text on failure. */
+#define CHECK_RC(expr, want)                                                              \
+	do {                                                                               \
+		int r_ = (expr), w_ = (want);                                              \
+		if (r_ != w_)                                                              \
+			FAIL_AT("%s returned %d (%s), expected %d (%s)", #expr, r_,         \
+				local_strerror(r_), w_, local_strerror(w_));               \
+	} while (0)
+
+#define CHECK_OK(expr) CHECK_RC(expr, 0)
+
+/* Milliseconds on CLOCK_MONOTONIC. */
+uint64_t now_ms(void);
+
+/*
+ * Poll @cond every millisecond until it holds or @timeout_ms passes.
+ * Returns whether it held. For conditions no event announces (another
+ * process's state), never as a substitute for a wake-up we can wait on.
+ */
+#define WAIT_FOR(cond, timeout_ms)                                                         \
+	({                                                                                 \
+		uint64_t end_ = now_ms() + (timeout_ms);                                   \
+		int ok_ = 0;                                                               \
+		for (;;) {                                                                 \
+			if (cond) {                                                        \
+				ok_ = 1;                                                   \
+				break;                                                     \
+			}                                                                  \
+			if (now_ms() >= end_)                                              \
+				break;                                                     \
+			usleep(1000);                                                      \
+		}                                                                          \
+		ok_;                                                                       \
+	})
+
+/* ---- child processes with a message pipe -------------------------------- */
+
+struct child {
+	pid_t pid;
+	int rd; /* parent reads what the child reports */
+	int wr; /* parent writes commands to the child */
+};
+
+/* Fork @fn(arg, in, out) in a child; it reports on @out and reads commands on @in. */
+void child_spawn(struct child *c, void (*fn)(void *arg, int in, int out), void *arg);
+/* Read one line from the child (without the newline) within @timeout_ms. */
+int child_read(struct child *c, char *buf, size_t size, int timeout_ms);
+/* Read a line and require it to equal @want. */
+void child_expect(struct child *c, const char *want, int timeout_ms);
+void child_send(struct child *c, const char *line);
+/* Wait for the child to exit within @timeout_ms; returns the raw wait status. */
+int child_wait(struct child *c, int timeout_ms);
+void child_kill(struct child *c);
+
+/* For use inside a child: write a line / read a line (blocking). */
+void say(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int hear(int fd, char *buf, size_t size);
+
+#endif

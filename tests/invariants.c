@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: MIT
+#include <stdio.h>
+
+#include "invariants.h"
+
+unsigned live_sessions(local_session *s)
+{
+	unsigned i, n = 0;
+
+	for (i = 0; i < s->seg->caps.max_sessions; i++)
+		if (SESS_STATE(atomic_load(&s->seg->sessions[i].state_gen)) != SESS_FREE)
+			n++;
+	return n;
+}
+
+unsigned used_nodes(local_session *s)
+{
+	unsigned i, n = 0;
+
+	for (i = 0; i < s->seg->nnodes; i++)
+		if (atomic_load(&s->seg->nodes[i].word))
+			n++;
+	return n;
+}
+
+#define VIOLATION(...)                                                                   \
+	do {                                                                              \
+		fprintf(stderr, "    invariant: " __VA_ARGS__);                             \
+		fputc('\n', stderr);                                                       \
+		bad++;                                                                     \
+	} while (0)
+
+static int check_key(struct segment *seg, uint32_t ki)
+{
+	struct seg_key *k = &seg->keys[ki];
+	uint32_t holding = 0, waiting = 0, i, n, prev;
+	uint64_t last_seq = 0;
+	int bad = 0, err;
+
+	err = key_lock(seg, k);
+	if (err) {
+		VIOLATION("key %u: cannot lock: %s", ki, local_strerror(err));
+		return bad;
+	}
+	for (i = 0; i < seg->nnodes; i++) {
+		uint64_t w = atomic_load(&seg->nodes[i].word);
+		const struct seg_session *ss;
+
+		if (!w || NODE_KEY(w) != ki)
+			continue;
+		switch (NODE_STATE(w)) {
+		case NODE_HOLDING:
+			holding++;
+			break;
+		case NODE_WAITING:
+			waiting++;
+			break;
+		case NODE_GRANTED:
+			break;
+		default:
+			VIOLATION("key %s: node %u in state %u under the key mutex", k->key, i,
+				  NODE_STATE(w));
+			continue;
+		}
+		ss = seg_session_at(seg, NODE_SESSION(w));
+		if (!ss || atomic_load(&ss->state_gen) !=
+				   SESS_PACK(SESS_ACTIVE, seg->nodes[i].session_gen))
+			VIOLATION("key %s: node %u (state %u) belongs to a session that is not "
+				  "active", k->key, i, NODE_STATE(w));
+	}
+	if (holding != k->holders)
+		VIOLATION("key %s: %u holding nodes, count says %u", k->key, holding, k->holders);
+	if (waiting != k->waiters)
+		VIOLATION("key %s: %u waiting nodes, count says %u", k->key, waiting, k->waiters);
+	if (k->kind != LOCAL_KIND_NONE && holding > k->limit)
+		VIOLATION("key %s: %u holders over limit %u", k->key, holding, k->limit);
+	for (n = 0, i = k->h_head; i != IDX_NONE && n <= seg->nnodes; i = seg->nodes[i].next, n++)
+		if (i >= seg->nnodes || NODE_STATE(atomic_load(&seg->nodes[i].word)) != NODE_HOLDING) {
+			VIOLATION("key %s: holder list reaches a non-holding node", k->key);
+			break;
+		}
+	if (n != holding)
+		VIOLATION("key %s: holder list has %u entries, %u holding", k->key, n, holding);
+	prev = IDX_NONE;
+	for (n = 0, i = k->q_head; i != IDX_NONE && n <= seg->nnodes; i = seg->nodes[i].next, n++) {
+		if (i >= seg->nnodes || NODE_STATE(atomic_load(&seg->nodes[i].word)) != NODE_WAITING) {
+			VIOLATION("key %s: queue reaches a non-waiting node", k->key);
+			break;
+		}
+		if (seg->nodes[i].prev != prev)
+			VIOLATION("key %s: queue back link broken at node %u", k->key, i);
+		if (n && seg->nodes[i].seq <= last_seq)
+			VIOLATION("key %s: queue out of arrival order at node %u", k->key, i);
+		last_seq = seg->nodes[i].seq;
+		prev = i;
+	}
+	if (n != waiting)
+		VIOLATION("key %s: queue has %u entries, %u waiting", k->key, n, waiting);
+	if (k->q_tail != prev)
+		VIOLATION("key %s: queue tail is %u, last entry %u", k->key, k->q_tail, prev);
+	key_unlock(k);
+	return bad;
+}
+
+int segment_violations(local_session *s)
+{
+	struct segment *seg = s->seg;
+	uint32_t i;
+	int bad = 0;
+
+	for (i = 0; i < seg->caps.max_keys; i++)
+		if (atomic_load(&seg->keys[i].state) == KEY_USED)
+			bad += check_key(seg, i);
+	for (i = 0; i < seg->nnodes; i++) {
+		uint64_t w = atomic_load(&seg->nodes[i].word);
+		struct seg_key *k;
+
+		if (!w)
+			continue;
+		k = seg_key_at(seg, NODE_KEY(w));
+		if (!k || atomic_load(&k->state) != KEY_USED)
+			VIOLATION("node %u (state %u) belongs to no live key", i, NODE_STATE(w));
+	}
+	return bad;
+}
