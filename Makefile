@@ -68,12 +68,19 @@ BENCH    := $(O)/bench/shmlock-bench
 .PHONY: all install uninstall check test run bench clean help deps format lint
 all: $(SHLIB) $(STLIB) $(O)/liblocal.pc $(BROKER) $(if $(CLI_SRC),$(CLI))
 
-$(O)/pic/%.o: %.c
+# Objects depend on the flags they were built with, so changing SANITIZE or
+# CRASH_POINTS in the same $(O) rebuilds instead of mixing objects.
+FLAGS_STAMP := $(O)/.flags
+FLAGS_NOW := $(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(LDFLAGS)
+$(shell mkdir -p $(O); [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_NOW)' ] || \
+	echo '$(FLAGS_NOW)' > $(FLAGS_STAMP))
+
+$(O)/pic/%.o: %.c $(FLAGS_STAMP)
 	$(call say,CC,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -fPIC -c $< -o $@
 
-$(O)/static/%.o $(O)/%.o: %.c
+$(O)/static/%.o $(O)/%.o: %.c $(FLAGS_STAMP)
 	$(call say,CC,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
@@ -118,7 +125,7 @@ $(BENCH): $(O)/bench/bench.o $(STLIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread
 
-$(O)/bench/%.o: tests/bench/%.c
+$(O)/bench/%.o: tests/bench/%.c $(FLAGS_STAMP)
 	$(call say,CC,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@

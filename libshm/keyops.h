@@ -136,7 +136,9 @@ uint64_t draw_token(struct segment *seg);
  */
 int key_repair_locked(struct segment *seg, struct seg_key *k);
 
-/* Sanity checks used before trusting a key's own fields. */
+/* Sanity checks used before trusting a key's own fields (repair quarantines
+ * a key that fails them) and its list heads and counts (repair rebuilds). */
 bool key_fields_sane(const struct segment *seg, const struct seg_key *k);
+bool key_links_sane(const struct segment *seg, const struct seg_key *k);
 
 #endif

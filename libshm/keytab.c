@@ -57,6 +57,10 @@ int key_lock(struct segment *seg, struct seg_key *k)
 		}
 	} else if (r) {
 		return -LOCAL_ECORRUPT;
+	} else if (!key_links_sane(seg, k)) {
+		/* Damaged fields: quarantine; damaged links: rebuild them. */
+		atomic_fetch_add(&seg->hdr->stats.repairs, 1);
+		key_repair_locked(seg, k);
 	}
 	if (atomic_load(&k->state) == KEY_QUARANTINED) {
 		pthread_mutex_unlock(&k->mutex);

@@ -31,6 +31,25 @@ bool key_fields_sane(const struct segment *seg, const struct seg_key *k)
 	return VALUE_LEN(atomic_load(&k->value_word)) <= seg->caps.max_value;
 }
 
+static bool idx_ok(const struct segment *seg, uint32_t i)
+{
+	return i == IDX_NONE || i < seg->nnodes;
+}
+
+bool key_links_sane(const struct segment *seg, const struct seg_key *k)
+{
+	if (!key_fields_sane(seg, k))
+		return false;
+	if (atomic_load(&k->state) != KEY_USED)
+		return true;
+	if (!idx_ok(seg, k->q_head) || !idx_ok(seg, k->q_tail) || !idx_ok(seg, k->h_head))
+		return false;
+	if ((k->q_head == IDX_NONE) != (k->waiters == 0) ||
+	    (k->h_head == IDX_NONE) != (k->holders == 0))
+		return false;
+	return k->kind == LOCAL_KIND_NONE || k->holders <= k->limit;
+}
+
 static int by_seq(const void *a, const void *b, void *arg)
 {
 	const struct seg_node *nodes = arg;

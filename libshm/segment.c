@@ -130,6 +130,7 @@ int seg_format(void *mem, size_t size, const struct seg_caps *caps)
 		err = seg_mutex_init(&seg.keys[i].mutex);
 		if (err)
 			return err;
+		seg.keys[i].q_head = seg.keys[i].q_tail = seg.keys[i].h_head = IDX_NONE;
 	}
 	for (i = 0; i < seg.nnodes; i++) {
 		seg.nodes[i].next = IDX_NONE;

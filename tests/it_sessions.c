@@ -1,0 +1,274 @@
+// SPDX-License-Identifier: MIT
+/* Sessions against a real broker: TTL, close, fork, caps, pidfd fallback. */
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "broker_fixture.h"
+#include "harness.h"
+#include "invariants.h"
+
+static uint32_t holders_of(local_session *s, const char *key)
+{
+	struct local_key_info info;
+
+	return local_info(s, key, &info) ? 99 : info.holders;
+}
+
+TEST(sessions, ttl_expiry_releases_holds, 20)
+{
+	struct broker_proc b;
+	local_session *obs, *mortal, *renewed;
+	uint64_t t0, end;
+
+	broker_start(&b, NULL);
+	obs = open_session(&b, "obs", 0, 0);
+	mortal = open_session(&b, "mortal", 0, 200);
+	renewed = open_session(&b, "renewed", 0, 200);
+	CHECK_OK(local_lock(mortal, "ttl/a", NULL, NULL));
+	CHECK_OK(local_lock(renewed, "ttl/b", NULL, NULL));
+	t0 = now_ms();
+	/* Renew one session for 3 TTL periods; the other is left to expire. */
+	for (end = t0 + 600; now_ms() < end;) {
+		CHECK_OK(local_session_renew(renewed));
+		usleep(20000);
+	}
+	CHECK(WAIT_FOR(holders_of(obs, "ttl/a") == 0, 2000));
+	CHECK(now_ms() - t0 >= 200);
+	CHECK_EQ(holders_of(obs, "ttl/b"), 1);
+	CHECK_RC(local_release(mortal, "ttl/a"), -LOCAL_ESESSION);
+	CHECK_RC(local_session_renew(mortal), -LOCAL_ESESSION);
+	CHECK_RC(local_lock(mortal, "ttl/c", NULL, NULL), -LOCAL_ESESSION);
+	CHECK_RC(local_session_close(mortal), -LOCAL_ESESSION);
+	CHECK_OK(local_release(renewed, "ttl/b"));
+	CHECK_EQ(segment_violations(obs), 0);
+	broker_stop(&b);
+}
+
+struct locker_arg {
+	const struct broker_proc *b;
+	const char *key;
+};
+
+/* Child: queue on a key (blocking), report when granted, stay until killed. */
+static void blocked_locker(void *p, int in, int out)
+{
+	const struct locker_arg *a = p;
+	local_session *s = open_session(a->b, "waiter", 0, 0);
+	char buf[8];
+
+	say(out, "open");
+	CHECK_OK(local_lock(s, a->key, NULL, NULL));
+	say(out, "got");
+	hear(in, buf, sizeof(buf));
+}
+
+TEST(sessions, close_releases_without_lock_delay, 20)
+{
+	struct broker_proc b;
+	struct locker_arg la = { &b, "close/k" };
+	local_session *obs, *holder;
+	struct child w;
+	uint64_t t0;
+
+	broker_start(&b, NULL);
+	obs = open_session(&b, "obs", 0, 0);
+	holder = open_session(&b, "holder", 15000, 0);
+	CHECK_OK(local_lock(holder, "close/k", NULL, NULL));
+	child_spawn(&w, blocked_locker, &la);
+	child_expect(&w, "open", 5000);
+	CHECK(WAIT_FOR(({
+			       struct local_key_info i;
+			       !local_info(obs, "close/k", &i) && i.waiters == 1;
+		       }),
+		       5000));
+	t0 = now_ms();
+	CHECK_OK(local_session_close(holder));
+	child_expect(&w, "got", 5000);
+	CHECK(now_ms() - t0 < 5000); /* far below the 15 s lock-delay */
+	child_kill(&w);
+	child_wait(&w, 5000);
+	broker_stop(&b);
+}
+
+TEST(sessions, ended_session_wakes_its_waiter, 20)
+{
+	struct broker_proc b;
+	local_session *obs;
+	struct child c;
+	int status;
+
+	broker_start(&b, NULL);
+	obs = open_session(&b, "obs", 0, 0);
+	CHECK_OK(local_lock(obs, "busy", NULL, NULL));
+	/* A caller blocked in local_lock returns ESESSION when the broker ends
+	 * its session (here by TTL) instead of sleeping on. */
+	c.pid = fork();
+	if (c.pid == 0) {
+		local_session *t = open_session(&b, "ttl", 0, 100);
+
+		_exit(local_lock(t, "busy", NULL, NULL) == -LOCAL_ESESSION ? 0 : 1);
+	}
+	c.rd = c.wr = -1;
+	status = child_wait(&c, 5000);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK(WAIT_FOR(({
+			       struct local_key_info i;
+			       !local_info(obs, "busy", &i) && i.waiters == 0;
+		       }),
+		       5000));
+	broker_stop(&b);
+}
+
+TEST(sessions, session_not_inherited_across_fork, 20)
+{
+	struct broker_proc b;
+	local_session *s;
+	struct child c;
+	int status;
+
+	broker_start(&b, NULL);
+	s = open_session(&b, "parent", 0, 0);
+	CHECK_OK(local_lock(s, "fork/k", NULL, NULL));
+	c.pid = fork();
+	if (c.pid == 0) {
+		if (local_lock(s, "fork/other", NULL, NULL) != -LOCAL_EFORKED)
+			_exit(1);
+		if (local_release(s, "fork/k") != -LOCAL_EFORKED)
+			_exit(2);
+		if (local_session_renew(s) != -LOCAL_EFORKED)
+			_exit(3);
+		local_session_close(s); /* frees the child's copy only */
+		_exit(0);
+	}
+	c.rd = c.wr = -1;
+	status = child_wait(&c, 5000);
+	CHECK(WIFEXITED(status));
+	CHECK_EQ(WEXITSTATUS(status), 0);
+	CHECK_EQ(holders_of(s, "fork/k"), 1);
+	CHECK_OK(local_release(s, "fork/k"));
+	broker_stop(&b);
+}
+
+static void hold_forever(void *p, int in, int out)
+{
+	const struct broker_proc *b = p;
+	local_session *s = open_session(b, "doomed", 0, 0);
+	char buf[8];
+
+	CHECK_OK(local_lock(s, "fallback/k", NULL, NULL));
+	say(out, "held");
+	hear(in, buf, sizeof(buf));
+}
+
+TEST(sessions, pidfd_fallback_still_detects_death, 20)
+{
+	static const char *const flags[] = { "--test-force-pidfd-fallback", NULL };
+	struct broker_proc b;
+	local_session *obs;
+	struct child c;
+
+	broker_start(&b, flags);
+	obs = open_session(&b, "obs", 0, 0);
+	child_spawn(&c, hold_forever, &b);
+	child_expect(&c, "held", 5000);
+	CHECK_EQ(holders_of(obs, "fallback/k"), 1);
+	child_kill(&c);
+	child_wait(&c, 5000);
+	CHECK(WAIT_FOR(holders_of(obs, "fallback/k") == 0, 5000));
+	CHECK(WAIT_SESSIONS(obs, 1, 5000));
+	broker_stop(&b);
+}
+
+TEST(sessions, broker_unavailable, 10)
+{
+	struct local_session_opts o;
+	local_session *s;
+
+	local_session_opts_init(&o);
+	o.socket_path = "/tmp/shmlock-test-nonexistent/sock";
+	CHECK_RC(local_session_open(&o, &s), -LOCAL_EBROKER);
+	o.lock_delay_ms = 60001;
+	CHECK_RC(local_session_open(&o, &s), -EINVAL);
+	o.lock_delay_ms = -1;
+	o.behavior = 5;
+	CHECK_RC(local_session_open(&o, &s), -EINVAL);
+	o.behavior = 0;
+	o.flags = 0x100;
+	CHECK_RC(local_session_open(&o, &s), -EINVAL);
+	CHECK_RC(local_session_open(&o, NULL), -EINVAL);
+}
+
+TEST(sessions, capacity_limits_have_distinct_errors, 30)
+{
+	static const char *const flags[] = { "--max-sessions", "3", "--max-keys", "2",
+					     "--max-holds", "2", "--max-waiters", "1",
+					     "--max-value", "8", NULL };
+	struct local_acquire_opts val = { .timeout_ms = 0, .value = "123456789", .value_len = 9 };
+	struct local_acquire_opts timed = { .timeout_ms = 50 };
+	struct local_session_opts o;
+	struct broker_proc b;
+	local_session *a, *c, *d, *e;
+
+	broker_start(&b, flags);
+	a = open_session(&b, "a", 0, 0);
+	c = open_session(&b, "c", 0, 0);
+	d = open_session(&b, "d", 0, 0);
+	local_session_opts_init(&o);
+	o.socket_path = b.sock;
+	CHECK_RC(local_session_open(&o, &e), -LOCAL_EMAXSESSIONS);
+	CHECK_RC(local_lock(a, "v", &val, NULL), -LOCAL_EVALUESIZE);
+	val.value_len = 8;
+	CHECK_OK(local_lock(a, "k1", &val, NULL));
+	CHECK_OK(local_lock(a, "k2", NULL, NULL));
+	CHECK_RC(local_lock(a, "k3", NULL, NULL), -LOCAL_EMAXKEYS);
+	/* One waiter slot: the second timed waiter finds the table full. */
+	CHECK_RC(local_lock(c, "k1", &timed, NULL), -ETIMEDOUT);
+	CHECK_OK(local_release(a, "k2"));
+	CHECK_OK(local_lock(c, "k3", NULL, NULL)); /* reclaims idle k2 */
+	CHECK_RC(local_lock(d, "k2", NULL, NULL), -LOCAL_EMAXKEYS);
+	CHECK_OK(local_release(c, "k3"));
+	CHECK_OK(local_lock(c, "k2", NULL, NULL)); /* reclaims idle k3 */
+	CHECK_RC(local_lock(d, "k1", &(struct local_acquire_opts){ .timeout_ms = 0 }, NULL),
+		 -EBUSY);
+	CHECK_OK(local_session_close(c));
+	CHECK_OK(local_lock(d, "k2", NULL, NULL));
+	CHECK_EQ(segment_violations(a), 0);
+	broker_stop(&b);
+}
+
+static uint32_t waiters_on(local_session *s, const char *key)
+{
+	struct local_key_info info;
+
+	return local_info(s, key, &info) ? 0 : info.waiters;
+}
+
+TEST(sessions, hold_and_waiter_tables_full, 30)
+{
+	static const char *const flags[] = { "--max-holds", "1", "--max-waiters", "1", NULL };
+	struct local_acquire_opts timed = { .timeout_ms = 100 };
+	struct broker_proc b;
+	struct locker_arg la = { &b, "h1" };
+	local_session *a, *c;
+	struct child w;
+
+	broker_start(&b, flags);
+	a = open_session(&b, "a", 0, 0);
+	c = open_session(&b, "c", 0, 0);
+	CHECK_OK(local_lock(a, "h1", NULL, NULL));
+	CHECK_RC(local_lock(c, "h2", NULL, NULL), -LOCAL_EMAXHOLDS);
+	child_spawn(&w, blocked_locker, &la);
+	child_expect(&w, "open", 5000);
+	CHECK(WAIT_FOR(waiters_on(a, "h1") == 1, 5000));
+	CHECK_RC(local_lock(c, "h1", &timed, NULL), -LOCAL_EMAXWAITERS);
+	/* The handoff reuses the releaser's hold: a full hold table does not
+	 * stop the queue. */
+	CHECK_OK(local_release(a, "h1"));
+	child_expect(&w, "got", 5000);
+	CHECK_EQ(segment_violations(a), 0);
+	child_kill(&w);
+	child_wait(&w, 5000);
+	broker_stop(&b);
+}
