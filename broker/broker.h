@@ -16,6 +16,7 @@
 enum timer_kind {
 	TIMER_TTL = 1,	 /* a = session slot, b = generation */
 	TIMER_DELAY = 2, /* a = key index: grant waiters when lock-delay ends */
+	TIMER_SCAN = 3,	 /* periodic: repair mutexes whose owner died unseen */
 };
 
 struct timer {
@@ -93,6 +94,8 @@ int session_open(struct broker *b, const struct proto_open *req, int pidfd, pid_
 int session_close_id(struct broker *b, const uint8_t id[16], bool voluntary);
 /* The process behind @slot's pidfd exited. */
 void session_died(struct broker *b, uint32_t slot);
+/* Repair keys whose mutex owner died (see segment_repair_dead_mutexes()). */
+void repair_dead_mutexes(struct broker *b);
 /* Re-adopt sessions recorded in an existing segment (broker restart). */
 void sessions_adopt(struct broker *b);
 void session_ttl_due(struct broker *b, uint32_t slot, uint32_t gen);

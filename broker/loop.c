@@ -180,6 +180,16 @@ static void arm_timer(struct broker *b)
 	b->armed_ns = at;
 }
 
+/* A safety net for deaths no pidfd reports (sessions without a process
+ * check): a mutex left by a dead owner is repaired within a second. */
+#define SCAN_INTERVAL_NS 1000000000ull
+
+static void periodic_scan(struct broker *b)
+{
+	repair_dead_mutexes(b);
+	broker_schedule(b, mono_ns() + SCAN_INTERVAL_NS, TIMER_SCAN, 0, 0);
+}
+
 static void handle_timers(struct broker *b)
 {
 	uint64_t expirations, now = mono_ns();
@@ -194,6 +204,8 @@ static void handle_timers(struct broker *b)
 			session_ttl_due(b, t.a, t.b);
 		else if (t.kind == TIMER_DELAY)
 			key_delay_due(b, t.a);
+		else if (t.kind == TIMER_SCAN)
+			periodic_scan(b);
 	}
 }
 
@@ -239,6 +251,7 @@ int loop_run(struct broker *b)
 	if (err)
 		return err;
 	sessions_adopt(b);
+	broker_schedule(b, mono_ns() + SCAN_INTERVAL_NS, TIMER_SCAN, 0, 0);
 	sd_notify(0, "READY=1");
 	blog(LOG_INFO, "ready on %s, segment %s", b->opts.socket_path, b->opts.shm_name);
 	while (!b->stopping) {

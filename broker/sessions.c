@@ -304,6 +304,14 @@ int session_close_id(struct broker *b, const uint8_t id[16], bool voluntary)
 	return 0;
 }
 
+void repair_dead_mutexes(struct broker *b)
+{
+	uint32_t n = segment_repair_dead_mutexes(&b->seg);
+
+	if (n)
+		blog(LOG_NOTICE, "repaired %u key(s) whose mutex owner died mid-operation", n);
+}
+
 void session_died(struct broker *b, uint32_t slot)
 {
 	struct pollfd p = { .events = POLLIN };
@@ -316,6 +324,7 @@ void session_died(struct broker *b, uint32_t slot)
 	if (p.fd < 0 || poll(&p, 1, 0) != 1)
 		return;
 	atomic_fetch_add(&b->seg.hdr->stats.crash_cleanups, 1);
+	repair_dead_mutexes(b);
 	end_session(b, slot, true, "invalidated: its process exited");
 }
 
@@ -404,6 +413,7 @@ void sessions_adopt(struct broker *b)
 					TIMER_TTL, i, SESS_GEN(sg));
 		adopted++;
 	}
+	repair_dead_mutexes(b);
 	/* Resume lock-delays and grant what a dead broker left pending. */
 	for (i = 0; i < seg->caps.max_keys; i++) {
 		struct seg_key *k = &seg->keys[i];

@@ -28,7 +28,7 @@ static int set_value_after_grant(local_session *s, const char *key, size_t len,
 
 	if (err)
 		return err == -ENOENT ? -LOCAL_ENOTHELD : err;
-	if (key_find_hold_locked(s->seg, k, s->who.slot) == IDX_NONE) {
+	if (key_find_hold_locked(s->seg, k, s->who) == IDX_NONE) {
 		err = -LOCAL_ENOTHELD;
 	} else {
 		key_set_value_locked(s->seg, k, req->value, req->value_len);
@@ -42,7 +42,7 @@ static int acquire(local_session *s, const char *key, const struct acquire_req *
 		   int64_t timeout_ms, uint64_t *token)
 {
 	uint64_t deadline = timeout_ms > 0 ? deadline_after_ms(timeout_ms) : 0;
-	uint32_t waiter = IDX_NONE;
+	uint32_t waiter = IDX_NONE, key_idx;
 	struct seg_key *k;
 	uint64_t tok = 0;
 	size_t len;
@@ -55,9 +55,10 @@ static int acquire(local_session *s, const char *key, const struct acquire_req *
 	if (err)
 		return err;
 	err = key_acquire_locked(s->seg, k, req, &tok, &waiter, &s->hints);
+	key_idx = seg_key_index(s->seg, k);
 	key_unlock(k);
 	if (err == 1) {
-		err = waiter_wait(s->seg, waiter, s->who, deadline, &tok);
+		err = waiter_wait(s->seg, waiter, key_idx, s->who, deadline, &tok);
 		if (!err && req->value)
 			err = set_value_after_grant(s, key, len, req);
 	}
@@ -100,7 +101,7 @@ int local_release(local_session *s, const char *key)
 	err = keytab_find(s->seg, key, len, false, &k);
 	if (err)
 		return err == -ENOENT ? -LOCAL_ENOTHELD : err;
-	h = key_find_hold_locked(s->seg, k, s->who.slot);
+	h = key_find_hold_locked(s->seg, k, s->who);
 	if (h == IDX_NONE) {
 		key_unlock(k);
 		return session_is(s->seg, s->who) ? -LOCAL_ENOTHELD : -LOCAL_ESESSION;

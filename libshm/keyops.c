@@ -163,7 +163,7 @@ int key_acquire_locked(struct segment *seg, struct seg_key *k, const struct acqu
 	err = check_kind_locked(k, req);
 	if (err)
 		return err;
-	h = key_find_hold_locked(seg, k, req->who.slot);
+	h = key_find_hold_locked(seg, k, req->who);
 	if (h != IDX_NONE) {
 		/* Consul: re-acquiring a held lock succeeds at once, keeps the
 		 * token and updates the value. */
@@ -174,7 +174,7 @@ int key_acquire_locked(struct segment *seg, struct seg_key *k, const struct acqu
 		*token = seg->nodes[h].token;
 		return 0;
 	}
-	if (key_find_waiter_locked(seg, k, req->who.slot) != IDX_NONE)
+	if (key_find_waiter_locked(seg, k, req->who) != IDX_NONE)
 		return -EALREADY;
 	/* No barging: a free slot goes to the queue's head, not to us. */
 	if (k->holders < k->limit && k->q_head == IDX_NONE && delay_over_locked(k))
@@ -308,15 +308,15 @@ static int consume_grant(struct seg_node *node, uint64_t granted, uint64_t *toke
 	return 0;
 }
 
-static int cancel_wait(struct segment *seg, uint32_t waiter, struct owner who, uint64_t *token)
+static int cancel_wait(struct segment *seg, uint32_t waiter, uint32_t key, struct owner who,
+		       uint64_t *token)
 {
 	struct seg_node *node = &seg->nodes[waiter];
-	uint64_t w = atomic_load(&node->word);
-	uint32_t key = NODE_KEY(w);
-	struct seg_key *k;
+	struct seg_key *k = seg_key_at(seg, key);
+	uint64_t w;
 	int err;
 
-	if (NODE_SESSION(w) != who.slot || !(k = seg_key_at(seg, key)))
+	if (!k)
 		return -LOCAL_ESESSION;
 	err = key_lock(seg, k);
 	if (err)
@@ -340,13 +340,14 @@ static int cancel_wait(struct segment *seg, uint32_t waiter, struct owner who, u
 	return err;
 }
 
-int waiter_wait(struct segment *seg, uint32_t waiter, struct owner who, uint64_t deadline_ns,
-		uint64_t *token)
+int waiter_wait(struct segment *seg, uint32_t waiter, uint32_t key, struct owner who,
+		uint64_t deadline_ns, uint64_t *token)
 {
 	struct seg_node *node = &seg->nodes[waiter];
-	uint64_t waiting = atomic_load(&node->word), w;
+	/* Derived, never re-read: the grant may land before our first look. */
+	uint64_t waiting = NODE_PACK(NODE_WAITING, who.slot, key), w;
+	uint64_t granted = NODE_PACK(NODE_GRANTED, who.slot, key);
 	uint64_t spin_until = mono_ns() + WAIT_SPIN_NS;
-	uint64_t granted = NODE_PACK(NODE_GRANTED, who.slot, NODE_KEY(waiting));
 
 	CRASH_POINT(ENQ_PARKED);
 	for (;;) {
@@ -364,9 +365,9 @@ int waiter_wait(struct segment *seg, uint32_t waiter, struct owner who, uint64_t
 		if (atomic_load(&node->word) != waiting)
 			continue;
 		if (futex_wait_until(&node->futex, NODE_FUTEX_PARKED, deadline_ns) == -ETIMEDOUT)
-			return cancel_wait(seg, waiter, who, token);
+			return cancel_wait(seg, waiter, key, who, token);
 		if (deadline_ns && mono_ns() >= deadline_ns && atomic_load(&node->word) == waiting)
-			return cancel_wait(seg, waiter, who, token);
+			return cancel_wait(seg, waiter, key, who, token);
 	}
 	if (w == granted)
 		return consume_grant(node, w, token);

@@ -73,10 +73,10 @@ uint32_t node_claim(struct segment *seg, uint32_t first, uint32_t count, uint32_
 
 bool session_is(const struct segment *seg, struct owner who);
 
-/* Walk the key's holder list for @slot's hold; IDX_NONE if none. */
-uint32_t key_find_hold_locked(struct segment *seg, struct seg_key *k, uint32_t slot);
+/* Walk the key's holder list for @who's hold; IDX_NONE if none. */
+uint32_t key_find_hold_locked(struct segment *seg, struct seg_key *k, struct owner who);
 /* ... and its queued request, if any. */
-uint32_t key_find_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t slot);
+uint32_t key_find_waiter_locked(struct segment *seg, struct seg_key *k, struct owner who);
 
 void queue_unlink_locked(struct segment *seg, struct seg_key *k, uint32_t n);
 void holders_unlink_locked(struct segment *seg, struct seg_key *k, uint32_t n);
@@ -96,8 +96,8 @@ int key_acquire_locked(struct segment *seg, struct seg_key *k, const struct acqu
  * (then leave the queue), or its session ends. Returns 0 with *token set,
  * -ETIMEDOUT, or -LOCAL_ESESSION. Takes no lock while sleeping.
  */
-int waiter_wait(struct segment *seg, uint32_t waiter, struct owner who, uint64_t deadline_ns,
-		uint64_t *token);
+int waiter_wait(struct segment *seg, uint32_t waiter, uint32_t key, struct owner who,
+		uint64_t deadline_ns, uint64_t *token);
 
 /*
  * End hold @h. @involuntary applies the holder's lock-delay (and behavior
@@ -135,6 +135,14 @@ uint64_t draw_token(struct segment *seg);
  * or -LOCAL_ECORRUPT (the key was quarantined).
  */
 int key_repair_locked(struct segment *seg, struct seg_key *k);
+
+/*
+ * Repair every key (and the table) whose mutex owner died: such a mutex is
+ * only noticed when someone next locks it, and a waiter granted by a releaser
+ * that died before its wake-up call sleeps until then. Reads each mutex word
+ * without locking; locks only the dead ones. Returns how many were repaired.
+ */
+uint32_t segment_repair_dead_mutexes(struct segment *seg);
 
 /* Sanity checks used before trusting a key's own fields (repair quarantines
  * a key that fails them) and its list heads and counts (repair rebuilds). */

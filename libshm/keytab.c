@@ -10,6 +10,7 @@
  * the entries, which are the truth.
  */
 #include <errno.h>
+#include <linux/futex.h>
 #include <string.h>
 
 #include "clock.h"
@@ -319,4 +320,30 @@ int keytab_find(struct segment *seg, const char *key, size_t len, bool create,
 out:
 	pthread_mutex_unlock(&seg->hdr->table_mutex);
 	return err;
+}
+
+/* glibc keeps the futex word of a mutex in __data.__lock; the kernel sets
+ * FUTEX_OWNER_DIED there when a robust mutex's owner dies. */
+static bool owner_died(pthread_mutex_t *m)
+{
+	return __atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED) & FUTEX_OWNER_DIED;
+}
+
+uint32_t segment_repair_dead_mutexes(struct segment *seg)
+{
+	uint32_t i, n = 0;
+
+	if (owner_died(&seg->hdr->table_mutex) && table_lock(seg) == 0) {
+		pthread_mutex_unlock(&seg->hdr->table_mutex);
+		n++;
+	}
+	for (i = 0; i < seg->caps.max_keys; i++) {
+		struct seg_key *k = &seg->keys[i];
+
+		if (owner_died(&k->mutex) && key_lock(seg, k) == 0) {
+			key_unlock(k);
+			n++;
+		}
+	}
+	return n;
 }

@@ -39,28 +39,33 @@ bool session_is(const struct segment *seg, struct owner who)
  * List walks are bounded by the node count, and every index is checked, so a
  * corrupt link ends the walk instead of the process; callers then repair.
  */
-uint32_t key_find_hold_locked(struct segment *seg, struct seg_key *k, uint32_t slot)
+/* The generation matters: a stale handle whose slot was reused must not
+ * find the new session's hold. */
+static bool node_is(const struct seg_node *n, uint32_t state, uint32_t key, struct owner who)
+{
+	return atomic_load_explicit(&n->word, memory_order_relaxed) ==
+		       NODE_PACK(state, who.slot, key) &&
+	       n->session_gen == who.gen;
+}
+
+uint32_t key_find_hold_locked(struct segment *seg, struct seg_key *k, struct owner who)
 {
 	uint32_t key = seg_key_index(seg, k), i = k->h_head, steps = 0;
 
 	while (i != IDX_NONE && i < seg->nnodes && steps++ < seg->nnodes) {
-		uint64_t w = atomic_load(&seg->nodes[i].word);
-
-		if (NODE_STATE(w) == NODE_HOLDING && NODE_KEY(w) == key && NODE_SESSION(w) == slot)
+		if (node_is(&seg->nodes[i], NODE_HOLDING, key, who))
 			return i;
 		i = seg->nodes[i].next;
 	}
 	return IDX_NONE;
 }
 
-uint32_t key_find_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t slot)
+uint32_t key_find_waiter_locked(struct segment *seg, struct seg_key *k, struct owner who)
 {
 	uint32_t key = seg_key_index(seg, k), i = k->q_head, steps = 0;
 
 	while (i != IDX_NONE && i < seg->nnodes && steps++ < seg->nnodes) {
-		uint64_t w = atomic_load(&seg->nodes[i].word);
-
-		if (NODE_STATE(w) == NODE_WAITING && NODE_KEY(w) == key && NODE_SESSION(w) == slot)
+		if (node_is(&seg->nodes[i], NODE_WAITING, key, who))
 			return i;
 		i = seg->nodes[i].next;
 	}

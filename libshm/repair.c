@@ -110,7 +110,11 @@ int key_repair_locked(struct segment *seg, struct seg_key *k)
 			k->h_head = i;
 			nh++;
 			break;
-		case NODE_GRANTED: /* unlinked already; its owner consumes it */
+		case NODE_GRANTED:
+			/* Unlinked already; its owner consumes it. Wake it: the
+			 * granter may have died before its wake-up call. */
+			if (nwake < 64)
+				wake[nwake++] = i;
 			break;
 		default: /* garbage in a node word: not ours to trust */
 			break;
