@@ -25,12 +25,26 @@ uint64_t draw_token(struct segment *seg)
 	return atomic_fetch_add(&seg->hdr->token_counter, 1) + 1;
 }
 
+/*
+ * Under the key mutex a node word is only read lock-free by its own waiter
+ * (which needs the stores before it: release) and by scans that re-read it
+ * under the mutex, so no full barrier is needed. The one Dekker-style pair,
+ * claim-then-check-session against the broker's CLOSING-then-scan, uses the
+ * CAS in node_claim(), which is a full barrier.
+ */
+static inline void node_set(_Atomic uint64_t *word, uint64_t v)
+{
+	atomic_store_explicit(word, v, memory_order_release);
+}
+
 void key_touch_locked(struct seg_key *k)
 {
-	atomic_fetch_add_explicit(&k->modify_index, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&k->change_seq, 1, memory_order_release);
-	if (atomic_load_explicit(&k->watchers, memory_order_acquire))
-		futex_wake(&k->change_seq, INT32_MAX);
+	/* One locked add serves both: it orders the change before the load of
+	 * the watcher count (a watcher registers, then re-reads the index), and
+	 * watchers sleep on the index's low 32 bits (see key_change_futex()). */
+	atomic_fetch_add(&k->modify_index, 1);
+	if (atomic_load_explicit(&k->watchers, memory_order_relaxed))
+		futex_wake(key_change_futex(k), INT32_MAX);
 }
 
 void key_set_value_locked(struct segment *seg, struct seg_key *k, const void *v, size_t len)
@@ -91,7 +105,7 @@ static int grant_fast_locked(struct segment *seg, struct seg_key *k, const struc
 	 * it sweeps the session's nodes, so either it sees this node or we
 	 * see CLOSING. */
 	if (!session_is(seg, req->who)) {
-		atomic_store(&node->word, 0);
+		node_set(&node->word, 0);
 		return -LOCAL_ESESSION;
 	}
 	node->session_gen = req->who.gen;
@@ -100,7 +114,7 @@ static int grant_fast_locked(struct segment *seg, struct seg_key *k, const struc
 	node->hold = IDX_NONE;
 	node->prev = IDX_NONE;
 	node->next = k->h_head;
-	atomic_store(&node->word, NODE_PACK(NODE_HOLDING, req->who.slot, key));
+	node_set(&node->word, NODE_PACK(NODE_HOLDING, req->who.slot, key));
 	k->h_head = n;
 	CRASH_POINT(ACQ_FAST_LINKED);
 	k->holders++;
@@ -109,7 +123,6 @@ static int grant_fast_locked(struct segment *seg, struct seg_key *k, const struc
 	if (req->value)
 		key_set_value_locked(seg, k, req->value, req->value_len);
 	key_touch_locked(k);
-	atomic_fetch_add_explicit(&seg->hdr->stats.grants, 1, memory_order_relaxed);
 	CRASH_POINT(ACQ_FAST_DONE);
 	*token = node->token;
 	return 0;
@@ -128,7 +141,7 @@ static int enqueue_locked(struct segment *seg, struct seg_key *k, const struct a
 	node = &seg->nodes[n];
 	CRASH_POINT(ENQ_CLAIMED);
 	if (!session_is(seg, req->who)) {
-		atomic_store(&node->word, 0);
+		node_set(&node->word, 0);
 		return -LOCAL_ESESSION;
 	}
 	node->session_gen = req->who.gen;
@@ -139,7 +152,7 @@ static int enqueue_locked(struct segment *seg, struct seg_key *k, const struct a
 	node->next = IDX_NONE;
 	node->prev = k->q_tail;
 	atomic_store(&node->futex, NODE_FUTEX_IDLE);
-	atomic_store(&node->word, NODE_PACK(NODE_WAITING, req->who.slot, key));
+	node_set(&node->word, NODE_PACK(NODE_WAITING, req->who.slot, key));
 	tail = seg_node_at(seg, k->q_tail);
 	if (tail)
 		tail->next = n;
@@ -205,9 +218,9 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	hn->token = token;
 	hn->session_gen = wn->session_gen;
 	hn->lease_until_ns = lease_deadline(wn->lease_ms);
-	atomic_store(&hn->word, NODE_PACK(NODE_HOLDING, NODE_SESSION(ww), key));
+	node_set(&hn->word, NODE_PACK(NODE_HOLDING, NODE_SESSION(ww), key));
 	CRASH_POINT(HANDOFF_TRANSFERRED);
-	atomic_store(&wn->word, NODE_PACK(NODE_GRANTED, NODE_SESSION(ww), key));
+	node_set(&wn->word, NODE_PACK(NODE_GRANTED, NODE_SESSION(ww), key));
 	CRASH_POINT(HANDOFF_GRANTED);
 	queue_unlink_locked(seg, k, w);
 	CRASH_POINT(HANDOFF_UNLINKED);
@@ -215,7 +228,6 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	k->lock_index++;
 	k->token = token;
 	key_touch_locked(k);
-	atomic_fetch_add_explicit(&seg->hdr->stats.grants, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&seg->hdr->stats.handoffs, 1, memory_order_relaxed);
 }
 
@@ -243,7 +255,6 @@ uint32_t key_release_hold_locked(struct segment *seg, struct seg_key *k, uint32_
 
 	if (involuntary)
 		apply_loss_locked(seg, k, NODE_SESSION(atomic_load(&hn->word)));
-	atomic_fetch_add_explicit(&seg->hdr->stats.releases, 1, memory_order_relaxed);
 	if (w != IDX_NONE && w < seg->nnodes && delay_over_locked(k) &&
 	    NODE_STATE(atomic_load(&seg->nodes[w].word)) == NODE_WAITING) {
 		/* Direct handoff: the hold node changes owner in place, so the
@@ -253,7 +264,7 @@ uint32_t key_release_hold_locked(struct segment *seg, struct seg_key *k, uint32_
 	}
 	holders_unlink_locked(seg, k, h);
 	CRASH_POINT(REL_UNLINKED);
-	atomic_store(&hn->word, 0);
+	node_set(&hn->word, 0);
 	CRASH_POINT(REL_FREED);
 	k->holders--;
 	key_touch_locked(k);
@@ -328,7 +339,7 @@ static int cancel_wait(struct segment *seg, uint32_t waiter, uint32_t key, struc
 	} else if (w == NODE_PACK(NODE_WAITING, who.slot, key)) {
 		queue_unlink_locked(seg, k, waiter);
 		CRASH_POINT(CANCEL_UNLINKED);
-		atomic_store(&node->word, 0);
+		node_set(&node->word, 0);
 		CRASH_POINT(CANCEL_FREED);
 		k->waiters--;
 		atomic_fetch_add_explicit(&seg->hdr->stats.timeouts, 1, memory_order_relaxed);

@@ -134,7 +134,6 @@ struct seg_key {
 	uint64_t delay_until_ns; /* lock-delay end, CLOCK_MONOTONIC; 0: none */
 	_Atomic uint64_t value_word;
 	uint64_t idle_since_ns;
-	_Atomic uint32_t change_seq; /* watchers' futex */
 	_Atomic uint32_t watchers;
 	char key[LOCAL_KEY_MAX + 1];
 } __attribute__((aligned(64)));
@@ -149,9 +148,9 @@ struct seg_caps {
 	uint32_t max_value;
 };
 
+/* Counters of the slow paths only: the uncontended path must not write a
+ * cache line that every process shares. Grants are the keys' lock_index. */
 struct seg_stats {
-	_Atomic uint64_t grants;
-	_Atomic uint64_t releases;
 	_Atomic uint64_t timeouts;
 	_Atomic uint64_t handoffs;
 	_Atomic uint64_t repairs;	  /* EOWNERDEAD recoveries */
@@ -225,6 +224,13 @@ static inline struct seg_key *seg_key_at(const struct segment *seg, uint32_t i)
 static inline struct seg_node *seg_node_at(const struct segment *seg, uint32_t i)
 {
 	return i < seg->nnodes ? &seg->nodes[i] : NULL;
+}
+
+/* Watchers sleep on the low 32 bits of modify_index (little-endian only). */
+static inline _Atomic uint32_t *key_change_futex(struct seg_key *k)
+{
+	_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "futex on low half");
+	return (_Atomic uint32_t *)(void *)&k->modify_index;
 }
 
 static inline uint32_t seg_key_index(const struct segment *seg, const struct seg_key *k)
