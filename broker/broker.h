@@ -54,6 +54,9 @@ struct broker {
 	void *mem;
 	size_t mem_size;
 	int shm_fd;
+	int lock_fd; /* flocked: this broker owns the segment */
+	bool owns_segment; /* holds the flock that makes it ours alone */
+	bool served;	   /* reached the event loop */
 	int listen_fd;
 	bool listen_owned; /* we bound it (not socket-activated): unlink at exit */
 	int epfd, timerfd, sigfd;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* Logging to stderr. Lines start with "<N>" (sd-daemon(3) priorities) when
- * stderr is the journal, so journald files them at the right level. */
+ * JOURNAL_STREAM is set (systemd connected stderr to the journal), so
+ * journald files them at the right level. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,7 @@ int blog_parse_level(const char *s)
 	for (i = 0; i < 8; i++)
 		if (!strcmp(s, names[i]))
 			return i;
-	return -1;
+	return strcmp(s, "error") ? -1 : LOG_ERR; /* what our own lines print */
 }
 
 void blog(int level, const char *fmt, ...)

@@ -216,8 +216,9 @@ static void handle_signal(struct broker *b)
 	if (read(b->sigfd, &si, sizeof(si)) != sizeof(si))
 		return;
 	if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
-		blog(LOG_NOTICE, "signal %u: stopping; the segment and every hold stay in place",
-		     si.ssi_signo);
+		blog(LOG_NOTICE, "signal %u: stopping%s", si.ssi_signo,
+		     b->opts.destroy_segment_on_exit ? " and removing the segment"
+						     : "; the segment and every hold stay in place");
 		b->stopping = true;
 	}
 }
@@ -250,6 +251,7 @@ int loop_run(struct broker *b)
 
 	if (err)
 		return err;
+	b->served = true;
 	sessions_adopt(b);
 	broker_schedule(b, mono_ns() + SCAN_INTERVAL_NS, TIMER_SCAN, 0, 0);
 	sd_notify(0, "READY=1");

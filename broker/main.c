@@ -25,7 +25,8 @@ static const char usage_text[] =
 	"\n"
 	"  --socket PATH           control socket (default: $SHMLOCK_SOCKET, else\n"
 	"                          /run/shmlock/shmlockd.sock for root, else\n"
-	"                          $XDG_RUNTIME_DIR/shmlock/shmlockd.sock)\n"
+	"                          $XDG_RUNTIME_DIR/shmlock/shmlockd.sock, else\n"
+	"                          /tmp/shmlock-UID/shmlockd.sock)\n"
 	"  --shm-name NAME         POSIX shm segment (default /shmlock for root,\n"
 	"                          /shmlock-UID otherwise)\n"
 	"  --max-keys N            key table size (default 4096)\n"
@@ -39,7 +40,7 @@ static const char usage_text[] =
 	"  -h, --help              show this help and exit\n"
 	"  -V, --version           show the version and exit\n"
 	"\n"
-	"Exit status: 0 after a clean stop, 1 on a usage or start-up error.\n";
+	"Exit status: 0 after a clean stop, 1 on a usage, start-up or fatal error.\n";
 
 enum { OPT_SOCKET = 256, OPT_SHM, OPT_KEYS, OPT_SESSIONS, OPT_WAITERS, OPT_HOLDS, OPT_VALUE,
        OPT_LOG, OPT_DESTROY, OPT_FALLBACK };
@@ -167,7 +168,7 @@ int main(int argc, char **argv)
 	int err;
 
 	memset(&b, 0, sizeof(b));
-	b.shm_fd = b.listen_fd = b.epfd = b.timerfd = b.sigfd = -1;
+	b.shm_fd = b.lock_fd = b.listen_fd = b.epfd = b.timerfd = b.sigfd = -1;
 	if (parse_args(argc, argv, &b.opts)) {
 		fputs("Try 'shmlockd --help'.\n", stderr);
 		return 1;

@@ -200,7 +200,7 @@ static uint32_t sweep_node_locked(struct broker *b, struct seg_key *k, uint32_t 
 	switch (NODE_STATE(w)) {
 	case NODE_HOLDING:
 		note_key(log, k);
-		wake = key_release_hold_locked(seg, k, i, lost);
+		wake = key_release_hold_locked(seg, k, i, REL_SESSION_END | (lost ? REL_LOST : 0));
 		break;
 	case NODE_WAITING:
 		queue_unlink_locked(seg, k, i);
@@ -215,7 +215,7 @@ static uint32_t sweep_node_locked(struct broker *b, struct seg_key *k, uint32_t 
 		if (n->hold < seg->nnodes &&
 		    atomic_load(&seg->nodes[n->hold].word) ==
 			    NODE_PACK(NODE_HOLDING, NODE_SESSION(w), NODE_KEY(w)))
-			wake = key_release_hold_locked(seg, k, n->hold, false);
+			wake = key_release_hold_locked(seg, k, n->hold, REL_SESSION_END);
 		atomic_compare_exchange_strong(&n->word, &w, 0);
 		break;
 	}

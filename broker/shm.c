@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <syslog.h>
@@ -83,11 +84,34 @@ fail:
 	return err;
 }
 
+/*
+ * One broker per segment: an flock on the shm object, held for our life. It
+ * is taken on a descriptor of its own, never the one passed to clients: their
+ * mappings keep that open file description (and so any lock on it) alive
+ * after we die.
+ */
+static int claim(struct broker *b)
+{
+	b->lock_fd = shm_open(b->opts.shm_name, O_RDONLY | O_CLOEXEC, 0);
+	if (b->lock_fd < 0)
+		return -errno;
+	if (flock(b->lock_fd, LOCK_EX | LOCK_NB) == 0) {
+		b->owns_segment = true;
+		return 0;
+	}
+	blog(LOG_ERR, "segment %s is in use by another broker (pid %u)", b->opts.shm_name,
+	     atomic_load(&b->seg.hdr->broker_pid));
+	return -EBUSY;
+}
+
 int shm_setup(struct broker *b)
 {
 	int err = attach_existing(b);
 
 	if (!err) {
+		err = claim(b);
+		if (err)
+			return err;
 		blog(LOG_NOTICE, "attached existing segment %s (%zu bytes)", b->opts.shm_name,
 		     b->mem_size);
 		if (memcmp(&b->seg.caps, &b->opts.caps, sizeof(b->seg.caps)))
@@ -103,6 +127,8 @@ int shm_setup(struct broker *b)
 		shm_unlink(b->opts.shm_name);
 	}
 	err = create_new(b);
+	if (!err)
+		err = claim(b);
 	if (err)
 		blog(LOG_ERR, "cannot create segment %s: %s", b->opts.shm_name,
 		     local_strerror(err));
@@ -117,6 +143,9 @@ void shm_teardown(struct broker *b)
 		munmap(b->mem, b->mem_size);
 	if (b->shm_fd >= 0)
 		close(b->shm_fd);
-	if (b->opts.destroy_segment_on_exit)
+	if (b->lock_fd >= 0)
+		close(b->lock_fd);
+	/* Only a broker that owned and served the segment may remove it. */
+	if (b->opts.destroy_segment_on_exit && b->owns_segment && b->served)
 		shm_unlink(b->opts.shm_name);
 }

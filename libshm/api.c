@@ -106,7 +106,7 @@ int local_release(local_session *s, const char *key)
 		key_unlock(k);
 		return session_is(s->seg, s->who) ? -LOCAL_ENOTHELD : -LOCAL_ESESSION;
 	}
-	wake = key_release_hold_locked(s->seg, k, h, false);
+	wake = key_release_hold_locked(s->seg, k, h, REL_VOLUNTARY);
 	key_unlock(k);
 	if (wake != IDX_NONE)
 		waiter_wake(s->seg, wake);
@@ -138,6 +138,8 @@ int local_info(local_session *s, const char *key, struct local_key_info *out)
 	if (err)
 		return err;
 	memset(out, 0, offsetof(struct local_key_info, value));
+	if (!session_is(s->seg, s->who))
+		return -LOCAL_ESESSION;
 	err = keytab_find(s->seg, key, len, false, &k);
 	if (err == -ENOENT)
 		return 0;

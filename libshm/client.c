@@ -236,6 +236,8 @@ static int build_open(const struct local_session_opts *o, struct proto_open *req
 	return 0;
 }
 
+static int send_close(const local_session *s);
+
 int local_session_open(const struct local_session_opts *opts, local_session **out)
 {
 	struct local_session_opts defaults;
@@ -281,9 +283,12 @@ int local_session_open(const struct local_session_opts *opts, local_session **ou
 		err = -LOCAL_EPROTO;
 		goto fail;
 	}
+	memcpy(s->raw_id, rep.id, sizeof(s->raw_id));
 	err = mapping_get(fd, &s->map);
-	if (err)
-		goto fail; /* the broker reaps the session when we exit */
+	if (err) {
+		send_close(s); /* do not leave it open until we exit */
+		goto fail;
+	}
 	s->seg = &s->map->seg;
 	s->who.slot = rep.slot;
 	s->who.gen = rep.gen;
@@ -292,7 +297,6 @@ int local_session_open(const struct local_session_opts *opts, local_session **ou
 		err = -LOCAL_EPROTO;
 		goto fail;
 	}
-	memcpy(s->raw_id, rep.id, sizeof(s->raw_id));
 	hex_encode(rep.id, sizeof(rep.id), s->id);
 	s->fork_gen = atomic_load(&fork_gen);
 	*out = s;
@@ -302,10 +306,21 @@ fail:
 	return err;
 }
 
-int local_session_close(local_session *s)
+static int send_close(const local_session *s)
 {
 	struct proto_session_id req;
 	struct proto_reply rep;
+	int err;
+
+	memset(&req, 0, sizeof(req));
+	proto_init_hdr(&req.hdr, MSG_CLOSE, sizeof(req));
+	memcpy(req.id, s->raw_id, sizeof(req.id));
+	err = broker_call(s->socket_path, &req, sizeof(req), &rep, NULL);
+	return err ? err : rep.status;
+}
+
+int local_session_close(local_session *s)
+{
 	int err;
 
 	if (!s)
@@ -314,14 +329,9 @@ int local_session_close(local_session *s)
 	if (err == -LOCAL_EFORKED) {
 		/* The parent still owns the session: free only our copy. */
 		free(s);
-		return 0;
+		return -LOCAL_EFORKED;
 	}
-	memset(&req, 0, sizeof(req));
-	proto_init_hdr(&req.hdr, MSG_CLOSE, sizeof(req));
-	memcpy(req.id, s->raw_id, sizeof(req.id));
-	err = broker_call(s->socket_path, &req, sizeof(req), &rep, NULL);
-	if (!err)
-		err = rep.status;
+	err = send_close(s);
 	mapping_put(s->map);
 	free(s);
 	return err;

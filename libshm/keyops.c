@@ -173,6 +173,8 @@ int key_acquire_locked(struct segment *seg, struct seg_key *k, const struct acqu
 
 	if (req->value && req->value_len > seg->caps.max_value)
 		return -LOCAL_EVALUESIZE;
+	if (!session_is(seg, req->who))
+		return -LOCAL_ESESSION; /* a clear answer; the claim re-checks */
 	err = check_kind_locked(k, req);
 	if (err)
 		return err;
@@ -231,30 +233,30 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	atomic_fetch_add_explicit(&seg->hdr->stats.handoffs, 1, memory_order_relaxed);
 }
 
-static void apply_loss_locked(struct segment *seg, struct seg_key *k, uint32_t slot)
+static void apply_loss_locked(struct segment *seg, struct seg_key *k, uint32_t slot, unsigned how)
 {
 	const struct seg_session *s = seg_session_at(seg, slot);
 	uint64_t until;
 
 	if (!s)
 		return;
-	if (s->lock_delay_ms) {
+	if ((how & REL_LOST) && s->lock_delay_ms) {
 		until = mono_ns() + (uint64_t)s->lock_delay_ms * 1000000ull;
 		if (until > k->delay_until_ns)
 			k->delay_until_ns = until;
 	}
-	if (s->behavior == LOCAL_BEHAVIOR_DELETE)
+	if ((how & REL_SESSION_END) && s->behavior == LOCAL_BEHAVIOR_DELETE)
 		key_set_value_locked(seg, k, NULL, 0);
 }
 
 uint32_t key_release_hold_locked(struct segment *seg, struct seg_key *k, uint32_t h,
-				 bool involuntary)
+				 unsigned how)
 {
 	struct seg_node *hn = &seg->nodes[h];
 	uint32_t w = k->q_head;
 
-	if (involuntary)
-		apply_loss_locked(seg, k, NODE_SESSION(atomic_load(&hn->word)));
+	if (how)
+		apply_loss_locked(seg, k, NODE_SESSION(atomic_load(&hn->word)), how);
 	if (w != IDX_NONE && w < seg->nnodes && delay_over_locked(k) &&
 	    NODE_STATE(atomic_load(&seg->nodes[w].word)) == NODE_WAITING) {
 		/* Direct handoff: the hold node changes owner in place, so the

@@ -100,12 +100,21 @@ int waiter_wait(struct segment *seg, uint32_t waiter, uint32_t key, struct owner
 		uint64_t deadline_ns, uint64_t *token);
 
 /*
- * End hold @h. @involuntary applies the holder's lock-delay (and behavior
- * delete). Hands the key to the next waiter when allowed; returns the waiter
- * node to wake after unlocking, or IDX_NONE.
+ * How a hold ends: REL_LOST applies the holder's lock-delay (death, TTL,
+ * operator); REL_SESSION_END applies its behavior (delete drops the value).
+ */
+enum release_how {
+	REL_VOLUNTARY = 0,
+	REL_LOST = 1u << 0,
+	REL_SESSION_END = 1u << 1,
+};
+
+/*
+ * End hold @h. Hands the key to the next waiter when allowed; returns the
+ * waiter node to wake after unlocking, or IDX_NONE.
  */
 uint32_t key_release_hold_locked(struct segment *seg, struct seg_key *k, uint32_t h,
-				 bool involuntary);
+				 unsigned how);
 
 /*
  * Grant queued requests while the key has room and no lock-delay runs.

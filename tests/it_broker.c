@@ -8,6 +8,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 
 #include "broker_fixture.h"
 #include "harness.h"
@@ -218,5 +219,39 @@ TEST(broker, damaged_segment_entries_are_contained, 30)
 	CHECK_EQ(atomic_load(&seg->nodes[n].word), 0);
 	CHECK_EQ(kill(b.pid, 0), 0);
 	CHECK_OK(local_lock(s, "c/good", NULL, NULL));
+	broker_stop(&b);
+}
+
+TEST(broker, second_broker_on_the_segment_refuses_and_removes_nothing, 20)
+{
+	static const char *const flags[] = { "--destroy-segment-on-exit", NULL };
+	struct broker_proc b, other;
+	struct child c;
+	local_session *s;
+	int status;
+
+	broker_start(&b, NULL);
+	s = open_session(&b, "obs", 0, 0);
+	CHECK_OK(local_lock(s, "mine", NULL, NULL));
+	/* Same segment, another socket: must refuse, and must not unlink. */
+	memset(&other, 0, sizeof(other));
+	c.pid = fork();
+	if (c.pid == 0) {
+		char sock[160];
+
+		snprintf(sock, sizeof(sock), "%s/other.sock", b.dir);
+		execl(getenv("SHMLOCK_BROKER_BIN"), "shmlockd", "--socket", sock, "--shm-name",
+		      b.shm, flags[0], "--log-level", "emerg", (char *)NULL);
+		_exit(127);
+	}
+	c.rd = c.wr = -1;
+	status = child_wait(&c, 5000);
+	CHECK(WIFEXITED(status));
+	CHECK_EQ(WEXITSTATUS(status), 1);
+	CHECK_EQ(key_info(s, "mine").holders, 1);
+	broker_signal_wait(&b, SIGKILL);
+	broker_restart(&b); /* finds the segment still there */
+	CHECK_EQ(key_info(s, "mine").holders, 1);
+	CHECK_OK(local_release(s, "mine"));
 	broker_stop(&b);
 }

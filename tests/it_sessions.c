@@ -272,3 +272,61 @@ TEST(sessions, hold_and_waiter_tables_full, 30)
 	child_wait(&w, 5000);
 	broker_stop(&b);
 }
+
+TEST(sessions, stale_handle_cannot_touch_new_session_in_its_slot, 20)
+{
+	static const char *const flags[] = { "--max-sessions", "2", NULL };
+	struct local_acquire_opts try = { .timeout_ms = 0 };
+	struct broker_proc b;
+	local_session *obs, *mortal, *heir;
+	uint64_t tok;
+
+	broker_start(&b, flags);
+	obs = open_session(&b, "obs", 0, 0);
+	mortal = open_session(&b, "mortal", 0, 100);
+	CHECK_OK(local_lock(mortal, "slot/k", NULL, NULL));
+	CHECK(WAIT_SESSIONS(obs, 1, 5000));
+	heir = open_session(&b, "heir", 0, 0); /* the only free slot: mortal's */
+	CHECK_EQ(heir->who.slot, mortal->who.slot);
+	CHECK_OK(local_lock(heir, "slot/k", NULL, &tok));
+	CHECK_RC(local_lock(mortal, "slot/k", &try, NULL), -LOCAL_ESESSION);
+	CHECK_RC(local_release(mortal, "slot/k"), -LOCAL_ESESSION);
+	CHECK_EQ(holders_of(obs, "slot/k"), 1);
+	CHECK_OK(local_release(heir, "slot/k"));
+	broker_stop(&b);
+}
+
+static uint32_t value_len_of(local_session *s, const char *key)
+{
+	struct local_key_info info;
+
+	CHECK_OK(local_info(s, key, &info));
+	return (uint32_t)info.value_len;
+}
+
+TEST(sessions, behavior_delete_drops_values_when_the_session_ends, 20)
+{
+	struct local_acquire_opts v = { .timeout_ms = 0, .value = "leader-1", .value_len = 8 };
+	struct local_session_opts o;
+	struct broker_proc b;
+	local_session *obs, *del, *rel;
+
+	broker_start(&b, NULL);
+	obs = open_session(&b, "obs", 0, 0);
+	local_session_opts_init(&o);
+	o.socket_path = b.sock;
+	o.behavior = LOCAL_BEHAVIOR_DELETE;
+	CHECK_OK(local_session_open(&o, &del));
+	rel = open_session(&b, "release", 0, 0);
+	CHECK_OK(local_lock(del, "bd/delete", &v, NULL));
+	CHECK_OK(local_lock(rel, "bd/release", &v, NULL));
+	/* A plain release keeps the value (Consul), whatever the behavior. */
+	CHECK_OK(local_release(del, "bd/delete"));
+	CHECK_EQ(value_len_of(obs, "bd/delete"), 8);
+	CHECK_OK(local_lock(del, "bd/delete", &v, NULL));
+	CHECK_OK(local_session_close(del));
+	CHECK_OK(local_session_close(rel));
+	CHECK_EQ(value_len_of(obs, "bd/delete"), 0);
+	CHECK_EQ(value_len_of(obs, "bd/release"), 8);
+	broker_stop(&b);
+}
