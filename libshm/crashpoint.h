@@ -6,8 +6,8 @@
  * shared-memory mutation and check the invariants afterwards. In a release
  * build it compiles to nothing.
  *
- * Every point is listed here, with where it sits; tests/crash_points.c walks
- * this list, so a new point is tested as soon as it is declared.
+ * Every point is listed here, with where it sits; tests/it_crash_points.c walks
+ * this list, so a new point fails the suite until it has a scenario.
  */
 #ifndef SHMLOCK_CRASHPOINT_H
 #define SHMLOCK_CRASHPOINT_H

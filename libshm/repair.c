@@ -58,6 +58,16 @@ static int by_seq(const void *a, const void *b, void *arg)
 	return x < y ? -1 : x > y;
 }
 
+/* A handoff that died before counting itself: count it now. k->token is the
+ * last token the key granted, so a grant with a newer one was not counted. */
+static void count_grant(struct seg_key *k, const struct seg_node *n)
+{
+	if (n->token > k->token) {
+		k->token = n->token;
+		k->lock_index++;
+	}
+}
+
 static bool holds_for(const struct segment *seg, uint32_t h, uint64_t waiting_word)
 {
 	const struct seg_node *hn = seg_node_at(seg, h);
@@ -95,6 +105,7 @@ int key_repair_locked(struct segment *seg, struct seg_key *k)
 			if (holds_for(seg, n->hold, w)) {
 				/* The hold had moved to this waiter; finish. */
 				atomic_store(&n->word, NODE_PACK(NODE_GRANTED, NODE_SESSION(w), key));
+				count_grant(k, n);
 				if (nwake < 64)
 					wake[nwake++] = i;
 				break;
@@ -113,6 +124,7 @@ int key_repair_locked(struct segment *seg, struct seg_key *k)
 		case NODE_GRANTED:
 			/* Unlinked already; its owner consumes it. Wake it: the
 			 * granter may have died before its wake-up call. */
+			count_grant(k, n);
 			if (nwake < 64)
 				wake[nwake++] = i;
 			break;

@@ -66,7 +66,9 @@ void broker_start(struct broker_proc *b, const char *const *extra)
 	int i = 0;
 
 	memset(b, 0, sizeof(*b));
-	snprintf(b->dir, sizeof(b->dir), "/tmp/shmlock-test-XXXXXX");
+	/* Named after the test process, so the runner can remove what a
+	 * killed test left behind (see sweep_leftovers() in main.c). */
+	snprintf(b->dir, sizeof(b->dir), "/tmp/shmlock-test-%d-XXXXXX", (int)getpid());
 	if (!mkdtemp(b->dir))
 		FAIL_AT("mkdtemp: %s", strerror(errno));
 	snprintf(b->sock, sizeof(b->sock), "%s/sock", b->dir);

@@ -9,6 +9,7 @@
  */
 #include <CUnit/Basic.h>
 #include <errno.h>
+#include <glob.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
@@ -40,6 +41,25 @@ static const struct test_case *current_case(void)
 	return NULL;
 }
 
+/* Remove the segments and directories a test named after its pid left
+ * behind when it was killed or failed before its own clean-up. */
+static void sweep_leftovers(pid_t pid)
+{
+	char pattern[96], cmd[256];
+	glob_t g;
+	size_t i;
+
+	snprintf(pattern, sizeof(pattern), "/dev/shm/shmlock-test-%d-*", (int)pid);
+	if (glob(pattern, 0, NULL, &g) == 0) {
+		for (i = 0; i < g.gl_pathc; i++)
+			unlink(g.gl_pathv[i]);
+		globfree(&g);
+	}
+	snprintf(cmd, sizeof(cmd), "rm -rf /tmp/shmlock-test-%d-*", (int)pid);
+	if (system(cmd) != 0)
+		fprintf(stderr, "    could not remove /tmp/shmlock-test-%d-*\n", (int)pid);
+}
+
 static void run_forked(void)
 {
 	const struct test_case *tc = current_case();
@@ -69,6 +89,7 @@ static void run_forked(void)
 		if (r == 0) {
 			kill(-pid, SIGKILL);
 			waitpid(pid, &status, 0);
+			sweep_leftovers(pid);
 			snprintf(msg, sizeof(msg), "%s/%s timed out after %d s", tc->suite, tc->name,
 				 tc->timeout_s);
 			fprintf(stderr, "    %s\n", msg);
@@ -78,6 +99,7 @@ static void run_forked(void)
 	}
 	waitpid(pid, &status, 0);
 	kill(-pid, SIGKILL); /* whatever the test left running */
+	sweep_leftovers(pid);
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
 		return;
 	if (WIFSIGNALED(status))
