@@ -198,7 +198,18 @@ static uint32_t sweep_node_locked(struct broker *b, struct seg_key *k, uint32_t 
 	uint32_t wake = IDX_NONE;
 
 	switch (NODE_STATE(w)) {
+	case NODE_CLAIMED:
+		/* Claimed by an operation that died, or by a lock-free acquire
+		 * still running in a live thread: its CAS on the fast word fails
+		 * now that key_lock() bumped it. */
+		atomic_compare_exchange_strong(&n->word, &w, 0);
+		break;
 	case NODE_HOLDING:
+		if (k->kind == LOCAL_KIND_LOCK && k->h_head != i) {
+			/* Not the holder the fast word names: same as above. */
+			atomic_compare_exchange_strong(&n->word, &w, 0);
+			break;
+		}
 		note_key(log, k);
 		wake = key_release_hold_locked(seg, k, i, REL_SESSION_END | (lost ? REL_LOST : 0));
 		break;
@@ -225,7 +236,7 @@ static uint32_t sweep_node_locked(struct broker *b, struct seg_key *k, uint32_t 
 /*
  * Release everything @slot holds and remove its queued requests. The slot is
  * marked CLOSING first, so no client can link a new node for it while we scan
- * (see grant_fast_locked()).
+ * (see grant_uncontended_locked()).
  */
 static void sweep(struct broker *b, uint32_t slot, bool lost, const char *why)
 {
@@ -324,8 +335,10 @@ void session_died(struct broker *b, uint32_t slot)
 	if (p.fd < 0 || poll(&p, 1, 0) != 1)
 		return;
 	atomic_fetch_add(&b->seg.hdr->stats.crash_cleanups, 1);
-	repair_dead_mutexes(b);
+	/* Sweep first: it wakes the next waiters; then the keys the process
+	 * may have died inside of without holding anything there. */
 	end_session(b, slot, true, "invalidated: its process exited");
+	repair_dead_mutexes(b);
 }
 
 void session_ttl_due(struct broker *b, uint32_t slot, uint32_t gen)

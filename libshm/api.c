@@ -51,6 +51,9 @@ static int acquire(local_session *s, const char *key, const struct acquire_req *
 	err = enter(s, key, &len);
 	if (err)
 		return err;
+	err = fast_acquire(s->seg, key, len, key_hash(key, len), req, &tok, &s->hints);
+	if (err != FAST_MISS)
+		goto out;
 	err = keytab_find(s->seg, key, len, true, &k);
 	if (err)
 		return err;
@@ -62,6 +65,7 @@ static int acquire(local_session *s, const char *key, const struct acquire_req *
 		if (!err && req->value)
 			err = set_value_after_grant(s, key, len, req);
 	}
+out:
 	if (!err && token)
 		*token = tok;
 	return err;
@@ -98,6 +102,8 @@ int local_release(local_session *s, const char *key)
 	err = enter(s, key, &len);
 	if (err)
 		return err;
+	if (fast_release(s->seg, key, len, key_hash(key, len), s->who) == 0)
+		return 0;
 	err = keytab_find(s->seg, key, len, false, &k);
 	if (err)
 		return err == -ENOENT ? -LOCAL_ENOTHELD : err;

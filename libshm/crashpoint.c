@@ -18,6 +18,15 @@ void crash_point_hit(int n)
 	if (armed == n)
 		_exit(CRASH_EXIT_CODE);
 }
+
+int crash_fast_path_off(void)
+{
+	static _Atomic int off = -1;
+
+	if (off < 0)
+		off = getenv("SHMLOCK_NO_FAST_PATH") != NULL;
+	return off;
+}
 #else
 typedef int crashpoint_c_is_empty_without_crash_points;
 #endif

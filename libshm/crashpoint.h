@@ -15,9 +15,9 @@
 #define CRASH_EXIT_CODE 86
 
 #define CRASH_POINT_LIST(X)                                                               \
-	X(1, ACQ_FAST_CLAIMED, "fast-path acquire: hold node claimed, not linked")           \
-	X(2, ACQ_FAST_LINKED, "fast-path acquire: hold linked, counters not updated")       \
-	X(3, ACQ_FAST_DONE, "fast-path acquire: all written, mutex still held")             \
+	X(1, GRANT_CLAIMED, "grant under the mutex: hold node claimed, not linked")         \
+	X(2, GRANT_LINKED, "grant under the mutex: hold linked, counters not updated")      \
+	X(3, GRANT_DONE, "grant under the mutex: all written, mutex still held")            \
 	X(4, ENQ_CLAIMED, "enqueue: waiter node claimed, not linked")                       \
 	X(5, ENQ_LINKED, "enqueue: waiter linked, count not updated")                       \
 	X(6, ENQ_PARKED, "enqueue: queued and about to sleep (mutex released)")             \
@@ -30,7 +30,10 @@
 	X(13, CANCEL_UNLINKED, "timeout: waiter unlinked, node not freed")                  \
 	X(14, CANCEL_FREED, "timeout: waiter node freed, counters not updated")             \
 	X(15, VALUE_WRITTEN, "value update: new bytes written, not published")              \
-	X(16, GRANTED_CONSUMED, "granted waiter: hold taken, waiter node not freed")
+	X(16, GRANTED_CONSUMED, "granted waiter: hold taken, waiter node not freed")         \
+	X(17, FAST_ACQ_CLAIMED, "lock-free acquire: hold node filled, fast word not set")    \
+	X(18, FAST_ACQ_PUBLISHED, "lock-free acquire: fast word set, indexes not bumped")    \
+	X(19, FAST_REL_PUBLISHED, "lock-free release: fast word cleared, node not freed")
 
 enum crash_point {
 #define X(n, name, what) CP_##name = n,
@@ -42,8 +45,12 @@ enum crash_point {
 #ifdef LOCAL_CRASH_POINTS
 void crash_point_hit(int n);
 #define CRASH_POINT(name) crash_point_hit(CP_##name)
+/* $SHMLOCK_NO_FAST_PATH: send every operation through the key mutex, so the
+ * mutex path's points are reachable for keys the fast path would take. */
+int crash_fast_path_off(void);
 #else
 #define CRASH_POINT(name) ((void)0)
+#define crash_fast_path_off() 0
 #endif
 
 #endif

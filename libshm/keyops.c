@@ -89,7 +89,7 @@ static int check_kind_locked(struct seg_key *k, const struct acquire_req *req)
 	return 0;
 }
 
-static int grant_fast_locked(struct segment *seg, struct seg_key *k, const struct acquire_req *req,
+static int grant_uncontended_locked(struct segment *seg, struct seg_key *k, const struct acquire_req *req,
 			     uint64_t *token, _Atomic uint32_t *hint)
 {
 	uint32_t key = seg_key_index(seg, k);
@@ -100,7 +100,7 @@ static int grant_fast_locked(struct segment *seg, struct seg_key *k, const struc
 	if (n == IDX_NONE)
 		return -LOCAL_EMAXHOLDS;
 	node = &seg->nodes[n];
-	CRASH_POINT(ACQ_FAST_CLAIMED);
+	CRASH_POINT(GRANT_CLAIMED);
 	/* Checked after the claim: the broker marks a session CLOSING before
 	 * it sweeps the session's nodes, so either it sees this node or we
 	 * see CLOSING. */
@@ -116,14 +116,15 @@ static int grant_fast_locked(struct segment *seg, struct seg_key *k, const struc
 	node->next = k->h_head;
 	node_set(&node->word, NODE_PACK(NODE_HOLDING, req->who.slot, key));
 	k->h_head = n;
-	CRASH_POINT(ACQ_FAST_LINKED);
+	key_publish_holder_locked(k, n);
+	CRASH_POINT(GRANT_LINKED);
 	k->holders++;
 	k->lock_index++;
 	k->token = node->token;
 	if (req->value)
 		key_set_value_locked(seg, k, req->value, req->value_len);
 	key_touch_locked(k);
-	CRASH_POINT(ACQ_FAST_DONE);
+	CRASH_POINT(GRANT_DONE);
 	*token = node->token;
 	return 0;
 }
@@ -193,7 +194,7 @@ int key_acquire_locked(struct segment *seg, struct seg_key *k, const struct acqu
 		return -EALREADY;
 	/* No barging: a free slot goes to the queue's head, not to us. */
 	if (k->holders < k->limit && k->q_head == IDX_NONE && delay_over_locked(k))
-		return grant_fast_locked(seg, k, req, token, &hints->hold);
+		return grant_uncontended_locked(seg, k, req, token, &hints->hold);
 	if (req->try_only)
 		return -EBUSY;
 	return enqueue_locked(seg, k, req, waiter, &hints->wait);
@@ -221,6 +222,7 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	hn->session_gen = wn->session_gen;
 	hn->lease_until_ns = lease_deadline(wn->lease_ms);
 	node_set(&hn->word, NODE_PACK(NODE_HOLDING, NODE_SESSION(ww), key));
+	key_publish_holder_locked(k, h);
 	CRASH_POINT(HANDOFF_TRANSFERRED);
 	node_set(&wn->word, NODE_PACK(NODE_GRANTED, NODE_SESSION(ww), key));
 	CRASH_POINT(HANDOFF_GRANTED);
@@ -264,6 +266,7 @@ uint32_t key_release_hold_locked(struct segment *seg, struct seg_key *k, uint32_
 		grant_waiter_locked(seg, k, w, h);
 		return w;
 	}
+	key_publish_holder_locked(k, IDX_NONE);
 	holders_unlink_locked(seg, k, h);
 	CRASH_POINT(REL_UNLINKED);
 	node_set(&hn->word, 0);

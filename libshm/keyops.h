@@ -54,9 +54,22 @@ int key_check(const char *key, size_t len);
 int keytab_find(struct segment *seg, const char *key, size_t len, bool create,
 		struct seg_key **out);
 
-/* Lock a key's mutex, repairing it if its last owner died. 0 or -LOCAL_ECORRUPT. */
+/*
+ * Lock a key's mutex, repairing it if its last owner died, and switch the key
+ * to slow mode (see FAST_SLOW). 0 or -LOCAL_ECORRUPT. key_unlock() returns
+ * the key to the fast path when it is a plain lock again.
+ */
 int key_lock(struct segment *seg, struct seg_key *k);
 void key_unlock(struct seg_key *k);
+
+/* Record a lock key's holder (IDX_NONE: free) in its fast word: the commit
+ * point of every holder change made under the mutex. */
+void key_publish_holder_locked(struct seg_key *k, uint32_t node);
+
+/* Lock-free lookup for the fast path: a candidate entry (IDX_NONE: none),
+ * to be confirmed with key_matches() after reading its fast word. */
+uint32_t probe_unlocked(struct segment *seg, uint32_t hash);
+bool key_matches(const struct seg_key *k, uint32_t hash, const char *key, size_t len);
 
 /* Reclaim one idle key under the table mutex; returns how many were freed. */
 uint32_t keytab_reclaim_idle(struct segment *seg, uint64_t idle_ns, uint32_t max);
@@ -133,6 +146,21 @@ void key_set_value_locked(struct segment *seg, struct seg_key *k, const void *v,
 void key_touch_locked(struct seg_key *k);
 
 uint64_t draw_token(struct segment *seg);
+
+/* ---- lock-free fast path (fastpath.c) ---------------------------------- */
+
+#define FAST_MISS 1 /* not for the fast path: take the mutex path */
+
+/*
+ * Uncontended acquire of a lock key without its mutex. Returns 0 (granted or
+ * already held; *token set), -EBUSY (a try on a held key), -LOCAL_ESESSION,
+ * or FAST_MISS when the mutex path must decide.
+ */
+int fast_acquire(struct segment *seg, const char *key, size_t len, uint32_t hash,
+		 const struct acquire_req *req, uint64_t *token, struct node_hints *hints);
+/* Release of our hold on a lock key without its mutex: 0 or FAST_MISS. */
+int fast_release(struct segment *seg, const char *key, size_t len, uint32_t hash,
+		 struct owner who);
 
 /* ---- crash repair (repair.c) ------------------------------------------ */
 

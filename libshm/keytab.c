@@ -37,18 +37,76 @@ int key_check(const char *key, size_t len)
 	return 0;
 }
 
+/* Freeze the fast path: set SLOW and bump seq, so every CAS a fast-path
+ * caller prepared before this point fails. */
+static void enter_slow(struct seg_key *k)
+{
+	uint64_t f = atomic_load(&k->fast);
+
+	while (!atomic_compare_exchange_weak(&k->fast, &f,
+					     FAST_PACK(1, FAST_HOLDER(f), FAST_SEQ(f) + 1)))
+		;
+}
+
+/* Can the key leave the mutex to the fast path? Only a lock with an empty
+ * queue and no lock-delay pending. */
+static bool fast_eligible(const struct seg_key *k)
+{
+	return atomic_load(&k->state) == KEY_USED && k->kind == LOCAL_KIND_LOCK &&
+	       k->q_head == IDX_NONE && k->delay_until_ns == 0 && k->holders <= 1;
+}
+
 void key_unlock(struct seg_key *k)
 {
+	uint64_t f = atomic_load_explicit(&k->fast, memory_order_relaxed);
+
+	/* Only the mutex holder writes the word while SLOW is set. */
+	if (fast_eligible(k))
+		atomic_store_explicit(&k->fast, FAST_PACK(0, FAST_HOLDER(f), FAST_SEQ(f)),
+				      memory_order_release);
 	pthread_mutex_unlock(&k->mutex);
 }
 
-int key_lock(struct segment *seg, struct seg_key *k)
+void key_publish_holder_locked(struct seg_key *k, uint32_t node)
 {
-	int r = pthread_mutex_lock(&k->mutex);
+	uint64_t f = atomic_load_explicit(&k->fast, memory_order_relaxed);
 
+	if (k->kind == LOCAL_KIND_LOCK)
+		atomic_store_explicit(&k->fast,
+				      FAST_PACK(1, node == IDX_NONE ? 0 : node + 1, FAST_SEQ(f) + 1),
+				      memory_order_release);
+}
+
+/* A lock key's holder list mirrors its fast word, which is the truth. */
+static bool sync_lock_holder_locked(struct segment *seg, struct seg_key *k)
+{
+	uint32_t h = FAST_HOLDER(atomic_load(&k->fast));
+	uint64_t w;
+
+	if (atomic_load(&k->state) != KEY_USED || k->kind != LOCAL_KIND_LOCK)
+		return true;
+	if (!h) {
+		k->h_head = IDX_NONE;
+		k->holders = 0;
+		return true;
+	}
+	if (h - 1 >= seg->nnodes)
+		return false;
+	w = atomic_load(&seg->nodes[h - 1].word);
+	if (w != NODE_PACK(NODE_HOLDING, NODE_SESSION(w), seg_key_index(seg, k)))
+		return false;
+	k->h_head = h - 1;
+	seg->nodes[h - 1].next = IDX_NONE;
+	k->holders = 1;
+	return true;
+}
+
+static int locked(struct segment *seg, struct seg_key *k, int r)
+{
 	if (r == EOWNERDEAD) {
 		/* Its last owner died inside a critical section: rebuild the
 		 * key from the node table before anyone else sees it. */
+		enter_slow(k);
 		atomic_fetch_add(&seg->hdr->stats.repairs, 1);
 		r = key_repair_locked(seg, k);
 		pthread_mutex_consistent(&k->mutex);
@@ -57,11 +115,14 @@ int key_lock(struct segment *seg, struct seg_key *k)
 			return r;
 		}
 	} else if (r) {
-		return -LOCAL_ECORRUPT;
-	} else if (!key_links_sane(seg, k)) {
-		/* Damaged fields: quarantine; damaged links: rebuild them. */
-		atomic_fetch_add(&seg->hdr->stats.repairs, 1);
-		key_repair_locked(seg, k);
+		return r == EBUSY ? -EBUSY : -LOCAL_ECORRUPT;
+	} else {
+		enter_slow(k);
+		if (!sync_lock_holder_locked(seg, k) || !key_links_sane(seg, k)) {
+			/* Damaged fields: quarantine; damaged links: rebuild. */
+			atomic_fetch_add(&seg->hdr->stats.repairs, 1);
+			key_repair_locked(seg, k);
+		}
 	}
 	if (atomic_load(&k->state) == KEY_QUARANTINED) {
 		pthread_mutex_unlock(&k->mutex);
@@ -70,14 +131,24 @@ int key_lock(struct segment *seg, struct seg_key *k)
 	return 0;
 }
 
-static bool key_matches(const struct seg_key *k, uint32_t hash, const char *key, size_t len)
+int key_lock(struct segment *seg, struct seg_key *k)
+{
+	return locked(seg, k, pthread_mutex_lock(&k->mutex));
+}
+
+static int key_trylock(struct segment *seg, struct seg_key *k)
+{
+	return locked(seg, k, pthread_mutex_trylock(&k->mutex));
+}
+
+bool key_matches(const struct seg_key *k, uint32_t hash, const char *key, size_t len)
 {
 	return atomic_load(&k->state) == KEY_USED && atomic_load(&k->hash) == hash &&
 	       k->key_len == len && memcmp(k->key, key, len) == 0;
 }
 
 /* Lock-free probe: the first live entry with this hash, or IDX_NONE. */
-static uint32_t probe_unlocked(struct segment *seg, uint32_t hash)
+uint32_t probe_unlocked(struct segment *seg, uint32_t hash)
 {
 	uint32_t mask = seg->index_size - 1, i = hash & mask, n;
 
@@ -191,17 +262,10 @@ uint32_t keytab_reclaim_idle(struct segment *seg, uint64_t idle_ns, uint32_t max
 		return 0;
 	for (i = 0; i < seg->caps.max_keys && freed < max; i++) {
 		struct seg_key *k = &seg->keys[i];
-		int r;
 
 		if (atomic_load(&k->state) != KEY_USED)
 			continue;
-		r = pthread_mutex_trylock(&k->mutex);
-		if (r == EOWNERDEAD) {
-			atomic_fetch_add(&seg->hdr->stats.repairs, 1);
-			r = key_repair_locked(seg, k);
-			pthread_mutex_consistent(&k->mutex);
-		}
-		if (r)
+		if (key_trylock(seg, k))
 			continue;
 		if (atomic_load(&k->state) == KEY_USED && key_idle_locked(k, now)) {
 			if (!k->idle_since_ns)
@@ -214,7 +278,7 @@ uint32_t keytab_reclaim_idle(struct segment *seg, uint64_t idle_ns, uint32_t max
 		} else {
 			k->idle_since_ns = 0;
 		}
-		pthread_mutex_unlock(&k->mutex);
+		key_unlock(k);
 	}
 	if (seg->hdr->index_tombs > seg->index_size / 4)
 		index_rebuild_locked(seg);

@@ -76,10 +76,40 @@ static bool holds_for(const struct segment *seg, uint32_t h, uint64_t waiting_wo
 							 NODE_KEY(waiting_word));
 }
 
+/*
+ * A node of this key that no list can claim: its operation died before its
+ * commit, or is still running lock-free in a live process (whose CAS on the
+ * fast word will fail, since the mutex holder bumped it, and which then frees
+ * the node itself). Free it only when its session is over; otherwise the
+ * session's end (the broker's sweep) frees it.
+ */
+static void drop_orphan(struct segment *seg, struct seg_node *n, uint64_t w, bool gen_known)
+{
+	const struct seg_session *s = seg_session_at(seg, NODE_SESSION(w));
+	uint64_t sg = s ? atomic_load(&s->state_gen) : 0;
+
+	if (SESS_STATE(sg) == SESS_ACTIVE && (!gen_known || SESS_GEN(sg) == n->session_gen))
+		return;
+	atomic_compare_exchange_strong(&n->word, &w, 0);
+}
+
+/* The lock holder the fast word names, if it is a hold of this key. */
+static uint32_t published_holder(struct segment *seg, struct seg_key *k, uint32_t key)
+{
+	uint32_t h = FAST_HOLDER(atomic_load(&k->fast));
+	uint64_t w;
+
+	if (!h || h - 1 >= seg->nnodes)
+		return IDX_NONE;
+	w = atomic_load(&seg->nodes[h - 1].word);
+	return NODE_STATE(w) == NODE_HOLDING && NODE_KEY(w) == key ? h - 1 : IDX_NONE;
+}
+
 int key_repair_locked(struct segment *seg, struct seg_key *k)
 {
 	uint32_t key = seg_key_index(seg, k), nw = 0, nh = 0, i, *waiting;
-	uint32_t wake[64], nwake = 0;
+	uint32_t wake[64], nwake = 0, holder;
+	bool is_lock = k->kind == LOCAL_KIND_LOCK;
 	uint64_t max_seq = 0;
 
 	if (!key_fields_sane(seg, k)) {
@@ -90,6 +120,9 @@ int key_repair_locked(struct segment *seg, struct seg_key *k)
 	waiting = malloc((size_t)seg->nnodes * sizeof(*waiting));
 	if (!waiting)
 		return -LOCAL_ECORRUPT;
+	/* For a lock the fast word is the truth about the holder; a handoff
+	 * that had moved its hold but not yet published it is finished below. */
+	holder = is_lock ? published_holder(seg, k, key) : IDX_NONE;
 	k->h_head = IDX_NONE;
 	for (i = 0; i < seg->nnodes; i++) {
 		struct seg_node *n = &seg->nodes[i];
@@ -98,14 +131,17 @@ int key_repair_locked(struct segment *seg, struct seg_key *k)
 		if (w == 0 || NODE_KEY(w) != key)
 			continue;
 		switch (NODE_STATE(w)) {
-		case NODE_CLAIMED: /* its claimer died before linking it */
-			atomic_store(&n->word, 0);
+		case NODE_CLAIMED:
+			drop_orphan(seg, n, w, false);
 			break;
 		case NODE_WAITING:
-			if (holds_for(seg, n->hold, w)) {
+			if (holds_for(seg, n->hold, w) &&
+			    (!is_lock || holder == IDX_NONE || holder == n->hold)) {
 				/* The hold had moved to this waiter; finish. */
 				atomic_store(&n->word, NODE_PACK(NODE_GRANTED, NODE_SESSION(w), key));
 				count_grant(k, n);
+				if (is_lock)
+					holder = n->hold;
 				if (nwake < 64)
 					wake[nwake++] = i;
 				break;
@@ -115,12 +151,6 @@ int key_repair_locked(struct segment *seg, struct seg_key *k)
 			if (n->seq > max_seq)
 				max_seq = n->seq;
 			break;
-		case NODE_HOLDING:
-			n->prev = IDX_NONE;
-			n->next = k->h_head;
-			k->h_head = i;
-			nh++;
-			break;
 		case NODE_GRANTED:
 			/* Unlinked already; its owner consumes it. Wake it: the
 			 * granter may have died before its wake-up call. */
@@ -128,10 +158,27 @@ int key_repair_locked(struct segment *seg, struct seg_key *k)
 			if (nwake < 64)
 				wake[nwake++] = i;
 			break;
-		default: /* garbage in a node word: not ours to trust */
-			break;
 		}
 	}
+	/* Holds in a second pass: a lock's holder may only be known once the
+	 * waiters have been seen. */
+	for (i = 0; i < seg->nnodes; i++) {
+		struct seg_node *n = &seg->nodes[i];
+		uint64_t w = atomic_load(&n->word);
+
+		if (w == 0 || NODE_KEY(w) != key || NODE_STATE(w) != NODE_HOLDING)
+			continue;
+		if (is_lock && i != holder) {
+			drop_orphan(seg, n, w, true);
+			continue;
+		}
+		n->prev = IDX_NONE;
+		n->next = k->h_head;
+		k->h_head = i;
+		nh++;
+	}
+	if (is_lock)
+		key_publish_holder_locked(k, holder);
 	qsort_r(waiting, nw, sizeof(*waiting), by_seq, seg->nodes);
 	k->q_head = k->q_tail = IDX_NONE;
 	for (i = 0; i < nw; i++) {

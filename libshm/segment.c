@@ -11,7 +11,7 @@
 /* Documented limits of the broker's capacity flags (shmlockd(8)). */
 #define CAP_KEYS_MAX (1u << 22)
 #define CAP_SESSIONS_MAX (1u << 20) /* node words keep 24 bits of slot */
-#define CAP_NODES_MAX (1u << 24)
+#define CAP_NODES_MAX ((1u << 24) - 1) /* the fast word keeps 24 bits of node + 1 */
 
 int seg_caps_valid(const struct seg_caps *c)
 {
@@ -131,6 +131,7 @@ int seg_format(void *mem, size_t size, const struct seg_caps *caps)
 		if (err)
 			return err;
 		seg.keys[i].q_head = seg.keys[i].q_tail = seg.keys[i].h_head = IDX_NONE;
+		atomic_store(&seg.keys[i].fast, FAST_SLOW);
 	}
 	for (i = 0; i < seg.nnodes; i++) {
 		seg.nodes[i].next = IDX_NONE;

@@ -115,8 +115,25 @@ enum seg_key_state {
 #define VALUE_LEN(w) ((uint32_t)((w)&0xffffffffu))
 #define VALUE_PACK(sel, len) (((uint64_t)(sel) << 32) | (uint64_t)(len))
 
+/*
+ * The fast word of a lock key: {SLOW flag, holder node + 1 (24 bits), seq}.
+ * With SLOW clear the key is an idle-or-held lock with an empty queue and no
+ * lock-delay, and uncontended acquire and release are one CAS on this word,
+ * without the mutex. Whoever takes the mutex sets SLOW first (bumping seq),
+ * which freezes the fast path; key_unlock() clears it again when the key is
+ * back in that simple state. seq changes with every store, so a CAS prepared
+ * before any mutex holder touched the key always fails after it.
+ * For a lock key the holder named here is the truth, in both modes.
+ */
+#define FAST_SLOW (1ull << 63)
+#define FAST_HOLDER(f) ((uint32_t)(((f) >> 32) & 0xffffff)) /* node + 1; 0: free */
+#define FAST_SEQ(f) ((uint32_t)(f))
+#define FAST_PACK(slow, holder, seq)                                                      \
+	(((slow) ? FAST_SLOW : 0) | ((uint64_t)((holder)&0xffffff) << 32) | (uint64_t)(uint32_t)(seq))
+
 struct seg_key {
 	pthread_mutex_t mutex; /* robust, process-shared */
+	_Atomic uint64_t fast;
 	_Atomic uint32_t state;
 	_Atomic uint32_t hash; /* read without the mutex by lookups */
 	uint32_t kind; /* enum local_kind */
@@ -128,7 +145,7 @@ struct seg_key {
 	uint32_t key_len;
 	/* Monotonic counters (only ever raised): */
 	uint64_t next_seq;
-	uint64_t lock_index;
+	_Atomic uint64_t lock_index;
 	_Atomic uint64_t modify_index;
 	uint64_t token; /* the last token granted on this key */
 	uint64_t delay_until_ns; /* lock-delay end, CLOCK_MONOTONIC; 0: none */

@@ -90,6 +90,10 @@ static void crasher_child(void *p, int in, int out)
 	snprintf(num, sizeof(num), "%d", a->point);
 	if (setenv("SHMLOCK_CRASH_AT", num, 1))
 		_exit(2);
+	/* Points of the mutex path that the lock-free path would bypass. */
+	if ((a->point >= CP_GRANT_CLAIMED && a->point <= CP_GRANT_DONE) ||
+	    a->point == CP_REL_UNLINKED || a->point == CP_REL_FREED)
+		setenv("SHMLOCK_NO_FAST_PATH", "1", 1);
 	s = open_session(a->b, "crasher", 0, 0);
 	say(out, "open");
 	while (!hear(in, cmd, sizeof(cmd))) {
@@ -421,7 +425,10 @@ static void check_free_then_handover(struct world *w)
 
 /* ---- scenarios ------------------------------------------------------------ */
 
-/* ACQ_FAST_*: the child takes the free key and dies inside the fast path. */
+/*
+ * GRANT_* and FAST_ACQ_*: the child takes the free key and dies in the grant
+ * (under the mutex, or lock-free: the key is a lock, idle, in fast mode).
+ */
 static void scenario_fast_path(struct world *w)
 {
 	obs_take(w, true); /* creates the key and sets a token baseline */
@@ -501,7 +508,8 @@ static void scenario_cancel(struct world *w)
 	scenario_queue(w, "timed");
 }
 
-/* REL_*: the child holds the free key and dies releasing it. */
+/* REL_* and FAST_REL_*: the child holds the free key and dies releasing it
+ * (under the mutex, or lock-free). */
 static void scenario_release(struct world *w)
 {
 	child_send(&w->crasher, "lock");
@@ -594,9 +602,12 @@ struct scenario {
 };
 
 static const struct scenario scenarios[] = {
-	{ CP_ACQ_FAST_CLAIMED, scenario_fast_path },
-	{ CP_ACQ_FAST_LINKED, scenario_fast_path },
-	{ CP_ACQ_FAST_DONE, scenario_fast_path },
+	{ CP_GRANT_CLAIMED, scenario_fast_path },
+	{ CP_GRANT_LINKED, scenario_fast_path },
+	{ CP_GRANT_DONE, scenario_fast_path },
+	{ CP_FAST_ACQ_CLAIMED, scenario_fast_path },
+	{ CP_FAST_ACQ_PUBLISHED, scenario_fast_path },
+	{ CP_FAST_REL_PUBLISHED, scenario_release },
 	{ CP_ENQ_CLAIMED, scenario_enqueue },
 	{ CP_ENQ_LINKED, scenario_enqueue },
 	{ CP_ENQ_PARKED, scenario_enqueue },

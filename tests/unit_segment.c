@@ -94,9 +94,11 @@ TEST(unit, keytab_creates_finds_and_reclaims, 10)
 	for (i = 0; i < 8; i++) {
 		snprintf(name, sizeof(name), "key/%d", i);
 		CHECK_OK(keytab_find(&seg, name, strlen(name), true, &k));
-		k->kind = LOCAL_KIND_LOCK;
+		/* Pretend held, so nothing is idle (a semaphore: a lock's holder
+		 * would be read from its fast word, which has none here). */
+		k->kind = LOCAL_KIND_SEMAPHORE;
 		k->limit = 1;
-		k->holders = 1; /* pretend held, so nothing is idle */
+		k->holders = 1;
 		k->h_head = 0;
 		key_unlock(k);
 		CHECK_OK(keytab_find(&seg, name, strlen(name), false, &again));
