@@ -66,6 +66,10 @@ enum local_error {
 	LOCAL_ECORRUPT,		      /* segment entry damaged; quarantined */
 	LOCAL_EFORKED,		      /* session used in a child after fork() */
 	LOCAL_EDENIED,		      /* the broker refused this peer */
+	LOCAL_EEXPIRED,		      /* the hold's lease expired (it was released) */
+	LOCAL_ESTALE,		      /* token is not a current hold of the key */
+	LOCAL_EENQUEUED,	      /* already queued (or holding) on this key */
+	LOCAL_ENOTENQUEUED,	      /* local_wait() without local_enqueue() */
 	LOCAL_ELAST
 };
 
@@ -180,6 +184,129 @@ struct local_key_info {
  * -LOCAL_ESESSION, -LOCAL_ECORRUPT.
  */
 LOCAL_API int local_info(local_session *s, const char *key, struct local_key_info *out);
+
+/* ---- semaphores, leases, two-phase acquire ------------------------------ */
+
+/*
+ * Acquire one of @limit slots of the semaphore @key (limit >= 1). At most
+ * @limit sessions hold it at once, granted in FIFO order, each with a fencing
+ * token from the same counter as locks. A session holds at most one slot of
+ * a key: asking again returns its token at once. Released with
+ * local_release(). Every holder must agree on @limit: another limit fails
+ * with -LOCAL_ELIMIT (local_info() shows the key's), a lock key with
+ * -LOCAL_EKIND. Other errors as local_lock().
+ */
+LOCAL_API int local_sem_acquire(local_session *s, const char *key, uint32_t limit,
+				const struct local_acquire_opts *opts, uint64_t *token);
+
+/*
+ * Extend the lease of the session's hold on @key to @lease_ms from now (0:
+ * its original length). *remaining_ms (if non-NULL) receives the time left.
+ * No system call. Errors: -LOCAL_EEXPIRED (the lease ran out and the broker
+ * released the hold), -LOCAL_ENOTHELD, -EINVAL (a hold without a lease and
+ * @lease_ms 0), -LOCAL_ESESSION.
+ */
+LOCAL_API int local_renew(local_session *s, const char *key, uint32_t lease_ms,
+			  uint64_t *remaining_ms);
+
+/*
+ * Does the session still hold @key? 0 (with *token set if non-NULL),
+ * -LOCAL_EEXPIRED (lost to lease expiry), -LOCAL_ENOTHELD (never held,
+ * released, or taken by an operator), -LOCAL_ESESSION.
+ */
+LOCAL_API int local_held(local_session *s, const char *key, uint64_t *token);
+
+/*
+ * Two-phase acquire (dflockd's enqueue/wait). local_enqueue() joins the
+ * key's queue without blocking: *granted = 1 (with *token) when the hold was
+ * granted at once, 0 when queued. @limit 0 means a lock, >= 1 a semaphore.
+ * local_wait() then blocks up to @timeout_ms (<0 forever) for the grant; on
+ * timeout it leaves the queue and returns -ETIMEDOUT, unless the grant
+ * landed in the same instant, which it returns. Errors: -LOCAL_EENQUEUED
+ * (already queued or holding), -LOCAL_ENOTENQUEUED (wait without enqueue),
+ * and those of local_lock().
+ */
+LOCAL_API int local_enqueue(local_session *s, const char *key, uint32_t limit,
+			    const struct local_acquire_opts *opts, int *granted, uint64_t *token);
+LOCAL_API int local_wait(local_session *s, const char *key, int64_t timeout_ms, uint64_t *token);
+
+/* ---- watches, sequencers ------------------------------------------------ */
+
+/*
+ * Block until @key's modify_index exceeds @after_index (any change: grant,
+ * release, value, holder loss, key removal) or @timeout_ms (<0: forever)
+ * passes, then fill @out with the current state. Returns 0 (changed, or the
+ * index was already past @after_index), -ETIMEDOUT (with @out filled), or the
+ * errors of local_info(). Works on a key that does not exist yet. Costs
+ * nothing while no watcher waits.
+ */
+LOCAL_API int local_watch(local_session *s, const char *key, uint64_t after_index,
+			  int64_t timeout_ms, struct local_key_info *out);
+
+/*
+ * Is @token a current hold of @key (by any session)? 0 if so, -LOCAL_ESTALE
+ * otherwise: a protected resource rejects requests from a deposed holder.
+ */
+LOCAL_API int local_check_token(local_session *s, const char *key, uint64_t token);
+
+/* ---- administration and inspection -------------------------------------- */
+
+/* One holder of a key, as local_holders() reports it. */
+struct local_holder {
+	char session[LOCAL_SESSION_ID_LEN + 1];
+	char name[64];
+	int32_t pid;
+	uint64_t token;
+	uint64_t lease_remaining_ms; /* 0: no lease */
+};
+
+/* Call @cb for each holder of @key (any kind); stop early if it returns
+ * non-zero (that value is returned). */
+LOCAL_API int local_holders(local_session *s, const char *key,
+			    int (*cb)(const struct local_holder *h, void *arg), void *arg);
+
+/* Call @cb for each existing key starting with @prefix (NULL or "": all),
+ * with its name and a snapshot of its state. */
+LOCAL_API int local_keys(local_session *s, const char *prefix,
+			 int (*cb)(const char *key, const struct local_key_info *ki, void *arg),
+			 void *arg);
+
+struct local_session_info {
+	char id[LOCAL_SESSION_ID_LEN + 1];
+	char name[64];
+	int32_t pid;	/* 0: no process check */
+	uint32_t uid;
+	uint32_t ttl_ms;
+	uint64_t ttl_remaining_ms;
+	uint32_t lock_delay_ms;
+	int behavior;
+	uint32_t holds;
+	uint32_t waiting;
+};
+
+/* Call @cb for each live session. */
+LOCAL_API int local_sessions(local_session *s,
+			     int (*cb)(const struct local_session_info *si, void *arg), void *arg);
+
+struct local_stats {
+	uint32_t broker_pid;
+	uint64_t uptime_ms; /* since the segment was created */
+	uint32_t sessions, keys, holds, waiters;
+	uint32_t max_sessions, max_keys, max_holds, max_waiters, max_value;
+	uint64_t grants, timeouts, handoffs, lease_expiries, ttl_expiries;
+	uint64_t crash_cleanups, repairs, quarantined, sessions_opened, sessions_closed;
+};
+
+LOCAL_API int local_stats(local_session *s, struct local_stats *out);
+
+/*
+ * Operator actions, carried out by the broker so that lock-delay applies and
+ * successors are woken: release @key from the session @holder_id (NULL: from
+ * every holder), and end any session by id. Errors: -LOCAL_ENOTHELD,
+ * -LOCAL_ESESSION (no such session), -LOCAL_EBROKER.
+ */
+LOCAL_API int local_force_release(local_session *s, const char *key, const char *holder_id);
+LOCAL_API int local_session_destroy(local_session *s, const char *session_id);
 
 /*
  * Text for any code these calls return (negative or positive, errno or

@@ -19,6 +19,10 @@ static const char *const local_texts[LOCAL_ELAST - LOCAL_EBASE] = {
 	[LOCAL_ECORRUPT - LOCAL_EBASE] = "segment entry damaged and quarantined",
 	[LOCAL_EFORKED - LOCAL_EBASE] = "session used in a child process after fork()",
 	[LOCAL_EDENIED - LOCAL_EBASE] = "permission denied by the broker",
+	[LOCAL_EEXPIRED - LOCAL_EBASE] = "the hold's lease expired",
+	[LOCAL_ESTALE - LOCAL_EBASE] = "token is not a current hold of the key (stale)",
+	[LOCAL_EENQUEUED - LOCAL_EBASE] = "already queued or holding on this key",
+	[LOCAL_ENOTENQUEUED - LOCAL_EBASE] = "not queued on this key (wait without enqueue)",
 };
 
 const char *local_strerror(int err)
