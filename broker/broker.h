@@ -3,6 +3,8 @@
 #ifndef SHMLOCKD_BROKER_H
 #define SHMLOCKD_BROKER_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -11,12 +13,15 @@
 #include <urcu/rculfhash.h>
 
 #include "keyops.h"
+#include "client.h"
 #include "proto.h"
 
 enum timer_kind {
 	TIMER_TTL = 1,	 /* a = session slot, b = generation */
 	TIMER_DELAY = 2, /* a = key index: grant waiters when lock-delay ends */
 	TIMER_SCAN = 3,	 /* periodic: repair mutexes whose owner died unseen */
+	TIMER_LEASE = 4, /* a = hold node: its lease may have run out */
+	TIMER_GC = 5,	 /* periodic: reclaim keys idle for --gc-idle */
 };
 
 struct timer {
@@ -43,6 +48,7 @@ struct broker_opts {
 	char shm_name[256];
 	struct seg_caps caps;
 	int log_level;
+	uint32_t gc_idle_ms; /* 0: reclaim idle keys only when the table is full */
 	bool foreground_demo;
 	bool destroy_segment_on_exit;
 	bool force_pidfd_fallback; /* tests: pretend SO_PEERPIDFD is missing */
@@ -66,6 +72,11 @@ struct broker {
 	struct bsession **by_slot; /* slot -> bsession, event loop only */
 	uint64_t started_ns;
 	bool stopping;
+	/* leases.c */
+	int lease_efd;
+	pthread_t lease_thread;
+	bool lease_thread_running;
+	_Atomic bool leases_stop;
 };
 
 /* log.c: stderr with sd-daemon priority prefixes, which journald parses. */
@@ -95,6 +106,8 @@ int session_open(struct broker *b, const struct proto_open *req, int pidfd, pid_
 		 uid_t uid, uint64_t start_time, struct proto_reply *rep);
 /* Close by id. @voluntary: the owner asked (no lock-delay). */
 int session_close_id(struct broker *b, const uint8_t id[16], bool voluntary);
+/* Operator: release a key from one holder or all (lock-delay applies). */
+int force_release(struct broker *b, const struct proto_force_release *req);
 /* The process behind @slot's pidfd exited. */
 void session_died(struct broker *b, uint32_t slot);
 /* Repair keys whose mutex owner died (see segment_repair_dead_mutexes()). */
@@ -105,6 +118,12 @@ void session_ttl_due(struct broker *b, uint32_t slot, uint32_t gen);
 /* Grant waiters of key @idx whose lock-delay has ended. */
 void key_delay_due(struct broker *b, uint32_t idx);
 void broker_schedule(struct broker *b, uint64_t at_ns, uint32_t kind, uint32_t a, uint32_t b2);
+
+/* leases.c */
+int leases_start(struct broker *b);
+void leases_stop(struct broker *b);
+void leases_drain(struct broker *b);
+void lease_due(struct broker *b, uint32_t node);
 
 /* loop.c */
 int loop_run(struct broker *b);
@@ -117,6 +136,7 @@ void loop_unwatch_fd(struct broker *b, int fd);
 #define TAG_PIDFD (3ull << 56)
 #define TAG_TIMER (4ull << 56)
 #define TAG_SIGNAL (5ull << 56)
+#define TAG_LEASE (6ull << 56)
 #define TAG_KIND(t) ((t)&0xffull << 56)
 #define TAG_VALUE(t) ((t) & ((1ull << 56) - 1))
 

@@ -133,6 +133,9 @@ static void handle_conn(struct broker *b, int conn)
 		case MSG_DESTROY:
 			rep.status = session_close_id(b, req.sid.id, false);
 			break;
+		case MSG_FORCE_RELEASE:
+			rep.status = force_release(b, &req.force);
+			break;
 		default:
 			rep.status = type; /* -LOCAL_EVERSION or -LOCAL_EPROTO */
 			blog(LOG_DEBUG, "bad request (%zd bytes): %s", n, local_strerror(type));
@@ -190,6 +193,18 @@ static void periodic_scan(struct broker *b)
 	broker_schedule(b, mono_ns() + SCAN_INTERVAL_NS, TIMER_SCAN, 0, 0);
 }
 
+/* Reclaim keys idle (no holder, waiter or watcher) for --gc-idle. */
+static void periodic_gc(struct broker *b)
+{
+	uint64_t idle_ns = (uint64_t)b->opts.gc_idle_ms * 1000000ull;
+	uint32_t n = keytab_reclaim_idle(&b->seg, idle_ns, UINT32_MAX);
+
+	if (n)
+		blog(LOG_DEBUG, "reclaimed %u idle key(s)", n);
+	broker_schedule(b, mono_ns() + (idle_ns / 4 > SCAN_INTERVAL_NS ? idle_ns / 4 : SCAN_INTERVAL_NS),
+			TIMER_GC, 0, 0);
+}
+
 static void handle_timers(struct broker *b)
 {
 	uint64_t expirations, now = mono_ns();
@@ -206,6 +221,10 @@ static void handle_timers(struct broker *b)
 			key_delay_due(b, t.a);
 		else if (t.kind == TIMER_SCAN)
 			periodic_scan(b);
+		else if (t.kind == TIMER_LEASE)
+			lease_due(b, t.a);
+		else if (t.kind == TIMER_GC)
+			periodic_gc(b);
 	}
 }
 
@@ -254,6 +273,11 @@ int loop_run(struct broker *b)
 	b->served = true;
 	sessions_adopt(b);
 	broker_schedule(b, mono_ns() + SCAN_INTERVAL_NS, TIMER_SCAN, 0, 0);
+	if (b->opts.gc_idle_ms)
+		broker_schedule(b, mono_ns() + SCAN_INTERVAL_NS, TIMER_GC, 0, 0);
+	err = leases_start(b);
+	if (err)
+		return err;
 	sd_notify(0, "READY=1");
 	blog(LOG_INFO, "ready on %s, segment %s", b->opts.socket_path, b->opts.shm_name);
 	while (!b->stopping) {
@@ -282,9 +306,13 @@ int loop_run(struct broker *b)
 			case TAG_SIGNAL:
 				handle_signal(b);
 				break;
+			case TAG_LEASE:
+				leases_drain(b);
+				break;
 			}
 		}
 	}
 	sd_notify(0, "STOPPING=1");
+	leases_stop(b);
 	return 0;
 }

@@ -35,6 +35,8 @@ static const char usage_text[] =
 	"  --max-holds N           holds at once (default 4096)\n"
 	"  --max-value BYTES       largest value attached to a hold (default 1024,\n"
 	"                          at most 65536)\n"
+	"  --gc-idle SECONDS       reclaim keys idle this long (default 60; 0: only\n"
+	"                          when the key table is full)\n"
 	"  --log-level LEVEL       emerg..debug (default info)\n"
 	"  --destroy-segment-on-exit  unlink the segment when stopping\n"
 	"  -h, --help              show this help and exit\n"
@@ -43,7 +45,7 @@ static const char usage_text[] =
 	"Exit status: 0 after a clean stop, 1 on a usage, start-up or fatal error.\n";
 
 enum { OPT_SOCKET = 256, OPT_SHM, OPT_KEYS, OPT_SESSIONS, OPT_WAITERS, OPT_HOLDS, OPT_VALUE,
-       OPT_LOG, OPT_DESTROY, OPT_FALLBACK };
+       OPT_LOG, OPT_DESTROY, OPT_FALLBACK, OPT_GC };
 
 static const struct option long_opts[] = {
 	{ "socket", required_argument, NULL, OPT_SOCKET },
@@ -54,6 +56,7 @@ static const struct option long_opts[] = {
 	{ "max-holds", required_argument, NULL, OPT_HOLDS },
 	{ "max-value", required_argument, NULL, OPT_VALUE },
 	{ "log-level", required_argument, NULL, OPT_LOG },
+	{ "gc-idle", required_argument, NULL, OPT_GC },
 	{ "destroy-segment-on-exit", no_argument, NULL, OPT_DESTROY },
 	{ "test-force-pidfd-fallback", no_argument, NULL, OPT_FALLBACK },
 	{ "help", no_argument, NULL, 'h' },
@@ -93,6 +96,7 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 	o->caps = (struct seg_caps){ .max_keys = 4096, .max_sessions = 1024,
 				     .max_waiters = 4096, .max_holds = 4096, .max_value = 1024 };
 	o->log_level = LOG_INFO;
+	o->gc_idle_ms = 60000;
 	paths_socket(o->socket_path, sizeof(o->socket_path));
 	paths_shm_name(o->shm_name, sizeof(o->shm_name));
 	while ((c = getopt_long(argc, argv, "hV", long_opts, NULL)) != -1) {
@@ -123,6 +127,14 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 			break;
 		case OPT_VALUE:
 			err = parse_u32("max-value", optarg, &o->caps.max_value);
+			break;
+		case OPT_GC:
+			err = parse_u32("gc-idle", optarg, &o->gc_idle_ms);
+			if (!err && o->gc_idle_ms > 86400) {
+				fprintf(stderr, "shmlockd: --gc-idle: at most 86400 seconds\n");
+				err = -1;
+			}
+			o->gc_idle_ms *= 1000;
 			break;
 		case OPT_LOG:
 			lvl = blog_parse_level(optarg);
@@ -168,6 +180,7 @@ int main(int argc, char **argv)
 	int err;
 
 	memset(&b, 0, sizeof(b));
+	b.lease_efd = -1;
 	b.shm_fd = b.lock_fd = b.listen_fd = b.epfd = b.timerfd = b.sigfd = -1;
 	if (parse_args(argc, argv, &b.opts)) {
 		fputs("Try 'shmlockd --help'.\n", stderr);
@@ -183,6 +196,7 @@ int main(int argc, char **argv)
 		err = listen_setup(&b);
 	if (!err) {
 		atomic_store(&b.seg.hdr->broker_pid, (uint32_t)getpid());
+		atomic_store(&b.seg.hdr->broker_started_ns, b.started_ns);
 		err = loop_run(&b);
 	}
 	listen_teardown(&b);

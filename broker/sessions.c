@@ -323,6 +323,47 @@ void repair_dead_mutexes(struct broker *b)
 		blog(LOG_NOTICE, "repaired %u key(s) whose mutex owner died mid-operation", n);
 }
 
+int force_release(struct broker *b, const struct proto_force_release *req)
+{
+	struct segment *seg = &b->seg;
+	uint32_t nodes[64], n = 0, wake[128], nwake = 0, i, steps = 0;
+	struct seg_key *k;
+	char id[33];
+	int err;
+
+	err = keytab_find(seg, req->key, req->key_len, false, &k);
+	if (err)
+		return err == -ENOENT ? -LOCAL_ENOTHELD : err;
+	/* Collect first: each release may hand its node to a waiter. */
+	for (i = k->h_head; i < seg->nnodes && n < 64 && steps++ < seg->nnodes;
+	     i = seg->nodes[i].next) {
+		struct seg_session *s = seg_session_at(seg, NODE_SESSION(atomic_load(&seg->nodes[i].word)));
+
+		if (req->all || (s && !memcmp(s->id, req->holder, sizeof(s->id))))
+			nodes[n++] = i;
+	}
+	for (i = 0; i < n; i++) {
+		uint64_t w = atomic_load(&seg->nodes[nodes[i]].word);
+		struct seg_session *s = seg_session_at(seg, NODE_SESSION(w));
+		uint32_t x;
+
+		if (NODE_STATE(w) != NODE_HOLDING || !s)
+			continue;
+		hex_encode(s->id, sizeof(s->id), id);
+		blog(LOG_NOTICE, "operator released %.*s from session %s (%s, pid %d)",
+		     (int)k->key_len, k->key, id, s->name, s->pid);
+		x = key_release_hold_locked(seg, k, nodes[i], REL_LOST);
+		if (x != IDX_NONE && nwake < 128)
+			wake[nwake++] = x;
+	}
+	if (k->delay_until_ns > mono_ns())
+		broker_schedule(b, k->delay_until_ns, TIMER_DELAY, seg_key_index(seg, k), 0);
+	key_unlock(k);
+	for (i = 0; i < nwake; i++)
+		waiter_wake(seg, wake[i]);
+	return n ? 0 : -LOCAL_ENOTHELD;
+}
+
 void session_died(struct broker *b, uint32_t slot)
 {
 	struct pollfd p = { .events = POLLIN };

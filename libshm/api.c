@@ -7,7 +7,7 @@
 #include "clock.h"
 
 /* Common entry checks: the session is ours and the key is well-formed. */
-static int enter(local_session *s, const char *key, size_t *len)
+int api_enter(local_session *s, const char *key, size_t *len)
 {
 	int err = session_usable(s);
 
@@ -20,8 +20,8 @@ static int enter(local_session *s, const char *key, size_t *len)
 }
 
 /* A queued request was granted: attach the value it asked for. */
-static int set_value_after_grant(local_session *s, const char *key, size_t len,
-				 const struct acquire_req *req)
+int api_set_value_after_grant(local_session *s, const char *key, size_t len,
+			      const struct acquire_req *req)
 {
 	struct seg_key *k;
 	int err = keytab_find(s->seg, key, len, false, &k);
@@ -38,8 +38,8 @@ static int set_value_after_grant(local_session *s, const char *key, size_t len,
 	return err;
 }
 
-static int acquire(local_session *s, const char *key, const struct acquire_req *req,
-		   int64_t timeout_ms, uint64_t *token)
+int api_acquire(local_session *s, const char *key, const struct acquire_req *req,
+		int64_t timeout_ms, uint64_t *token)
 {
 	uint64_t deadline = timeout_ms > 0 ? deadline_after_ms(timeout_ms) : 0;
 	uint32_t waiter = IDX_NONE, key_idx;
@@ -48,7 +48,7 @@ static int acquire(local_session *s, const char *key, const struct acquire_req *
 	size_t len;
 	int err;
 
-	err = enter(s, key, &len);
+	err = api_enter(s, key, &len);
 	if (err)
 		return err;
 	err = fast_acquire(s->seg, key, len, key_hash(key, len), req, &tok, &s->hints);
@@ -63,7 +63,7 @@ static int acquire(local_session *s, const char *key, const struct acquire_req *
 	if (err == 1) {
 		err = waiter_wait(s->seg, waiter, key_idx, s->who, deadline, &tok);
 		if (!err && req->value)
-			err = set_value_after_grant(s, key, len, req);
+			err = api_set_value_after_grant(s, key, len, req);
 	}
 out:
 	if (!err && token)
@@ -89,7 +89,7 @@ int local_lock(local_session *s, const char *key, const struct local_acquire_opt
 	}
 	req.who = s->who;
 	req.try_only = timeout_ms == 0;
-	return acquire(s, key, &req, timeout_ms, token);
+	return api_acquire(s, key, &req, timeout_ms, token);
 }
 
 int local_release(local_session *s, const char *key)
@@ -99,7 +99,7 @@ int local_release(local_session *s, const char *key)
 	size_t len;
 	int err;
 
-	err = enter(s, key, &len);
+	err = api_enter(s, key, &len);
 	if (err)
 		return err;
 	if (fast_release(s->seg, key, len, key_hash(key, len), s->who) == 0)
@@ -110,7 +110,7 @@ int local_release(local_session *s, const char *key)
 	h = key_find_hold_locked(s->seg, k, s->who);
 	if (h == IDX_NONE) {
 		key_unlock(k);
-		return session_is(s->seg, s->who) ? -LOCAL_ENOTHELD : -LOCAL_ESESSION;
+		return api_not_held(s, seg_key_index(s->seg, k));
 	}
 	wake = key_release_hold_locked(s->seg, k, h, REL_VOLUNTARY);
 	key_unlock(k);
@@ -131,16 +131,41 @@ static void describe_holder(const struct segment *seg, uint32_t slot, struct loc
 	out->holder_pid = ss->pid;
 }
 
+void api_fill_info_locked(struct segment *seg, struct seg_key *k, struct local_key_info *out)
+{
+	uint64_t vw, now;
+
+	memset(out, 0, offsetof(struct local_key_info, value));
+	out->kind = (int)k->kind;
+	out->limit = k->limit;
+	out->holders = k->holders;
+	out->waiters = k->waiters;
+	out->lock_index = atomic_load(&k->lock_index);
+	out->modify_index = atomic_load(&k->modify_index);
+	now = mono_ns();
+	if (k->delay_until_ns > now)
+		out->lock_delay_remaining_ms = (k->delay_until_ns - now + 999999) / 1000000;
+	if (k->h_head < seg->nnodes) {
+		const struct seg_node *h = &seg->nodes[k->h_head];
+
+		out->token = h->token;
+		describe_holder(seg, NODE_SESSION(atomic_load(&h->word)), out);
+	}
+	vw = atomic_load(&k->value_word);
+	out->value_len = VALUE_LEN(vw);
+	memcpy(out->value, seg_value_buf(seg, seg_key_index(seg, k), VALUE_SEL(vw)),
+	       out->value_len);
+}
+
 int local_info(local_session *s, const char *key, struct local_key_info *out)
 {
 	struct seg_key *k;
-	uint64_t vw, now;
 	size_t len;
 	int err;
 
 	if (!out)
 		return -EINVAL;
-	err = enter(s, key, &len);
+	err = api_enter(s, key, &len);
 	if (err)
 		return err;
 	memset(out, 0, offsetof(struct local_key_info, value));
@@ -151,25 +176,7 @@ int local_info(local_session *s, const char *key, struct local_key_info *out)
 		return 0;
 	if (err)
 		return err;
-	out->kind = (int)k->kind;
-	out->limit = k->limit;
-	out->holders = k->holders;
-	out->waiters = k->waiters;
-	out->lock_index = k->lock_index;
-	out->modify_index = atomic_load(&k->modify_index);
-	now = mono_ns();
-	if (k->delay_until_ns > now)
-		out->lock_delay_remaining_ms = (k->delay_until_ns - now + 999999) / 1000000;
-	if (k->h_head < s->seg->nnodes) {
-		const struct seg_node *h = &s->seg->nodes[k->h_head];
-
-		out->token = h->token;
-		describe_holder(s->seg, NODE_SESSION(atomic_load(&h->word)), out);
-	}
-	vw = atomic_load(&k->value_word);
-	out->value_len = VALUE_LEN(vw);
-	memcpy(out->value, seg_value_buf(s->seg, seg_key_index(s->seg, k), VALUE_SEL(vw)),
-	       out->value_len);
+	api_fill_info_locked(s->seg, k, out);
 	key_unlock(k);
 	return 0;
 }

@@ -237,6 +237,7 @@ static int build_open(const struct local_session_opts *o, struct proto_open *req
 }
 
 static int send_close(const local_session *s);
+static void session_free(local_session *s);
 
 int local_session_open(const struct local_session_opts *opts, local_session **out)
 {
@@ -259,6 +260,7 @@ int local_session_open(const struct local_session_opts *opts, local_session **ou
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
+	pthread_mutex_init(&s->pending_lock, NULL);
 	if (opts->socket_path) {
 		if (strlen(opts->socket_path) >= sizeof(s->socket_path)) {
 			err = -ENAMETOOLONG;
@@ -302,8 +304,21 @@ int local_session_open(const struct local_session_opts *opts, local_session **ou
 	*out = s;
 	return 0;
 fail:
-	free(s);
+	session_free(s);
 	return err;
+}
+
+static void session_free(local_session *s)
+{
+	struct pending *p;
+
+	while ((p = s->pending)) {
+		s->pending = p->next;
+		free(p->value);
+		free(p);
+	}
+	pthread_mutex_destroy(&s->pending_lock);
+	free(s);
 }
 
 static int send_close(const local_session *s)
@@ -328,12 +343,12 @@ int local_session_close(local_session *s)
 	err = session_usable(s);
 	if (err == -LOCAL_EFORKED) {
 		/* The parent still owns the session: free only our copy. */
-		free(s);
+		session_free(s);
 		return -LOCAL_EFORKED;
 	}
 	err = send_close(s);
 	mapping_put(s->map);
-	free(s);
+	session_free(s);
 	return err;
 }
 

@@ -3,6 +3,7 @@
 #ifndef SHMLOCK_CLIENT_H
 #define SHMLOCK_CLIENT_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <sys/types.h>
 
@@ -20,6 +21,16 @@ struct mapping {
 	struct segment seg;
 };
 
+/* A request queued by local_enqueue() and not yet waited for. */
+struct pending {
+	struct pending *next;
+	uint32_t node, key_idx;
+	size_t len;
+	char key[LOCAL_KEY_MAX + 1];
+	size_t value_len;
+	char *value; /* copied: the caller's buffer may be gone by the wait */
+};
+
 struct local_session {
 	struct mapping *map;
 	struct segment *seg;
@@ -29,6 +40,8 @@ struct local_session {
 	char socket_path[108];
 	uint64_t fork_gen;
 	struct node_hints hints;
+	pthread_mutex_t pending_lock;
+	struct pending *pending;
 };
 
 /* 0 when @s may be used by this process: -EINVAL, -LOCAL_EFORKED otherwise. */
@@ -41,6 +54,17 @@ int session_usable(const local_session *s);
  * -LOCAL_EDENIED, -LOCAL_EVERSION, -LOCAL_EPROTO.
  */
 int broker_call(const char *path, const void *req, size_t len, struct proto_reply *rep, int *fd);
+
+/* api.c: shared by the public calls in api_*.c. */
+int api_enter(local_session *s, const char *key, size_t *len);
+int api_acquire(local_session *s, const char *key, const struct acquire_req *req,
+		int64_t timeout_ms, uint64_t *token);
+int api_set_value_after_grant(local_session *s, const char *key, size_t len,
+			      const struct acquire_req *req);
+/* Why @s does not hold key @key_idx: -LOCAL_EEXPIRED (a lease ran out; the
+ * record is consumed), -LOCAL_ESESSION or -LOCAL_ENOTHELD. */
+int api_not_held(local_session *s, uint32_t key_idx);
+void api_fill_info_locked(struct segment *seg, struct seg_key *k, struct local_key_info *out);
 
 void hex_encode(const uint8_t *in, size_t n, char *out);
 int hex_decode(const char *in, uint8_t *out, size_t n);

@@ -86,7 +86,8 @@ int fast_acquire(struct segment *seg, const char *key, size_t len, uint32_t hash
 	n = &seg->nodes[node];
 	n->session_gen = req->who.gen;
 	n->token = draw_token(seg);
-	n->lease_until_ns = req->lease_ms ? mono_ns() + (uint64_t)req->lease_ms * 1000000ull : 0;
+	n->lease_until_ns = lease_deadline(req->lease_ms);
+	n->lease_ms = req->lease_ms;
 	n->hold = n->prev = n->next = IDX_NONE;
 	held = NODE_PACK(NODE_HOLDING, req->who.slot, idx);
 	atomic_store_explicit(&n->word, held, memory_order_release);
@@ -103,6 +104,8 @@ int fast_acquire(struct segment *seg, const char *key, size_t len, uint32_t hash
 	CRASH_POINT(FAST_ACQ_PUBLISHED);
 	atomic_fetch_add_explicit(&k->lock_index, 1, memory_order_relaxed);
 	key_touch_locked(k); /* safe unlocked: an atomic add and a wake */
+	if (req->lease_ms)
+		lease_note(seg, node);
 	*token = n->token;
 	return 0;
 }

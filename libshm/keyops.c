@@ -58,11 +58,6 @@ void key_set_value_locked(struct segment *seg, struct seg_key *k, const void *v,
 	atomic_store(&k->value_word, VALUE_PACK(sel, (uint32_t)len));
 }
 
-static uint64_t lease_deadline(uint32_t lease_ms)
-{
-	return lease_ms ? mono_ns() + (uint64_t)lease_ms * 1000000ull : 0;
-}
-
 /* Lock-delay over? Clears the deadline once passed, so the fast path reads
  * the clock only while a delay is pending. */
 static bool delay_over_locked(struct seg_key *k)
@@ -111,6 +106,7 @@ static int grant_uncontended_locked(struct segment *seg, struct seg_key *k, cons
 	node->session_gen = req->who.gen;
 	node->token = draw_token(seg);
 	node->lease_until_ns = lease_deadline(req->lease_ms);
+	node->lease_ms = req->lease_ms;
 	node->hold = IDX_NONE;
 	node->prev = IDX_NONE;
 	node->next = k->h_head;
@@ -125,6 +121,8 @@ static int grant_uncontended_locked(struct segment *seg, struct seg_key *k, cons
 		key_set_value_locked(seg, k, req->value, req->value_len);
 	key_touch_locked(k);
 	CRASH_POINT(GRANT_DONE);
+	if (req->lease_ms)
+		lease_note(seg, n);
 	*token = node->token;
 	return 0;
 }
@@ -221,6 +219,7 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	hn->token = token;
 	hn->session_gen = wn->session_gen;
 	hn->lease_until_ns = lease_deadline(wn->lease_ms);
+	hn->lease_ms = wn->lease_ms;
 	node_set(&hn->word, NODE_PACK(NODE_HOLDING, NODE_SESSION(ww), key));
 	key_publish_holder_locked(k, h);
 	CRASH_POINT(HANDOFF_TRANSFERRED);
@@ -233,6 +232,8 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	k->token = token;
 	key_touch_locked(k);
 	atomic_fetch_add_explicit(&seg->hdr->stats.handoffs, 1, memory_order_relaxed);
+	if (hn->lease_ms)
+		lease_note(seg, h);
 }
 
 static void apply_loss_locked(struct segment *seg, struct seg_key *k, uint32_t slot, unsigned how)

@@ -147,6 +147,11 @@ void key_touch_locked(struct seg_key *k);
 
 uint64_t draw_token(struct segment *seg);
 
+/* lease.c: now + @lease_ms (0: no lease), and telling the broker about a
+ * new or earlier deadline of hold node @node. */
+uint64_t lease_deadline(uint32_t lease_ms);
+void lease_note(struct segment *seg, uint32_t node);
+
 /* ---- lock-free fast path (fastpath.c) ---------------------------------- */
 
 #define FAST_MISS 1 /* not for the fast path: take the mutex path */

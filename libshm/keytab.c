@@ -272,6 +272,8 @@ uint32_t keytab_reclaim_idle(struct segment *seg, uint64_t idle_ns, uint32_t max
 				k->idle_since_ns = now;
 			if (now - k->idle_since_ns >= idle_ns) {
 				index_remove_locked(seg, i);
+				atomic_fetch_add(&seg->hdr->stats.reclaimed_grants,
+						 atomic_load(&k->lock_index));
 				atomic_store(&k->state, KEY_FREE);
 				freed++;
 			}

@@ -47,6 +47,14 @@ int proto_decode_request(const void *buf, size_t len, union proto_request *out)
 		    (out->open.flags & ~(uint32_t)LOCAL_SESSION_NO_PROCESS_CHECK))
 			return -LOCAL_EPROTO;
 		return type;
+	case MSG_FORCE_RELEASE:
+		if (len != sizeof(out->force))
+			return -LOCAL_EPROTO;
+		memcpy(&out->force, buf, len);
+		if (out->force.key_len < 1 || out->force.key_len > LOCAL_KEY_MAX ||
+		    memchr(out->force.key, '\0', out->force.key_len) || out->force.all > 1)
+			return -LOCAL_EPROTO;
+		return type;
 	case MSG_CLOSE:
 	case MSG_DESTROY:
 		if (len != sizeof(out->sid))

@@ -21,6 +21,7 @@ enum proto_type {
 	MSG_OPEN = 1,	 /* open a session; reply carries the segment fd */
 	MSG_CLOSE = 2,	 /* close a session by id (the id is the secret) */
 	MSG_DESTROY = 3, /* operator: invalidate any session by id */
+	MSG_FORCE_RELEASE = 4, /* operator: release a key from a holder, or all */
 	MSG_REPLY = 100,
 };
 
@@ -56,10 +57,19 @@ struct proto_reply {
 	uint8_t id[16];
 };
 
+struct proto_force_release {
+	struct proto_hdr hdr;
+	uint8_t holder[16]; /* the holder's session id */
+	uint32_t all;	    /* 1: every holder (holder ignored) */
+	uint32_t key_len;
+	char key[LOCAL_KEY_MAX + 1];
+};
+
 union proto_request {
 	struct proto_hdr hdr;
 	struct proto_open open;
 	struct proto_session_id sid;
+	struct proto_force_release force;
 };
 
 #define PROTO_MAX_MSG sizeof(union proto_request)

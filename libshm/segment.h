@@ -6,6 +6,7 @@
  *
  *   header | sessions[max_sessions] | keys[max_keys] | index[index_size]
  *          | nodes[max_holds + max_waiters] | values[max_keys][2][max_value]
+ *          | lease_bits[(nodes + 63) / 64]
  *
  * Nodes [0, max_holds) are hold nodes, [max_holds, max_holds+max_waiters)
  * waiter nodes, so the two capacities are exact and fail with distinct errors.
@@ -28,6 +29,7 @@
 #define SEG_ABI 1u
 
 #define SEG_NAME_MAX 64 /* session name, including the NUL */
+#define SESS_EXPIRED_SLOTS 8
 
 /* ---- sessions --------------------------------------------------------- */
 
@@ -58,6 +60,15 @@ struct seg_session {
 	uint32_t behavior;
 	uint32_t flags;
 	uint32_t closing_lost; /* CLOSING: apply lock-delay (not a voluntary close) */
+	/* Holds the broker ended at lease expiry, so that the holder's next
+	 * renew, release or check says "expired" rather than "not held".
+	 * Written by the broker (key last), cleared by the client. */
+	_Atomic uint32_t expired_next;
+	struct {
+		_Atomic uint32_t key; /* key index + 1; 0: empty */
+		uint32_t pad;
+		uint64_t token;
+	} expired[SESS_EXPIRED_SLOTS];
 } __attribute__((aligned(64)));
 
 /* ---- nodes ------------------------------------------------------------ */
@@ -176,6 +187,8 @@ struct seg_stats {
 	_Atomic uint64_t sessions_opened;
 	_Atomic uint64_t sessions_closed;
 	_Atomic uint64_t quarantined;
+	_Atomic uint64_t lease_expiries;
+	_Atomic uint64_t reclaimed_grants; /* lock_index of keys reclaimed */
 };
 
 struct seg_header {
@@ -186,11 +199,13 @@ struct seg_header {
 	struct seg_caps caps;
 	uint32_t index_size; /* power of two */
 	uint32_t session_size, key_size, node_size;
-	uint64_t off_sessions, off_keys, off_index, off_nodes, off_values;
+	uint64_t off_sessions, off_keys, off_index, off_nodes, off_values, off_lease_bits;
 	uint64_t created_realtime_ns;
 	_Atomic uint64_t token_counter; /* the last token drawn */
 	_Atomic uint32_t broker_pid;
+	_Atomic uint64_t broker_started_ns; /* CLOCK_MONOTONIC */
 	_Atomic uint32_t broker_doorbell; /* futex: clients ring the broker */
+	_Atomic uint32_t broker_listening; /* the broker sleeps on the doorbell */
 	pthread_mutex_t table_mutex;	  /* robust: key creation and reclaim */
 	uint32_t index_tombs;		  /* under table_mutex */
 	uint32_t key_hint;		  /* under table_mutex: where to look for a free key */
@@ -209,6 +224,9 @@ struct segment {
 	_Atomic uint32_t *index; /* key idx + 1; 0 empty; INDEX_TOMB deleted */
 	struct seg_node *nodes;
 	char *values;
+	/* One bit per node: "this hold has a new or earlier lease deadline";
+	 * the broker drains it when the doorbell rings. */
+	_Atomic uint64_t *lease_bits;
 };
 
 #define INDEX_TOMB UINT32_MAX

@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Lease expiry. Clients mark a hold node in the lease bitmap and ring the
+ * segment's doorbell (lease_note()); a small thread sleeps on that futex and
+ * turns each ring into an eventfd event for the loop, which drains the
+ * bitmap into the timer heap. When a deadline comes, the hold is re-checked
+ * under its key mutex: renewed holds are re-armed, expired ones released with
+ * lock-delay. Cost grows with the leases that fall due, not with the holds.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "broker.h"
+#include "clock.h"
+#include "futex.h"
+
+static void *doorbell_thread(void *arg)
+{
+	struct broker *b = arg;
+	struct seg_header *h = b->seg.hdr;
+	uint64_t one = 1;
+
+	while (!atomic_load(&b->leases_stop)) {
+		uint32_t v = atomic_load(&h->broker_doorbell);
+
+		atomic_store(&h->broker_listening, 1);
+		if (atomic_load(&h->broker_doorbell) == v && !atomic_load(&b->leases_stop))
+			futex_wait_until(&h->broker_doorbell, v, 0);
+		atomic_store(&h->broker_listening, 0);
+		if (write(b->lease_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			break;
+	}
+	return NULL;
+}
+
+static void schedule_node(struct broker *b, uint32_t i)
+{
+	uint64_t until = b->seg.nodes[i].lease_until_ns;
+
+	if (until)
+		broker_schedule(b, until, TIMER_LEASE, i, 0);
+}
+
+/* After a restart: every leased hold recorded in the segment. */
+static void rescan(struct broker *b)
+{
+	uint32_t i;
+
+	for (i = 0; i < b->seg.nnodes; i++)
+		if (NODE_STATE(atomic_load(&b->seg.nodes[i].word)) == NODE_HOLDING)
+			schedule_node(b, i);
+}
+
+int leases_start(struct broker *b)
+{
+	int err;
+
+	b->lease_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (b->lease_efd < 0)
+		return -errno;
+	err = loop_watch_fd(b, b->lease_efd, TAG_LEASE);
+	if (err)
+		return err;
+	rescan(b);
+	err = pthread_create(&b->lease_thread, NULL, doorbell_thread, b);
+	if (err)
+		return -err;
+	b->lease_thread_running = true;
+	return 0;
+}
+
+void leases_stop(struct broker *b)
+{
+	if (b->lease_thread_running) {
+		atomic_store(&b->leases_stop, true);
+		atomic_fetch_add(&b->seg.hdr->broker_doorbell, 1);
+		futex_wake(&b->seg.hdr->broker_doorbell, INT32_MAX);
+		pthread_join(b->lease_thread, NULL);
+		b->lease_thread_running = false;
+	}
+	if (b->lease_efd >= 0)
+		close(b->lease_efd);
+	b->lease_efd = -1;
+}
+
+void leases_drain(struct broker *b)
+{
+	uint32_t words = (b->seg.nnodes + 63) / 64, w;
+	uint64_t count;
+
+	if (read(b->lease_efd, &count, sizeof(count)) < 0 && errno != EAGAIN)
+		blog(LOG_WARNING, "lease eventfd: %s", strerror(errno));
+	for (w = 0; w < words; w++) {
+		uint64_t bits = atomic_exchange(&b->seg.lease_bits[w], 0);
+
+		while (bits) {
+			uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
+
+			bits &= bits - 1;
+			if (i < b->seg.nnodes)
+				schedule_node(b, i);
+		}
+	}
+}
+
+/* Remember, in the holder's session slot, that this hold expired. */
+static void record_expiry(struct segment *seg, uint32_t slot, uint32_t key, uint64_t token)
+{
+	struct seg_session *s = seg_session_at(seg, slot);
+	uint32_t i;
+
+	if (!s)
+		return;
+	i = atomic_fetch_add(&s->expired_next, 1) % SESS_EXPIRED_SLOTS;
+	s->expired[i].token = token;
+	atomic_store(&s->expired[i].key, key + 1);
+}
+
+void lease_due(struct broker *b, uint32_t i)
+{
+	struct segment *seg = &b->seg;
+	struct seg_node *n = seg_node_at(seg, i);
+	uint64_t w, now = mono_ns();
+	uint32_t wake = IDX_NONE, more[64], nmore = 0, j;
+	struct seg_key *k;
+	char id[33];
+
+	if (!n)
+		return;
+	w = atomic_load(&n->word);
+	if (NODE_STATE(w) != NODE_HOLDING || !(k = seg_key_at(seg, NODE_KEY(w))))
+		return;
+	if (key_lock(seg, k))
+		return;
+	w = atomic_load(&n->word);
+	if (NODE_STATE(w) != NODE_HOLDING || NODE_KEY(w) != seg_key_index(seg, k) ||
+	    !n->lease_until_ns || key_find_hold_locked(seg, k, (struct owner){ NODE_SESSION(w),
+									    n->session_gen }) == IDX_NONE) {
+		key_unlock(k); /* released, or not a hold any more */
+		return;
+	}
+	if (n->lease_until_ns > now) {
+		broker_schedule(b, n->lease_until_ns, TIMER_LEASE, i, 0); /* renewed */
+		key_unlock(k);
+		return;
+	}
+	record_expiry(seg, NODE_SESSION(w), seg_key_index(seg, k), n->token);
+	hex_encode(seg->sessions[NODE_SESSION(w) % seg->caps.max_sessions].id, 16, id);
+	blog(LOG_NOTICE, "lease of %.*s held by session %s expired; released", (int)k->key_len,
+	     k->key, id);
+	wake = key_release_hold_locked(seg, k, i, REL_LOST);
+	nmore = key_grant_pending_locked(seg, k, more, 64);
+	if (k->delay_until_ns > now)
+		broker_schedule(b, k->delay_until_ns, TIMER_DELAY, seg_key_index(seg, k), 0);
+	atomic_fetch_add(&seg->hdr->stats.lease_expiries, 1);
+	key_unlock(k);
+	if (wake != IDX_NONE)
+		waiter_wake(seg, wake);
+	for (j = 0; j < nmore; j++)
+		waiter_wake(seg, more[j]);
+}

@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: MIT
+/* Inspection (holders, keys, sessions, stats) and operator actions. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "clock.h"
+
+static uint64_t ms_left(uint64_t until, uint64_t now)
+{
+	return until > now ? (until - now + 999999) / 1000000 : 0;
+}
+
+static void session_label(const struct segment *seg, uint32_t slot, char *id, char *name,
+			  int32_t *pid)
+{
+	const struct seg_session *ss = seg_session_at(seg, slot);
+
+	if (!ss)
+		return;
+	hex_encode(ss->id, sizeof(ss->id), id);
+	memcpy(name, ss->name, 64);
+	name[63] = '\0';
+	*pid = ss->pid;
+}
+
+int local_holders(local_session *s, const char *key,
+		  int (*cb)(const struct local_holder *h, void *arg), void *arg)
+{
+	struct local_holder *v = NULL;
+	uint32_t i, n = 0, steps = 0;
+	struct seg_key *k;
+	uint64_t now;
+	size_t len;
+	int err;
+
+	if (!cb)
+		return -EINVAL;
+	err = api_enter(s, key, &len);
+	if (err)
+		return err;
+	err = keytab_find(s->seg, key, len, false, &k);
+	if (err)
+		return err == -ENOENT ? 0 : err;
+	v = calloc(k->holders ? k->holders : 1, sizeof(*v));
+	if (!v) {
+		key_unlock(k);
+		return -ENOMEM;
+	}
+	now = mono_ns();
+	for (i = k->h_head; i < s->seg->nnodes && n < k->holders && steps++ < s->seg->nnodes;
+	     i = s->seg->nodes[i].next) {
+		const struct seg_node *node = &s->seg->nodes[i];
+
+		session_label(s->seg, NODE_SESSION(atomic_load(&node->word)), v[n].session,
+			      v[n].name, &v[n].pid);
+		v[n].token = node->token;
+		v[n].lease_remaining_ms = node->lease_until_ns ? ms_left(node->lease_until_ns, now)
+							       : 0;
+		n++;
+	}
+	key_unlock(k);
+	/* Callbacks outside the mutex: they may call back into liblocal. */
+	err = 0;
+	for (i = 0; i < n && !err; i++)
+		err = cb(&v[i], arg);
+	free(v);
+	return err;
+}
+
+int local_keys(local_session *s, const char *prefix,
+	       int (*cb)(const char *key, const struct local_key_info *ki, void *arg), void *arg)
+{
+	size_t plen = prefix ? strnlen(prefix, LOCAL_KEY_MAX + 1) : 0;
+	struct local_key_info *info;
+	char name[LOCAL_KEY_MAX + 1];
+	uint32_t i;
+	int err;
+
+	if (!cb)
+		return -EINVAL;
+	err = session_usable(s);
+	if (err)
+		return err;
+	info = malloc(sizeof(*info));
+	if (!info)
+		return -ENOMEM;
+	for (i = 0; i < s->seg->caps.max_keys && !err; i++) {
+		struct seg_key *k = &s->seg->keys[i];
+
+		if (atomic_load(&k->state) != KEY_USED || key_lock(s->seg, k))
+			continue;
+		if (atomic_load(&k->state) != KEY_USED || k->key_len < plen ||
+		    memcmp(k->key, prefix, plen)) {
+			key_unlock(k);
+			continue;
+		}
+		api_fill_info_locked(s->seg, k, info);
+		memcpy(name, k->key, k->key_len);
+		name[k->key_len] = '\0';
+		key_unlock(k);
+		err = cb(name, info, arg);
+	}
+	free(info);
+	return err;
+}
+
+int local_sessions(local_session *s, int (*cb)(const struct local_session_info *si, void *arg),
+		   void *arg)
+{
+	struct segment *seg;
+	uint32_t (*counts)[2], i;
+	uint64_t now = mono_ns();
+	int err;
+
+	if (!cb)
+		return -EINVAL;
+	err = session_usable(s);
+	if (err)
+		return err;
+	seg = s->seg;
+	counts = calloc(seg->caps.max_sessions, sizeof(*counts));
+	if (!counts)
+		return -ENOMEM;
+	for (i = 0; i < seg->nnodes; i++) {
+		uint64_t w = atomic_load(&seg->nodes[i].word);
+		uint32_t st = NODE_STATE(w), slot = NODE_SESSION(w);
+
+		if (slot >= seg->caps.max_sessions)
+			continue;
+		if (st == NODE_HOLDING)
+			counts[slot][0]++;
+		else if (st == NODE_WAITING)
+			counts[slot][1]++;
+	}
+	for (i = 0; i < seg->caps.max_sessions && !err; i++) {
+		const struct seg_session *ss = &seg->sessions[i];
+		struct local_session_info si;
+
+		if (SESS_STATE(atomic_load(&ss->state_gen)) != SESS_ACTIVE)
+			continue;
+		memset(&si, 0, sizeof(si));
+		session_label(seg, i, si.id, si.name, &si.pid);
+		si.uid = ss->uid;
+		si.ttl_ms = ss->ttl_ms;
+		if (ss->ttl_ms)
+			si.ttl_remaining_ms = ms_left(atomic_load(&ss->renewed_ns) +
+							      (uint64_t)ss->ttl_ms * 1000000ull,
+						      now);
+		si.lock_delay_ms = ss->lock_delay_ms;
+		si.behavior = (int)ss->behavior;
+		si.holds = counts[i][0];
+		si.waiting = counts[i][1];
+		err = cb(&si, arg);
+	}
+	free(counts);
+	return err;
+}
+
+int local_stats(local_session *s, struct local_stats *out)
+{
+	const struct seg_header *h;
+	struct segment *seg;
+	uint64_t grants = 0, started;
+	uint32_t i;
+	int err;
+
+	if (!out)
+		return -EINVAL;
+	err = session_usable(s);
+	if (err)
+		return err;
+	seg = s->seg;
+	h = seg->hdr;
+	memset(out, 0, sizeof(*out));
+	for (i = 0; i < seg->caps.max_sessions; i++)
+		if (SESS_STATE(atomic_load(&seg->sessions[i].state_gen)) == SESS_ACTIVE)
+			out->sessions++;
+	for (i = 0; i < seg->caps.max_keys; i++)
+		if (atomic_load(&seg->keys[i].state) == KEY_USED) {
+			out->keys++;
+			grants += atomic_load(&seg->keys[i].lock_index);
+		}
+	for (i = 0; i < seg->nnodes; i++) {
+		uint32_t st = NODE_STATE(atomic_load(&seg->nodes[i].word));
+
+		out->holds += st == NODE_HOLDING;
+		out->waiters += st == NODE_WAITING;
+	}
+	out->broker_pid = atomic_load(&h->broker_pid);
+	started = atomic_load(&h->broker_started_ns);
+	out->uptime_ms = started ? (mono_ns() - started) / 1000000 : 0;
+	out->max_sessions = seg->caps.max_sessions;
+	out->max_keys = seg->caps.max_keys;
+	out->max_holds = seg->caps.max_holds;
+	out->max_waiters = seg->caps.max_waiters;
+	out->max_value = seg->caps.max_value;
+	out->grants = grants + atomic_load(&h->stats.reclaimed_grants);
+	out->timeouts = atomic_load(&h->stats.timeouts);
+	out->handoffs = atomic_load(&h->stats.handoffs);
+	out->lease_expiries = atomic_load(&h->stats.lease_expiries);
+	out->ttl_expiries = atomic_load(&h->stats.ttl_expiries);
+	out->crash_cleanups = atomic_load(&h->stats.crash_cleanups);
+	out->repairs = atomic_load(&h->stats.repairs);
+	out->quarantined = atomic_load(&h->stats.quarantined);
+	out->sessions_opened = atomic_load(&h->stats.sessions_opened);
+	out->sessions_closed = atomic_load(&h->stats.sessions_closed);
+	return 0;
+}
+
+static int call(local_session *s, const void *req, size_t len)
+{
+	struct proto_reply rep;
+	int err = broker_call(s->socket_path, req, len, &rep, NULL);
+
+	return err ? err : rep.status;
+}
+
+int local_force_release(local_session *s, const char *key, const char *holder_id)
+{
+	struct proto_force_release req;
+	size_t len;
+	int err;
+
+	err = api_enter(s, key, &len);
+	if (err)
+		return err;
+	memset(&req, 0, sizeof(req));
+	proto_init_hdr(&req.hdr, MSG_FORCE_RELEASE, sizeof(req));
+	if (!holder_id)
+		req.all = 1;
+	else if (hex_decode(holder_id, req.holder, sizeof(req.holder)))
+		return -EINVAL;
+	req.key_len = (uint32_t)len;
+	memcpy(req.key, key, len);
+	return call(s, &req, sizeof(req));
+}
+
+int local_session_destroy(local_session *s, const char *session_id)
+{
+	struct proto_session_id req;
+	int err = session_usable(s);
+
+	if (err)
+		return err;
+	if (!session_id)
+		return -EINVAL;
+	memset(&req, 0, sizeof(req));
+	proto_init_hdr(&req.hdr, MSG_DESTROY, sizeof(req));
+	if (hex_decode(session_id, req.id, sizeof(req.id)))
+		return -EINVAL;
+	return call(s, &req, sizeof(req));
+}

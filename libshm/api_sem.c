@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: MIT
+/* Semaphores and two-phase acquire (enqueue, then wait). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "clock.h"
+
+static void req_from_opts(struct acquire_req *req, local_session *s, uint32_t limit,
+			  const struct local_acquire_opts *opts)
+{
+	memset(req, 0, sizeof(*req));
+	req->who = s->who;
+	req->kind = limit ? LOCAL_KIND_SEMAPHORE : LOCAL_KIND_LOCK;
+	req->limit = limit ? limit : 1;
+	if (opts) {
+		req->lease_ms = opts->lease_ms;
+		req->value = opts->value;
+		req->value_len = opts->value_len;
+	}
+}
+
+int local_sem_acquire(local_session *s, const char *key, uint32_t limit,
+		      const struct local_acquire_opts *opts, uint64_t *token)
+{
+	struct acquire_req req;
+	int64_t timeout_ms = opts ? opts->timeout_ms : -1;
+
+	if (!s || limit < 1 || (opts && opts->value_len && !opts->value))
+		return -EINVAL;
+	req_from_opts(&req, s, limit, opts);
+	req.try_only = timeout_ms == 0;
+	return api_acquire(s, key, &req, timeout_ms, token);
+}
+
+static struct pending **find_pending(local_session *s, const char *key, size_t len)
+{
+	struct pending **p;
+
+	for (p = &s->pending; *p; p = &(*p)->next)
+		if ((*p)->len == len && !memcmp((*p)->key, key, len))
+			return p;
+	return p;
+}
+
+static int remember(local_session *s, const char *key, size_t len, uint32_t node,
+		    uint32_t key_idx, const struct acquire_req *req)
+{
+	struct pending *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return -ENOMEM;
+	memcpy(p->key, key, len);
+	p->len = len;
+	p->node = node;
+	p->key_idx = key_idx;
+	if (req->value) {
+		p->value = malloc(req->value_len ? req->value_len : 1);
+		if (!p->value) {
+			free(p);
+			return -ENOMEM;
+		}
+		memcpy(p->value, req->value, req->value_len);
+		p->value_len = req->value_len;
+	}
+	pthread_mutex_lock(&s->pending_lock);
+	p->next = s->pending;
+	s->pending = p;
+	pthread_mutex_unlock(&s->pending_lock);
+	return 0;
+}
+
+int local_enqueue(local_session *s, const char *key, uint32_t limit,
+		  const struct local_acquire_opts *opts, int *granted, uint64_t *token)
+{
+	uint32_t waiter = IDX_NONE, key_idx;
+	struct acquire_req req;
+	struct seg_key *k;
+	uint64_t tok = 0;
+	size_t len;
+	int err;
+
+	if (!granted || (opts && opts->value_len && !opts->value))
+		return -EINVAL;
+	err = api_enter(s, key, &len);
+	if (err)
+		return err;
+	req_from_opts(&req, s, limit, opts);
+	pthread_mutex_lock(&s->pending_lock);
+	err = *find_pending(s, key, len) ? -LOCAL_EENQUEUED : 0;
+	pthread_mutex_unlock(&s->pending_lock);
+	if (err)
+		return err;
+	err = keytab_find(s->seg, key, len, true, &k);
+	if (err)
+		return err;
+	if (key_find_hold_locked(s->seg, k, s->who) != IDX_NONE)
+		err = -LOCAL_EENQUEUED; /* holding already: nothing to queue for */
+	else
+		err = key_acquire_locked(s->seg, k, &req, &tok, &waiter, &s->hints);
+	key_idx = seg_key_index(s->seg, k);
+	key_unlock(k);
+	if (err == -EALREADY)
+		return -LOCAL_EENQUEUED;
+	if (err < 0)
+		return err;
+	*granted = err == 0;
+	if (err == 0) {
+		if (token)
+			*token = tok;
+		return 0;
+	}
+	err = remember(s, key, len, waiter, key_idx, &req);
+	if (err)
+		return err; /* the queued request stays until the session ends */
+	return 0;
+}
+
+int local_wait(local_session *s, const char *key, int64_t timeout_ms, uint64_t *token)
+{
+	uint64_t deadline = timeout_ms >= 0 ? deadline_after_ms(timeout_ms) : 0;
+	struct acquire_req req = { .who = s ? s->who : (struct owner){ 0, 0 } };
+	struct pending **pp, *p;
+	uint64_t tok = 0;
+	size_t len;
+	int err;
+
+	err = api_enter(s, key, &len);
+	if (err)
+		return err;
+	pthread_mutex_lock(&s->pending_lock);
+	pp = find_pending(s, key, len);
+	p = *pp;
+	if (p)
+		*pp = p->next; /* one waiter per request */
+	pthread_mutex_unlock(&s->pending_lock);
+	if (!p)
+		return -LOCAL_ENOTENQUEUED;
+	err = waiter_wait(s->seg, p->node, p->key_idx, s->who, deadline, &tok);
+	if (!err && p->value) {
+		req.value = p->value;
+		req.value_len = p->value_len;
+		err = api_set_value_after_grant(s, key, len, &req);
+	}
+	free(p->value);
+	free(p);
+	if (!err && token)
+		*token = tok;
+	return err;
+}
