@@ -220,6 +220,13 @@ static uint32_t sweep_node_locked(struct broker *b, struct seg_key *k, uint32_t 
 		key_touch_locked(k);
 		wake = i; /* a thread of a closing session may sleep there */
 		break;
+	case NODE_WATCHING:
+		/* A watch of a session that ended: it must not pin the key. A
+		 * thread still in local_watch() wakes on the change and leaves. */
+		if (atomic_compare_exchange_strong(&n->word, &w, 0))
+			atomic_fetch_sub(&k->watchers, 1);
+		key_touch_locked(k);
+		break;
 	case NODE_GRANTED:
 		/* Handed a hold its process never took up: nobody acted under
 		 * it, so it goes back without lock-delay. */

@@ -5,6 +5,7 @@
 
 #include "client.h"
 #include "clock.h"
+#include "crashpoint.h"
 #include "futex.h"
 
 int api_not_held(local_session *s, uint32_t key_idx)
@@ -70,6 +71,42 @@ int local_check_token(local_session *s, const char *key, uint64_t token)
 }
 
 /*
+ * A watch is a node of its own (from the waiter table), so that the broker
+ * removes it when the watcher's session ends and repair recounts watchers:
+ * a dead watcher never pins a key. Both steps run under the key mutex.
+ */
+static int watch_begin(struct segment *seg, struct seg_key *k, local_session *s, uint32_t *node)
+{
+	uint32_t n = node_claim(seg, seg->caps.max_holds, seg->caps.max_waiters, s->who.slot,
+				seg_key_index(seg, k), &s->hints.wait);
+
+	if (n == IDX_NONE)
+		return -LOCAL_EMAXWAITERS;
+	if (!session_is(seg, s->who)) {
+		atomic_store(&seg->nodes[n].word, 0);
+		return -LOCAL_ESESSION;
+	}
+	seg->nodes[n].session_gen = s->who.gen;
+	atomic_store(&seg->nodes[n].word,
+		     NODE_PACK(NODE_WATCHING, s->who.slot, seg_key_index(seg, k)));
+	CRASH_POINT(WATCH_CLAIMED);
+	atomic_fetch_add(&k->watchers, 1);
+	*node = n;
+	return 0;
+}
+
+static void watch_end(struct segment *seg, struct seg_key *k, local_session *s, uint32_t n)
+{
+	uint64_t w = NODE_PACK(NODE_WATCHING, s->who.slot, seg_key_index(seg, k));
+
+	/* CAS: the broker may have removed it with the session. */
+	if (atomic_compare_exchange_strong(&seg->nodes[n].word, &w, 0)) {
+		CRASH_POINT(UNWATCH_FREED);
+		atomic_fetch_sub(&k->watchers, 1);
+	}
+}
+
+/*
  * Register as a watcher, then re-read the index: a change made after the
  * registration wakes us (key_touch_locked() reads the count after its add),
  * and one made before is seen by the re-read.
@@ -79,6 +116,7 @@ int local_watch(local_session *s, const char *key, uint64_t after_index, int64_t
 {
 	uint64_t deadline = timeout_ms >= 0 ? deadline_after_ms(timeout_ms) : 0, idx;
 	struct seg_key *k;
+	uint32_t node;
 	size_t len;
 	int err;
 
@@ -94,12 +132,18 @@ int local_watch(local_session *s, const char *key, uint64_t after_index, int64_t
 	err = keytab_find(s->seg, key, len, true, &k);
 	if (err)
 		return err;
-	atomic_fetch_add(&k->watchers, 1);
+	err = watch_begin(s->seg, k, s, &node);
 	key_unlock(k);
+	if (err)
+		return err;
 	for (;;) {
 		idx = atomic_load(&k->modify_index);
 		if (idx > after_index)
 			break;
+		if (!session_is(s->seg, s->who)) {
+			err = -LOCAL_ESESSION;
+			break;
+		}
 		err = futex_wait_until(key_change_futex(k), (uint32_t)idx, deadline);
 		if (err == -ETIMEDOUT || (deadline && mono_ns() >= deadline)) {
 			err = -ETIMEDOUT;
@@ -110,8 +154,8 @@ int local_watch(local_session *s, const char *key, uint64_t after_index, int64_t
 	/* Describe it while still a watcher: the entry cannot be reclaimed. */
 	if (key_lock(s->seg, k) == 0) {
 		api_fill_info_locked(s->seg, k, out);
+		watch_end(s->seg, k, s, node);
 		key_unlock(k);
 	}
-	atomic_fetch_sub(&k->watchers, 1);
 	return err;
 }

@@ -33,7 +33,9 @@
 	X(16, GRANTED_CONSUMED, "granted waiter: hold taken, waiter node not freed")         \
 	X(17, FAST_ACQ_CLAIMED, "lock-free acquire: hold node filled, fast word not set")    \
 	X(18, FAST_ACQ_PUBLISHED, "lock-free acquire: fast word set, indexes not bumped")    \
-	X(19, FAST_REL_PUBLISHED, "lock-free release: fast word cleared, node not freed")
+	X(19, FAST_REL_PUBLISHED, "lock-free release: fast word cleared, node not freed")   \
+	X(20, WATCH_CLAIMED, "watch: watch node recorded, watcher count not raised")        \
+	X(21, UNWATCH_FREED, "watch end: watch node freed, watcher count not lowered")
 
 enum crash_point {
 #define X(n, name, what) CP_##name = n,

@@ -108,7 +108,7 @@ static uint32_t published_holder(struct segment *seg, struct seg_key *k, uint32_
 int key_repair_locked(struct segment *seg, struct seg_key *k)
 {
 	uint32_t key = seg_key_index(seg, k), nw = 0, nh = 0, i, *waiting;
-	uint32_t wake[64], nwake = 0, holder;
+	uint32_t wake[64], nwake = 0, holder, watchers = 0;
 	bool is_lock = k->kind == LOCAL_KIND_LOCK;
 	uint64_t max_seq = 0;
 
@@ -158,6 +158,9 @@ int key_repair_locked(struct segment *seg, struct seg_key *k)
 			if (nwake < 64)
 				wake[nwake++] = i;
 			break;
+		case NODE_WATCHING:
+			watchers++;
+			break;
 		}
 	}
 	/* Holds in a second pass: a lock's holder may only be known once the
@@ -194,6 +197,7 @@ int key_repair_locked(struct segment *seg, struct seg_key *k)
 	free(waiting);
 	k->holders = nh;
 	k->waiters = nw;
+	atomic_store(&k->watchers, watchers);
 	if (k->next_seq <= max_seq)
 		k->next_seq = max_seq + 1;
 	if (k->kind != LOCAL_KIND_NONE)

@@ -85,6 +85,7 @@ enum seg_node_state {
 	NODE_WAITING = 2, /* queued, in the key's FIFO */
 	NODE_GRANTED = 3, /* waiter handed a hold (node->hold) not yet consumed */
 	NODE_HOLDING = 4, /* a hold, in the key's holder list */
+	NODE_WATCHING = 5, /* a local_watch() in progress: keeps the key alive */
 };
 
 #define NODE_STATE(w) ((uint32_t)((w)&0xff))
@@ -162,7 +163,7 @@ struct seg_key {
 	uint64_t delay_until_ns; /* lock-delay end, CLOCK_MONOTONIC; 0: none */
 	_Atomic uint64_t value_word;
 	uint64_t idle_since_ns;
-	_Atomic uint32_t watchers;
+	_Atomic uint32_t watchers; /* NODE_WATCHING nodes (derived) */
 	char key[LOCAL_KEY_MAX + 1];
 } __attribute__((aligned(64)));
 

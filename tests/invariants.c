@@ -33,7 +33,7 @@ unsigned used_nodes(local_session *s)
 static int check_key(struct segment *seg, uint32_t ki)
 {
 	struct seg_key *k = &seg->keys[ki];
-	uint32_t holding = 0, waiting = 0, i, n, prev;
+	uint32_t holding = 0, waiting = 0, watching = 0, i, n, prev;
 	uint64_t last_seq = 0;
 	int bad = 0, err;
 
@@ -57,6 +57,9 @@ static int check_key(struct segment *seg, uint32_t ki)
 			break;
 		case NODE_GRANTED:
 			break;
+		case NODE_WATCHING:
+			watching++;
+			break;
 		default:
 			VIOLATION("key %s: node %u in state %u under the key mutex", k->key, i,
 				  NODE_STATE(w));
@@ -70,6 +73,9 @@ static int check_key(struct segment *seg, uint32_t ki)
 	}
 	if (holding != k->holders)
 		VIOLATION("key %s: %u holding nodes, count says %u", k->key, holding, k->holders);
+	if (watching != atomic_load(&k->watchers))
+		VIOLATION("key %s: %u watch nodes, count says %u", k->key, watching,
+			  atomic_load(&k->watchers));
 	if (waiting != k->waiters)
 		VIOLATION("key %s: %u waiting nodes, count says %u", k->key, waiting, k->waiters);
 	if (k->kind != LOCAL_KIND_NONE && holding > k->limit)
