@@ -65,7 +65,8 @@ TESTS    := $(O)/tests/shmlock-tests
 DEMO     := $(O)/handover-demo
 BENCH    := $(O)/bench/shmlock-bench
 
-.PHONY: all install uninstall check test run bench clean help deps format lint
+.PHONY: all install uninstall check test run bench clean help deps format lint fuzz fuzz-short \
+	fuzz-build
 all: $(SHLIB) $(STLIB) $(O)/liblocal.pc $(BROKER) $(if $(CLI_SRC),$(CLI))
 
 # Objects depend on the flags they were built with, so changing SANITIZE or
@@ -144,6 +145,7 @@ check: deps
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 test
 	$(MAKE) O=build/asan CRASH_POINTS=1 WERROR=1 SANITIZE=address,undefined \
 		CFLAGS="-O1 -g" test
+	$(MAKE) fuzz-short
 
 run: deps
 	$(MAKE) all $(DEMO)
@@ -152,6 +154,36 @@ run: deps
 bench: deps
 	$(MAKE) all $(BENCH)
 	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) $(BENCH)
+
+# ---- fuzzing (clang libFuzzer, ASan+UBSan) --------------------------------
+
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_SECONDS ?= 300
+FUZZ_O := build/fuzz
+
+fuzz-build:
+	$(MAKE) O=$(FUZZ_O) CC=clang SANITIZE=address,undefined \
+		CFLAGS="-O1 -g -fsanitize=fuzzer-no-link" $(FUZZ_O)/liblocal.a
+	@for t in $(FUZZ_TARGETS); do \
+		echo "  FUZZ    $(FUZZ_O)/$$t"; \
+		clang -O1 -g -D_GNU_SOURCE -Iinclude -Ilibshm \
+			-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+			tests/fuzz/$$t.c $(FUZZ_O)/liblocal.a -lpthread -o $(FUZZ_O)/$$t || exit 1; \
+	done
+
+# Each target for FUZZ_SECONDS (default 5 minutes); `fuzz-short` is the
+# bounded run that `make check` does. New inputs go to a scratch corpus, the
+# committed seeds in tests/fuzz/corpus/ are only read.
+fuzz fuzz-short: fuzz-build
+	@for t in $(FUZZ_TARGETS); do \
+		c=$${t#fuzz_}; mkdir -p $(FUZZ_O)/corpus/$$c; \
+		echo "  RUN     $$t for $(if $(filter fuzz-short,$@),$(FUZZ_SHORT_SECONDS),$(FUZZ_SECONDS)) s"; \
+		$(FUZZ_O)/$$t -max_total_time=$(if $(filter fuzz-short,$@),$(FUZZ_SHORT_SECONDS),$(FUZZ_SECONDS)) \
+			-timeout=10 -print_final_stats=1 $(FUZZ_O)/corpus/$$c tests/fuzz/corpus/$$c \
+			2> $(FUZZ_O)/$$t.log || { tail -50 $(FUZZ_O)/$$t.log; exit 1; }; \
+		grep -E 'stat::number_of_executed_units|Done' $(FUZZ_O)/$$t.log | tail -2; \
+	done
+FUZZ_SHORT_SECONDS ?= 15
 
 # ---- install -------------------------------------------------------------
 

@@ -3,8 +3,9 @@
 # missing. Does nothing when everything is present; needs root otherwise.
 set -eu
 
+# clang and its runtime for the libFuzzer targets.
 PKGS="build-essential pkg-config liburcu-dev libsystemd-dev libcunit1-dev \
-libmicrohttpd-dev libjansson-dev curl jq"
+libmicrohttpd-dev libjansson-dev curl jq clang libclang-rt-14-dev"
 
 missing=""
 for p in $PKGS; do
