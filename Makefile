@@ -66,7 +66,7 @@ DEMO     := $(O)/handover-demo
 BENCH    := $(O)/bench/shmlock-bench
 
 .PHONY: all install uninstall check test run bench clean help deps format lint fuzz fuzz-short \
-	fuzz-build
+	fuzz-build header-check
 all: $(SHLIB) $(STLIB) $(O)/liblocal.pc $(BROKER) $(if $(CLI_SRC),$(CLI))
 
 # Objects depend on the flags they were built with, so changing SANITIZE or
@@ -142,6 +142,7 @@ test: $(TESTS) $(BROKER) $(if $(CLI_SRC),$(CLI))
 # The README's test command: -Werror build with crash points, then the same
 # suite under ASan+UBSan.
 check: deps
+	$(MAKE) header-check
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 test
 	$(MAKE) O=build/asan CRASH_POINTS=1 WERROR=1 SANITIZE=address,undefined \
 		CFLAGS="-O1 -g" test
@@ -154,6 +155,15 @@ run: deps
 bench: deps
 	$(MAKE) all $(BENCH)
 	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) $(BENCH)
+
+# The public header must compile on its own, as C and as C++ (liburcu does
+# the same for its headers).
+header-check:
+	@printf '#include <liblocal.h>\nint main(void) { return local_strerror(0) == 0; }\n' | \
+		$(CC) -std=c99 -Wall -Wextra -Werror -pedantic -Iinclude -x c -fsyntax-only -
+	@printf '#include <liblocal.h>\nint main() { return local_strerror(0) == nullptr; }\n' | \
+		$(CXX) -std=c++11 -Wall -Wextra -Werror -pedantic -Iinclude -x c++ -fsyntax-only -
+	@echo "  OK      include/liblocal.h compiles alone as C99 and C++11"
 
 # ---- fuzzing (clang libFuzzer, ASan+UBSan) --------------------------------
 
