@@ -22,6 +22,8 @@ enum timer_kind {
 	TIMER_SCAN = 3,	 /* periodic: repair mutexes whose owner died unseen */
 	TIMER_LEASE = 4, /* a = hold node: its lease may have run out */
 	TIMER_GC = 5,	 /* periodic: reclaim keys idle for --gc-idle */
+	TIMER_SWEEP = 6, /* a = slot, b = gen: finish a sweep a stalled key held up */
+	TIMER_NOTIFY = 16, /* a = enum notify_what: service-manager messages */
 };
 
 struct timer {
@@ -52,6 +54,7 @@ struct broker_opts {
 	bool foreground_demo;
 	bool destroy_segment_on_exit;
 	bool force_pidfd_fallback; /* tests: pretend SO_PEERPIDFD is missing */
+	bool check; /* --check: validate the segment read-only and exit */
 };
 
 struct broker {
@@ -72,6 +75,11 @@ struct broker {
 	struct bsession **by_slot; /* slot -> bsession, event loop only */
 	uint64_t started_ns;
 	bool stopping;
+	/* notify.c */
+	bool notify;	       /* $NOTIFY_SOCKET set: a service manager listens */
+	bool seg_from_store;   /* the segment fd came from systemd's fd store */
+	uint64_t watchdog_ns;  /* WATCHDOG=1 interval (half WATCHDOG_USEC); 0: off */
+	char status[128];      /* the last STATUS= sent */
 	/* leases.c */
 	int lease_efd;
 	pthread_t lease_thread;
@@ -115,6 +123,11 @@ void repair_dead_mutexes(struct broker *b);
 /* Re-adopt sessions recorded in an existing segment (broker restart). */
 void sessions_adopt(struct broker *b);
 void session_ttl_due(struct broker *b, uint32_t slot, uint32_t gen);
+void session_sweep_due(struct broker *b, uint32_t slot, uint32_t gen);
+
+/* How long the broker waits for a key mutex before it defers the work: a
+ * client stopped inside a critical section must not stall the broker. */
+#define BROKER_LOCK_MS 200
 /* Grant waiters of key @idx whose lock-delay has ended. */
 void key_delay_due(struct broker *b, uint32_t idx);
 void broker_schedule(struct broker *b, uint64_t at_ns, uint32_t kind, uint32_t a, uint32_t b2);
@@ -124,6 +137,20 @@ int leases_start(struct broker *b);
 void leases_stop(struct broker *b);
 void leases_drain(struct broker *b);
 void lease_due(struct broker *b, uint32_t node);
+
+/* notify.c: sd_notify(3) readiness, STATUS=, WATCHDOG=1 and the fd store. */
+enum notify_what { NOTIFY_STATUS = 1, NOTIFY_WATCHDOG = 2 };
+/* The fd named @name passed by the service manager (fd store), or -1. */
+int notify_stored_fd(const char *name);
+/* Store the segment fd, send READY=1 and STATUS=, start the periodic pings. */
+void notify_ready(struct broker *b);
+/* A TIMER_NOTIFY deadline passed. */
+void notify_due(struct broker *b, uint32_t what);
+/* STOPPING=1; drop the stored segment fd if the segment is being removed. */
+void notify_stopping(struct broker *b);
+
+/* check.c: shmlockd --check. Returns the exit status (0, 1 or 2). */
+int check_segment(const struct broker_opts *o);
 
 /* loop.c */
 int loop_run(struct broker *b);

@@ -134,8 +134,10 @@ void lease_due(struct broker *b, uint32_t i)
 	w = atomic_load(&n->word);
 	if (NODE_STATE(w) != NODE_HOLDING || !(k = seg_key_at(seg, NODE_KEY(w))))
 		return;
-	if (key_lock(seg, k))
+	if (key_lock_timed(seg, k, BROKER_LOCK_MS)) {
+		broker_schedule(b, now + 100000000ull, TIMER_LEASE, i, 0); /* try again */
 		return;
+	}
 	w = atomic_load(&n->word);
 	if (NODE_STATE(w) != NODE_HOLDING || NODE_KEY(w) != seg_key_index(seg, k) ||
 	    !n->lease_until_ns || key_find_hold_locked(seg, k, (struct owner){ NODE_SESSION(w),

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-/* The control socket: from systemd socket activation when present ("control"
- * or the only fd passed), else bound at --socket. */
+/* The control socket: from systemd socket activation when present ("control",
+ * or the only listening SOCK_SEQPACKET socket passed), else bound at --socket. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,24 +16,42 @@
 
 #include "broker.h"
 
+/*
+ * The passed socket named "control", else the only listening SOCK_SEQPACKET
+ * Unix socket passed: other fds may come along (the segment from the fd
+ * store, later an HTTP socket), and a socket unit without
+ * FileDescriptorName= names its fds after the unit.
+ */
 static int activated_fd(void)
 {
 	char **names = NULL;
-	int n, i, fd = -1;
+	int n, i, fd = -1, named = -1, seqpackets = 0;
 
 	n = sd_listen_fds_with_names(1, &names);
 	for (i = 0; i < n; i++) {
 		int cand = SD_LISTEN_FDS_START + i;
 
-		if (fd < 0 && sd_is_socket_unix(cand, SOCK_SEQPACKET, 1, NULL, 0) > 0 &&
-		    (n == 1 || !names || !strcmp(names[i], "control")))
+		if (sd_is_socket_unix(cand, SOCK_SEQPACKET, 1, NULL, 0) <= 0)
+			continue;
+		seqpackets++;
+		if (fd < 0)
 			fd = cand;
+		if (named < 0 && names && !strcmp(names[i], "control"))
+			named = cand;
 	}
 	if (names) {
 		for (i = 0; i < n; i++)
 			free(names[i]);
 		free(names);
 	}
+	if (named >= 0)
+		fd = named;
+	else if (seqpackets > 1)
+		fd = -1; /* several and none named: refuse to guess */
+	/* systemd-socket-activate passes a blocking socket; accepting until
+	 * EAGAIN must never block the event loop. */
+	if (fd >= 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0)
+		fd = -1;
 	return fd;
 }
 

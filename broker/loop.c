@@ -225,6 +225,10 @@ static void handle_timers(struct broker *b)
 			lease_due(b, t.a);
 		else if (t.kind == TIMER_GC)
 			periodic_gc(b);
+		else if (t.kind == TIMER_SWEEP)
+			session_sweep_due(b, t.a, t.b);
+		else if (t.kind == TIMER_NOTIFY)
+			notify_due(b, t.a);
 	}
 }
 
@@ -263,6 +267,29 @@ static int loop_setup(struct broker *b)
 	return 0;
 }
 
+/*
+ * Stopping: accept nothing more (under socket activation what waits in the
+ * backlog stays there for the next broker) but answer the requests already
+ * accepted and sent, so that no OPEN or CLOSE is dropped half-done.
+ */
+static void drain_requests(struct broker *b)
+{
+	struct epoll_event ev[64];
+	bool more = true;
+	int n, i;
+
+	loop_unwatch_fd(b, b->listen_fd);
+	while (more) {
+		more = false;
+		n = epoll_wait(b->epfd, ev, 64, 0);
+		for (i = 0; i < n; i++)
+			if (TAG_KIND(ev[i].data.u64) == TAG_CONN) {
+				handle_conn(b, (int)TAG_VALUE(ev[i].data.u64));
+				more = true;
+			}
+	}
+}
+
 int loop_run(struct broker *b)
 {
 	struct epoll_event ev[64];
@@ -278,8 +305,10 @@ int loop_run(struct broker *b)
 	err = leases_start(b);
 	if (err)
 		return err;
-	sd_notify(0, "READY=1");
-	blog(LOG_INFO, "ready on %s, segment %s", b->opts.socket_path, b->opts.shm_name);
+	notify_ready(b); /* READY=1: segment attached, sessions re-adopted */
+	blog(LOG_INFO, "ready on %s, segment %s",
+	     b->listen_owned ? b->opts.socket_path : "the socket-activated socket",
+	     b->opts.shm_name);
 	while (!b->stopping) {
 		arm_timer(b);
 		n = epoll_wait(b->epfd, ev, 64, -1);
@@ -312,7 +341,8 @@ int loop_run(struct broker *b)
 			}
 		}
 	}
-	sd_notify(0, "STOPPING=1");
+	notify_stopping(b);
+	drain_requests(b);
 	leases_stop(b);
 	return 0;
 }

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,13 +40,16 @@ static const char usage_text[] =
 	"                          when the key table is full)\n"
 	"  --log-level LEVEL       emerg..debug (default info)\n"
 	"  --destroy-segment-on-exit  unlink the segment when stopping\n"
+	"  --check                 validate the segment read-only, report what is\n"
+	"                          wrong and exit (changes nothing)\n"
 	"  -h, --help              show this help and exit\n"
 	"  -V, --version           show the version and exit\n"
 	"\n"
-	"Exit status: 0 after a clean stop, 1 on a usage, start-up or fatal error.\n";
+	"Exit status: 0 after a clean stop, 1 on a usage, start-up or fatal error.\n"
+	"With --check: 0 healthy, 1 the segment cannot be read, 2 problems found.\n";
 
 enum { OPT_SOCKET = 256, OPT_SHM, OPT_KEYS, OPT_SESSIONS, OPT_WAITERS, OPT_HOLDS, OPT_VALUE,
-       OPT_LOG, OPT_DESTROY, OPT_FALLBACK, OPT_GC };
+       OPT_LOG, OPT_DESTROY, OPT_FALLBACK, OPT_GC, OPT_CHECK };
 
 static const struct option long_opts[] = {
 	{ "socket", required_argument, NULL, OPT_SOCKET },
@@ -59,6 +63,7 @@ static const struct option long_opts[] = {
 	{ "gc-idle", required_argument, NULL, OPT_GC },
 	{ "destroy-segment-on-exit", no_argument, NULL, OPT_DESTROY },
 	{ "test-force-pidfd-fallback", no_argument, NULL, OPT_FALLBACK },
+	{ "check", no_argument, NULL, OPT_CHECK },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 },
@@ -150,6 +155,9 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 		case OPT_FALLBACK:
 			o->force_pidfd_fallback = true;
 			break;
+		case OPT_CHECK:
+			o->check = true;
+			break;
 		case 'h':
 			fputs(usage_text, stdout);
 			exit(0);
@@ -177,6 +185,7 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 int main(int argc, char **argv)
 {
 	struct broker b;
+	sigset_t sigs;
 	int err;
 
 	memset(&b, 0, sizeof(b));
@@ -187,6 +196,16 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	blog_set_level(b.opts.log_level);
+	if (b.opts.check)
+		return check_segment(&b.opts);
+	/* Before any thread exists (liburcu starts one in sessions_init()):
+	 * a thread created with these unblocked could take a SIGTERM sent
+	 * right after READY=1 and die of it instead of the loop reading it. */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	sigprocmask(SIG_BLOCK, &sigs, NULL);
 	urcu_memb_register_thread();
 	b.started_ns = mono_ns();
 	err = shm_setup(&b);

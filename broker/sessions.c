@@ -252,7 +252,8 @@ static void sweep(struct broker *b, uint32_t slot, bool lost, const char *why)
 	uint64_t sg = atomic_load(&s->state_gen);
 	struct sweep_log log = { .len = 0 };
 	char id[33];
-	uint32_t i;
+	uint32_t i, busy = 0;
+	int r;
 
 	s->closing_lost = lost;
 	atomic_store(&s->state_gen, SESS_PACK(SESS_CLOSING, SESS_GEN(sg)));
@@ -264,7 +265,12 @@ static void sweep(struct broker *b, uint32_t slot, bool lost, const char *why)
 		if (!w || NODE_SESSION(w) != slot)
 			continue;
 		k = seg_key_at(seg, NODE_KEY(w));
-		if (!k || key_lock(seg, k)) {
+		r = k ? key_lock_timed(seg, k, BROKER_LOCK_MS) : -LOCAL_ECORRUPT;
+		if (r == -ETIMEDOUT) {
+			busy++; /* someone sits in this key's mutex: come back */
+			continue;
+		}
+		if (r) {
 			/* A node pointing at no usable key: just free it. */
 			atomic_compare_exchange_strong(&seg->nodes[i].word, &w, 0);
 			continue;
@@ -284,6 +290,13 @@ static void sweep(struct broker *b, uint32_t slot, bool lost, const char *why)
 			waiter_wake(seg, wake[j]);
 	}
 	hex_encode(s->id, sizeof(s->id), id);
+	if (busy) {
+		/* Stay CLOSING (no new nodes can appear) and retry the rest. */
+		blog(LOG_WARNING, "session %s: %u key(s) locked by a stalled process; retrying",
+		     id, busy);
+		broker_schedule(b, mono_ns() + 1000000000ull, TIMER_SWEEP, slot, SESS_GEN(sg));
+		return;
+	}
 	if (log.count)
 		blog(lost ? LOG_NOTICE : LOG_DEBUG, "session %s (%s, pid %d) %s; released %u: %s",
 		     id, s->name, s->pid, why, log.count, log.keys);
@@ -293,6 +306,14 @@ static void sweep(struct broker *b, uint32_t slot, bool lost, const char *why)
 	memset(s->id, 0, sizeof(s->id));
 	atomic_store(&s->state_gen, SESS_PACK(SESS_FREE, SESS_GEN(sg)));
 	atomic_fetch_add(&seg->hdr->stats.sessions_closed, 1);
+}
+
+void session_sweep_due(struct broker *b, uint32_t slot, uint32_t gen)
+{
+	struct seg_session *s = seg_session_at(&b->seg, slot);
+
+	if (s && atomic_load(&s->state_gen) == SESS_PACK(SESS_CLOSING, gen))
+		sweep(b, slot, s->closing_lost, "cleaned up after a stalled key was freed");
 }
 
 static void end_session(struct broker *b, uint32_t slot, bool lost, const char *why)
@@ -410,8 +431,12 @@ void key_delay_due(struct broker *b, uint32_t idx)
 	struct seg_key *k = seg_key_at(&b->seg, idx);
 	uint32_t wake[64], n, i;
 
-	if (!k || atomic_load(&k->state) != KEY_USED || key_lock(&b->seg, k))
+	if (!k || atomic_load(&k->state) != KEY_USED)
 		return;
+	if (key_lock_timed(&b->seg, k, BROKER_LOCK_MS)) {
+		broker_schedule(b, mono_ns() + 100000000ull, TIMER_DELAY, idx, 0);
+		return;
+	}
 	if (k->delay_until_ns > mono_ns()) {
 		broker_schedule(b, k->delay_until_ns, TIMER_DELAY, idx, 0);
 		n = 0;

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -15,15 +16,13 @@
 
 #include "broker.h"
 
-static int attach_existing(struct broker *b)
+/* Map and validate the segment behind @fd; consumes @fd. */
+static int attach_fd(struct broker *b, int fd)
 {
 	struct stat st;
 	void *mem;
-	int fd, err;
+	int err;
 
-	fd = shm_open(b->opts.shm_name, O_RDWR | O_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
 	if (fstat(fd, &st) < 0 || st.st_size < (off_t)sizeof(struct seg_header)) {
 		close(fd);
 		return -LOCAL_ECORRUPT;
@@ -43,6 +42,42 @@ static int attach_existing(struct broker *b)
 	b->mem = mem;
 	b->mem_size = (size_t)st.st_size;
 	b->shm_fd = fd;
+	return 0;
+}
+
+static int attach_existing(struct broker *b)
+{
+	int fd = shm_open(b->opts.shm_name, O_RDWR | O_CLOEXEC, 0);
+
+	return fd < 0 ? -errno : attach_fd(b, fd);
+}
+
+/*
+ * The segment a previous broker put in systemd's fd store: preferred over the
+ * name, which an operator or a tmp cleaner may have unlinked or replaced
+ * while the holders still use the stored one.
+ */
+static int attach_stored(struct broker *b)
+{
+	struct stat st_fd, st_name;
+	int fd = notify_stored_fd("segment"), err;
+	char path[300];
+
+	if (fd < 0)
+		return -ENOENT;
+	err = attach_fd(b, fd);
+	if (err) {
+		blog(LOG_WARNING, "segment from the fd store unusable (%s); ignoring it",
+		     local_strerror(err));
+		return -ENOENT;
+	}
+	b->seg_from_store = true;
+	snprintf(path, sizeof(path), "/dev/shm%s", b->opts.shm_name);
+	if (fstat(b->shm_fd, &st_fd) == 0 &&
+	    (stat(path, &st_name) < 0 || st_name.st_ino != st_fd.st_ino ||
+	     st_name.st_dev != st_fd.st_dev))
+		blog(LOG_WARNING, "%s no longer names the segment kept in the fd store; serving "
+		     "the stored one", b->opts.shm_name);
 	return 0;
 }
 
@@ -88,11 +123,15 @@ fail:
  * One broker per segment: an flock on the shm object, held for our life. It
  * is taken on a descriptor of its own, never the one passed to clients: their
  * mappings keep that open file description (and so any lock on it) alive
- * after we die.
+ * after we die. Opened through /proc so that it is the object we mapped, even
+ * one from the fd store whose name is gone.
  */
 static int claim(struct broker *b)
 {
-	b->lock_fd = shm_open(b->opts.shm_name, O_RDONLY | O_CLOEXEC, 0);
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", b->shm_fd);
+	b->lock_fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (b->lock_fd < 0)
 		return -errno;
 	if (flock(b->lock_fd, LOCK_EX | LOCK_NB) == 0) {
@@ -106,14 +145,16 @@ static int claim(struct broker *b)
 
 int shm_setup(struct broker *b)
 {
-	int err = attach_existing(b);
+	int err = attach_stored(b);
 
+	if (err)
+		err = attach_existing(b);
 	if (!err) {
 		err = claim(b);
 		if (err)
 			return err;
-		blog(LOG_NOTICE, "attached existing segment %s (%zu bytes)", b->opts.shm_name,
-		     b->mem_size);
+		blog(LOG_NOTICE, "attached existing segment %s (%zu bytes%s)", b->opts.shm_name,
+		     b->mem_size, b->seg_from_store ? ", from the fd store" : "");
 		if (memcmp(&b->seg.caps, &b->opts.caps, sizeof(b->seg.caps)))
 			blog(LOG_WARNING, "segment %s keeps its own capacities; restart with a "
 			     "new --shm-name to change them", b->opts.shm_name);

@@ -99,6 +99,7 @@ struct local_session_opts {
 	int32_t lock_delay_ms;	 /* -1: default (15000); 0..60000 */
 	int behavior;		 /* enum local_behavior */
 	unsigned flags;		 /* enum local_session_flags */
+	int32_t broker_wait_ms;  /* no broker listening: retry this long; -1: 5000 */
 };
 
 /*
@@ -109,8 +110,10 @@ LOCAL_API void local_session_opts_init(struct local_session_opts *opts);
 
 /*
  * Open a session with the broker. Blocks for one round trip on the broker's
- * socket. On success *out holds a session to be ended with
- * local_session_close(). Errors: -LOCAL_EBROKER (nothing listening),
+ * socket; while nothing listens there (a broker restarting), retries with
+ * backoff for opts->broker_wait_ms. On success *out holds a session to be
+ * ended with local_session_close(). Errors: -LOCAL_EBROKER (nothing listening
+ * within the wait),
  * -LOCAL_EVERSION, -LOCAL_EMAXSESSIONS, -LOCAL_EDENIED, -EINVAL (bad options:
  * lock_delay_ms over 60000, unknown behavior or flags), -ENOMEM.
  */

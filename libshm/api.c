@@ -51,7 +51,7 @@ int api_acquire(local_session *s, const char *key, const struct acquire_req *req
 	err = api_enter(s, key, &len);
 	if (err)
 		return err;
-	err = fast_acquire(s->seg, key, len, key_hash(key, len), req, &tok, &s->hints);
+	err = fast_acquire(s->seg, key, len, key_hash(key, len), req, &tok, &s->hints, &key_idx);
 	if (err != FAST_MISS)
 		goto out;
 	err = keytab_find(s->seg, key, len, true, &k);
@@ -66,8 +66,11 @@ int api_acquire(local_session *s, const char *key, const struct acquire_req *req
 			err = api_set_value_after_grant(s, key, len, req);
 	}
 out:
-	if (!err && token)
-		*token = tok;
+	if (!err) {
+		api_forget_expiry(s, key_idx);
+		if (token)
+			*token = tok;
+	}
 	return err;
 }
 

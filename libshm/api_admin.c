@@ -212,7 +212,7 @@ int local_stats(local_session *s, struct local_stats *out)
 static int call(local_session *s, const void *req, size_t len)
 {
 	struct proto_reply rep;
-	int err = broker_call(s->socket_path, req, len, &rep, NULL);
+	int err = broker_call(s->socket_path, req, len, &rep, NULL, 0);
 
 	return err ? err : rep.status;
 }

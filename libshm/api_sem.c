@@ -107,6 +107,7 @@ int local_enqueue(local_session *s, const char *key, uint32_t limit,
 		return err;
 	*granted = err == 0;
 	if (err == 0) {
+		api_forget_expiry(s, key_idx);
 		if (token)
 			*token = tok;
 		return 0;
@@ -143,6 +144,8 @@ int local_wait(local_session *s, const char *key, int64_t timeout_ms, uint64_t *
 		req.value_len = p->value_len;
 		err = api_set_value_after_grant(s, key, len, &req);
 	}
+	if (!err)
+		api_forget_expiry(s, p->key_idx);
 	free(p->value);
 	free(p);
 	if (!err && token)

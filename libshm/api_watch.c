@@ -24,6 +24,21 @@ int api_not_held(local_session *s, uint32_t key_idx)
 	return -LOCAL_ENOTHELD;
 }
 
+void api_forget_expiry(local_session *s, uint32_t key_idx)
+{
+	struct seg_session *ss = &s->seg->sessions[s->who.slot];
+	uint32_t i;
+
+	/* Most sessions never had a lease expire: one load and done. */
+	if (!atomic_load_explicit(&ss->expired_next, memory_order_relaxed))
+		return;
+	for (i = 0; i < SESS_EXPIRED_SLOTS; i++) {
+		uint32_t want = key_idx + 1;
+
+		atomic_compare_exchange_strong(&ss->expired[i].key, &want, 0);
+	}
+}
+
 int local_held(local_session *s, const char *key, uint64_t *token)
 {
 	struct seg_key *k;

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client.h"
@@ -17,6 +18,12 @@
 #include "procinfo.h"
 
 #define BROKER_REPLY_TIMEOUT_S 10
+/* Waiting for a broker that is down or restarting: retry after 5 ms,
+ * doubling up to 250 ms, jittered so that the clients a restart kept
+ * waiting do not all arrive in the same instant. */
+#define BROKER_RETRY_FIRST_MS 5
+#define BROKER_RETRY_MAX_MS 250
+#define BROKER_WAIT_DEFAULT_MS 5000
 
 static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mapping *maps;
@@ -81,7 +88,48 @@ int hex_decode(const char *in, uint8_t *out, size_t n)
 	return 0;
 }
 
-int broker_call(const char *path, const void *req, size_t len, struct proto_reply *rep, int *fd)
+/*
+ * Connect to @path. While nobody listens there (no socket file: a broker
+ * that is stopped removed it; ECONNREFUSED: a stale file) nothing has been
+ * sent yet, so trying again is safe: do so with backoff until @deadline_ns
+ * (CLOCK_MONOTONIC; 0: try once). Returns the socket or a negative code.
+ */
+static int broker_connect(const struct sockaddr_un *sa, uint64_t deadline_ns)
+{
+	uint64_t delay_ms = BROKER_RETRY_FIRST_MS;
+
+	for (;;) {
+		int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), e;
+		uint64_t now, pause_ns;
+		struct timespec ts;
+
+		if (sock < 0)
+			return -LOCAL_EBROKER;
+		if (connect(sock, (const struct sockaddr *)sa, sizeof(*sa)) == 0)
+			return sock;
+		e = errno;
+		close(sock);
+		if (e == EACCES || e == EPERM)
+			return -LOCAL_EDENIED;
+		if (e != ENOENT && e != ECONNREFUSED && e != EAGAIN && e != EINTR)
+			return -LOCAL_EBROKER;
+		now = mono_ns();
+		if (now >= deadline_ns)
+			return -LOCAL_EBROKER;
+		pause_ns = delay_ms * 1000000ull * (4 + (now >> 10) % 4) / 4; /* x1..x1.75 */
+		if (pause_ns > deadline_ns - now)
+			pause_ns = deadline_ns - now;
+		ts.tv_sec = (time_t)(pause_ns / 1000000000ull);
+		ts.tv_nsec = (long)(pause_ns % 1000000000ull);
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+		if (delay_ms < BROKER_RETRY_MAX_MS)
+			delay_ms = delay_ms * 2 < BROKER_RETRY_MAX_MS ? delay_ms * 2 : BROKER_RETRY_MAX_MS;
+	}
+}
+
+int broker_call(const char *path, const void *req, size_t len, struct proto_reply *rep, int *fd,
+		uint64_t deadline_ns)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct timeval tv = { .tv_sec = BROKER_REPLY_TIMEOUT_S };
@@ -101,14 +149,10 @@ int broker_call(const char *path, const void *req, size_t len, struct proto_repl
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
 	strcpy(sa.sun_path, path);
-	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	sock = broker_connect(&sa, deadline_ns);
 	if (sock < 0)
-		return -LOCAL_EBROKER;
+		return sock;
 	setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	if (connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		err = errno == EACCES || errno == EPERM ? -LOCAL_EDENIED : -LOCAL_EBROKER;
-		goto out;
-	}
 	if (send(sock, req, len, MSG_NOSIGNAL) != (ssize_t)len) {
 		err = -LOCAL_EBROKER;
 		goto out;
@@ -210,6 +254,7 @@ void local_session_opts_init(struct local_session_opts *o)
 	memset(o, 0, sizeof(*o));
 	o->lock_delay_ms = -1;
 	o->behavior = LOCAL_BEHAVIOR_RELEASE;
+	o->broker_wait_ms = -1;
 }
 
 static int build_open(const struct local_session_opts *o, struct proto_open *req)
@@ -245,7 +290,7 @@ int local_session_open(const struct local_session_opts *opts, local_session **ou
 	struct proto_reply rep;
 	struct proto_open req;
 	local_session *s;
-	int err, fd;
+	int err, fd, wait_ms;
 
 	if (!out)
 		return -EINVAL;
@@ -272,7 +317,9 @@ int local_session_open(const struct local_session_opts *opts, local_session **ou
 		if (err)
 			goto fail;
 	}
-	err = broker_call(s->socket_path, &req, sizeof(req), &rep, &fd);
+	wait_ms = opts->broker_wait_ms < 0 ? BROKER_WAIT_DEFAULT_MS : opts->broker_wait_ms;
+	err = broker_call(s->socket_path, &req, sizeof(req), &rep, &fd,
+			  wait_ms ? mono_ns() + (uint64_t)wait_ms * 1000000ull : 0);
 	if (err)
 		goto fail;
 	if (rep.status) {
@@ -330,7 +377,7 @@ static int send_close(const local_session *s)
 	memset(&req, 0, sizeof(req));
 	proto_init_hdr(&req.hdr, MSG_CLOSE, sizeof(req));
 	memcpy(req.id, s->raw_id, sizeof(req.id));
-	err = broker_call(s->socket_path, &req, sizeof(req), &rep, NULL);
+	err = broker_call(s->socket_path, &req, sizeof(req), &rep, NULL, 0);
 	return err ? err : rep.status;
 }
 

@@ -53,7 +53,8 @@ int session_usable(const local_session *s);
  * Returns 0 (then rep->status holds the broker's verdict) or -LOCAL_EBROKER,
  * -LOCAL_EDENIED, -LOCAL_EVERSION, -LOCAL_EPROTO.
  */
-int broker_call(const char *path, const void *req, size_t len, struct proto_reply *rep, int *fd);
+int broker_call(const char *path, const void *req, size_t len, struct proto_reply *rep, int *fd,
+		uint64_t deadline_ns);
 
 /* api.c: shared by the public calls in api_*.c. */
 int api_enter(local_session *s, const char *key, size_t *len);
@@ -64,6 +65,8 @@ int api_set_value_after_grant(local_session *s, const char *key, size_t len,
 /* Why @s does not hold key @key_idx: -LOCAL_EEXPIRED (a lease ran out; the
  * record is consumed), -LOCAL_ESESSION or -LOCAL_ENOTHELD. */
 int api_not_held(local_session *s, uint32_t key_idx);
+/* A new grant of @key_idx: an older expiry of it is no longer news. */
+void api_forget_expiry(local_session *s, uint32_t key_idx);
 void api_fill_info_locked(struct segment *seg, struct seg_key *k, struct local_key_info *out);
 
 void hex_encode(const uint8_t *in, size_t n, char *out);

@@ -4,7 +4,8 @@
  * ends the process with _exit(CRASH_EXIT_CODE) when n equals the number in
  * $SHMLOCK_CRASH_AT, so tests can kill a client at each step of every
  * shared-memory mutation and check the invariants afterwards. In a release
- * build it compiles to nothing.
+ * build it compiles to nothing. $SHMLOCK_STOP_AT=n stops the process there
+ * instead (SIGSTOP), to test that others do not stall behind it.
  *
  * Every point is listed here, with where it sits; tests/it_crash_points.c walks
  * this list, so a new point fails the suite until it has a scenario.

@@ -57,7 +57,8 @@ static void free_node(struct seg_node *n, uint64_t w)
 }
 
 int fast_acquire(struct segment *seg, const char *key, size_t len, uint32_t hash,
-		 const struct acquire_req *req, uint64_t *token, struct node_hints *hints)
+		 const struct acquire_req *req, uint64_t *token, struct node_hints *hints,
+		 uint32_t *key_idx)
 {
 	struct seg_key *k;
 	struct seg_node *n;
@@ -70,6 +71,7 @@ int fast_acquire(struct segment *seg, const char *key, size_t len, uint32_t hash
 	if (!k)
 		return FAST_MISS;
 	idx = seg_key_index(seg, k);
+	*key_idx = idx;
 	if (FAST_HOLDER(f)) {
 		if (!session_is(seg, req->who))
 			return -LOCAL_ESESSION;

@@ -62,6 +62,11 @@ int keytab_find(struct segment *seg, const char *key, size_t len, bool create,
 int key_lock(struct segment *seg, struct seg_key *k);
 void key_unlock(struct seg_key *k);
 
+/* As key_lock(), giving up with -ETIMEDOUT: the broker must not stall on a
+ * client stopped (SIGSTOP) inside a critical section, or on a mutex word a
+ * rogue process scribbled over. */
+int key_lock_timed(struct segment *seg, struct seg_key *k, uint32_t timeout_ms);
+
 /* Record a lock key's holder (IDX_NONE: free) in its fast word: the commit
  * point of every holder change made under the mutex. */
 void key_publish_holder_locked(struct seg_key *k, uint32_t node);
@@ -162,7 +167,8 @@ void lease_note(struct segment *seg, uint32_t node);
  * or FAST_MISS when the mutex path must decide.
  */
 int fast_acquire(struct segment *seg, const char *key, size_t len, uint32_t hash,
-		 const struct acquire_req *req, uint64_t *token, struct node_hints *hints);
+		 const struct acquire_req *req, uint64_t *token, struct node_hints *hints,
+		 uint32_t *key_idx);
 /* Release of our hold on a lock key without its mutex: 0 or FAST_MISS. */
 int fast_release(struct segment *seg, const char *key, size_t len, uint32_t hash,
 		 struct owner who);

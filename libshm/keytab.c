@@ -115,7 +115,7 @@ static int locked(struct segment *seg, struct seg_key *k, int r)
 			return r;
 		}
 	} else if (r) {
-		return r == EBUSY ? -EBUSY : -LOCAL_ECORRUPT;
+		return r == EBUSY ? -EBUSY : r == ETIMEDOUT ? -ETIMEDOUT : -LOCAL_ECORRUPT;
 	} else {
 		enter_slow(k);
 		if (!sync_lock_holder_locked(seg, k) || !key_links_sane(seg, k)) {
@@ -134,6 +134,20 @@ static int locked(struct segment *seg, struct seg_key *k, int r)
 int key_lock(struct segment *seg, struct seg_key *k)
 {
 	return locked(seg, k, pthread_mutex_lock(&k->mutex));
+}
+
+int key_lock_timed(struct segment *seg, struct seg_key *k, uint32_t timeout_ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += timeout_ms / 1000;
+	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return locked(seg, k, pthread_mutex_clocklock(&k->mutex, CLOCK_MONOTONIC, &ts));
 }
 
 static int key_trylock(struct segment *seg, struct seg_key *k)

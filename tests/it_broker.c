@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 
 #include "broker_fixture.h"
+#include "crashpoint.h"
 #include "harness.h"
 #include "invariants.h"
 #include "proto.h"
@@ -255,3 +256,58 @@ TEST(broker, second_broker_on_the_segment_refuses_and_removes_nothing, 20)
 	CHECK_OK(local_release(s, "mine"));
 	broker_stop(&b);
 }
+
+#ifdef LOCAL_CRASH_POINTS
+/* Child: stop (SIGSTOP) inside the key mutex while queueing on the key. */
+static void stalled_locker(void *p, int in, int out)
+{
+	struct local_acquire_opts timed = { .timeout_ms = 100 };
+	const struct role *r = p;
+	local_session *s;
+	char buf[8], num[8];
+
+	snprintf(num, sizeof(num), "%d", CP_ENQ_LINKED);
+	setenv("SHMLOCK_STOP_AT", num, 1);
+	s = open_session(r->b, "stalled", 0, 0);
+	say(out, "open");
+	say(out, "done %d", local_lock(s, r->key, &timed, NULL));
+	hear(in, buf, sizeof(buf));
+}
+
+TEST(broker, a_stopped_client_in_a_critical_section_does_not_stall_the_broker, 30)
+{
+	struct broker_proc b;
+	struct role r = { &b, "stall/k" };
+	struct child st, d;
+	local_session *obs, *late;
+	siginfo_t si;
+	char line[64];
+
+	broker_start(&b, NULL);
+	obs = open_session(&b, "obs", 0, 0);
+	CHECK_OK(local_lock(obs, "stall/k", NULL, NULL));
+	/* D queues on the key, then the staller stops inside its mutex. */
+	child_spawn(&d, holder, &r);
+	child_expect(&d, "open", 5000);
+	CHECK(WAIT_FOR(key_info(obs, "stall/k").waiters == 1, 5000));
+	child_spawn(&st, stalled_locker, &r);
+	child_expect(&st, "open", 5000);
+	memset(&si, 0, sizeof(si));
+	CHECK_OK(waitid(P_PID, (id_t)st.pid, &si, WSTOPPED | WNOWAIT));
+	/* D dies: its sweep needs the stalled key and must defer, not block. */
+	child_kill(&d);
+	child_wait(&d, 5000);
+	late = open_session(&b, "late", 0, 0); /* the broker still answers */
+	CHECK_OK(local_lock(late, "stall/other", NULL, NULL));
+	CHECK_EQ(live_sessions(obs), 4); /* obs, staller, late, D still closing */
+	kill(st.pid, SIGCONT);
+	CHECK_OK(child_read(&st, line, sizeof(line), 5000));
+	CHECK(!strcmp(line, "done -110")); /* its own timed wait ran out */
+	CHECK(WAIT_SESSIONS(obs, 3, 5000)); /* the retried sweep finished */
+	CHECK_EQ(key_info(obs, "stall/k").waiters, 0);
+	CHECK_EQ(segment_violations(obs), 0);
+	child_kill(&st);
+	child_wait(&st, 5000);
+	broker_stop(&b);
+}
+#endif

@@ -1,0 +1,451 @@
+// SPDX-License-Identifier: MIT
+/*
+ * shmlockd --check: validate a segment without changing it.
+ *
+ * The segment is opened O_RDONLY and mapped PROT_READ, so nothing here can
+ * write to it even by mistake; no mutex is taken and no flock either (a
+ * broker starting meanwhile must not find the segment "in use").
+ *
+ * Findings come in two grades:
+ *   problem: an invariant the lock algorithms rely on is broken (an index
+ *            out of range, a list that does not match the node table, a
+ *            count that lies, a token above the counter). Exit status 2.
+ *   note:    work a broker does routinely and has not done yet (sessions
+ *            whose process died while no broker ran, a sweep cut short, a
+ *            mutex whose owner died, a node an interrupted operation left
+ *            claimed). The segment is healthy.
+ *
+ * While a broker runs, clients change the segment under our feet; a problem
+ * seen then may be a change in progress, so the scan is repeated (up to three
+ * times) and only a scan that still finds problems is reported.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "broker.h"
+#include "procinfo.h"
+
+struct report {
+	FILE *out;
+	unsigned problems, notes;
+};
+
+static void __attribute__((format(printf, 3, 4)))
+say(struct report *r, bool problem, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (problem)
+		r->problems++;
+	else
+		r->notes++;
+	fputs(problem ? "problem: " : "note: ", r->out);
+	va_start(ap, fmt);
+	vfprintf(r->out, fmt, ap);
+	va_end(ap);
+	fputc('\n', r->out);
+}
+
+#define PROBLEM(r, ...) say(r, true, __VA_ARGS__)
+#define NOTE(r, ...) say(r, false, __VA_ARGS__)
+
+/* A key's name for a report: printable, even when the entry is damaged. */
+static const char *key_name(const struct seg_key *k, char *buf, size_t size)
+{
+	uint32_t len = k->key_len <= LOCAL_KEY_MAX ? k->key_len : 0, i;
+	size_t n = 0;
+
+	for (i = 0; i < len && n + 1 < size; i++)
+		buf[n++] = isprint((unsigned char)k->key[i]) ? k->key[i] : '?';
+	buf[n] = '\0';
+	return buf;
+}
+
+/* glibc keeps a mutex's futex word in __data.__lock: the owner's tid, and
+ * FUTEX_OWNER_DIED once the kernel has found the owner dead. */
+enum mutex_state { MUTEX_FREE, MUTEX_HELD, MUTEX_OWNER_DIED };
+
+static enum mutex_state mutex_state(const pthread_mutex_t *m)
+{
+	unsigned v = (unsigned)__atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED);
+
+	if (v & FUTEX_OWNER_DIED)
+		return MUTEX_OWNER_DIED;
+	return v & FUTEX_TID_MASK ? MUTEX_HELD : MUTEX_FREE;
+}
+
+/* Per key, what the node table says (the truth the lists must match). */
+struct key_tally {
+	uint32_t holding, waiting;
+};
+
+static void check_sessions(const struct segment *seg, struct report *r)
+{
+	uint32_t i;
+
+	for (i = 0; i < seg->caps.max_sessions; i++) {
+		const struct seg_session *s = &seg->sessions[i];
+		uint32_t st = SESS_STATE(atomic_load(&s->state_gen));
+		uint64_t start;
+
+		if (st == SESS_FREE)
+			continue;
+		if (st != SESS_ACTIVE && st != SESS_CLOSING) {
+			PROBLEM(r, "session slot %u: unknown state %u", i, st);
+			continue;
+		}
+		if (!memchr(s->name, '\0', sizeof(s->name)) ||
+		    s->lock_delay_ms > LOCAL_LOCK_DELAY_MAX_MS ||
+		    (s->behavior != LOCAL_BEHAVIOR_RELEASE && s->behavior != LOCAL_BEHAVIOR_DELETE) ||
+		    (s->flags & ~(uint32_t)LOCAL_SESSION_NO_PROCESS_CHECK) || s->pid < 0) {
+			PROBLEM(r, "session slot %u: fields out of range", i);
+			continue;
+		}
+		if (st == SESS_CLOSING) {
+			NOTE(r, "session slot %u (%s): its sweep was cut short; the next broker "
+			     "finishes it", i, s->name);
+			continue;
+		}
+		if (s->pid && (proc_start_time(s->pid, &start) ||
+			       (s->start_time && start != s->start_time)))
+			NOTE(r, "session slot %u (%s, pid %d): its process is gone; a broker "
+			     "releases what it held", i, s->name, s->pid);
+	}
+}
+
+/* The nodes, one pass: their own sanity, and the tally per key. */
+static void check_nodes(const struct segment *seg, struct report *r, struct key_tally *t)
+{
+	uint64_t tokens = atomic_load(&seg->hdr->token_counter);
+	uint32_t i;
+
+	for (i = 0; i < seg->nnodes; i++) {
+		const struct seg_node *n = &seg->nodes[i];
+		uint64_t w = atomic_load(&n->word), sg;
+		uint32_t st = NODE_STATE(w), ki = NODE_KEY(w), si = NODE_SESSION(w), kst;
+		bool hold_node = i < seg->caps.max_holds;
+
+		if (!w)
+			continue;
+		if (st < NODE_CLAIMED || st > NODE_WATCHING) {
+			PROBLEM(r, "node %u: unknown state %u", i, st);
+			continue;
+		}
+		if (ki >= seg->caps.max_keys || si >= seg->caps.max_sessions) {
+			PROBLEM(r, "node %u: names key %u / session slot %u, out of range", i, ki, si);
+			continue;
+		}
+		if ((st == NODE_HOLDING) != hold_node && st != NODE_CLAIMED && st != NODE_WATCHING) {
+			PROBLEM(r, "node %u: state %u in the %s table", i, st,
+				hold_node ? "hold" : "waiter");
+			continue;
+		}
+		if ((st == NODE_HOLDING || st == NODE_GRANTED) && n->token > tokens)
+			PROBLEM(r, "node %u: token %llu above the counter %llu: it could be "
+				"granted twice", i, (unsigned long long)n->token,
+				(unsigned long long)tokens);
+		sg = atomic_load(&seg->sessions[si].state_gen);
+		if (st == NODE_CLAIMED) {
+			if (SESS_STATE(sg) == SESS_FREE)
+				NOTE(r, "node %u: left claimed by an operation that died; freed by "
+				     "the next repair of its key", i);
+			continue;
+		}
+		if (SESS_STATE(sg) == SESS_FREE)
+			PROBLEM(r, "node %u (state %u): belongs to session slot %u, which has "
+				"ended", i, st, si);
+		else if (SESS_STATE(sg) == SESS_ACTIVE && SESS_GEN(sg) != n->session_gen)
+			PROBLEM(r, "node %u (state %u): left by an earlier session in slot %u", i,
+				st, si);
+		kst = atomic_load(&seg->keys[ki].state);
+		if (kst == KEY_FREE)
+			PROBLEM(r, "node %u (state %u): its key entry %u is free", i, st, ki);
+		if (st == NODE_HOLDING)
+			t[ki].holding++;
+		else if (st == NODE_WAITING)
+			t[ki].waiting++;
+		else if (st == NODE_GRANTED && !seg_node_at(seg, n->hold))
+			PROBLEM(r, "node %u: granted hold %u is out of range", i, n->hold);
+	}
+}
+
+/* Walk a list from @head through next links, at most nnodes steps. */
+static void check_queue(const struct segment *seg, struct report *r, const struct seg_key *k,
+			uint32_t ki, const char *name)
+{
+	uint32_t i = k->q_head, prev = IDX_NONE, n = 0;
+	uint64_t last = 0;
+
+	while (i != IDX_NONE) {
+		const struct seg_node *nd = seg_node_at(seg, i);
+		uint64_t w = nd ? atomic_load(&nd->word) : 0;
+
+		if (!nd || NODE_STATE(w) != NODE_WAITING || NODE_KEY(w) != ki) {
+			PROBLEM(r, "key '%s': its queue reaches node %u, not one of its waiters",
+				name, i);
+			return;
+		}
+		if (nd->prev != prev)
+			PROBLEM(r, "key '%s': queue back link broken at node %u", name, i);
+		if (n && nd->seq <= last)
+			PROBLEM(r, "key '%s': queue out of arrival order at node %u", name, i);
+		if (++n > k->waiters) {
+			PROBLEM(r, "key '%s': queue longer than its count (%u), or a cycle", name,
+				k->waiters);
+			return;
+		}
+		last = nd->seq;
+		prev = i;
+		i = nd->next;
+	}
+	if (n != k->waiters)
+		PROBLEM(r, "key '%s': queue has %u entries, count says %u", name, n, k->waiters);
+	if (k->q_tail != prev)
+		PROBLEM(r, "key '%s': queue tail is node %u, last entry %u", name, k->q_tail, prev);
+}
+
+static void check_holders(const struct segment *seg, struct report *r, const struct seg_key *k,
+			  uint32_t ki, const char *name, const struct key_tally *t)
+{
+	uint32_t i = k->h_head, n = 0;
+
+	if (k->kind == LOCAL_KIND_LOCK) {
+		/* The fast word is the truth; the list is synced from it at the
+		 * next key_lock(). Unpublished holds are fast-path acquires that
+		 * died before their commit; the sweep of their session frees them. */
+		uint32_t h = FAST_HOLDER(atomic_load(&k->fast));
+		const struct seg_node *nd = h ? seg_node_at(seg, h - 1) : NULL;
+
+		if (h && (!nd || atomic_load(&nd->word) !=
+				       NODE_PACK(NODE_HOLDING, NODE_SESSION(atomic_load(&nd->word)), ki)))
+			PROBLEM(r, "key '%s': its holder (node %u) is not a hold of this key", name,
+				h - 1);
+		if (t->holding > (h ? 1u : 0u))
+			NOTE(r, "key '%s': %u unpublished hold node(s) of interrupted acquires",
+			     name, t->holding - (h ? 1u : 0u));
+		return;
+	}
+	while (i != IDX_NONE) {
+		const struct seg_node *nd = seg_node_at(seg, i);
+		uint64_t w = nd ? atomic_load(&nd->word) : 0;
+
+		if (!nd || NODE_STATE(w) != NODE_HOLDING || NODE_KEY(w) != ki) {
+			PROBLEM(r, "key '%s': its holder list reaches node %u, not one of its holds",
+				name, i);
+			return;
+		}
+		if (++n > t->holding) {
+			PROBLEM(r, "key '%s': holder list longer than its holds, or a cycle", name);
+			return;
+		}
+		i = nd->next;
+	}
+	if (n != t->holding || k->holders != t->holding)
+		PROBLEM(r, "key '%s': %u holding nodes, list has %u, count says %u", name,
+			t->holding, n, k->holders);
+}
+
+/* Is @ki reachable by a probe for its hash, and named once only? */
+static void check_index_entry(const struct segment *seg, struct report *r, uint32_t ki,
+			      const char *name)
+{
+	uint32_t mask = seg->index_size - 1, hash = atomic_load(&seg->keys[ki].hash);
+	uint32_t i = hash & mask, n;
+
+	for (n = 0; n < seg->index_size; n++, i = (i + 1) & mask) {
+		uint32_t v = atomic_load(&seg->index[i]);
+
+		if (v == ki + 1)
+			return;
+		if (v == 0)
+			break;
+	}
+	PROBLEM(r, "key '%s': not reachable through the index", name);
+}
+
+static void check_keys(const struct segment *seg, struct report *r, const struct key_tally *t,
+		       bool table_dead)
+{
+	uint64_t tokens = atomic_load(&seg->hdr->token_counter);
+	char name[LOCAL_KEY_MAX + 1];
+	uint32_t i;
+
+	for (i = 0; i < seg->caps.max_keys; i++) {
+		const struct seg_key *k = &seg->keys[i];
+		uint32_t st = atomic_load(&k->state);
+		enum mutex_state ms;
+
+		if (st == KEY_FREE || st == KEY_RESERVED)
+			continue;
+		key_name(k, name, sizeof(name));
+		if (st == KEY_QUARANTINED) {
+			PROBLEM(r, "key entry %u ('%s'): quarantined as damaged earlier", i, name);
+			continue;
+		}
+		if (!key_fields_sane(seg, k)) {
+			PROBLEM(r, "key entry %u ('%s'): fields out of range (kind %u, limit %u, "
+				"length %u); it would be quarantined", i, name, k->kind, k->limit,
+				k->key_len);
+			continue;
+		}
+		if (atomic_load(&k->hash) != key_hash(k->key, k->key_len))
+			PROBLEM(r, "key '%s': stored hash does not match its name", name);
+		else if (!table_dead)
+			check_index_entry(seg, r, i, name);
+		if (k->token > tokens)
+			PROBLEM(r, "key '%s': last token %llu above the counter %llu", name,
+				(unsigned long long)k->token, (unsigned long long)tokens);
+		ms = mutex_state(&k->mutex);
+		if (ms == MUTEX_OWNER_DIED) {
+			NOTE(r, "key '%s': its mutex owner died mid-operation; the next locker "
+			     "rebuilds it from the node table", name);
+			continue; /* its lists may be half-changed, by design */
+		}
+		if (ms == MUTEX_HELD)
+			continue; /* being changed right now */
+		if (!key_links_sane(seg, k)) {
+			PROBLEM(r, "key '%s': list heads or counts inconsistent (holders %u, "
+				"waiters %u)", name, k->holders, k->waiters);
+			continue;
+		}
+		if (t[i].waiting != k->waiters)
+			PROBLEM(r, "key '%s': %u waiting nodes, count says %u", name, t[i].waiting,
+				k->waiters);
+		check_queue(seg, r, k, i, name);
+		check_holders(seg, r, k, i, name, &t[i]);
+		if (k->kind != LOCAL_KIND_NONE && t[i].holding > k->limit &&
+		    k->kind != LOCAL_KIND_LOCK)
+			PROBLEM(r, "key '%s': %u holds over its limit %u", name, t[i].holding,
+				k->limit);
+	}
+}
+
+/* Index entries that point nowhere sensible. */
+static void check_index(const struct segment *seg, struct report *r)
+{
+	uint32_t i;
+
+	for (i = 0; i < seg->index_size; i++) {
+		uint32_t v = atomic_load(&seg->index[i]), st;
+
+		if (v == 0 || v == INDEX_TOMB)
+			continue;
+		if (v - 1 >= seg->caps.max_keys) {
+			PROBLEM(r, "index slot %u: key entry %u out of range", i, v - 1);
+			continue;
+		}
+		st = atomic_load(&seg->keys[v - 1].state);
+		if (st == KEY_FREE)
+			PROBLEM(r, "index slot %u: names key entry %u, which is free", i, v - 1);
+	}
+}
+
+static void scan(const struct segment *seg, struct report *r)
+{
+	struct key_tally *t = calloc(seg->caps.max_keys, sizeof(*t));
+	bool table_dead = mutex_state(&seg->hdr->table_mutex) == MUTEX_OWNER_DIED;
+
+	if (!t) {
+		PROBLEM(r, "out of memory");
+		return;
+	}
+	if (atomic_load(&seg->hdr->token_counter) < seg->hdr->created_realtime_ns)
+		PROBLEM(r, "token counter below its seed: tokens could repeat");
+	if (table_dead)
+		NOTE(r, "the key table's mutex owner died; the next locker rebuilds the index");
+	else
+		check_index(seg, r);
+	check_sessions(seg, r);
+	check_nodes(seg, r, t);
+	check_keys(seg, r, t, table_dead);
+	free(t);
+}
+
+/* The broker recorded in the header, if that process still runs. */
+static pid_t live_broker(const struct segment *seg)
+{
+	pid_t pid = (pid_t)atomic_load(&seg->hdr->broker_pid);
+	char path[64], comm[32] = "";
+	FILE *f;
+
+	if (pid <= 0 || (kill(pid, 0) < 0 && errno != EPERM))
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	if (!fgets(comm, sizeof(comm), f))
+		comm[0] = '\0';
+	fclose(f);
+	return strncmp(comm, "shmlockd", 8) ? 0 : pid;
+}
+
+int check_segment(const struct broker_opts *o)
+{
+	struct segment seg;
+	struct report r;
+	struct stat st;
+	char *text = NULL;
+	size_t len = 0;
+	void *mem;
+	int fd, err, attempt;
+	pid_t broker;
+
+	fd = shm_open(o->shm_name, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		printf("shmlockd --check: %s: %s\n", o->shm_name, strerror(errno));
+		return 1;
+	}
+	mem = st.st_size > 0 ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0) : NULL;
+	close(fd);
+	if (!mem || mem == MAP_FAILED) {
+		printf("shmlockd --check: %s: cannot map (%zu bytes)\n", o->shm_name,
+		       (size_t)st.st_size);
+		return 1;
+	}
+	err = seg_bind(&seg, mem, (size_t)st.st_size);
+	if (err) {
+		printf("shmlockd --check: %s: header invalid: %s; a broker would replace the "
+		       "segment\n", o->shm_name,
+		       err == -LOCAL_EVERSION ? "another layout version"
+					      : "magic, sizes or offsets do not add up");
+		munmap(mem, (size_t)st.st_size);
+		return err == -LOCAL_EVERSION ? 1 : 2;
+	}
+	broker = live_broker(&seg);
+	printf("shmlockd --check: %s: %zu bytes; keys %u, sessions %u, holds %u, waiters %u, "
+	       "value %u; %s\n", o->shm_name, seg.size, seg.caps.max_keys, seg.caps.max_sessions,
+	       seg.caps.max_holds, seg.caps.max_waiters, seg.caps.max_value,
+	       broker ? "a broker is running" : "no broker running");
+	for (attempt = 0; attempt < (broker ? 3 : 1); attempt++) {
+		free(text);
+		memset(&r, 0, sizeof(r));
+		r.out = open_memstream(&text, &len);
+		if (!r.out) {
+			printf("shmlockd --check: out of memory\n");
+			munmap(mem, (size_t)st.st_size);
+			return 1;
+		}
+		scan(&seg, &r);
+		fclose(r.out);
+		if (!r.problems)
+			break;
+	}
+	fputs(text, stdout);
+	free(text);
+	printf("shmlockd --check: %s: %s (%u problem%s, %u note%s)\n", o->shm_name,
+	       r.problems ? "DAMAGED" : "healthy", r.problems, r.problems == 1 ? "" : "s",
+	       r.notes, r.notes == 1 ? "" : "s");
+	munmap(mem, (size_t)st.st_size);
+	return r.problems ? 2 : 0;
+}
