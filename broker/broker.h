@@ -16,6 +16,16 @@
 #include "client.h"
 #include "proto.h"
 
+/* A per-event log line that may come in bursts (100 000 leases expiring
+ * together): at most BLOG_BURST lines a second, then one line saying how
+ * many were left out. */
+#define BLOG_BURST 100
+struct blog_limit {
+	uint64_t window_ns;
+	uint32_t lines, dropped;
+};
+bool blog_allow(struct blog_limit *l, uint64_t now_ns);
+
 enum timer_kind {
 	TIMER_TTL = 1,	 /* a = session slot, b = generation */
 	TIMER_DELAY = 2, /* a = key index: grant waiters when lock-delay ends */
@@ -85,7 +95,10 @@ struct broker {
 	pthread_t lease_thread;
 	bool lease_thread_running;
 	_Atomic bool leases_stop;
+	uint64_t *lease_at; /* per node: the deadline its heap entry is for */
+	struct blog_limit expiry_log;
 };
+
 
 /* log.c: stderr with sd-daemon priority prefixes, which journald parses. */
 void blog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -136,7 +149,7 @@ void broker_schedule(struct broker *b, uint64_t at_ns, uint32_t kind, uint32_t a
 int leases_start(struct broker *b);
 void leases_stop(struct broker *b);
 void leases_drain(struct broker *b);
-void lease_due(struct broker *b, uint32_t node);
+void lease_due(struct broker *b, uint32_t node, uint64_t at);
 
 /* notify.c: sd_notify(3) readiness, STATUS=, WATCHDOG=1 and the fd store. */
 enum notify_what { NOTIFY_STATUS = 1, NOTIFY_WATCHDOG = 2 };

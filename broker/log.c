@@ -46,3 +46,19 @@ void blog(int level, const char *fmt, ...)
 	else
 		fprintf(stderr, "shmlockd: %s: %s\n", tags[level & 7], line);
 }
+
+bool blog_allow(struct blog_limit *l, uint64_t now_ns)
+{
+	if (now_ns - l->window_ns >= 1000000000ull) {
+		if (l->dropped)
+			blog(LOG_NOTICE, "... and %u more like it in the last second", l->dropped);
+		l->window_ns = now_ns;
+		l->lines = l->dropped = 0;
+	}
+	if (l->lines < BLOG_BURST) {
+		l->lines++;
+		return true;
+	}
+	l->dropped++;
+	return false;
+}

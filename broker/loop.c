@@ -222,7 +222,7 @@ static void handle_timers(struct broker *b)
 		else if (t.kind == TIMER_SCAN)
 			periodic_scan(b);
 		else if (t.kind == TIMER_LEASE)
-			lease_due(b, t.a);
+			lease_due(b, t.a, t.at_ns);
 		else if (t.kind == TIMER_GC)
 			periodic_gc(b);
 		else if (t.kind == TIMER_SWEEP)

@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: MIT
+/*
+ * 2. FIFO handoffs per second between 2, 4 and 8 processes on one key, next
+ *    to a plain futex ping-pong between two processes.
+ */
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include "common.h"
+
+/* HANDOFF_RUNS runs of HANDOFF_NS each, the median reported. No progress at
+ * all for STALL_NS means a hang; after stop, the processes get
+ * FINISH_TIMEOUT_MS to come back before they are declared stuck. */
+#define HANDOFF_RUNS 5
+#define HANDOFF_NS NSEC_PER_SEC
+#define STALL_NS (300 * NSEC_PER_MSEC)
+#define FINISH_TIMEOUT_MS 1000
+
+#define KEY_HANDOFF "bench/handoff"
+
+/* Per-process results, one cache line each. */
+struct slot {
+	_Atomic uint64_t acquisitions;
+	_Atomic uint64_t handoffs;
+	uint64_t vol_csw;
+	uint64_t invol_csw;
+} __attribute__((aligned(64)));
+
+/* This section's part of the shared memory, mapped before any fork. */
+struct handoff_shared {
+	/* Ping-pong futex word, alone on its line. */
+	_Alignas(64) _Atomic uint32_t turn;
+	/* Written only by the holder of the benchmarked lock. */
+	_Alignas(64) _Atomic int32_t inside; /* holder's index + 1, 0 when free */
+	_Atomic int32_t last_owner;
+	_Atomic uint32_t violations;
+	struct slot per[MAX_PROCS];
+};
+
+static struct handoff_shared *hs;
+
+static void end_rusage(int idx, const struct rusage *before)
+{
+	struct rusage after;
+
+	getrusage(RUSAGE_SELF, &after);
+	hs->per[idx].vol_csw = (uint64_t)(after.ru_nvcsw - before->ru_nvcsw);
+	hs->per[idx].invol_csw = (uint64_t)(after.ru_nivcsw - before->ru_nivcsw);
+}
+
+/* Inside the lock: check exclusion and count changes of owner. */
+static void critical_section(int idx, uint64_t *handoffs)
+{
+	if (atomic_exchange_explicit(&hs->inside, idx + 1, memory_order_relaxed))
+		atomic_fetch_add(&hs->violations, 1);
+	if (atomic_load_explicit(&hs->last_owner, memory_order_relaxed) != idx) {
+		atomic_store_explicit(&hs->last_owner, idx, memory_order_relaxed);
+		(*handoffs)++;
+	}
+	atomic_store_explicit(&hs->inside, 0, memory_order_relaxed);
+}
+
+/* Counts go out as they change (a plain store to our own line), so the
+ * parent sees progress and knows how far a run got if it hangs. */
+static void publish(int idx, uint64_t acquisitions, uint64_t handoffs)
+{
+	atomic_store_explicit(&hs->per[idx].acquisitions, acquisitions, memory_order_relaxed);
+	atomic_store_explicit(&hs->per[idx].handoffs, handoffs, memory_order_relaxed);
+}
+
+static int handoff_child(int idx)
+{
+	uint64_t acquisitions = 0, handoffs = 0;
+	struct rusage before;
+	local_session *s;
+	int err;
+
+	/* Sessions are per process: open it here, after the fork. */
+	err = open_session(&s);
+	if (err)
+		return child_fail("session open", err);
+	if (barrier_wait())
+		return 1;
+	getrusage(RUSAGE_SELF, &before);
+	while (!atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
+		err = local_lock(s, KEY_HANDOFF, NULL, NULL);
+		if (err)
+			return child_fail("local_lock", err);
+		critical_section(idx, &handoffs);
+		publish(idx, ++acquisitions, handoffs);
+		err = local_release(s, KEY_HANDOFF);
+		if (err)
+			return child_fail("local_release", err);
+	}
+	end_rusage(idx, &before);
+	err = local_session_close(s);
+	return err ? child_fail("session close", err) : 0;
+}
+
+/*
+ * Two processes pass one shared futex word back and forth: the word says
+ * whose turn it is; a pass stores the other's number and wakes it. Every pass
+ * is one handoff, a round trip is two.
+ */
+static int pingpong_child(int idx)
+{
+	uint32_t me = (uint32_t)idx, other = me ^ 1, v;
+	uint64_t passes = 0;
+	struct rusage before;
+
+	if (barrier_wait())
+		return 1;
+	getrusage(RUSAGE_SELF, &before);
+	while (!atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
+		while ((v = atomic_load(&hs->turn)) != me) {
+			if (atomic_load(&sh->stop))
+				goto out;
+			futex_wait(&hs->turn, v, 0);
+		}
+		atomic_store(&hs->turn, other);
+		futex_wake(&hs->turn, 1);
+		passes++;
+		publish(idx, passes, passes);
+	}
+out:
+	end_rusage(idx, &before);
+	return 0;
+}
+
+struct handoff_result {
+	double handoffs_per_s;
+	double acquisitions_per_s;
+	double vol_csw_per_handoff;
+	double invol_csw_per_handoff;
+	bool hung;
+	char note[320];
+};
+
+static uint64_t total_acquisitions(int n)
+{
+	uint64_t sum = 0;
+	int i;
+
+	for (i = 0; i < n; i++)
+		sum += atomic_load_explicit(&hs->per[i].acquisitions, memory_order_relaxed);
+	return sum;
+}
+
+/* Sleep through the run, waking every 10 ms to watch progress. Ends when
+ * the time is up or when nothing moved for STALL_NS; *last gets the time of
+ * the last progress seen. */
+static uint64_t watch_run(uint64_t t0, int n, uint64_t *last)
+{
+	uint64_t seen = 0, now, cur;
+
+	*last = t0;
+	for (;;) {
+		sleep_ns(10 * NSEC_PER_MSEC);
+		now = now_ns();
+		cur = total_acquisitions(n);
+		if (cur != seen) {
+			seen = cur;
+			*last = now;
+		}
+		if (now - t0 >= HANDOFF_NS || now - *last >= STALL_NS)
+			return now;
+	}
+}
+
+static void read_wchan(pid_t pid, char *out, size_t size)
+{
+	char path[64];
+	FILE *f;
+
+	snprintf(out, size, "?");
+	snprintf(path, sizeof(path), "/proc/%d/wchan", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	if (!fgets(out, (int)size, f))
+		snprintf(out, size, "?");
+	fclose(f);
+}
+
+/* Some children never came back after stop: say what the key looks like,
+ * then kill them. The broker releases their sessions (lock-delay 0). */
+static void diagnose_hang(pid_t *pids, int n, uint64_t stalled_ms, struct handoff_result *r)
+{
+	static struct local_key_info info; /* 64 KiB: not on the stack */
+	char wchan[64] = "?", holder[96] = "";
+	local_session *probe;
+	int i, stuck = 0;
+
+	for (i = 0; i < n; i++)
+		if (pids[i] && !stuck++)
+			read_wchan(pids[i], wchan, sizeof(wchan));
+	memset(&info, 0, sizeof(info));
+	if (!open_session(&probe)) {
+		local_info(probe, KEY_HANDOFF, &info);
+		local_session_close(probe);
+	}
+	for (i = 0; i < n; i++)
+		if (pids[i] && info.holder_pid == pids[i])
+			snprintf(holder, sizeof(holder),
+				 " The holder (pid %d) is one of them: granted, never woken.",
+				 (int)info.holder_pid);
+	snprintf(r->note, sizeof(r->note),
+		 "HUNG: progress stopped %llu ms into the run; %d of %d processes still in "
+		 "local_lock %d ms after stop (wchan %s); key: %u holder(s), %u waiter(s).%s",
+		 (unsigned long long)stalled_ms, stuck, n, FINISH_TIMEOUT_MS, wchan, info.holders,
+		 info.waiters, holder);
+	for (i = 0; i < n; i++)
+		if (pids[i]) {
+			kill(pids[i], SIGKILL);
+			reap(pids[i], END_TIMEOUT_MS);
+		}
+	r->hung = true;
+	product_errors++;
+}
+
+/* One timed run of @fn in @n processes. */
+static struct handoff_result handoff_run(child_fn fn, int n, const char *what)
+{
+	uint64_t t0, t1, last, acq = 0, hand = 0, vcsw = 0, icsw = 0;
+	struct handoff_result r = { .hung = false };
+	pid_t pids[MAX_PROCS];
+	double secs;
+	int i;
+
+	reset_shared();
+	memset(hs, 0, sizeof(*hs));
+	atomic_store(&hs->last_owner, -1);
+	for (i = 0; i < n; i++)
+		pids[i] = spawn(fn, i);
+	t0 = barrier_open(n, what);
+	t1 = watch_run(t0, n, &last);
+	atomic_store(&sh->stop, 1);
+	/* A ping-pong process may sleep on turn: give it a value nobody waits
+	 * for and wake it, so it sees stop. */
+	atomic_store(&hs->turn, 2);
+	futex_wake(&hs->turn, INT_MAX);
+	if (!reap_finished(pids, n, now_ns() + FINISH_TIMEOUT_MS * NSEC_PER_MSEC, what)) {
+		diagnose_hang(pids, n, (last - t0) / NSEC_PER_MSEC, &r);
+		t1 = last; /* the rate below is the rate while it still ran */
+	}
+	if (atomic_load(&hs->violations))
+		fatal("%s: MUTUAL EXCLUSION VIOLATED %u times", what, atomic_load(&hs->violations));
+	for (i = 0; i < n; i++) {
+		acq += hs->per[i].acquisitions;
+		hand += hs->per[i].handoffs;
+		vcsw += hs->per[i].vol_csw;
+		icsw += hs->per[i].invol_csw;
+	}
+	secs = t1 > t0 ? (double)(t1 - t0) / (double)NSEC_PER_SEC : 1e-9;
+	r.handoffs_per_s = (double)hand / secs;
+	r.acquisitions_per_s = (double)acq / secs;
+	r.vol_csw_per_handoff = hand ? (double)vcsw / (double)hand : 0;
+	r.invol_csw_per_handoff = hand ? (double)icsw / (double)hand : 0;
+	return r;
+}
+
+static int cmp_handoff(const void *a, const void *b)
+{
+	const struct handoff_result *x = a, *y = b;
+
+	return cmp_double(&x->handoffs_per_s, &y->handoffs_per_s);
+}
+
+/* Up to HANDOFF_RUNS runs: the median run, with the spread in *lo and *hi.
+ * A run that hangs ends the series and is what gets reported. */
+static struct handoff_result handoff_median(child_fn fn, int n, const char *what, double *lo,
+					    double *hi)
+{
+	struct handoff_result runs[HANDOFF_RUNS];
+	int i;
+
+	for (i = 0; i < HANDOFF_RUNS; i++) {
+		runs[i] = handoff_run(fn, n, what);
+		if (runs[i].hung) {
+			*lo = *hi = runs[i].handoffs_per_s;
+			return runs[i];
+		}
+	}
+	qsort(runs, HANDOFF_RUNS, sizeof(runs[0]), cmp_handoff);
+	*lo = runs[0].handoffs_per_s;
+	*hi = runs[HANDOFF_RUNS - 1].handoffs_per_s;
+	return runs[HANDOFF_RUNS / 2];
+}
+
+static void print_handoff_row(const char *name, const struct handoff_result *r, double lo,
+			      double hi, double pingpong)
+{
+	if (r->hung) {
+		printf("  %-26s %11s   (%.0f/s while it ran: %.2fx p-p)\n", name, "HUNG",
+		       r->handoffs_per_s, r->handoffs_per_s / pingpong);
+		return;
+	}
+	printf("  %-26s %11.0f %9.0f-%-9.0f %8.0f %9.2f %7.2f %8.2f\n", name, r->handoffs_per_s,
+	       lo, hi, 1e9 / r->handoffs_per_s, r->vol_csw_per_handoff, r->invol_csw_per_handoff,
+	       r->handoffs_per_s / pingpong);
+}
+
+void bench_handoffs(void)
+{
+	static const int procs[] = { 2, 4, 8 };
+	struct handoff_result pp, fifo[3];
+	double pp_lo, pp_hi, lo[3], hi[3];
+	char name[64];
+	int i;
+
+	hs = shared_map(sizeof(*hs));
+	pp = handoff_median(pingpong_child, 2, "futex ping-pong", &pp_lo, &pp_hi);
+	if (pp.hung)
+		fatal("futex ping-pong hung: %s", pp.note);
+	for (i = 0; i < 3; i++) {
+		snprintf(name, sizeof(name), "FIFO handoff, %d processes", procs[i]);
+		fifo[i] = handoff_median(handoff_child, procs[i], name, &lo[i], &hi[i]);
+	}
+	shared_unmap(hs, sizeof(*hs));
+	hs = NULL;
+
+	printf("\n2. Handoffs per second on one key (median of %d runs of %llu ms)\n",
+	       HANDOFF_RUNS, HANDOFF_NS / NSEC_PER_MSEC);
+	printf("   unit: handoffs/s = times per second the lock (or the futex turn) passes\n"
+	       "   from one process to another. liblocal: acquisitions whose previous holder\n"
+	       "   was another process (each process loops local_lock(NULL opts) + release).\n"
+	       "   ping-pong: passes of one shared futex word between 2 processes\n"
+	       "   (FUTEX_WAIT/FUTEX_WAKE, not private); 1 round trip = 2 handoffs.\n"
+	       "   csw: voluntary / involuntary context switches per handoff, all processes.\n\n");
+	printf("  %-26s %11s %19s %8s %9s %7s %8s\n", "mechanism", "handoffs/s", "min-max",
+	       "ns each", "vol.csw", "inv.csw", "vs p-p");
+	print_handoff_row("futex ping-pong, 2 procs", &pp, pp_lo, pp_hi, pp.handoffs_per_s);
+	for (i = 0; i < 3; i++) {
+		snprintf(name, sizeof(name), "liblocal FIFO, %d procs", procs[i]);
+		print_handoff_row(name, &fifo[i], lo[i], hi[i], pp.handoffs_per_s);
+	}
+	printf("\n  acquisitions/s (including re-acquisitions without a handoff):");
+	for (i = 0; i < 3; i++)
+		printf(" %d procs %.0f%s", procs[i], fifo[i].acquisitions_per_s, i < 2 ? "," : "\n");
+	for (i = 0; i < 3; i++)
+		if (fifo[i].hung)
+			printf("  %d procs: %s\n", procs[i], fifo[i].note);
+	for (i = 0; i < 3; i++) {
+		if (fifo[i].hung)
+			add_target(false, "FIFO handoffs, %d procs >= 2/3 of futex ping-pong (HUNG)",
+				   procs[i]);
+		else
+			add_target(fifo[i].handoffs_per_s * 3 >= pp.handoffs_per_s * 2,
+				   "FIFO handoffs, %d procs >= 2/3 of futex ping-pong (%.2f)",
+				   procs[i], fifo[i].handoffs_per_s / pp.handoffs_per_s);
+	}
+}
