@@ -110,10 +110,17 @@ $(BROKER): $(BROKER_OBJ) $(STLIB)
 
 $(CLI): $(CLI_OBJ) $(STLIB)
 	$(call say,LD,$@)
-	$(Q)$(CC) $(ALL_CFLAGS) $(CLI_OBJ) $(STLIB) -o $@ $(LDFLAGS) -lpthread
+	$(Q)$(CC) $(ALL_CFLAGS) $(CLI_OBJ) $(STLIB) -o $@ $(LDFLAGS) -ljansson -lpthread
 
 $(DEMO): $(O)/docs/examples/handover.o $(STLIB)
 	$(call say,LD,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread
+
+# The examples of docs/examples/, run by the examples test suite.
+EXAMPLES := $(O)/examples/leader $(O)/examples/semaphore
+$(EXAMPLES): $(O)/examples/%: $(O)/docs/examples/%.o $(STLIB)
+	$(call say,LD,$@)
+	@mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread
 
 # Tests link the static archive so they can reach internal functions too.
@@ -122,7 +129,8 @@ $(TESTS): $(TESTLIB_SRC:%.c=$(O)/%.o) $(UNIT_SRC:%.c=$(O)/%.o) $(INTEG_SRC:%.c=$
 	$(call say,LD,$@)
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) $(CUNIT_LIBS) -lpthread
 
-$(BENCH): $(O)/bench/bench.o $(STLIB)
+BENCH_SRC := $(wildcard tests/bench/*.c)
+$(BENCH): $(BENCH_SRC:tests/bench/%.c=$(O)/bench/%.o) $(STLIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread
 
@@ -136,8 +144,9 @@ $(O)/bench/%.o: tests/bench/%.c $(FLAGS_STAMP)
 deps:
 	@scripts/install-deps.sh
 
-test: $(TESTS) $(BROKER) $(if $(CLI_SRC),$(CLI))
-	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) SHMLOCK_CLI_BIN=$(abspath $(CLI)) $(TESTS)
+test: $(TESTS) $(BROKER) $(if $(CLI_SRC),$(CLI)) $(EXAMPLES)
+	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) SHMLOCK_CLI_BIN=$(abspath $(CLI)) \
+		SHMLOCK_EXAMPLES_DIR=$(abspath $(O))/examples $(TESTS)
 
 # The README's test command: -Werror build with crash points, then the same
 # suite under ASan+UBSan.
@@ -155,6 +164,25 @@ run: deps
 bench: deps
 	$(MAKE) all $(BENCH)
 	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) $(BENCH)
+
+# ---- reliability (docs/reliability.md) -----------------------------------
+
+.PHONY: soak soak-short model test-tsan valgrind
+SOAK     := $(O)/soak/shmlock-soak
+SOAK_SRC := $(wildcard tests/soak/*.c)
+SECONDS  ?= 60
+
+$(SOAK): $(SOAK_SRC:%.c=$(O)/%.o) $(O)/tests/invariants.o $(STLIB)
+	$(call say,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread
+
+# The kill soak: make soak SECONDS=N [SEED=N]; soak-short is the run in check.
+soak: $(SOAK) $(BROKER)
+	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) $(SOAK) --seconds $(SECONDS) $(if $(SEED),--seed $(SEED))
+
+soak-short: $(SOAK) $(BROKER)
+	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) $(SOAK) --seconds 20 $(if $(SEED),--seed $(SEED))
 
 # The public header must compile on its own, as C and as C++ (liburcu does
 # the same for its headers).
@@ -197,7 +225,15 @@ FUZZ_SHORT_SECONDS ?= 15
 
 # ---- install -------------------------------------------------------------
 
-install: all
+# Units and sysusers.d go where systemd looks (its pkg-config file says
+# where), not under PREFIX; without systemd.pc, under PREFIX/lib.
+SYSTEMDUNITDIR ?= $(or $(shell pkg-config --variable=systemdsystemunitdir systemd 2>/dev/null),\
+			$(PREFIX)/lib/systemd/system)
+SYSUSERSDIR    ?= $(or $(shell pkg-config --variable=sysusersdir systemd 2>/dev/null),\
+			$(PREFIX)/lib/sysusers.d)
+
+.PHONY: install-units
+install: all install-units
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(SBINDIR) \
 		$(DESTDIR)$(BINDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(MANDIR)/man3 \
 		$(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man1
@@ -211,12 +247,28 @@ install: all
 	$(if $(CLI_SRC),install -m 0755 $(CLI) $(DESTDIR)$(BINDIR)/)
 	install -m 0644 docs/liblocal.3 $(DESTDIR)$(MANDIR)/man3/
 	install -m 0644 docs/shmlockd.8 $(DESTDIR)$(MANDIR)/man8/
+	$(if $(CLI_SRC),install -m 0644 docs/shmlock.1 $(DESTDIR)$(MANDIR)/man1/)
+	$(if $(CLI_SRC),install -D -m 0644 cli/shmlock.bash-completion \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/shmlock)
+
+# ExecStart= names the installed broker: the service file is generated here.
+install-units:
+	install -d $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR)
+	sed 's|@SBINDIR@|$(SBINDIR)|g' systemd/shmlockd.service.in \
+		> $(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.service
+	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.service
+	install -m 0644 systemd/shmlockd.socket $(DESTDIR)$(SYSTEMDUNITDIR)/
+	install -m 0644 systemd/shmlock.sysusers $(DESTDIR)$(SYSUSERSDIR)/shmlock.conf
 
 uninstall:
+	rm -f $(DESTDIR)$(MANDIR)/man1/shmlock.1 \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/shmlock
 	rm -f $(DESTDIR)$(LIBDIR)/liblocal.* $(DESTDIR)$(INCLUDEDIR)/liblocal.h \
 		$(DESTDIR)$(PKGCONFIGDIR)/liblocal.pc $(DESTDIR)$(SBINDIR)/shmlockd \
 		$(DESTDIR)$(BINDIR)/shmlock $(DESTDIR)$(MANDIR)/man3/liblocal.3 \
-		$(DESTDIR)$(MANDIR)/man8/shmlockd.8
+		$(DESTDIR)$(MANDIR)/man8/shmlockd.8 \
+		$(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.service \
+		$(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.socket $(DESTDIR)$(SYSUSERSDIR)/shmlock.conf
 
 format:
 	clang-format -i $(LIBSHM_SRC) $(BROKER_SRC) $(CLI_SRC) libshm/*.h broker/*.h include/*.h

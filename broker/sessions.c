@@ -20,6 +20,7 @@
 #include "broker.h"
 #include "client.h"
 #include "clock.h"
+#include "futex.h"
 #include "procinfo.h"
 
 static unsigned long id_hash(const uint8_t id[16])
@@ -226,6 +227,7 @@ static uint32_t sweep_node_locked(struct broker *b, struct seg_key *k, uint32_t 
 		if (atomic_compare_exchange_strong(&n->word, &w, 0))
 			atomic_fetch_sub(&k->watchers, 1);
 		key_touch_locked(k);
+		futex_wake(key_change_futex(k), INT32_MAX); /* even if it was the last */
 		break;
 	case NODE_GRANTED:
 		/* Handed a hold its process never took up: nobody acted under
@@ -354,7 +356,7 @@ void repair_dead_mutexes(struct broker *b)
 int force_release(struct broker *b, const struct proto_force_release *req)
 {
 	struct segment *seg = &b->seg;
-	uint32_t nodes[64], n = 0, wake[128], nwake = 0, i, steps = 0;
+	uint32_t *nodes, *wake, n = 0, nwake = 0, i, steps = 0;
 	struct seg_key *k;
 	char id[33];
 	int err;
@@ -362,8 +364,16 @@ int force_release(struct broker *b, const struct proto_force_release *req)
 	err = keytab_find(seg, req->key, req->key_len, false, &k);
 	if (err)
 		return err == -ENOENT ? -LOCAL_ENOTHELD : err;
+	nodes = calloc((size_t)k->holders + 1, sizeof(*nodes));
+	wake = calloc((size_t)k->holders + 1, sizeof(*wake));
+	if (!nodes || !wake) {
+		key_unlock(k);
+		free(nodes);
+		free(wake);
+		return -ENOMEM;
+	}
 	/* Collect first: each release may hand its node to a waiter. */
-	for (i = k->h_head; i < seg->nnodes && n < 64 && steps++ < seg->nnodes;
+	for (i = k->h_head; i < seg->nnodes && n < k->holders && steps++ < seg->nnodes;
 	     i = seg->nodes[i].next) {
 		struct seg_session *s = seg_session_at(seg, NODE_SESSION(atomic_load(&seg->nodes[i].word)));
 
@@ -381,7 +391,7 @@ int force_release(struct broker *b, const struct proto_force_release *req)
 		blog(LOG_NOTICE, "operator released %.*s from session %s (%s, pid %d)",
 		     (int)k->key_len, k->key, id, s->name, s->pid);
 		x = key_release_hold_locked(seg, k, nodes[i], REL_LOST);
-		if (x != IDX_NONE && nwake < 128)
+		if (x != IDX_NONE)
 			wake[nwake++] = x;
 	}
 	if (k->delay_until_ns > mono_ns())
@@ -389,6 +399,8 @@ int force_release(struct broker *b, const struct proto_force_release *req)
 	key_unlock(k);
 	for (i = 0; i < nwake; i++)
 		waiter_wake(seg, wake[i]);
+	free(nodes);
+	free(wake);
 	return n ? 0 : -LOCAL_ENOTHELD;
 }
 

@@ -239,9 +239,12 @@ LOCAL_API int local_wait(local_session *s, const char *key, int64_t timeout_ms, 
  * Block until @key's modify_index exceeds @after_index (any change: grant,
  * release, value, holder loss, key removal) or @timeout_ms (<0: forever)
  * passes, then fill @out with the current state. Returns 0 (changed, or the
- * index was already past @after_index), -ETIMEDOUT (with @out filled), or the
- * errors of local_info(). Works on a key that does not exist yet. Costs
- * nothing while no watcher waits.
+ * index was already past @after_index), -ETIMEDOUT (with @out filled),
+ * -LOCAL_ESESSION (the session ended meanwhile), -LOCAL_EMAXWAITERS (a watch
+ * takes a slot of the waiter table), -LOCAL_EMAXKEYS, or the errors of
+ * local_info(). Works on a key that does not exist yet (it is created, kind
+ * none; a recycled key entry keeps counting its modify_index, so an
+ * @after_index of 0 may return at once). Costs nothing while no one waits.
  */
 LOCAL_API int local_watch(local_session *s, const char *key, uint64_t after_index,
 			  int64_t timeout_ms, struct local_key_info *out);

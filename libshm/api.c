@@ -19,25 +19,6 @@ int api_enter(local_session *s, const char *key, size_t *len)
 	return key_check(key, *len);
 }
 
-/* A queued request was granted: attach the value it asked for. */
-int api_set_value_after_grant(local_session *s, const char *key, size_t len,
-			      const struct acquire_req *req)
-{
-	struct seg_key *k;
-	int err = keytab_find(s->seg, key, len, false, &k);
-
-	if (err)
-		return err == -ENOENT ? -LOCAL_ENOTHELD : err;
-	if (key_find_hold_locked(s->seg, k, s->who) == IDX_NONE) {
-		err = -LOCAL_ENOTHELD;
-	} else {
-		key_set_value_locked(s->seg, k, req->value, req->value_len);
-		key_touch_locked(k);
-	}
-	key_unlock(k);
-	return err;
-}
-
 int api_acquire(local_session *s, const char *key, const struct acquire_req *req,
 		int64_t timeout_ms, uint64_t *token)
 {
@@ -60,11 +41,10 @@ int api_acquire(local_session *s, const char *key, const struct acquire_req *req
 	err = key_acquire_locked(s->seg, k, req, &tok, &waiter, &s->hints);
 	key_idx = seg_key_index(s->seg, k);
 	key_unlock(k);
-	if (err == 1) {
+	if (err == 1)
 		err = waiter_wait(s->seg, waiter, key_idx, s->who, deadline, &tok);
-		if (!err && req->value)
-			err = api_set_value_after_grant(s, key, len, req);
-	}
+	else if (err == -EALREADY)
+		err = -LOCAL_EENQUEUED; /* another thread's request, or local_enqueue() */
 out:
 	if (!err) {
 		api_forget_expiry(s, key_idx);
@@ -95,18 +75,12 @@ int local_lock(local_session *s, const char *key, const struct local_acquire_opt
 	return api_acquire(s, key, &req, timeout_ms, token);
 }
 
-int local_release(local_session *s, const char *key)
+static int release_slow(local_session *s, const char *key, size_t len)
 {
 	struct seg_key *k;
-	uint32_t h, wake;
-	size_t len;
+	uint32_t h, wake, key_idx;
 	int err;
 
-	err = api_enter(s, key, &len);
-	if (err)
-		return err;
-	if (fast_release(s->seg, key, len, key_hash(key, len), s->who) == 0)
-		return 0;
 	err = keytab_find(s->seg, key, len, false, &k);
 	if (err)
 		return err == -ENOENT ? -LOCAL_ENOTHELD : err;
@@ -116,10 +90,29 @@ int local_release(local_session *s, const char *key)
 		return api_not_held(s, seg_key_index(s->seg, k));
 	}
 	wake = key_release_hold_locked(s->seg, k, h, REL_VOLUNTARY);
+	key_idx = seg_key_index(s->seg, k);
 	key_unlock(k);
 	if (wake != IDX_NONE)
 		waiter_wake(s->seg, wake);
+	api_drop_granted_pending(s, key, len, key_idx);
 	return 0;
+}
+
+
+int local_release(local_session *s, const char *key)
+{
+	size_t len;
+	int err;
+
+	err = api_enter(s, key, &len);
+	if (err)
+		return err;
+	/* After a local_enqueue(), a release may end that request too. */
+	if (atomic_load_explicit(&s->npending, memory_order_relaxed))
+		return release_slow(s, key, len);
+	if (fast_release(s->seg, key, len, key_hash(key, len), s->who) == 0)
+		return 0;
+	return release_slow(s, key, len);
 }
 
 static void describe_holder(const struct segment *seg, uint32_t slot, struct local_key_info *out)

@@ -45,7 +45,7 @@ static struct pending **find_pending(local_session *s, const char *key, size_t l
 }
 
 static int remember(local_session *s, const char *key, size_t len, uint32_t node,
-		    uint32_t key_idx, const struct acquire_req *req)
+		    uint32_t key_idx)
 {
 	struct pending *p = calloc(1, sizeof(*p));
 
@@ -55,18 +55,10 @@ static int remember(local_session *s, const char *key, size_t len, uint32_t node
 	p->len = len;
 	p->node = node;
 	p->key_idx = key_idx;
-	if (req->value) {
-		p->value = malloc(req->value_len ? req->value_len : 1);
-		if (!p->value) {
-			free(p);
-			return -ENOMEM;
-		}
-		memcpy(p->value, req->value, req->value_len);
-		p->value_len = req->value_len;
-	}
 	pthread_mutex_lock(&s->pending_lock);
 	p->next = s->pending;
 	s->pending = p;
+	atomic_fetch_add(&s->npending, 1);
 	pthread_mutex_unlock(&s->pending_lock);
 	return 0;
 }
@@ -112,7 +104,7 @@ int local_enqueue(local_session *s, const char *key, uint32_t limit,
 			*token = tok;
 		return 0;
 	}
-	err = remember(s, key, len, waiter, key_idx, &req);
+	err = remember(s, key, len, waiter, key_idx);
 	if (err)
 		return err; /* the queued request stays until the session ends */
 	return 0;
@@ -121,7 +113,6 @@ int local_enqueue(local_session *s, const char *key, uint32_t limit,
 int local_wait(local_session *s, const char *key, int64_t timeout_ms, uint64_t *token)
 {
 	uint64_t deadline = timeout_ms >= 0 ? deadline_after_ms(timeout_ms) : 0;
-	struct acquire_req req = { .who = s ? s->who : (struct owner){ 0, 0 } };
 	struct pending **pp, *p;
 	uint64_t tok = 0;
 	size_t len;
@@ -133,22 +124,37 @@ int local_wait(local_session *s, const char *key, int64_t timeout_ms, uint64_t *
 	pthread_mutex_lock(&s->pending_lock);
 	pp = find_pending(s, key, len);
 	p = *pp;
-	if (p)
+	if (p) {
 		*pp = p->next; /* one waiter per request */
+		atomic_fetch_sub(&s->npending, 1);
+	}
 	pthread_mutex_unlock(&s->pending_lock);
 	if (!p)
 		return -LOCAL_ENOTENQUEUED;
 	err = waiter_wait(s->seg, p->node, p->key_idx, s->who, deadline, &tok);
-	if (!err && p->value) {
-		req.value = p->value;
-		req.value_len = p->value_len;
-		err = api_set_value_after_grant(s, key, len, &req);
-	}
 	if (!err)
 		api_forget_expiry(s, p->key_idx);
-	free(p->value);
 	free(p);
 	if (!err && token)
 		*token = tok;
 	return err;
+}
+
+void api_drop_granted_pending(local_session *s, const char *key, size_t len, uint32_t key_idx)
+{
+	struct pending **pp, *p;
+	uint64_t granted = NODE_PACK(NODE_GRANTED, s->who.slot, key_idx);
+
+	pthread_mutex_lock(&s->pending_lock);
+	pp = find_pending(s, key, len);
+	p = *pp;
+	/* Granted and then released without a local_wait(): the request is
+	 * over; a later wait must not hand out the released hold's token. */
+	if (p && atomic_compare_exchange_strong(&s->seg->nodes[p->node].word, &granted, 0)) {
+		*pp = p->next;
+		atomic_fetch_sub(&s->npending, 1);
+	} else
+		p = NULL;
+	pthread_mutex_unlock(&s->pending_lock);
+	free(p);
 }

@@ -152,13 +152,14 @@ int local_watch(local_session *s, const char *key, uint64_t after_index, int64_t
 	if (err)
 		return err;
 	for (;;) {
-		idx = atomic_load(&k->modify_index);
-		if (idx > after_index)
-			break;
+		/* The session first: its end wakes us and changes the index. */
 		if (!session_is(s->seg, s->who)) {
 			err = -LOCAL_ESESSION;
 			break;
 		}
+		idx = atomic_load(&k->modify_index);
+		if (idx > after_index)
+			break;
 		err = futex_wait_until(key_change_futex(k), (uint32_t)idx, deadline);
 		if (err == -ETIMEDOUT || (deadline && mono_ns() >= deadline)) {
 			err = -ETIMEDOUT;

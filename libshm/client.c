@@ -361,7 +361,6 @@ static void session_free(local_session *s)
 
 	while ((p = s->pending)) {
 		s->pending = p->next;
-		free(p->value);
 		free(p);
 	}
 	pthread_mutex_destroy(&s->pending_lock);

@@ -27,8 +27,6 @@ struct pending {
 	uint32_t node, key_idx;
 	size_t len;
 	char key[LOCAL_KEY_MAX + 1];
-	size_t value_len;
-	char *value; /* copied: the caller's buffer may be gone by the wait */
 };
 
 struct local_session {
@@ -42,6 +40,7 @@ struct local_session {
 	struct node_hints hints;
 	pthread_mutex_t pending_lock;
 	struct pending *pending;
+	_Atomic uint32_t npending; /* entries in pending: read without the lock */
 };
 
 /* 0 when @s may be used by this process: -EINVAL, -LOCAL_EFORKED otherwise. */
@@ -56,12 +55,13 @@ int session_usable(const local_session *s);
 int broker_call(const char *path, const void *req, size_t len, struct proto_reply *rep, int *fd,
 		uint64_t deadline_ns);
 
+/* api_sem.c: a released hold ends the local_enqueue() request it came from. */
+void api_drop_granted_pending(local_session *s, const char *key, size_t len, uint32_t key_idx);
+
 /* api.c: shared by the public calls in api_*.c. */
 int api_enter(local_session *s, const char *key, size_t *len);
 int api_acquire(local_session *s, const char *key, const struct acquire_req *req,
 		int64_t timeout_ms, uint64_t *token);
-int api_set_value_after_grant(local_session *s, const char *key, size_t len,
-			      const struct acquire_req *req);
 /* Why @s does not hold key @key_idx: -LOCAL_EEXPIRED (a lease ran out; the
  * record is consumed), -LOCAL_ESESSION or -LOCAL_ENOTHELD. */
 int api_not_held(local_session *s, uint32_t key_idx);

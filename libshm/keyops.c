@@ -146,6 +146,12 @@ static int enqueue_locked(struct segment *seg, struct seg_key *k, const struct a
 	node->session_gen = req->who.gen;
 	node->seq = k->next_seq++;
 	node->lease_ms = req->lease_ms;
+	node->staged_len = 0;
+	if (req->value) {
+		if (req->value_len)
+			memcpy(seg_staged_buf(seg, n), req->value, req->value_len);
+		node->staged_len = (uint32_t)req->value_len + 1;
+	}
 	node->hold = IDX_NONE;
 	node->token = 0;
 	node->next = IDX_NONE;
@@ -230,6 +236,8 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	k->waiters--;
 	k->lock_index++;
 	k->token = token;
+	if (wn->staged_len && wn->staged_len - 1 <= seg->caps.max_value)
+		key_set_value_locked(seg, k, seg_staged_buf(seg, w), wn->staged_len - 1);
 	key_touch_locked(k);
 	atomic_fetch_add_explicit(&seg->hdr->stats.handoffs, 1, memory_order_relaxed);
 	if (hn->lease_ms)

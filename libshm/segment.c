@@ -37,7 +37,8 @@ static uint32_t index_size_for(uint32_t max_keys)
 }
 
 struct layout {
-	uint64_t off_sessions, off_keys, off_index, off_nodes, off_values, off_lease_bits, size;
+	uint64_t off_sessions, off_keys, off_index, off_nodes, off_values, off_lease_bits;
+	uint64_t off_staged, size;
 };
 
 static void layout_for(const struct seg_caps *c, struct layout *l)
@@ -50,7 +51,8 @@ static void layout_for(const struct seg_caps *c, struct layout *l)
 	l->off_nodes = ALIGN64(l->off_index + (uint64_t)index_size_for(c->max_keys) * sizeof(uint32_t));
 	l->off_values = ALIGN64(l->off_nodes + nnodes * sizeof(struct seg_node));
 	l->off_lease_bits = ALIGN64(l->off_values + (uint64_t)c->max_keys * 2 * c->max_value);
-	l->size = ALIGN64(l->off_lease_bits + (nnodes + 63) / 64 * sizeof(uint64_t));
+	l->off_staged = ALIGN64(l->off_lease_bits + (nnodes + 63) / 64 * sizeof(uint64_t));
+	l->size = ALIGN64(l->off_staged + (uint64_t)c->max_waiters * c->max_value);
 }
 
 size_t seg_size_for(const struct seg_caps *caps)
@@ -115,6 +117,7 @@ int seg_format(void *mem, size_t size, const struct seg_caps *caps)
 	h->off_nodes = l.off_nodes;
 	h->off_values = l.off_values;
 	h->off_lease_bits = l.off_lease_bits;
+	h->off_staged = l.off_staged;
 	/* Seeding from the clock keeps tokens growing across segment
 	 * re-creation and reboots, not only within one segment's life. */
 	h->created_realtime_ns = realtime_ns();
@@ -167,7 +170,7 @@ int seg_bind(struct segment *seg, void *mem, size_t size)
 	if (l.size > size || h->size != l.size || h->off_sessions != l.off_sessions ||
 	    h->off_keys != l.off_keys || h->off_index != l.off_index ||
 	    h->off_nodes != l.off_nodes || h->off_values != l.off_values ||
-	    h->off_lease_bits != l.off_lease_bits ||
+	    h->off_lease_bits != l.off_lease_bits || h->off_staged != l.off_staged ||
 	    h->index_size != index_size_for(h->caps.max_keys))
 		return -LOCAL_ECORRUPT;
 	seg->hdr = (struct seg_header *)mem;
@@ -181,5 +184,6 @@ int seg_bind(struct segment *seg, void *mem, size_t size)
 	seg->nodes = (struct seg_node *)((char *)mem + l.off_nodes);
 	seg->values = (char *)mem + l.off_values;
 	seg->lease_bits = (_Atomic uint64_t *)((char *)mem + l.off_lease_bits);
+	seg->staged = (char *)mem + l.off_staged;
 	return 0;
 }

@@ -6,7 +6,11 @@
  *
  *   header | sessions[max_sessions] | keys[max_keys] | index[index_size]
  *          | nodes[max_holds + max_waiters] | values[max_keys][2][max_value]
- *          | lease_bits[(nodes + 63) / 64]
+ *          | lease_bits[(nodes + 63) / 64] | staged[max_waiters][max_value]
+ *
+ * staged[] holds the value a queued request asks to attach, so whoever
+ * grants it publishes the value with the grant: a new leader is never shown
+ * with its predecessor's value.
  *
  * Nodes [0, max_holds) are hold nodes, [max_holds, max_holds+max_waiters)
  * waiter nodes, so the two capacities are exact and fail with distinct errors.
@@ -111,6 +115,7 @@ struct seg_node {
 	uint64_t seq;	       /* arrival order within the key */
 	uint64_t token;	       /* HOLDING/GRANTED: the fencing token */
 	uint64_t lease_until_ns; /* 0: no lease */
+	uint32_t staged_len; /* NODE_WAITING: value to attach at the grant, + 1; 0: none */
 } __attribute__((aligned(64)));
 
 /* ---- keys ------------------------------------------------------------- */
@@ -201,6 +206,7 @@ struct seg_header {
 	uint32_t index_size; /* power of two */
 	uint32_t session_size, key_size, node_size;
 	uint64_t off_sessions, off_keys, off_index, off_nodes, off_values, off_lease_bits;
+	uint64_t off_staged;
 	uint64_t created_realtime_ns;
 	_Atomic uint64_t token_counter; /* the last token drawn */
 	_Atomic uint32_t broker_pid;
@@ -228,6 +234,7 @@ struct segment {
 	/* One bit per node: "this hold has a new or earlier lease deadline";
 	 * the broker drains it when the doorbell rings. */
 	_Atomic uint64_t *lease_bits;
+	char *staged;
 };
 
 #define INDEX_TOMB UINT32_MAX
@@ -282,6 +289,12 @@ static inline uint32_t seg_node_index(const struct segment *seg, const struct se
 static inline char *seg_value_buf(const struct segment *seg, uint32_t key, uint32_t sel)
 {
 	return seg->values + ((size_t)key * 2 + (sel & 1)) * seg->caps.max_value;
+}
+
+/* The staging buffer of waiter node @n (n >= max_holds). */
+static inline char *seg_staged_buf(const struct segment *seg, uint32_t n)
+{
+	return seg->staged + (size_t)(n - seg->caps.max_holds) * seg->caps.max_value;
 }
 
 /* Initialise a robust, process-shared mutex in shared memory. */

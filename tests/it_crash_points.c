@@ -107,6 +107,18 @@ static void crasher_child(void *p, int in, int out)
 			say(out, "released %d", local_release(s, KEY));
 			continue;
 		}
+		if (!strcmp(cmd, "watch")) {
+			/* Watch for the next change of the key (the observer
+			 * makes it), with a timeout so that it returns. */
+			static struct local_key_info wi; /* 64 KiB: not on the stack */
+			uint64_t idx = 0;
+
+			if (!local_info(s, KEY, &wi))
+				idx = wi.modify_index;
+			r = local_watch(s, KEY, idx, STEP_MS, &wi);
+			say(out, "watched %d", r);
+			continue;
+		}
 		if (!strcmp(cmd, "try")) {
 			o.timeout_ms = 0;
 		} else if (!strcmp(cmd, "timed")) {
@@ -596,6 +608,77 @@ static void scenario_granted(struct world *w)
 	end_child(&b);
 }
 
+/* Watch nodes on the key and the key's watcher count, read from the segment
+ * without the key mutex (taking it could repair what is being looked at). */
+static unsigned watch_nodes(local_session *s)
+{
+	struct segment *seg = s->seg;
+	uint32_t i, k, n = 0;
+
+	for (k = 0; k < seg->caps.max_keys; k++) {
+		if (atomic_load(&seg->keys[k].state) != KEY_USED || strcmp(seg->keys[k].key, KEY))
+			continue;
+		for (i = 0; i < seg->nnodes; i++) {
+			uint64_t w = atomic_load(&seg->nodes[i].word);
+
+			if (w && NODE_KEY(w) == k && NODE_STATE(w) == NODE_WATCHING)
+				n++;
+		}
+	}
+	return n;
+}
+
+static unsigned key_watchers(local_session *s)
+{
+	struct segment *seg = s->seg;
+	uint32_t k;
+
+	for (k = 0; k < seg->caps.max_keys; k++)
+		if (atomic_load(&seg->keys[k].state) == KEY_USED && !strcmp(seg->keys[k].key, KEY))
+			return atomic_load(&seg->keys[k].watchers);
+	return 0;
+}
+
+/*
+ * WATCH_CLAIMED and UNWATCH_FREED: the observer holds the key, the child
+ * watches it and dies registering its watch (under the key mutex), or ending
+ * it after the observer's release woke it. With only the broker cleaning up
+ * (the sweep of the dead session, or its repair of the dead mutex), no watch
+ * node is left and the watcher count is back to 0; then the key is idle: it
+ * can be reclaimed, and made and used again.
+ */
+static void scenario_watch(struct world *w)
+{
+	struct local_key_info *info;
+
+	obs_take(w, true);
+	child_send(&w->crasher, "watch");
+	if (cur.n == CP_UNWATCH_FREED) {
+		if (!WAIT_FOR(watch_nodes(w->obs) == 1 && key_watchers(w->obs) == 1, STEP_MS))
+			CP_FAIL("the child's watch was not registered: %u watch nodes, count %u",
+				watch_nodes(w->obs), key_watchers(w->obs));
+		CP_CHECK_OK(local_release(w->obs, KEY));
+	}
+	expect_crash(w);
+	wait_sessions(w, 1);
+	if (!WAIT_FOR(watch_nodes(w->obs) == 0 && key_watchers(w->obs) == 0, STEP_MS)) {
+		dump_key(w->obs);
+		CP_FAIL("after the broker's clean-up: %u watch nodes, watcher count %u (want 0, 0)",
+			watch_nodes(w->obs), key_watchers(w->obs));
+	}
+	CP_CHECK_EQ(segment_violations(w->obs), 0);
+	CP_CHECK_EQ(key_watchers(w->obs), 0);
+	if (cur.n == CP_WATCH_CLAIMED)
+		CP_CHECK_OK(local_release(w->obs, KEY));
+	info = key_info(w->obs);
+	CP_CHECK_EQ(info->holders, 0);
+	CP_CHECK_EQ(info->waiters, 0);
+	/* Nothing pins it: an idle key is reclaimed. */
+	CP_CHECK(keytab_reclaim_idle(w->obs->seg, 0, UINT32_MAX) >= 1);
+	CP_CHECK_EQ(key_info(w->obs)->kind, LOCAL_KIND_NONE);
+	check_free_then_handover(w);
+}
+
 struct scenario {
 	int point;
 	void (*run)(struct world *w);
@@ -621,6 +704,8 @@ static const struct scenario scenarios[] = {
 	{ CP_CANCEL_FREED, scenario_cancel },
 	{ CP_VALUE_WRITTEN, scenario_value },
 	{ CP_GRANTED_CONSUMED, scenario_granted },
+	{ CP_WATCH_CLAIMED, scenario_watch },
+	{ CP_UNWATCH_FREED, scenario_watch },
 };
 
 #define NSCENARIOS (sizeof(scenarios) / sizeof(scenarios[0]))
