@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/* shmlock(1): what the command files share. See docs/shmlock.1. */
+#ifndef SHMLOCK_CLI_H
+#define SHMLOCK_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "liblocal.h"
+
+#ifndef SHMLOCK_VERSION
+#define SHMLOCK_VERSION "0.1.0"
+#endif
+
+/* Exit statuses, documented in shmlock(1) and in --help: keep them stable. */
+enum {
+	EXIT_OK = 0,
+	EXIT_FAIL = 1,	/* usage, setup, acquisition failure or timeout */
+	EXIT_CHILD = 2, /* the child failed, under -child-exit-code */
+	EXIT_LOST = 3,	/* the hold was lost and the child was stopped */
+};
+
+/* ---- args.c: Go-style flags (-name=value, -name value, --name=value) ---- */
+
+enum flag_type {
+	FLAG_BOOL,     /* bool *: -name, -name=true|false */
+	FLAG_STRING,   /* const char **: the argument itself */
+	FLAG_INT,      /* long long * */
+	FLAG_DURATION, /* int64_t *, nanoseconds, never negative */
+};
+
+struct flag {
+	const char *name; /* without dashes */
+	enum flag_type type;
+	void *val;
+	bool set; /* given on the command line */
+};
+
+enum args_mode {
+	ARGS_STOP_AT_ARG,  /* flags end at the first argument (lock KEY CHILD...) */
+	ARGS_INTERSPERSED, /* flags may follow arguments (release KEY -session ID) */
+};
+
+/*
+ * Parse the flags of @cmd in argv[1..argc) (argv[0] is the command name).
+ * On success the positional arguments are moved to the front of argv + 1 and
+ * their number is stored in *nargs; returns 0. Returns 1 when help was asked
+ * for (-h, -help, --help), or -EINVAL after printing the problem to stderr.
+ */
+int args_parse(const char *cmd, struct flag *flags, int argc, char **argv, enum args_mode mode,
+	       int *nargs);
+/* Find a flag by name in a NULL-terminated table (to test ->set). */
+struct flag *args_flag(struct flag *flags, const char *name);
+
+/* Print "shmlock CMD: ..." and the hint to run help; returns EXIT_FAIL. */
+int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Print "shmlock: ..." to stderr. */
+void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- duration.c: Go's time.ParseDuration ---- */
+
+/*
+ * Parse a Go duration ("300ms", "-1.5h", "2h45m", "0") into nanoseconds.
+ * Returns 0, or -EINVAL with *why set to a static explanation.
+ */
+int duration_parse(const char *s, int64_t *ns, const char **why);
+/* Nanoseconds to milliseconds, rounding up so that 1ns is not "no wait". */
+int64_t duration_ms(int64_t ns);
+/* Milliseconds as a Go-like duration: "0s", "250ms", "1.5s", "1m30s", "2h0m0s". */
+void duration_format(uint64_t ms, char *buf, size_t size);
+
+/* ---- help.c ---- */
+
+/* Print the help of @cmd (NULL: the overview) to @out; -ENOENT if unknown. */
+int help_print(const char *cmd, FILE *out);
+
+/* ---- common.c: what the inspection and administration commands share ---- */
+
+struct cli_common {
+	const char *socket; /* -socket; NULL: $SHMLOCK_SOCKET, then the default */
+	bool json;	    /* -json */
+};
+
+#define CLI_FLAG_JSON(c)                                                                           \
+	{                                                                                          \
+		"json", FLAG_BOOL, &(c)->json, false                                               \
+	}
+#define CLI_FLAG_SOCKET(c)                                                                         \
+	{                                                                                          \
+		"socket", FLAG_STRING, &(c)->socket, false                                         \
+	}
+#define CLI_FLAGS_END                                                                              \
+	{                                                                                          \
+		NULL, FLAG_BOOL, NULL, false                                                       \
+	}
+
+/*
+ * args_parse() with flags allowed among the arguments. Returns 0, 1 after
+ * printing the help (exit 0), or -EINVAL after printing the problem.
+ */
+int cli_parse(const char *cmd, struct flag *flags, int argc, char **argv, int *nargs);
+/* CLOCK_MONOTONIC in milliseconds. */
+uint64_t mono_ms(void);
+/* The exit status for a non-zero cli_parse() result. */
+#define CLI_PARSE_EXIT(r) ((r) > 0 ? EXIT_OK : EXIT_FAIL)
+
+/* Open a session named @name on the broker of @c; prints the error. */
+int cli_open(const struct cli_common *c, const char *name, local_session **out);
+
+/* ---- output.c: aligned tables and JSON ---- */
+
+struct table;
+/* A table of @ncols columns; @headers NULL for none. */
+struct table *table_new(size_t ncols, const char *const *headers);
+/* Add a row of @ncols cells (copied); NULL cells print as "-". */
+int table_add(struct table *t, const char *const *cells);
+void table_print(struct table *t, FILE *out);
+void table_free(struct table *t);
+
+/* Escape a value for one line of human output: printable ASCII and UTF-8 as
+ * is, anything else as \xNN. Returns malloc'ed text or NULL. */
+char *value_text(const char *v, size_t len);
+const char *kind_name(int kind);
+/* A value as JSON: a string when it is valid UTF-8, else null. */
+json_t *json_value_of(const char *v, size_t len);
+/* Print @j to stdout (indented, or on one line with @one_line) and drop it.
+ * Returns EXIT_OK, or EXIT_FAIL when @j is NULL (out of memory). */
+int json_emit(json_t *j, bool one_line);
+const char *behavior_name(int behavior);
+
+/* ---- holders.c: the holders of a key ---- */
+
+struct holders {
+	struct local_holder *v;
+	size_t n, cap;
+};
+
+/* Fill @h (zeroed by the caller) with the holders of @key; prints errors. */
+int holders_get(local_session *s, const char *key, struct holders *h);
+void holders_free(struct holders *h);
+/* "name[pid], name[pid]" (malloc'ed; "-" for none). */
+char *holders_text(const struct holders *h);
+json_t *holders_json(const struct holders *h);
+/* Everything local_info() tells, as JSON (without the holders). */
+json_t *key_info_json(const char *key, const struct local_key_info *ki, bool with_value);
+
+/* ---- the commands ---- */
+
+int cmd_lock(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_keys(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_leader(int argc, char **argv);
+int cmd_watch(int argc, char **argv);
+int cmd_sessions(int argc, char **argv);
+int cmd_release(int argc, char **argv);
+int cmd_session(int argc, char **argv);
+
+#endif

@@ -1,0 +1,344 @@
+// SPDX-License-Identifier: MIT
+/* Broker-wide inspection: status, keys, sessions. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define STR_(x)		 #x
+#define STR(x)		 STR_(x)
+#define LIBLOCAL_VERSION STR(LOCAL_VERSION_MAJOR) "." STR(LOCAL_VERSION_MINOR)
+
+static void row2(struct table *t, const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void row2(struct table *t, const char *name, const char *fmt, ...)
+{
+	const char *cells[2] = { name, NULL };
+	char buf[128];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	cells[1] = buf;
+	table_add(t, cells);
+}
+
+static int print_status(const struct local_stats *st)
+{
+	struct table *t = table_new(2, NULL);
+	char up[32];
+
+	if (!t)
+		return EXIT_FAIL;
+	duration_format(st->uptime_ms, up, sizeof(up));
+	row2(t, "version", "shmlock %s, liblocal %s", SHMLOCK_VERSION, LIBLOCAL_VERSION);
+	row2(t, "broker pid", "%u", st->broker_pid);
+	row2(t, "uptime", "%s", up);
+	row2(t, "sessions", "%u / %u", st->sessions, st->max_sessions);
+	row2(t, "keys", "%u / %u", st->keys, st->max_keys);
+	row2(t, "holds", "%u / %u", st->holds, st->max_holds);
+	row2(t, "waiters", "%u / %u", st->waiters, st->max_waiters);
+	row2(t, "max value", "%u bytes", st->max_value);
+	row2(t, "grants", "%llu", (unsigned long long)st->grants);
+	row2(t, "handoffs", "%llu", (unsigned long long)st->handoffs);
+	row2(t, "timeouts", "%llu", (unsigned long long)st->timeouts);
+	row2(t, "lease expiries", "%llu", (unsigned long long)st->lease_expiries);
+	row2(t, "ttl expiries", "%llu", (unsigned long long)st->ttl_expiries);
+	row2(t, "crash cleanups", "%llu", (unsigned long long)st->crash_cleanups);
+	row2(t, "repairs", "%llu", (unsigned long long)st->repairs);
+	row2(t, "quarantined", "%llu", (unsigned long long)st->quarantined);
+	row2(t, "sessions opened", "%llu", (unsigned long long)st->sessions_opened);
+	row2(t, "sessions closed", "%llu", (unsigned long long)st->sessions_closed);
+	table_print(t, stdout);
+	table_free(t);
+	return EXIT_OK;
+}
+
+static json_t *status_json(const struct local_stats *st)
+{
+	return json_pack(
+		"{s:s, s:s, s:I, s:I, s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I},"
+		" s:{s:I, s:I}, s:I, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
+		" s:I}}",
+		"version", SHMLOCK_VERSION, "liblocal", LIBLOCAL_VERSION, "broker_pid",
+		(json_int_t)st->broker_pid, "uptime_ms", (json_int_t)st->uptime_ms, "sessions",
+		"used", (json_int_t)st->sessions, "max", (json_int_t)st->max_sessions, "keys",
+		"used", (json_int_t)st->keys, "max", (json_int_t)st->max_keys, "holds", "used",
+		(json_int_t)st->holds, "max", (json_int_t)st->max_holds, "waiters", "used",
+		(json_int_t)st->waiters, "max", (json_int_t)st->max_waiters, "max_value",
+		(json_int_t)st->max_value, "counters", "grants", (json_int_t)st->grants, "handoffs",
+		(json_int_t)st->handoffs, "timeouts", (json_int_t)st->timeouts, "lease_expiries",
+		(json_int_t)st->lease_expiries, "ttl_expiries", (json_int_t)st->ttl_expiries,
+		"crash_cleanups", (json_int_t)st->crash_cleanups, "repairs",
+		(json_int_t)st->repairs, "quarantined", (json_int_t)st->quarantined,
+		"sessions_opened", (json_int_t)st->sessions_opened, "sessions_closed",
+		(json_int_t)st->sessions_closed);
+}
+
+int cmd_status(int argc, char **argv)
+{
+	struct cli_common c = { 0 };
+	struct flag flags[] = { CLI_FLAG_JSON(&c), CLI_FLAG_SOCKET(&c), CLI_FLAGS_END };
+	struct local_stats st;
+	local_session *s;
+	int nargs, r, err, rc;
+
+	r = cli_parse("status", flags, argc, argv, &nargs);
+	if (r)
+		return CLI_PARSE_EXIT(r);
+	if (nargs)
+		return usage_error("status", "unexpected argument \"%s\"", argv[1]);
+	if (cli_open(&c, "shmlock status", &s))
+		return EXIT_FAIL;
+	err = local_stats(s, &st);
+	local_session_close(s);
+	if (err) {
+		errorf("cannot read the broker's state: %s", local_strerror(err));
+		return EXIT_FAIL;
+	}
+	rc = c.json ? json_emit(status_json(&st), false) : print_status(&st);
+	return rc;
+}
+
+/* ---- keys ---- */
+
+struct key_row {
+	char *name;
+	struct local_key_info ki; /* without the value: see collect_key() */
+	struct holders h;
+};
+
+struct key_list {
+	struct key_row *v;
+	size_t n, cap;
+};
+
+static int collect_key(const char *key, const struct local_key_info *ki, void *arg)
+{
+	struct key_list *l = arg;
+	struct key_row *r;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 16;
+		struct key_row *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	r = &l->v[l->n];
+	memset(r, 0, sizeof(*r));
+	r->name = strdup(key);
+	if (!r->name)
+		return -ENOMEM;
+	/* The value buffer is 64 KiB: copy only the fields before it. */
+	memcpy(&r->ki, ki, offsetof(struct local_key_info, value));
+	l->n++;
+	return 0;
+}
+
+static int cmp_rows(const void *a, const void *b)
+{
+	return strcmp(((const struct key_row *)a)->name, ((const struct key_row *)b)->name);
+}
+
+static int print_keys(const struct key_list *l)
+{
+	static const char *const head[] = { "KEY",     "KIND",	     "LIMIT", "HOLDERS",
+					    "WAITERS", "LOCK-DELAY", "TOKEN", "HELD BY" };
+	struct table *t = table_new(8, head);
+	size_t i;
+
+	if (!t)
+		return EXIT_FAIL;
+	for (i = 0; i < l->n; i++) {
+		const struct key_row *r = &l->v[i];
+		char limit[16], holders[16], waiters[16], delay[32], token[24];
+		char *by = holders_text(&r->h);
+		const char *cells[8] = {
+			r->name, kind_name(r->ki.kind), limit, holders, waiters, delay, token, by
+		};
+
+		snprintf(limit, sizeof(limit), "%u", r->ki.limit);
+		snprintf(holders, sizeof(holders), "%u", r->ki.holders);
+		snprintf(waiters, sizeof(waiters), "%u", r->ki.waiters);
+		duration_format(r->ki.lock_delay_remaining_ms, delay, sizeof(delay));
+		if (r->ki.token)
+			snprintf(token, sizeof(token), "%llu", (unsigned long long)r->ki.token);
+		else
+			strcpy(token, "-");
+		table_add(t, cells);
+		free(by);
+	}
+	table_print(t, stdout);
+	table_free(t);
+	return EXIT_OK;
+}
+
+static json_t *keys_json(const struct key_list *l)
+{
+	json_t *a = json_array();
+	size_t i;
+
+	for (i = 0; a && i < l->n; i++) {
+		json_t *k = key_info_json(l->v[i].name, &l->v[i].ki, false);
+
+		if (!k || json_object_set_new(k, "holders", holders_json(&l->v[i].h)) ||
+		    json_array_append_new(a, k)) {
+			json_decref(a);
+			return NULL;
+		}
+	}
+	return a;
+}
+
+int cmd_keys(int argc, char **argv)
+{
+	struct cli_common c = { 0 };
+	struct flag flags[] = { CLI_FLAG_JSON(&c), CLI_FLAG_SOCKET(&c), CLI_FLAGS_END };
+	struct key_list l = { 0 };
+	local_session *s;
+	int nargs, r, err, rc = EXIT_FAIL;
+	size_t i;
+
+	r = cli_parse("keys", flags, argc, argv, &nargs);
+	if (r)
+		return CLI_PARSE_EXIT(r);
+	if (nargs > 1)
+		return usage_error("keys", "unexpected argument \"%s\"", argv[2]);
+	if (cli_open(&c, "shmlock keys", &s))
+		return EXIT_FAIL;
+	err = local_keys(s, nargs ? argv[1] : NULL, collect_key, &l);
+	if (err) {
+		errorf("cannot list the keys: %s", local_strerror(err));
+		goto out;
+	}
+	/* Holders come from a second look at each key, a moment later than
+	 * its counts; a key that vanished meanwhile just shows none. */
+	for (i = 0; i < l.n; i++)
+		if (l.v[i].ki.holders && holders_get(s, l.v[i].name, &l.v[i].h))
+			goto out;
+	qsort(l.v, l.n, sizeof(*l.v), cmp_rows);
+	rc = c.json ? json_emit(keys_json(&l), false) : print_keys(&l);
+out:
+	for (i = 0; i < l.n; i++) {
+		free(l.v[i].name);
+		holders_free(&l.v[i].h);
+	}
+	free(l.v);
+	local_session_close(s);
+	return rc;
+}
+
+/* ---- sessions ---- */
+
+struct session_list {
+	struct local_session_info *v;
+	size_t n, cap;
+};
+
+static int collect_session(const struct local_session_info *si, void *arg)
+{
+	struct session_list *l = arg;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 16;
+		struct local_session_info *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = *si;
+	return 0;
+}
+
+static int print_sessions(const struct session_list *l)
+{
+	static const char *const head[] = { "ID",	"NAME",	 "PID",	     "UID",   "TTL",
+					    "TTL-LEFT", "DELAY", "BEHAVIOR", "HOLDS", "WAITING" };
+	struct table *t = table_new(10, head);
+	size_t i;
+
+	if (!t)
+		return EXIT_FAIL;
+	for (i = 0; i < l->n; i++) {
+		const struct local_session_info *si = &l->v[i];
+		char pid[16], uid[16], ttl[32], left[32], delay[32], holds[16], waiting[16];
+		const char *cells[10] = { si->id, si->name, pid,   uid,
+					  ttl,	  left,	    delay, behavior_name(si->behavior),
+					  holds,  waiting };
+
+		snprintf(pid, sizeof(pid), si->pid ? "%d" : "-", (int)si->pid);
+		snprintf(uid, sizeof(uid), "%u", si->uid);
+		if (si->ttl_ms) {
+			duration_format(si->ttl_ms, ttl, sizeof(ttl));
+			duration_format(si->ttl_remaining_ms, left, sizeof(left));
+		} else {
+			strcpy(ttl, "-");
+			strcpy(left, "-");
+		}
+		duration_format(si->lock_delay_ms, delay, sizeof(delay));
+		snprintf(holds, sizeof(holds), "%u", si->holds);
+		snprintf(waiting, sizeof(waiting), "%u", si->waiting);
+		table_add(t, cells);
+	}
+	table_print(t, stdout);
+	table_free(t);
+	return EXIT_OK;
+}
+
+static json_t *sessions_json(const struct session_list *l)
+{
+	json_t *a = json_array();
+	size_t i;
+
+	for (i = 0; a && i < l->n; i++) {
+		const struct local_session_info *si = &l->v[i];
+
+		if (json_array_append_new(
+			    a,
+			    json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:I}", "id",
+				      si->id, "name", si->name, "pid", (json_int_t)si->pid, "uid",
+				      (json_int_t)si->uid, "ttl_ms", (json_int_t)si->ttl_ms,
+				      "ttl_remaining_ms", (json_int_t)si->ttl_remaining_ms,
+				      "lock_delay_ms", (json_int_t)si->lock_delay_ms, "behavior",
+				      behavior_name(si->behavior), "holds", (json_int_t)si->holds,
+				      "waiting", (json_int_t)si->waiting))) {
+			json_decref(a);
+			return NULL;
+		}
+	}
+	return a;
+}
+
+int cmd_sessions(int argc, char **argv)
+{
+	struct cli_common c = { 0 };
+	struct flag flags[] = { CLI_FLAG_JSON(&c), CLI_FLAG_SOCKET(&c), CLI_FLAGS_END };
+	struct session_list l = { 0 };
+	local_session *s;
+	int nargs, r, err, rc = EXIT_FAIL;
+
+	r = cli_parse("sessions", flags, argc, argv, &nargs);
+	if (r)
+		return CLI_PARSE_EXIT(r);
+	if (nargs)
+		return usage_error("sessions", "unexpected argument \"%s\"", argv[1]);
+	if (cli_open(&c, "shmlock sessions", &s))
+		return EXIT_FAIL;
+	err = local_sessions(s, collect_session, &l);
+	if (err)
+		errorf("cannot list the sessions: %s", local_strerror(err));
+	else
+		rc = c.json ? json_emit(sessions_json(&l), false) : print_sessions(&l);
+	free(l.v);
+	local_session_close(s);
+	return rc;
+}

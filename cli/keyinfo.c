@@ -1,0 +1,299 @@
+// SPDX-License-Identifier: MIT
+/* One key: info, leader, watch. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* local_key_info carries a 64 KiB value buffer: never on the stack. */
+static struct local_key_info *info_alloc(void)
+{
+	struct local_key_info *ki = malloc(sizeof(*ki));
+
+	if (!ki)
+		errorf("out of memory");
+	return ki;
+}
+
+static int one_key_args(const char *cmd, struct flag *flags, int argc, char **argv)
+{
+	int nargs, r = cli_parse(cmd, flags, argc, argv, &nargs);
+
+	if (r)
+		return r;
+	if (nargs != 1) {
+		if (nargs)
+			usage_error(cmd, "unexpected argument \"%s\"", argv[2]);
+		else
+			usage_error(cmd, "missing KEY");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* ---- info ---- */
+
+static void row(struct table *t, const char *name, const char *value)
+{
+	const char *cells[2] = { name, value };
+
+	table_add(t, cells);
+}
+
+static void rowu(struct table *t, const char *name, unsigned long long v)
+{
+	char buf[24];
+
+	snprintf(buf, sizeof(buf), "%llu", v);
+	row(t, name, buf);
+}
+
+static int print_info(const char *key, const struct local_key_info *ki, const struct holders *h)
+{
+	static const char *const head[] = { "SESSION", "NAME", "PID", "TOKEN", "LEASE-LEFT" };
+	struct table *t = table_new(2, NULL);
+	char delay[32], *value = value_text(ki->value, ki->value_len);
+	size_t i;
+
+	if (!t || !value) {
+		table_free(t);
+		free(value);
+		return EXIT_FAIL;
+	}
+	duration_format(ki->lock_delay_remaining_ms, delay, sizeof(delay));
+	row(t, "key", key);
+	row(t, "kind", kind_name(ki->kind));
+	rowu(t, "limit", ki->limit);
+	rowu(t, "holders", ki->holders);
+	rowu(t, "waiters", ki->waiters);
+	rowu(t, "token", ki->token);
+	rowu(t, "lock index", ki->lock_index);
+	rowu(t, "modify index", ki->modify_index);
+	row(t, "lock delay", delay);
+	row(t, "value", ki->value_len ? value : "-");
+	table_print(t, stdout);
+	table_free(t);
+	free(value);
+	if (!h->n)
+		return EXIT_OK;
+	t = table_new(5, head);
+	if (!t)
+		return EXIT_FAIL;
+	for (i = 0; i < h->n; i++) {
+		const struct local_holder *v = &h->v[i];
+		char pid[16], token[24], lease[32];
+		const char *cells[5] = { v->session, v->name, pid, token, lease };
+
+		snprintf(pid, sizeof(pid), v->pid ? "%d" : "-", (int)v->pid);
+		snprintf(token, sizeof(token), "%llu", (unsigned long long)v->token);
+		if (v->lease_remaining_ms)
+			duration_format(v->lease_remaining_ms, lease, sizeof(lease));
+		else
+			strcpy(lease, "-");
+		table_add(t, cells);
+	}
+	fputc('\n', stdout);
+	table_print(t, stdout);
+	table_free(t);
+	return EXIT_OK;
+}
+
+int cmd_info(int argc, char **argv)
+{
+	struct cli_common c = { 0 };
+	struct flag flags[] = { CLI_FLAG_JSON(&c), CLI_FLAG_SOCKET(&c), CLI_FLAGS_END };
+	struct holders h = { 0 };
+	struct local_key_info *ki;
+	local_session *s;
+	int r, err, rc = EXIT_FAIL;
+	json_t *j;
+
+	r = one_key_args("info", flags, argc, argv);
+	if (r)
+		return CLI_PARSE_EXIT(r);
+	ki = info_alloc();
+	if (!ki)
+		return EXIT_FAIL;
+	if (cli_open(&c, "shmlock info", &s))
+		goto out_free;
+	err = local_info(s, argv[1], ki);
+	if (err) {
+		errorf("cannot describe %s: %s", argv[1], local_strerror(err));
+		goto out;
+	}
+	if (ki->holders && holders_get(s, argv[1], &h))
+		goto out;
+	if (c.json) {
+		j = key_info_json(argv[1], ki, true);
+		if (j && json_object_set_new(j, "holders", holders_json(&h))) {
+			json_decref(j);
+			j = NULL;
+		}
+		rc = json_emit(j, false);
+	} else {
+		rc = print_info(argv[1], ki, &h);
+	}
+out:
+	holders_free(&h);
+	local_session_close(s);
+out_free:
+	free(ki);
+	return rc;
+}
+
+/* ---- leader ---- */
+
+int cmd_leader(int argc, char **argv)
+{
+	struct cli_common c = { 0 };
+	struct flag flags[] = { CLI_FLAG_JSON(&c), CLI_FLAG_SOCKET(&c), CLI_FLAGS_END };
+	struct local_key_info *ki;
+	const char *key;
+	local_session *s;
+	int r, err, rc = EXIT_FAIL;
+	bool led;
+
+	r = one_key_args("leader", flags, argc, argv);
+	if (r)
+		return CLI_PARSE_EXIT(r);
+	key = argv[1];
+	ki = info_alloc();
+	if (!ki)
+		return EXIT_FAIL;
+	if (cli_open(&c, "shmlock leader", &s))
+		goto out_free;
+	err = local_info(s, key, ki);
+	local_session_close(s);
+	if (err) {
+		errorf("cannot describe %s: %s", key, local_strerror(err));
+		goto out_free;
+	}
+	if (ki->kind == LOCAL_KIND_SEMAPHORE) {
+		errorf("%s is a semaphore (limit %u): it has holders, not a leader; see "
+		       "'shmlock info %s'",
+		       key, ki->limit, key);
+		goto out_free;
+	}
+	led = ki->kind == LOCAL_KIND_LOCK && ki->holders;
+	if (c.json) {
+		json_t *j = led ? json_pack("{s:s, s:{s:s, s:s, s:I, s:I}, s:o}", "key", key,
+					    "leader", "session", ki->holder_session, "name",
+					    ki->holder_name, "pid", (json_int_t)ki->holder_pid,
+					    "token", (json_int_t)ki->token, "value",
+					    json_value_of(ki->value, ki->value_len))
+				: json_pack("{s:s, s:n}", "key", key, "leader");
+
+		rc = json_emit(j, false);
+		if (!led)
+			rc = EXIT_FAIL;
+	} else if (!led) {
+		errorf("%s has no leader", key);
+	} else {
+		fwrite(ki->value, 1, ki->value_len, stdout);
+		fputc('\n', stdout);
+		rc = fflush(stdout) ? EXIT_FAIL : EXIT_OK;
+	}
+out_free:
+	free(ki);
+	return rc;
+}
+
+/* ---- watch ---- */
+
+static int print_change(const char *key, const struct local_key_info *ki, bool json)
+{
+	char *value;
+	int r;
+
+	if (json) {
+		json_t *j = key_info_json(key, ki, true);
+
+		if (j && json_object_set_new(j, "holder",
+					     ki->holder_session[0]
+						     ? json_pack("{s:s, s:s, s:I}", "session",
+								 ki->holder_session, "name",
+								 ki->holder_name, "pid",
+								 (json_int_t)ki->holder_pid)
+						     : json_null())) {
+			json_decref(j);
+			j = NULL;
+		}
+		return json_emit(j, true);
+	}
+	value = value_text(ki->value, ki->value_len);
+	if (!value)
+		return EXIT_FAIL;
+	printf("index=%llu kind=%s holders=%u waiters=%u token=%llu",
+	       (unsigned long long)ki->modify_index, kind_name(ki->kind), ki->holders, ki->waiters,
+	       (unsigned long long)ki->token);
+	if (ki->holder_session[0])
+		printf(" session=%s name=\"%s\" pid=%d", ki->holder_session, ki->holder_name,
+		       (int)ki->holder_pid);
+	printf(" value=\"%s\"\n", value);
+	free(value);
+	r = fflush(stdout);
+	return r ? EXIT_FAIL : EXIT_OK;
+}
+
+int cmd_watch(int argc, char **argv)
+{
+	struct cli_common c = { 0 };
+	int64_t timeout_ns = 0;
+	struct flag flags[] = { CLI_FLAG_JSON(&c),
+				CLI_FLAG_SOCKET(&c),
+				{ "timeout", FLAG_DURATION, &timeout_ns, false },
+				CLI_FLAGS_END };
+	int64_t timeout_ms, left = -1;
+	struct local_key_info *ki;
+	uint64_t end = 0, idx;
+	local_session *s;
+	int r, err, rc = EXIT_FAIL;
+
+	r = one_key_args("watch", flags, argc, argv);
+	if (r)
+		return CLI_PARSE_EXIT(r);
+	timeout_ms = duration_ms(timeout_ns);
+	ki = info_alloc();
+	if (!ki)
+		return EXIT_FAIL;
+	if (cli_open(&c, "shmlock watch", &s))
+		goto out_free;
+	if (timeout_ms)
+		end = mono_ms() + (uint64_t)timeout_ms;
+	err = local_info(s, argv[1], ki);
+	if (err) {
+		errorf("cannot describe %s: %s", argv[1], local_strerror(err));
+		goto out;
+	}
+	if (print_change(argv[1], ki, c.json))
+		goto out;
+	idx = ki->modify_index;
+	for (;;) {
+		if (end) {
+			uint64_t now = mono_ms();
+
+			if (now >= end)
+				break;
+			left = (int64_t)(end - now);
+		}
+		err = local_watch(s, argv[1], idx, left, ki);
+		if (err == -ETIMEDOUT)
+			break;
+		if (err) {
+			errorf("cannot watch %s: %s", argv[1], local_strerror(err));
+			goto out;
+		}
+		/* One line per change seen: changes that land while we print
+		 * are folded into the next line, as the index shows. */
+		if (print_change(argv[1], ki, c.json))
+			goto out;
+		idx = ki->modify_index;
+	}
+	rc = EXIT_OK;
+out:
+	local_session_close(s);
+out_free:
+	free(ki);
+	return rc;
+}

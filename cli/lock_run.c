@@ -1,0 +1,511 @@
+// SPDX-License-Identifier: MIT
+/*
+ * `shmlock lock` after its command line: open a session, wait for the hold,
+ * run the child under it, and stop the child the moment the hold is lost or
+ * shmlock is told to stop. One poll loop over a signalfd, the supervisor's
+ * pidfd and socket, the monitor's eventfd and timerfds for renewals and the
+ * kill grace period: no signal handlers, no sleeping.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lock.h"
+
+struct run {
+	const struct lock_opts *o;
+	local_session *s;
+	uint64_t token;
+	sigset_t stop_set, orig_mask;
+	int sfd;       /* signalfd of the stop signals */
+	int ttl_tfd;   /* renews the session's TTL */
+	int lease_tfd; /* renews the hold's lease */
+	int grace_tfd; /* ends the kill grace period */
+	struct monitor mon;
+	struct job job;
+	int stop_sig; /* the signal that made us stop the child */
+	int lost;     /* the code that told us the hold was lost */
+	bool stopping;
+};
+
+/* ---- signals ---- */
+
+/*
+ * Take the stop signals by signalfd: block them before any thread exists,
+ * so that every thread inherits the mask. A signal ignored when we start
+ * (nohup, a shell's background job) stays ignored, for us and the child:
+ * blocking it would make the kernel queue it after all.
+ */
+static int signals_setup(struct run *r)
+{
+	static const int stops[] = STOP_SIGNALS;
+	size_t i;
+
+	sigemptyset(&r->stop_set);
+	for (i = 0; i < sizeof(stops) / sizeof(stops[0]); i++) {
+		struct sigaction sa;
+
+		if (sigaction(stops[i], NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
+			continue;
+		sigaddset(&r->stop_set, stops[i]);
+	}
+	if (pthread_sigmask(SIG_BLOCK, &r->stop_set, &r->orig_mask))
+		return -EINVAL;
+	r->sfd = signalfd(-1, &r->stop_set, SFD_CLOEXEC | SFD_NONBLOCK);
+	return r->sfd < 0 ? -errno : 0;
+}
+
+static const char *signame(int sig)
+{
+	const char *abbrev = sigabbrev_np(sig);
+	static char buf[16];
+
+	snprintf(buf, sizeof(buf), "SIG%s", abbrev ? abbrev : "?");
+	return buf;
+}
+
+/* Read one pending stop signal: its number, or 0. */
+static int signal_read(struct run *r)
+{
+	struct signalfd_siginfo si;
+
+	return read(r->sfd, &si, sizeof(si)) == sizeof(si) ? (int)si.ssi_signo : 0;
+}
+
+/*
+ * End shmlock by the signal it was stopped with, after its clean-up, so
+ * that whoever sent it (a shell, systemd) sees the death it asked for.
+ */
+__attribute__((noreturn)) static void die_by(int sig)
+{
+	sigset_t set;
+
+	fflush(NULL);
+	/* A core file of shmlock is never what SIGQUIT was for here. */
+	if (sig == SIGQUIT)
+		prctl(PR_SET_DUMPABLE, 0);
+	signal(sig, SIG_DFL);
+	sigemptyset(&set);
+	sigaddset(&set, sig);
+	raise(sig);
+	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	_exit(128 + sig);
+}
+
+/* ---- timers ---- */
+
+static int timer_new(void)
+{
+	return timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+}
+
+static void timer_set(int fd, int64_t first_ms, int64_t every_ms)
+{
+	struct itimerspec its = {
+		.it_value = { first_ms / 1000, first_ms % 1000 * 1000000 },
+		.it_interval = { every_ms / 1000, every_ms % 1000 * 1000000 },
+	};
+
+	/* A zero it_value disarms: "now" is the smallest real delay. */
+	if (!first_ms)
+		its.it_value.tv_nsec = 1;
+	timerfd_settime(fd, 0, &its, NULL);
+}
+
+/* Consume a timerfd's expirations; whether it had any. */
+static bool timer_fired(int fd)
+{
+	uint64_t n;
+
+	return fd >= 0 && read(fd, &n, sizeof(n)) == sizeof(n);
+}
+
+/* Renew three times per period: one late wake-up never costs the hold. */
+static int64_t renew_every(uint32_t period_ms)
+{
+	return period_ms >= 3 ? period_ms / 3 : 1;
+}
+
+/* ---- acquisition ---- */
+
+struct acquire {
+	local_session *s;
+	const char *key;
+	uint32_t limit;
+	struct local_acquire_opts opts;
+	uint64_t token;
+	int err;
+	int efd;
+};
+
+static void *acquire_main(void *arg)
+{
+	struct acquire *a = arg;
+	uint64_t one = 1;
+
+	if (a->limit > 1)
+		a->err = local_sem_acquire(a->s, a->key, a->limit, &a->opts, &a->token);
+	else
+		a->err = local_lock(a->s, a->key, &a->opts, &a->token);
+	(void)!write(a->efd, &one, sizeof(one));
+	return NULL;
+}
+
+static void acquire_failed(struct run *r, int err)
+{
+	const struct lock_opts *o = r->o;
+	struct local_key_info *ki = malloc(sizeof(*ki));
+	char buf[32];
+	bool known = ki && !local_info(r->s, o->key, ki);
+
+	if (err == -ETIMEDOUT || err == -EBUSY) {
+		duration_format((uint64_t)o->timeout_ms, buf, sizeof(buf));
+		if (known && ki->holder_session[0])
+			errorf("timed out after %s waiting for %s (held by %s, pid %d)", buf,
+			       o->key, ki->holder_name[0] ? ki->holder_name : ki->holder_session,
+			       (int)ki->holder_pid);
+		else
+			errorf("timed out after %s waiting for %s", buf, o->key);
+	} else if (err == -LOCAL_EKIND && o->limit > 1) {
+		errorf("%s is a lock: -n=%u would make it a semaphore", o->key, o->limit);
+	} else if (err == -LOCAL_EKIND || err == -LOCAL_ELIMIT) {
+		if (known && ki->kind == LOCAL_KIND_SEMAPHORE)
+			errorf("%s is a semaphore with limit %u, not %u: every holder must use "
+			       "-n=%u",
+			       o->key, ki->limit, o->limit, ki->limit);
+		else
+			errorf("cannot acquire %s with -n=%u: %s", o->key, o->limit,
+			       local_strerror(err));
+	} else {
+		errorf("cannot acquire %s: %s", o->key, local_strerror(err));
+	}
+	free(ki);
+}
+
+/*
+ * Wait for the hold in a thread of its own, so that this one goes on
+ * renewing the TTL and taking signals. A stop signal while waiting ends
+ * shmlock at once: nothing runs yet, and the broker ends the session and
+ * its queued request when this process exits.
+ */
+static int acquire(struct run *r)
+{
+	const struct lock_opts *o = r->o;
+	struct acquire a = {
+		.s = r->s,
+		.key = o->key,
+		.limit = o->limit,
+		.opts = { .timeout_ms = o->timeout_ms, .lease_ms = o->lease_ms },
+	};
+	pthread_t thread;
+	int err;
+
+	if (o->value) {
+		a.opts.value = o->value;
+		a.opts.value_len = strlen(o->value);
+	}
+	a.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	err = a.efd < 0 ? -errno : -pthread_create(&thread, NULL, acquire_main, &a);
+	if (err) {
+		errorf("cannot wait for %s: %s", o->key, strerror(-err));
+		if (a.efd >= 0)
+			close(a.efd);
+		return err;
+	}
+	verbose(o, "waiting for %s%s", o->key, o->limit > 1 ? " (semaphore)" : "");
+	for (;;) {
+		struct pollfd p[3] = { { .fd = r->sfd, .events = POLLIN },
+				       { .fd = a.efd, .events = POLLIN },
+				       { .fd = r->ttl_tfd, .events = POLLIN } };
+		int sig;
+
+		if (poll(p, 3, -1) < 0 && errno != EINTR)
+			continue;
+		sig = signal_read(r);
+		if (sig) {
+			verbose(o, "got %s while waiting for %s: giving up", signame(sig), o->key);
+			/* Granted meanwhile: give it back now, rather than
+			 * leave it to the broker as the hold of a dead
+			 * process, which would start a lock-delay. */
+			if (poll(&p[1], 1, 0) == 1) {
+				pthread_join(thread, NULL);
+				if (!a.err)
+					local_release(r->s, o->key);
+				local_session_close(r->s);
+			}
+			die_by(sig);
+		}
+		if (timer_fired(r->ttl_tfd))
+			local_session_renew(r->s);
+		if (p[1].revents)
+			break;
+	}
+	pthread_join(thread, NULL);
+	close(a.efd);
+	if (a.err) {
+		acquire_failed(r, a.err);
+		return a.err;
+	}
+	r->token = a.token;
+	return 0;
+}
+
+static int start_child(struct run *r)
+{
+	const struct lock_opts *o = r->o;
+	struct job_spec spec = {
+		.pass_stdin = o->pass_stdin,
+		.grace_ms = o->kill_grace_ms,
+		.child_mask = r->orig_mask,
+	};
+	size_t kept = 0;
+	int err = -ENOMEM;
+
+	spec.take_tty = o->pass_stdin && isatty(0) && tcgetpgrp(0) == getpgrp();
+	spec.argv = child_argv(o);
+	spec.envp = child_env(o, r->token, local_session_id(r->s), &kept);
+	if (spec.argv && spec.envp)
+		err = job_start(&r->job, &spec);
+	if (err)
+		errorf("cannot start the child: %s", strerror(-err));
+	child_argv_free(o, spec.argv);
+	child_env_free(spec.envp, kept);
+	return err;
+}
+
+/* ---- the child ---- */
+
+/* Stop the child's process group: SIGTERM now (after SIGINT, for SIGINT),
+ * SIGKILL when the grace period ends, or at once on a second request. */
+static void stop_child(struct run *r, int sig)
+{
+	const struct lock_opts *o = r->o;
+
+	if (r->stopping) {
+		if (sig) {
+			verbose(o, "%s while stopping: SIGKILL to process group %d", signame(sig),
+				(int)r->job.pgid);
+			job_kill(&r->job, SIGKILL);
+		}
+		return;
+	}
+	r->stopping = true;
+	verbose(o, "stopping the child: SIGTERM to process group %d", (int)r->job.pgid);
+	if (sig == SIGINT)
+		job_kill(&r->job, SIGINT);
+	job_kill(&r->job, SIGTERM);
+	if (o->kill_grace_ms)
+		timer_set(r->grace_tfd, o->kill_grace_ms, 0);
+	else
+		job_kill(&r->job, SIGKILL);
+}
+
+static void hold_lost(struct run *r, int code)
+{
+	if (r->lost || r->stop_sig)
+		return;
+	r->lost = code;
+	errorf("lost the hold on %s: %s; stopping the child", r->o->key, monitor_reason(code));
+	stop_child(r, 0);
+}
+
+/* Run until the supervisor has exited, that is until every process of the
+ * child's group is gone. Returns the child's wait status. */
+static int run_child(struct run *r)
+{
+	const struct lock_opts *o = r->o;
+	int status = -1;
+
+	while (status < 0) {
+		struct pollfd p[] = {
+			{ .fd = r->sfd, .events = POLLIN },
+			{ .fd = r->mon.efd, .events = POLLIN },
+			{ .fd = r->job.sock, .events = POLLIN },
+			{ .fd = r->job.pidfd, .events = POLLIN },
+			{ .fd = r->ttl_tfd, .events = POLLIN },
+			{ .fd = r->lease_tfd, .events = POLLIN },
+			{ .fd = r->grace_tfd, .events = POLLIN },
+		};
+		uint64_t n;
+		int sig, err;
+
+		if (poll(p, sizeof(p) / sizeof(p[0]), -1) < 0 && errno != EINTR)
+			continue;
+		while ((sig = signal_read(r))) {
+			if (!r->stop_sig && !r->lost)
+				r->stop_sig = sig;
+			verbose(o, "got %s", signame(sig));
+			stop_child(r, sig);
+		}
+		if (read(r->mon.efd, &n, sizeof(n)) == sizeof(n))
+			hold_lost(r, atomic_load(&r->mon.lost));
+		if (timer_fired(r->ttl_tfd)) {
+			err = local_session_renew(r->s);
+			if (err)
+				hold_lost(r, err);
+		}
+		if (timer_fired(r->lease_tfd)) {
+			err = local_renew(r->s, o->key, 0, NULL);
+			if (err)
+				hold_lost(r, err);
+		}
+		if (timer_fired(r->grace_tfd)) {
+			verbose(o, "grace period over: SIGKILL to process group %d",
+				(int)r->job.pgid);
+			job_kill(&r->job, SIGKILL);
+		}
+		if (p[2].revents)
+			job_read(&r->job);
+		if (p[3].revents) {
+			int sup;
+
+			/* The supervisor reports the child's status before it
+			 * exits. Without that report, it died first (killed):
+			 * make sure nothing of its group runs on. */
+			job_read(&r->job);
+			if (!r->job.exited)
+				job_kill(&r->job, SIGKILL);
+			sup = job_reap(&r->job);
+			status = r->job.exited ? r->job.status : sup;
+		}
+	}
+	return status;
+}
+
+static void report_child(const struct run *r, int status)
+{
+	const struct lock_opts *o = r->o;
+
+	if (r->job.exec_err)
+		errorf("cannot run %s: %s", o->shell ? "the shell" : o->child[0],
+		       strerror(r->job.exec_err));
+	else if (WIFEXITED(status))
+		verbose(o, "child exited with status %d", WEXITSTATUS(status));
+	else if (WIFSIGNALED(status))
+		verbose(o, "child killed by %s", signame(WTERMSIG(status)));
+}
+
+static int open_session(struct run *r)
+{
+	const struct lock_opts *o = r->o;
+	struct local_session_opts so;
+	int err;
+
+	local_session_opts_init(&so);
+	so.socket_path = o->socket;
+	so.name = o->name;
+	so.ttl_ms = o->ttl_ms;
+	so.lock_delay_ms = o->lock_delay_ms;
+	err = local_session_open(&so, &r->s);
+	if (err) {
+		errorf("cannot open a session with the broker%s%s: %s", o->socket ? " at " : "",
+		       o->socket ? o->socket : "", local_strerror(err));
+		return err;
+	}
+	verbose(o, "opened session %s (%s)", local_session_id(r->s), o->name);
+	return 0;
+}
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+int lock_run(const struct lock_opts *o)
+{
+	struct run r = { .o = o, .sfd = -1, .ttl_tfd = -1, .lease_tfd = -1, .grace_tfd = -1 };
+	bool session_free = true, started = false;
+	int err, status = 0, rc = EXIT_FAIL;
+	struct pollfd p;
+
+	r.mon.efd = -1;
+	r.job.pidfd = r.job.sock = -1;
+	err = signals_setup(&r);
+	if (err) {
+		errorf("cannot take signals: %s", strerror(-err));
+		goto out;
+	}
+	r.grace_tfd = timer_new();
+	if (o->ttl_ms)
+		r.ttl_tfd = timer_new();
+	if (o->lease_ms)
+		r.lease_tfd = timer_new();
+	if (r.grace_tfd < 0 || (o->ttl_ms && r.ttl_tfd < 0) || (o->lease_ms && r.lease_tfd < 0)) {
+		errorf("cannot create timers: %s", strerror(errno));
+		goto out;
+	}
+	if (open_session(&r))
+		goto out;
+	if (o->ttl_ms)
+		timer_set(r.ttl_tfd, renew_every(o->ttl_ms), renew_every(o->ttl_ms));
+	if (acquire(&r))
+		goto out_close;
+	verbose(o, "acquired %s (token %llu)", o->key, (unsigned long long)r.token);
+	if (o->lease_ms)
+		timer_set(r.lease_tfd, renew_every(o->lease_ms), renew_every(o->lease_ms));
+	err = monitor_start(&r.mon, r.s, o->key, r.token, o->monitor_retry);
+	if (err) {
+		errorf("cannot watch %s: %s", o->key, strerror(-err));
+		goto out_release;
+	}
+	/* A stop signal that came while we acquired: do not start at all. */
+	p = (struct pollfd){ .fd = r.sfd, .events = POLLIN };
+	if (poll(&p, 1, 0) == 1) {
+		r.stop_sig = signal_read(&r);
+		goto out_release;
+	}
+	if (start_child(&r))
+		goto out_release;
+	started = true;
+	verbose(o, "started the child: process group %d", (int)r.job.pgid);
+	status = run_child(&r);
+	report_child(&r, status);
+out_release:
+	monitor_stop(&r.mon);
+	if (!r.lost) {
+		/* A loss the monitor saw but the loop did not read, else
+		 * whatever the release finds. */
+		err = atomic_load(&r.mon.lost);
+		if (!err)
+			err = local_release(r.s, o->key);
+		if (err && !r.stop_sig) {
+			/* The child ran to its end, but not all of it under the
+			 * hold: say so as for any loss. */
+			errorf("lost the hold on %s before the child finished: %s", o->key,
+			       monitor_reason(err));
+			r.lost = err;
+		} else if (!err) {
+			verbose(o, "released %s", o->key);
+		}
+	}
+	session_free = monitor_join(&r.mon) == 0;
+out_close:
+	/* A monitor that did not end may still use the session: then leave
+	 * it to the broker, which ends it when we exit. */
+	if (session_free)
+		local_session_close(r.s);
+	job_close(&r.job);
+	if (r.stop_sig)
+		die_by(r.stop_sig);
+	if (r.lost)
+		rc = EXIT_LOST;
+	else if (started && !r.job.exec_err)
+		rc = o->child_exit_code && !(WIFEXITED(status) && !WEXITSTATUS(status)) ? EXIT_CHILD
+											: EXIT_OK;
+out:
+	job_close(&r.job);
+	close_fd(&r.sfd);
+	close_fd(&r.ttl_tfd);
+	close_fd(&r.lease_tfd);
+	close_fd(&r.grace_tfd);
+	return rc;
+}

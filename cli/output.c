@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: MIT
+/* Output: aligned tables for people, JSON (jansson) for programs. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+struct table {
+	size_t ncols, nrows, cap;
+	char **cells; /* nrows * ncols, row by row */
+};
+
+struct table *table_new(size_t ncols, const char *const *headers)
+{
+	struct table *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return NULL;
+	t->ncols = ncols;
+	if (headers && table_add(t, headers)) {
+		free(t);
+		return NULL;
+	}
+	return t;
+}
+
+int table_add(struct table *t, const char *const *cells)
+{
+	size_t i;
+
+	if (t->nrows == t->cap) {
+		size_t cap = t->cap ? 2 * t->cap : 16;
+		char **c = realloc(t->cells, cap * t->ncols * sizeof(*c));
+
+		if (!c)
+			return -ENOMEM;
+		t->cells = c;
+		t->cap = cap;
+	}
+	for (i = 0; i < t->ncols; i++) {
+		char *c = strdup(cells[i] ? cells[i] : "-");
+
+		if (!c) {
+			while (i--)
+				free(t->cells[t->nrows * t->ncols + i]);
+			return -ENOMEM;
+		}
+		t->cells[t->nrows * t->ncols + i] = c;
+	}
+	t->nrows++;
+	return 0;
+}
+
+/* Display width: count UTF-8 lead bytes, so a name with é does not shift
+ * the columns after it. */
+static size_t width(const char *s)
+{
+	size_t n = 0;
+
+	for (; *s; s++)
+		n += ((unsigned char)*s & 0xc0) != 0x80;
+	return n;
+}
+
+void table_print(struct table *t, FILE *out)
+{
+	size_t *w = calloc(t->ncols, sizeof(*w)), r, c;
+
+	if (!w)
+		return;
+	for (r = 0; r < t->nrows; r++)
+		for (c = 0; c < t->ncols; c++) {
+			size_t n = width(t->cells[r * t->ncols + c]);
+
+			if (n > w[c])
+				w[c] = n;
+		}
+	for (r = 0; r < t->nrows; r++) {
+		for (c = 0; c < t->ncols; c++) {
+			const char *cell = t->cells[r * t->ncols + c];
+
+			if (c + 1 == t->ncols) {
+				fprintf(out, "%s\n", cell);
+				break;
+			}
+			fprintf(out, "%s%*s", cell, (int)(w[c] - width(cell) + 2), "");
+		}
+	}
+	free(w);
+}
+
+void table_free(struct table *t)
+{
+	size_t i;
+
+	if (!t)
+		return;
+	for (i = 0; i < t->nrows * t->ncols; i++)
+		free(t->cells[i]);
+	free(t->cells);
+	free(t);
+}
+
+/* Length of the valid UTF-8 sequence at @s (at most @left bytes), 0 if none. */
+static size_t utf8_seq(const unsigned char *s, size_t left)
+{
+	size_t n, i;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		n = 2;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		n = 3;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		n = 4;
+	else
+		return 0;
+	if (n > left)
+		return 0;
+	for (i = 1; i < n; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+	return n;
+}
+
+char *value_text(const char *v, size_t len)
+{
+	const unsigned char *s = (const unsigned char *)v;
+	char *out = malloc(4 * len + 1), *p = out;
+	size_t i = 0;
+
+	if (!out)
+		return NULL;
+	while (i < len) {
+		size_t n = utf8_seq(s + i, len - i);
+
+		if (n > 1 || (n == 1 && s[i] >= 0x20 && s[i] != 0x7f && s[i] != '\\')) {
+			memcpy(p, s + i, n);
+			p += n;
+			i += n;
+			continue;
+		}
+		p += sprintf(p, s[i] == '\\' ? "\\\\" : "\\x%02x", s[i]);
+		i++;
+	}
+	*p = '\0';
+	return out;
+}
+
+const char *kind_name(int kind)
+{
+	switch (kind) {
+	case LOCAL_KIND_LOCK:
+		return "lock";
+	case LOCAL_KIND_SEMAPHORE:
+		return "semaphore";
+	default:
+		return "none";
+	}
+}
+
+const char *behavior_name(int behavior)
+{
+	return behavior == LOCAL_BEHAVIOR_DELETE ? "delete" : "release";
+}
+
+json_t *json_value_of(const char *v, size_t len)
+{
+	json_t *j = json_stringn(v, len);
+
+	return j ? j : json_null();
+}
+
+int json_emit(json_t *j, bool one_line)
+{
+	int r;
+
+	if (!j) {
+		errorf("out of memory");
+		return EXIT_FAIL;
+	}
+	r = json_dumpf(j, stdout, one_line ? JSON_COMPACT : JSON_INDENT(2));
+	json_decref(j);
+	if (r || fputc('\n', stdout) == EOF || fflush(stdout)) {
+		errorf("cannot write the output");
+		return EXIT_FAIL;
+	}
+	return EXIT_OK;
+}

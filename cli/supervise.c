@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The supervisor: a forked copy of shmlock that sits between it and the
+ * child. shmlock is multi-threaded when it forks, so everything here must be
+ * async-signal-safe: system calls only, no stdio, no malloc.
+ *
+ * Why a process in between, rather than PR_SET_PDEATHSIG on the child
+ * alone: the death signal reaches only the child, while a shell's own
+ * children (and theirs) would go on running without the lock. The
+ * supervisor leads the child's process group and is its subreaper, so it
+ * can kill the whole group when shmlock dies, and it knows when the last
+ * process of the group has exited: only then does shmlock release the hold.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lock.h"
+
+/* Signals the supervisor must survive: the stop signals shmlock sends to
+ * the whole group, and job control meant for the child. */
+static const int shielded[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU };
+#define NSHIELDED (sizeof(shielded) / sizeof(shielded[0]))
+
+static void report(int sock, int type, int value)
+{
+	struct job_msg m = { type, value };
+
+	/* Nothing to do on failure: shmlock is gone, and the group with it. */
+	(void)!send(sock, &m, sizeof(m), MSG_NOSIGNAL);
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+__attribute__((noreturn)) static void exec_child(const struct job_spec *spec, int sock, pid_t sup,
+						 const struct sigaction *saved)
+{
+	size_t i;
+	int fd;
+
+	/* If the supervisor dies (only SIGKILL can make it), so does the
+	 * child. Set after fork, so check that the parent did not die before
+	 * it was in place. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != sup)
+		_exit(127);
+	for (i = 0; i < NSHIELDED; i++)
+		sigaction(shielded[i], &saved[i], NULL);
+	sigprocmask(SIG_SETMASK, &spec->child_mask, NULL);
+	if (!spec->pass_stdin) {
+		fd = open("/dev/null", O_RDONLY);
+		if (fd < 0 || dup2(fd, 0) < 0) {
+			report(sock, JOB_EXEC_FAILED, errno);
+			_exit(127);
+		}
+		if (fd)
+			close(fd);
+	}
+	execvpe(spec->argv[0], spec->argv, spec->envp);
+	report(sock, JOB_EXEC_FAILED, errno);
+	_exit(127);
+}
+
+/* Reap every exited child; report the main one. Returns whether the
+ * main child is done (now or before). */
+static bool reap(int sock, pid_t child, bool done)
+{
+	int status;
+	pid_t r;
+
+	while ((r = waitpid(-1, &status, WNOHANG)) > 0)
+		if (r == child) {
+			report(sock, JOB_EXITED, status);
+			done = true;
+		}
+	return done;
+}
+
+/* Does the group still have members among our children (and, through our
+ * subreaping, the child's orphans)? The supervisor itself does not count. */
+static bool group_busy(pid_t pgid)
+{
+	siginfo_t si = { 0 };
+
+	return waitid(P_PGID, (id_t)pgid, &si, WEXITED | WNOHANG | WNOWAIT) == 0;
+}
+
+void supervise(const struct job_spec *spec, int sock, pid_t parent)
+{
+	struct sigaction ign = { .sa_handler = SIG_IGN }, saved[NSHIELDED];
+	pid_t self = getpid(), child;
+	int64_t kill_at = -1;
+	sigset_t set;
+	bool done = false;
+	size_t i;
+	int sfd;
+
+	setpgid(0, 0);
+	/* Orphans of the child become ours, so we can wait for them. */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	for (i = 0; i < NSHIELDED; i++)
+		sigaction(shielded[i], &ign, &saved[i]);
+	if (spec->take_tty)
+		tcsetpgrp(0, self); /* SIGTTOU is ignored right above */
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	/* shmlock may have died before we could notice: then kill nothing
+	 * but ourselves, the child does not exist yet. */
+	if (sfd < 0 || getppid() != parent) {
+		report(sock, JOB_EXEC_FAILED, sfd < 0 ? errno : ESRCH);
+		_exit(127);
+	}
+	child = fork();
+	if (child < 0) {
+		report(sock, JOB_EXEC_FAILED, errno);
+		_exit(127);
+	}
+	if (child == 0)
+		exec_child(spec, sock, self, saved);
+	report(sock, JOB_STARTED, child);
+	for (;;) {
+		struct pollfd p[2] = {
+			{ .fd = sock, .events = POLLIN },
+			{ .fd = sfd, .events = POLLIN },
+		};
+		struct signalfd_siginfo si;
+		int timeout = -1;
+
+		if (kill_at >= 0) {
+			int64_t left = kill_at - now_ms();
+
+			timeout = left > 0 ? (int)(left < 60000 ? left : 60000) : 0;
+		}
+		if (poll(p, 2, timeout) < 0 && errno != EINTR)
+			break;
+		/* shmlock never writes: readable means it has gone, however it
+		 * died. The child must not run on without the lock. */
+		if (p[0].revents)
+			kill(-self, SIGKILL);
+		while (read(sfd, &si, sizeof(si)) == sizeof(si))
+			;
+		done = reap(sock, child, done);
+		if (done && !group_busy(self))
+			_exit(0);
+		if (done && kill_at < 0) {
+			/* The child left processes behind in its group: they
+			 * would run on without the lock. Stop them too. */
+			kill(-self, SIGTERM);
+			kill_at = now_ms() + spec->grace_ms;
+		}
+		if (kill_at >= 0 && now_ms() >= kill_at)
+			kill(-self, SIGKILL);
+	}
+	kill(-self, SIGKILL);
+	_exit(127);
+}
