@@ -55,6 +55,8 @@ struct bsession {
 	struct rcu_head rcu;
 };
 
+#define ACCESS_MAX 64
+
 struct broker_opts {
 	char socket_path[108];
 	char shm_name[256];
@@ -64,6 +66,11 @@ struct broker_opts {
 	bool foreground_demo;
 	bool destroy_segment_on_exit;
 	bool force_pidfd_fallback; /* tests: pretend SO_PEERPIDFD is missing */
+	/* access.c: --allow-uid, --allow-gid, --socket-group */
+	uint32_t allow_uid[ACCESS_MAX], allow_gid[ACCESS_MAX];
+	uint32_t nallow_uid, nallow_gid;
+	bool have_group;
+	gid_t group;
 	bool check; /* --check: validate the segment read-only and exit */
 };
 
@@ -99,6 +106,13 @@ struct broker {
 	struct blog_limit expiry_log;
 };
 
+
+/* access.c */
+struct ucred;
+int access_parse_ids(const char *s, uint32_t *ids, uint32_t *n);
+int access_parse_group(const char *s, gid_t *out);
+/* 0 when the peer may open sessions and act as an operator, else -LOCAL_EDENIED. */
+int access_check(const struct broker *b, int conn, const struct ucred *cred);
 
 /* log.c: stderr with sd-daemon priority prefixes, which journald parses. */
 void blog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -115,6 +115,7 @@ int listen_setup(struct broker *b)
 	if (fd < 0)
 		return -errno;
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(sa.sun_path, 0660) < 0 ||
+	    (b->opts.have_group && chown(sa.sun_path, (uid_t)-1, b->opts.group) < 0) ||
 	    listen(fd, 128) < 0) {
 		err = -errno;
 		blog(LOG_ERR, "cannot listen on %s: %s", sa.sun_path, strerror(-err));

@@ -71,6 +71,12 @@ static int handle_open(struct broker *b, int conn, const struct proto_open *req,
 
 	if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
 		return -LOCAL_EDENIED;
+	err = access_check(b, conn, &cred);
+	if (err) {
+		blog(LOG_WARNING, "refused a session to uid %u (pid %d): not in --allow-uid/gid",
+		     (unsigned)cred.uid, (int)cred.pid);
+		return err;
+	}
 	pidfd = peer_pidfd(b, conn, &cred, req->start_time, &start);
 	if (pidfd < 0)
 		return pidfd;
@@ -78,6 +84,17 @@ static int handle_open(struct broker *b, int conn, const struct proto_open *req,
 	if (err)
 		close(pidfd);
 	return err;
+}
+
+/* Operator actions: the same peers as may open sessions. */
+static int operator_allowed(struct broker *b, int conn)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+
+	if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return -LOCAL_EDENIED;
+	return access_check(b, conn, &cred);
 }
 
 static void send_reply(int conn, const struct proto_reply *rep, int fd)
@@ -131,10 +148,14 @@ static void handle_conn(struct broker *b, int conn)
 			rep.status = session_close_id(b, req.sid.id, true);
 			break;
 		case MSG_DESTROY:
-			rep.status = session_close_id(b, req.sid.id, false);
+			rep.status = operator_allowed(b, conn);
+			if (!rep.status)
+				rep.status = session_close_id(b, req.sid.id, false);
 			break;
 		case MSG_FORCE_RELEASE:
-			rep.status = force_release(b, &req.force);
+			rep.status = operator_allowed(b, conn);
+			if (!rep.status)
+				rep.status = force_release(b, &req.force);
 			break;
 		default:
 			rep.status = type; /* -LOCAL_EVERSION or -LOCAL_EPROTO */

@@ -38,6 +38,10 @@ static const char usage_text[] =
 	"                          at most 65536)\n"
 	"  --gc-idle SECONDS       reclaim keys idle this long (default 60; 0: only\n"
 	"                          when the key table is full)\n"
+	"  --socket-group GROUP    give the socket (0660) and a new segment to GROUP\n"
+	"  --allow-uid UID[,UID]   only these users (and root and the broker's own)\n"
+	"                          may open sessions and act as operators\n"
+	"  --allow-gid GID[,GID]   ... or members of these groups\n"
 	"  --log-level LEVEL       emerg..debug (default info)\n"
 	"  --destroy-segment-on-exit  unlink the segment when stopping\n"
 	"  --check                 validate the segment read-only, report what is\n"
@@ -49,7 +53,8 @@ static const char usage_text[] =
 	"With --check: 0 healthy, 1 the segment cannot be read, 2 problems found.\n";
 
 enum { OPT_SOCKET = 256, OPT_SHM, OPT_KEYS, OPT_SESSIONS, OPT_WAITERS, OPT_HOLDS, OPT_VALUE,
-       OPT_LOG, OPT_DESTROY, OPT_FALLBACK, OPT_GC, OPT_CHECK };
+       OPT_LOG, OPT_DESTROY, OPT_FALLBACK, OPT_GC, OPT_CHECK, OPT_GROUP, OPT_ALLOW_UID,
+       OPT_ALLOW_GID };
 
 static const struct option long_opts[] = {
 	{ "socket", required_argument, NULL, OPT_SOCKET },
@@ -61,6 +66,9 @@ static const struct option long_opts[] = {
 	{ "max-value", required_argument, NULL, OPT_VALUE },
 	{ "log-level", required_argument, NULL, OPT_LOG },
 	{ "gc-idle", required_argument, NULL, OPT_GC },
+	{ "socket-group", required_argument, NULL, OPT_GROUP },
+	{ "allow-uid", required_argument, NULL, OPT_ALLOW_UID },
+	{ "allow-gid", required_argument, NULL, OPT_ALLOW_GID },
 	{ "destroy-segment-on-exit", no_argument, NULL, OPT_DESTROY },
 	{ "test-force-pidfd-fallback", no_argument, NULL, OPT_FALLBACK },
 	{ "check", no_argument, NULL, OPT_CHECK },
@@ -132,6 +140,22 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 			break;
 		case OPT_VALUE:
 			err = parse_u32("max-value", optarg, &o->caps.max_value);
+			break;
+		case OPT_GROUP:
+			err = access_parse_group(optarg, &o->group);
+			o->have_group = !err;
+			if (err)
+				fprintf(stderr, "shmlockd: --socket-group: no such group '%s'\n", optarg);
+			break;
+		case OPT_ALLOW_UID:
+			err = access_parse_ids(optarg, o->allow_uid, &o->nallow_uid);
+			if (err)
+				fprintf(stderr, "shmlockd: --allow-uid: bad list '%s'\n", optarg);
+			break;
+		case OPT_ALLOW_GID:
+			err = access_parse_ids(optarg, o->allow_gid, &o->nallow_gid);
+			if (err)
+				fprintf(stderr, "shmlockd: --allow-gid: bad list '%s'\n", optarg);
 			break;
 		case OPT_GC:
 			err = parse_u32("gc-idle", optarg, &o->gc_idle_ms);

@@ -93,6 +93,9 @@ static int create_new(struct broker *b)
 	if (fd < 0)
 		return -errno;
 	fchmod(fd, 0660); /* the umask must not narrow what clients need */
+	if (b->opts.have_group && fchown(fd, (uid_t)-1, b->opts.group) < 0)
+		blog(LOG_WARNING, "cannot give segment %s to group %u: %s", b->opts.shm_name,
+		     (unsigned)b->opts.group, strerror(errno));
 	if (ftruncate(fd, (off_t)size) < 0) {
 		err = -errno;
 		goto fail;

@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: MIT
+/* Who may open sessions: the socket's group and --allow-uid / --allow-gid,
+ * checked with a child that drops to an unprivileged user. */
+#include <errno.h>
+#include <grp.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "broker_fixture.h"
+#include "harness.h"
+
+#define NOBODY 65534u
+
+/* Open a session as uid/gid NOBODY; the exit status is -(the result). */
+static int open_as_nobody(const struct broker_proc *b)
+{
+	struct child c = { .rd = -1, .wr = -1 };
+	int status;
+
+	c.pid = fork();
+	if (c.pid == 0) {
+		struct local_session_opts o;
+		local_session *s;
+		int r;
+
+		if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY))
+			_exit(99);
+		local_session_opts_init(&o);
+		o.socket_path = b->sock;
+		o.broker_wait_ms = 0;
+		r = local_session_open(&o, &s);
+		if (!r)
+			r = local_lock(s, "sec/k", &(struct local_acquire_opts){ .timeout_ms = 0 },
+				       NULL);
+		_exit(r == 0 ? 0 : r == -LOCAL_EDENIED ? 1 : r == -LOCAL_EBROKER ? 2 : 3);
+	}
+	status = child_wait(&c, 10000);
+	CHECK(WIFEXITED(status));
+	CHECK(WEXITSTATUS(status) != 99);
+	return WEXITSTATUS(status);
+}
+
+static void start_open_to_nobody(struct broker_proc *b, const char *const *flags)
+{
+	broker_start(b, flags);
+	/* The fixture's directory is private; the socket's group decides. */
+	CHECK_OK(chmod(b->dir, 0755));
+}
+
+TEST(security, socket_group_lets_its_members_in, 20)
+{
+	static const char *const flags[] = { "--socket-group", "65534", NULL };
+	struct broker_proc b;
+	struct stat st;
+
+	start_open_to_nobody(&b, flags);
+	CHECK_OK(stat(b.sock, &st));
+	CHECK_EQ(st.st_mode & 0777, 0660);
+	CHECK_EQ(st.st_gid, NOBODY);
+	CHECK_EQ(open_as_nobody(&b), 0);
+	broker_stop(&b);
+}
+
+TEST(security, other_users_cannot_connect_without_the_group, 20)
+{
+	struct broker_proc b;
+
+	start_open_to_nobody(&b, NULL);
+	CHECK_EQ(open_as_nobody(&b), 1); /* connect: EACCES -> LOCAL_EDENIED */
+	broker_stop(&b);
+}
+
+TEST(security, allow_lists_narrow_who_may_open_sessions, 30)
+{
+	static const char *const uid_only[] = { "--socket-group", "65534", "--allow-uid", "4242",
+						NULL };
+	static const char *const by_gid[] = { "--socket-group", "65534", "--allow-uid", "4242",
+					      "--allow-gid", "65534", NULL };
+	struct broker_proc b;
+	local_session *root;
+
+	start_open_to_nobody(&b, uid_only);
+	CHECK_EQ(open_as_nobody(&b), 1); /* refused by the broker */
+	root = open_session(&b, "root", 0, 0); /* root is always allowed */
+	CHECK_OK(local_lock(root, "sec/root", NULL, NULL));
+	broker_stop(&b);
+
+	start_open_to_nobody(&b, by_gid);
+	CHECK_EQ(open_as_nobody(&b), 0);
+	broker_stop(&b);
+}
+
+TEST(security, bad_access_flags_are_usage_errors, 20)
+{
+	const char *bin = getenv("SHMLOCK_BROKER_BIN");
+	const char *const cases[][2] = { { "--allow-uid", "12x" },
+					  { "--allow-gid", "1,,2" },
+					  { "--socket-group", "no-such-group-here" } };
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct child c = { .rd = -1, .wr = -1 };
+		int status;
+
+		c.pid = fork();
+		if (c.pid == 0) {
+			freopen("/dev/null", "w", stderr);
+			execl(bin, "shmlockd", cases[i][0], cases[i][1], "--socket",
+			      "/tmp/shmlock-test-never/sock", (char *)NULL);
+			_exit(127);
+		}
+		status = child_wait(&c, 5000);
+		CHECK(WIFEXITED(status));
+		CHECK_EQ(WEXITSTATUS(status), 1);
+	}
+}
