@@ -195,7 +195,8 @@ LOCAL_API int local_info(local_session *s, const char *key, struct local_key_inf
  * @limit sessions hold it at once, granted in FIFO order, each with a fencing
  * token from the same counter as locks. A session holds at most one slot of
  * a key: asking again returns its token at once. Released with
- * local_release(). Every holder must agree on @limit: another limit fails
+ * local_release(). Every holder must agree on @limit: while the key exists
+ * (an idle key until the broker's --gc-idle reclaims it), another limit fails
  * with -LOCAL_ELIMIT (local_info() shows the key's), a lock key with
  * -LOCAL_EKIND. Other errors as local_lock().
  */
@@ -214,8 +215,9 @@ LOCAL_API int local_renew(local_session *s, const char *key, uint32_t lease_ms,
 
 /*
  * Does the session still hold @key? 0 (with *token set if non-NULL),
- * -LOCAL_EEXPIRED (lost to lease expiry), -LOCAL_ENOTHELD (never held,
- * released, or taken by an operator), -LOCAL_ESESSION.
+ * -LOCAL_EEXPIRED (lost to lease expiry; asking again gives the same answer
+ * until a renew, release or new grant of the key), -LOCAL_ENOTHELD (never
+ * held, released, or taken by an operator), -LOCAL_ESESSION.
  */
 LOCAL_API int local_held(local_session *s, const char *key, uint64_t *token);
 

@@ -87,7 +87,7 @@ static int release_slow(local_session *s, const char *key, size_t len)
 	h = key_find_hold_locked(s->seg, k, s->who);
 	if (h == IDX_NONE) {
 		key_unlock(k);
-		return api_not_held(s, seg_key_index(s->seg, k));
+		return api_not_held(s, seg_key_index(s->seg, k), true);
 	}
 	wake = key_release_hold_locked(s->seg, k, h, REL_VOLUNTARY);
 	key_idx = seg_key_index(s->seg, k);

@@ -8,7 +8,7 @@
 #include "crashpoint.h"
 #include "futex.h"
 
-int api_not_held(local_session *s, uint32_t key_idx)
+int api_not_held(local_session *s, uint32_t key_idx, bool consume)
 {
 	struct seg_session *ss = &s->seg->sessions[s->who.slot];
 	uint32_t i;
@@ -18,7 +18,9 @@ int api_not_held(local_session *s, uint32_t key_idx)
 	for (i = 0; i < SESS_EXPIRED_SLOTS; i++) {
 		uint32_t want = key_idx + 1;
 
-		if (atomic_compare_exchange_strong(&ss->expired[i].key, &want, 0))
+		if (!consume && atomic_load(&ss->expired[i].key) == want)
+			return -LOCAL_EEXPIRED;
+		if (consume && atomic_compare_exchange_strong(&ss->expired[i].key, &want, 0))
 			return -LOCAL_EEXPIRED;
 	}
 	return -LOCAL_ENOTHELD;
@@ -58,7 +60,8 @@ int local_held(local_session *s, const char *key, uint64_t *token)
 	if (h != IDX_NONE && token)
 		*token = s->seg->nodes[h].token;
 	key_unlock(k);
-	return h != IDX_NONE ? 0 : api_not_held(s, seg_key_index(s->seg, k));
+	/* A question: the answer stays until a renew or release acts on it. */
+	return h != IDX_NONE ? 0 : api_not_held(s, seg_key_index(s->seg, k), false);
 }
 
 int local_check_token(local_session *s, const char *key, uint64_t token)

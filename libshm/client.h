@@ -62,9 +62,9 @@ void api_drop_granted_pending(local_session *s, const char *key, size_t len, uin
 int api_enter(local_session *s, const char *key, size_t *len);
 int api_acquire(local_session *s, const char *key, const struct acquire_req *req,
 		int64_t timeout_ms, uint64_t *token);
-/* Why @s does not hold key @key_idx: -LOCAL_EEXPIRED (a lease ran out; the
- * record is consumed), -LOCAL_ESESSION or -LOCAL_ENOTHELD. */
-int api_not_held(local_session *s, uint32_t key_idx);
+/* Why @s does not hold key @key_idx: -LOCAL_EEXPIRED (a lease ran out; with
+ * @consume the record is used up), -LOCAL_ESESSION or -LOCAL_ENOTHELD. */
+int api_not_held(local_session *s, uint32_t key_idx, bool consume);
 /* A new grant of @key_idx: an older expiry of it is no longer news. */
 void api_forget_expiry(local_session *s, uint32_t key_idx);
 void api_fill_info_locked(struct segment *seg, struct seg_key *k, struct local_key_info *out);

@@ -72,6 +72,8 @@ static bool delay_over_locked(struct seg_key *k)
 
 static int check_kind_locked(struct seg_key *k, const struct acquire_req *req)
 {
+	/* A key keeps its kind and limit while it exists (issue 3, Consul's
+	 * semaphore): until --gc-idle reclaims it, even when idle. */
 	if (k->kind == LOCAL_KIND_NONE) {
 		k->kind = req->kind;
 		k->limit = req->limit;

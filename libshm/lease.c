@@ -51,7 +51,7 @@ int local_renew(local_session *s, const char *key, uint32_t lease_ms, uint64_t *
 	h = key_find_hold_locked(s->seg, k, s->who);
 	if (h == IDX_NONE) {
 		key_unlock(k);
-		return api_not_held(s, seg_key_index(s->seg, k));
+		return api_not_held(s, seg_key_index(s->seg, k), true);
 	}
 	n = &s->seg->nodes[h];
 	len = lease_ms ? lease_ms : n->lease_ms;
