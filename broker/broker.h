@@ -147,6 +147,8 @@ int force_release(struct broker *b, const struct proto_force_release *req);
 void session_died(struct broker *b, uint32_t slot);
 /* Repair keys whose mutex owner died (see segment_repair_dead_mutexes()). */
 void repair_dead_mutexes(struct broker *b);
+/* Grant queues that a full hold table left waiting on a free key. */
+void grant_stranded(struct broker *b);
 /* Re-adopt sessions recorded in an existing segment (broker restart). */
 void sessions_adopt(struct broker *b);
 void session_ttl_due(struct broker *b, uint32_t slot, uint32_t gen);

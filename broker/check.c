@@ -137,7 +137,7 @@ static void check_nodes(const struct segment *seg, struct report *r, struct key_
 
 		if (!w)
 			continue;
-		if (st < NODE_CLAIMED || st > NODE_WATCHING) {
+		if (st < NODE_CLAIMED || st > NODE_FAST_CLAIMED) {
 			PROBLEM(r, "node %u: unknown state %u", i, st);
 			continue;
 		}
@@ -145,7 +145,8 @@ static void check_nodes(const struct segment *seg, struct report *r, struct key_
 			PROBLEM(r, "node %u: names key %u / session slot %u, out of range", i, ki, si);
 			continue;
 		}
-		if ((st == NODE_HOLDING) != hold_node && st != NODE_CLAIMED && st != NODE_WATCHING) {
+		if ((st == NODE_HOLDING || st == NODE_FAST_CLAIMED) != hold_node &&
+		    st != NODE_CLAIMED && st != NODE_WATCHING) {
 			PROBLEM(r, "node %u: state %u in the %s table", i, st,
 				hold_node ? "hold" : "waiter");
 			continue;
@@ -155,7 +156,7 @@ static void check_nodes(const struct segment *seg, struct report *r, struct key_
 				"granted twice", i, (unsigned long long)n->token,
 				(unsigned long long)tokens);
 		sg = atomic_load(&seg->sessions[si].state_gen);
-		if (st == NODE_CLAIMED) {
+		if (st == NODE_CLAIMED || st == NODE_FAST_CLAIMED) {
 			if (SESS_STATE(sg) == SESS_FREE)
 				NOTE(r, "node %u: left claimed by an operation that died; freed by "
 				     "the next repair of its key", i);

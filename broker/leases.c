@@ -191,9 +191,10 @@ void lease_due(struct broker *b, uint32_t i, uint64_t at)
 	if (k->delay_until_ns > now)
 		broker_schedule(b, k->delay_until_ns, TIMER_DELAY, seg_key_index(seg, k), 0);
 	atomic_fetch_add(&seg->hdr->stats.lease_expiries, 1);
-	key_unlock(k);
+	/* Wake under the mutex (see release_slow() in libshm/api.c). */
 	if (wake != IDX_NONE)
 		waiter_wake(seg, wake);
 	for (j = 0; j < nmore; j++)
 		waiter_wake(seg, more[j]);
+	key_unlock(k);
 }

@@ -211,6 +211,7 @@ static void arm_timer(struct broker *b)
 static void periodic_scan(struct broker *b)
 {
 	repair_dead_mutexes(b);
+	grant_stranded(b);
 	broker_schedule(b, mono_ns() + SCAN_INTERVAL_NS, TIMER_SCAN, 0, 0);
 }
 
@@ -218,7 +219,7 @@ static void periodic_scan(struct broker *b)
 static void periodic_gc(struct broker *b)
 {
 	uint64_t idle_ns = (uint64_t)b->opts.gc_idle_ms * 1000000ull;
-	uint32_t n = keytab_reclaim_idle(&b->seg, idle_ns, UINT32_MAX);
+	uint32_t n = keytab_reclaim_idle(&b->seg, idle_ns, UINT32_MAX, BROKER_LOCK_MS);
 
 	if (n)
 		blog(LOG_DEBUG, "reclaimed %u idle key(s)", n);

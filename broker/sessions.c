@@ -139,6 +139,7 @@ int session_open(struct broker *b, const struct proto_open *req, int pidfd, pid_
 	memcpy(s->id, id, sizeof(id));
 	memcpy(s->name, req->name, sizeof(s->name));
 	s->pid = (req->flags & LOCAL_SESSION_NO_PROCESS_CHECK) ? 0 : pid;
+	s->creator_pid = pid;
 	s->uid = uid;
 	s->start_time = start_time;
 	s->created_ns = mono_ns();
@@ -190,8 +191,17 @@ static void note_key(struct sweep_log *l, const struct seg_key *k)
 }
 
 /* Remove one node of a closing session from its key; returns a node to wake. */
+/* Is the process that opened session @s still running? */
+static bool creator_alive(const struct seg_session *s)
+{
+	uint64_t start;
+
+	return s->creator_pid > 0 && proc_start_time(s->creator_pid, &start) == 0 &&
+	       (!s->start_time || start == s->start_time);
+}
+
 static uint32_t sweep_node_locked(struct broker *b, struct seg_key *k, uint32_t i, bool lost,
-				  struct sweep_log *log)
+				  struct sweep_log *log, bool *busy)
 {
 	struct segment *seg = &b->seg;
 	struct seg_node *n = &seg->nodes[i];
@@ -200,10 +210,18 @@ static uint32_t sweep_node_locked(struct broker *b, struct seg_key *k, uint32_t 
 
 	switch (NODE_STATE(w)) {
 	case NODE_CLAIMED:
-		/* Claimed by an operation that died, or by a lock-free acquire
-		 * still running in a live thread: its CAS on the fast word fails
-		 * now that key_lock() bumped it. */
+		/* Claimed under this mutex by an operation that died in it. */
 		atomic_compare_exchange_strong(&n->word, &w, 0);
+		break;
+	case NODE_FAST_CLAIMED:
+		/* A lock-free acquire is filling it in without the mutex. If its
+		 * process lives, that thread will see the session ended and free
+		 * it; freeing it here could let its next stores land on a node
+		 * someone else claimed. */
+		if (creator_alive(&seg->sessions[NODE_SESSION(w) % seg->caps.max_sessions]))
+			*busy = true;
+		else
+			atomic_compare_exchange_strong(&n->word, &w, 0);
 		break;
 	case NODE_HOLDING:
 		if (k->kind == LOCAL_KIND_LOCK && k->h_head != i) {
@@ -279,23 +297,27 @@ static void sweep(struct broker *b, uint32_t slot, bool lost, const char *why)
 		}
 		w = atomic_load(&seg->nodes[i].word);
 		if (w && NODE_SESSION(w) == slot && seg_key_at(seg, NODE_KEY(w)) == k) {
-			uint32_t x = sweep_node_locked(b, k, i, lost, &log);
+			bool in_flight = false;
+			uint32_t x = sweep_node_locked(b, k, i, lost, &log, &in_flight);
 
+			busy += in_flight;
 			if (x != IDX_NONE)
 				wake[nwake++] = x;
 			nwake += key_grant_pending_locked(seg, k, wake + nwake, 63);
 		}
 		if (k->delay_until_ns > mono_ns())
 			broker_schedule(b, k->delay_until_ns, TIMER_DELAY, seg_key_index(seg, k), 0);
-		key_unlock(k);
+		/* Wake under the mutex: a broker dying in between leaves it
+		 * EOWNERDEAD, and repair wakes the granted waiters. */
 		for (j = 0; j < nwake; j++)
 			waiter_wake(seg, wake[j]);
+		key_unlock(k);
 	}
 	hex_encode(s->id, sizeof(s->id), id);
 	if (busy) {
 		/* Stay CLOSING (no new nodes can appear) and retry the rest. */
-		blog(LOG_WARNING, "session %s: %u key(s) locked by a stalled process; retrying",
-		     id, busy);
+		blog(LOG_WARNING, "session %s: %u key(s) busy (a stalled process, or one of its "
+		     "operations in flight); retrying", id, busy);
 		broker_schedule(b, mono_ns() + 1000000000ull, TIMER_SWEEP, slot, SESS_GEN(sg));
 		return;
 	}
@@ -345,6 +367,24 @@ int session_close_id(struct broker *b, const uint8_t id[16], bool voluntary)
 	return 0;
 }
 
+/*
+ * Keys with room, a queue and no lock-delay: a grant that found the hold
+ * table full stopped there ("retried on the next release"), but on such a
+ * key no release may ever come. Read without locks, as a hint.
+ */
+void grant_stranded(struct broker *b)
+{
+	uint32_t i;
+
+	for (i = 0; i < b->seg.caps.max_keys; i++) {
+		const struct seg_key *k = &b->seg.keys[i];
+
+		if (atomic_load(&k->state) == KEY_USED && k->waiters && k->holders < k->limit &&
+		    k->delay_until_ns <= mono_ns())
+			key_delay_due(b, i);
+	}
+}
+
 void repair_dead_mutexes(struct broker *b)
 {
 	uint32_t n = segment_repair_dead_mutexes(&b->seg);
@@ -361,9 +401,9 @@ int force_release(struct broker *b, const struct proto_force_release *req)
 	char id[33];
 	int err;
 
-	err = keytab_find(seg, req->key, req->key_len, false, &k);
+	err = keytab_find_timed(seg, req->key, req->key_len, false, &k, BROKER_LOCK_MS);
 	if (err)
-		return err == -ENOENT ? -LOCAL_ENOTHELD : err;
+		return err == -ENOENT ? -LOCAL_ENOTHELD : err; /* -ETIMEDOUT: try again */
 	nodes = calloc((size_t)k->holders + 1, sizeof(*nodes));
 	wake = calloc((size_t)k->holders + 1, sizeof(*wake));
 	if (!nodes || !wake) {
@@ -396,9 +436,9 @@ int force_release(struct broker *b, const struct proto_force_release *req)
 	}
 	if (k->delay_until_ns > mono_ns())
 		broker_schedule(b, k->delay_until_ns, TIMER_DELAY, seg_key_index(seg, k), 0);
-	key_unlock(k);
 	for (i = 0; i < nwake; i++)
 		waiter_wake(seg, wake[i]);
+	key_unlock(k);
 	free(nodes);
 	free(wake);
 	return n ? 0 : -LOCAL_ENOTHELD;
@@ -455,9 +495,9 @@ void key_delay_due(struct broker *b, uint32_t idx)
 	} else {
 		n = key_grant_pending_locked(&b->seg, k, wake, 64);
 	}
-	key_unlock(k);
 	for (i = 0; i < n; i++)
 		waiter_wake(&b->seg, wake[i]);
+	key_unlock(k);
 	if (n == 64)
 		broker_schedule(b, 0, TIMER_DELAY, idx, 0); /* more to grant */
 }

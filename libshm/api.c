@@ -91,9 +91,12 @@ static int release_slow(local_session *s, const char *key, size_t len)
 	}
 	wake = key_release_hold_locked(s->seg, k, h, REL_VOLUNTARY);
 	key_idx = seg_key_index(s->seg, k);
-	key_unlock(k);
+	/* Wake before unlocking: if we die in between, the mutex is left
+	 * EOWNERDEAD and its repair wakes the granted waiter; after a clean
+	 * unlock nobody would. */
 	if (wake != IDX_NONE)
 		waiter_wake(s->seg, wake);
+	key_unlock(k);
 	api_drop_granted_pending(s, key, len, key_idx);
 	return 0;
 }

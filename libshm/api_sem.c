@@ -44,13 +44,9 @@ static struct pending **find_pending(local_session *s, const char *key, size_t l
 	return p;
 }
 
-static int remember(local_session *s, const char *key, size_t len, uint32_t node,
-		    uint32_t key_idx)
+static void remember(local_session *s, struct pending *p, const char *key, size_t len,
+		     uint32_t node, uint32_t key_idx)
 {
-	struct pending *p = calloc(1, sizeof(*p));
-
-	if (!p)
-		return -ENOMEM;
 	memcpy(p->key, key, len);
 	p->len = len;
 	p->node = node;
@@ -60,7 +56,6 @@ static int remember(local_session *s, const char *key, size_t len, uint32_t node
 	s->pending = p;
 	atomic_fetch_add(&s->npending, 1);
 	pthread_mutex_unlock(&s->pending_lock);
-	return 0;
 }
 
 int local_enqueue(local_session *s, const char *key, uint32_t limit,
@@ -68,6 +63,7 @@ int local_enqueue(local_session *s, const char *key, uint32_t limit,
 {
 	uint32_t waiter = IDX_NONE, key_idx;
 	struct acquire_req req;
+	struct pending *p;
 	struct seg_key *k;
 	uint64_t tok = 0;
 	size_t len;
@@ -78,21 +74,28 @@ int local_enqueue(local_session *s, const char *key, uint32_t limit,
 	err = api_enter(s, key, &len);
 	if (err)
 		return err;
+	/* Allocated first: once queued, the request must be remembered. */
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
 	req_from_opts(&req, s, limit, opts);
 	pthread_mutex_lock(&s->pending_lock);
 	err = *find_pending(s, key, len) ? -LOCAL_EENQUEUED : 0;
 	pthread_mutex_unlock(&s->pending_lock);
-	if (err)
+	if (!err)
+		err = keytab_find(s->seg, key, len, true, &k);
+	if (err) {
+		free(p);
 		return err;
-	err = keytab_find(s->seg, key, len, true, &k);
-	if (err)
-		return err;
+	}
 	if (key_find_hold_locked(s->seg, k, s->who) != IDX_NONE)
 		err = -LOCAL_EENQUEUED; /* holding already: nothing to queue for */
 	else
 		err = key_acquire_locked(s->seg, k, &req, &tok, &waiter, &s->hints);
 	key_idx = seg_key_index(s->seg, k);
 	key_unlock(k);
+	if (err <= 0)
+		free(p);
 	if (err == -EALREADY)
 		return -LOCAL_EENQUEUED;
 	if (err < 0)
@@ -104,9 +107,7 @@ int local_enqueue(local_session *s, const char *key, uint32_t limit,
 			*token = tok;
 		return 0;
 	}
-	err = remember(s, key, len, waiter, key_idx);
-	if (err)
-		return err; /* the queued request stays until the session ends */
+	remember(s, p, key, len, waiter, key_idx);
 	return 0;
 }
 

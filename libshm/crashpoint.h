@@ -32,7 +32,7 @@
 	X(14, CANCEL_FREED, "timeout: waiter node freed, counters not updated")             \
 	X(15, VALUE_WRITTEN, "value update: new bytes written, not published")              \
 	X(16, GRANTED_CONSUMED, "granted waiter: hold taken, waiter node not freed")         \
-	X(17, FAST_ACQ_CLAIMED, "lock-free acquire: hold node filled, fast word not set")    \
+	X(17, FAST_ACQ_CLAIMED, "lock-free acquire: hold node claimed, not filled in")       \
 	X(18, FAST_ACQ_PUBLISHED, "lock-free acquire: fast word set, indexes not bumped")    \
 	X(19, FAST_REL_PUBLISHED, "lock-free release: fast word cleared, node not freed")   \
 	X(20, WATCH_CLAIMED, "watch: watch node recorded, watcher count not raised")        \

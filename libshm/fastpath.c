@@ -62,7 +62,7 @@ int fast_acquire(struct segment *seg, const char *key, size_t len, uint32_t hash
 {
 	struct seg_key *k;
 	struct seg_node *n;
-	uint64_t f, held;
+	uint64_t f, held, claimed;
 	uint32_t idx, node;
 
 	if (req->kind != LOCAL_KIND_LOCK || req->value || crash_fast_path_off())
@@ -82,22 +82,25 @@ int fast_acquire(struct segment *seg, const char *key, size_t len, uint32_t hash
 		/* Held and no queue: a try fails here; a wait queues (mutex). */
 		return req->try_only ? -EBUSY : FAST_MISS;
 	}
-	node = node_claim(seg, 0, seg->caps.max_holds, req->who.slot, idx, &hints->hold);
+	node = node_claim_as(seg, NODE_FAST_CLAIMED, 0, seg->caps.max_holds, req->who.slot, idx,
+			     &hints->hold);
 	if (node == IDX_NONE)
 		return FAST_MISS; /* the mutex path reports EMAXHOLDS */
 	n = &seg->nodes[node];
+	claimed = NODE_PACK(NODE_FAST_CLAIMED, req->who.slot, idx);
+	CRASH_POINT(FAST_ACQ_CLAIMED);
 	n->session_gen = req->who.gen;
 	n->token = draw_token(seg);
 	n->lease_until_ns = lease_deadline(req->lease_ms);
 	n->lease_ms = req->lease_ms;
 	n->hold = n->prev = n->next = IDX_NONE;
-	held = NODE_PACK(NODE_HOLDING, req->who.slot, idx);
-	atomic_store_explicit(&n->word, held, memory_order_release);
-	CRASH_POINT(FAST_ACQ_CLAIMED);
 	if (!session_is(seg, req->who)) {
-		free_node(n, held);
+		free_node(n, claimed);
 		return -LOCAL_ESESSION;
 	}
+	held = NODE_PACK(NODE_HOLDING, req->who.slot, idx);
+	if (!atomic_compare_exchange_strong(&n->word, &claimed, held))
+		return FAST_MISS; /* taken from us (our process was thought dead) */
 	if (!atomic_compare_exchange_strong(&k->fast, &f,
 					    FAST_PACK(0, node + 1, FAST_SEQ(f) + 1))) {
 		free_node(n, held);

@@ -43,7 +43,9 @@ void key_touch_locked(struct seg_key *k)
 	 * the watcher count (a watcher registers, then re-reads the index), and
 	 * watchers sleep on the index's low 32 bits (see key_change_futex()). */
 	atomic_fetch_add(&k->modify_index, 1);
-	if (atomic_load_explicit(&k->watchers, memory_order_relaxed))
+	/* seq_cst: with the watcher's add-then-read this is a store-buffering
+	 * pair, which weaker orders would let both sides miss. */
+	if (atomic_load(&k->watchers))
 		futex_wake(key_change_futex(k), INT32_MAX);
 }
 
@@ -231,7 +233,8 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	node_set(&hn->word, NODE_PACK(NODE_HOLDING, NODE_SESSION(ww), key));
 	key_publish_holder_locked(k, h);
 	CRASH_POINT(HANDOFF_TRANSFERRED);
-	node_set(&wn->word, NODE_PACK(NODE_GRANTED, NODE_SESSION(ww), key));
+	/* seq_cst, against the waiter's PARKED store and re-read. */
+	atomic_store(&wn->word, NODE_PACK(NODE_GRANTED, NODE_SESSION(ww), key));
 	CRASH_POINT(HANDOFF_GRANTED);
 	queue_unlink_locked(seg, k, w);
 	CRASH_POINT(HANDOFF_UNLINKED);
@@ -331,8 +334,7 @@ static int consume_grant(struct seg_node *node, uint64_t granted, uint64_t *toke
 	*token = node->token;
 	CRASH_POINT(GRANTED_CONSUMED);
 	/* CAS: the broker may have swept this node if the session closed. */
-	atomic_compare_exchange_strong(&node->word, &granted, 0);
-	return 0;
+	return atomic_compare_exchange_strong(&node->word, &granted, 0) ? 0 : -LOCAL_ESESSION;
 }
 
 static int cancel_wait(struct segment *seg, uint32_t waiter, uint32_t key, struct owner who,

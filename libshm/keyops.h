@@ -53,6 +53,10 @@ int key_check(const char *key, size_t len);
  */
 int keytab_find(struct segment *seg, const char *key, size_t len, bool create,
 		struct seg_key **out);
+/* The same, giving up with -ETIMEDOUT after @timeout_ms on any mutex (the
+ * broker: a stopped client must not stall it). */
+int keytab_find_timed(struct segment *seg, const char *key, size_t len, bool create,
+		      struct seg_key **out, uint32_t timeout_ms);
 
 /*
  * Lock a key's mutex, repairing it if its last owner died, and switch the key
@@ -76,8 +80,10 @@ void key_publish_holder_locked(struct seg_key *k, uint32_t node);
 uint32_t probe_unlocked(struct segment *seg, uint32_t hash);
 bool key_matches(const struct seg_key *k, uint32_t hash, const char *key, size_t len);
 
-/* Reclaim one idle key under the table mutex; returns how many were freed. */
-uint32_t keytab_reclaim_idle(struct segment *seg, uint64_t idle_ns, uint32_t max);
+/* Reclaim up to @max keys idle for @idle_ns; returns how many were freed.
+ * @timeout_ms bounds the wait for the table mutex (0: none). */
+uint32_t keytab_reclaim_idle(struct segment *seg, uint64_t idle_ns, uint32_t max,
+			     uint32_t timeout_ms);
 
 /* ---- nodes (nodes.c) -------------------------------------------------- */
 
@@ -88,6 +94,9 @@ uint32_t keytab_reclaim_idle(struct segment *seg, uint64_t idle_ns, uint32_t max
  */
 uint32_t node_claim(struct segment *seg, uint32_t first, uint32_t count, uint32_t session,
 		    uint32_t key, _Atomic uint32_t *hint);
+/* The same, claiming into @state (NODE_FAST_CLAIMED for the fast path). */
+uint32_t node_claim_as(struct segment *seg, uint32_t state, uint32_t first, uint32_t count,
+		       uint32_t session, uint32_t key, _Atomic uint32_t *hint);
 
 bool session_is(const struct segment *seg, struct owner who);
 

@@ -101,6 +101,32 @@ static bool sync_lock_holder_locked(struct segment *seg, struct seg_key *k)
 	return true;
 }
 
+/* An absolute CLOCK_MONOTONIC time @timeout_ms from now. */
+static struct timespec lock_deadline(uint32_t timeout_ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += timeout_ms / 1000;
+	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
+
+/* 0: wait as long as it takes (clients); else give up with -ETIMEDOUT. */
+static int mutex_lock_for(pthread_mutex_t *m, uint32_t timeout_ms)
+{
+	struct timespec ts;
+
+	if (!timeout_ms)
+		return pthread_mutex_lock(m);
+	ts = lock_deadline(timeout_ms);
+	return pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts);
+}
+
 static int locked(struct segment *seg, struct seg_key *k, int r)
 {
 	if (r == EOWNERDEAD) {
@@ -138,16 +164,7 @@ int key_lock(struct segment *seg, struct seg_key *k)
 
 int key_lock_timed(struct segment *seg, struct seg_key *k, uint32_t timeout_ms)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += timeout_ms / 1000;
-	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	return locked(seg, k, pthread_mutex_clocklock(&k->mutex, CLOCK_MONOTONIC, &ts));
+	return locked(seg, k, mutex_lock_for(&k->mutex, timeout_ms));
 }
 
 static int key_trylock(struct segment *seg, struct seg_key *k)
@@ -248,10 +265,12 @@ static void index_rebuild_locked(struct segment *seg)
 	seg->hdr->index_tombs = 0;
 }
 
-static int table_lock(struct segment *seg)
+static int table_lock_for(struct segment *seg, uint32_t timeout_ms)
 {
-	int r = pthread_mutex_lock(&seg->hdr->table_mutex);
+	int r = mutex_lock_for(&seg->hdr->table_mutex, timeout_ms);
 
+	if (r == ETIMEDOUT)
+		return -ETIMEDOUT;
 	if (r == EOWNERDEAD) {
 		atomic_fetch_add(&seg->hdr->stats.repairs, 1);
 		index_rebuild_locked(seg);
@@ -267,12 +286,13 @@ static bool key_idle_locked(const struct seg_key *k, uint64_t now)
 	       (k->delay_until_ns == 0 || k->delay_until_ns <= now);
 }
 
-uint32_t keytab_reclaim_idle(struct segment *seg, uint64_t idle_ns, uint32_t max)
+uint32_t keytab_reclaim_idle(struct segment *seg, uint64_t idle_ns, uint32_t max,
+			     uint32_t timeout_ms)
 {
 	uint64_t now = mono_ns();
 	uint32_t i, freed = 0;
 
-	if (table_lock(seg))
+	if (table_lock_for(seg, timeout_ms))
 		return 0;
 	for (i = 0; i < seg->caps.max_keys && freed < max; i++) {
 		struct seg_key *k = &seg->keys[i];
@@ -353,6 +373,12 @@ static int create_locked(struct segment *seg, uint32_t hash, const char *key, si
 int keytab_find(struct segment *seg, const char *key, size_t len, bool create,
 		struct seg_key **out)
 {
+	return keytab_find_timed(seg, key, len, create, out, 0);
+}
+
+int keytab_find_timed(struct segment *seg, const char *key, size_t len, bool create,
+		      struct seg_key **out, uint32_t timeout_ms)
+{
 	uint32_t hash = key_hash(key, len), idx, slot;
 	int err;
 
@@ -360,7 +386,7 @@ int keytab_find(struct segment *seg, const char *key, size_t len, bool create,
 	if (idx != IDX_NONE) {
 		struct seg_key *k = &seg->keys[idx];
 
-		err = key_lock(seg, k);
+		err = key_lock_timed(seg, k, timeout_ms);
 		if (err)
 			return err;
 		if (key_matches(k, hash, key, len)) {
@@ -369,12 +395,12 @@ int keytab_find(struct segment *seg, const char *key, size_t len, bool create,
 		}
 		key_unlock(k);
 	}
-	err = table_lock(seg);
+	err = table_lock_for(seg, timeout_ms);
 	if (err)
 		return err;
 	idx = probe_locked(seg, hash, key, len, &slot);
 	if (idx != IDX_NONE) {
-		err = key_lock(seg, &seg->keys[idx]);
+		err = key_lock_timed(seg, &seg->keys[idx], timeout_ms);
 		if (!err)
 			*out = &seg->keys[idx];
 	} else if (!create) {
@@ -383,13 +409,13 @@ int keytab_find(struct segment *seg, const char *key, size_t len, bool create,
 		if (find_free_entry_locked(seg) == IDX_NONE) {
 			/* Full: reclaim idle keys now rather than fail. */
 			pthread_mutex_unlock(&seg->hdr->table_mutex);
-			keytab_reclaim_idle(seg, 0, 64);
-			err = table_lock(seg);
+			keytab_reclaim_idle(seg, 0, 64, timeout_ms);
+			err = table_lock_for(seg, timeout_ms);
 			if (err)
 				return err;
 			idx = probe_locked(seg, hash, key, len, &slot);
 			if (idx != IDX_NONE) {
-				err = key_lock(seg, &seg->keys[idx]);
+				err = key_lock_timed(seg, &seg->keys[idx], timeout_ms);
 				if (!err)
 					*out = &seg->keys[idx];
 				goto out;
@@ -404,6 +430,9 @@ out:
 
 /* glibc keeps the futex word of a mutex in __data.__lock; the kernel sets
  * FUTEX_OWNER_DIED there when a robust mutex's owner dies. */
+/* Someone may have repaired and re-taken the mutex since we looked. */
+#define REPAIR_LOCK_MS 200
+
 static bool owner_died(pthread_mutex_t *m)
 {
 	return __atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED) & FUTEX_OWNER_DIED;
@@ -413,14 +442,14 @@ uint32_t segment_repair_dead_mutexes(struct segment *seg)
 {
 	uint32_t i, n = 0;
 
-	if (owner_died(&seg->hdr->table_mutex) && table_lock(seg) == 0) {
+	if (owner_died(&seg->hdr->table_mutex) && table_lock_for(seg, REPAIR_LOCK_MS) == 0) {
 		pthread_mutex_unlock(&seg->hdr->table_mutex);
 		n++;
 	}
 	for (i = 0; i < seg->caps.max_keys; i++) {
 		struct seg_key *k = &seg->keys[i];
 
-		if (owner_died(&k->mutex) && key_lock(seg, k) == 0) {
+		if (owner_died(&k->mutex) && key_lock_timed(seg, k, REPAIR_LOCK_MS) == 0) {
 			key_unlock(k);
 			n++;
 		}

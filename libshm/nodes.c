@@ -2,11 +2,11 @@
 /* Node claiming and the per-key lists (FIFO queue, holder list). */
 #include "keyops.h"
 
-uint32_t node_claim(struct segment *seg, uint32_t first, uint32_t count, uint32_t session,
-		    uint32_t key, _Atomic uint32_t *hint)
+uint32_t node_claim_as(struct segment *seg, uint32_t state, uint32_t first, uint32_t count,
+		       uint32_t session, uint32_t key, _Atomic uint32_t *hint)
 {
 	uint32_t start = atomic_load_explicit(hint, memory_order_relaxed);
-	uint64_t want = NODE_PACK(NODE_CLAIMED, session, key);
+	uint64_t want = NODE_PACK(state, session, key);
 	uint32_t i;
 
 	if (start >= count)
@@ -26,6 +26,12 @@ uint32_t node_claim(struct segment *seg, uint32_t first, uint32_t count, uint32_
 		}
 	}
 	return IDX_NONE;
+}
+
+uint32_t node_claim(struct segment *seg, uint32_t first, uint32_t count, uint32_t session,
+		    uint32_t key, _Atomic uint32_t *hint)
+{
+	return node_claim_as(seg, NODE_CLAIMED, first, count, session, key, hint);
 }
 
 bool session_is(const struct segment *seg, struct owner who)

@@ -83,12 +83,12 @@ static bool holds_for(const struct segment *seg, uint32_t h, uint64_t waiting_wo
  * the node itself). Free it only when its session is over; otherwise the
  * session's end (the broker's sweep) frees it.
  */
-static void drop_orphan(struct segment *seg, struct seg_node *n, uint64_t w, bool gen_known)
+static void drop_orphan(struct segment *seg, struct seg_node *n, uint64_t w)
 {
 	const struct seg_session *s = seg_session_at(seg, NODE_SESSION(w));
 	uint64_t sg = s ? atomic_load(&s->state_gen) : 0;
 
-	if (SESS_STATE(sg) == SESS_ACTIVE && (!gen_known || SESS_GEN(sg) == n->session_gen))
+	if (SESS_STATE(sg) == SESS_ACTIVE && SESS_GEN(sg) == n->session_gen)
 		return;
 	atomic_compare_exchange_strong(&n->word, &w, 0);
 }
@@ -132,8 +132,12 @@ int key_repair_locked(struct segment *seg, struct seg_key *k)
 			continue;
 		switch (NODE_STATE(w)) {
 		case NODE_CLAIMED:
-			drop_orphan(seg, n, w, false);
+			/* Claimed under this mutex by an operation that died
+			 * holding it: nobody else claims for this key so. */
+			atomic_compare_exchange_strong(&n->word, &w, 0);
 			break;
+		case NODE_FAST_CLAIMED:
+			break; /* its thread, or the sweep of its dead process, frees it */
 		case NODE_WAITING:
 			if (holds_for(seg, n->hold, w) &&
 			    (!is_lock || holder == IDX_NONE || holder == n->hold)) {
@@ -172,7 +176,7 @@ int key_repair_locked(struct segment *seg, struct seg_key *k)
 		if (w == 0 || NODE_KEY(w) != key || NODE_STATE(w) != NODE_HOLDING)
 			continue;
 		if (is_lock && i != holder) {
-			drop_orphan(seg, n, w, true);
+			drop_orphan(seg, n, w);
 			continue;
 		}
 		n->prev = IDX_NONE;

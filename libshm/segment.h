@@ -56,6 +56,7 @@ struct seg_session {
 	uint8_t id[16];
 	char name[SEG_NAME_MAX];
 	int32_t pid; /* 0: no process check */
+	int32_t creator_pid; /* the process that opened it, check or not */
 	uint32_t uid;
 	uint64_t start_time; /* /proc/PID/stat field 22, against pid reuse */
 	uint64_t created_ns;
@@ -90,6 +91,9 @@ enum seg_node_state {
 	NODE_GRANTED = 3, /* waiter handed a hold (node->hold) not yet consumed */
 	NODE_HOLDING = 4, /* a hold, in the key's holder list */
 	NODE_WATCHING = 5, /* a local_watch() in progress: keeps the key alive */
+	/* Claimed by a lock-free acquire, which fills it in without the key
+	 * mutex: only its own thread may free it while its process lives. */
+	NODE_FAST_CLAIMED = 6,
 };
 
 #define NODE_STATE(w) ((uint32_t)((w)&0xff))
@@ -143,10 +147,14 @@ enum seg_key_state {
  * For a lock key the holder named here is the truth, in both modes.
  */
 #define FAST_SLOW (1ull << 63)
-#define FAST_HOLDER(f) ((uint32_t)(((f) >> 32) & 0xffffff)) /* node + 1; 0: free */
-#define FAST_SEQ(f) ((uint32_t)(f))
+/* 39 bits of seq: a thread paused between its read and its CAS would need
+ * 5.5e11 changes of the key to be fooled (hours of saturation, not minutes). */
+#define FAST_SEQ_MASK ((1ull << 39) - 1)
+#define FAST_HOLDER(f) ((uint32_t)(((f) >> 39) & 0xffffff)) /* node + 1; 0: free */
+#define FAST_SEQ(f) ((f)&FAST_SEQ_MASK)
 #define FAST_PACK(slow, holder, seq)                                                      \
-	(((slow) ? FAST_SLOW : 0) | ((uint64_t)((holder)&0xffffff) << 32) | (uint64_t)(uint32_t)(seq))
+	(((slow) ? FAST_SLOW : 0) | ((uint64_t)((holder)&0xffffff) << 39) |                 \
+	 ((uint64_t)(seq)&FAST_SEQ_MASK))
 
 struct seg_key {
 	pthread_mutex_t mutex; /* robust, process-shared */

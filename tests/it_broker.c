@@ -311,3 +311,60 @@ TEST(broker, a_stopped_client_in_a_critical_section_does_not_stall_the_broker, 3
 	broker_stop(&b);
 }
 #endif
+
+#ifdef LOCAL_CRASH_POINTS
+/* Child: stop in the lock-free acquire, right after claiming its node. */
+static void stalled_fast_locker(void *p, int in, int out)
+{
+	struct local_acquire_opts try = { .timeout_ms = 0 };
+	const struct role *r = p;
+	local_session *s;
+	char buf[8], num[8];
+
+	snprintf(num, sizeof(num), "%d", CP_FAST_ACQ_CLAIMED);
+	setenv("SHMLOCK_STOP_AT", num, 1);
+	s = open_session(r->b, "fast", 0, 0);
+	say(out, "%s", local_session_id(s));
+	say(out, "done %d", local_lock(s, r->key, &try, NULL));
+	hear(in, buf, sizeof(buf));
+}
+
+TEST(broker, a_session_ended_under_a_lock_free_acquire_frees_nothing_in_use, 30)
+{
+	struct broker_proc b;
+	struct role r = { &b, "fc/k" };
+	local_session *obs;
+	struct child c;
+	siginfo_t si;
+	char id[64], line[64];
+	int i;
+
+	broker_start(&b, NULL);
+	obs = open_session(&b, "obs", 0, 0);
+	CHECK_OK(local_lock(obs, "fc/k", NULL, NULL)); /* a lock key, in fast mode */
+	CHECK_OK(local_release(obs, "fc/k"));
+	child_spawn(&c, stalled_fast_locker, &r);
+	CHECK_OK(child_read(&c, id, sizeof(id), 5000));
+	memset(&si, 0, sizeof(si));
+	CHECK_OK(waitid(P_PID, (id_t)c.pid, &si, WSTOPPED | WNOWAIT));
+	/* The operator ends the session while its thread fills in a node. */
+	CHECK_OK(local_session_destroy(obs, id));
+	/* Churn the node table: a node freed too early would be re-used here. */
+	for (i = 0; i < 50; i++) {
+		char key[16];
+
+		snprintf(key, sizeof(key), "fc/%d", i);
+		CHECK_OK(local_lock(obs, key, NULL, NULL));
+	}
+	CHECK_EQ(live_sessions(obs), 2); /* the ended one waits for its thread */
+	kill(c.pid, SIGCONT);
+	CHECK_OK(child_read(&c, line, sizeof(line), 5000));
+	CHECK(!strcmp(line, "done -10001")); /* LOCAL_ESESSION */
+	CHECK(WAIT_SESSIONS(obs, 1, 5000));
+	CHECK_EQ(segment_violations(obs), 0);
+	CHECK_EQ(used_nodes(obs), 50); /* exactly the observer's holds */
+	child_kill(&c);
+	child_wait(&c, 5000);
+	broker_stop(&b);
+}
+#endif

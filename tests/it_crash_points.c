@@ -674,7 +674,7 @@ static void scenario_watch(struct world *w)
 	CP_CHECK_EQ(info->holders, 0);
 	CP_CHECK_EQ(info->waiters, 0);
 	/* Nothing pins it: an idle key is reclaimed. */
-	CP_CHECK(keytab_reclaim_idle(w->obs->seg, 0, UINT32_MAX) >= 1);
+	CP_CHECK(keytab_reclaim_idle(w->obs->seg, 0, UINT32_MAX, 0) >= 1);
 	CP_CHECK_EQ(key_info(w->obs)->kind, LOCAL_KIND_NONE);
 	check_free_then_handover(w);
 }
