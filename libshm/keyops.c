@@ -241,7 +241,9 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	k->waiters--;
 	k->lock_index++;
 	k->token = token;
-	if (wn->staged_len && wn->staged_len - 1 <= seg->caps.max_value)
+	/* Bounds-checked: node fields may be damaged (found by fuzz_segment). */
+	if (wn->staged_len && wn->staged_len - 1 <= seg->caps.max_value &&
+	    w >= seg->caps.max_holds)
 		key_set_value_locked(seg, k, seg_staged_buf(seg, w), wn->staged_len - 1);
 	key_touch_locked(k);
 	atomic_fetch_add_explicit(&seg->hdr->stats.handoffs, 1, memory_order_relaxed);
