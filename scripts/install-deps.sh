@@ -3,11 +3,13 @@
 # missing. Does nothing when everything is present; needs root otherwise.
 set -eu
 
+# spin for the protocol model (make model), valgrind for make valgrind;
 # clang and its runtime for the libFuzzer targets; systemd for the unit tests
 # (systemd-socket-activate, systemd-analyze verify, systemd-sysusers) and
 # man-db so that verify checks Documentation=man:shmlockd(8).
 PKGS="build-essential pkg-config liburcu-dev libsystemd-dev libcunit1-dev \
-libmicrohttpd-dev libjansson-dev curl jq clang libclang-rt-14-dev systemd man-db"
+libmicrohttpd-dev libjansson-dev curl jq clang libclang-rt-14-dev systemd man-db \
+spin valgrind"
 
 missing=""
 for p in $PKGS; do
