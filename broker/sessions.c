@@ -272,12 +272,16 @@ static void sweep(struct broker *b, uint32_t slot, bool lost, const char *why)
 	uint64_t sg = atomic_load(&s->state_gen);
 	struct sweep_log log = { .len = 0 };
 	char id[33];
-	uint32_t i, busy = 0;
+	uint32_t step, busy = 0;
 	int r;
 
 	s->closing_lost = lost;
 	atomic_store(&s->state_gen, SESS_PACK(SESS_CLOSING, SESS_GEN(sg)));
-	for (i = 0; i < seg->nnodes; i++) {
+	/* Waiter nodes first: a grant the dead process never took up returns
+	 * its hold without lock-delay, before the hold itself is visited as a
+	 * lost one (found by the spin model). */
+	for (step = 0; step < seg->nnodes; step++) {
+		uint32_t i = (step + seg->caps.max_holds) % seg->nnodes;
 		uint64_t w = atomic_load(&seg->nodes[i].word);
 		uint32_t wake[64], nwake = 0, j;
 		struct seg_key *k;

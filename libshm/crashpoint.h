@@ -26,8 +26,8 @@
 	X(8, REL_FREED, "release without waiters: node freed, counters not updated")        \
 	X(9, HANDOFF_HOLD_SET, "release with waiter: waiter's hold index written")         \
 	X(10, HANDOFF_TRANSFERRED, "release with waiter: hold transferred, waiter not yet granted") \
-	X(11, HANDOFF_GRANTED, "release with waiter: waiter granted, not unlinked")         \
-	X(12, HANDOFF_UNLINKED, "release with waiter: waiter unlinked, counters not updated") \
+	X(11, HANDOFF_GRANTED, "release with waiter: waiter unlinked and granted, counters not updated") \
+	X(12, HANDOFF_UNLINKED, "release with waiter: hold moved, waiter unlinked, not granted") \
 	X(13, CANCEL_UNLINKED, "timeout: waiter unlinked, node not freed")                  \
 	X(14, CANCEL_FREED, "timeout: waiter node freed, counters not updated")             \
 	X(15, VALUE_WRITTEN, "value update: new bytes written, not published")              \

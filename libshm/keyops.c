@@ -213,8 +213,8 @@ int key_acquire_locked(struct segment *seg, struct seg_key *k, const struct acqu
  * Store order, so repair can always tell what happened:
  *   w->hold, w->token  — private to w until its word changes;
  *   h->word = HOLDING by w's session — the hold moves here;
- *   w->word = GRANTED — the waiter may now consume it;
- *   unlink w from the queue — repair rebuilds the queue anyway.
+ *   unlink w from the queue — repair rebuilds the queue anyway;
+ *   w->word = GRANTED — the waiter may now consume it (and reuse the node).
  */
 static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t w, uint32_t h)
 {
@@ -233,11 +233,14 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	node_set(&hn->word, NODE_PACK(NODE_HOLDING, NODE_SESSION(ww), key));
 	key_publish_holder_locked(k, h);
 	CRASH_POINT(HANDOFF_TRANSFERRED);
+	/* Unlink first: once GRANTED, the waiter may free its node and queue
+	 * it on another key, and our unlink would then cut that key's queue
+	 * (found by the spin model). */
+	queue_unlink_locked(seg, k, w);
+	CRASH_POINT(HANDOFF_UNLINKED);
 	/* seq_cst, against the waiter's PARKED store and re-read. */
 	atomic_store(&wn->word, NODE_PACK(NODE_GRANTED, NODE_SESSION(ww), key));
 	CRASH_POINT(HANDOFF_GRANTED);
-	queue_unlink_locked(seg, k, w);
-	CRASH_POINT(HANDOFF_UNLINKED);
 	k->waiters--;
 	k->lock_index++;
 	k->token = token;
