@@ -58,6 +58,22 @@ static void remember(local_session *s, struct pending *p, const char *key, size_
 	pthread_mutex_unlock(&s->pending_lock);
 }
 
+/* Remove @s's pending request for @key; NULL if there is none. */
+static struct pending *take_pending(local_session *s, const char *key, size_t len)
+{
+	struct pending **pp, *p;
+
+	pthread_mutex_lock(&s->pending_lock);
+	pp = find_pending(s, key, len);
+	p = *pp;
+	if (p) {
+		*pp = p->next;
+		atomic_fetch_sub(&s->npending, 1);
+	}
+	pthread_mutex_unlock(&s->pending_lock);
+	return p;
+}
+
 int local_enqueue(local_session *s, const char *key, uint32_t limit,
 		  const struct local_acquire_opts *opts, int *granted, uint64_t *token)
 {
@@ -114,7 +130,7 @@ int local_enqueue(local_session *s, const char *key, uint32_t limit,
 int local_wait(local_session *s, const char *key, int64_t timeout_ms, uint64_t *token)
 {
 	uint64_t deadline = timeout_ms >= 0 ? deadline_after_ms(timeout_ms) : 0;
-	struct pending **pp, *p;
+	struct pending *p;
 	uint64_t tok = 0;
 	size_t len;
 	int err;
@@ -122,14 +138,7 @@ int local_wait(local_session *s, const char *key, int64_t timeout_ms, uint64_t *
 	err = api_enter(s, key, &len);
 	if (err)
 		return err;
-	pthread_mutex_lock(&s->pending_lock);
-	pp = find_pending(s, key, len);
-	p = *pp;
-	if (p) {
-		*pp = p->next; /* one waiter per request */
-		atomic_fetch_sub(&s->npending, 1);
-	}
-	pthread_mutex_unlock(&s->pending_lock);
+	p = take_pending(s, key, len); /* one waiter per request */
 	if (!p)
 		return -LOCAL_ENOTENQUEUED;
 	err = waiter_wait(s->seg, p->node, p->key_idx, s->who, deadline, &tok);
@@ -158,4 +167,47 @@ void api_drop_granted_pending(local_session *s, const char *key, size_t len, uin
 		p = NULL;
 	pthread_mutex_unlock(&s->pending_lock);
 	free(p);
+}
+
+int api_pending_arm(local_session *s, const char *key)
+{
+	struct pending *p;
+	size_t len;
+	int err;
+
+	err = api_enter(s, key, &len);
+	if (err)
+		return err;
+	pthread_mutex_lock(&s->pending_lock);
+	p = *find_pending(s, key, len);
+	err = !p ? -LOCAL_ENOTENQUEUED
+		 : waiter_arm_doorbell(s->seg, p->node, p->key_idx, s->who) ? 0 : 1;
+	pthread_mutex_unlock(&s->pending_lock);
+	return err;
+}
+
+int api_pending_poll(local_session *s, const char *key, bool cancel, uint64_t *token)
+{
+	struct pending *p;
+	uint64_t tok = 0;
+	size_t len;
+	int err;
+
+	err = api_enter(s, key, &len);
+	if (err)
+		return err;
+	p = take_pending(s, key, len);
+	if (!p)
+		return -LOCAL_ENOTENQUEUED;
+	err = waiter_poll(s->seg, p->node, p->key_idx, s->who, cancel, &tok);
+	if (err == -EAGAIN) {
+		remember(s, p, key, len, p->node, p->key_idx); /* still queued */
+		return err;
+	}
+	if (!err)
+		api_forget_expiry(s, p->key_idx);
+	free(p);
+	if (!err && token)
+		*token = tok;
+	return err;
 }

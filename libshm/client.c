@@ -367,6 +367,27 @@ static void session_free(local_session *s)
 	free(s);
 }
 
+local_session *session_inproc_new(struct segment *seg, struct owner who, const uint8_t id[16])
+{
+	local_session *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	pthread_mutex_init(&s->pending_lock, NULL);
+	s->seg = seg;
+	s->who = who;
+	memcpy(s->raw_id, id, sizeof(s->raw_id));
+	hex_encode(id, sizeof(s->raw_id), s->id);
+	s->fork_gen = atomic_load(&fork_gen);
+	return s;
+}
+
+void session_inproc_free(local_session *s)
+{
+	if (s)
+		session_free(s);
+}
+
 static int send_close(const local_session *s)
 {
 	struct proto_session_id req;

@@ -58,6 +58,18 @@ int broker_call(const char *path, const void *req, size_t len, struct proto_repl
 /* api_sem.c: a released hold ends the local_enqueue() request it came from. */
 void api_drop_granted_pending(local_session *s, const char *key, size_t len, uint32_t key_idx);
 
+/* api_sem.c: two-phase requests driven without blocking (the broker's HTTP
+ * waiters). api_pending_arm(): 0 armed (the grant rings the broker's
+ * doorbell), 1 granted already, or -LOCAL_ENOTENQUEUED. api_pending_poll():
+ * as waiter_poll(); the request stays pending only on -EAGAIN. */
+int api_pending_arm(local_session *s, const char *key);
+int api_pending_poll(local_session *s, const char *key, bool cancel, uint64_t *token);
+
+/* client.c: a session object over a slot the broker opened for itself in
+ * its own mapping (HTTP sessions): no socket, nothing to unmap. */
+local_session *session_inproc_new(struct segment *seg, struct owner who, const uint8_t id[16]);
+void session_inproc_free(local_session *s);
+
 /* api.c: shared by the public calls in api_*.c. */
 int api_enter(local_session *s, const char *key, size_t *len);
 int api_acquire(local_session *s, const char *key, const struct acquire_req *req,

@@ -329,8 +329,15 @@ void waiter_wake(struct segment *seg, uint32_t n)
 	/* After the key mutex is dropped the node may already be consumed and
 	 * reused; a stray wake is harmless because every sleeper re-checks its
 	 * word in a loop. */
-	if (node && atomic_exchange(&node->futex, NODE_FUTEX_WOKEN) == NODE_FUTEX_PARKED)
+	uint32_t was;
+
+	if (!node)
+		return;
+	was = atomic_exchange(&node->futex, NODE_FUTEX_WOKEN);
+	if (was == NODE_FUTEX_PARKED)
 		futex_wake(&node->futex, 1);
+	else if (was == NODE_FUTEX_DOORBELL)
+		broker_ring(seg->hdr);
 }
 
 /* Take a grant: the hold is ours once the waiter node is freed. */
@@ -406,4 +413,28 @@ int waiter_wait(struct segment *seg, uint32_t waiter, uint32_t key, struct owner
 	if (w == granted)
 		return consume_grant(node, w, token);
 	return -LOCAL_ESESSION;
+}
+
+bool waiter_arm_doorbell(struct segment *seg, uint32_t waiter, uint32_t key, struct owner who)
+{
+	struct seg_node *node = &seg->nodes[waiter];
+
+	/* As a parking thread does: announce, then re-check. A granter that
+	 * changed the word before our store is seen by the re-read; one after
+	 * it finds DOORBELL and rings. */
+	atomic_store(&node->futex, NODE_FUTEX_DOORBELL);
+	return atomic_load(&node->word) == NODE_PACK(NODE_WAITING, who.slot, key);
+}
+
+int waiter_poll(struct segment *seg, uint32_t waiter, uint32_t key, struct owner who, bool cancel,
+		uint64_t *token)
+{
+	struct seg_node *node = &seg->nodes[waiter];
+	uint64_t w = atomic_load(&node->word);
+
+	if (w == NODE_PACK(NODE_GRANTED, who.slot, key))
+		return consume_grant(node, w, token);
+	if (w != NODE_PACK(NODE_WAITING, who.slot, key))
+		return -LOCAL_ESESSION;
+	return cancel ? cancel_wait(seg, waiter, key, who, token) : -EAGAIN;
 }

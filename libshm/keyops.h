@@ -127,6 +127,18 @@ int waiter_wait(struct segment *seg, uint32_t waiter, uint32_t key, struct owner
 		uint64_t deadline_ns, uint64_t *token);
 
 /*
+ * The non-blocking forms of waiter_wait() for a waiter that does not sleep
+ * (the broker waiting for an HTTP client). waiter_arm_doorbell() has the
+ * granter ring the broker's doorbell; it returns false when the request is
+ * no longer waiting (granted already: poll it now). waiter_poll() takes a
+ * grant (0, *token set), else returns -EAGAIN while queued, or with @cancel
+ * leaves the queue (-ETIMEDOUT); -LOCAL_ESESSION when the session ended.
+ */
+bool waiter_arm_doorbell(struct segment *seg, uint32_t waiter, uint32_t key, struct owner who);
+int waiter_poll(struct segment *seg, uint32_t waiter, uint32_t key, struct owner who, bool cancel,
+		uint64_t *token);
+
+/*
  * How a hold ends: REL_LOST applies the holder's lock-delay (death, TTL,
  * operator); REL_SESSION_END applies its behavior (delete drops the value).
  */
@@ -165,6 +177,8 @@ uint64_t draw_token(struct segment *seg);
  * new or earlier deadline of hold node @node. */
 uint64_t lease_deadline(uint32_t lease_ms);
 void lease_note(struct segment *seg, uint32_t node);
+/* Wake the broker's doorbell thread (lease notes, grants to HTTP waiters). */
+void broker_ring(struct seg_header *h);
 
 /* ---- lock-free fast path (fastpath.c) ---------------------------------- */
 

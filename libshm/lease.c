@@ -14,16 +14,19 @@
 #include "clock.h"
 #include "futex.h"
 
-void lease_note(struct segment *seg, uint32_t node)
+void broker_ring(struct seg_header *h)
 {
-	struct seg_header *h = seg->hdr;
-
-	atomic_fetch_or(&seg->lease_bits[node / 64], 1ull << (node % 64));
 	atomic_fetch_add(&h->broker_doorbell, 1);
 	/* After the add: a broker thread that announced itself before it
 	 * went to sleep is woken; one that did not re-reads the doorbell. */
 	if (atomic_load(&h->broker_listening))
 		futex_wake(&h->broker_doorbell, 1);
+}
+
+void lease_note(struct segment *seg, uint32_t node)
+{
+	atomic_fetch_or(&seg->lease_bits[node / 64], 1ull << (node % 64));
+	broker_ring(seg->hdr);
 }
 
 uint64_t lease_deadline(uint32_t lease_ms)

@@ -105,6 +105,9 @@ enum seg_node_state {
 #define NODE_FUTEX_IDLE 0u
 #define NODE_FUTEX_PARKED 1u
 #define NODE_FUTEX_WOKEN 2u
+/* Waited on by the broker for an HTTP client, not by a sleeping thread: the
+ * granter rings the broker's doorbell instead of waking a futex. */
+#define NODE_FUTEX_DOORBELL 3u
 
 #define IDX_NONE UINT32_MAX
 
