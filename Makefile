@@ -35,6 +35,9 @@ ALL_CFLAGS = $(WARNINGS) $(CFLAGS) -fvisibility=hidden -MMD -MP
 URCU_LIBS    := -lurcu-memb -lurcu-cds -lurcu-common
 SYSTEMD_LIBS := $(shell pkg-config --libs libsystemd 2>/dev/null || echo -lsystemd)
 CUNIT_LIBS   := $(shell pkg-config --libs cunit 2>/dev/null || echo -lcunit)
+CURL_LIBS    := $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
+HTTP_LIBS    := $(shell pkg-config --libs libmicrohttpd jansson 2>/dev/null || \
+		  echo -lmicrohttpd -ljansson)
 
 ifeq ($(V),1)
 Q :=
@@ -53,7 +56,7 @@ INTEG_SRC  := $(wildcard tests/it_*.c)
 
 PIC_OBJ    := $(LIBSHM_SRC:%.c=$(O)/pic/%.o)
 STATIC_OBJ := $(LIBSHM_SRC:%.c=$(O)/static/%.o)
-BROKER_OBJ := $(BROKER_SRC:%.c=$(O)/%.o)
+BROKER_OBJ := $(BROKER_SRC:%.c=$(O)/%.o) $(O)/gen/openapi_doc.o
 CLI_OBJ    := $(CLI_SRC:%.c=$(O)/%.o)
 
 SONAME   := liblocal.so.$(SOVERSION)
@@ -106,7 +109,17 @@ $(O)/liblocal.pc: libshm/liblocal.pc.in Makefile
 $(BROKER): $(BROKER_OBJ) $(STLIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(ALL_CFLAGS) $(BROKER_OBJ) $(STLIB) -o $@ $(LDFLAGS) $(URCU_LIBS) \
-		$(SYSTEMD_LIBS) -lpthread
+		$(SYSTEMD_LIBS) $(HTTP_LIBS) -lpthread
+
+# The OpenAPI document, served live by the broker, compiled in from docs/.
+$(O)/gen/openapi_doc.c: docs/openapi.json scripts/embed.sh
+	$(call say,GEN,$@)
+	@mkdir -p $(@D)
+	$(Q)sh scripts/embed.sh openapi_json $< > $@
+
+$(O)/gen/%.o: $(O)/gen/%.c
+	$(call say,CC,$@)
+	$(Q)$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
 $(CLI): $(CLI_OBJ) $(STLIB)
 	$(call say,LD,$@)
@@ -123,16 +136,18 @@ $(EXAMPLES): $(O)/examples/%: $(O)/docs/examples/%.o $(STLIB)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread
 
-# Tests link the static archive so they can reach internal functions too.
+# Tests link the static archive so they can reach internal functions too,
+# and the broker's HTTP route table (checked against the OpenAPI document).
 $(TESTS): $(TESTLIB_SRC:%.c=$(O)/%.o) $(UNIT_SRC:%.c=$(O)/%.o) $(INTEG_SRC:%.c=$(O)/%.o) \
-		$(O)/tests/main.o $(STLIB)
+		$(O)/tests/main.o $(O)/broker/http_routes.o $(STLIB)
 	$(call say,LD,$@)
-	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) $(CUNIT_LIBS) -lpthread
+	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) $(CUNIT_LIBS) $(CURL_LIBS) $(HTTP_LIBS) \
+		-lpthread
 
 BENCH_SRC := $(wildcard tests/bench/*.c)
 $(BENCH): $(BENCH_SRC:tests/bench/%.c=$(O)/bench/%.o) $(STLIB)
 	$(call say,LD,$@)
-	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread
+	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) $(CURL_LIBS) -lpthread
 
 $(O)/bench/%.o: tests/bench/%.c $(FLAGS_STAMP)
 	$(call say,CC,$@)
@@ -234,15 +249,19 @@ header-check:
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_SECONDS ?= 300
 FUZZ_O := build/fuzz
+# fuzz_cli also needs the CLI's parsers, built here with the target's flags
+# (the rest of cli/ wants a broker and jansson).
+FUZZ_CLI_SRC := cli/args.c cli/duration.c
 
 fuzz-build:
 	$(MAKE) O=$(FUZZ_O) CC=clang SANITIZE=address,undefined \
 		CFLAGS="-O1 -g -fsanitize=fuzzer-no-link" $(FUZZ_O)/liblocal.a
 	@for t in $(FUZZ_TARGETS); do \
 		echo "  FUZZ    $(FUZZ_O)/$$t"; \
+		case $$t in fuzz_cli) extra="-Icli $(FUZZ_CLI_SRC)";; *) extra=;; esac; \
 		clang -O1 -g -D_GNU_SOURCE -Iinclude -Ilibshm \
 			-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-			tests/fuzz/$$t.c $(FUZZ_O)/liblocal.a -lpthread -o $(FUZZ_O)/$$t || exit 1; \
+			tests/fuzz/$$t.c $$extra $(FUZZ_O)/liblocal.a -lpthread -o $(FUZZ_O)/$$t || exit 1; \
 	done
 
 # Each target for FUZZ_SECONDS (default 5 minutes); `fuzz-short` is the

@@ -15,6 +15,7 @@
 #include "keyops.h"
 #include "client.h"
 #include "proto.h"
+#include "http.h"
 
 /* A per-event log line that may come in bursts (100 000 leases expiring
  * together): at most BLOG_BURST lines a second, then one line saying how
@@ -72,6 +73,7 @@ struct broker_opts {
 	bool have_group;
 	gid_t group;
 	bool check; /* --check: validate the segment read-only and exit */
+	struct http_opts http;
 };
 
 struct broker {
@@ -104,6 +106,8 @@ struct broker {
 	_Atomic bool leases_stop;
 	uint64_t *lease_at; /* per node: the deadline its heap entry is for */
 	struct blog_limit expiry_log;
+	/* http_*.c: NULL unless the HTTP API is on */
+	struct http *http;
 };
 
 
@@ -141,6 +145,10 @@ int session_open(struct broker *b, const struct proto_open *req, int pidfd, pid_
 		 uid_t uid, uint64_t start_time, struct proto_reply *rep);
 /* Close by id. @voluntary: the owner asked (no lock-delay). */
 int session_close_id(struct broker *b, const uint8_t id[16], bool voluntary);
+/* The slot of the live session @id, or IDX_NONE. */
+uint32_t session_slot_of(struct broker *b, const uint8_t id[16]);
+/* End the session in @slot (@lost: apply lock-delay); @why goes to the log. */
+void session_end_slot(struct broker *b, uint32_t slot, bool lost, const char *why);
 /* Operator: release a key from one holder or all (lock-delay applies). */
 int force_release(struct broker *b, const struct proto_force_release *req);
 /* The process behind @slot's pidfd exited. */
@@ -193,6 +201,8 @@ void loop_unwatch_fd(struct broker *b, int fd);
 #define TAG_TIMER (4ull << 56)
 #define TAG_SIGNAL (5ull << 56)
 #define TAG_LEASE (6ull << 56)
+#define TAG_HTTP (7ull << 56)	  /* value: libmicrohttpd daemon index */
+#define TAG_HTTP_HUP (8ull << 56) /* value: HTTP waiter slot */
 #define TAG_KIND(t) ((t)&0xffull << 56)
 #define TAG_VALUE(t) ((t) & ((1ull << 56) - 1))
 

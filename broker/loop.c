@@ -251,6 +251,8 @@ static void handle_timers(struct broker *b)
 			session_sweep_due(b, t.a, t.b);
 		else if (t.kind == TIMER_NOTIFY)
 			notify_due(b, t.a);
+		else
+			http_timer(b, t.kind, t.a, t.b);
 	}
 }
 
@@ -325,15 +327,18 @@ int loop_run(struct broker *b)
 	if (b->opts.gc_idle_ms)
 		broker_schedule(b, mono_ns() + SCAN_INTERVAL_NS, TIMER_GC, 0, 0);
 	err = leases_start(b);
+	if (!err)
+		err = http_start(b);
 	if (err)
 		return err;
 	notify_ready(b); /* READY=1: segment attached, sessions re-adopted */
 	blog(LOG_INFO, "ready on %s, segment %s",
 	     b->listen_owned ? b->opts.socket_path : "the socket-activated socket",
 	     b->opts.shm_name);
-	while (!b->stopping) {
+	/* Stopping waits for the HTTP API to drain (bounded by http.c). */
+	while (!b->stopping || !http_draining(b)) {
 		arm_timer(b);
-		n = epoll_wait(b->epfd, ev, 64, -1);
+		n = epoll_wait(b->epfd, ev, 64, b->stopping ? 20 : -1);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -359,12 +364,18 @@ int loop_run(struct broker *b)
 				break;
 			case TAG_LEASE:
 				leases_drain(b);
+				http_doorbell(b); /* grants to HTTP waiters ring it too */
+				break;
+			case TAG_HTTP:
+			case TAG_HTTP_HUP:
+				http_event(b, tag);
 				break;
 			}
 		}
 	}
 	notify_stopping(b);
 	drain_requests(b);
+	http_stop(b);
 	leases_stop(b);
 	return 0;
 }

@@ -56,7 +56,7 @@ enum { OPT_SOCKET = 256, OPT_SHM, OPT_KEYS, OPT_SESSIONS, OPT_WAITERS, OPT_HOLDS
        OPT_LOG, OPT_DESTROY, OPT_FALLBACK, OPT_GC, OPT_CHECK, OPT_GROUP, OPT_ALLOW_UID,
        OPT_ALLOW_GID };
 
-static const struct option long_opts[] = {
+static const struct option base_opts[] = {
 	{ "socket", required_argument, NULL, OPT_SOCKET },
 	{ "shm-name", required_argument, NULL, OPT_SHM },
 	{ "max-keys", required_argument, NULL, OPT_KEYS },
@@ -74,8 +74,17 @@ static const struct option long_opts[] = {
 	{ "check", no_argument, NULL, OPT_CHECK },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
-	{ NULL, 0, NULL, 0 },
 };
+#define NBASE (sizeof(base_opts) / sizeof(base_opts[0]))
+
+/* base_opts, then the HTTP API's, then the terminator. */
+static struct option long_opts[NBASE + HTTP_NOPTS + 1];
+
+static void build_opts(void)
+{
+	memcpy(long_opts, base_opts, sizeof(base_opts));
+	memcpy(long_opts + NBASE, http_long_opts, sizeof(http_long_opts));
+}
 
 static int parse_u32(const char *name, const char *s, uint32_t *out)
 {
@@ -110,6 +119,8 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 				     .max_waiters = 4096, .max_holds = 4096, .max_value = 1024 };
 	o->log_level = LOG_INFO;
 	o->gc_idle_ms = 60000;
+	http_opts_default(&o->http);
+	build_opts();
 	paths_socket(o->socket_path, sizeof(o->socket_path));
 	paths_shm_name(o->shm_name, sizeof(o->shm_name));
 	while ((c = getopt_long(argc, argv, "hV", long_opts, NULL)) != -1) {
@@ -184,13 +195,18 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 			break;
 		case 'h':
 			fputs(usage_text, stdout);
+			fputs("\n", stdout);
+			fputs(http_usage_text, stdout);
 			exit(0);
 		case 'V':
 			printf("shmlockd %s (segment ABI %u, protocol %u)\n", SHMLOCK_VERSION,
 			       SEG_ABI, PROTO_VERSION);
 			exit(0);
 		default:
-			err = -1;
+			if (c >= OPT_HTTP_FIRST && c < OPT_HTTP_LAST)
+				err = http_opt_parse(&o->http, c, optarg);
+			else
+				err = -1;
 		}
 		if (err)
 			return -1;

@@ -348,12 +348,13 @@ static void end_session(struct broker *b, uint32_t slot, bool lost, const char *
 {
 	struct bsession *bs = b->by_slot[slot];
 
+	http_session_ended(b, slot); /* its requests in flight end first */
 	if (bs)
 		forget(b, bs);
 	sweep(b, slot, lost, why);
 }
 
-int session_close_id(struct broker *b, const uint8_t id[16], bool voluntary)
+uint32_t session_slot_of(struct broker *b, const uint8_t id[16])
 {
 	struct cds_lfht_iter it;
 	struct cds_lfht_node *node;
@@ -365,10 +366,23 @@ int session_close_id(struct broker *b, const uint8_t id[16], bool voluntary)
 	if (node)
 		slot = caa_container_of(node, struct bsession, node)->slot;
 	urcu_memb_read_unlock();
+	return slot;
+}
+
+int session_close_id(struct broker *b, const uint8_t id[16], bool voluntary)
+{
+	uint32_t slot = session_slot_of(b, id);
+
 	if (slot == IDX_NONE)
 		return -LOCAL_ESESSION;
 	end_session(b, slot, !voluntary, voluntary ? "closed" : "destroyed by an operator");
 	return 0;
+}
+
+void session_end_slot(struct broker *b, uint32_t slot, bool lost, const char *why)
+{
+	if (slot < b->seg.caps.max_sessions && b->by_slot[slot])
+		end_session(b, slot, lost, why);
 }
 
 /*

@@ -6,10 +6,11 @@ set -eu
 # spin for the protocol model (make model), valgrind for make valgrind;
 # clang and its runtime for the libFuzzer targets; systemd for the unit tests
 # (systemd-socket-activate, systemd-analyze verify, systemd-sysusers) and
-# man-db so that verify checks Documentation=man:shmlockd(8).
+# man-db so that verify checks Documentation=man:shmlockd(8); libcurl for the
+# HTTP API tests and benchmark (a real HTTP client).
 PKGS="build-essential pkg-config liburcu-dev libsystemd-dev libcunit1-dev \
 libmicrohttpd-dev libjansson-dev curl jq clang libclang-rt-14-dev systemd man-db \
-spin valgrind"
+spin valgrind libcurl4-openssl-dev"
 
 missing=""
 for p in $PKGS; do

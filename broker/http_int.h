@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: MIT */
+/* The HTTP API's internal interfaces, shared by broker/http_*.c only. */
+#ifndef SHMLOCKD_HTTP_INT_H
+#define SHMLOCKD_HTTP_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "broker.h"
+#include "http.h"
+
+#define HTTP_BODY_MAX (1u << 20)
+#define HTTP_MAX_DAEMONS 3 /* --http-listen, --http-socket, socket-activated */
+/* Timer kinds of the HTTP API in the broker's heap. */
+#define TIMER_HTTP_TICK 32 /* periodic: run libmicrohttpd's timeouts, reap */
+#define TIMER_HTTP_WAIT 33 /* a = waiter slot, b = its generation */
+
+/* ---- routes (http_routes.c) --------------------------------------------- */
+
+enum http_route {
+	R_NONE = 0,
+	R_HEALTH,
+	R_READY,
+	R_METRICS,
+	R_STATS,
+	R_OPENAPI,
+	R_SESSIONS,
+	R_SESSION,
+	R_SESSION_PING,
+	R_LOCK,
+	R_LOCK_RELEASE,
+	R_LOCK_RENEW,
+	R_LOCK_ENQUEUE,
+	R_LOCK_WAIT,
+	R_SEM,
+	R_SEM_RELEASE,
+	R_SEM_RENEW,
+	R_SEM_ENQUEUE,
+	R_SEM_WAIT,
+	R_COUNT
+};
+
+enum http_method { M_GET, M_POST, M_DELETE, M_OPTIONS, M_OTHER, M_COUNT };
+
+struct route_def {
+	enum http_route id;
+	enum http_method method;
+	const char *pattern; /* "{key}" / "{id}": one path segment */
+	bool open;	     /* no Authorization needed */
+};
+extern const struct route_def http_routes[];
+extern const size_t http_nroutes;
+
+struct route_match {
+	enum http_route id;	/* R_NONE: no route of this method */
+	bool path_known;	/* some route has this path (then 405) */
+	char allow[64];		/* methods of the routes with this path */
+	char param[LOCAL_KEY_MAX + 1]; /* the decoded {key} or {id} */
+	size_t param_len;
+	bool bad_param;		/* malformed key (400) */
+};
+
+enum http_method http_method_of(const char *m);
+const char *http_method_name(enum http_method m);
+void http_route_match(const char *path, enum http_method m, struct route_match *out);
+const char *http_route_name(enum http_route r);
+bool http_route_open(enum http_route r);
+
+/* ---- per-request state (http_server.c) ---------------------------------- */
+
+struct hsession;
+
+struct hreq {
+	struct http *h;
+	struct MHD_Connection *conn;
+	uint64_t start_ns;
+	enum http_method method;
+	char verb[17]; /* the method as sent */
+	struct route_match rt;
+	char *body;
+	size_t body_len, body_cap;
+	bool body_too_large;
+	char ip[64];
+	/* The answer, kept while the connection is suspended. */
+	int status;
+	char *reply; /* JSON text (malloc) or NULL */
+	const char *allow; /* 405: the Allow header */
+	bool suspended;
+	bool answered;
+	/* A session the request holds in flight (not reaped meanwhile). */
+	struct hsession *sess;
+	/* A waiting acquire: index in h->waiters, else -1. */
+	int32_t waiter;
+};
+
+/* Fill @r's answer; the request is answered when the handler returns (or
+ * when it is resumed, if it was suspended). */
+void hreq_reply_json(struct hreq *r, int status, json_t *body /* stolen; NULL: no body */);
+void hreq_error(struct hreq *r, int status, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* Map a liblocal error to the dflockd error table. */
+void hreq_local_error(struct hreq *r, int err);
+void hreq_suspend(struct hreq *r);
+void hreq_resume(struct hreq *r);
+
+/* Parse the body as one JSON object (empty body: {}); 400 on failure. */
+json_t *hreq_json(struct hreq *r);
+
+/* ---- sessions (http_sessions.c) ----------------------------------------- */
+
+struct hsession {
+	local_session *ls;
+	uint32_t slot, gen;
+	uint64_t last_seen_ns;
+	uint32_t inflight;
+	uint32_t waiting; /* suspended waits */
+	char ip[64];
+};
+
+int hsessions_init(struct http *h);
+void hsessions_fini(struct http *h);
+void http_sessions_create(struct hreq *r);
+void http_sessions_delete(struct hreq *r);
+void http_sessions_ping(struct hreq *r);
+/* The session named by X-Dflockd-Session / X-Shmlock-Session, marked in
+ * flight for @r; NULL after answering 400 or 410. */
+struct hsession *http_session_of(struct hreq *r);
+void http_session_done(struct hreq *r);
+void http_sessions_reap(struct http *h);
+/* Close every session (shutdown). */
+void http_sessions_close_all(struct http *h);
+uint32_t http_sessions_count(const struct http *h);
+
+/* ---- locks and semaphores (http_locks.c) -------------------------------- */
+
+struct hwaiter {
+	struct hreq *req; /* NULL: free */
+	struct hsession *sess;
+	uint32_t gen;
+	int fd; /* the connection's socket, watched for hang-up */
+	uint64_t deadline_ns;
+	uint32_t lease_s;
+	bool sem;
+	char key[LOCAL_KEY_MAX + 1];
+};
+
+void http_lock_op(struct hreq *r);
+void http_waiters_poll(struct http *h);
+void http_waiter_due(struct http *h, uint32_t slot, uint32_t gen);
+void http_waiter_hangup(struct http *h, uint32_t slot);
+/* End the waits of @sess (or of everyone, NULL) with @status / @code. */
+void http_waiters_end(struct http *h, struct hsession *sess, int status, const char *code);
+/* The request is over (answered or dropped): forget its wait if any. */
+void http_waiter_drop(struct hreq *r);
+void http_format_token(uint64_t token, char out[21]);
+
+/* ---- stats and metrics (http_stats.c) ----------------------------------- */
+
+void http_stats(struct hreq *r);
+void http_metrics(struct hreq *r);
+void http_metrics_note(struct http *h, enum http_method m, enum http_route rt, int status,
+		       uint64_t ns);
+
+/* ---- rate limits per client address (http_limits.c) ---------------------- */
+
+struct ipstat {
+	char ip[64];
+	uint32_t sessions;
+	double tokens;
+	uint64_t refill_ns;
+	struct ipstat *next;
+};
+
+/* The record of @ip, created on demand; NULL when out of memory. */
+struct ipstat *http_ip(struct http *h, const char *ip);
+/* A request from @ip may proceed (a token was taken). */
+bool http_rate_allow(struct http *h, const char *ip);
+void http_ips_gc(struct http *h);
+void http_ips_free(struct http *h);
+
+/* ---- the whole server --------------------------------------------------- */
+
+#define HTTP_STATUS_SLOTS 12
+struct http_counters {
+	/* requests by method, route and status class index */
+	uint64_t requests[M_COUNT][R_COUNT][HTTP_STATUS_SLOTS];
+	uint64_t duration_bucket[R_COUNT][12];
+	double duration_sum[R_COUNT];
+	uint64_t duration_count[R_COUNT];
+	uint64_t grants, timeouts, canceled, reaped;
+};
+
+struct http {
+	struct broker *b;
+	struct MHD_Daemon *d[HTTP_MAX_DAEMONS];
+	int listen_fd[HTTP_MAX_DAEMONS];
+	bool unlink_unix;
+	unsigned nd;
+	bool draining;
+	uint64_t drain_deadline_ns;
+	uint32_t connections;
+	/* sessions, indexed by segment slot */
+	struct hsession **by_slot;
+	uint32_t nsessions;
+	local_session *observer; /* for stats: no slot of its own */
+	/* waiters */
+	struct hwaiter *waiters;
+	uint32_t nwaiters, cap_waiters, active_waiters;
+	/* per-IP records: a small chained hash */
+	struct ipstat *ips[256];
+	uint32_t nips;
+	struct http_counters c;
+};
+
+
+#endif

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: MIT
+/* The HTTP API's command-line options (see shmlockd(8) and docs/http-api.md). */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http.h"
+
+const struct option http_long_opts[HTTP_NOPTS] = {
+	{ "http-listen", required_argument, NULL, OPT_HTTP_LISTEN },
+	{ "http-socket", required_argument, NULL, OPT_HTTP_SOCKET },
+	{ "http-session-idle-timeout", required_argument, NULL, OPT_HTTP_IDLE },
+	{ "default-lease-ttl", required_argument, NULL, OPT_HTTP_LEASE },
+	{ "auth-token", required_argument, NULL, OPT_HTTP_AUTH },
+	{ "auth-token-file", required_argument, NULL, OPT_HTTP_AUTH_FILE },
+	{ "http-max-sessions", required_argument, NULL, OPT_HTTP_MAX_SESSIONS },
+	{ "http-max-sessions-per-ip", required_argument, NULL, OPT_HTTP_MAX_PER_IP },
+	{ "http-rate-limit-per-ip", required_argument, NULL, OPT_HTTP_RATE },
+	{ "http-rate-limit-burst", required_argument, NULL, OPT_HTTP_BURST },
+	{ "http-cors-allowed-origins", required_argument, NULL, OPT_HTTP_CORS },
+};
+
+const char http_usage_text[] =
+	"HTTP API (off unless a listener is given; see docs/http-api.md):\n"
+	"  --http-listen [HOST:]PORT   serve HTTP on TCP (host default 127.0.0.1)\n"
+	"  --http-socket PATH      serve HTTP on a Unix socket (curl --unix-socket)\n"
+	"  --http-session-idle-timeout SECONDS  reap HTTP sessions idle for twice\n"
+	"                          this (default 20)\n"
+	"  --default-lease-ttl SECONDS  lease of HTTP holds that name none (default 33)\n"
+	"  --auth-token TOKEN      require 'Authorization: Bearer TOKEN' (all but\n"
+	"                          /health, /ready, /v1/openapi.json)\n"
+	"  --auth-token-file FILE  ... read from FILE (first line)\n"
+	"  --http-max-sessions N   HTTP sessions at once (default: no cap of its own)\n"
+	"  --http-max-sessions-per-ip N  ... per client address (default: none)\n"
+	"  --http-rate-limit-per-ip N    requests a second per address (default: none)\n"
+	"  --http-rate-limit-burst N     burst above that rate (default: the rate)\n"
+	"  --http-cors-allowed-origins LIST  comma-separated origins, '*' any (off)\n";
+
+void http_opts_default(struct http_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->idle_timeout_s = 20;
+	o->default_lease_s = 33;
+}
+
+bool http_enabled(const struct http_opts *o)
+{
+	return o->listen[0] || o->unix_path[0];
+}
+
+static int copy(const char *name, const char *arg, char *dst, size_t size)
+{
+	if (strlen(arg) >= size || !*arg) {
+		fprintf(stderr, "shmlockd: --%s: empty or too long\n", name);
+		return -1;
+	}
+	strcpy(dst, arg);
+	return 0;
+}
+
+static int number(const char *name, const char *arg, uint32_t min, uint32_t max, uint32_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	errno = 0;
+	v = strtoull(arg, &end, 10);
+	if (errno || !*arg || *arg == '-' || *end || v < min || v > max) {
+		fprintf(stderr, "shmlockd: --%s: expected a number in %u..%u, got '%s'\n", name,
+			min, max, arg);
+		return -1;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int token_file(const char *path, char *dst, size_t size)
+{
+	FILE *f = fopen(path, "re");
+	size_t n;
+
+	if (!f || !fgets(dst, (int)size, f)) {
+		fprintf(stderr, "shmlockd: --auth-token-file: cannot read '%s'\n", path);
+		if (f)
+			fclose(f);
+		return -1;
+	}
+	fclose(f);
+	n = strcspn(dst, "\r\n");
+	dst[n] = '\0';
+	if (!n) {
+		fprintf(stderr, "shmlockd: --auth-token-file: '%s' holds no token\n", path);
+		return -1;
+	}
+	return 0;
+}
+
+int http_opt_parse(struct http_opts *o, int opt, const char *arg)
+{
+	switch (opt) {
+	case OPT_HTTP_LISTEN:
+		return copy("http-listen", arg, o->listen, sizeof(o->listen));
+	case OPT_HTTP_SOCKET:
+		return copy("http-socket", arg, o->unix_path, sizeof(o->unix_path));
+	case OPT_HTTP_IDLE:
+		return number("http-session-idle-timeout", arg, 1, 86400, &o->idle_timeout_s);
+	case OPT_HTTP_LEASE:
+		return number("default-lease-ttl", arg, 1, 86400, &o->default_lease_s);
+	case OPT_HTTP_AUTH:
+		return copy("auth-token", arg, o->auth_token, sizeof(o->auth_token));
+	case OPT_HTTP_AUTH_FILE:
+		return token_file(arg, o->auth_token, sizeof(o->auth_token));
+	case OPT_HTTP_MAX_SESSIONS:
+		return number("http-max-sessions", arg, 0, UINT32_MAX, &o->max_sessions);
+	case OPT_HTTP_MAX_PER_IP:
+		return number("http-max-sessions-per-ip", arg, 0, UINT32_MAX,
+			      &o->max_sessions_per_ip);
+	case OPT_HTTP_RATE:
+		return number("http-rate-limit-per-ip", arg, 0, 1000000, &o->rate_per_ip);
+	case OPT_HTTP_BURST:
+		return number("http-rate-limit-burst", arg, 1, 1000000, &o->rate_burst);
+	case OPT_HTTP_CORS:
+		return copy("http-cors-allowed-origins", arg, o->cors_origins,
+			    sizeof(o->cors_origins));
+	}
+	return -1;
+}

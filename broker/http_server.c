@@ -1,0 +1,673 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The HTTP server: libmicrohttpd driven from the broker's event loop (its
+ * epoll fd sits in ours, so every callback runs on the loop thread and sees
+ * the same state as the socket protocol: no locks between the two), request
+ * bodies, authentication, CORS, per-address rate limits, dispatch to the
+ * route handlers, and answers, including those of suspended long polls.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include <systemd/sd-daemon.h>
+
+#include "clock.h"
+#include "http_int.h"
+
+extern const char openapi_json[];
+
+/* ---- answers ------------------------------------------------------------- */
+
+void hreq_reply_json(struct hreq *r, int status, json_t *body)
+{
+	free(r->reply);
+	r->reply = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_decref(body);
+	r->status = status;
+	r->answered = true;
+}
+
+void hreq_error(struct hreq *r, int status, const char *code, const char *fmt, ...)
+{
+	char detail[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	hreq_reply_json(r, status, json_pack("{s:s, s:s}", "error", code, "detail", detail));
+}
+
+void hreq_local_error(struct hreq *r, int err)
+{
+	const char *why = local_strerror(err);
+
+	switch (-err) {
+	case EINVAL:
+	case ENAMETOOLONG:
+		hreq_error(r, 400, "bad_request", "%s", why);
+		break;
+	case LOCAL_ESESSION:
+		hreq_error(r, 410, "session_gone", "%s", why);
+		break;
+	case LOCAL_EMAXKEYS:
+	case LOCAL_EMAXHOLDS:
+		hreq_error(r, 503, "max_locks", "%s", why);
+		break;
+	case LOCAL_EMAXWAITERS:
+		hreq_error(r, 503, "max_waiters", "%s", why);
+		break;
+	case LOCAL_EMAXSESSIONS:
+		hreq_error(r, 503, "max_sessions", "%s", why);
+		break;
+	case LOCAL_ELIMIT:
+	case LOCAL_EKIND:
+		hreq_error(r, 409, "limit_mismatch", "%s", why);
+		break;
+	case LOCAL_EENQUEUED:
+		hreq_error(r, 409, "already_enqueued", "%s", why);
+		break;
+	case LOCAL_ENOTENQUEUED:
+		hreq_error(r, 409, "not_enqueued", "%s", why);
+		break;
+	case LOCAL_EEXPIRED:
+		hreq_error(r, 409, "lease_expired", "%s", why);
+		break;
+	case LOCAL_ENOTHELD:
+	case LOCAL_ESTALE:
+		hreq_error(r, 404, "not_held", "%s", why);
+		break;
+	default:
+		/* A quarantined key or a failed allocation: not in dflockd's
+		 * table; the one code of shmlock's own. */
+		hreq_error(r, 500, "internal", "%s", why);
+	}
+}
+
+json_t *hreq_json(struct hreq *r)
+{
+	json_error_t e;
+	json_t *j;
+
+	if (r->body_too_large) {
+		hreq_error(r, 400, "bad_request", "request body over %u bytes", HTTP_BODY_MAX);
+		return NULL;
+	}
+	if (!r->body_len)
+		return json_object();
+	j = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &e);
+	if (!j) {
+		hreq_error(r, 400, "bad_request", "malformed JSON: %s", e.text);
+		return NULL;
+	}
+	if (!json_is_object(j)) {
+		json_decref(j);
+		hreq_error(r, 400, "bad_request", "the body must be a JSON object");
+		return NULL;
+	}
+	return j;
+}
+
+void hreq_suspend(struct hreq *r)
+{
+	r->suspended = true;
+	MHD_suspend_connection(r->conn);
+}
+
+void hreq_resume(struct hreq *r)
+{
+	if (!r->suspended)
+		return;
+	r->suspended = false;
+	/* Wakes the daemon's epoll fd; the loop runs it and it calls the
+	 * access handler again, which sends the answer. */
+	MHD_resume_connection(r->conn);
+}
+
+static bool origin_allowed(const struct http_opts *o, const char *origin)
+{
+	const char *p = o->cors_origins;
+	size_t n = strlen(origin);
+
+	while (*p) {
+		size_t len = strcspn(p, ",");
+
+		while (len && *p == ' ')
+			p++, len--;
+		if ((len == 1 && *p == '*') || (len == n && !strncmp(p, origin, n)))
+			return true;
+		p += len;
+		p += *p == ',';
+	}
+	return false;
+}
+
+static void add_cors(struct hreq *r, struct MHD_Response *resp)
+{
+	const char *origin;
+
+	if (!r->h->b->opts.http.cors_origins[0])
+		return;
+	origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+	if (!origin || !origin_allowed(&r->h->b->opts.http, origin))
+		return;
+	MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
+	MHD_add_response_header(resp, "Vary", "Origin");
+	if (r->method == M_OPTIONS) {
+		MHD_add_response_header(resp, "Access-Control-Allow-Methods",
+					"GET, POST, DELETE, OPTIONS");
+		MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+					"Authorization, Content-Type, X-Dflockd-Session, "
+					"X-Shmlock-Session");
+		MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+	}
+}
+
+static enum MHD_Result send_answer(struct hreq *r)
+{
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+	const char *type = "application/json";
+	const char *text = r->reply;
+
+	if (r->rt.id == R_METRICS && r->status == 200)
+		type = "text/plain; version=0.0.4";
+	resp = text ? MHD_create_response_from_buffer(strlen(text), (void *)text,
+						      MHD_RESPMEM_MUST_COPY)
+		    : MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+	if (!resp)
+		return MHD_NO;
+	if (text)
+		MHD_add_response_header(resp, "Content-Type", type);
+	if (r->status == 405 && r->rt.allow[0])
+		MHD_add_response_header(resp, "Allow", r->rt.allow);
+	if (r->h->draining)
+		MHD_add_response_header(resp, "Connection", "close");
+	add_cors(r, resp);
+	ret = MHD_queue_response(r->conn, (unsigned)r->status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+/* ---- dispatch ------------------------------------------------------------ */
+
+/* Constant time in the length of the expected token. */
+static bool bearer_ok(const char *header, const char *token)
+{
+	size_t n = strlen(token), i, got;
+	unsigned char diff = 0;
+
+	if (!header || strncmp(header, "Bearer ", 7))
+		return false;
+	header += 7;
+	got = strlen(header);
+	diff = got != n;
+	for (i = 0; i < n; i++)
+		diff |= (unsigned char)(token[i] ^ (i < got ? header[i] : 0));
+	return diff == 0;
+}
+
+static void serve_plain(struct hreq *r)
+{
+	switch (r->rt.id) {
+	case R_HEALTH:
+		hreq_reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
+		break;
+	case R_READY:
+		if (r->h->draining)
+			hreq_reply_json(r, 503, json_pack("{s:s, s:s, s:s}", "status", "draining",
+							  "error", "draining", "detail",
+							  "the broker is shutting down"));
+		else
+			hreq_reply_json(r, 200, json_pack("{s:s}", "status", "ready"));
+		break;
+	case R_OPENAPI:
+		free(r->reply);
+		r->reply = strdup(openapi_json);
+		r->status = 200;
+		r->answered = true;
+		break;
+	case R_STATS:
+		http_stats(r);
+		break;
+	case R_METRICS:
+		http_metrics(r);
+		break;
+	default:
+		break;
+	}
+}
+
+static void dispatch(struct hreq *r)
+{
+	struct http *h = r->h;
+	const struct http_opts *o = &h->b->opts.http;
+
+	if (r->method == M_OPTIONS && o->cors_origins[0] && r->rt.path_known &&
+	    MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+					"Access-Control-Request-Method")) {
+		hreq_reply_json(r, 204, NULL); /* CORS preflight */
+		return;
+	}
+	if (r->rt.id == R_NONE) {
+		if (r->rt.path_known)
+			hreq_error(r, 405, "method_not_allowed", "%.16s is not allowed here (Allow: %s)",
+				   r->verb, r->rt.allow);
+		else
+			hreq_error(r, 404, "not_found", "no such route");
+		return;
+	}
+	if (!http_route_open(r->rt.id) && o->auth_token[0] &&
+	    !bearer_ok(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization"),
+		       o->auth_token)) {
+		hreq_error(r, 401, "unauthorized", "missing or wrong Authorization: Bearer token");
+		return;
+	}
+	if (r->rt.id != R_HEALTH && r->rt.id != R_READY && !http_rate_allow(h, r->ip)) {
+		hreq_error(r, 429, "rate_limited", "over %u requests a second from %s",
+			   o->rate_per_ip, r->ip);
+		return;
+	}
+	if (r->rt.bad_param) {
+		hreq_error(r, 400, "bad_request",
+			   "malformed key: 1..%d bytes, one path segment, percent-encoded, no NUL",
+			   LOCAL_KEY_MAX);
+		return;
+	}
+	switch (r->rt.id) {
+	case R_SESSIONS:
+		http_sessions_create(r);
+		break;
+	case R_SESSION:
+		http_sessions_delete(r);
+		break;
+	case R_SESSION_PING:
+		http_sessions_ping(r);
+		break;
+	case R_HEALTH:
+	case R_READY:
+	case R_OPENAPI:
+	case R_STATS:
+	case R_METRICS:
+		serve_plain(r);
+		break;
+	default:
+		http_lock_op(r);
+	}
+}
+
+static void client_ip(struct MHD_Connection *c, char *out, size_t size)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+
+	snprintf(out, size, "local");
+	if (sa && sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out,
+			  (socklen_t)size);
+	else if (sa && sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out,
+			  (socklen_t)size);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+				  const char *method, const char *version,
+				  const char *upload, size_t *upload_size, void **ctx)
+{
+	struct http *h = cls;
+	struct hreq *r = *ctx;
+
+	(void)version;
+	if (!r) {
+		r = calloc(1, sizeof(*r));
+		if (!r)
+			return MHD_NO;
+		r->h = h;
+		r->conn = c;
+		r->start_ns = mono_ns();
+		r->waiter = -1;
+		r->method = http_method_of(method);
+		snprintf(r->verb, sizeof(r->verb), "%s", method);
+		http_route_match(url, r->method, &r->rt);
+		client_ip(c, r->ip, sizeof(r->ip));
+		*ctx = r;
+		return MHD_YES;
+	}
+	if (*upload_size) {
+		size_t n = *upload_size;
+
+		*upload_size = 0;
+		if (r->body_too_large || r->body_len + n > HTTP_BODY_MAX) {
+			r->body_too_large = true; /* read and drop the rest */
+			return MHD_YES;
+		}
+		if (r->body_len + n > r->body_cap) {
+			size_t cap = r->body_cap ? r->body_cap : 256;
+			char *p;
+
+			while (cap < r->body_len + n)
+				cap *= 2;
+			p = realloc(r->body, cap);
+			if (!p)
+				return MHD_NO;
+			r->body = p;
+			r->body_cap = cap;
+		}
+		memcpy(r->body + r->body_len, upload, n);
+		r->body_len += n;
+		return MHD_YES;
+	}
+	if (r->suspended)
+		return MHD_YES;
+	if (!r->answered)
+		dispatch(r);
+	if (r->suspended)
+		return MHD_YES;
+	if (!r->answered)
+		hreq_error(r, 500, "internal", "no answer");
+	return send_answer(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
+			 enum MHD_RequestTerminationCode why)
+{
+	struct http *h = cls;
+	struct hreq *r = *ctx;
+
+	(void)c;
+	(void)why;
+	if (!r)
+		return;
+	http_waiter_drop(r);
+	http_session_done(r);
+	if (r->answered)
+		http_metrics_note(h, r->method, r->rt.id, r->status, mono_ns() - r->start_ns);
+	free(r->body);
+	free(r->reply);
+	free(r);
+	*ctx = NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
+			  enum MHD_ConnectionNotificationCode what)
+{
+	struct http *h = cls;
+
+	(void)c;
+	(void)socket_ctx;
+	if (what == MHD_CONNECTION_NOTIFY_STARTED)
+		h->connections++;
+	else if (h->connections)
+		h->connections--;
+}
+
+/* Keep percent-escapes: a key's "%2F" must not split the path. */
+static size_t keep_escapes(void *cls, struct MHD_Connection *c, char *s)
+{
+	(void)cls;
+	(void)c;
+	return strlen(s);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	char line[512];
+
+	(void)cls;
+	vsnprintf(line, sizeof(line), fmt, ap);
+	line[strcspn(line, "\n")] = '\0';
+	blog(LOG_DEBUG, "http: %s", line);
+}
+
+/* ---- listeners ----------------------------------------------------------- */
+
+static int listen_tcp(const char *spec)
+{
+	char host[128] = "127.0.0.1", port[16];
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE |
+									  AI_NUMERICSERV };
+	struct addrinfo *ai;
+	const char *colon = strrchr(spec, ':');
+	int fd, one = 1, err;
+
+	if (!colon) {
+		snprintf(port, sizeof(port), "%s", spec);
+	} else {
+		size_t n = (size_t)(colon - spec);
+
+		if (n >= sizeof(host) || strlen(colon + 1) >= sizeof(port))
+			return -EINVAL;
+		if (n) {
+			memcpy(host, spec, n);
+			host[n] = '\0';
+		}
+		if (host[0] == '[' && n > 2 && host[n - 1] == ']') { /* [::1]:8080 */
+			memmove(host, host + 1, n - 2);
+			host[n - 2] = '\0';
+		}
+		strcpy(port, colon + 1);
+	}
+	err = getaddrinfo(host, port, &hints, &ai);
+	if (err) {
+		blog(LOG_ERR, "--http-listen %s: %s", spec, gai_strerror(err));
+		return -EINVAL;
+	}
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+			bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 4096))) {
+		err = -errno;
+		close(fd);
+		fd = err;
+	} else if (fd < 0) {
+		fd = -errno;
+	}
+	freeaddrinfo(ai);
+	if (fd < 0)
+		blog(LOG_ERR, "cannot serve HTTP on %s: %s", spec, strerror(-fd));
+	return fd;
+}
+
+static int listen_unix(struct broker *b, const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd, probe, err;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (probe >= 0) {
+		if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			close(probe);
+			blog(LOG_ERR, "--http-socket %s: another server answers there", path);
+			return -EADDRINUSE;
+		}
+		close(probe);
+		unlink(path); /* left by a broker that died */
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || chmod(path, 0660) ||
+	    (b->opts.have_group && chown(path, (uid_t)-1, b->opts.group)) || listen(fd, 4096)) {
+		err = -errno;
+		blog(LOG_ERR, "cannot serve HTTP on %s: %s", path, strerror(-err));
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+/* The socket-activated fd named "http", or -1. */
+static int activated_http_fd(void)
+{
+	char **names = NULL;
+	int n, i, fd = -1;
+
+	n = sd_listen_fds_with_names(0, &names);
+	for (i = 0; i < n; i++) {
+		if (fd < 0 && names && !strcmp(names[i], "http") &&
+		    sd_is_socket(SD_LISTEN_FDS_START + i, 0, SOCK_STREAM, 1) > 0)
+			fd = SD_LISTEN_FDS_START + i;
+		if (names)
+			free(names[i]);
+	}
+	free(names);
+	return fd;
+}
+
+static int start_daemon(struct http *h, int fd)
+{
+	const union MHD_DaemonInfo *info;
+	struct MHD_Daemon *d;
+	unsigned i = h->nd;
+
+	d = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL,
+			     NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, fd,
+			     MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+			     MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+			     MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes, h,
+			     MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
+			     MHD_OPTION_CONNECTION_TIMEOUT, 120u,
+			     MHD_OPTION_CONNECTION_LIMIT, 100000u, MHD_OPTION_END);
+	if (!d)
+		return -EINVAL;
+	h->d[i] = d;
+	h->listen_fd[i] = fd;
+	h->nd++;
+	info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_EPOLL_FD);
+	if (!info)
+		return -EINVAL;
+	return loop_watch_fd(h->b, info->epoll_fd, TAG_HTTP | i);
+}
+
+int http_start(struct broker *b)
+{
+	const struct http_opts *o = &b->opts.http;
+	int act = activated_http_fd(), fd, err;
+	struct http *h;
+
+	if (!http_enabled(o) && act < 0)
+		return 0;
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	b->http = h;
+	h->b = b;
+	err = hsessions_init(h);
+	if (err)
+		return err;
+	if (act >= 0 && (err = start_daemon(h, act)))
+		return err;
+	if (o->listen[0]) {
+		fd = listen_tcp(o->listen);
+		if (fd < 0)
+			return fd;
+		if ((err = start_daemon(h, fd)))
+			return err;
+	}
+	if (o->unix_path[0]) {
+		fd = listen_unix(b, o->unix_path);
+		if (fd < 0)
+			return fd;
+		h->unlink_unix = true;
+		if ((err = start_daemon(h, fd)))
+			return err;
+	}
+	broker_schedule(b, mono_ns() + 250000000ull, TIMER_HTTP_TICK, 0, 0);
+	blog(LOG_INFO, "HTTP API on%s%s%s%s%s", o->listen[0] ? " " : "", o->listen,
+	     o->unix_path[0] ? " unix:" : "", o->unix_path, act >= 0 ? " (socket-activated)" : "");
+	return 0;
+}
+
+void http_stop(struct broker *b)
+{
+	struct http *h = b->http;
+	unsigned i;
+
+	if (!h)
+		return;
+	http_waiters_end(h, NULL, 503, "draining");
+	for (i = 0; i < h->nd; i++)
+		MHD_run(h->d[i]); /* let resumed connections finish */
+	http_sessions_close_all(h);
+	for (i = 0; i < h->nd; i++) {
+		MHD_stop_daemon(h->d[i]);
+		close(h->listen_fd[i]);
+	}
+	if (h->unlink_unix)
+		unlink(b->opts.http.unix_path);
+	hsessions_fini(h);
+	http_ips_free(h);
+	free(h->waiters);
+	free(h);
+	b->http = NULL;
+}
+
+void http_event(struct broker *b, uint64_t tag)
+{
+	struct http *h = b->http;
+
+	if (!h)
+		return;
+	if (TAG_KIND(tag) == TAG_HTTP_HUP) {
+		http_waiter_hangup(h, (uint32_t)TAG_VALUE(tag));
+		return;
+	}
+	if (TAG_VALUE(tag) < h->nd)
+		MHD_run(h->d[TAG_VALUE(tag)]);
+}
+
+void http_doorbell(struct broker *b)
+{
+	if (b->http)
+		http_waiters_poll(b->http);
+}
+
+void http_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
+{
+	struct http *h = b->http;
+	uint64_t period = 250000000ull;
+	unsigned i;
+
+	if (!h)
+		return;
+	if (kind == TIMER_HTTP_WAIT) {
+		http_waiter_due(h, a, b2);
+		return;
+	}
+	for (i = 0; i < h->nd; i++)
+		MHD_run(h->d[i]); /* connection timeouts */
+	http_sessions_reap(h);
+	http_ips_gc(h);
+	broker_schedule(b, mono_ns() + period, TIMER_HTTP_TICK, 0, 0);
+}
+
+#define DRAIN_NS 1000000000ull
+
+bool http_draining(struct broker *b)
+{
+	struct http *h = b->http;
+
+	if (!h)
+		return true;
+	if (!h->draining) {
+		h->draining = true;
+		h->drain_deadline_ns = mono_ns() + DRAIN_NS;
+		http_waiters_end(h, NULL, 503, "draining");
+		blog(LOG_INFO, "HTTP: draining (%u connection(s))", h->connections);
+	}
+	return h->connections == 0 || mono_ns() >= h->drain_deadline_ns;
+}

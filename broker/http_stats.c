@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: MIT
+/*
+ * GET /v1/stats (dflockd's snapshot plus shmlock's own fields) and
+ * GET /metrics (Prometheus text exposition), and the request counters
+ * behind the latter. Both read the segment, so they show liblocal's holds
+ * and waiters as well as HTTP's.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http_int.h"
+
+/* Status codes the API answers with, in the order of the counters. */
+static const int status_codes[HTTP_STATUS_SLOTS] = { 200, 204, 400, 401, 404, 405,
+						     408, 409, 410, 429, 500, 503 };
+/* Upper bounds of the duration histogram, in seconds. */
+static const double buckets[12] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+				    0.01,   0.05,    0.1,    0.5,   1.0,    10.0 };
+
+void http_metrics_note(struct http *h, enum http_method m, enum http_route rt, int status,
+		       uint64_t ns)
+{
+	double s = (double)ns / 1e9;
+	int i;
+
+	for (i = 0; i < HTTP_STATUS_SLOTS; i++)
+		if (status_codes[i] == status) {
+			h->c.requests[m][rt][i]++;
+			break;
+		}
+	for (i = 0; i < 12; i++)
+		if (s <= buckets[i])
+			h->c.duration_bucket[rt][i]++;
+	h->c.duration_sum[rt] += s;
+	h->c.duration_count[rt]++;
+}
+
+/* ---- /v1/stats ----------------------------------------------------------------- */
+
+struct stats_walk {
+	struct http *h;
+	json_t *locks, *sems, *idle_locks, *idle_sems;
+};
+
+struct first_holder {
+	char session[LOCAL_SESSION_ID_LEN + 1];
+	uint64_t lease_ms;
+};
+
+static int take_first(const struct local_holder *hl, void *arg)
+{
+	struct first_holder *f = arg;
+
+	memcpy(f->session, hl->session, sizeof(f->session));
+	f->lease_ms = hl->lease_remaining_ms;
+	return 1;
+}
+
+static int stats_key(const char *key, const struct local_key_info *ki, void *arg)
+{
+	struct stats_walk *w = arg;
+
+	if (ki->kind == LOCAL_KIND_LOCK && ki->holders) {
+		struct first_holder f = { "", 0 };
+
+		local_holders(w->h->observer, key, take_first, &f);
+		json_array_append_new(w->locks,
+				      json_pack("{s:s, s:s, s:f, s:i}", "key", key, "owner_conn_id",
+						f.session, "lease_expires_in_s",
+						(double)f.lease_ms / 1000.0, "waiters",
+						(json_int_t)ki->waiters));
+	} else if (ki->kind == LOCAL_KIND_LOCK) {
+		json_array_append_new(w->idle_locks, json_pack("{s:s}", "key", key));
+	} else if (ki->kind == LOCAL_KIND_SEMAPHORE && (ki->holders || ki->waiters)) {
+		json_array_append_new(w->sems, json_pack("{s:s, s:I, s:i, s:i}", "key", key, "limit",
+							 (json_int_t)ki->limit, "holders",
+							 (json_int_t)ki->holders, "waiters",
+							 (json_int_t)ki->waiters));
+	} else if (ki->kind == LOCAL_KIND_SEMAPHORE) {
+		json_array_append_new(w->idle_sems, json_pack("{s:s, s:I}", "key", key, "limit",
+							      (json_int_t)ki->limit));
+	}
+	return 0;
+}
+
+void http_stats(struct hreq *r)
+{
+	struct http *h = r->h;
+	struct stats_walk w = { h, json_array(), json_array(), json_array(), json_array() };
+	struct local_stats st;
+	json_t *j;
+
+	local_keys(h->observer, NULL, stats_key, &w);
+	local_stats(h->observer, &st);
+	j = json_pack("{s:i, s:o, s:o, s:o, s:o}", "connections", (json_int_t)st.sessions, "locks",
+		      w.locks, "semaphores", w.sems, "idle_locks", w.idle_locks, "idle_semaphores",
+		      w.idle_sems);
+	json_object_set_new(j, "sessions",
+			    json_pack("{s:i, s:i, s:i}", "total", (json_int_t)st.sessions, "http",
+				      (json_int_t)http_sessions_count(h), "local",
+				      (json_int_t)(st.sessions - http_sessions_count(h))));
+	json_object_set_new(j, "capacity",
+			    json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "keys",
+				      (json_int_t)st.keys, "max_keys", (json_int_t)st.max_keys,
+				      "holds", (json_int_t)st.holds, "max_holds",
+				      (json_int_t)st.max_holds, "waiters", (json_int_t)st.waiters,
+				      "max_waiters", (json_int_t)st.max_waiters, "sessions",
+				      (json_int_t)st.sessions, "max_sessions",
+				      (json_int_t)st.max_sessions, "max_value",
+				      (json_int_t)st.max_value));
+	json_object_set_new(j, "counters",
+			    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "grants",
+				      (json_int_t)st.grants, "timeouts", (json_int_t)st.timeouts,
+				      "handoffs", (json_int_t)st.handoffs, "lease_expiries",
+				      (json_int_t)st.lease_expiries, "ttl_expiries",
+				      (json_int_t)st.ttl_expiries, "crash_cleanups",
+				      (json_int_t)st.crash_cleanups, "repairs",
+				      (json_int_t)st.repairs, "quarantined",
+				      (json_int_t)st.quarantined));
+	json_object_set_new(j, "http_connections", json_integer(h->connections));
+	hreq_reply_json(r, 200, j);
+}
+
+/* ---- /metrics ------------------------------------------------------------------ */
+
+struct text {
+	char *p;
+	size_t len, cap;
+};
+
+static void put(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void put(struct text *t, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	for (;;) {
+		size_t room = t->cap - t->len;
+
+		va_start(ap, fmt);
+		n = vsnprintf(t->p ? t->p + t->len : NULL, t->p ? room : 0, fmt, ap);
+		va_end(ap);
+		if (n < 0)
+			return;
+		if (t->p && (size_t)n < room) {
+			t->len += (size_t)n;
+			return;
+		}
+		t->cap = (t->cap + (size_t)n + 1) * 2;
+		t->p = realloc(t->p, t->cap);
+		if (!t->p) {
+			t->cap = t->len = 0;
+			return;
+		}
+	}
+}
+
+static void gauge(struct text *t, const char *name, const char *help, uint64_t v)
+{
+	put(t, "# HELP %s %s\n# TYPE %s gauge\n%s %llu\n", name, help, name, name,
+	    (unsigned long long)v);
+}
+
+static void counter(struct text *t, const char *name, const char *help, uint64_t v)
+{
+	put(t, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
+	    (unsigned long long)v);
+}
+
+static void requests(struct text *t, const struct http_counters *c)
+{
+	int m, rt, s, i;
+
+	put(t, "# HELP shmlock_http_requests_total HTTP requests answered.\n"
+	       "# TYPE shmlock_http_requests_total counter\n");
+	for (m = 0; m < M_COUNT; m++)
+		for (rt = 0; rt < R_COUNT; rt++)
+			for (s = 0; s < HTTP_STATUS_SLOTS; s++)
+				if (c->requests[m][rt][s])
+					put(t,
+					    "shmlock_http_requests_total{method=\"%s\",route=\"%s\","
+					    "status=\"%d\"} %llu\n",
+					    http_method_name((enum http_method)m),
+					    http_route_name((enum http_route)rt), status_codes[s],
+					    (unsigned long long)c->requests[m][rt][s]);
+	put(t, "# HELP shmlock_http_request_duration_seconds Time from request to answer.\n"
+	       "# TYPE shmlock_http_request_duration_seconds histogram\n");
+	for (rt = 0; rt < R_COUNT; rt++) {
+		const char *name = http_route_name((enum http_route)rt);
+
+		if (!c->duration_count[rt])
+			continue;
+		for (i = 0; i < 12; i++)
+			put(t, "shmlock_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} "
+			       "%llu\n",
+			    name, buckets[i], (unsigned long long)c->duration_bucket[rt][i]);
+		put(t, "shmlock_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %llu\n"
+		       "shmlock_http_request_duration_seconds_sum{route=\"%s\"} %.9f\n"
+		       "shmlock_http_request_duration_seconds_count{route=\"%s\"} %llu\n",
+		    name, (unsigned long long)c->duration_count[rt], name, c->duration_sum[rt], name,
+		    (unsigned long long)c->duration_count[rt]);
+	}
+}
+
+void http_metrics(struct hreq *r)
+{
+	struct http *h = r->h;
+	struct text t = { NULL, 0, 0 };
+	struct local_stats st;
+
+	local_stats(h->observer, &st);
+	requests(&t, &h->c);
+	gauge(&t, "shmlock_sessions", "Live sessions (all transports).", st.sessions);
+	gauge(&t, "shmlock_http_sessions", "Live HTTP sessions.", http_sessions_count(h));
+	gauge(&t, "shmlock_http_connections", "Open HTTP connections.", h->connections);
+	gauge(&t, "shmlock_http_waiting", "HTTP requests waiting for a grant.", h->active_waiters);
+	gauge(&t, "shmlock_holds", "Holds of locks and semaphore slots.", st.holds);
+	gauge(&t, "shmlock_waiters", "Queued requests.", st.waiters);
+	gauge(&t, "shmlock_keys", "Keys in the table.", st.keys);
+	gauge(&t, "shmlock_capacity_sessions", "--max-sessions.", st.max_sessions);
+	gauge(&t, "shmlock_capacity_keys", "--max-keys.", st.max_keys);
+	gauge(&t, "shmlock_capacity_holds", "--max-holds.", st.max_holds);
+	gauge(&t, "shmlock_capacity_waiters", "--max-waiters.", st.max_waiters);
+	counter(&t, "shmlock_grants_total", "Grants of any key, any transport.", st.grants);
+	counter(&t, "shmlock_timeouts_total", "Waits that timed out.", st.timeouts);
+	counter(&t, "shmlock_lease_expiries_total", "Holds ended by lease expiry.",
+		st.lease_expiries);
+	counter(&t, "shmlock_crash_cleanups_total", "Sessions cleaned up after their process died.",
+		st.crash_cleanups);
+	counter(&t, "shmlock_ttl_expiries_total", "Sessions ended by TTL expiry.", st.ttl_expiries);
+	counter(&t, "shmlock_http_grants_total", "Grants answered over HTTP.", h->c.grants);
+	counter(&t, "shmlock_http_timeouts_total", "HTTP acquires and waits that timed out.",
+		h->c.timeouts);
+	counter(&t, "shmlock_http_canceled_total", "HTTP waits ended by the client or shutdown.",
+		h->c.canceled);
+	counter(&t, "shmlock_http_sessions_reaped_total", "Idle HTTP sessions reaped.",
+		h->c.reaped);
+	free(r->reply);
+	r->reply = t.p;
+	r->status = t.p ? 200 : 500;
+	r->answered = true;
+}
