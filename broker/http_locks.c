@@ -166,6 +166,21 @@ static json_int_t lease_left_s(struct hsession *hs, const char *key)
 	return (json_int_t)((p.ms + 999) / 1000);
 }
 
+/* A queued request was granted: answer with its token, unless its lease
+ * ran out before anyone looked (dflockd's 409 lease_expired). */
+static void reply_promoted(struct hreq *r, struct hsession *hs, const char *key, uint64_t tok)
+{
+	uint64_t now_tok = 0;
+	int err = local_held(hs->ls, key, &now_tok);
+
+	if (!err && now_tok == tok)
+		reply_granted(r, "ok", tok, lease_left_s(hs, key));
+	else if (err == -LOCAL_ESESSION)
+		hreq_local_error(r, err);
+	else /* taking the grant forgot the expiry record: it can only be that */
+		hreq_local_error(r, -LOCAL_EEXPIRED);
+}
+
 /* ---- waiters --------------------------------------------------------------- */
 
 static int32_t waiter_slot(struct http *h)
@@ -213,7 +228,7 @@ static void poll_one(struct http *h, uint32_t slot, bool cancel)
 	if (err == -EAGAIN)
 		return;
 	if (!err)
-		reply_granted(w->req, "ok", tok, lease_left_s(w->sess, w->key));
+		reply_promoted(w->req, w->sess, w->key, tok);
 	else if (err == -ETIMEDOUT)
 		reply_timeout(w->req);
 	else
@@ -238,7 +253,7 @@ static void wait_begin(struct hreq *r, struct hsession *hs, json_int_t timeout_s
 		/* Granted already, or a wait of 0: answer now. */
 		err = api_pending_poll(hs->ls, r->rt.param, true, &tok);
 		if (!err)
-			reply_granted(r, "ok", tok, lease_left_s(hs, r->rt.param));
+			reply_promoted(r, hs, r->rt.param, tok);
 		else if (err == -ETIMEDOUT)
 			reply_timeout(r);
 		else

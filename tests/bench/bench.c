@@ -19,6 +19,9 @@
  *   7. the broker's cost of expiring 100 000 leases that fall due together,
  *      with a broker of its own (leases.c).
  *
+ * $SHMLOCK_BENCH_ONLY, a list of section numbers ("1,4"), runs only those
+ * (for repeated measurements of one path); unset, every section runs.
+ *
  * Timing never fails the run: each target is printed as MET or NOT MET and
  * the exit status is 0 either way. Only a real error exits 1: the broker
  * does not start, a call fails, mutual exclusion breaks (at once), or the
@@ -72,6 +75,26 @@ static void print_machine(void)
 	       broker.sock, broker.shm);
 }
 
+/* Is section @n selected by $SHMLOCK_BENCH_ONLY (unset: all are)? */
+static bool section(int n)
+{
+	const char *only = getenv("SHMLOCK_BENCH_ONLY");
+	char *end;
+
+	if (!only || !*only)
+		return true;
+	while (*only) {
+		long v = strtol(only, &end, 10);
+
+		if (end == only)
+			end++; /* skip a separator */
+		else if (v == n)
+			return true;
+		only = end;
+	}
+	return false;
+}
+
 int main(void)
 {
 	uint64_t t0 = now_ns();
@@ -82,14 +105,21 @@ int main(void)
 	sh = shared_map(sizeof(*sh));
 	broker_start(&broker, "", NULL);
 	print_machine();
-	bench_uncontended();
-	bench_handoffs();
-	bench_crash_release();
-	bench_semaphores();
-	bench_lease_renew();
-	bench_watch();
+	if (section(1))
+		bench_uncontended();
+	if (section(2))
+		bench_handoffs();
+	if (section(3))
+		bench_crash_release();
+	if (section(4))
+		bench_semaphores();
+	if (section(5))
+		bench_lease_renew();
+	if (section(6))
+		bench_watch();
 	broker_stop(&broker, false);
-	bench_lease_expiry(); /* its own broker, with room for 100 000 holds */
+	if (section(7))
+		bench_lease_expiry(); /* its own broker, with room for 100 000 holds */
 	print_summary();
 	printf("  (wall time %.1f s; timing targets never change the exit status)\n",
 	       (double)(now_ns() - t0) / (double)NSEC_PER_SEC);
