@@ -316,7 +316,8 @@ install-units:
 	sed 's|@SBINDIR@|$(SBINDIR)|g' systemd/shmlockd.service.in \
 		> $(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.service
 	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.service
-	install -m 0644 systemd/shmlockd.socket $(DESTDIR)$(SYSTEMDUNITDIR)/
+	install -m 0644 systemd/shmlockd.socket systemd/shmlockd-http.socket \
+		$(DESTDIR)$(SYSTEMDUNITDIR)/
 	install -m 0644 systemd/shmlock.sysusers $(DESTDIR)$(SYSUSERSDIR)/shmlock.conf
 
 uninstall:
@@ -327,7 +328,8 @@ uninstall:
 		$(DESTDIR)$(BINDIR)/shmlock $(DESTDIR)$(MANDIR)/man3/liblocal.3 \
 		$(DESTDIR)$(MANDIR)/man8/shmlockd.8 \
 		$(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.service \
-		$(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.socket $(DESTDIR)$(SYSUSERSDIR)/shmlock.conf
+		$(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.socket \
+		$(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd-http.socket $(DESTDIR)$(SYSUSERSDIR)/shmlock.conf
 
 format:
 	clang-format -i $(LIBSHM_SRC) $(BROKER_SRC) $(CLI_SRC) libshm/*.h broker/*.h include/*.h

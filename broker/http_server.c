@@ -8,6 +8,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -525,6 +526,9 @@ static int activated_http_fd(void)
 			free(names[i]);
 	}
 	free(names);
+	/* Passed in blocking mode by some managers: accepting must not block. */
+	if (fd >= 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0)
+		fd = -1;
 	return fd;
 }
 

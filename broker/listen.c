@@ -27,7 +27,7 @@ static int activated_fd(void)
 	char **names = NULL;
 	int n, i, fd = -1, named = -1, seqpackets = 0;
 
-	n = sd_listen_fds_with_names(1, &names);
+	n = sd_listen_fds_with_names(0, &names); /* kept: http.c looks too */
 	for (i = 0; i < n; i++) {
 		int cand = SD_LISTEN_FDS_START + i;
 

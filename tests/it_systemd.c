@@ -427,6 +427,78 @@ TEST(systemd, socket_activation_serves_the_first_client, 20)
 	broker_stop(&b);
 }
 
+/* One HTTP/1.0 GET over the Unix socket @path; the whole answer in @out. */
+static int http_get_unix(const char *path, const char *url, char *out, size_t size,
+			 int timeout_ms)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct pollfd p = { .events = POLLIN };
+	size_t used = 0;
+	char req[256];
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ssize_t n;
+
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", url);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    write(fd, req, strlen(req)) != (ssize_t)strlen(req)) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	p.fd = fd;
+	while (used + 1 < size && poll(&p, 1, timeout_ms) == 1 &&
+	       (n = read(fd, out + used, size - 1 - used)) > 0)
+		used += (size_t)n;
+	out[used] = '\0';
+	close(fd);
+	return 0;
+}
+
+TEST(systemd, socket_activation_of_the_http_api, 20)
+{
+	struct broker_proc b;
+	char tool[512], http[160], answer[1024];
+	local_session *s;
+	int fd;
+
+	if (!find_tool("systemd-socket-activate", tool, sizeof(tool))) {
+		printf("SKIPPED: systemd-socket-activate is not installed (package systemd) ");
+		return;
+	}
+	names_init(&b);
+	snprintf(http, sizeof(http), "%s/http.sock", b.dir);
+	fflush(NULL);
+	b.pid = fork();
+	if (b.pid == 0) {
+		fd = open(b.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (fd >= 0)
+			dup2(fd, 2);
+		/* Only the HTTP socket is passed: the control socket is bound at
+		 * --socket as usual (the broker takes SEQPACKET ones only). */
+		execl(tool, tool, "-l", http, "--fdname=http", broker_bin(), "--socket", b.sock,
+		      "--shm-name", b.shm, "--log-level", "info", (char *)NULL);
+		_exit(127);
+	}
+	CHECK(WAIT_FOR(file_has(b.log, "Listening on"), 5000));
+	CHECK(!seg_exists(b.shm));
+	/* The first HTTP client starts the broker and is served by it. */
+	CHECK_OK(http_get_unix(http, "/health", answer, sizeof(answer), 5000));
+	CHECK(strstr(answer, " 200 ") != NULL);
+	CHECK(strstr(answer, "\"ok\"") != NULL);
+	CHECK(file_has(b.log, "socket-activated"));
+	s = open_session(&b, "after-http", 0, 0);
+	CHECK_OK(local_session_close(s));
+	CHECK_EXITED_0(exit_status_after(b.pid, SIGTERM));
+	b.pid = 0;
+	broker_stop(&b);
+}
+
 /* ---- sd_notify ------------------------------------------------------------ */
 
 TEST(systemd, notify_ready_status_and_stopping, 20)
@@ -899,8 +971,9 @@ TEST(systemd, installed_units_pass_systemd_analyze_verify, 30)
 {
 	struct broker_proc b;
 	char tool[512], man[512], bin[512], sbindir[600], destdir[200], odir[200], log[200];
-	char service[600], socket_unit[600], sysusers[600], manpath[300], cmd[1200];
-	const char *verify[8];
+	char service[600], socket_unit[600], http_unit[600], sysusers[600], manpath[300];
+	char cmd[1200];
+	const char *verify[9];
 	int n = 0, status;
 
 	if (!find_tool("systemd-analyze", tool, sizeof(tool))) {
@@ -928,6 +1001,7 @@ TEST(systemd, installed_units_pass_systemd_analyze_verify, 30)
 	snprintf(cmd, sizeof(cmd), "%s/root", b.dir);
 	CHECK(find_file(cmd, "shmlockd.service", service, sizeof(service)));
 	CHECK(find_file(cmd, "shmlockd.socket", socket_unit, sizeof(socket_unit)));
+	CHECK(find_file(cmd, "shmlockd-http.socket", http_unit, sizeof(http_unit)));
 	CHECK(find_file(cmd, "shmlock.conf", sysusers, sizeof(sysusers)));
 	/* Documentation=man:shmlockd(8) is checked against the page we ship. */
 	snprintf(cmd, sizeof(cmd), "mkdir -p '%s/man/man8' && cp docs/shmlockd.8 '%s/man/man8/'",
@@ -941,6 +1015,7 @@ TEST(systemd, installed_units_pass_systemd_analyze_verify, 30)
 		verify[n++] = "--man=no";
 	}
 	verify[n++] = socket_unit;
+	verify[n++] = http_unit;
 	verify[n++] = service;
 	verify[n] = NULL;
 	status = run_cmd(verify, manpath, log);
