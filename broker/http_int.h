@@ -210,6 +210,9 @@ struct http {
 	/* waiters */
 	struct hwaiter *waiters;
 	uint32_t nwaiters, cap_waiters, active_waiters;
+	/* A request of ours released something: our own waiters may have
+	 * been granted (without waiting for the doorbell thread). */
+	bool maybe_granted;
 	/* per-IP records: a small chained hash */
 	struct ipstat *ips[256];
 	uint32_t nips;

@@ -309,8 +309,10 @@ static void cancel(struct http *h, uint32_t slot, int status, const char *code)
 	struct hwaiter *w = &h->waiters[slot];
 	uint64_t tok;
 
-	if (api_pending_poll(w->sess->ls, w->key, true, &tok) == 0)
+	if (api_pending_poll(w->sess->ls, w->key, true, &tok) == 0) {
 		local_release(w->sess->ls, w->key);
+		h->maybe_granted = true;
+	}
 	h->c.canceled++;
 	hreq_error(w->req, status, code, "the wait ended before a grant");
 	finish(h, slot);
@@ -432,6 +434,7 @@ void http_lock_op(struct hreq *r)
 		err = own_token(hs, r->rt.param, a.token);
 		if (!err)
 			err = local_release(hs->ls, r->rt.param);
+		r->h->maybe_granted = true;
 		if (err == -EINVAL)
 			hreq_error(r, 400, "bad_request", "token must be a decimal string");
 		else if (err)

@@ -626,12 +626,14 @@ void http_event(struct broker *b, uint64_t tag)
 
 	if (!h)
 		return;
-	if (TAG_KIND(tag) == TAG_HTTP_HUP) {
+	if (TAG_KIND(tag) == TAG_HTTP_HUP)
 		http_waiter_hangup(h, (uint32_t)TAG_VALUE(tag));
-		return;
-	}
-	if (TAG_VALUE(tag) < h->nd)
+	else if (TAG_VALUE(tag) < h->nd)
 		MHD_run(h->d[TAG_VALUE(tag)]);
+	if (h->maybe_granted) {
+		h->maybe_granted = false;
+		http_waiters_poll(h);
+	}
 }
 
 void http_doorbell(struct broker *b)

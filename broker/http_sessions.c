@@ -178,6 +178,7 @@ void http_sessions_delete(struct hreq *r)
 		return;
 	/* Synchronous: everything held is released before the answer. */
 	session_end_slot(r->h->b, hs->slot, false, "closed over HTTP");
+	r->h->maybe_granted = true;
 	hreq_reply_json(r, 204, NULL);
 }
 
