@@ -18,6 +18,8 @@
  *      a plain futex wake-up (watch.c);
  *   7. the broker's cost of expiring 100 000 leases that fall due together,
  *      with a broker of its own (leases.c).
+ *   8. HTTP API acquire+release ops/s and latency for 1, 10 and 50 keep-alive
+ *      clients, with a broker of its own on --http-listen (http.c).
  *
  * $SHMLOCK_BENCH_ONLY, a list of section numbers ("1,4"), runs only those
  * (for repeated measurements of one path); unset, every section runs.
@@ -120,6 +122,8 @@ int main(void)
 	broker_stop(&broker, false);
 	if (section(7))
 		bench_lease_expiry(); /* its own broker, with room for 100 000 holds */
+	if (section(8))
+		bench_http(); /* its own broker, with --http-listen */
 	print_summary();
 	printf("  (wall time %.1f s; timing targets never change the exit status)\n",
 	       (double)(now_ns() - t0) / (double)NSEC_PER_SEC);

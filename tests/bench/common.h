@@ -157,5 +157,6 @@ void bench_semaphores(void);	/* semaphores.c */
 void bench_lease_renew(void);	/* leases.c */
 void bench_watch(void);		/* watch.c */
 void bench_lease_expiry(void);	/* leases.c */
+void bench_http(void);		/* http.c */
 
 #endif
