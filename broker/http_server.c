@@ -545,6 +545,9 @@ static int start_daemon(struct http *h, int fd)
 			     MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes, h,
 			     MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
 			     MHD_OPTION_CONNECTION_TIMEOUT, 120u,
+			     /* Bodies are streamed to us: the pool holds headers
+			      * only, and MHD clears it after every request. */
+			     MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16384,
 			     MHD_OPTION_CONNECTION_LIMIT, 100000u, MHD_OPTION_END);
 	if (!d)
 		return -EINVAL;
