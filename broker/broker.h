@@ -93,6 +93,7 @@ struct broker {
 	struct cds_lfht *by_id;	   /* id -> bsession, read under RCU */
 	struct bsession **by_slot; /* slot -> bsession, event loop only */
 	uint64_t started_ns;
+	uint64_t quarantined_seen; /* stats.quarantined last reported */
 	bool stopping;
 	/* notify.c */
 	bool notify;	       /* $NOTIFY_SOCKET set: a service manager listens */

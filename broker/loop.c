@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
@@ -208,8 +209,37 @@ static void arm_timer(struct broker *b)
  * check): a mutex left by a dead owner is repaired within a second. */
 #define SCAN_INTERVAL_NS 1000000000ull
 
+/* Damage is repaired or quarantined by whoever meets it, often a client:
+ * the broker says so in its log, naming the keys taken out of service. */
+static void report_quarantine(struct broker *b)
+{
+	uint64_t now = atomic_load(&b->seg.hdr->stats.quarantined);
+	char names[256] = "";
+	size_t used = 0;
+	uint32_t i;
+
+	if (now == b->quarantined_seen)
+		return;
+	for (i = 0; i < b->seg.caps.max_keys && used + 8 < sizeof(names); i++) {
+		const struct seg_key *k = &b->seg.keys[i];
+		int n;
+
+		if (atomic_load(&k->state) != KEY_QUARANTINED)
+			continue;
+		n = snprintf(names + used, sizeof(names) - used, "%s#%u", used ? ", " : "", i);
+		if (n > 0)
+			used += (size_t)n;
+	}
+	blog(LOG_WARNING, "%llu key entr%s found damaged and quarantined (entries: %s); "
+	     "run shmlockd --check for details",
+	     (unsigned long long)(now - b->quarantined_seen),
+	     now - b->quarantined_seen == 1 ? "y" : "ies", names[0] ? names : "none left");
+	b->quarantined_seen = now;
+}
+
 static void periodic_scan(struct broker *b)
 {
+	report_quarantine(b);
 	repair_dead_mutexes(b);
 	grant_stranded(b);
 	broker_schedule(b, mono_ns() + SCAN_INTERVAL_NS, TIMER_SCAN, 0, 0);
