@@ -362,8 +362,8 @@ static void acquire(struct hreq *r, struct hsession *hs, const struct op_args *a
 	if (!two_phase && a->timeout_s == 0) {
 		err = limit ? local_sem_acquire(hs->ls, key, limit, &o, &tok)
 			    : local_lock(hs->ls, key, &o, &tok);
-		if (!err)
-			reply_granted(r, "ok", tok, a->lease_s);
+		if (!err) /* the hold's lease: a re-acquire keeps the old one */
+			reply_granted(r, "ok", tok, lease_left_s(hs, key));
 		else if (err == -EBUSY)
 			reply_timeout(r);
 		else
@@ -387,14 +387,21 @@ static void acquire(struct hreq *r, struct hsession *hs, const struct op_args *a
 	}
 }
 
-/* Our hold of the key with exactly this token, or the reason it is not. */
-static int own_token(struct hsession *hs, const char *key, const char *text)
+/* Our hold of the key with exactly this token, or the reason it is not.
+ * The route's kind must be the key's, as for acquires. */
+static int own_token(struct hsession *hs, const char *key, const char *text, bool sem)
 {
+	static struct local_key_info ki; /* large; the loop is one thread */
 	uint64_t want, tok = 0;
 	int err;
 
 	if (!parse_token(text, &want))
 		return -EINVAL;
+	err = local_info(hs->ls, key, &ki);
+	if (err)
+		return err;
+	if (ki.kind != LOCAL_KIND_NONE && ki.kind != (sem ? LOCAL_KIND_SEMAPHORE : LOCAL_KIND_LOCK))
+		return -LOCAL_EKIND;
 	err = local_held(hs->ls, key, &tok);
 	if (err)
 		return err;
@@ -431,7 +438,7 @@ void http_lock_op(struct hreq *r)
 		return;
 	case R_LOCK_RELEASE:
 	case R_SEM_RELEASE:
-		err = own_token(hs, r->rt.param, a.token);
+		err = own_token(hs, r->rt.param, a.token, is_sem(r->rt.id));
 		if (!err)
 			err = local_release(hs->ls, r->rt.param);
 		r->h->maybe_granted = true;
@@ -444,7 +451,7 @@ void http_lock_op(struct hreq *r)
 		return;
 	case R_LOCK_RENEW:
 	case R_SEM_RENEW:
-		err = own_token(hs, r->rt.param, a.token);
+		err = own_token(hs, r->rt.param, a.token, is_sem(r->rt.id));
 		if (!err)
 			err = local_renew(hs->ls, r->rt.param, (uint32_t)a.lease_s * 1000, &left_ms);
 		if (err == -EINVAL)

@@ -33,7 +33,8 @@ extern const char openapi_json[];
 void hreq_reply_json(struct hreq *r, int status, json_t *body)
 {
 	free(r->reply);
-	r->reply = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	/* 6 significant digits: 18.5, not 18.499999999999996. */
+	r->reply = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
 	json_decref(body);
 	r->status = status;
 	r->answered = true;

@@ -165,7 +165,9 @@ static struct hsession *by_param(struct hreq *r)
 	bool malformed;
 	struct hsession *hs = lookup(r->h, r->rt.param, &malformed);
 
-	if (!hs)
+	if (!hs && malformed)
+		hreq_error(r, 400, "bad_request", "a session id is 32 hex digits");
+	else if (!hs)
 		hreq_error(r, 410, "session_gone", "no live HTTP session %s", r->rt.param);
 	return hs;
 }
@@ -206,6 +208,10 @@ struct hsession *http_session_of(struct hreq *r)
 		return NULL;
 	}
 	hs = lookup(r->h, text, &malformed);
+	if (!hs && malformed) {
+		hreq_error(r, 400, "bad_request", "a session id is 32 hex digits");
+		return NULL;
+	}
 	if (!hs) {
 		hreq_error(r, 410, "session_gone", "no live HTTP session %.40s", text);
 		return NULL;
