@@ -18,6 +18,7 @@
 /* Timer kinds of the HTTP API in the broker's heap. */
 #define TIMER_HTTP_TICK 32 /* periodic: run libmicrohttpd's timeouts, reap */
 #define TIMER_HTTP_WAIT 33 /* a = waiter slot, b = its generation */
+#define TIMER_HTTP_RUN 34  /* now: run libmicrohttpd (see run_soon()) */
 
 /* ---- routes (http_routes.c) --------------------------------------------- */
 
@@ -95,6 +96,10 @@ struct hreq {
 	struct hsession *sess;
 	/* A waiting acquire: index in h->waiters, else -1. */
 	int32_t waiter;
+	/* The token of a new grant of a queued request this answer carries,
+	 * else 0: released if the answer never reaches the client
+	 * (http_grant_undelivered()). */
+	uint64_t grant_tok;
 };
 
 /* Fill @r's answer; the request is answered when the handler returns (or
@@ -156,6 +161,8 @@ void http_waiter_hangup(struct http *h, uint32_t slot);
 void http_waiters_end(struct http *h, struct hsession *sess, int status, const char *code);
 /* The request is over (answered or dropped): forget its wait if any. */
 void http_waiter_drop(struct hreq *r);
+/* @r's answer carried a grant that did not reach its client: release it. */
+void http_grant_undelivered(struct hreq *r);
 void http_format_token(uint64_t token, char out[21]);
 
 /* ---- stats and metrics (http_stats.c) ----------------------------------- */
@@ -201,6 +208,7 @@ struct http {
 	bool unlink_unix;
 	unsigned nd;
 	bool draining;
+	bool run_pending; /* a TIMER_HTTP_RUN is in the heap */
 	uint64_t drain_deadline_ns;
 	uint32_t connections;
 	/* sessions, indexed by segment slot */

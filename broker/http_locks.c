@@ -19,6 +19,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/epoll.h>
 
@@ -173,9 +174,10 @@ static void reply_promoted(struct hreq *r, struct hsession *hs, const char *key,
 	uint64_t now_tok = 0;
 	int err = local_held(hs->ls, key, &now_tok);
 
-	if (!err && now_tok == tok)
+	if (!err && now_tok == tok) {
+		r->grant_tok = tok; /* new: taken back if the answer is lost */
 		reply_granted(r, "ok", tok, lease_left_s(hs, key));
-	else if (err == -LOCAL_ESESSION)
+	} else if (err == -LOCAL_ESESSION)
 		hreq_local_error(r, err);
 	else /* taking the grant forgot the expiry record: it can only be that */
 		hreq_local_error(r, -LOCAL_EEXPIRED);
@@ -218,6 +220,14 @@ static void finish(struct http *h, uint32_t slot)
 	hreq_resume(r);
 }
 
+/* Has the client of waiter @w gone away (its hang-up not handled yet)? */
+static bool hung_up(const struct hwaiter *w)
+{
+	struct pollfd p = { .fd = w->fd, .events = POLLRDHUP };
+
+	return w->fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 /* Take the outcome of waiter @slot if there is one; @cancel: it is due. */
 static void poll_one(struct http *h, uint32_t slot, bool cancel)
 {
@@ -227,7 +237,14 @@ static void poll_one(struct http *h, uint32_t slot, bool cancel)
 
 	if (err == -EAGAIN)
 		return;
-	if (!err)
+	if (!err && hung_up(w)) {
+		/* Granted as its client left (the doorbell came before the
+		 * hang-up event): the next waiter's, not stranded. */
+		local_release(w->sess->ls, w->key);
+		h->maybe_granted = true;
+		h->c.canceled++;
+		hreq_error(w->req, 408, "client_canceled", "the client went away");
+	} else if (!err)
 		reply_promoted(w->req, w->sess, w->key, tok);
 	else if (err == -ETIMEDOUT)
 		reply_timeout(w->req);
@@ -333,6 +350,18 @@ void http_waiters_end(struct http *h, struct hsession *sess, int status, const c
 			cancel(h, i, status, code);
 }
 
+void http_grant_undelivered(struct hreq *r)
+{
+	uint64_t tok = 0;
+
+	/* Only that very hold: another token is a later grant. */
+	if (!r->sess || local_held(r->sess->ls, r->rt.param, &tok) || tok != r->grant_tok)
+		return;
+	local_release(r->sess->ls, r->rt.param);
+	r->h->maybe_granted = true;
+	r->h->c.canceled++;
+}
+
 void http_waiter_drop(struct hreq *r)
 {
 	if (r->waiter >= 0 && (uint32_t)r->waiter < r->h->nwaiters)
@@ -420,6 +449,12 @@ void http_lock_op(struct hreq *r)
 	hs = http_session_of(r);
 	if (!hs)
 		return;
+	if (r->h->draining && r->rt.id != R_LOCK_RELEASE && r->rt.id != R_SEM_RELEASE &&
+	    r->rt.id != R_LOCK_RENEW && r->rt.id != R_SEM_RENEW) {
+		/* Nothing new starts; holders may still let go. */
+		hreq_error(r, 503, "draining", "the broker is shutting down");
+		return;
+	}
 	switch (r->rt.id) {
 	case R_LOCK:
 	case R_SEM:

@@ -42,13 +42,23 @@ void hreq_reply_json(struct hreq *r, int status, json_t *body)
 
 void hreq_error(struct hreq *r, int status, const char *code, const char *fmt, ...)
 {
-	char detail[512];
+	char detail[512], *p;
 	va_list ap;
+	json_t *j;
 
 	va_start(ap, fmt);
 	vsnprintf(detail, sizeof(detail), fmt, ap);
 	va_end(ap);
-	hreq_reply_json(r, status, json_pack("{s:s, s:s}", "error", code, "detail", detail));
+	j = json_pack("{s:s, s:s}", "error", code, "detail", detail);
+	if (!j) {
+		/* The detail quotes the request (a method, a key, a header),
+		 * which need not be UTF-8; a JSON string must be. */
+		for (p = detail; *p; p++)
+			if ((unsigned char)*p >= 0x80)
+				*p = '?';
+		j = json_pack("{s:s, s:s}", "error", code, "detail", detail);
+	}
+	hreq_reply_json(r, status, j);
 }
 
 void hreq_local_error(struct hreq *r, int err)
@@ -121,6 +131,20 @@ json_t *hreq_json(struct hreq *r)
 	return j;
 }
 
+/*
+ * Run the daemons from the loop soon (a timer due now). libmicrohttpd takes
+ * up a resumed connection, or work its own epoll will not signal again (see
+ * run_daemon()), only when it runs; in external polling mode it has no
+ * channel of its own to wake the loop with.
+ */
+static void run_soon(struct http *h)
+{
+	if (!h->run_pending) {
+		h->run_pending = true;
+		broker_schedule(h->b, mono_ns(), TIMER_HTTP_RUN, 0, 0);
+	}
+}
+
 void hreq_suspend(struct hreq *r)
 {
 	r->suspended = true;
@@ -132,9 +156,12 @@ void hreq_resume(struct hreq *r)
 	if (!r->suspended)
 		return;
 	r->suspended = false;
-	/* Wakes the daemon's epoll fd; the loop runs it and it calls the
-	 * access handler again, which sends the answer. */
+	/* When the daemon next runs, it calls the access handler again,
+	 * which sends the answer. Nothing wakes its epoll fd for that (no
+	 * inter-thread channel in external polling mode): the loop must run
+	 * it. */
 	MHD_resume_connection(r->conn);
+	run_soon(r->h);
 }
 
 static bool origin_allowed(const struct http_opts *o, const char *origin)
@@ -393,6 +420,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
 	if (!r)
 		return;
 	http_waiter_drop(r);
+	if (r->grant_tok && why != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+		http_grant_undelivered(r); /* before the session is let go */
 	http_session_done(r);
 	if (r->answered)
 		http_metrics_note(h, r->method, r->rt.id, r->status, mono_ns() - r->start_ns);
@@ -546,9 +575,6 @@ static int start_daemon(struct http *h, int fd)
 			     MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes, h,
 			     MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
 			     MHD_OPTION_CONNECTION_TIMEOUT, 120u,
-			     /* Bodies are streamed to us: the pool holds headers
-			      * only, and MHD clears it after every request. */
-			     MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16384,
 			     MHD_OPTION_CONNECTION_LIMIT, 100000u, MHD_OPTION_END);
 	if (!d)
 		return -EINVAL;
@@ -624,6 +650,29 @@ void http_stop(struct broker *b)
 	b->http = NULL;
 }
 
+/*
+ * libmicrohttpd's own epoll is edge-triggered: a connection with work left
+ * after a run (a pipelined request behind an answer, headers that filled
+ * the pool) raises no new event on its fd, and MHD_get_timeout() says 0,
+ * "run me again now". Run until nothing is ready; past a bound (a client
+ * that keeps pipelining), come back through the timer heap, so the rest of
+ * the loop is served meanwhile.
+ */
+#define RUNS_PER_EVENT 32
+
+static void run_daemon(struct http *h, unsigned i)
+{
+	MHD_UNSIGNED_LONG_LONG ms;
+	int n;
+
+	for (n = 0; n < RUNS_PER_EVENT; n++) {
+		MHD_run(h->d[i]);
+		if (MHD_get_timeout(h->d[i], &ms) != MHD_YES || ms)
+			return;
+	}
+	run_soon(h);
+}
+
 void http_event(struct broker *b, uint64_t tag)
 {
 	struct http *h = b->http;
@@ -633,7 +682,7 @@ void http_event(struct broker *b, uint64_t tag)
 	if (TAG_KIND(tag) == TAG_HTTP_HUP)
 		http_waiter_hangup(h, (uint32_t)TAG_VALUE(tag));
 	else if (TAG_VALUE(tag) < h->nd)
-		MHD_run(h->d[TAG_VALUE(tag)]);
+		run_daemon(h, (unsigned)TAG_VALUE(tag));
 	if (h->maybe_granted) {
 		h->maybe_granted = false;
 		http_waiters_poll(h);
@@ -658,8 +707,18 @@ void http_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 		http_waiter_due(h, a, b2);
 		return;
 	}
+	if (kind == TIMER_HTTP_RUN) {
+		h->run_pending = false;
+		for (i = 0; i < h->nd; i++)
+			run_daemon(h, i);
+		if (h->maybe_granted) { /* as after an event */
+			h->maybe_granted = false;
+			http_waiters_poll(h);
+		}
+		return;
+	}
 	for (i = 0; i < h->nd; i++)
-		MHD_run(h->d[i]); /* connection timeouts */
+		run_daemon(h, i); /* connection timeouts */
 	http_sessions_reap(h);
 	http_ips_gc(h);
 	broker_schedule(b, mono_ns() + period, TIMER_HTTP_TICK, 0, 0);

@@ -91,7 +91,8 @@ void http_stats(struct hreq *r)
 	struct local_stats st;
 	json_t *j;
 
-	local_keys(h->observer, NULL, stats_key, &w);
+	/* "", not NULL: liblocal memcmp()s the prefix (UB with NULL, even for 0 bytes). */
+	local_keys(h->observer, "", stats_key, &w);
 	local_stats(h->observer, &st);
 	j = json_pack("{s:i, s:o, s:o, s:o, s:o}", "connections", (json_int_t)st.sessions, "locks",
 		      w.locks, "semaphores", w.sems, "idle_locks", w.idle_locks, "idle_semaphores",

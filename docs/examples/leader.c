@@ -111,7 +111,7 @@ static void node_main(int id)
 	struct local_acquire_opts ao = { .timeout_ms = -1 };
 	struct local_key_info *info = malloc(sizeof(*info));
 	struct node n = { .id = id };
-	char name[16], value[64];
+	char name[32], value[64];
 	uint64_t token, t0;
 	pthread_t watcher;
 	int err;

@@ -37,7 +37,7 @@ static int worker(int id, struct shared *sh)
 	struct local_acquire_opts o = { .timeout_ms = 10000 };
 	struct local_session_opts so;
 	local_session *s;
-	char name[16];
+	char name[32];
 	uint64_t token;
 	int round, err, n, m;
 

@@ -1,0 +1,2340 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The HTTP API (dflockd's REST contract, broker/http_*.c) driven over HTTP
+ * with libcurl against a real shmlockd, on its Unix socket (--http-socket)
+ * and on TCP (--http-listen on a free loopback port): every endpoint, every
+ * error code of dflockd's table the server can produce (each checked for
+ * its {"error","detail"} body), FIFO shared with liblocal and the CLI,
+ * clients that hang up during a wait (also racing a grant), idle-session
+ * reaping, SIGTERM draining, and 1000 suspended long polls on one key.
+ *
+ * Long polls run on a curl multi handle; the test confirms each is queued
+ * by watching the key's waiter count through liblocal (local_info()), never
+ * by sleeping.
+ */
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/pidfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "broker_fixture.h"
+#include "harness.h"
+
+#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+#define HTTP_BODY_MAX_TEST (1u << 20) /* the server's limit on a request body */
+
+/* ---- small helpers ------------------------------------------------------- */
+
+static char *strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A formatted string on the heap (tests are short-lived children). */
+static char *strf(const char *fmt, ...)
+{
+	va_list ap;
+	char *s = NULL;
+	int n;
+
+	va_start(ap, fmt);
+	n = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		FAIL_AT("out of memory");
+	return s;
+}
+
+#define CHECK_STR(a, b)                                                                   \
+	do {                                                                               \
+		const char *sa_ = (a), *sb_ = (b);                                         \
+		if (!sa_ || strcmp(sa_, sb_))                                              \
+			FAIL_AT("%s == \"%s\" failed: got %s%s%s", #a, sb_, sa_ ? "\"" : "",  \
+				sa_ ? sa_ : "NULL", sa_ ? "\"" : "");                      \
+	} while (0)
+
+static struct local_key_info *key_info(local_session *s, const char *key)
+{
+	static struct local_key_info info;
+
+	CHECK_OK(local_info(s, key, &info));
+	return &info;
+}
+
+#define WAITERS(s, key) (key_info((s), (key))->waiters)
+#define HOLDERS(s, key) (key_info((s), (key))->holders)
+
+static void append_line(const char *path, const char *line)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	size_t n = strlen(line);
+
+	if (fd < 0 || write(fd, line, n) != (ssize_t)n || write(fd, "\n", 1) != 1)
+		FAIL_AT("append to %s: %s", path, strerror(errno));
+	close(fd);
+}
+
+static uint64_t tok_num(const char *t)
+{
+	return strtoull(t, NULL, 10);
+}
+
+/* A token as the API sends it: 20 decimal digits, zero-padded. */
+#define CHECK_TOKEN(t)                                                                    \
+	do {                                                                               \
+		const char *t_ = (t);                                                      \
+		if (!t_ || strlen(t_) != 20 || strspn(t_, "0123456789") != 20)            \
+			FAIL_AT("token %s%s%s is not 20 zero-padded decimal digits",        \
+				t_ ? "\"" : "", t_ ? t_ : "NULL", t_ ? "\"" : "");           \
+	} while (0)
+
+/* ---- HTTP client (libcurl) ----------------------------------------------- */
+
+/* Where the API answers: a Unix socket (unix_path set) or TCP. */
+struct api {
+	char unix_path[128];
+	char base[64];	     /* URL prefix: http://localhost or http://127.0.0.1:PORT */
+	const char *authz;   /* Authorization header value, or NULL */
+};
+
+/* One request and, once done, its answer. */
+struct call {
+	CURL *e;
+	bool own; /* e is this call's (multi); else the shared synchronous handle */
+	struct curl_slist *hdrs;
+	char what[160];
+	char *out;
+	size_t len;
+	char allow[128];
+	char ctype[128];
+	long status; /* 0: no answer (connection failed) */
+	CURLcode rc;
+	json_t *json; /* the body, when it is JSON */
+	bool done;
+	int id;
+	uint64_t done_ms;
+	int fd; /* its socket (own handles only), -1 before it connects */
+};
+
+static CURL *sync_handle;
+static CURLM *multi;
+/* Calls of the multi handle in the order they completed. */
+static struct call **done_order;
+static size_t ndone, cap_done;
+
+static void curl_once(void)
+{
+	static bool inited;
+
+	if (!inited) {
+		CHECK(curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK);
+		inited = true;
+	}
+}
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+	struct call *c = arg;
+	size_t add = size * n;
+	char *q = realloc(c->out, c->len + add + 1);
+
+	if (!q)
+		return 0;
+	memcpy(q + c->len, p, add);
+	c->len += add;
+	q[c->len] = '\0';
+	c->out = q;
+	return add;
+}
+
+static void header_copy(const char *p, size_t len, const char *name, char *dst, size_t size)
+{
+	size_t nl = strlen(name);
+
+	if (len < nl || strncasecmp(p, name, nl))
+		return;
+	p += nl;
+	len -= nl;
+	while (len && *p == ' ')
+		p++, len--;
+	while (len && (p[len - 1] == '\r' || p[len - 1] == '\n' || p[len - 1] == ' '))
+		len--;
+	if (len >= size)
+		len = size - 1;
+	memcpy(dst, p, len);
+	dst[len] = '\0';
+}
+
+/* Note the socket of a call's connection (each long poll has its own). */
+static int on_socket(void *arg, curl_socket_t fd, curlsocktype purpose)
+{
+	struct call *c = arg;
+
+	if (purpose == CURLSOCKTYPE_IPCXN)
+		c->fd = fd;
+	return CURL_SOCKOPT_OK;
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *arg)
+{
+	struct call *c = arg;
+	size_t len = size * n;
+
+	if (len > 5 && !strncmp(p, "HTTP/", 5)) { /* a new answer (100 Continue) */
+		c->allow[0] = '\0';
+		c->ctype[0] = '\0';
+	}
+	header_copy(p, len, "Allow:", c->allow, sizeof(c->allow));
+	header_copy(p, len, "Content-Type:", c->ctype, sizeof(c->ctype));
+	return len;
+}
+
+/* Set up @c (on its own easy handle when @own) for METHOD @path. */
+static struct call *call_setup(bool own, const struct api *a, const char *method,
+			       const char *path, const char *session, const char *body)
+{
+	struct call *c = calloc(1, sizeof(*c));
+	CURL *e;
+
+	if (!c)
+		FAIL_AT("out of memory");
+	curl_once();
+	c->own = own;
+	c->fd = -1;
+	if (own) {
+		c->e = curl_easy_init();
+	} else {
+		if (!sync_handle)
+			sync_handle = curl_easy_init();
+		c->e = sync_handle;
+		curl_easy_reset(c->e); /* keeps its connections */
+	}
+	e = c->e;
+	if (!e)
+		FAIL_AT("curl_easy_init failed");
+	snprintf(c->what, sizeof(c->what), "%s %.100s%s", method, path,
+		 a->unix_path[0] ? " (unix)" : " (tcp)");
+	curl_easy_setopt(e, CURLOPT_URL, strf("%s%s", a->base, path));
+	if (a->unix_path[0])
+		curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, a->unix_path);
+	c->hdrs = curl_slist_append(c->hdrs, "Expect:");
+	if (session)
+		c->hdrs = curl_slist_append(c->hdrs, strf("X-Dflockd-Session: %s", session));
+	if (a->authz)
+		c->hdrs = curl_slist_append(c->hdrs, strf("Authorization: %s", a->authz));
+	if (body)
+		c->hdrs = curl_slist_append(c->hdrs, "Content-Type: application/json");
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->hdrs);
+	if (!strcmp(method, "GET")) {
+		curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+	} else {
+		if (strcmp(method, "POST"))
+			curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+		if (body || !strcmp(method, "POST")) {
+			curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
+					 (curl_off_t)(body ? strlen(body) : 0));
+			curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, body ? body : "");
+		}
+	}
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
+	curl_easy_setopt(e, CURLOPT_PRIVATE, c);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	if (own) {
+		/* A long poll: no client timeout, and a connection of its own that
+		 * closes when the call ends or is dropped. */
+		curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
+		curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
+		curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, on_socket);
+		curl_easy_setopt(e, CURLOPT_SOCKOPTDATA, c);
+	} else {
+		curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 20000L);
+	}
+	return c;
+}
+
+static void call_finish(struct call *c, CURLcode rc)
+{
+	c->rc = rc;
+	c->status = 0;
+	if (rc == CURLE_OK)
+		curl_easy_getinfo(c->e, CURLINFO_RESPONSE_CODE, &c->status);
+	if (c->out && c->len && !strncmp(c->ctype, "application/json", 16))
+		c->json = json_loadb(c->out, c->len, 0, NULL);
+	c->done = true;
+	c->done_ms = now_ms();
+}
+
+/* A synchronous request on the shared (keep-alive) handle. */
+static struct call *req(const struct api *a, const char *method, const char *path,
+			const char *session, const char *body)
+{
+	struct call *c = call_setup(false, a, method, path, session, body);
+
+	call_finish(c, curl_easy_perform(c->e));
+	return c;
+}
+
+static void call_free(struct call *c)
+{
+	if (!c)
+		return;
+	if (c->own && c->e) {
+		if (!c->done && multi)
+			curl_multi_remove_handle(multi, c->e);
+		curl_easy_cleanup(c->e);
+	}
+	curl_slist_free_all(c->hdrs);
+	json_decref(c->json);
+	free(c->out);
+	free(c);
+}
+
+/* ---- the multi handle: requests in flight at once -------------------------- */
+
+/* Start @method @path on its own connection; pump() drives it. */
+static struct call *start(const struct api *a, const char *method, const char *path,
+			  const char *session, const char *body)
+{
+	struct call *c = call_setup(true, a, method, path, session, body);
+
+	if (!multi && !(multi = curl_multi_init()))
+		FAIL_AT("curl_multi_init failed");
+	if (curl_multi_add_handle(multi, c->e) != CURLM_OK)
+		FAIL_AT("curl_multi_add_handle failed");
+	return c;
+}
+
+/* Run the transfers once, then wait up to @ms for socket activity. */
+static void pump(int ms)
+{
+	CURLMsg *m;
+	int running, left;
+
+	if (!multi) {
+		if (ms)
+			usleep((useconds_t)ms * 1000);
+		return;
+	}
+	curl_multi_perform(multi, &running);
+	while ((m = curl_multi_info_read(multi, &left))) {
+		CURL *e = m->easy_handle;
+		CURLcode rc = m->data.result;
+		struct call *c = NULL;
+
+		if (m->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&c);
+		curl_multi_remove_handle(multi, e);
+		call_finish(c, rc);
+		if (ndone == cap_done) {
+			cap_done = cap_done ? 2 * cap_done : 64;
+			done_order = realloc(done_order, cap_done * sizeof(*done_order));
+			if (!done_order)
+				FAIL_AT("out of memory");
+		}
+		done_order[ndone++] = c;
+	}
+	if (ms)
+		curl_multi_poll(multi, NULL, 0, ms, NULL);
+}
+
+/* Drive the multi handle until @cond holds or @timeout_ms passes. */
+#define PUMP_UNTIL(cond, timeout_ms)                                                       \
+	({                                                                                 \
+		uint64_t pend_ = now_ms() + (timeout_ms);                                  \
+		int pok_ = 0;                                                              \
+		for (;;) {                                                                 \
+			pump(1);                                                           \
+			if (cond) {                                                        \
+				pok_ = 1;                                                  \
+				break;                                                     \
+			}                                                                  \
+			if (now_ms() >= pend_)                                             \
+				break;                                                     \
+		}                                                                          \
+		pok_;                                                                      \
+	})
+
+/* The client goes away: its transfer is abandoned and its connection closed. */
+static void hang_up(struct call *c)
+{
+	if (c->done)
+		FAIL_AT("%s: answered before the hang-up (HTTP %ld: %s)", c->what, c->status,
+			c->out ? c->out : "");
+	curl_multi_remove_handle(multi, c->e);
+	curl_easy_cleanup(c->e);
+	c->e = NULL;
+	c->done = true; /* nothing more will come */
+}
+
+/* ---- checking answers ---------------------------------------------------------- */
+
+static const char *jstr(const struct call *c, const char *k)
+{
+	json_t *v = json_object_get(c->json, k);
+
+	return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static long long jint(const struct call *c, const char *k)
+{
+	json_t *v = json_object_get(c->json, k);
+
+	return json_is_integer(v) ? (long long)json_integer_value(v) : LLONG_MIN;
+}
+
+static const char *status_mismatch(const struct call *c, long want)
+{
+	static char why[768];
+
+	if (c->status == want)
+		return NULL;
+	snprintf(why, sizeof(why), "%s: HTTP %ld (%s), expected %ld: %.400s", c->what, c->status,
+		 c->rc == CURLE_OK ? "answered" : curl_easy_strerror(c->rc), want,
+		 c->out ? c->out : "(no body)");
+	return why;
+}
+
+#define CHECK_STATUS(c, want)                                                             \
+	do {                                                                               \
+		const char *w_ = status_mismatch((c), (want));                             \
+		if (w_)                                                                    \
+			FAIL_AT("%s", w_);                                                 \
+	} while (0)
+
+/* A non-2xx answer must be {"error":"<code>","detail":"..."} (@exact: and
+ * nothing else). */
+static const char *error_mismatch(const struct call *c, long status, const char *code,
+				  bool exact)
+{
+	static char why[768];
+	const char *w = status_mismatch(c, status);
+	const char *e = jstr(c, "error"), *d = jstr(c, "detail");
+
+	if (w)
+		return w;
+	if (strncmp(c->ctype, "application/json", 16))
+		snprintf(why, sizeof(why), "%s: Content-Type \"%s\"", c->what, c->ctype);
+	else if (!json_is_object(c->json))
+		snprintf(why, sizeof(why), "%s: body is not a JSON object: %.300s", c->what,
+			 c->out ? c->out : "(none)");
+	else if (!e || strcmp(e, code))
+		snprintf(why, sizeof(why), "%s: error \"%s\", expected \"%s\": %.300s", c->what,
+			 e ? e : "(none)", code, c->out);
+	else if (!d || !*d)
+		snprintf(why, sizeof(why), "%s: no detail: %.300s", c->what, c->out);
+	else if (exact && json_object_size(c->json) != 2)
+		snprintf(why, sizeof(why), "%s: fields beyond error and detail: %.300s", c->what,
+			 c->out);
+	else
+		return NULL;
+	return why;
+}
+
+#define CHECK_ERROR(c, status, code)                                                      \
+	do {                                                                               \
+		const char *w_ = error_mismatch((c), (status), (code), true);              \
+		if (w_)                                                                    \
+			FAIL_AT("%s", w_);                                                 \
+	} while (0)
+
+/* 200 with {"status": @want} (and a well-formed token for a grant). */
+#define CHECK_OUTCOME(c, want)                                                            \
+	do {                                                                               \
+		const struct call *co_ = (c);                                              \
+		CHECK_STATUS(co_, 200);                                                    \
+		if (!jstr(co_, "status") || strcmp(jstr(co_, "status"), (want)))           \
+			FAIL_AT("%s: expected status \"%s\": %.300s", co_->what, (want),   \
+				co_->out ? co_->out : "");                                 \
+		if (strcmp((want), "timeout") && strcmp((want), "queued"))                 \
+			CHECK_TOKEN(jstr(co_, "token"));                                   \
+		else if (jstr(co_, "token"))                                               \
+			FAIL_AT("%s: a token with status %s", co_->what, (want));          \
+	} while (0)
+
+/* ---- the API's operations -------------------------------------------------------- */
+
+static char *session_new(const struct api *a)
+{
+	struct call *c = req(a, "POST", "/v1/sessions", NULL, NULL);
+	const char *id;
+	char *out;
+
+	CHECK_STATUS(c, 200);
+	id = jstr(c, "session_id");
+	if (!id || strlen(id) != LOCAL_SESSION_ID_LEN ||
+	    strspn(id, "0123456789abcdef") != LOCAL_SESSION_ID_LEN)
+		FAIL_AT("POST /v1/sessions: bad session_id: %s", c->out);
+	CHECK(jint(c, "idle_timeout_s") > 0);
+	out = strdup(id);
+	call_free(c);
+	return out;
+}
+
+/* @key as one path segment: its slashes as %2F (nothing else is escaped,
+ * so a test can send malformed escapes as they are). */
+static char *seg(const char *key)
+{
+	char *out = malloc(3 * strlen(key) + 1), *o = out;
+
+	if (!out)
+		FAIL_AT("out of memory");
+	for (; *key; key++) {
+		if (*key == '/') {
+			memcpy(o, "%2F", 3);
+			o += 3;
+		} else {
+			*o++ = *key;
+		}
+	}
+	*o = '\0';
+	return out;
+}
+
+/* POST /v1/{locks|semaphores}/KEY[/op] with @body. */
+static struct call *op(const struct api *a, const char *sess, const char *kind, const char *key,
+		       const char *what, const char *body)
+{
+	return req(a, "POST",
+		   strf("/v1/%s/%s%s%s", kind, seg(key), what ? "/" : "", what ? what : ""), sess,
+		   body);
+}
+
+static struct call *lock_acquire(const struct api *a, const char *sess, const char *key,
+				 int timeout_s)
+{
+	return op(a, sess, "locks", key, NULL, strf("{\"acquire_timeout_s\":%d}", timeout_s));
+}
+
+static void release_ok(const struct api *a, const char *sess, const char *kind, const char *key,
+		       const char *token)
+{
+	struct call *c = op(a, sess, kind, key, "release", strf("{\"token\":\"%s\"}", token));
+
+	CHECK_STATUS(c, 204);
+	CHECK(c->len == 0);
+	call_free(c);
+}
+
+/* ---- a broker with the HTTP API on ------------------------------------------------ */
+
+struct hbroker {
+	struct broker_proc b;
+	char dir[64];
+	char http_sock[128];
+	char listen[32];
+	const char *args[16];
+	struct api ux, tcp;
+};
+
+static int free_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t n = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    getsockname(fd, (struct sockaddr *)&sa, &n))
+		FAIL_AT("finding a free port: %s", strerror(errno));
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+static bool healthy(const struct api *a)
+{
+	struct call *c = req(a, "GET", "/health", NULL, NULL);
+	bool ok = c->status == 200;
+
+	call_free(c);
+	return ok;
+}
+
+/* Start a broker serving HTTP on a Unix socket, and on TCP if @tcp, with
+ * @extra flags; ready once /health answers. */
+static void hb_start(struct hbroker *h, bool tcp, const char *const *extra)
+{
+	int n = 0, i;
+
+	memset(h, 0, sizeof(*h));
+	curl_once();
+	/* Named after the test process: the runner sweeps it if we die. */
+	snprintf(h->dir, sizeof(h->dir), "/tmp/shmlock-test-%d-XXXXXX", (int)getpid());
+	if (!mkdtemp(h->dir))
+		FAIL_AT("mkdtemp: %s", strerror(errno));
+	snprintf(h->http_sock, sizeof(h->http_sock), "%s/http.sock", h->dir);
+	h->args[n++] = "--http-socket";
+	h->args[n++] = h->http_sock;
+	if (tcp) {
+		snprintf(h->listen, sizeof(h->listen), "127.0.0.1:%d", free_port());
+		h->args[n++] = "--http-listen";
+		h->args[n++] = h->listen;
+	}
+	for (i = 0; extra && extra[i]; i++) {
+		if (n >= 15)
+			FAIL_AT("too many broker flags");
+		h->args[n++] = extra[i];
+	}
+	h->args[n] = NULL;
+	snprintf(h->ux.unix_path, sizeof(h->ux.unix_path), "%s", h->http_sock);
+	snprintf(h->ux.base, sizeof(h->ux.base), "http://localhost");
+	snprintf(h->tcp.base, sizeof(h->tcp.base), "http://%s", h->listen);
+	broker_start(&h->b, h->args);
+	if (!WAIT_FOR(healthy(&h->ux), 5000))
+		FAIL_AT("the HTTP API did not answer on %s (log: %s)", h->http_sock, h->b.log);
+	if (tcp && !WAIT_FOR(healthy(&h->tcp), 5000))
+		FAIL_AT("the HTTP API did not answer on %s (log: %s)", h->listen, h->b.log);
+}
+
+static void hb_stop(struct hbroker *h)
+{
+	char cmd[96];
+
+	/* Our idle keep-alive connection would hold the broker's drain open
+	 * for its whole bound (1 s). */
+	if (sync_handle) {
+		curl_easy_cleanup(sync_handle);
+		sync_handle = NULL;
+	}
+	broker_stop(&h->b);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", h->dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", h->dir);
+}
+
+/* A plain connection to @a that sends nothing. */
+static int raw_connect(const struct api *a)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (strlen(a->unix_path) >= sizeof(sa.sun_path))
+		FAIL_AT("socket path too long: %s", a->unix_path);
+	memcpy(sa.sun_path, a->unix_path, strlen(a->unix_path) + 1);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+		FAIL_AT("connect %s: %s", a->unix_path, strerror(errno));
+	return fd;
+}
+
+/* GET /metrics, as text. */
+static char *metrics(const struct api *a)
+{
+	struct call *c = req(a, "GET", "/metrics", NULL, NULL);
+	char *text;
+
+	CHECK_STATUS(c, 200);
+	text = strdup(c->out ? c->out : "");
+	call_free(c);
+	return text;
+}
+
+/* The value of the sample named exactly @series ("name{labels}"), or -1. */
+static double metric(const char *text, const char *series)
+{
+	size_t n = strlen(series);
+	const char *p = text;
+
+	while (p && *p) {
+		if (!strncmp(p, series, n) && p[n] == ' ')
+			return strtod(p + n + 1, NULL);
+		p = strchr(p, '\n');
+		if (p)
+			p++;
+	}
+	return -1;
+}
+
+static int find_session(const struct local_session_info *si, void *arg)
+{
+	return !strcmp(si->id, (const char *)arg);
+}
+
+/* Is @id a live session in the segment? */
+static bool session_alive(local_session *obs, const char *id)
+{
+	int r = local_sessions(obs, find_session, (void *)id);
+
+	if (r < 0)
+		FAIL_AT("local_sessions: %s", local_strerror(r));
+	return r == 1;
+}
+
+static int proc_threads(pid_t pid)
+{
+	char path[64], line[256];
+	FILE *f;
+	int n = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		FAIL_AT("open %s: %s", path, strerror(errno));
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Threads: %d", &n) == 1)
+			break;
+	fclose(f);
+	return n;
+}
+
+static char proc_state(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return '?';
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' ? p[2] : '?';
+}
+
+/* Stop the broker in its tracks (all its threads) and let it go again. */
+static void broker_freeze(const struct hbroker *h)
+{
+	kill(h->b.pid, SIGSTOP);
+	if (!WAIT_FOR(proc_state(h->b.pid) == 'T', 5000))
+		FAIL_AT("the broker did not stop");
+}
+
+static void broker_thaw(const struct hbroker *h)
+{
+	kill(h->b.pid, SIGCONT);
+}
+
+/* Wait for @pid (our child) to exit within @timeout_ms; its wait status. */
+static int wait_exit(pid_t pid, int timeout_ms)
+{
+	int fd = (int)pidfd_open(pid, 0), status;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	if (fd < 0)
+		FAIL_AT("pidfd_open %d: %s", (int)pid, strerror(errno));
+	if (poll(&p, 1, timeout_ms) != 1) {
+		kill(pid, SIGKILL);
+		FAIL_AT("process %d did not exit within %d ms", (int)pid, timeout_ms);
+	}
+	close(fd);
+	if (waitpid(pid, &status, 0) != pid)
+		FAIL_AT("waitpid %d: %s", (int)pid, strerror(errno));
+	return status;
+}
+
+/* ==== tests ====================================================================== */
+
+TEST(http, health_ready_and_openapi_on_both_transports, 20)
+{
+	struct hbroker h;
+	const struct api *apis[2];
+	int i;
+
+	hb_start(&h, true, NULL);
+	apis[0] = &h.ux;
+	apis[1] = &h.tcp;
+	for (i = 0; i < 2; i++) {
+		const struct api *a = apis[i];
+		struct call *c = req(a, "GET", "/health", NULL, NULL);
+		json_t *doc, *paths;
+
+		CHECK_STATUS(c, 200);
+		CHECK_STR(jstr(c, "status"), "ok");
+		call_free(c);
+		c = req(a, "GET", "/ready", NULL, NULL);
+		CHECK_STATUS(c, 200);
+		CHECK_STR(jstr(c, "status"), "ready");
+		call_free(c);
+		c = req(a, "GET", "/v1/openapi.json", NULL, NULL);
+		CHECK_STATUS(c, 200);
+		CHECK(!strncmp(c->ctype, "application/json", 16));
+		doc = json_loadb(c->out, c->len, 0, NULL);
+		if (!json_is_object(doc))
+			FAIL_AT("/v1/openapi.json is not a JSON object");
+		CHECK(json_is_string(json_object_get(doc, "openapi")));
+		CHECK(!strncmp(json_string_value(json_object_get(doc, "openapi")), "3.", 2));
+		paths = json_object_get(doc, "paths");
+		CHECK(json_is_object(paths));
+		CHECK(json_object_get(paths, "/v1/sessions"));
+		CHECK(json_object_get(paths, "/v1/locks/{key}"));
+		CHECK(json_object_get(paths, "/v1/semaphores/{key}/wait"));
+		json_decref(doc);
+		call_free(c);
+	}
+	hb_stop(&h);
+}
+
+TEST(http, sessions_create_ping_delete, 20)
+{
+	struct hbroker h;
+	local_session *obs;
+	struct call *c;
+	char *id, *other;
+
+	hb_start(&h, true, NULL);
+	obs = open_session(&h.b, "obs", 0, 0);
+	id = session_new(&h.ux);
+	other = session_new(&h.tcp); /* the same API on TCP */
+	CHECK(strcmp(id, other));
+	/* A session of the segment, like liblocal's. */
+	CHECK(session_alive(obs, id));
+	CHECK(session_alive(obs, other));
+	c = req(&h.ux, "POST", strf("/v1/sessions/%s/ping", id), NULL, NULL);
+	CHECK_STATUS(c, 204);
+	CHECK(c->len == 0);
+	/* Holds are released before DELETE answers. */
+	c = lock_acquire(&h.ux, id, "ses/k", 0);
+	CHECK_OUTCOME(c, "ok");
+	CHECK_EQ(HOLDERS(obs, "ses/k"), 1);
+	CHECK_STR(key_info(obs, "ses/k")->holder_session, id);
+	CHECK_EQ(key_info(obs, "ses/k")->token, tok_num(jstr(c, "token")));
+	c = req(&h.ux, "DELETE", strf("/v1/sessions/%s", id), NULL, NULL);
+	CHECK_STATUS(c, 204);
+	CHECK_EQ(HOLDERS(obs, "ses/k"), 0);
+	CHECK(!session_alive(obs, id));
+	/* Gone now. */
+	CHECK_ERROR(req(&h.ux, "POST", strf("/v1/sessions/%s/ping", id), NULL, NULL), 410,
+		    "session_gone");
+	CHECK_ERROR(req(&h.ux, "DELETE", strf("/v1/sessions/%s", id), NULL, NULL), 410,
+		    "session_gone");
+	CHECK_ERROR(lock_acquire(&h.ux, id, "ses/k", 0), 410, "session_gone");
+	/* Unknown and malformed ids. */
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions/0123456789abcdef0123456789abcdef/ping",
+			NULL, NULL),
+		    410, "session_gone");
+	/* A malformed id is bad input, not a gone session. */
+	CHECK_ERROR(req(&h.ux, "DELETE", "/v1/sessions/nothex", NULL, NULL), 400, "bad_request");
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions/0123456789ABCDEF0123456789abcdeg/ping", NULL,
+			NULL),
+		    400, "bad_request");
+	/* POST /v1/sessions takes no fields. */
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, "{\"ttl\":5}"), 400, "bad_request");
+	CHECK_STATUS(req(&h.ux, "POST", "/v1/sessions", NULL, "{}"), 200);
+	c = req(&h.tcp, "DELETE", strf("/v1/sessions/%s", other), NULL, NULL);
+	CHECK_STATUS(c, 204);
+	CHECK(!session_alive(obs, other));
+	hb_stop(&h);
+}
+
+TEST(http, lock_try_acquire_release_and_tokens, 20)
+{
+	struct hbroker h;
+	local_session *obs;
+	struct call *c, *d;
+	char *s1, *s2, *t1, *t2;
+
+	hb_start(&h, false, NULL);
+	obs = open_session(&h.b, "obs", 0, 0);
+	s1 = session_new(&h.ux);
+	s2 = session_new(&h.ux);
+	c = lock_acquire(&h.ux, s1, "try/k", 0);
+	CHECK_OUTCOME(c, "ok");
+	CHECK_EQ(jint(c, "lease_ttl_s"), 33); /* --default-lease-ttl */
+	t1 = strdup(jstr(c, "token"));
+	CHECK_STR(key_info(obs, "try/k")->holder_session, s1);
+	CHECK_EQ(key_info(obs, "try/k")->token, tok_num(t1));
+	/* Held: a try of another session times out at once. */
+	d = lock_acquire(&h.ux, s2, "try/k", 0);
+	CHECK_OUTCOME(d, "timeout");
+	CHECK_EQ(WAITERS(obs, "try/k"), 0);
+	/* Acquiring again while holding: the same hold and token. */
+	d = lock_acquire(&h.ux, s1, "try/k", 0);
+	CHECK_OUTCOME(d, "ok");
+	CHECK_STR(jstr(d, "token"), t1);
+	d = lock_acquire(&h.ux, s1, "try/k", 5);
+	CHECK_OUTCOME(d, "ok");
+	CHECK_STR(jstr(d, "token"), t1);
+	/* Only the holder's token releases. */
+	CHECK_ERROR(op(&h.ux, s2, "locks", "try/k", "release", strf("{\"token\":\"%s\"}", t1)),
+		    404, "not_held");
+	CHECK_ERROR(op(&h.ux, s1, "locks", "try/k", "release", "{\"token\":\"1\"}"), 404,
+		    "not_held");
+	CHECK_EQ(HOLDERS(obs, "try/k"), 1);
+	release_ok(&h.ux, s1, "locks", "try/k", t1);
+	CHECK_EQ(HOLDERS(obs, "try/k"), 0);
+	CHECK_ERROR(op(&h.ux, s1, "locks", "try/k", "release", strf("{\"token\":\"%s\"}", t1)),
+		    404, "not_held");
+	d = op(&h.ux, s2, "locks", "try/k", NULL, "{\"acquire_timeout_s\":0,\"lease_ttl_s\":7}");
+	CHECK_OUTCOME(d, "ok");
+	CHECK_EQ(jint(d, "lease_ttl_s"), 7);
+	t2 = strdup(jstr(d, "token"));
+	CHECK(strcmp(t2, t1) > 0);
+	CHECK(key_info(obs, "try/k")->token == tok_num(t2));
+	release_ok(&h.ux, s2, "locks", "try/k", t2);
+	hb_stop(&h);
+}
+
+TEST(http, lock_timed_acquire_times_out_and_leaves_the_queue, 20)
+{
+	struct hbroker h;
+	local_session *holder;
+	struct call *c;
+	uint64_t t0, took;
+	char *s;
+
+	hb_start(&h, false, NULL);
+	holder = open_session(&h.b, "holder", 0, 0);
+	CHECK_OK(local_lock(holder, "timed/k", NULL, NULL));
+	s = session_new(&h.ux);
+	t0 = now_ms();
+	c = lock_acquire(&h.ux, s, "timed/k", 1);
+	took = now_ms() - t0;
+	CHECK_OUTCOME(c, "timeout");
+	if (took < 900 || took > 4000)
+		FAIL_AT("a 1 s acquire answered after %llu ms", (unsigned long long)took);
+	CHECK_EQ(WAITERS(holder, "timed/k"), 0);
+	CHECK_STR(key_info(holder, "timed/k")->holder_session, local_session_id(holder));
+	/* Nothing left pending for the session: it can queue again. */
+	c = op(&h.ux, s, "locks", "timed/k", "enqueue", "{}");
+	CHECK_OUTCOME(c, "queued");
+	hb_stop(&h);
+}
+
+TEST(http, lock_acquire_is_granted_later, 20)
+{
+	struct hbroker h;
+	local_session *holder;
+	struct call *c;
+	uint64_t th = 0;
+	char *s;
+
+	hb_start(&h, false, NULL);
+	holder = open_session(&h.b, "holder", 0, 0);
+	CHECK_OK(local_lock(holder, "later/k", NULL, &th));
+	s = session_new(&h.ux);
+	c = start(&h.ux, "POST", "/v1/locks/later%2Fk", s,
+		  "{\"acquire_timeout_s\":10,\"lease_ttl_s\":9}");
+	if (!PUMP_UNTIL(WAITERS(holder, "later/k") == 1, 5000))
+		FAIL_AT("the HTTP acquire did not queue");
+	CHECK(!c->done);
+	CHECK_OK(local_release(holder, "later/k"));
+	if (!PUMP_UNTIL(c->done, 5000))
+		FAIL_AT("the HTTP waiter was not answered after the release");
+	CHECK_OUTCOME(c, "ok");
+	CHECK(tok_num(jstr(c, "token")) > th);
+	CHECK(jint(c, "lease_ttl_s") >= 8 && jint(c, "lease_ttl_s") <= 9);
+	CHECK_STR(key_info(holder, "later/k")->holder_session, s);
+	CHECK_EQ(key_info(holder, "later/k")->token, tok_num(jstr(c, "token")));
+	CHECK_EQ(WAITERS(holder, "later/k"), 0);
+	release_ok(&h.ux, s, "locks", "later/k", jstr(c, "token"));
+	CHECK_EQ(HOLDERS(holder, "later/k"), 0);
+	hb_stop(&h);
+}
+
+static int lease_of(const struct local_holder *hl, void *arg)
+{
+	*(uint64_t *)arg = hl->lease_remaining_ms;
+	return 1;
+}
+
+TEST(http, lock_renew_reports_remaining_seconds, 20)
+{
+	struct hbroker h;
+	local_session *obs;
+	struct call *c;
+	uint64_t left = 0;
+	char *s, *other, *t;
+
+	hb_start(&h, false, NULL);
+	obs = open_session(&h.b, "obs", 0, 0);
+	s = session_new(&h.ux);
+	other = session_new(&h.ux);
+	c = op(&h.ux, s, "locks", "renew/k", NULL, "{\"acquire_timeout_s\":0,\"lease_ttl_s\":5}");
+	CHECK_OUTCOME(c, "ok");
+	t = strdup(jstr(c, "token"));
+	CHECK_EQ(local_holders(obs, "renew/k", lease_of, &left), 1);
+	CHECK(left > 0 && left <= 5000);
+	c = op(&h.ux, s, "locks", "renew/k", "renew",
+	       strf("{\"token\":\"%s\",\"lease_ttl_s\":60}", t));
+	CHECK_STATUS(c, 200);
+	CHECK(jint(c, "remaining_s") >= 59 && jint(c, "remaining_s") <= 60);
+	CHECK_EQ(json_object_size(c->json), 1);
+	CHECK_EQ(local_holders(obs, "renew/k", lease_of, &left), 1);
+	CHECK(left > 55000 && left <= 60000);
+	/* Without lease_ttl_s: --default-lease-ttl (33 s). */
+	c = op(&h.ux, s, "locks", "renew/k", "renew", strf("{\"token\":\"%s\"}", t));
+	CHECK_STATUS(c, 200);
+	CHECK(jint(c, "remaining_s") >= 32 && jint(c, "remaining_s") <= 33);
+	/* The token is unchanged by renewing. */
+	CHECK_EQ(key_info(obs, "renew/k")->token, tok_num(t));
+	/* Not the holder, not the token, not a token. */
+	CHECK_ERROR(op(&h.ux, other, "locks", "renew/k", "renew", strf("{\"token\":\"%s\"}", t)),
+		    404, "not_held");
+	CHECK_ERROR(op(&h.ux, s, "locks", "renew/k", "renew", "{\"token\":\"42\"}"), 404,
+		    "not_held");
+	CHECK_ERROR(op(&h.ux, s, "locks", "renew/k", "renew", "{\"token\":\"12x\"}"), 400,
+		    "bad_request");
+	release_ok(&h.ux, s, "locks", "renew/k", t);
+	CHECK_ERROR(op(&h.ux, s, "locks", "renew/k", "renew", strf("{\"token\":\"%s\"}", t)), 404,
+		    "not_held");
+	hb_stop(&h);
+}
+
+TEST(http, lock_enqueue_acquired_queued_and_wait, 20)
+{
+	struct hbroker h;
+	local_session *holder;
+	struct call *c, *w;
+	uint64_t th = 0;
+	char *a, *b, *ta;
+
+	hb_start(&h, false, NULL);
+	holder = open_session(&h.b, "holder", 0, 0);
+	a = session_new(&h.ux);
+	b = session_new(&h.ux);
+	/* A free key: acquired at once. */
+	c = op(&h.ux, a, "locks", "enq/free", "enqueue", "{\"lease_ttl_s\":12}");
+	CHECK_OUTCOME(c, "acquired");
+	CHECK_EQ(jint(c, "lease_ttl_s"), 12);
+	ta = strdup(jstr(c, "token"));
+	CHECK_STR(key_info(holder, "enq/free")->holder_session, a);
+	/* Holding it: already enqueued. */
+	CHECK_ERROR(op(&h.ux, a, "locks", "enq/free", "enqueue", "{}"), 409, "already_enqueued");
+	/* A wait after an immediate grant has nothing to wait for, or returns the hold. */
+	c = op(&h.ux, a, "locks", "enq/free", "wait", "{\"timeout_s\":0}");
+	if (c->status == 200)
+		CHECK_STR(jstr(c, "token"), ta);
+	else
+		CHECK_ERROR(c, 409, "not_enqueued");
+	release_ok(&h.ux, a, "locks", "enq/free", ta);
+
+	/* A held key: queued, then a wait that the release answers. */
+	CHECK_OK(local_lock(holder, "enq/k", NULL, &th));
+	c = op(&h.ux, b, "locks", "enq/k", "enqueue", "{}");
+	CHECK_OUTCOME(c, "queued");
+	CHECK_EQ(WAITERS(holder, "enq/k"), 1);
+	CHECK_ERROR(op(&h.ux, b, "locks", "enq/k", "enqueue", "{}"), 409, "already_enqueued");
+	CHECK_EQ(WAITERS(holder, "enq/k"), 1);
+	w = start(&h.ux, "POST", "/v1/locks/enq%2Fk/wait", b, "{\"timeout_s\":10}");
+	/* The wait is suspended: the server counts it as waiting. */
+	if (!PUMP_UNTIL(metric(metrics(&h.ux), "shmlock_http_waiting") == 1, 5000))
+		FAIL_AT("the wait was not suspended");
+	CHECK(!w->done);
+	/* Only one wait at a time per enqueue. */
+	CHECK_ERROR(op(&h.ux, b, "locks", "enq/k", "wait", "{\"timeout_s\":0}"), 409,
+		    "not_enqueued");
+	CHECK(!w->done);
+	CHECK_OK(local_release(holder, "enq/k"));
+	if (!PUMP_UNTIL(w->done, 5000))
+		FAIL_AT("the wait was not answered after the release");
+	CHECK_OUTCOME(w, "ok");
+	CHECK(tok_num(jstr(w, "token")) > th);
+	CHECK_EQ(jint(w, "lease_ttl_s"), 33);
+	CHECK_STR(key_info(holder, "enq/k")->holder_session, b);
+	/* Used up. */
+	CHECK_ERROR(op(&h.ux, b, "locks", "enq/k", "wait", "{\"timeout_s\":1}"), 409,
+		    "not_enqueued");
+	release_ok(&h.ux, b, "locks", "enq/k", jstr(w, "token"));
+
+	/* Granted between enqueue and wait: the wait returns it at once. */
+	CHECK_OK(local_lock(holder, "enq/k", NULL, &th));
+	c = op(&h.ux, a, "locks", "enq/k", "enqueue", "{}");
+	CHECK_OUTCOME(c, "queued");
+	CHECK_OK(local_release(holder, "enq/k"));
+	CHECK_STR(key_info(holder, "enq/k")->holder_session, a);
+	c = op(&h.ux, a, "locks", "enq/k", "wait", "{\"timeout_s\":0}");
+	CHECK_OUTCOME(c, "ok");
+	CHECK(tok_num(jstr(c, "token")) > th);
+	CHECK_EQ(key_info(holder, "enq/k")->token, tok_num(jstr(c, "token")));
+	hb_stop(&h);
+}
+
+TEST(http, lock_wait_timeout_leaves_the_queue, 20)
+{
+	struct hbroker h;
+	local_session *holder;
+	struct call *c;
+	uint64_t t0, took;
+	char *s;
+
+	hb_start(&h, false, NULL);
+	holder = open_session(&h.b, "holder", 0, 0);
+	CHECK_OK(local_lock(holder, "wt/k", NULL, NULL));
+	s = session_new(&h.ux);
+	CHECK_OUTCOME(op(&h.ux, s, "locks", "wt/k", "enqueue", "{}"), "queued");
+	CHECK_EQ(WAITERS(holder, "wt/k"), 1);
+	t0 = now_ms();
+	c = op(&h.ux, s, "locks", "wt/k", "wait", "{\"timeout_s\":1}");
+	took = now_ms() - t0;
+	CHECK_OUTCOME(c, "timeout");
+	if (took < 900 || took > 4000)
+		FAIL_AT("a 1 s wait answered after %llu ms", (unsigned long long)took);
+	CHECK_EQ(WAITERS(holder, "wt/k"), 0);
+	CHECK_ERROR(op(&h.ux, s, "locks", "wt/k", "wait", "{\"timeout_s\":1}"), 409,
+		    "not_enqueued");
+	/* A wait of 0 on a queued request: timeout at once, out of the queue. */
+	CHECK_OUTCOME(op(&h.ux, s, "locks", "wt/k", "enqueue", "{}"), "queued");
+	CHECK_EQ(WAITERS(holder, "wt/k"), 1);
+	t0 = now_ms();
+	CHECK_OUTCOME(op(&h.ux, s, "locks", "wt/k", "wait", "{\"timeout_s\":0}"), "timeout");
+	CHECK(now_ms() - t0 < 900);
+	CHECK_EQ(WAITERS(holder, "wt/k"), 0);
+	/* Nobody is left to hand the key to. */
+	CHECK_OK(local_release(holder, "wt/k"));
+	CHECK_EQ(HOLDERS(holder, "wt/k"), 0);
+	hb_stop(&h);
+}
+
+TEST(http, semaphore_endpoints_and_limits, 30)
+{
+	struct hbroker h;
+	local_session *obs;
+	struct call *c, *w;
+	char *s[5], *t0, *t1, *t2;
+	int i;
+
+	hb_start(&h, false, NULL);
+	obs = open_session(&h.b, "obs", 0, 0);
+	for (i = 0; i < 5; i++)
+		s[i] = session_new(&h.ux);
+	c = op(&h.ux, s[0], "semaphores", "sem/k", NULL, "{\"acquire_timeout_s\":0,\"limit\":2}");
+	CHECK_OUTCOME(c, "ok");
+	CHECK_EQ(jint(c, "lease_ttl_s"), 33);
+	t0 = strdup(jstr(c, "token"));
+	c = op(&h.ux, s[1], "semaphores", "sem/k", NULL,
+	       "{\"acquire_timeout_s\":0,\"limit\":2,\"lease_ttl_s\":20}");
+	CHECK_OUTCOME(c, "ok");
+	CHECK_EQ(jint(c, "lease_ttl_s"), 20);
+	t1 = strdup(jstr(c, "token"));
+	CHECK(strcmp(t1, t0) > 0);
+	CHECK_EQ(key_info(obs, "sem/k")->kind, LOCAL_KIND_SEMAPHORE);
+	CHECK_EQ(key_info(obs, "sem/k")->limit, 2);
+	CHECK_EQ(HOLDERS(obs, "sem/k"), 2);
+	/* Full: a try times out; a timed acquire is granted by a release. */
+	CHECK_OUTCOME(op(&h.ux, s[2], "semaphores", "sem/k", NULL,
+			 "{\"acquire_timeout_s\":0,\"limit\":2}"),
+		      "timeout");
+	w = start(&h.ux, "POST", "/v1/semaphores/sem%2Fk", s[2], "{\"acquire_timeout_s\":10,\"limit\":2}");
+	if (!PUMP_UNTIL(WAITERS(obs, "sem/k") == 1, 5000))
+		FAIL_AT("the semaphore acquire did not queue");
+	release_ok(&h.ux, s[0], "semaphores", "sem/k", t0);
+	if (!PUMP_UNTIL(w->done, 5000))
+		FAIL_AT("the semaphore waiter was not answered");
+	CHECK_OUTCOME(w, "ok");
+	t2 = strdup(jstr(w, "token"));
+	CHECK(strcmp(t2, t1) > 0);
+	CHECK_EQ(HOLDERS(obs, "sem/k"), 2);
+	/* Renew a slot. */
+	c = op(&h.ux, s[2], "semaphores", "sem/k", "renew",
+	       strf("{\"token\":\"%s\",\"lease_ttl_s\":40}", t2));
+	CHECK_STATUS(c, 200);
+	CHECK(jint(c, "remaining_s") >= 39 && jint(c, "remaining_s") <= 40);
+	CHECK_ERROR(op(&h.ux, s[3], "semaphores", "sem/k", "renew",
+		       strf("{\"token\":\"%s\"}", t2)),
+		    404, "not_held");
+	/* Two-phase: queued, a wait that times out leaves the queue, then
+	 * one that a release answers. */
+	c = op(&h.ux, s[3], "semaphores", "sem/k", "enqueue", "{\"limit\":2}");
+	CHECK_OUTCOME(c, "queued");
+	CHECK_ERROR(op(&h.ux, s[3], "semaphores", "sem/k", "enqueue", "{\"limit\":2}"), 409,
+		    "already_enqueued");
+	CHECK_EQ(WAITERS(obs, "sem/k"), 1);
+	CHECK_OUTCOME(op(&h.ux, s[3], "semaphores", "sem/k", "wait", "{\"timeout_s\":1}"),
+		      "timeout");
+	CHECK_EQ(WAITERS(obs, "sem/k"), 0);
+	CHECK_ERROR(op(&h.ux, s[3], "semaphores", "sem/k", "wait", "{\"timeout_s\":0}"), 409,
+		    "not_enqueued");
+	CHECK_OUTCOME(op(&h.ux, s[3], "semaphores", "sem/k", "enqueue", "{\"limit\":2}"),
+		      "queued");
+	w = start(&h.ux, "POST", "/v1/semaphores/sem%2Fk/wait", s[3], "{\"timeout_s\":10}");
+	if (!PUMP_UNTIL(metric(metrics(&h.ux), "shmlock_http_waiting") == 1, 5000))
+		FAIL_AT("the semaphore wait was not suspended");
+	release_ok(&h.ux, s[1], "semaphores", "sem/k", t1);
+	if (!PUMP_UNTIL(w->done, 5000))
+		FAIL_AT("the semaphore wait was not answered");
+	CHECK_OUTCOME(w, "ok");
+	CHECK(strcmp(jstr(w, "token"), t2) > 0);
+	/* A free slot: enqueue acquires at once. */
+	release_ok(&h.ux, s[2], "semaphores", "sem/k", t2);
+	c = op(&h.ux, s[4], "semaphores", "sem/k", "enqueue", "{\"limit\":2}");
+	CHECK_OUTCOME(c, "acquired");
+	/* Limits must agree; a lock key is no semaphore and back. */
+	CHECK_ERROR(op(&h.ux, s[0], "semaphores", "sem/k", NULL,
+		       "{\"acquire_timeout_s\":0,\"limit\":3}"),
+		    409, "limit_mismatch");
+	CHECK_ERROR(op(&h.ux, s[0], "semaphores", "sem/k", "enqueue", "{\"limit\":5}"), 409,
+		    "limit_mismatch");
+	CHECK_ERROR(lock_acquire(&h.ux, s[0], "sem/k", 0), 409, "limit_mismatch");
+	CHECK_OUTCOME(lock_acquire(&h.ux, s[0], "sem/lock", 0), "ok");
+	CHECK_ERROR(op(&h.ux, s[1], "semaphores", "sem/lock", NULL,
+		       "{\"acquire_timeout_s\":0,\"limit\":1}"),
+		    409, "limit_mismatch");
+	CHECK_ERROR(op(&h.ux, s[1], "semaphores", "sem/lock", "enqueue", "{\"limit\":2}"), 409,
+		    "limit_mismatch");
+	CHECK_EQ(key_info(obs, "sem/k")->limit, 2);
+	/* A limit is required, at least 1, an integer. */
+	CHECK_ERROR(op(&h.ux, s[1], "semaphores", "sem/x", NULL, "{\"acquire_timeout_s\":0}"),
+		    400, "bad_request");
+	CHECK_ERROR(op(&h.ux, s[1], "semaphores", "sem/x", NULL,
+		       "{\"acquire_timeout_s\":0,\"limit\":0}"),
+		    400, "bad_request");
+	CHECK_ERROR(op(&h.ux, s[1], "semaphores", "sem/x", NULL,
+		       "{\"acquire_timeout_s\":0,\"limit\":\"2\"}"),
+		    400, "bad_request");
+	CHECK_ERROR(op(&h.ux, s[1], "semaphores", "sem/x", "enqueue", "{}"), 400, "bad_request");
+	CHECK_EQ(key_info(obs, "sem/x")->kind, LOCAL_KIND_NONE);
+	hb_stop(&h);
+}
+
+/* The element of array @arr whose "key" is @key, or NULL. */
+static json_t *by_key(json_t *arr, const char *key)
+{
+	size_t i;
+	json_t *v;
+
+	if (!json_is_array(arr))
+		FAIL_AT("not an array");
+	json_array_foreach(arr, i, v) {
+		json_t *k = json_object_get(v, "key");
+
+		if (json_is_string(k) && !strcmp(json_string_value(k), key))
+			return v;
+	}
+	return NULL;
+}
+
+static long long jget(json_t *o, const char *k)
+{
+	json_t *v = json_object_get(o, k);
+
+	if (!json_is_integer(v))
+		FAIL_AT("field %s is not an integer", k);
+	return (long long)json_integer_value(v);
+}
+
+TEST(http, stats_shape, 20)
+{
+	struct hbroker h;
+	local_session *obs, *waiter;
+	struct call *c;
+	json_t *j, *e, *sess, *cap, *cnt;
+	char *s, *t;
+	int granted = -1;
+	double lease;
+
+	hb_start(&h, false, NULL);
+	obs = open_session(&h.b, "obs", 0, 0);
+	waiter = open_session(&h.b, "waiter", 0, 0);
+	s = session_new(&h.ux);
+	/* A held lock with a waiter, a semaphore with a holder, an idle lock
+	 * and an idle semaphore. */
+	c = op(&h.ux, s, "locks", "st/lock", NULL, "{\"acquire_timeout_s\":0,\"lease_ttl_s\":30}");
+	CHECK_OUTCOME(c, "ok");
+	CHECK_OK(local_enqueue(waiter, "st/lock", 0, NULL, &granted, NULL));
+	CHECK_EQ(granted, 0);
+	CHECK_OUTCOME(op(&h.ux, s, "semaphores", "st/sem", NULL,
+			 "{\"acquire_timeout_s\":0,\"limit\":3}"),
+		      "ok");
+	c = lock_acquire(&h.ux, s, "st/idle", 0);
+	CHECK_OUTCOME(c, "ok");
+	release_ok(&h.ux, s, "locks", "st/idle", jstr(c, "token"));
+	c = op(&h.ux, s, "semaphores", "st/isem", NULL, "{\"acquire_timeout_s\":0,\"limit\":2}");
+	CHECK_OUTCOME(c, "ok");
+	t = strdup(jstr(c, "token"));
+	release_ok(&h.ux, s, "semaphores", "st/isem", t);
+
+	c = req(&h.ux, "GET", "/v1/stats", NULL, NULL);
+	CHECK_STATUS(c, 200);
+	j = c->json;
+	CHECK(json_is_object(j));
+	/* dflockd's fields. */
+	CHECK_EQ(jget(j, "connections"), 3); /* 2 liblocal sessions + 1 HTTP */
+	e = by_key(json_object_get(j, "locks"), "st/lock");
+	if (!e)
+		FAIL_AT("st/lock not in locks: %s", c->out);
+	CHECK_STR(json_string_value(json_object_get(e, "owner_conn_id")), s);
+	CHECK(json_is_number(json_object_get(e, "lease_expires_in_s")));
+	lease = json_number_value(json_object_get(e, "lease_expires_in_s"));
+	CHECK(lease > 20 && lease <= 30);
+	CHECK_EQ(jget(e, "waiters"), 1);
+	CHECK_EQ(json_array_size(json_object_get(j, "locks")), 1);
+	e = by_key(json_object_get(j, "semaphores"), "st/sem");
+	if (!e)
+		FAIL_AT("st/sem not in semaphores: %s", c->out);
+	CHECK_EQ(jget(e, "limit"), 3);
+	CHECK_EQ(jget(e, "holders"), 1);
+	CHECK_EQ(jget(e, "waiters"), 0);
+	CHECK(by_key(json_object_get(j, "idle_locks"), "st/idle"));
+	CHECK(!by_key(json_object_get(j, "idle_locks"), "st/lock"));
+	e = by_key(json_object_get(j, "idle_semaphores"), "st/isem");
+	if (!e)
+		FAIL_AT("st/isem not in idle_semaphores: %s", c->out);
+	CHECK_EQ(jget(e, "limit"), 2);
+	CHECK(!by_key(json_object_get(j, "idle_semaphores"), "st/sem"));
+	/* shmlock's own. */
+	sess = json_object_get(j, "sessions");
+	CHECK_EQ(jget(sess, "total"), 3);
+	CHECK_EQ(jget(sess, "http"), 1);
+	CHECK_EQ(jget(sess, "local"), 2);
+	cap = json_object_get(j, "capacity");
+	CHECK_EQ(jget(cap, "max_keys"), 4096);
+	CHECK_EQ(jget(cap, "max_sessions"), 1024);
+	CHECK_EQ(jget(cap, "max_waiters"), 4096);
+	CHECK_EQ(jget(cap, "max_holds"), 4096);
+	CHECK_EQ(jget(cap, "keys"), 4);
+	CHECK_EQ(jget(cap, "holds"), 2);
+	CHECK_EQ(jget(cap, "waiters"), 1);
+	CHECK_EQ(jget(cap, "sessions"), 3);
+	cnt = json_object_get(j, "counters");
+	CHECK_EQ(jget(cnt, "grants"), 4);
+	CHECK_EQ(jget(cnt, "lease_expiries"), 0);
+	CHECK(json_is_integer(json_object_get(j, "http_connections")));
+	/* The same picture through liblocal. */
+	CHECK_EQ(WAITERS(obs, "st/lock"), 1);
+	CHECK_EQ(key_info(obs, "st/isem")->limit, 2);
+	hb_stop(&h);
+}
+
+TEST(http, metrics_are_prometheus_text_with_route_labels, 20)
+{
+	struct hbroker h;
+	struct call *c;
+	char *s, *text;
+
+	hb_start(&h, false, NULL);
+	s = session_new(&h.ux);
+	CHECK_OUTCOME(lock_acquire(&h.ux, s, "m/k", 0), "ok");
+	CHECK_OUTCOME(lock_acquire(&h.ux, s, "m/k2", 0), "ok");
+	CHECK_ERROR(req(&h.ux, "GET", "/nope", NULL, NULL), 404, "not_found");
+	CHECK_ERROR(lock_acquire(&h.ux, NULL, "m/k", 0), 400, "bad_request");
+	c = req(&h.ux, "GET", "/metrics", NULL, NULL);
+	CHECK_STATUS(c, 200);
+	CHECK(!strncmp(c->ctype, "text/plain", 10));
+	CHECK(!c->json);
+	text = c->out;
+	CHECK(strstr(text, "# TYPE shmlock_http_requests_total counter\n"));
+	CHECK_EQ(metric(text, "shmlock_http_requests_total{method=\"POST\",route=\"/v1/sessions\","
+			      "status=\"200\"}"),
+		 1);
+	CHECK_EQ(metric(text, "shmlock_http_requests_total{method=\"POST\","
+			      "route=\"/v1/locks/{key}\",status=\"200\"}"),
+		 2);
+	CHECK_EQ(metric(text, "shmlock_http_requests_total{method=\"POST\","
+			      "route=\"/v1/locks/{key}\",status=\"400\"}"),
+		 1);
+	CHECK(metric(text, "shmlock_http_requests_total{method=\"GET\",route=\"/health\","
+			   "status=\"200\"}") >= 1);
+	CHECK_EQ(metric(text, "shmlock_http_requests_total{method=\"GET\",route=\"unmatched\","
+			      "status=\"404\"}"),
+		 1);
+	CHECK(strstr(text, "# TYPE shmlock_http_request_duration_seconds histogram\n"));
+	CHECK_EQ(metric(text, "shmlock_http_request_duration_seconds_count{route=\"/v1/locks/{key}\"}"),
+		 3);
+	CHECK_EQ(metric(text, "shmlock_http_sessions"), 1);
+	CHECK_EQ(metric(text, "shmlock_holds"), 2);
+	CHECK_EQ(metric(text, "shmlock_http_grants_total"), 2);
+	CHECK_EQ(metric(text, "shmlock_http_waiting"), 0);
+	hb_stop(&h);
+}
+
+TEST(http, bad_requests_are_400, 30)
+{
+	struct hbroker h;
+	local_session *obs;
+	struct call *c;
+	char *s, *big, *key255, *key256;
+	size_t n = HTTP_BODY_MAX_TEST + 100;
+
+	hb_start(&h, false, NULL);
+	obs = open_session(&h.b, "obs", 0, 0);
+	s = session_new(&h.ux);
+	/* No session header. */
+	CHECK_ERROR(lock_acquire(&h.ux, NULL, "bad/k", 0), 400, "bad_request");
+	CHECK_ERROR(op(&h.ux, NULL, "locks", "bad/k", "enqueue", "{}"), 400, "bad_request");
+	CHECK_ERROR(op(&h.ux, NULL, "semaphores", "bad/k", NULL,
+		       "{\"acquire_timeout_s\":0,\"limit\":2}"),
+		    400, "bad_request");
+	/* Bodies. */
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, "{\"acquire_timeout_s\":"), 400,
+		    "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, "not json"), 400, "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, "{\"acquire_timeout_s\":0,\"bogus\":1}"),
+		    400, "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, "{\"acquire_timeout_s\":0} x"), 400,
+		    "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, "{\"acquire_timeout_s\":0}{}"), 400,
+		    "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL,
+		       "{\"acquire_timeout_s\":0,\"acquire_timeout_s\":1}"),
+		    400, "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, "[0]"), 400, "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, "{}"), 400, "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, "{\"acquire_timeout_s\":\"5\"}"), 400,
+		    "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, "{\"acquire_timeout_s\":1.5}"), 400,
+		    "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, "{\"acquire_timeout_s\":null}"), 400,
+		    "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, "{\"acquire_timeout_s\":-1}"), 400,
+		    "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL,
+		       "{\"acquire_timeout_s\":0,\"lease_ttl_s\":-5}"),
+		    400, "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", "wait", "{\"timeout_s\":-1}"), 400,
+		    "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", "enqueue", "{\"lease_ttl_s\":\"x\"}"), 400,
+		    "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", "release", "{\"token\":7}"), 400,
+		    "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", "release", "{\"token\":\"abc\"}"), 400,
+		    "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", "release", "{\"token\":\"\"}"), 400,
+		    "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", "release",
+		       "{\"token\":\"123456789012345678901\"}"),
+		    400, "bad_request");
+	/* A body over 1 MiB. */
+	big = malloc(n + 1);
+	CHECK(big);
+	memset(big, 'x', n);
+	memcpy(big, "{\"acquire_timeout_s\":0,\"pad\":\"", 31);
+	memcpy(big + n - 2, "\"}", 2);
+	big[n] = '\0';
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, big), 400, "bad_request");
+	CHECK_EQ(key_info(obs, "bad/k")->kind, LOCAL_KIND_NONE);
+	/* The connection still works after the large body. */
+	CHECK_OUTCOME(lock_acquire(&h.ux, s, "bad/k", 0), "ok");
+
+	/* Keys: a bad escape, a NUL, too long. */
+	CHECK_ERROR(lock_acquire(&h.ux, s, "%zz", 0), 400, "bad_request");
+	CHECK_ERROR(lock_acquire(&h.ux, s, "a%00b", 0), 400, "bad_request");
+	CHECK_ERROR(lock_acquire(&h.ux, s, "ab%4", 0), 400, "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "%zz", "release", "{\"token\":\"1\"}"), 400,
+		    "bad_request");
+	key256 = malloc(257);
+	memset(key256, 'k', 256);
+	key256[256] = '\0';
+	CHECK_ERROR(lock_acquire(&h.ux, s, key256, 0), 400, "bad_request");
+	/* 254 bytes and an escape: 255 decoded, one too many after that. */
+	key256[254] = '\0';
+	CHECK_ERROR(lock_acquire(&h.ux, s, strf("%s%%41%%41", key256), 0), 400, "bad_request");
+	key255 = strf("%s%%41", key256);
+	c = lock_acquire(&h.ux, s, key255, 0);
+	CHECK_OUTCOME(c, "ok");
+	key256[254] = 'A';
+	key256[255] = '\0';
+	CHECK_EQ(HOLDERS(obs, key256), 1);
+	/* %2F is part of one key, "a/b". */
+	c = lock_acquire(&h.ux, s, "a%2Fb", 0);
+	CHECK_OUTCOME(c, "ok");
+	CHECK_EQ(HOLDERS(obs, "a/b"), 1);
+	CHECK_STR(key_info(obs, "a/b")->holder_session, s);
+	release_ok(&h.ux, s, "locks", "a%2fb", jstr(c, "token"));
+	CHECK_EQ(HOLDERS(obs, "a/b"), 0);
+	/* Nothing else was created along the way. */
+	CHECK_EQ(key_info(obs, "%zz")->kind, LOCAL_KIND_NONE);
+	CHECK_EQ(key_info(obs, "ab%4")->kind, LOCAL_KIND_NONE);
+	hb_stop(&h);
+}
+
+TEST(http, auth_token_is_required_except_on_open_routes, 20)
+{
+	struct hbroker h;
+	struct api none, wrong, basic, right;
+	struct call *c;
+	char *s;
+
+	hb_start(&h, true, ARGS("--auth-token", "s3cret-T0ken"));
+	none = h.tcp;
+	wrong = h.tcp;
+	wrong.authz = "Bearer s3cret-T0kem";
+	basic = h.tcp;
+	basic.authz = "Basic s3cret-T0ken";
+	right = h.tcp;
+	right.authz = "Bearer s3cret-T0ken";
+	CHECK_ERROR(req(&none, "GET", "/v1/stats", NULL, NULL), 401, "unauthorized");
+	CHECK_ERROR(req(&wrong, "GET", "/v1/stats", NULL, NULL), 401, "unauthorized");
+	CHECK_ERROR(req(&basic, "GET", "/v1/stats", NULL, NULL), 401, "unauthorized");
+	CHECK_ERROR(req(&none, "GET", "/metrics", NULL, NULL), 401, "unauthorized");
+	CHECK_ERROR(req(&none, "POST", "/v1/sessions", NULL, NULL), 401, "unauthorized");
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 401, "unauthorized");
+	wrong.authz = "Bearer s3cret-T0ken-and-more";
+	CHECK_ERROR(req(&wrong, "POST", "/v1/sessions", NULL, NULL), 401, "unauthorized");
+	wrong.authz = "Bearer s3cret";
+	CHECK_ERROR(req(&wrong, "POST", "/v1/sessions", NULL, NULL), 401, "unauthorized");
+	/* Open routes. */
+	CHECK_STATUS(req(&none, "GET", "/health", NULL, NULL), 200);
+	CHECK_STATUS(req(&none, "GET", "/ready", NULL, NULL), 200);
+	c = req(&none, "GET", "/v1/openapi.json", NULL, NULL);
+	CHECK_STATUS(c, 200);
+	CHECK(json_is_object(c->json));
+	/* The right token passes everywhere. */
+	CHECK_STATUS(req(&right, "GET", "/v1/stats", NULL, NULL), 200);
+	CHECK_STATUS(req(&right, "GET", "/metrics", NULL, NULL), 200);
+	s = session_new(&right);
+	CHECK_ERROR(lock_acquire(&none, s, "auth/k", 0), 401, "unauthorized");
+	CHECK_ERROR(lock_acquire(&wrong, s, "auth/k", 0), 401, "unauthorized");
+	c = lock_acquire(&right, s, "auth/k", 0);
+	CHECK_OUTCOME(c, "ok");
+	CHECK_ERROR(op(&none, s, "locks", "auth/k", "release",
+		       strf("{\"token\":\"%s\"}", jstr(c, "token"))),
+		    401, "unauthorized");
+	release_ok(&right, s, "locks", "auth/k", jstr(c, "token"));
+	CHECK_STATUS(req(&right, "DELETE", strf("/v1/sessions/%s", s), NULL, NULL), 204);
+	hb_stop(&h);
+}
+
+TEST(http, unknown_routes_are_404_and_wrong_methods_405_with_allow, 20)
+{
+	struct hbroker h;
+	struct call *c;
+	char *s;
+
+	hb_start(&h, false, NULL);
+	s = session_new(&h.ux);
+	CHECK_ERROR(req(&h.ux, "GET", "/", NULL, NULL), 404, "not_found");
+	CHECK_ERROR(req(&h.ux, "GET", "/nope", NULL, NULL), 404, "not_found");
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/locks/k/bogus", s, "{}"), 404, "not_found");
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/locks", s, "{}"), 404, "not_found");
+	CHECK_ERROR(req(&h.ux, "POST", "/v2/locks/k", s, "{\"acquire_timeout_s\":0}"), 404,
+		    "not_found");
+	c = req(&h.ux, "GET", "/v1/sessions", NULL, NULL);
+	CHECK_ERROR(c, 405, "method_not_allowed");
+	CHECK_STR(c->allow, "POST");
+	c = req(&h.ux, "GET", "/v1/locks/k", s, NULL);
+	CHECK_ERROR(c, 405, "method_not_allowed");
+	CHECK_STR(c->allow, "POST");
+	c = req(&h.ux, "PUT", "/v1/semaphores/k/wait", s, "{}");
+	CHECK_ERROR(c, 405, "method_not_allowed");
+	CHECK_STR(c->allow, "POST");
+	c = req(&h.ux, "POST", "/health", NULL, NULL);
+	CHECK_ERROR(c, 405, "method_not_allowed");
+	CHECK_STR(c->allow, "GET");
+	c = req(&h.ux, "DELETE", "/v1/stats", NULL, NULL);
+	CHECK_ERROR(c, 405, "method_not_allowed");
+	CHECK_STR(c->allow, "GET");
+	c = req(&h.ux, "GET", strf("/v1/sessions/%s", s), NULL, NULL);
+	CHECK_ERROR(c, 405, "method_not_allowed");
+	CHECK_STR(c->allow, "DELETE");
+	c = req(&h.ux, "DELETE", strf("/v1/sessions/%s/ping", s), NULL, NULL);
+	CHECK_ERROR(c, 405, "method_not_allowed");
+	CHECK_STR(c->allow, "POST");
+	/* The session is untouched by all that. */
+	CHECK_STATUS(req(&h.ux, "POST", strf("/v1/sessions/%s/ping", s), NULL, NULL), 204);
+	hb_stop(&h);
+}
+
+TEST(http, conflicts_are_409, 30)
+{
+	struct hbroker h;
+	local_session *holder;
+	struct call *c;
+	char *a, *b, *t;
+
+	hb_start(&h, false, NULL);
+	holder = open_session(&h.b, "holder", 0, 0);
+	a = session_new(&h.ux);
+	b = session_new(&h.ux);
+	/* limit_mismatch: another limit, or the other kind. */
+	CHECK_OUTCOME(op(&h.ux, a, "semaphores", "c/sem", NULL,
+			 "{\"acquire_timeout_s\":0,\"limit\":2}"),
+		      "ok");
+	CHECK_ERROR(op(&h.ux, b, "semaphores", "c/sem", NULL,
+		       "{\"acquire_timeout_s\":0,\"limit\":4}"),
+		    409, "limit_mismatch");
+	CHECK_ERROR(lock_acquire(&h.ux, b, "c/sem", 0), 409, "limit_mismatch");
+	CHECK_OK(local_lock(holder, "c/lock", NULL, NULL));
+	CHECK_ERROR(op(&h.ux, b, "semaphores", "c/lock", NULL,
+		       "{\"acquire_timeout_s\":0,\"limit\":2}"),
+		    409, "limit_mismatch");
+	/* already_enqueued / not_enqueued. */
+	CHECK_OUTCOME(op(&h.ux, a, "locks", "c/lock", "enqueue", "{}"), "queued");
+	CHECK_ERROR(op(&h.ux, a, "locks", "c/lock", "enqueue", "{}"), 409, "already_enqueued");
+	CHECK_ERROR(op(&h.ux, b, "locks", "c/lock", "wait", "{\"timeout_s\":0}"), 409,
+		    "not_enqueued");
+	CHECK_ERROR(op(&h.ux, b, "locks", "c/none", "wait", "{\"timeout_s\":1}"), 409,
+		    "not_enqueued");
+	CHECK_ERROR(op(&h.ux, b, "semaphores", "c/sem", "wait", "{\"timeout_s\":0}"), 409,
+		    "not_enqueued");
+	CHECK_EQ(WAITERS(holder, "c/lock"), 1);
+	/* lease_expired: a 1 s lease runs out; release and renew say so. */
+	c = op(&h.ux, b, "locks", "c/lease", NULL, "{\"acquire_timeout_s\":0,\"lease_ttl_s\":1}");
+	CHECK_OUTCOME(c, "ok");
+	CHECK_EQ(jint(c, "lease_ttl_s"), 1);
+	t = strdup(jstr(c, "token"));
+	CHECK_EQ(HOLDERS(holder, "c/lease"), 1);
+	if (!WAIT_FOR(HOLDERS(holder, "c/lease") == 0, 5000))
+		FAIL_AT("a 1 s lease did not expire within 5 s");
+	CHECK_ERROR(op(&h.ux, b, "locks", "c/lease", "release", strf("{\"token\":\"%s\"}", t)),
+		    409, "lease_expired");
+	CHECK_ERROR(op(&h.ux, b, "locks", "c/lease", "renew", strf("{\"token\":\"%s\"}", t)), 409,
+		    "lease_expired");
+	/* The key went back to the pool: anyone may take it. */
+	CHECK_OUTCOME(lock_acquire(&h.ux, a, "c/lease", 0), "ok");
+	/* The same for a semaphore slot. */
+	c = op(&h.ux, b, "semaphores", "c/slease", NULL,
+	       "{\"acquire_timeout_s\":0,\"limit\":3,\"lease_ttl_s\":1}");
+	CHECK_OUTCOME(c, "ok");
+	t = strdup(jstr(c, "token"));
+	if (!WAIT_FOR(HOLDERS(holder, "c/slease") == 0, 5000))
+		FAIL_AT("a 1 s semaphore lease did not expire within 5 s");
+	CHECK_ERROR(op(&h.ux, b, "semaphores", "c/slease", "release",
+		       strf("{\"token\":\"%s\"}", t)),
+		    409, "lease_expired");
+	hb_stop(&h);
+}
+
+TEST(http, gone_sessions_are_410, 30)
+{
+	struct hbroker h;
+	local_session *obs, *holder;
+	struct call *c, *w;
+	char *a, *b, *d;
+
+	hb_start(&h, false, NULL);
+	obs = open_session(&h.b, "obs", 0, 0);
+	holder = open_session(&h.b, "holder", 0, 0);
+	CHECK_ERROR(lock_acquire(&h.ux, "0123456789abcdef0123456789abcdef", "g/k", 0), 410,
+		    "session_gone");
+	/* A malformed id is bad input (400), not a gone session. */
+	CHECK_ERROR(lock_acquire(&h.ux, "not-a-session", "g/k", 0), 400, "bad_request");
+	/* A liblocal session's id is not an HTTP session. */
+	CHECK_ERROR(lock_acquire(&h.ux, local_session_id(obs), "g/k", 0), 410, "session_gone");
+	/* Deleted. */
+	a = session_new(&h.ux);
+	CHECK_STATUS(req(&h.ux, "DELETE", strf("/v1/sessions/%s", a), NULL, NULL), 204);
+	CHECK_ERROR(lock_acquire(&h.ux, a, "g/k", 0), 410, "session_gone");
+	CHECK_ERROR(op(&h.ux, a, "locks", "g/k", "enqueue", "{}"), 410, "session_gone");
+	CHECK_ERROR(op(&h.ux, a, "locks", "g/k", "release", "{\"token\":\"1\"}"), 410,
+		    "session_gone");
+	CHECK_ERROR(op(&h.ux, a, "semaphores", "g/s", "renew", "{\"token\":\"1\"}"), 410,
+		    "session_gone");
+	/* Destroyed by an operator: its hold goes, its waits end with 410. */
+	b = session_new(&h.ux);
+	c = lock_acquire(&h.ux, b, "g/held", 0);
+	CHECK_OUTCOME(c, "ok");
+	CHECK_OK(local_lock(holder, "g/k", NULL, NULL));
+	w = start(&h.ux, "POST", "/v1/locks/g%2Fk", b, "{\"acquire_timeout_s\":30}");
+	if (!PUMP_UNTIL(WAITERS(obs, "g/k") == 1, 5000))
+		FAIL_AT("the wait did not queue");
+	CHECK_OK(local_session_destroy(obs, b));
+	if (!PUMP_UNTIL(w->done, 5000))
+		FAIL_AT("the wait of a destroyed session was not answered");
+	CHECK_ERROR(w, 410, "session_gone");
+	CHECK_EQ(WAITERS(obs, "g/k"), 0);
+	CHECK_EQ(HOLDERS(obs, "g/held"), 0);
+	CHECK_ERROR(lock_acquire(&h.ux, b, "g/held", 0), 410, "session_gone");
+	/* DELETEd while a wait of its own is in flight: the same. */
+	d = session_new(&h.ux);
+	w = start(&h.ux, "POST", "/v1/locks/g%2Fk", d, "{\"acquire_timeout_s\":30}");
+	if (!PUMP_UNTIL(WAITERS(obs, "g/k") == 1, 5000))
+		FAIL_AT("the wait did not queue");
+	CHECK_STATUS(req(&h.ux, "DELETE", strf("/v1/sessions/%s", d), NULL, NULL), 204);
+	if (!PUMP_UNTIL(w->done, 5000))
+		FAIL_AT("the wait of a deleted session was not answered");
+	CHECK_ERROR(w, 410, "session_gone");
+	CHECK_EQ(WAITERS(obs, "g/k"), 0);
+	hb_stop(&h);
+}
+
+TEST(http, rate_limit_per_address_is_429, 20)
+{
+	struct hbroker h;
+	struct call *c;
+	int i;
+
+	hb_start(&h, true, ARGS("--http-rate-limit-per-ip", "2", "--http-rate-limit-burst", "2"));
+	/* The readiness probes of hb_start() are exempt: the burst is whole. */
+	CHECK_STATUS(req(&h.tcp, "GET", "/v1/stats", NULL, NULL), 200);
+	CHECK_STATUS(req(&h.tcp, "GET", "/v1/stats", NULL, NULL), 200);
+	CHECK_ERROR(req(&h.tcp, "GET", "/v1/stats", NULL, NULL), 429, "rate_limited");
+	CHECK_ERROR(req(&h.tcp, "POST", "/v1/sessions", NULL, NULL), 429, "rate_limited");
+	/* /health and /ready are never limited. */
+	for (i = 0; i < 5; i++) {
+		CHECK_STATUS(req(&h.tcp, "GET", "/health", NULL, NULL), 200);
+		CHECK_STATUS(req(&h.tcp, "GET", "/ready", NULL, NULL), 200);
+	}
+	/* Another address (the Unix socket's clients are "local") has its own bucket. */
+	CHECK_STATUS(req(&h.ux, "GET", "/v1/stats", NULL, NULL), 200);
+	CHECK_STATUS(req(&h.ux, "GET", "/v1/stats", NULL, NULL), 200);
+	CHECK_ERROR(req(&h.ux, "GET", "/v1/stats", NULL, NULL), 429, "rate_limited");
+	/* A rate, not a ban: a token comes back within about half a second. */
+	c = NULL;
+	if (!WAIT_FOR((call_free(c), c = req(&h.tcp, "GET", "/v1/stats", NULL, NULL),
+		       c->status == 200),
+		      3000))
+		FAIL_AT("still limited after 3 s: %s", status_mismatch(c, 200));
+	hb_stop(&h);
+}
+
+TEST(http, session_caps_are_503, 30)
+{
+	struct hbroker h;
+	local_session *obs;
+	char *a, *b;
+
+	/* --http-max-sessions */
+	hb_start(&h, false, ARGS("--http-max-sessions", "1"));
+	a = session_new(&h.ux);
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_sessions");
+	CHECK_STATUS(req(&h.ux, "DELETE", strf("/v1/sessions/%s", a), NULL, NULL), 204);
+	a = session_new(&h.ux);
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_sessions");
+	hb_stop(&h);
+
+	/* --http-max-sessions-per-ip: TCP clients on 127.0.0.1, Unix ones "local". */
+	hb_start(&h, true, ARGS("--http-max-sessions-per-ip", "1"));
+	a = session_new(&h.tcp);
+	CHECK_ERROR(req(&h.tcp, "POST", "/v1/sessions", NULL, NULL), 503, "max_sessions_per_ip");
+	b = session_new(&h.ux);
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_sessions_per_ip");
+	CHECK_STATUS(req(&h.tcp, "DELETE", strf("/v1/sessions/%s", a), NULL, NULL), 204);
+	a = session_new(&h.tcp);
+	CHECK_ERROR(req(&h.tcp, "POST", "/v1/sessions", NULL, NULL), 503, "max_sessions_per_ip");
+	CHECK_STATUS(req(&h.ux, "DELETE", strf("/v1/sessions/%s", b), NULL, NULL), 204);
+	hb_stop(&h);
+
+	/* The segment's own session table (--max-sessions), shared with liblocal. */
+	hb_start(&h, false, ARGS("--max-sessions", "2"));
+	obs = open_session(&h.b, "obs", 0, 0);
+	a = session_new(&h.ux);
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_sessions");
+	CHECK_OK(local_session_close(obs));
+	b = session_new(&h.ux);
+	CHECK(strcmp(a, b));
+	hb_stop(&h);
+}
+
+TEST(http, table_caps_are_503, 30)
+{
+	struct hbroker h;
+	local_session *holder, *obs;
+	char *s[4];
+	int i;
+
+	/* --max-keys: the unique-key cap (dflockd's max_locks). */
+	hb_start(&h, false, ARGS("--max-keys", "4"));
+	s[0] = session_new(&h.ux);
+	for (i = 0; i < 4; i++)
+		CHECK_OUTCOME(lock_acquire(&h.ux, s[0], strf("cap/k%d", i), 0), "ok");
+	CHECK_ERROR(lock_acquire(&h.ux, s[0], "cap/k4", 0), 503, "max_locks");
+	CHECK_ERROR(lock_acquire(&h.ux, s[0], "cap/k4", 3), 503, "max_locks");
+	CHECK_ERROR(op(&h.ux, s[0], "locks", "cap/k4", "enqueue", "{}"), 503, "max_locks");
+	CHECK_ERROR(op(&h.ux, s[0], "semaphores", "cap/k4", NULL,
+		       "{\"acquire_timeout_s\":0,\"limit\":2}"),
+		    503, "max_locks");
+	/* Keys already in the table still work. */
+	CHECK_OUTCOME(lock_acquire(&h.ux, s[0], "cap/k3", 0), "ok");
+	hb_stop(&h);
+
+	/* --max-waiters: queued requests at once. */
+	hb_start(&h, false, ARGS("--max-waiters", "2"));
+	holder = open_session(&h.b, "holder", 0, 0);
+	obs = open_session(&h.b, "obs", 0, 0);
+	CHECK_OK(local_lock(holder, "cap/w", NULL, NULL));
+	for (i = 0; i < 4; i++)
+		s[i] = session_new(&h.ux);
+	CHECK_OUTCOME(op(&h.ux, s[0], "locks", "cap/w", "enqueue", "{}"), "queued");
+	CHECK_OUTCOME(op(&h.ux, s[1], "locks", "cap/w", "enqueue", "{}"), "queued");
+	CHECK_ERROR(op(&h.ux, s[2], "locks", "cap/w", "enqueue", "{}"), 503, "max_waiters");
+	CHECK_ERROR(lock_acquire(&h.ux, s[3], "cap/w", 5), 503, "max_waiters");
+	CHECK_EQ(WAITERS(obs, "cap/w"), 2);
+	/* A try takes no waiter slot. */
+	CHECK_OUTCOME(lock_acquire(&h.ux, s[3], "cap/w", 0), "timeout");
+	/* A slot freed (a wait of 0 leaves the queue) is usable again. */
+	CHECK_OUTCOME(op(&h.ux, s[0], "locks", "cap/w", "wait", "{\"timeout_s\":0}"), "timeout");
+	CHECK_EQ(WAITERS(obs, "cap/w"), 1);
+	CHECK_OUTCOME(op(&h.ux, s[2], "locks", "cap/w", "enqueue", "{}"), "queued");
+	CHECK_EQ(WAITERS(obs, "cap/w"), 2);
+	hb_stop(&h);
+}
+
+/*
+ * SIGTERM: waits in flight end with 503 draining, /ready turns 503, new
+ * sessions are refused, and the broker exits once its HTTP connections are
+ * gone or a bounded drain time (1 s, http_draining()) has passed. The test
+ * holds an idle connection open so the drain lasts that full second, and
+ * does its checks as soon as the wait's 503 arrives (a few ms into it); it
+ * asserts they all happened inside the drain, so a slow run fails loudly
+ * rather than passing by luck.
+ */
+TEST(http, sigterm_drains_waits_with_503_and_ready_turns_503, 30)
+{
+	struct hbroker h;
+	local_session *holder;
+	struct call *w, *c;
+	uint64_t t0;
+	int idle, status;
+	char *s;
+
+	hb_start(&h, false, NULL);
+	holder = open_session(&h.b, "holder", 0, 0);
+	CHECK_OK(local_lock(holder, "drain/k", NULL, NULL));
+	s = session_new(&h.ux);
+	w = start(&h.ux, "POST", "/v1/locks/drain%2Fk", s, "{\"acquire_timeout_s\":30}");
+	if (!PUMP_UNTIL(WAITERS(holder, "drain/k") == 1, 5000))
+		FAIL_AT("the wait did not queue");
+	idle = raw_connect(&h.ux);
+	/* The broker has taken the idle connection in. */
+	c = NULL;
+	if (!WAIT_FOR((call_free(c), c = req(&h.ux, "GET", "/v1/stats", NULL, NULL),
+		       jint(c, "http_connections") >= 3),
+		      5000))
+		FAIL_AT("the idle connection was not accepted: %s", c->out);
+	t0 = now_ms();
+	kill(h.b.pid, SIGTERM);
+	if (!PUMP_UNTIL(w->done, 5000))
+		FAIL_AT("the wait in flight was not ended by SIGTERM");
+	CHECK_ERROR(w, 503, "draining");
+	c = req(&h.ux, "GET", "/ready", NULL, NULL);
+	CHECK(!error_mismatch(c, 503, "draining", false));
+	CHECK_STR(jstr(c, "status"), "draining");
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "draining");
+	CHECK_STATUS(req(&h.ux, "GET", "/health", NULL, NULL), 200);
+	if (now_ms() - t0 >= 1000)
+		FAIL_AT("checks took %llu ms: outside the 1 s drain",
+			(unsigned long long)(now_ms() - t0));
+	close(idle);
+	status = wait_exit(h.b.pid, 10000);
+	h.b.pid = 0;
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* Stopped: nothing answers any more. */
+	c = req(&h.ux, "GET", "/health", NULL, NULL);
+	CHECK_EQ(c->status, 0);
+	hb_stop(&h);
+}
+
+TEST(http, tokens_are_zero_padded_and_grow_as_strings, 20)
+{
+	struct hbroker h;
+	local_session *ll;
+	char *s, *prev = NULL;
+	uint64_t ltok = 0;
+	int i;
+
+	hb_start(&h, false, NULL);
+	ll = open_session(&h.b, "ll", 0, 0);
+	s = session_new(&h.ux);
+	for (i = 0; i < 30; i++) {
+		const char *key = strf("tok/%d", i % 3);
+		struct call *c = i % 2 ? op(&h.ux, s, "locks", key, "enqueue", "{}")
+				       : lock_acquire(&h.ux, s, key, 0);
+		const char *t;
+
+		CHECK_OUTCOME(c, i % 2 ? "acquired" : "ok");
+		t = jstr(c, "token");
+		CHECK_TOKEN(t);
+		CHECK(t[0] == '0'); /* zero-padded to 20 digits */
+		/* Later grants compare greater, as strings and as numbers, and
+		 * liblocal's grants come from the same counter. */
+		if (prev) {
+			CHECK(strcmp(t, prev) > 0);
+			CHECK(tok_num(t) > tok_num(prev));
+		}
+		CHECK(tok_num(t) > ltok);
+		release_ok(&h.ux, s, "locks", key, t);
+		CHECK_OK(local_lock(ll, key, NULL, &ltok));
+		CHECK(ltok > tok_num(t));
+		CHECK_OK(local_release(ll, key));
+		prev = strdup(t);
+	}
+	hb_stop(&h);
+}
+
+struct fifo_arg {
+	const struct broker_proc *b;
+	const char *key, *log;
+};
+
+/* A liblocal waiter: lock (blocking), log, release. */
+static void fifo_local(void *argp, int in, int out)
+{
+	const struct fifo_arg *a = argp;
+	local_session *s = open_session(a->b, "fifo-local", 0, 0);
+	uint64_t tok = 0;
+
+	(void)in;
+	(void)out;
+	CHECK_OK(local_lock(s, a->key, NULL, &tok));
+	append_line(a->log, strf("local %llu", (unsigned long long)tok));
+	CHECK_OK(local_release(s, a->key));
+	local_session_close(s);
+}
+
+/*
+ * One FIFO across transports: behind a liblocal holder queue, in order, an
+ * HTTP waiter, a liblocal waiter (another process), the CLI (shmlock lock),
+ * and another HTTP waiter, each confirmed queued before the next. Each logs
+ * when granted and then releases: the log is the grant order.
+ */
+TEST(http, fifo_is_shared_by_http_liblocal_and_the_cli, 40)
+{
+	const char *cli = getenv("SHMLOCK_CLI_BIN");
+	struct hbroker h;
+	local_session *holder;
+	struct call *h1, *h2;
+	struct child lc;
+	struct fifo_arg fa;
+	char log[128], sockarg[160], cmd[256], buf[512], names[4][16];
+	unsigned long long toks[4];
+	uint64_t th = 0;
+	pid_t clipid;
+	FILE *f;
+	int status, n = 0;
+	char *s1, *s2;
+
+	if (!cli)
+		FAIL_AT("SHMLOCK_CLI_BIN is not set (run through 'make test')");
+	hb_start(&h, false, NULL);
+	snprintf(log, sizeof(log), "%s/grants.log", h.dir);
+	holder = open_session(&h.b, "holder", 0, 0);
+	CHECK_OK(local_lock(holder, "fifo/k", NULL, &th));
+	s1 = session_new(&h.ux);
+	s2 = session_new(&h.ux);
+
+	h1 = start(&h.ux, "POST", "/v1/locks/fifo%2Fk", s1, "{\"acquire_timeout_s\":10}");
+	if (!PUMP_UNTIL(WAITERS(holder, "fifo/k") == 1, 5000))
+		FAIL_AT("HTTP waiter 1 did not queue");
+
+	fa = (struct fifo_arg){ &h.b, "fifo/k", log };
+	child_spawn(&lc, fifo_local, &fa);
+	if (!PUMP_UNTIL(WAITERS(holder, "fifo/k") == 2, 5000))
+		FAIL_AT("the liblocal waiter did not queue");
+
+	snprintf(sockarg, sizeof(sockarg), "-socket=%s", h.b.sock);
+	snprintf(cmd, sizeof(cmd), "echo \"cli $SHMLOCK_TOKEN\" >> '%s'", log);
+	fflush(NULL);
+	clipid = fork();
+	if (clipid < 0)
+		FAIL_AT("fork: %s", strerror(errno));
+	if (clipid == 0) {
+		int fd = open(strf("%s/cli.out", h.dir), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execl(cli, cli, "lock", sockarg, "-lock-delay=0", "fifo/k", cmd, (char *)NULL);
+		_exit(127);
+	}
+	if (!PUMP_UNTIL(WAITERS(holder, "fifo/k") == 3, 5000))
+		FAIL_AT("the CLI did not queue");
+
+	h2 = start(&h.ux, "POST", "/v1/locks/fifo%2Fk", s2, "{\"acquire_timeout_s\":10}");
+	if (!PUMP_UNTIL(WAITERS(holder, "fifo/k") == 4, 5000))
+		FAIL_AT("HTTP waiter 2 did not queue");
+
+	CHECK_OK(local_release(holder, "fifo/k"));
+	if (!PUMP_UNTIL(h1->done, 5000))
+		FAIL_AT("HTTP waiter 1 was not granted");
+	CHECK_OUTCOME(h1, "ok");
+	append_line(log, strf("http1 %s", jstr(h1, "token")));
+	release_ok(&h.ux, s1, "locks", "fifo/k", jstr(h1, "token"));
+	if (!PUMP_UNTIL(h2->done, 10000))
+		FAIL_AT("HTTP waiter 2 was not granted");
+	CHECK_OUTCOME(h2, "ok");
+	append_line(log, strf("http2 %s", jstr(h2, "token")));
+	release_ok(&h.ux, s2, "locks", "fifo/k", jstr(h2, "token"));
+
+	status = child_wait(&lc, 5000);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	status = wait_exit(clipid, 5000);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	f = fopen(log, "re");
+	CHECK(f);
+	while (n < 4 && fgets(buf, sizeof(buf), f))
+		if (sscanf(buf, "%15s %llu", names[n], &toks[n]) == 2)
+			n++;
+	CHECK(!fgets(buf, sizeof(buf), f));
+	fclose(f);
+	CHECK_EQ(n, 4);
+	CHECK_STR(names[0], "http1");
+	CHECK_STR(names[1], "local");
+	CHECK_STR(names[2], "cli");
+	CHECK_STR(names[3], "http2");
+	CHECK(toks[0] > th && toks[1] > toks[0] && toks[2] > toks[1] && toks[3] > toks[2]);
+	CHECK_EQ(WAITERS(holder, "fifo/k"), 0);
+	CHECK_EQ(HOLDERS(holder, "fifo/k"), 0);
+	hb_stop(&h);
+}
+
+/*
+ * A client that hangs up during a wait (408 client_canceled: the client is
+ * gone, so only the server's metrics can show the answer) leaves the queue
+ * at once, and the waiter behind it is granted normally. The same for a
+ * two-phase /wait.
+ */
+TEST(http, a_client_that_hangs_up_during_a_wait_leaves_the_queue, 30)
+{
+	struct hbroker h;
+	local_session *holder;
+	struct call *a, *b, *c;
+	char *sa, *sb, *text;
+
+	hb_start(&h, false, NULL);
+	holder = open_session(&h.b, "holder", 0, 0);
+	CHECK_OK(local_lock(holder, "dc/k", NULL, NULL));
+	sa = session_new(&h.ux);
+	sb = session_new(&h.ux);
+	a = start(&h.ux, "POST", "/v1/locks/dc%2Fk", sa, "{\"acquire_timeout_s\":30}");
+	if (!PUMP_UNTIL(WAITERS(holder, "dc/k") == 1, 5000))
+		FAIL_AT("waiter a did not queue");
+	b = start(&h.ux, "POST", "/v1/locks/dc%2Fk", sb, "{\"acquire_timeout_s\":30}");
+	if (!PUMP_UNTIL(WAITERS(holder, "dc/k") == 2, 5000))
+		FAIL_AT("waiter b did not queue");
+	hang_up(a);
+	if (!PUMP_UNTIL(WAITERS(holder, "dc/k") == 1, 5000))
+		FAIL_AT("the gone client is still queued");
+	text = metrics(&h.ux);
+	CHECK_EQ(metric(text, "shmlock_http_requests_total{method=\"POST\","
+			      "route=\"/v1/locks/{key}\",status=\"408\"}"),
+		 1);
+	CHECK_EQ(metric(text, "shmlock_http_canceled_total"), 1);
+	CHECK_EQ(metric(text, "shmlock_http_waiting"), 1);
+	CHECK(!b->done);
+	CHECK_OK(local_release(holder, "dc/k"));
+	if (!PUMP_UNTIL(b->done, 5000))
+		FAIL_AT("the waiter behind the gone client was not granted");
+	CHECK_OUTCOME(b, "ok");
+	CHECK_STR(key_info(holder, "dc/k")->holder_session, sb);
+	/* The gone client's session has nothing pending: it may queue again. */
+	CHECK_OUTCOME(op(&h.ux, sa, "locks", "dc/k", "enqueue", "{}"), "queued");
+	/* ... and a two-phase /wait that hangs up leaves the queue too. */
+	c = start(&h.ux, "POST", "/v1/locks/dc%2Fk/wait", sa, "{\"timeout_s\":30}");
+	if (!PUMP_UNTIL(metric(metrics(&h.ux), "shmlock_http_waiting") == 1, 5000))
+		FAIL_AT("the /wait was not suspended");
+	CHECK_EQ(WAITERS(holder, "dc/k"), 1);
+	hang_up(c);
+	if (!PUMP_UNTIL(WAITERS(holder, "dc/k") == 0, 5000))
+		FAIL_AT("the gone /wait is still queued");
+	text = metrics(&h.ux);
+	CHECK_EQ(metric(text, "shmlock_http_requests_total{method=\"POST\","
+			      "route=\"/v1/locks/{key}/wait\",status=\"408\"}"),
+		 1);
+	CHECK_ERROR(op(&h.ux, sa, "locks", "dc/k", "wait", "{\"timeout_s\":0}"), 409,
+		    "not_enqueued");
+	release_ok(&h.ux, sb, "locks", "dc/k", jstr(b, "token"));
+	CHECK_EQ(HOLDERS(holder, "dc/k"), 0);
+	hb_stop(&h);
+}
+
+static void spin_us(uint64_t us)
+{
+	struct timespec t0, t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	while ((uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)t.tv_nsec -
+		       (uint64_t)t0.tv_nsec <
+	       us * 1000);
+}
+
+/*
+ * Hang up on @c the way a client that goes away does, as far as the server
+ * can tell (both directions shut: the server sees a hang-up and its writes
+ * fail), and return what the server had delivered before that: bytes
+ * already queued on the socket stay readable after the shutdown, so this
+ * tells exactly whether an answer reached the client before it left.
+ */
+static char *hang_up_reading(struct call *c)
+{
+	size_t n = 0, cap = 4096;
+	char *got = malloc(cap);
+	int fd = c->fd;
+
+	if (!got)
+		FAIL_AT("out of memory");
+	if (fd < 0)
+		FAIL_AT("%s: no socket", c->what);
+	if (shutdown(fd, SHUT_RDWR))
+		FAIL_AT("shutdown: %s", strerror(errno));
+	for (;;) {
+		ssize_t r = recv(fd, got + n, cap - 1 - n, MSG_DONTWAIT);
+
+		if (r <= 0 || (n += (size_t)r) == cap - 1)
+			break;
+	}
+	got[n] = '\0';
+	hang_up(c);
+	return got;
+}
+
+/*
+ * A grant and a hang-up close together, 120 rounds in four orders: hang-up
+ * then grant, grant then hang-up (broker running), and both while the
+ * broker is stopped (SIGSTOP) in either order, so that it finds them
+ * together when it resumes. Each round: the gone client A waits first,
+ * liblocal waiter B behind it. A grant that never reached A must go to B
+ * at once (not after A's 33 s lease); a grant that reached A before it
+ * left is A's, and A's session releases it. The server's metrics must
+ * agree: every A answered once, 408 or 200, with a 200 for at least each
+ * grant A received.
+ */
+#ifndef RACE_ROUNDS
+#define RACE_ROUNDS 120
+#endif
+
+TEST(http, a_grant_racing_a_hang_up_never_strands_the_key, 90)
+{
+	static const char *const modes[4] = { "hang-up, grant", "grant, hang-up",
+					       "stopped: grant, hang-up",
+					       "stopped: hang-up, grant" };
+	struct local_acquire_opts try0 = { .timeout_ms = 0 };
+	struct hbroker h;
+	local_session *holder, *b;
+	int round, delivered = 0, canceled = 0, granted = -1;
+	char *sa, *text;
+	double ok;
+
+	hb_start(&h, false, NULL);
+	holder = open_session(&h.b, "holder", 0, 0);
+	b = open_session(&h.b, "b", 0, 0);
+	sa = session_new(&h.ux);
+	for (round = 0; round < RACE_ROUNDS; round++) {
+		int mode = round % 4, rc;
+		struct call *a, *c;
+		char *got = NULL, *p;
+		uint64_t tb = 0, t0;
+
+		CHECK_OK(local_lock(holder, "race/k", &try0, NULL));
+		a = start(&h.ux, "POST", "/v1/locks/race%2Fk", sa, "{\"acquire_timeout_s\":30}");
+		if (!PUMP_UNTIL(WAITERS(holder, "race/k") == 1, 5000))
+			FAIL_AT("round %d: A did not queue", round);
+		CHECK_OK(local_enqueue(b, "race/k", 0, NULL, &granted, NULL));
+		CHECK_EQ(granted, 0);
+		switch (mode) {
+		case 0:
+			got = hang_up_reading(a);
+			CHECK_OK(local_release(holder, "race/k"));
+			break;
+		case 1:
+			/* Sweep the hang-up across the broker's handling of the
+			 * grant (which takes 1.5 to 4 ms here): 0 to 3.75 ms after it. */
+			CHECK_OK(local_release(holder, "race/k"));
+			spin_us((uint64_t)(round / 4 % 16) * 250);
+			got = hang_up_reading(a);
+			break;
+		case 2:
+			broker_freeze(&h);
+			CHECK_OK(local_release(holder, "race/k"));
+			got = hang_up_reading(a);
+			broker_thaw(&h);
+			break;
+		case 3:
+			broker_freeze(&h);
+			got = hang_up_reading(a);
+			CHECK_OK(local_release(holder, "race/k"));
+			broker_thaw(&h);
+			break;
+		}
+		if (strstr(got, "HTTP/1.1 200 ")) {
+			/* The grant reached A before it left: A's to release. */
+			if (mode != 1)
+				FAIL_AT("round %d (%s): A was answered: %s", round, modes[mode], got);
+			p = strstr(got, "\"token\":\"");
+			CHECK(p);
+			p[9 + 20] = '\0';
+			CHECK_STR(key_info(holder, "race/k")->holder_session, sa);
+			release_ok(&h.ux, sa, "locks", "race/k", p + 9);
+			delivered++;
+		} else {
+			if (*got && !strstr(got, "HTTP/1.1 408 "))
+				FAIL_AT("round %d (%s): A got %s", round, modes[mode], got);
+			canceled++;
+		}
+		t0 = now_ms();
+		rc = local_wait(b, "race/k", 5000, &tb);
+		if (rc)
+			FAIL_AT("round %d (%s): B was not granted within 5 s (%s); the key is "
+				"held by %s (A's session: %s)",
+				round, modes[mode], local_strerror(rc),
+				key_info(holder, "race/k")->holder_session, sa);
+		CHECK(now_ms() - t0 < 5000);
+		CHECK_STR(key_info(holder, "race/k")->holder_session, local_session_id(b));
+		CHECK_OK(local_release(b, "race/k"));
+		/* A's session holds nothing and has nothing pending. */
+		c = op(&h.ux, sa, "locks", "race/k", "enqueue", "{}");
+		CHECK_OUTCOME(c, "acquired");
+		release_ok(&h.ux, sa, "locks", "race/k", jstr(c, "token"));
+		call_free(c);
+		call_free(a);
+		free(got);
+	}
+	fprintf(stderr, "    (%d grants reached the client first, %d were taken back)\n",
+		delivered, canceled);
+	CHECK(canceled >= RACE_ROUNDS * 3 / 4); /* modes 0, 2 and 3 always */
+	/* Each A was answered once: 408, or 200 (a grant the server sent; one
+	 * whose write failed as the client left is counted but taken back). */
+	text = metrics(&h.ux);
+	ok = metric(text, "shmlock_http_requests_total{method=\"POST\","
+			  "route=\"/v1/locks/{key}\",status=\"200\"}");
+	if (ok < 0)
+		ok = 0;
+	CHECK(ok >= delivered);
+	CHECK_EQ(metric(text, "shmlock_http_requests_total{method=\"POST\","
+			      "route=\"/v1/locks/{key}\",status=\"408\"}") +
+			 ok,
+		 RACE_ROUNDS);
+	CHECK_EQ(metric(text, "shmlock_http_waiting"), 0);
+	CHECK_EQ(HOLDERS(holder, "race/k"), 0);
+	hb_stop(&h);
+}
+
+/*
+ * --http-session-idle-timeout 1: a session with no request for 2 s is
+ * reaped; one whose request is in flight (a long wait) is not, however
+ * long the wait, and is reaped 2 s after its last request ends.
+ */
+TEST(http, idle_sessions_are_reaped_but_not_while_a_request_is_in_flight, 40)
+{
+	struct hbroker h;
+	local_session *obs;
+	struct call *w;
+	uint64_t t0, t1, gone;
+	char *idle, *busy, *text;
+
+	hb_start(&h, false, ARGS("--http-session-idle-timeout", "1"));
+	obs = open_session(&h.b, "obs", 0, 0);
+	CHECK_OK(local_lock(obs, "idle/k", NULL, NULL));
+	t0 = now_ms();
+	idle = session_new(&h.ux);
+	busy = session_new(&h.ux);
+	w = start(&h.ux, "POST", "/v1/locks/idle%2Fk", busy, "{\"acquire_timeout_s\":15}");
+	if (!PUMP_UNTIL(WAITERS(obs, "idle/k") == 1, 5000))
+		FAIL_AT("the long wait did not queue");
+	if (!PUMP_UNTIL(!session_alive(obs, idle), 6000))
+		FAIL_AT("the idle session was not reaped within 6 s");
+	gone = now_ms() - t0;
+	if (gone < 1900)
+		FAIL_AT("the idle session was reaped after %llu ms, before 2x the idle timeout",
+			(unsigned long long)gone);
+	CHECK_ERROR(req(&h.ux, "POST", strf("/v1/sessions/%s/ping", idle), NULL, NULL), 410,
+		    "session_gone");
+	CHECK_ERROR(lock_acquire(&h.ux, idle, "idle/other", 0), 410, "session_gone");
+	/* Well past twice the idle timeout (and several sweeps) into the
+	 * wait: the busy session and its wait are still there. */
+	while (now_ms() - t0 < 4500) {
+		pump(20);
+		CHECK(session_alive(obs, busy));
+		CHECK(!w->done);
+	}
+	CHECK_EQ(WAITERS(obs, "idle/k"), 1);
+	CHECK_OK(local_release(obs, "idle/k"));
+	if (!PUMP_UNTIL(w->done, 5000))
+		FAIL_AT("the long wait was not granted");
+	CHECK_OUTCOME(w, "ok");
+	CHECK_STR(key_info(obs, "idle/k")->holder_session, busy);
+	/* The session is alive: its hold releases over HTTP. */
+	release_ok(&h.ux, busy, "locks", "idle/k", jstr(w, "token"));
+	/* Now idle: reaped in its turn. */
+	t1 = now_ms();
+	if (!PUMP_UNTIL(!session_alive(obs, busy), 6000))
+		FAIL_AT("the session was not reaped after its wait ended");
+	gone = now_ms() - t1;
+	CHECK(gone >= 1800);
+	CHECK_ERROR(req(&h.ux, "POST", strf("/v1/sessions/%s/ping", busy), NULL, NULL), 410,
+		    "session_gone");
+	text = metrics(&h.ux);
+	CHECK_EQ(metric(text, "shmlock_http_sessions_reaped_total"), 2);
+	CHECK_EQ(metric(text, "shmlock_http_sessions"), 0);
+	hb_stop(&h);
+}
+
+/* Let this process (and so the broker it starts) have @want descriptors. */
+static void raise_nofile(rlim_t want)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		FAIL_AT("getrlimit: %s", strerror(errno));
+	if (rl.rlim_cur >= want)
+		return;
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want)
+		FAIL_AT("RLIMIT_NOFILE hard limit %llu < %llu: raise it (ulimit -Hn)",
+			(unsigned long long)rl.rlim_max, (unsigned long long)want);
+	rl.rlim_cur = want;
+	if (setrlimit(RLIMIT_NOFILE, &rl))
+		FAIL_AT("setrlimit: %s", strerror(errno));
+}
+
+#define NPOLLS 1000
+
+/*
+ * 1000 HTTP sessions each wait on one key held by liblocal: 1000 suspended
+ * requests, on the broker's one event-loop thread (its thread count stays
+ * small). Released, they are granted one by one in the order they queued,
+ * each releasing over HTTP once granted.
+ */
+TEST(http, a_thousand_long_polls_are_served_by_few_threads_in_fifo_order, 120)
+{
+	struct hbroker h;
+	local_session *holder;
+	struct call **w;
+	char **ids, *text, *prev = NULL;
+	uint64_t t0;
+	size_t next = 0;
+	int i, threads;
+
+	raise_nofile(2 * NPOLLS + 400); /* our connections, and the broker's */
+	hb_start(&h, false, ARGS("--max-sessions", "1100"));
+	holder = open_session(&h.b, "holder", 0, 0);
+	CHECK_OK(local_lock(holder, "many/k", NULL, NULL));
+	ids = calloc(NPOLLS, sizeof(*ids));
+	w = calloc(NPOLLS, sizeof(*w));
+	CHECK(ids && w);
+	t0 = now_ms();
+	for (i = 0; i < NPOLLS; i++)
+		ids[i] = session_new(&h.ux);
+	for (i = 0; i < NPOLLS; i++) {
+		w[i] = start(&h.ux, "POST", "/v1/locks/many%2Fk", ids[i],
+			     "{\"acquire_timeout_s\":100}");
+		w[i]->id = i;
+		if (!PUMP_UNTIL(WAITERS(holder, "many/k") == (uint32_t)i + 1, 5000))
+			FAIL_AT("long poll %d did not queue", i);
+	}
+	fprintf(stderr, "    (1000 sessions and long polls queued in %llu ms)\n",
+		(unsigned long long)(now_ms() - t0));
+	threads = proc_threads(h.b.pid);
+	fprintf(stderr, "    (broker threads with 1000 waiting: %d)\n", threads);
+	CHECK(threads > 0 && threads < 10);
+	text = metrics(&h.ux);
+	CHECK_EQ(metric(text, "shmlock_http_waiting"), NPOLLS);
+	CHECK(metric(text, "shmlock_http_connections") >= NPOLLS);
+	CHECK_EQ(WAITERS(holder, "many/k"), NPOLLS);
+	for (i = 0; i < NPOLLS; i++)
+		CHECK(!w[i]->done);
+	ndone = 0;
+	t0 = now_ms();
+	CHECK_OK(local_release(holder, "many/k"));
+	while (next < NPOLLS) {
+		struct call *c;
+
+		if (!PUMP_UNTIL(ndone > next, 10000))
+			FAIL_AT("after %zu grants, the next long poll was not answered", next);
+		c = done_order[next];
+		if (c->id != (int)next)
+			FAIL_AT("grant %zu went to long poll %d", next, c->id);
+		CHECK_OUTCOME(c, "ok");
+		if (prev)
+			CHECK(strcmp(jstr(c, "token"), prev) > 0);
+		prev = strdup(jstr(c, "token"));
+		release_ok(&h.ux, ids[next], "locks", "many/k", prev);
+		next++;
+	}
+	fprintf(stderr, "    (1000 grants in order in %llu ms)\n",
+		(unsigned long long)(now_ms() - t0));
+	CHECK_EQ(ndone, NPOLLS);
+	CHECK(proc_threads(h.b.pid) < 10);
+	CHECK_EQ(WAITERS(holder, "many/k"), 0);
+	CHECK_EQ(HOLDERS(holder, "many/k"), 0);
+	CHECK_EQ(metric(metrics(&h.ux), "shmlock_http_grants_total"), NPOLLS);
+	hb_stop(&h);
+}
