@@ -107,6 +107,7 @@ struct api {
 	char unix_path[128];
 	char base[64];	     /* URL prefix: http://localhost or http://127.0.0.1:PORT */
 	const char *authz;   /* Authorization header value, or NULL */
+	const char *hdr[3];  /* more request headers ("Name: value"), or NULL */
 };
 
 /* One request and, once done, its answer. */
@@ -119,6 +120,8 @@ struct call {
 	size_t len;
 	char allow[128];
 	char ctype[128];
+	char acao[128]; /* Access-Control-Allow-Origin */
+	char acam[128]; /* Access-Control-Allow-Methods */
 	long status; /* 0: no answer (connection failed) */
 	CURLcode rc;
 	json_t *json; /* the body, when it is JSON */
@@ -195,8 +198,12 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
 	if (len > 5 && !strncmp(p, "HTTP/", 5)) { /* a new answer (100 Continue) */
 		c->allow[0] = '\0';
 		c->ctype[0] = '\0';
+		c->acao[0] = '\0';
+		c->acam[0] = '\0';
 	}
 	header_copy(p, len, "Allow:", c->allow, sizeof(c->allow));
+	header_copy(p, len, "Access-Control-Allow-Origin:", c->acao, sizeof(c->acao));
+	header_copy(p, len, "Access-Control-Allow-Methods:", c->acam, sizeof(c->acam));
 	header_copy(p, len, "Content-Type:", c->ctype, sizeof(c->ctype));
 	return len;
 }
@@ -234,6 +241,8 @@ static struct call *call_setup(bool own, const struct api *a, const char *method
 		c->hdrs = curl_slist_append(c->hdrs, strf("X-Dflockd-Session: %s", session));
 	if (a->authz)
 		c->hdrs = curl_slist_append(c->hdrs, strf("Authorization: %s", a->authz));
+	for (int i = 0; i < 3 && a->hdr[i]; i++)
+		c->hdrs = curl_slist_append(c->hdrs, a->hdr[i]);
 	if (body)
 		c->hdrs = curl_slist_append(c->hdrs, "Content-Type: application/json");
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->hdrs);
@@ -1488,6 +1497,78 @@ TEST(http, auth_token_is_required_except_on_open_routes, 20)
 		    401, "unauthorized");
 	release_ok(&right, s, "locks", "auth/k", jstr(c, "token"));
 	CHECK_STATUS(req(&right, "DELETE", strf("/v1/sessions/%s", s), NULL, NULL), 204);
+	hb_stop(&h);
+}
+
+TEST(http, cors_is_off_by_default_and_answers_allowed_origins, 20)
+{
+	struct hbroker h;
+	struct api plain, good, bad, pre;
+	struct call *c;
+
+	/* Off: no CORS headers, and OPTIONS is just a method not allowed. */
+	hb_start(&h, false, NULL);
+	pre = h.ux;
+	pre.hdr[0] = "Origin: https://app.example";
+	pre.hdr[1] = "Access-Control-Request-Method: POST";
+	c = req(&pre, "OPTIONS", "/v1/sessions", NULL, NULL);
+	CHECK_ERROR(c, 405, "method_not_allowed");
+	CHECK_EQ(c->acao[0], '\0');
+	c = req(&pre, "GET", "/health", NULL, NULL);
+	CHECK_STATUS(c, 200);
+	CHECK_EQ(c->acao[0], '\0');
+	hb_stop(&h);
+
+	hb_start(&h, false, ARGS("--http-cors-allowed-origins",
+				 "https://other.example, https://app.example"));
+	plain = h.ux;
+	good = h.ux;
+	good.hdr[0] = "Origin: https://app.example";
+	bad = h.ux;
+	bad.hdr[0] = "Origin: https://evil.example";
+	pre = good;
+	pre.hdr[1] = "Access-Control-Request-Method: POST";
+	/* A preflight on a known path: 204 with the methods and headers. */
+	c = req(&pre, "OPTIONS", "/v1/locks/some%2Fkey", NULL, NULL);
+	CHECK_STATUS(c, 204);
+	CHECK(!strcmp(c->acao, "https://app.example"));
+	CHECK(strstr(c->acam, "POST") != NULL);
+	/* ... but not on an unknown one. */
+	CHECK_ERROR(req(&pre, "OPTIONS", "/v1/nothing", NULL, NULL), 404, "not_found");
+	/* Answers to an allowed origin carry it; others do not. */
+	c = req(&good, "GET", "/health", NULL, NULL);
+	CHECK_STATUS(c, 200);
+	CHECK(!strcmp(c->acao, "https://app.example"));
+	c = req(&bad, "GET", "/health", NULL, NULL);
+	CHECK_STATUS(c, 200);
+	CHECK_EQ(c->acao[0], '\0');
+	c = req(&plain, "GET", "/health", NULL, NULL);
+	CHECK_EQ(c->acao[0], '\0');
+	hb_stop(&h);
+
+	hb_start(&h, false, ARGS("--http-cors-allowed-origins", "*"));
+	bad = h.ux;
+	bad.hdr[0] = "Origin: https://anyone.example";
+	c = req(&bad, "GET", "/health", NULL, NULL);
+	CHECK(!strcmp(c->acao, "https://anyone.example"));
+	hb_stop(&h);
+}
+
+TEST(http, the_session_header_has_a_shmlock_alias, 20)
+{
+	struct hbroker h;
+	struct api alias;
+	struct call *c;
+	char *s;
+
+	hb_start(&h, false, NULL);
+	s = session_new(&h.ux);
+	alias = h.ux;
+	alias.hdr[0] = strf("X-Shmlock-Session: %s", s);
+	c = req(&alias, "POST", "/v1/locks/alias%2Fk", NULL, "{\"acquire_timeout_s\":0}");
+	CHECK_OUTCOME(c, "ok");
+	/* The same session: its release through the dflockd name works. */
+	release_ok(&h.ux, s, "locks", "alias/k", jstr(c, "token"));
 	hb_stop(&h);
 }
 
