@@ -156,7 +156,10 @@ static void check_nodes(const struct segment *seg, struct report *r, struct key_
 				"granted twice", i, (unsigned long long)n->token,
 				(unsigned long long)tokens);
 		sg = atomic_load(&seg->sessions[si].state_gen);
-		if (st == NODE_CLAIMED || st == NODE_FAST_CLAIMED) {
+		/* A lock-free hold stays FAST_CLAIMED while its key's fast word
+		 * names it; an unnamed one is an operation in flight. */
+		if (st == NODE_CLAIMED ||
+		    (st == NODE_FAST_CLAIMED && !seg_node_is_hold(seg, i, w))) {
 			if (SESS_STATE(sg) == SESS_FREE)
 				NOTE(r, "node %u: left claimed by an operation that died; freed by "
 				     "the next repair of its key", i);
@@ -171,7 +174,7 @@ static void check_nodes(const struct segment *seg, struct report *r, struct key_
 		kst = atomic_load(&seg->keys[ki].state);
 		if (kst == KEY_FREE)
 			PROBLEM(r, "node %u (state %u): its key entry %u is free", i, st, ki);
-		if (st == NODE_HOLDING)
+		if (st == NODE_HOLDING || st == NODE_FAST_CLAIMED)
 			t[ki].holding++;
 		else if (st == NODE_WAITING)
 			t[ki].waiting++;
@@ -218,7 +221,7 @@ static void check_queue(const struct segment *seg, struct report *r, const struc
 static void check_holders(const struct segment *seg, struct report *r, const struct seg_key *k,
 			  uint32_t ki, const char *name, const struct key_tally *t)
 {
-	uint32_t i = k->h_head, n = 0;
+	uint32_t i = k->h_head, n = 0, fast = 0;
 
 	if (k->kind == LOCAL_KIND_LOCK) {
 		/* The fast word is the truth; the list is synced from it at the
@@ -226,15 +229,31 @@ static void check_holders(const struct segment *seg, struct report *r, const str
 		 * died before their commit; the sweep of their session frees them. */
 		uint32_t h = FAST_HOLDER(atomic_load(&k->fast));
 		const struct seg_node *nd = h ? seg_node_at(seg, h - 1) : NULL;
+		uint64_t w = nd ? atomic_load(&nd->word) : 0;
 
-		if (h && (!nd || atomic_load(&nd->word) !=
-				       NODE_PACK(NODE_HOLDING, NODE_SESSION(atomic_load(&nd->word)), ki)))
+		/* FAST_CLAIMED: taken lock-free, not yet seen by a mutex holder. */
+		if (h && (!nd || (w != NODE_PACK(NODE_HOLDING, NODE_SESSION(w), ki) &&
+				  w != NODE_PACK(NODE_FAST_CLAIMED, NODE_SESSION(w), ki))))
 			PROBLEM(r, "key '%s': its holder (node %u) is not a hold of this key", name,
 				h - 1);
 		if (t->holding > (h ? 1u : 0u))
 			NOTE(r, "key '%s': %u unpublished hold node(s) of interrupted acquires",
 			     name, t->holding - (h ? 1u : 0u));
 		return;
+	}
+	/* A semaphore's fast word names at most a lock-free hold taken while
+	 * it had no other holder; it joins the list at the next key_lock(). */
+	if (FAST_HOLDER(atomic_load(&k->fast))) {
+		uint32_t h = FAST_HOLDER(atomic_load(&k->fast));
+		const struct seg_node *nd = seg_node_at(seg, h - 1);
+		uint64_t w = nd ? atomic_load(&nd->word) : 0;
+
+		if (w != NODE_PACK(NODE_FAST_CLAIMED, NODE_SESSION(w), ki) || k->holders) {
+			PROBLEM(r, "key '%s': its lock-free holder (node %u) is not its only hold",
+				name, h - 1);
+			return;
+		}
+		fast = 1;
 	}
 	while (i != IDX_NONE) {
 		const struct seg_node *nd = seg_node_at(seg, i);
@@ -251,9 +270,9 @@ static void check_holders(const struct segment *seg, struct report *r, const str
 		}
 		i = nd->next;
 	}
-	if (n != t->holding || k->holders != t->holding)
+	if (n + fast != t->holding || k->holders + fast != t->holding)
 		PROBLEM(r, "key '%s': %u holding nodes, list has %u, count says %u", name,
-			t->holding, n, k->holders);
+			t->holding, n + fast, k->holders + fast);
 }
 
 /* Is @ki reachable by a probe for its hash, and named once only? */

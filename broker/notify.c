@@ -76,11 +76,11 @@ static void count_live(const struct segment *seg, struct counts *c)
 		if (atomic_load(&seg->keys[i].state) == KEY_USED)
 			c->keys++;
 	for (i = 0; i < seg->nnodes; i++) {
-		uint32_t st = NODE_STATE(atomic_load(&seg->nodes[i].word));
+		uint64_t w = atomic_load(&seg->nodes[i].word);
 
-		if (st == NODE_HOLDING)
+		if (seg_node_is_hold(seg, i, w))
 			c->holds++;
-		else if (st == NODE_WAITING)
+		else if (NODE_STATE(w) == NODE_WAITING)
 			c->waiters++;
 	}
 }

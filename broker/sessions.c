@@ -214,10 +214,12 @@ static uint32_t sweep_node_locked(struct broker *b, struct seg_key *k, uint32_t 
 		atomic_compare_exchange_strong(&n->word, &w, 0);
 		break;
 	case NODE_FAST_CLAIMED:
-		/* A lock-free acquire is filling it in without the mutex. If its
-		 * process lives, that thread will see the session ended and free
-		 * it; freeing it here could let its next stores land on a node
-		 * someone else claimed. */
+		/* Not named by the fast word (key_lock() made a named one, a
+		 * lock-free hold, NODE_HOLDING): a lock-free acquire filling it
+		 * in, or a lock-free release about to free it, without the
+		 * mutex. If its process lives, that thread frees it (with a
+		 * plain store); freeing it here could let its next stores land
+		 * on a node someone else claimed. */
 		if (creator_alive(&seg->sessions[NODE_SESSION(w) % seg->caps.max_sessions]))
 			*busy = true;
 		else

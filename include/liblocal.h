@@ -246,7 +246,11 @@ LOCAL_API int local_wait(local_session *s, const char *key, int64_t timeout_ms, 
  * takes a slot of the waiter table), -LOCAL_EMAXKEYS, or the errors of
  * local_info(). Works on a key that does not exist yet (it is created, kind
  * none; a recycled key entry keeps counting its modify_index, so an
- * @after_index of 0 may return at once). Costs nothing while no one waits.
+ * @after_index of 0 may return at once). Costs nothing while no one waits;
+ * while someone does, the key's locks and releases take the slower path
+ * through its mutex (the lock-free one does not touch modify_index). A
+ * watcher also re-reads the index once a second: a process killed just
+ * after changing the key, before its wake-up call, delays it that long.
  */
 LOCAL_API int local_watch(local_session *s, const char *key, uint64_t after_index,
 			  int64_t timeout_ms, struct local_key_info *out);

@@ -19,22 +19,20 @@ int api_enter(local_session *s, const char *key, size_t *len)
 	return key_check(key, *len);
 }
 
-int api_acquire(local_session *s, const char *key, const struct acquire_req *req,
-		int64_t timeout_ms, uint64_t *token)
+/* api_acquire() past the lock-free path: queue if need be, and wait. */
+static __attribute__((noinline)) int acquire_slow(local_session *s, const char *key,
+						  const struct acquire_req *req, int64_t timeout_ms,
+						  uint64_t *token)
 {
-	uint64_t deadline = timeout_ms > 0 ? deadline_after_ms(timeout_ms) : 0;
+	uint64_t deadline = timeout_ms > 0 ? deadline_after_ms(timeout_ms) : 0, tok = 0;
 	uint32_t waiter = IDX_NONE, key_idx;
 	struct seg_key *k;
-	uint64_t tok = 0;
 	size_t len;
 	int err;
 
 	err = api_enter(s, key, &len);
 	if (err)
 		return err;
-	err = fast_acquire(s->seg, key, len, key_hash(key, len), req, &tok, &s->hints, &key_idx);
-	if (err != FAST_MISS)
-		goto out;
 	err = keytab_find(s->seg, key, len, true, &k);
 	if (err)
 		return err;
@@ -45,7 +43,31 @@ int api_acquire(local_session *s, const char *key, const struct acquire_req *req
 		err = waiter_wait(s->seg, waiter, key_idx, s->who, deadline, &tok);
 	else if (err == -EALREADY)
 		err = -LOCAL_EENQUEUED; /* another thread's request, or local_enqueue() */
-out:
+	if (!err) {
+		api_forget_expiry(s, key_idx);
+		if (token)
+			*token = tok;
+	}
+	return err;
+}
+
+int api_acquire(local_session *s, const char *key, const struct acquire_req *req,
+		int64_t timeout_ms, uint64_t *token)
+{
+	uint32_t key_idx;
+	uint64_t tok = 0;
+	int err;
+
+	/* The lock-free path first: it checks the key as it finds it, and
+	 * the slow path checks it again from the start. */
+	err = session_usable(s);
+	if (err)
+		return err;
+	if (!key)
+		return -EINVAL;
+	err = fast_acquire(s->seg, key, req, &tok, &s->hints, &key_idx);
+	if (err == FAST_MISS)
+		return acquire_slow(s, key, req, timeout_ms, token);
 	if (!err) {
 		api_forget_expiry(s, key_idx);
 		if (token)
@@ -107,14 +129,16 @@ int local_release(local_session *s, const char *key)
 	size_t len;
 	int err;
 
-	err = api_enter(s, key, &len);
+	err = session_usable(s);
 	if (err)
 		return err;
 	/* After a local_enqueue(), a release may end that request too. */
-	if (atomic_load_explicit(&s->npending, memory_order_relaxed))
-		return release_slow(s, key, len);
-	if (fast_release(s->seg, key, len, key_hash(key, len), s->who) == 0)
+	if (key && !atomic_load_explicit(&s->npending, memory_order_relaxed) &&
+	    fast_release(s->seg, key, s->who, &s->hints) == 0)
 		return 0;
+	err = api_enter(s, key, &len);
+	if (err)
+		return err;
 	return release_slow(s, key, len);
 }
 

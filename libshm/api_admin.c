@@ -91,8 +91,9 @@ int local_keys(local_session *s, const char *prefix,
 
 		if (atomic_load(&k->state) != KEY_USED || key_lock(s->seg, k))
 			continue;
+		/* plen 0: no prefix (which may be NULL, not for memcmp()). */
 		if (atomic_load(&k->state) != KEY_USED || k->key_len < plen ||
-		    memcmp(k->key, prefix, plen)) {
+		    (plen && memcmp(k->key, prefix, plen))) {
 			key_unlock(k);
 			continue;
 		}
@@ -129,7 +130,7 @@ int local_sessions(local_session *s, int (*cb)(const struct local_session_info *
 
 		if (slot >= seg->caps.max_sessions)
 			continue;
-		if (st == NODE_HOLDING)
+		if (seg_node_is_hold(seg, i, w))
 			counts[slot][0]++;
 		else if (st == NODE_WAITING)
 			counts[slot][1]++;
@@ -179,14 +180,17 @@ int local_stats(local_session *s, struct local_stats *out)
 			out->sessions++;
 	for (i = 0; i < seg->caps.max_keys; i++)
 		if (atomic_load(&seg->keys[i].state) == KEY_USED) {
+			uint64_t li, mi;
+
 			out->keys++;
-			grants += atomic_load(&seg->keys[i].lock_index);
+			key_counts_peek(&seg->keys[i], &li, &mi);
+			grants += li;
 		}
 	for (i = 0; i < seg->nnodes; i++) {
-		uint32_t st = NODE_STATE(atomic_load(&seg->nodes[i].word));
+		uint64_t w = atomic_load(&seg->nodes[i].word);
 
-		out->holds += st == NODE_HOLDING;
-		out->waiters += st == NODE_WAITING;
+		out->holds += seg_node_is_hold(seg, i, w);
+		out->waiters += NODE_STATE(w) == NODE_WAITING;
 	}
 	out->broker_pid = atomic_load(&h->broker_pid);
 	started = atomic_load(&h->broker_started_ns);

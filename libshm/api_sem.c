@@ -155,6 +155,10 @@ void api_drop_granted_pending(local_session *s, const char *key, size_t len, uin
 	struct pending **pp, *p;
 	uint64_t granted = NODE_PACK(NODE_GRANTED, s->who.slot, key_idx);
 
+	/* Most sessions never queue with local_enqueue(): one load, no lock.
+	 * (A request not yet remembered is missed either way.) */
+	if (!atomic_load_explicit(&s->npending, memory_order_relaxed))
+		return;
 	pthread_mutex_lock(&s->pending_lock);
 	pp = find_pending(s, key, len);
 	p = *pp;

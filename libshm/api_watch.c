@@ -8,6 +8,11 @@
 #include "crashpoint.h"
 #include "futex.h"
 
+/* A watcher re-reads the index this often even when not woken: a change's
+ * wake-up call comes after its maker unlocks the key, and a maker killed
+ * in between must not leave watchers asleep for good. */
+#define WATCH_RECHECK_NS 1000000000ull
+
 int api_not_held(local_session *s, uint32_t key_idx, bool consume)
 {
 	struct seg_session *ss = &s->seg->sessions[s->who.slot];
@@ -125,14 +130,14 @@ static void watch_end(struct segment *seg, struct seg_key *k, local_session *s, 
 }
 
 /*
- * Register as a watcher, then re-read the index: a change made after the
- * registration wakes us (key_touch_locked() reads the count after its add),
- * and one made before is seen by the re-read.
+ * Register as a watcher (under the key mutex), then re-read the index: a
+ * change made after the registration wakes us (key_touch_locked(), under the
+ * same mutex, reads the count), and one made before is seen by the re-read.
  */
 int local_watch(local_session *s, const char *key, uint64_t after_index, int64_t timeout_ms,
 		struct local_key_info *out)
 {
-	uint64_t deadline = timeout_ms >= 0 ? deadline_after_ms(timeout_ms) : 0, idx;
+	uint64_t deadline = timeout_ms >= 0 ? deadline_after_ms(timeout_ms) : 0, idx, wake_by;
 	struct seg_key *k;
 	uint32_t node;
 	size_t len;
@@ -163,12 +168,14 @@ int local_watch(local_session *s, const char *key, uint64_t after_index, int64_t
 		idx = atomic_load(&k->modify_index);
 		if (idx > after_index)
 			break;
-		err = futex_wait_until(key_change_futex(k), (uint32_t)idx, deadline);
-		if (err == -ETIMEDOUT || (deadline && mono_ns() >= deadline)) {
+		wake_by = mono_ns() + WATCH_RECHECK_NS;
+		if (deadline && deadline < wake_by)
+			wake_by = deadline;
+		futex_wait_until(key_change_futex(k), (uint32_t)idx, wake_by);
+		if (deadline && mono_ns() >= deadline) {
 			err = -ETIMEDOUT;
 			break;
 		}
-		err = 0;
 	}
 	/* Describe it while still a watcher: the entry cannot be reclaimed. */
 	if (key_lock(s->seg, k) == 0) {

@@ -33,10 +33,13 @@
 	X(15, VALUE_WRITTEN, "value update: new bytes written, not published")              \
 	X(16, GRANTED_CONSUMED, "granted waiter: hold taken, waiter node not freed")         \
 	X(17, FAST_ACQ_CLAIMED, "lock-free acquire: hold node claimed, not filled in")       \
-	X(18, FAST_ACQ_PUBLISHED, "lock-free acquire: fast word set, indexes not bumped")    \
+	X(18, FAST_ACQ_PUBLISHED, "lock-free acquire: fast word names the node (FAST_CLAIMED)") \
 	X(19, FAST_REL_PUBLISHED, "lock-free release: fast word cleared, node not freed")   \
 	X(20, WATCH_CLAIMED, "watch: watch node recorded, watcher count not raised")        \
-	X(21, UNWATCH_FREED, "watch end: watch node freed, watcher count not lowered")
+	X(21, UNWATCH_FREED, "watch end: watch node freed, watcher count not lowered")      \
+	X(22, FOLD_NOTED, "key_lock: lock-free operations' sums noted (FOLDING), not stored") \
+	X(23, FAST_HOLD_ADOPTED, "key_lock: a lock-free hold turned NODE_HOLDING, mutex held") \
+	X(24, SEM_HOLD_LISTED, "key_lock: a semaphore's lock-free hold listed, word still names it")
 
 enum crash_point {
 #define X(n, name, what) CP_##name = n,

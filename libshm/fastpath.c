@@ -1,74 +1,138 @@
 // SPDX-License-Identifier: MIT
 /*
- * Uncontended lock and release without the key mutex: one CAS on the key's
- * fast word (see FAST_SLOW in segment.h). Anything else — a queue, a
- * lock-delay, a value to attach, a semaphore, a key that does not exist yet,
- * a lost race — falls back to the mutex path by returning FAST_MISS.
+ * Uncontended acquire and release without the key mutex: one CAS on the
+ * key's fast word (see FAST_SLOW in segment.h). Anything else — a queue, a
+ * lock-delay, a value to attach, a lease, a watcher, a semaphore that has a
+ * holder already, a key that does not exist yet, a lost race — falls back to
+ * the mutex path by returning FAST_MISS.
+ *
+ * The locked instructions, all of them: acquire = claim a node (CAS), draw
+ * a token (add), commit (CAS on the fast word); release = CAS on the fast
+ * word. Nothing else is written that another process reads: the node keeps
+ * the state it was claimed in (NODE_FAST_CLAIMED), and the key's lock_index
+ * and modify_index are brought up to date by the next mutex holder, which
+ * counts the lock-free operations from the fast word's seq (fast_base).
  *
  * Order in fast_acquire(), and why:
  *   1. read the fast word (F0), then check the entry is our key: a reclaim
- *      or re-use of the entry bumps F under the mutex, so the final CAS
- *      against F0 fails if the entry changed after step 1;
- *   2. claim a hold node (a CAS that records session and key) and fill it;
+ *      or re-use of the entry happens under the mutex, which sets SLOW, and
+ *      the word never comes back to F0, so the final CAS against F0 fails
+ *      if the entry changed after step 1;
+ *   2. claim a hold node as NODE_FAST_CLAIMED (a CAS that records session
+ *      and key, and a full barrier) and fill it in; while no fast word names
+ *      it, nobody else writes or frees it while our process lives (the sweep
+ *      leaves it to us, repair ignores it);
  *   3. check the session is active: the broker marks a session CLOSING
- *      before it sweeps, so either it finds our node, bumps F (our CAS then
- *      fails) and frees the node, or we see CLOSING and back out;
- *   4. CAS F from F0 to {our node}: the commit point.
+ *      before it sweeps, so either it finds our node (and, through the key
+ *      mutex, sets SLOW: our CAS then fails, and we free the node), or we
+ *      see CLOSING and back out;
+ *   4. CAS F from F0 to {our node}: the commit point. From here the node is
+ *      the key's hold, which mutex holders may end (the sweep, lease expiry,
+ *      an operator) and free; we no longer touch it.
+ * fast_release() un-names the node with one CAS; the node is then in flight
+ * again, ours alone, and a plain store frees it. (If a mutex holder made it
+ * NODE_HOLDING meanwhile, the sweep may free it too: then a CAS frees it.)
  */
 #include <errno.h>
+#include <string.h>
 
 #include "clock.h"
 #include "crashpoint.h"
 #include "keyops.h"
 
-static struct seg_key *find(struct segment *seg, const char *key, size_t len, uint32_t hash,
-			    uint64_t *f)
+/* find() without a usable hint: measure, check, hash and probe. */
+static __attribute__((noinline)) struct seg_key *find_probe(struct segment *seg, const char *key,
+							    struct key_hint *kh, uint64_t *f)
 {
-	uint32_t idx = probe_unlocked(seg, hash);
+	size_t len = strnlen(key, LOCAL_KEY_MAX + 1);
+	uint32_t idx, hash;
 	struct seg_key *k;
 
+	if (key_check(key, len))
+		return NULL;
+	hash = key_hash(key, len);
+	idx = probe_unlocked(seg, hash);
 	if (idx == IDX_NONE)
 		return NULL;
 	k = &seg->keys[idx];
 	*f = atomic_load_explicit(&k->fast, memory_order_acquire);
-	if ((*f & FAST_SLOW) || !key_matches(k, hash, key, len))
+	if (!key_matches(k, hash, key, len))
 		return NULL;
-	return k;
+	atomic_store_explicit(&kh->key, (uintptr_t)key, memory_order_relaxed);
+	atomic_store_explicit(&kh->idx, idx, memory_order_relaxed);
+	return *f & FAST_SLOW ? NULL : k;
 }
 
-/* Our hold, if the fast word names one of ours. */
-static bool ours(const struct segment *seg, uint64_t f, uint32_t key, struct owner who)
+/*
+ * The entry of @key (a C string, not yet checked), in fast mode, with its
+ * fast word in *f; NULL otherwise (then the caller's own checks of the key
+ * report what is wrong with it, if anything). The entry the same string was
+ * found in last time is tried first, with one comparison of the bytes:
+ * that saves measuring, hashing and probing (a third of an uncontended
+ * lock+release). The entry's bytes decide, as for any probe: they are a
+ * valid key, NUL-terminated, so equal strings are the same key.
+ */
+static inline struct seg_key *find(struct segment *seg, const char *key,
+				   struct node_hints *hints, uint64_t *f)
+{
+	struct key_hint *kh = &hints->keys[((uintptr_t)key >> 4) & (KEY_HINTS - 1)];
+	uint32_t idx = atomic_load_explicit(&kh->idx, memory_order_relaxed);
+	struct seg_key *k;
+
+	if (atomic_load_explicit(&kh->key, memory_order_relaxed) != (uintptr_t)key ||
+	    idx >= seg->caps.max_keys)
+		return find_probe(seg, key, kh, f);
+	k = &seg->keys[idx];
+	*f = atomic_load_explicit(&k->fast, memory_order_acquire);
+	if (atomic_load_explicit(&k->state, memory_order_relaxed) != KEY_USED ||
+	    k->key_len - 1 >= LOCAL_KEY_MAX || k->key[k->key_len] != '\0' ||
+	    strncmp(k->key, key, LOCAL_KEY_MAX + 1) != 0)
+		return find_probe(seg, key, kh, f);
+	return *f & FAST_SLOW ? NULL : k;
+}
+
+/* The word of our hold, if the fast word names one of ours; else 0. */
+static uint64_t ours(const struct segment *seg, uint64_t f, uint32_t key, struct owner who)
 {
 	uint32_t h = FAST_HOLDER(f);
 	const struct seg_node *n;
+	uint64_t w;
 
 	if (!h || h - 1 >= seg->nnodes)
-		return false;
+		return 0;
 	n = &seg->nodes[h - 1];
-	return atomic_load_explicit(&n->word, memory_order_acquire) ==
-		       NODE_PACK(NODE_HOLDING, who.slot, key) &&
-	       n->session_gen == who.gen;
+	w = atomic_load_explicit(&n->word, memory_order_acquire);
+	if ((w != NODE_PACK(NODE_FAST_CLAIMED, who.slot, key) &&
+	     w != NODE_PACK(NODE_HOLDING, who.slot, key)) ||
+	    n->session_gen != who.gen)
+		return 0;
+	return w;
 }
 
-static void free_node(struct seg_node *n, uint64_t w)
+/* Free a node no fast word names and that is in flight: ours alone. */
+static void free_in_flight(struct seg_node *n)
 {
-	/* CAS: a broker sweep may have freed (and someone re-claimed) it. */
-	atomic_compare_exchange_strong(&n->word, &w, 0);
+	atomic_store_explicit(&n->word, 0, memory_order_release);
 }
 
-int fast_acquire(struct segment *seg, const char *key, size_t len, uint32_t hash,
-		 const struct acquire_req *req, uint64_t *token, struct node_hints *hints,
-		 uint32_t *key_idx)
+int fast_acquire(struct segment *seg, const char *key, const struct acquire_req *req,
+		 uint64_t *token, struct node_hints *hints, uint32_t *key_idx)
 {
 	struct seg_key *k;
 	struct seg_node *n;
-	uint64_t f, held, claimed;
+	uint64_t f, tok, claimed;
 	uint32_t idx, node;
 
-	if (req->kind != LOCAL_KIND_LOCK || req->value || crash_fast_path_off())
+	/* A lease must reach the broker, a value be published under the
+	 * mutex: both go the mutex path. */
+	if (req->value || req->lease_ms || crash_fast_path_off())
 		return FAST_MISS;
-	k = find(seg, key, len, hash, &f);
+	k = find(seg, key, hints, &f);
 	if (!k)
+		return FAST_MISS;
+	/* Stable while SLOW is clear (they change under the mutex only); a
+	 * mismatch is the mutex path's to report. */
+	if (k->kind != req->kind || k->limit != req->limit)
 		return FAST_MISS;
 	idx = seg_key_index(seg, k);
 	*key_idx = idx;
@@ -79,56 +143,66 @@ int fast_acquire(struct segment *seg, const char *key, size_t len, uint32_t hash
 			*token = seg->nodes[FAST_HOLDER(f) - 1].token;
 			return 0;
 		}
-		/* Held and no queue: a try fails here; a wait queues (mutex). */
-		return req->try_only ? -EBUSY : FAST_MISS;
+		/* Held, no queue: a try on a full key fails here; anything
+		 * else (a wait; a semaphore with room) is the mutex path's. */
+		return req->try_only && k->limit == 1 ? -EBUSY : FAST_MISS;
 	}
-	node = node_claim_as(seg, NODE_FAST_CLAIMED, 0, seg->caps.max_holds, req->who.slot, idx,
-			     &hints->hold);
-	if (node == IDX_NONE)
-		return FAST_MISS; /* the mutex path reports EMAXHOLDS */
-	n = &seg->nodes[node];
+	/* Let key_lock() count what has been done, before seq could wrap.
+	 * Two values, as acquisitions may all land on odd or on even ones. */
+	if (((FAST_SEQ(f) + 1) & (FAST_FOLD_EVERY - 1)) <= 1)
+		return FAST_MISS;
+	/* Usually the node this session freed last: one CAS, no search. */
 	claimed = NODE_PACK(NODE_FAST_CLAIMED, req->who.slot, idx);
+	node = atomic_load_explicit(&hints->hold, memory_order_relaxed);
+	n = node < seg->caps.max_holds ? &seg->nodes[node] : NULL;
+	if (!n || !atomic_compare_exchange_strong(&n->word, &(uint64_t){ 0 }, claimed)) {
+		node = node_claim_as(seg, NODE_FAST_CLAIMED, 0, seg->caps.max_holds,
+				     req->who.slot, idx, &hints->hold);
+		if (node == IDX_NONE)
+			return FAST_MISS; /* the mutex path reports EMAXHOLDS */
+		n = &seg->nodes[node];
+	}
 	CRASH_POINT(FAST_ACQ_CLAIMED);
 	n->session_gen = req->who.gen;
-	n->token = draw_token(seg);
-	n->lease_until_ns = lease_deadline(req->lease_ms);
-	n->lease_ms = req->lease_ms;
+	n->token = tok = draw_token(seg);
+	n->lease_until_ns = 0;
+	n->lease_ms = 0;
 	n->hold = n->prev = n->next = IDX_NONE;
 	if (!session_is(seg, req->who)) {
-		free_node(n, claimed);
+		free_in_flight(n);
 		return -LOCAL_ESESSION;
 	}
-	held = NODE_PACK(NODE_HOLDING, req->who.slot, idx);
-	if (!atomic_compare_exchange_strong(&n->word, &claimed, held))
-		return FAST_MISS; /* taken from us (our process was thought dead) */
 	if (!atomic_compare_exchange_strong(&k->fast, &f,
 					    FAST_PACK(0, node + 1, FAST_SEQ(f) + 1))) {
-		free_node(n, held);
+		free_in_flight(n);
 		return FAST_MISS;
 	}
 	CRASH_POINT(FAST_ACQ_PUBLISHED);
-	atomic_fetch_add_explicit(&k->lock_index, 1, memory_order_relaxed);
-	key_touch_locked(k); /* safe unlocked: an atomic add and a wake */
-	if (req->lease_ms)
-		lease_note(seg, node);
-	*token = n->token;
+	*token = tok; /* not n->token: the hold may already have been ended */
 	return 0;
 }
 
-int fast_release(struct segment *seg, const char *key, size_t len, uint32_t hash,
-		 struct owner who)
+int fast_release(struct segment *seg, const char *key, struct owner who,
+		 struct node_hints *hints)
 {
-	uint64_t f;
-	struct seg_key *k = find(seg, key, len, hash, &f);
+	uint64_t f, w;
+	struct seg_key *k = find(seg, key, hints, &f);
 	struct seg_node *n;
 
-	if (!k || crash_fast_path_off() || !ours(seg, f, seg_key_index(seg, k), who))
+	if (!k || crash_fast_path_off())
+		return FAST_MISS;
+	w = ours(seg, f, seg_key_index(seg, k), who);
+	if (!w)
 		return FAST_MISS; /* the mutex path tells not-held from ended */
 	n = &seg->nodes[FAST_HOLDER(f) - 1];
 	if (!atomic_compare_exchange_strong(&k->fast, &f, FAST_PACK(0, 0, FAST_SEQ(f) + 1)))
 		return FAST_MISS;
 	CRASH_POINT(FAST_REL_PUBLISHED);
-	free_node(n, NODE_PACK(NODE_HOLDING, who.slot, seg_key_index(seg, k)));
-	key_touch_locked(k);
+	/* No mutex holder came between our read and our CAS, so the node is
+	 * as ours() saw it. */
+	if (NODE_STATE(w) == NODE_FAST_CLAIMED)
+		free_in_flight(n);
+	else /* NODE_HOLDING: the sweep frees unnamed holds too */
+		atomic_compare_exchange_strong(&n->word, &w, 0);
 	return 0;
 }

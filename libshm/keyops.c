@@ -20,11 +20,6 @@
  * on the other core usually lands within it and saves two syscalls. */
 #define WAIT_SPIN_NS 4000ull
 
-uint64_t draw_token(struct segment *seg)
-{
-	return atomic_fetch_add(&seg->hdr->token_counter, 1) + 1;
-}
-
 /*
  * Under the key mutex a node word is only read lock-free by its own waiter
  * (which needs the stores before it: release) and by scans that re-read it
@@ -39,14 +34,17 @@ static inline void node_set(_Atomic uint64_t *word, uint64_t v)
 
 void key_touch_locked(struct seg_key *k)
 {
-	/* One locked add serves both: it orders the change before the load of
-	 * the watcher count (a watcher registers, then re-reads the index), and
-	 * watchers sleep on the index's low 32 bits (see key_change_futex()). */
-	atomic_fetch_add(&k->modify_index, 1);
-	/* seq_cst: with the watcher's add-then-read this is a store-buffering
-	 * pair, which weaker orders would let both sides miss. */
-	if (atomic_load(&k->watchers))
-		futex_wake(key_change_futex(k), INT32_MAX);
+	/* modify_index and the watcher count are written only under the key
+	 * mutex (the lock-free path leaves both alone; a watch registers and
+	 * ends under it), so the mutex orders them: a watcher that registered
+	 * before this section is counted by key_unlock(), one that registers
+	 * after it re-reads the new index. No locked add is needed; watchers
+	 * sleep on the index's low 32 bits (key_change_futex()), and
+	 * key_unlock() calls FUTEX_WAKE after the store, as futex(2) wants. */
+	atomic_store_explicit(&k->modify_index,
+			      atomic_load_explicit(&k->modify_index, memory_order_relaxed) + 1,
+			      memory_order_release);
+	k->wake_pending = 1;
 }
 
 void key_set_value_locked(struct segment *seg, struct seg_key *k, const void *v, size_t len)
@@ -119,7 +117,7 @@ static int grant_uncontended_locked(struct segment *seg, struct seg_key *k, cons
 	key_publish_holder_locked(k, n);
 	CRASH_POINT(GRANT_LINKED);
 	k->holders++;
-	k->lock_index++;
+	key_count_grant_locked(k);
 	k->token = node->token;
 	if (req->value)
 		key_set_value_locked(seg, k, req->value, req->value_len);
@@ -242,7 +240,7 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	atomic_store(&wn->word, NODE_PACK(NODE_GRANTED, NODE_SESSION(ww), key));
 	CRASH_POINT(HANDOFF_GRANTED);
 	k->waiters--;
-	k->lock_index++;
+	key_count_grant_locked(k);
 	k->token = token;
 	/* Bounds-checked: node fields may be damaged (found by fuzz_segment). */
 	if (wn->staged_len && wn->staged_len - 1 <= seg->caps.max_value &&

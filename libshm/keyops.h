@@ -23,10 +23,23 @@ struct owner {
 	uint32_t gen;
 };
 
-/* Where a session starts looking for a free node: the one it freed last. */
+/* A key entry a caller's key string was last found in, by the string's
+ * address: the lock-free path tries it before hashing and probing. Only a
+ * guess, which that path confirms against the entry's own bytes; so threads
+ * sharing a session may overwrite it, even tear it, harmlessly. */
+struct key_hint {
+	_Atomic uintptr_t key;
+	_Atomic uint32_t idx;
+};
+
+#define KEY_HINTS 8 /* a power of two */
+
+/* Where a session starts looking for a free node (the one it freed last),
+ * and for the key entries it uses. */
 struct node_hints {
 	_Atomic uint32_t hold;
 	_Atomic uint32_t wait;
+	struct key_hint keys[KEY_HINTS];
 };
 
 struct acquire_req {
@@ -60,8 +73,11 @@ int keytab_find_timed(struct segment *seg, const char *key, size_t len, bool cre
 
 /*
  * Lock a key's mutex, repairing it if its last owner died, and switch the key
- * to slow mode (see FAST_SLOW). 0 or -LOCAL_ECORRUPT. key_unlock() returns
- * the key to the fast path when it is a plain lock again.
+ * to slow mode (see FAST_SLOW): count the lock-free operations since it left
+ * the mutex into lock_index and modify_index (fast_base), and make a
+ * lock-free hold the fast word names an ordinary NODE_HOLDING one (listed,
+ * for a semaphore). 0 or -LOCAL_ECORRUPT. key_unlock() returns the key to
+ * the fast path when it is simple again (see fast_eligible()).
  */
 int key_lock(struct segment *seg, struct seg_key *k);
 void key_unlock(struct seg_key *k);
@@ -74,6 +90,12 @@ int key_lock_timed(struct segment *seg, struct seg_key *k, uint32_t timeout_ms);
 /* Record a lock key's holder (IDX_NONE: free) in its fast word: the commit
  * point of every holder change made under the mutex. */
 void key_publish_holder_locked(struct seg_key *k, uint32_t node);
+/* A semaphore's fast word names no hold once its holder list has them all. */
+void key_clear_fast_holder_locked(struct seg_key *k);
+
+/* lock_index and modify_index of @k now, read without its mutex (they lag
+ * behind the lock-free operations until the next key_lock(): fast_base). */
+void key_counts_peek(const struct seg_key *k, uint64_t *lock_index, uint64_t *modify_index);
 
 /* Lock-free lookup for the fast path: a candidate entry (IDX_NONE: none),
  * to be confirmed with key_matches() after reading its fast word. */
@@ -98,7 +120,14 @@ uint32_t node_claim(struct segment *seg, uint32_t first, uint32_t count, uint32_
 uint32_t node_claim_as(struct segment *seg, uint32_t state, uint32_t first, uint32_t count,
 		       uint32_t session, uint32_t key, _Atomic uint32_t *hint);
 
-bool session_is(const struct segment *seg, struct owner who);
+/* Is @who's session still active with the generation it knows? Inline: the
+ * lock-free path asks on every acquire. */
+static inline bool session_is(const struct segment *seg, struct owner who)
+{
+	const struct seg_session *s = seg_session_at(seg, who.slot);
+
+	return s && atomic_load(&s->state_gen) == SESS_PACK(SESS_ACTIVE, who.gen);
+}
 
 /* Walk the key's holder list for @who's hold; IDX_NONE if none. */
 uint32_t key_find_hold_locked(struct segment *seg, struct seg_key *k, struct owner who);
@@ -168,10 +197,25 @@ void waiter_wake(struct segment *seg, uint32_t n);
 /* Replace the key's value (double-buffered: readers never see a torn one). */
 void key_set_value_locked(struct segment *seg, struct seg_key *k, const void *v, size_t len);
 
-/* Record a change: bump modify_index and wake watchers, if any. */
+/* Count a grant under the mutex: only mutex holders write lock_index, so
+ * no locked add is needed (readers without the mutex load it). */
+static inline void key_count_grant_locked(struct seg_key *k)
+{
+	atomic_store_explicit(&k->lock_index,
+			      atomic_load_explicit(&k->lock_index, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
+
+/* Record a change: bump modify_index; key_unlock() wakes the watchers, if
+ * any. */
 void key_touch_locked(struct seg_key *k);
 
-uint64_t draw_token(struct segment *seg);
+/* The next fencing token: the segment-wide counter, so tokens rise across
+ * all keys in the order they are drawn. */
+static inline uint64_t draw_token(struct segment *seg)
+{
+	return atomic_fetch_add(&seg->hdr->token_counter, 1) + 1;
+}
 
 /* lease.c: now + @lease_ms (0: no lease), and telling the broker about a
  * new or earlier deadline of hold node @node. */
@@ -185,16 +229,16 @@ void broker_ring(struct seg_header *h);
 #define FAST_MISS 1 /* not for the fast path: take the mutex path */
 
 /*
- * Uncontended acquire of a lock key without its mutex. Returns 0 (granted or
- * already held; *token set), -EBUSY (a try on a held key), -LOCAL_ESESSION,
- * or FAST_MISS when the mutex path must decide.
+ * Uncontended acquire of a key without its mutex. @key is a caller's string
+ * not yet checked (a bad one is a FAST_MISS, for the caller to report).
+ * Returns 0 (granted or already held; *token set), -EBUSY (a try on a held
+ * lock), -LOCAL_ESESSION, or FAST_MISS when the mutex path must decide.
  */
-int fast_acquire(struct segment *seg, const char *key, size_t len, uint32_t hash,
-		 const struct acquire_req *req, uint64_t *token, struct node_hints *hints,
-		 uint32_t *key_idx);
-/* Release of our hold on a lock key without its mutex: 0 or FAST_MISS. */
-int fast_release(struct segment *seg, const char *key, size_t len, uint32_t hash,
-		 struct owner who);
+int fast_acquire(struct segment *seg, const char *key, const struct acquire_req *req,
+		 uint64_t *token, struct node_hints *hints, uint32_t *key_idx);
+/* Release of our hold on a key without its mutex: 0 or FAST_MISS. */
+int fast_release(struct segment *seg, const char *key, struct owner who,
+		 struct node_hints *hints);
 
 /* ---- crash repair (repair.c) ------------------------------------------ */
 

@@ -14,6 +14,8 @@
 #include <string.h>
 
 #include "clock.h"
+#include "crashpoint.h"
+#include "futex.h"
 #include "keyops.h"
 
 uint32_t key_hash(const char *key, size_t len)
@@ -37,68 +39,210 @@ int key_check(const char *key, size_t len)
 	return 0;
 }
 
-/* Freeze the fast path: set SLOW and bump seq, so every CAS a fast-path
- * caller prepared before this point fails. */
+/*
+ * Freeze the fast path: set SLOW, so every CAS a lock-free caller prepared
+ * before this point fails (and keeps failing: key_unlock() bumps seq when
+ * it clears SLOW). seq is left alone, so that it still says where the last
+ * lock-free operation left it (see fast_base). Under the mutex the word is
+ * usually SLOW already, and then this is a load, not a locked instruction.
+ */
 static void enter_slow(struct seg_key *k)
 {
 	uint64_t f = atomic_load(&k->fast);
 
-	while (!atomic_compare_exchange_weak(&k->fast, &f,
-					     FAST_PACK(1, FAST_HOLDER(f), FAST_SEQ(f) + 1)))
+	while (!(f & FAST_SLOW) && !atomic_compare_exchange_weak(&k->fast, &f, f | FAST_SLOW))
 		;
 }
 
-/* Can the key leave the mutex to the fast path? Only a lock with an empty
- * queue and no lock-delay pending. */
+/*
+ * Add the lock-free operations since fast_base to lock_index and
+ * modify_index (see fast_base in segment.h for the steps, each of which a
+ * crash may end). The fast word is frozen: SLOW is set and we hold the mutex.
+ */
+static void fold_fast_counts_locked(struct seg_key *k)
+{
+	uint64_t f = atomic_load_explicit(&k->fast, memory_order_relaxed);
+	uint64_t b = atomic_load_explicit(&k->fast_base, memory_order_relaxed);
+	uint64_t seq = FAST_SEQ(f), n;
+
+	if (b & FBASE_FOLDING) {
+		/* A holder died mid-fold: its sums are recorded; store them. */
+		atomic_store(&k->lock_index, k->fold_lock_index);
+		atomic_store(&k->modify_index, k->fold_modify_index);
+		atomic_store(&k->fast_base, b & ~FBASE_FOLDING);
+		return;
+	}
+	n = (seq - FBASE_SEQ(b)) & FAST_SEQ_MASK;
+	/* Nothing since the base; or a base one ahead: a key_unlock() that
+	 * died between setting the base and publishing the word, so that no
+	 * lock-free operation could start. */
+	if (n == 0 || FBASE_SEQ(b) == ((seq + 1) & FAST_SEQ_MASK))
+		return;
+	/* They alternate, an acquisition first if the key was free. */
+	k->fold_lock_index = atomic_load(&k->lock_index) + (n + !(b & FBASE_HELD)) / 2;
+	k->fold_modify_index = atomic_load(&k->modify_index) + n;
+	atomic_store(&k->fast_base, FBASE_PACK(seq, FAST_HOLDER(f) != 0, 1));
+	CRASH_POINT(FOLD_NOTED);
+	atomic_store(&k->lock_index, k->fold_lock_index);
+	atomic_store(&k->modify_index, k->fold_modify_index);
+	atomic_store(&k->fast_base, FBASE_PACK(seq, FAST_HOLDER(f) != 0, 0));
+}
+
+/*
+ * A lock-free acquire commits by naming its node in the fast word and leaves
+ * the node NODE_FAST_CLAIMED (one CAS less than claiming, then re-marking
+ * it). Under the mutex it becomes an ordinary hold, so that nothing past
+ * key_lock() needs to know: the word is frozen, and its owner no longer
+ * writes a node the word names, so only we change it now.
+ */
+static void adopt_fast_hold_locked(struct segment *seg, struct seg_key *k)
+{
+	uint32_t h = FAST_HOLDER(atomic_load_explicit(&k->fast, memory_order_relaxed));
+	uint32_t key = seg_key_index(seg, k);
+	uint64_t w;
+
+	if (!h || h - 1 >= seg->nnodes)
+		return;
+	w = atomic_load(&seg->nodes[h - 1].word);
+	if (w != NODE_PACK(NODE_FAST_CLAIMED, NODE_SESSION(w), key))
+		return;
+	atomic_compare_exchange_strong(&seg->nodes[h - 1].word, &w,
+				       NODE_PACK(NODE_HOLDING, NODE_SESSION(w), key));
+	CRASH_POINT(FAST_HOLD_ADOPTED);
+}
+
+/* Can the key leave the mutex to the fast path? A lock, or a semaphore
+ * without holders, with an empty queue, no lock-delay pending and nobody
+ * watching (a watcher sleeps on modify_index, which the fast path does not
+ * touch; so while anyone watches, every change goes through the mutex). */
 static bool fast_eligible(const struct seg_key *k)
 {
-	return atomic_load(&k->state) == KEY_USED && k->kind == LOCAL_KIND_LOCK &&
-	       k->q_head == IDX_NONE && k->delay_until_ns == 0 && k->holders <= 1;
+	if (atomic_load(&k->state) != KEY_USED || k->q_head != IDX_NONE ||
+	    k->delay_until_ns != 0 || atomic_load(&k->watchers) != 0)
+		return false;
+	if (k->kind == LOCAL_KIND_LOCK)
+		return k->holders <= 1;
+	return k->kind == LOCAL_KIND_SEMAPHORE && k->holders == 0;
 }
 
 void key_unlock(struct seg_key *k)
 {
 	uint64_t f = atomic_load_explicit(&k->fast, memory_order_relaxed);
+	uint64_t seq = (FAST_SEQ(f) + 1) & FAST_SEQ_MASK;
+	bool wake = false;
 
-	/* Only the mutex holder writes the word while SLOW is set. */
-	if (fast_eligible(k))
-		atomic_store_explicit(&k->fast, FAST_PACK(0, FAST_HOLDER(f), FAST_SEQ(f)),
+	/* Watchers registered before we unlock are counted here; one that
+	 * registers after re-reads modify_index. */
+	if (k->wake_pending) {
+		k->wake_pending = 0;
+		wake = atomic_load_explicit(&k->watchers, memory_order_relaxed) != 0;
+	}
+	/* Only the mutex holder writes the word while SLOW is set. The base
+	 * first: lock-free operations count from it as soon as SLOW clears. */
+	if (fast_eligible(k)) {
+		atomic_store_explicit(&k->fast_base, FBASE_PACK(seq, FAST_HOLDER(f) != 0, 0),
 				      memory_order_release);
+		atomic_store_explicit(&k->fast, FAST_PACK(0, FAST_HOLDER(f), seq),
+				      memory_order_release);
+	}
 	pthread_mutex_unlock(&k->mutex);
+	/* After the unlock: a watcher woken while we held the mutex would only
+	 * go back to sleep on it (it takes it to describe the key). Dying
+	 * between the two delays the watchers, which re-check the index on
+	 * their own (WATCH_RECHECK_NS in api_watch.c). */
+	if (wake)
+		futex_wake(key_change_futex(k), INT32_MAX);
 }
 
 void key_publish_holder_locked(struct seg_key *k, uint32_t node)
 {
 	uint64_t f = atomic_load_explicit(&k->fast, memory_order_relaxed);
 
+	/* SLOW stays set and seq unchanged: key_unlock() bumps it. */
 	if (k->kind == LOCAL_KIND_LOCK)
 		atomic_store_explicit(&k->fast,
-				      FAST_PACK(1, node == IDX_NONE ? 0 : node + 1, FAST_SEQ(f) + 1),
+				      FAST_PACK(1, node == IDX_NONE ? 0 : node + 1, FAST_SEQ(f)),
 				      memory_order_release);
 }
 
-/* A lock key's holder list mirrors its fast word, which is the truth. */
-static bool sync_lock_holder_locked(struct segment *seg, struct seg_key *k)
+void key_clear_fast_holder_locked(struct seg_key *k)
 {
-	uint32_t h = FAST_HOLDER(atomic_load(&k->fast));
+	uint64_t f = atomic_load_explicit(&k->fast, memory_order_relaxed);
+
+	if (FAST_HOLDER(f))
+		atomic_store_explicit(&k->fast, FAST_PACK(1, 0, FAST_SEQ(f)),
+				      memory_order_release);
+}
+
+/*
+ * A lock key's holder list mirrors its fast word, which is the truth. A
+ * semaphore's fast word names at most a lock-free hold, taken while the key
+ * had no other holder: it joins the holder list, and the word names nobody.
+ */
+static bool sync_fast_holder_locked(struct segment *seg, struct seg_key *k)
+{
+	uint32_t h = FAST_HOLDER(atomic_load(&k->fast)), key = seg_key_index(seg, k);
+	struct seg_node *n;
 	uint64_t w;
 
-	if (atomic_load(&k->state) != KEY_USED || k->kind != LOCAL_KIND_LOCK)
+	if (atomic_load(&k->state) != KEY_USED)
 		return true;
+	if (k->kind != LOCAL_KIND_LOCK && k->kind != LOCAL_KIND_SEMAPHORE)
+		return !h;
+	if (h && (h - 1 >= seg->nnodes ||
+		  ((w = atomic_load(&seg->nodes[h - 1].word)),
+		   w != NODE_PACK(NODE_HOLDING, NODE_SESSION(w), key))))
+		return false;
+	if (k->kind == LOCAL_KIND_SEMAPHORE) {
+		if (!h)
+			return true;
+		if (k->holders != 0)
+			return false; /* a named hold is the only one */
+		n = &seg->nodes[h - 1];
+		n->prev = IDX_NONE;
+		n->next = IDX_NONE;
+		k->h_head = h - 1;
+		k->holders = 1;
+		CRASH_POINT(SEM_HOLD_LISTED);
+		key_clear_fast_holder_locked(k);
+		return true;
+	}
 	if (!h) {
 		k->h_head = IDX_NONE;
 		k->holders = 0;
 		return true;
 	}
-	if (h - 1 >= seg->nnodes)
-		return false;
-	w = atomic_load(&seg->nodes[h - 1].word);
-	if (w != NODE_PACK(NODE_HOLDING, NODE_SESSION(w), seg_key_index(seg, k)))
-		return false;
 	k->h_head = h - 1;
 	seg->nodes[h - 1].next = IDX_NONE;
 	k->holders = 1;
 	return true;
+}
+
+void key_counts_peek(const struct seg_key *k, uint64_t *lock_index, uint64_t *modify_index)
+{
+	unsigned tries;
+
+	/* fast_base changes (FOLDING first) before a fold stores the counters,
+	 * and before key_unlock() lets lock-free operations count from a new
+	 * base: the same base on both sides means the counters and the word
+	 * read between belong together. */
+	for (tries = 0; tries < 16; tries++) {
+		uint64_t b = atomic_load(&k->fast_base), n;
+		uint64_t l = atomic_load(&k->lock_index), m = atomic_load(&k->modify_index);
+		uint64_t seq = FAST_SEQ(atomic_load(&k->fast));
+
+		if ((b & FBASE_FOLDING) || atomic_load(&k->fast_base) != b)
+			continue;
+		n = (seq - FBASE_SEQ(b)) & FAST_SEQ_MASK;
+		if (FBASE_SEQ(b) == ((seq + 1) & FAST_SEQ_MASK))
+			n = 0;
+		*lock_index = l + (n ? (n + !(b & FBASE_HELD)) / 2 : 0);
+		*modify_index = m + n;
+		return;
+	}
+	/* Changing too fast to catch still: what the mutex holders counted. */
+	*lock_index = atomic_load(&k->lock_index);
+	*modify_index = atomic_load(&k->modify_index);
 }
 
 /* An absolute CLOCK_MONOTONIC time @timeout_ms from now. */
@@ -129,10 +273,14 @@ static int mutex_lock_for(pthread_mutex_t *m, uint32_t timeout_ms)
 
 static int locked(struct segment *seg, struct seg_key *k, int r)
 {
+	if (r && r != EOWNERDEAD)
+		return r == EBUSY ? -EBUSY : r == ETIMEDOUT ? -ETIMEDOUT : -LOCAL_ECORRUPT;
+	enter_slow(k);
+	fold_fast_counts_locked(k);
+	adopt_fast_hold_locked(seg, k);
 	if (r == EOWNERDEAD) {
 		/* Its last owner died inside a critical section: rebuild the
 		 * key from the node table before anyone else sees it. */
-		enter_slow(k);
 		atomic_fetch_add(&seg->hdr->stats.repairs, 1);
 		r = key_repair_locked(seg, k);
 		pthread_mutex_consistent(&k->mutex);
@@ -140,11 +288,8 @@ static int locked(struct segment *seg, struct seg_key *k, int r)
 			pthread_mutex_unlock(&k->mutex);
 			return r;
 		}
-	} else if (r) {
-		return r == EBUSY ? -EBUSY : r == ETIMEDOUT ? -ETIMEDOUT : -LOCAL_ECORRUPT;
 	} else {
-		enter_slow(k);
-		if (!sync_lock_holder_locked(seg, k) || !key_links_sane(seg, k)) {
+		if (!sync_fast_holder_locked(seg, k) || !key_links_sane(seg, k)) {
 			/* Damaged fields: quarantine; damaged links: rebuild. */
 			atomic_fetch_add(&seg->hdr->stats.repairs, 1);
 			key_repair_locked(seg, k);

@@ -34,13 +34,6 @@ uint32_t node_claim(struct segment *seg, uint32_t first, uint32_t count, uint32_
 	return node_claim_as(seg, NODE_CLAIMED, first, count, session, key, hint);
 }
 
-bool session_is(const struct segment *seg, struct owner who)
-{
-	const struct seg_session *s = seg_session_at(seg, who.slot);
-
-	return s && atomic_load(&s->state_gen) == SESS_PACK(SESS_ACTIVE, who.gen);
-}
-
 /*
  * List walks are bounded by the node count, and every index is checked, so a
  * corrupt link ends the walk instead of the process; callers then repair.

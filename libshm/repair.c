@@ -64,7 +64,7 @@ static void count_grant(struct seg_key *k, const struct seg_node *n)
 {
 	if (n->token > k->token) {
 		k->token = n->token;
-		k->lock_index++;
+		key_count_grant_locked(k);
 	}
 }
 
@@ -137,7 +137,10 @@ int key_repair_locked(struct segment *seg, struct seg_key *k)
 			atomic_compare_exchange_strong(&n->word, &w, 0);
 			break;
 		case NODE_FAST_CLAIMED:
-			break; /* its thread, or the sweep of its dead process, frees it */
+			/* Not named by the fast word (key_lock() has made a named
+			 * one a hold): a lock-free operation in flight. Its
+			 * thread, or the sweep of its dead process, frees it. */
+			break;
 		case NODE_WAITING:
 			if (holds_for(seg, n->hold, w) &&
 			    (!is_lock || holder == IDX_NONE || holder == n->hold)) {
@@ -184,8 +187,11 @@ int key_repair_locked(struct segment *seg, struct seg_key *k)
 		k->h_head = i;
 		nh++;
 	}
+	/* A semaphore's lock-free hold is listed above with the others. */
 	if (is_lock)
 		key_publish_holder_locked(k, holder);
+	else
+		key_clear_fast_holder_locked(k);
 	qsort_r(waiting, nw, sizeof(*waiting), by_seq, seg->nodes);
 	k->q_head = k->q_tail = IDX_NONE;
 	for (i = 0; i < nw; i++) {

@@ -30,7 +30,9 @@
 #include "liblocal.h"
 
 #define SEG_MAGIC 0x4b434f4c4d485321ull /* "!SHMLOCK" little-endian */
-#define SEG_ABI 1u
+/* 2: lock-free holds stay NODE_FAST_CLAIMED while the fast word names
+ * them, and lock_index/modify_index lag behind the fast word (fast_base). */
+#define SEG_ABI 2u
 
 #define SEG_NAME_MAX 64 /* session name, including the NUL */
 #define SESS_EXPIRED_SLOTS 8
@@ -91,8 +93,16 @@ enum seg_node_state {
 	NODE_GRANTED = 3, /* waiter handed a hold (node->hold) not yet consumed */
 	NODE_HOLDING = 4, /* a hold, in the key's holder list */
 	NODE_WATCHING = 5, /* a local_watch() in progress: keeps the key alive */
-	/* Claimed by a lock-free acquire, which fills it in without the key
-	 * mutex: only its own thread may free it while its process lives. */
+	/*
+	 * Claimed by a lock-free acquire (one CAS), filled in without the key
+	 * mutex. While the key's fast word names it, it is that key's hold: the
+	 * acquire commits by naming it, and leaves it in this state; the next
+	 * key_lock() turns it into NODE_HOLDING. While no fast word names it
+	 * (before the commit, after a lock-free release, or after a lost race)
+	 * it is in flight: only its own thread may write or free it while its
+	 * process lives, so that thread frees it with a plain store; the sweep
+	 * frees it once that process is dead. See seg_node_is_hold().
+	 */
 	NODE_FAST_CLAIMED = 6,
 };
 
@@ -140,24 +150,52 @@ enum seg_key_state {
 #define VALUE_PACK(sel, len) (((uint64_t)(sel) << 32) | (uint64_t)(len))
 
 /*
- * The fast word of a lock key: {SLOW flag, holder node + 1 (24 bits), seq}.
- * With SLOW clear the key is an idle-or-held lock with an empty queue and no
- * lock-delay, and uncontended acquire and release are one CAS on this word,
- * without the mutex. Whoever takes the mutex sets SLOW first (bumping seq),
+ * The fast word of a key: {SLOW flag, holder node + 1 (24 bits), seq}.
+ * With SLOW clear the key has an empty queue, no lock-delay and no watcher;
+ * it is a lock (idle or held) or a semaphore whose only holder, if any, is
+ * the one named here; and uncontended acquire and release are one CAS on
+ * this word, without the mutex. Whoever takes the mutex sets SLOW first,
  * which freezes the fast path; key_unlock() clears it again when the key is
- * back in that simple state. seq changes with every store, so a CAS prepared
- * before any mutex holder touched the key always fails after it.
- * For a lock key the holder named here is the truth, in both modes.
+ * back in that simple state, and bumps seq as it does. seq changes with
+ * every lock-free acquire and release and with every return from the mutex,
+ * so a CAS prepared before any mutex holder touched the key always fails
+ * after it. While SLOW is set seq stays where the last lock-free operation
+ * left it, which is what lets key_lock() count those operations (fast_base).
+ * For a lock key the holder named here is the truth, in both modes; for a
+ * semaphore it is a hold that key_lock() moves into the holder list.
  */
 #define FAST_SLOW (1ull << 63)
 /* 39 bits of seq: a thread paused between its read and its CAS would need
  * 5.5e11 changes of the key to be fooled (hours of saturation, not minutes). */
 #define FAST_SEQ_MASK ((1ull << 39) - 1)
+/* A lock-free acquire that would take seq to a multiple of this (or one
+ * past it) goes through the mutex instead, so that key_lock() counts the
+ * lock-free operations (fast_base) well before seq could wrap. */
+#define FAST_FOLD_EVERY (1ull << 30)
 #define FAST_HOLDER(f) ((uint32_t)(((f) >> 39) & 0xffffff)) /* node + 1; 0: free */
 #define FAST_SEQ(f) ((f)&FAST_SEQ_MASK)
 #define FAST_PACK(slow, holder, seq)                                                      \
 	(((slow) ? FAST_SLOW : 0) | ((uint64_t)((holder)&0xffffff) << 39) |                 \
 	 ((uint64_t)(seq)&FAST_SEQ_MASK))
+
+/*
+ * fast_base: {FOLDING, held, seq}, written under the mutex. The lock-free
+ * path does not touch lock_index or modify_index (two locked adds saved per
+ * operation): lock_index and modify_index are exact as of fast seq
+ * FBASE_SEQ, and every lock-free operation since then is one change, and
+ * every other one of them an acquisition, starting with an acquisition if
+ * the key was free (!held) at FBASE_SEQ. key_lock() adds them in
+ * (fold_fast_counts_locked()), crash-safely: it writes the sums to
+ * fold_lock_index/fold_modify_index, then sets FOLDING with the new base,
+ * then stores the sums, then clears FOLDING; whoever finds FOLDING set
+ * redoes the stores. key_unlock() sets the base to the seq it publishes.
+ */
+#define FBASE_FOLDING (1ull << 41)
+#define FBASE_HELD (1ull << 40)
+#define FBASE_SEQ(b) ((b)&FAST_SEQ_MASK)
+#define FBASE_PACK(seq, held, folding)                                                    \
+	(((uint64_t)(seq)&FAST_SEQ_MASK) | ((held) ? FBASE_HELD : 0) |                       \
+	 ((folding) ? FBASE_FOLDING : 0))
 
 struct seg_key {
 	pthread_mutex_t mutex; /* robust, process-shared */
@@ -171,15 +209,22 @@ struct seg_key {
 	uint32_t q_head, q_tail; /* FIFO of NODE_WAITING nodes */
 	uint32_t h_head;	 /* holder list */
 	uint32_t key_len;
-	/* Monotonic counters (only ever raised): */
+	/* Monotonic counters (only ever raised). lock_index and modify_index
+	 * leave out the lock-free operations since fast_base: read them under
+	 * the mutex, or with key_counts_peek(). */
 	uint64_t next_seq;
 	_Atomic uint64_t lock_index;
 	_Atomic uint64_t modify_index;
+	_Atomic uint64_t fast_base;
+	uint64_t fold_lock_index, fold_modify_index; /* see fast_base */
 	uint64_t token; /* the last token granted on this key */
 	uint64_t delay_until_ns; /* lock-delay end, CLOCK_MONOTONIC; 0: none */
 	_Atomic uint64_t value_word;
 	uint64_t idle_since_ns;
-	_Atomic uint32_t watchers; /* NODE_WATCHING nodes (derived) */
+	/* NODE_WATCHING nodes (derived). Like modify_index, written only
+	 * under the mutex: key_touch_locked() relies on it. */
+	_Atomic uint32_t watchers;
+	uint32_t wake_pending; /* under the mutex: key_unlock() wakes watchers */
 	char key[LOCAL_KEY_MAX + 1];
 } __attribute__((aligned(64)));
 
@@ -278,6 +323,24 @@ static inline struct seg_key *seg_key_at(const struct segment *seg, uint32_t i)
 static inline struct seg_node *seg_node_at(const struct segment *seg, uint32_t i)
 {
 	return i < seg->nnodes ? &seg->nodes[i] : NULL;
+}
+
+/*
+ * Is node @i, whose word is @w, a hold? A NODE_HOLDING node, or a
+ * NODE_FAST_CLAIMED one its key's fast word names (a lock-free acquire's
+ * committed hold). For readers without the key mutex; under it, key_lock()
+ * has already turned the second kind into the first.
+ */
+static inline bool seg_node_is_hold(const struct segment *seg, uint32_t i, uint64_t w)
+{
+	const struct seg_key *k;
+
+	if (NODE_STATE(w) == NODE_HOLDING)
+		return true;
+	if (NODE_STATE(w) != NODE_FAST_CLAIMED || NODE_KEY(w) >= seg->caps.max_keys)
+		return false;
+	k = &seg->keys[NODE_KEY(w)];
+	return FAST_HOLDER(atomic_load_explicit(&k->fast, memory_order_acquire)) == i + 1;
 }
 
 /* Watchers sleep on the low 32 bits of modify_index (little-endian only). */

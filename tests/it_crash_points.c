@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "broker_fixture.h"
 #include "crashpoint.h"
@@ -27,6 +28,8 @@
 #include "invariants.h"
 
 #define KEY "crash/point"
+#define SEM_KEY "crash/sem"
+#define SEM_LIMIT 3
 #define STEP_MS 5000	     /* deadline for anything that should happen at once */
 #define QUIET_MS 50	     /* how long a party that must not be granted is watched */
 #define CANCEL_TIMEOUT_MS 50 /* the crashing child's timed lock */
@@ -105,6 +108,13 @@ static void crasher_child(void *p, int in, int out)
 			break;
 		if (!strcmp(cmd, "release")) {
 			say(out, "released %d", local_release(s, KEY));
+			continue;
+		}
+		if (!strcmp(cmd, "info") || !strcmp(cmd, "seminfo")) {
+			/* Takes the key mutex, as any mutex-path call would. */
+			static struct local_key_info ii; /* 64 KiB: not on the stack */
+
+			say(out, "info %d", local_info(s, cmd[0] == 's' ? SEM_KEY : KEY, &ii));
 			continue;
 		}
 		if (!strcmp(cmd, "watch")) {
@@ -521,9 +531,13 @@ static void scenario_cancel(struct world *w)
 }
 
 /* REL_* and FAST_REL_*: the child holds the free key and dies releasing it
- * (under the mutex, or lock-free). */
+ * (under the mutex, or lock-free). The key exists and is idle first, so that
+ * a lock-free child takes a lock-free hold (FAST_CLAIMED): its release frees
+ * that node with a plain store, which the crash cuts off. */
 static void scenario_release(struct world *w)
 {
+	obs_take(w, true);
+	CP_CHECK_OK(local_release(w->obs, KEY));
 	child_send(&w->crasher, "lock");
 	expect_grant(w, &w->crasher, CRASHER_ID, "the crashing child", NULL);
 	CP_CHECK_EQ(key_info(w->obs)->holders, 1);
@@ -679,6 +693,130 @@ static void scenario_watch(struct world *w)
 	check_free_then_handover(w);
 }
 
+/* Lock and release the key lock-free @n times (the observer): operations
+ * that only the next key_lock() counts into lock_index and modify_index. */
+static void obs_cycles(struct world *w, int n)
+{
+	while (n--) {
+		obs_take(w, true);
+		CP_CHECK_OK(local_release(w->obs, KEY));
+	}
+}
+
+/* The child takes the key mutex (local_info) and dies at the point. */
+static void crash_in_key_lock(struct world *w, const char *cmd)
+{
+	child_send(&w->crasher, cmd);
+	expect_crash(w);
+	wait_sessions(w, 1);
+}
+
+/*
+ * FOLD_NOTED: the observer locks and releases lock-free (nothing counted
+ * yet); the child's key_lock() dies while adding those operations in, with
+ * their sums noted but not stored. Whoever takes the mutex next (the broker's
+ * repair of the dead mutex) finishes the sums: lock_index counts each
+ * acquisition exactly once, modify_index at least each change.
+ */
+static void scenario_fold(struct world *w)
+{
+	struct local_key_info *info;
+	uint64_t li, mi;
+
+	obs_cycles(w, 1); /* creates the key */
+	info = key_info(w->obs); /* counts what came before */
+	li = info->lock_index;
+	mi = info->modify_index;
+	obs_cycles(w, 3);
+	crash_in_key_lock(w, "info");
+	CP_CHECK_EQ(segment_violations(w->obs), 0);
+	info = key_info(w->obs);
+	CP_CHECK_EQ(info->lock_index, li + 3);
+	CP_CHECK(info->modify_index >= mi + 6);
+	CP_CHECK_EQ(info->holders, 0);
+	check_free_then_handover(w);
+}
+
+/*
+ * FAST_HOLD_ADOPTED: the observer holds the key lock-free; the child's
+ * key_lock() turns that hold into an ordinary one and dies with the mutex.
+ * The observer still holds, with its token, and releases lock-free; the
+ * key goes on.
+ */
+static void scenario_adopted(struct world *w)
+{
+	struct local_key_info *info;
+	uint64_t tok = 0;
+
+	obs_cycles(w, 1);
+	obs_take(w, true);
+	tok = w->last;
+	crash_in_key_lock(w, "info");
+	CP_CHECK_EQ(segment_violations(w->obs), 0);
+	info = key_info(w->obs);
+	CP_CHECK_EQ(info->holders, 1);
+	CP_CHECK_EQ(info->token, tok);
+	CP_CHECK_EQ(info->holder_pid, getpid());
+	CP_CHECK_OK(local_held(w->obs, KEY, NULL));
+	CP_CHECK_OK(local_release(w->obs, KEY));
+	CP_CHECK_EQ(used_nodes(w->obs), 0);
+	check_free_then_handover(w);
+}
+
+/* The observer takes one slot of the semaphore; checks the token. */
+static void obs_sem_take(struct world *w)
+{
+	struct local_acquire_opts o = { .timeout_ms = 0 };
+	uint64_t tok = 0;
+
+	CP_CHECK_OK(local_sem_acquire(w->obs, SEM_KEY, SEM_LIMIT, &o, &tok));
+	if (tok <= w->last)
+		CP_FAIL("observer: semaphore token %llu is not above the last one granted, %llu",
+			(unsigned long long)tok, w->last);
+	w->last = tok;
+}
+
+/*
+ * SEM_HOLD_LISTED: the observer holds a semaphore slot lock-free (the key's
+ * fast word names it); the child's key_lock() moves it into the holder list
+ * and dies before the word lets go of it. Repair lists it once: one holder,
+ * the observer's, which releases; the semaphore then fills to its limit.
+ */
+static void scenario_sem_listed(struct world *w)
+{
+	static struct local_key_info si;
+	struct local_acquire_opts o = { .timeout_ms = 0 };
+	local_session *more[SEM_LIMIT];
+	int i;
+
+	obs_sem_take(w); /* creates the key (under the mutex) */
+	CP_CHECK_OK(local_release(w->obs, SEM_KEY));
+	obs_sem_take(w); /* lock-free now */
+	crash_in_key_lock(w, "seminfo");
+	CP_CHECK_EQ(segment_violations(w->obs), 0);
+	CP_CHECK_OK(local_info(w->obs, SEM_KEY, &si));
+	CP_CHECK_EQ(si.holders, 1);
+	CP_CHECK_OK(local_held(w->obs, SEM_KEY, NULL));
+	CP_CHECK_OK(local_release(w->obs, SEM_KEY));
+	CP_CHECK_EQ(used_nodes(w->obs), 0);
+	for (i = 0; i < SEM_LIMIT; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "sem-%d", i);
+		more[i] = open_session(&w->b, name, 0, 0);
+		CP_CHECK_OK(local_sem_acquire(more[i], SEM_KEY, SEM_LIMIT, &o, NULL));
+	}
+	CP_CHECK_EQ(local_sem_acquire(w->obs, SEM_KEY, SEM_LIMIT, &o, NULL), -EBUSY);
+	CP_CHECK_EQ(segment_violations(w->obs), 0);
+	for (i = 0; i < SEM_LIMIT; i++) {
+		CP_CHECK_OK(local_release(more[i], SEM_KEY));
+		CP_CHECK_OK(local_session_close(more[i]));
+	}
+	CP_CHECK(WAIT_SESSIONS(w->obs, 1, STEP_MS));
+	CP_CHECK_OK(local_info(w->obs, SEM_KEY, &si));
+	CP_CHECK_EQ(si.holders, 0);
+}
+
 struct scenario {
 	int point;
 	void (*run)(struct world *w);
@@ -706,6 +844,9 @@ static const struct scenario scenarios[] = {
 	{ CP_GRANTED_CONSUMED, scenario_granted },
 	{ CP_WATCH_CLAIMED, scenario_watch },
 	{ CP_UNWATCH_FREED, scenario_watch },
+	{ CP_FOLD_NOTED, scenario_fold },
+	{ CP_FAST_HOLD_ADOPTED, scenario_adopted },
+	{ CP_SEM_HOLD_LISTED, scenario_sem_listed },
 };
 
 #define NSCENARIOS (sizeof(scenarios) / sizeof(scenarios[0]))

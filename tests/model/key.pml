@@ -2,7 +2,9 @@
  * SPDX-License-Identifier: MIT
  *
  * A Promela model of shmlock's per-key protocol on one lock key: the
- * lock-free fast path on the fast word, the mutex path (enqueue, FIFO
+ * lock-free fast path on the fast word (a hold it takes stays FCLAIMED while
+ * the word names it, until a mutex holder adopts it as HOLDING; its thread
+ * frees an unnamed claim with a plain store), the mutex path (enqueue, FIFO
  * handoff on release, timeout cancellation), client death between any two
  * steps that another process can observe (including with the key mutex
  * held after a handoff, which leaves it EOWNERDEAD), the broker's sweep of
@@ -11,7 +13,9 @@
  * says what is left out.
  *
  * Checked by tests/model/check.sh (make model): assertions for mutual
- * exclusion, FIFO order, no barging and a consistent fast word; a final
+ * exclusion, FIFO order, no barging and a consistent fast word; that a
+ * plain-store free only ever frees the freeing client's own unnamed claim;
+ * a final
  * monitor for "everything comes back"; spin's invalid-end-state check for
  * deadlock and lost wake-ups (a waiter without a deadline left asleep is a
  * terminal state with a process outside an end label); and probes that
@@ -178,8 +182,9 @@ inline repair_body()
 }
 
 /* pthread_mutex_lock(): free, or EOWNERDEAD (then repair) -- the guard of
- * an atomic block; then key_lock()'s enter_slow() and
- * sync_lock_holder_locked(). A fast word naming a node that is not a hold
+ * an atomic block; then key_lock()'s enter_slow(), adopt_fast_hold_locked()
+ * (the hold the word names, if still FCLAIMED, becomes HOLDING) and
+ * sync_fast_holder_locked(). A fast word naming a node that is not a hold
  * would send C to repair: the protocol must never get there. */
 #define MUTEX_FREE (mutex == 0 || mdead[mutex])
 inline key_lock_body(me)
@@ -187,6 +192,12 @@ inline key_lock_body(me)
 	if :: mutex != 0 -> repair_body() :: else -> skip fi;
 	mutex = me + 1;
 	fast_store(1, fholder);
+	if
+	:: fholder != 0 && hstate[fholder - 1] == FCLAIMED ->
+		hstate[fholder - 1] = HOLDING;
+		REACH(14)
+	:: else -> skip
+	fi;
 	assert(fholder == 0 || hstate[fholder - 1] == HOLDING);
 	if
 	:: fholder == 0 -> hhead = NONE; holders = 0
@@ -281,7 +292,7 @@ inline grant_waiter_2(w)
 proctype client(byte p)
 {
 	byte it, mode, h = NONE, w = NONE, r;
-	bool ok;
+	bool ok, fc;
 
 next:
 	if
@@ -306,21 +317,15 @@ next:
 	atomic { claim_hold(h, p, FCLAIMED) }
 	DIE_POINT; /* FAST_ACQ_CLAIMED */
 #ifdef EXPIRY
+	/* session_is() after the claim; free_in_flight(): a plain store */
 	if
 	:: sess[p] != S_ACTIVE ->
-		atomic { if :: hstate[h] == FCLAIMED && howner[h] == p -> hfree(h) :: else -> skip fi; h = NONE };
+		atomic { assert(hstate[h] == FCLAIMED && howner[h] == p); hfree(h); h = NONE };
 		goto ended
 	:: else -> skip
 	fi;
 #endif
-	/* CAS FAST_CLAIMED -> HOLDING: fails only if a sweep took the node */
-	atomic {
-		if
-		:: hstate[h] == FCLAIMED && howner[h] == p -> hstate[h] = HOLDING
-		:: else -> h = NONE; goto slowpath
-		fi
-	}
-	DIE_POINT; /* a hold the fast word does not name yet */
+	/* The commit: the CAS of the fast word names the node, still FCLAIMED */
 	atomic {
 		if
 		:: snap[p] ->
@@ -330,9 +335,9 @@ next:
 		:: else -> skip
 		fi
 	}
-	/* CAS lost: free_node() */
+	/* CAS lost: free_in_flight(), a plain store: the claim is ours alone */
 	REACH(1);
-	atomic { if :: hstate[h] == HOLDING && howner[h] == p -> hfree(h) :: else -> skip fi; h = NONE };
+	atomic { assert(hstate[h] == FCLAIMED && howner[h] == p); hfree(h); h = NONE };
 
 	/* ---- mutex path: key_acquire_locked() (keyops.c) ---- */
 slowpath:
@@ -456,7 +461,8 @@ incs_enter:
 		 * (as after a lease expiry): only valid holders count. */
 		if
 		:: sess[p] == S_ACTIVE ->
-			assert(h != NONE && fholder == h + 1 && howner[h] == p && hstate[h] == HOLDING);
+			assert(h != NONE && fholder == h + 1 && howner[h] == p &&
+			       (hstate[h] == HOLDING || hstate[h] == FCLAIMED));
 			incs++;
 			in_cs[p] = 1;
 			assert(incs <= 1)
@@ -469,18 +475,33 @@ incs_enter:
 	atomic {
 		if :: in_cs[p] -> incs--; in_cs[p] = 0 :: else -> skip fi;
 		if
-		:: h != NONE && !fslow && fholder == h + 1 && hstate[h] == HOLDING && howner[h] == p -> snap[p] = 1
+		:: h != NONE && !fslow && fholder == h + 1 && howner[h] == p &&
+		   (hstate[h] == HOLDING || hstate[h] == FCLAIMED) ->
+			snap[p] = 1;
+			fc = hstate[h] == FCLAIMED
 		:: else -> goto relslow
 		fi
 	}
 	atomic {
 		if
 		:: snap[p] -> fast_store(0, 0)
-		:: else -> REACH(10); goto relslow
+		:: else -> REACH(10); fc = 0; goto relslow
 		fi
 	}
 	DIE_POINT; /* FAST_REL_PUBLISHED */
-	atomic { if :: hstate[h] == HOLDING && howner[h] == p -> hfree(h) :: else -> skip fi; h = NONE };
+	/* Still FCLAIMED, as ours() saw it: unnamed, ours alone, a plain
+	 * store frees it. Adopted (HOLDING) meanwhile: a CAS, against the
+	 * sweep, which frees unnamed holds. */
+	atomic {
+		if
+		:: fc -> assert(hstate[h] == FCLAIMED && howner[h] == p); hfree(h)
+		:: else ->
+			REACH(15);
+			if :: hstate[h] == HOLDING && howner[h] == p -> hfree(h) :: else -> skip fi
+		fi;
+		h = NONE;
+		fc = 0
+	};
 	goto next;
 
 	/* ---- release_slow(): key_release_hold_locked(), wake, unlock ---- */
@@ -537,7 +558,8 @@ die:
 		if :: in_cs[p] -> incs--; in_cs[p] = 0 :: else -> skip fi;
 		finished++;
 		mode = 0;
-		r = 0
+		r = 0;
+		fc = 0
 	}
 out:
 	skip
