@@ -107,7 +107,9 @@ static int release_slow(local_session *s, const char *key, size_t len)
 	if (err)
 		return err == -ENOENT ? -LOCAL_ENOTHELD : err;
 	h = key_find_hold_locked(s->seg, k, s->who);
-	if (h == IDX_NONE) {
+	if (h == IDX_NONE || !session_is(s->seg, s->who)) {
+		/* An ending session's holds are the broker's to release, with
+		 * its lock-delay: a voluntary release now would skip it. */
 		key_unlock(k);
 		return api_not_held(s, seg_key_index(s->seg, k), true);
 	}

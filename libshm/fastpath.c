@@ -192,8 +192,10 @@ int fast_release(struct segment *seg, const char *key, struct owner who,
 	if (!k || crash_fast_path_off())
 		return FAST_MISS;
 	w = ours(seg, f, seg_key_index(seg, k), who);
-	if (!w)
+	if (!w || !session_is(seg, who))
 		return FAST_MISS; /* the mutex path tells not-held from ended */
+	/* A sweep that began after this check sets SLOW before it touches
+	 * the key, so our CAS fails and the mutex path answers. */
 	n = &seg->nodes[FAST_HOLDER(f) - 1];
 	if (!atomic_compare_exchange_strong(&k->fast, &f, FAST_PACK(0, 0, FAST_SEQ(f) + 1)))
 		return FAST_MISS;

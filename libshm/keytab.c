@@ -191,8 +191,9 @@ static bool sync_fast_holder_locked(struct segment *seg, struct seg_key *k)
 		return !h;
 	if (h && (h - 1 >= seg->nnodes ||
 		  ((w = atomic_load(&seg->nodes[h - 1].word)),
-		   w != NODE_PACK(NODE_HOLDING, NODE_SESSION(w), key))))
-		return false;
+		   w != NODE_PACK(NODE_HOLDING, NODE_SESSION(w), key)) ||
+		  !seg_session_at(seg, NODE_SESSION(w))))
+		return false; /* damaged: repair (a bogus session is never swept) */
 	if (k->kind == LOCAL_KIND_SEMAPHORE) {
 		if (!h)
 			return true;

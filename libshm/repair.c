@@ -11,6 +11,7 @@
  */
 #include <stdlib.h>
 
+#include "clock.h"
 #include "keyops.h"
 
 bool key_fields_sane(const struct segment *seg, const struct seg_key *k)
@@ -28,12 +29,23 @@ bool key_fields_sane(const struct segment *seg, const struct seg_key *k)
 		return false;
 	if (k->kind != LOCAL_KIND_NONE && k->limit < 1)
 		return false;
+	/* A lock-delay is at most LOCAL_LOCK_DELAY_MAX_MS from when it was
+	 * set: a later end is damage, and would refuse grants for ever. */
+	if (k->delay_until_ns > mono_ns() + (uint64_t)LOCAL_LOCK_DELAY_MAX_MS * 1000000ull)
+		return false;
 	return VALUE_LEN(atomic_load(&k->value_word)) <= seg->caps.max_value;
 }
 
 static bool idx_ok(const struct segment *seg, uint32_t i)
 {
 	return i == IDX_NONE || i < seg->nnodes;
+}
+
+static bool queue_end_ok(const struct segment *seg, const struct seg_key *k, uint32_t n)
+{
+	uint64_t w = atomic_load(&seg->nodes[n].word);
+
+	return w == NODE_PACK(NODE_WAITING, NODE_SESSION(w), seg_key_index(seg, k));
 }
 
 bool key_links_sane(const struct segment *seg, const struct seg_key *k)
@@ -45,7 +57,16 @@ bool key_links_sane(const struct segment *seg, const struct seg_key *k)
 	if (!idx_ok(seg, k->q_head) || !idx_ok(seg, k->q_tail) || !idx_ok(seg, k->h_head))
 		return false;
 	if ((k->q_head == IDX_NONE) != (k->waiters == 0) ||
-	    (k->h_head == IDX_NONE) != (k->holders == 0))
+	    (k->h_head == IDX_NONE) != (k->holders == 0) ||
+	    (k->q_head == IDX_NONE) != (k->q_tail == IDX_NONE))
+		return false;
+	/* The ends of the queue are waiting requests of this key: a cycle or
+	 * a stale link that skipped a node shows there, in O(1), before a
+	 * grant walks into it. */
+	if (k->q_head != IDX_NONE && (!queue_end_ok(seg, k, k->q_head) ||
+				      seg->nodes[k->q_head].prev != IDX_NONE ||
+				      !queue_end_ok(seg, k, k->q_tail) ||
+				      seg->nodes[k->q_tail].next != IDX_NONE))
 		return false;
 	return k->kind == LOCAL_KIND_NONE || k->holders <= k->limit;
 }
@@ -102,7 +123,11 @@ static uint32_t published_holder(struct segment *seg, struct seg_key *k, uint32_
 	if (!h || h - 1 >= seg->nnodes)
 		return IDX_NONE;
 	w = atomic_load(&seg->nodes[h - 1].word);
-	return NODE_STATE(w) == NODE_HOLDING && NODE_KEY(w) == key ? h - 1 : IDX_NONE;
+	/* A holder whose session slot does not exist would never be swept. */
+	return NODE_STATE(w) == NODE_HOLDING && NODE_KEY(w) == key &&
+			       seg_session_at(seg, NODE_SESSION(w))
+		       ? h - 1
+		       : IDX_NONE;
 }
 
 int key_repair_locked(struct segment *seg, struct seg_key *k)

@@ -22,8 +22,7 @@
  * The mutex itself is left alone: clients take key mutexes without a
  * timeout, and a scribbled one stalls them (architecture.md, known limits).
  *
- * Three more scenarios show bugs; they state what should happen and are
- * built only with -DSHMLOCK_KNOWN_BUGS (see the end of this file).
+ * The last three scenarios each found a bug in repair (now fixed).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -576,7 +575,7 @@ TEST(corruption, random_bytes_over_a_key_entry, 60)
 			memcpy(k->key, saved.key, sizeof(k->key));
 		}
 		/* ... and sane: only the lists, counts, counters and fast word
-		 * are random (a random lock-delay is a known bug, below). */
+		 * are random. */
 		if (round % 3 > 1) {
 			k->kind = saved.kind;
 			k->limit = saved.limit;
@@ -598,15 +597,16 @@ TEST(corruption, random_bytes_over_a_key_entry, 60)
 	CHECK_OK(local_stats(obs, &st));
 	CHECK(st.quarantined > 0);
 	check_reported(&b, "quarantined as damaged");
+	/* The broker says so in its log within a scan (a second). */
+	CHECK(WAIT_FOR(log_has(&b, "found damaged and quarantined"), 5000));
 	check_healthy(&b, obs);
 	stop_clean(&b);
 }
 
-#ifdef SHMLOCK_KNOWN_BUGS
 /*
- * What should happen, and does not yet: these fail today, so they are built
- * only on request (make CFLAGS="-O2 -g -DSHMLOCK_KNOWN_BUGS" ...) until the
- * library is fixed; then they move up with the others.
+ * Three scenarios that found bugs (fixed in libshm/repair.c and keytab.c:
+ * queue ends checked in key_links_sane(), a holder's session slot checked,
+ * a lock-delay past the maximum quarantined).
  */
 
 /*
@@ -705,4 +705,3 @@ TEST(corruption, lock_delay_beyond_the_maximum, 30)
 	check_healthy(&b, obs);
 	stop_clean(&b);
 }
-#endif
