@@ -57,29 +57,71 @@ static int take_first(const struct local_holder *hl, void *arg)
 	return 1;
 }
 
-static int stats_key(const char *key, const struct local_key_info *ki, void *arg)
+/*
+ * A key as JSON text must be UTF-8; keys are any bytes but NUL. One that is
+ * not valid UTF-8 is shown percent-encoded, as it would be written in a URL
+ * path, and marked so ("key_encoding": "percent").
+ */
+static const char *printable_key(const char *key, char *buf, size_t size, bool *encoded)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	json_t *probe = json_string(key);
+	size_t o = 0;
+
+	*encoded = !probe;
+	json_decref(probe);
+	if (!*encoded)
+		return key;
+	for (; *key && o + 4 < size; key++) {
+		unsigned char c = (unsigned char)*key;
+
+		if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+		    c == '-' || c == '.' || c == '_' || c == '~') {
+			buf[o++] = (char)c;
+		} else {
+			buf[o++] = '%';
+			buf[o++] = hex[c >> 4];
+			buf[o++] = hex[c & 15];
+		}
+	}
+	buf[o] = '\0';
+	return buf;
+}
+
+static void append_key(json_t *arr, json_t *entry, bool encoded)
+{
+	if (encoded)
+		json_object_set_new(entry, "key_encoding", json_string("percent"));
+	json_array_append_new(arr, entry);
+}
+
+static int stats_key(const char *raw, const struct local_key_info *ki, void *arg)
 {
 	struct stats_walk *w = arg;
+	char buf[3 * LOCAL_KEY_MAX + 1];
+	bool enc;
+	const char *key = printable_key(raw, buf, sizeof(buf), &enc);
 
 	if (ki->kind == LOCAL_KIND_LOCK && ki->holders) {
 		struct first_holder f = { "", 0 };
 
-		local_holders(w->h->observer, key, take_first, &f);
-		json_array_append_new(w->locks,
-				      json_pack("{s:s, s:s, s:f, s:i}", "key", key, "owner_conn_id",
-						f.session, "lease_expires_in_s",
-						(double)f.lease_ms / 1000.0, "waiters",
-						(json_int_t)ki->waiters));
+		local_holders(w->h->observer, raw, take_first, &f);
+		append_key(w->locks,
+			   json_pack("{s:s, s:s, s:f, s:i}", "key", key, "owner_conn_id", f.session,
+				     "lease_expires_in_s", (double)f.lease_ms / 1000.0, "waiters",
+				     (json_int_t)ki->waiters),
+			   enc);
 	} else if (ki->kind == LOCAL_KIND_LOCK) {
-		json_array_append_new(w->idle_locks, json_pack("{s:s}", "key", key));
+		append_key(w->idle_locks, json_pack("{s:s}", "key", key), enc);
 	} else if (ki->kind == LOCAL_KIND_SEMAPHORE && (ki->holders || ki->waiters)) {
-		json_array_append_new(w->sems, json_pack("{s:s, s:I, s:i, s:i}", "key", key, "limit",
-							 (json_int_t)ki->limit, "holders",
-							 (json_int_t)ki->holders, "waiters",
-							 (json_int_t)ki->waiters));
+		append_key(w->sems,
+			   json_pack("{s:s, s:I, s:i, s:i}", "key", key, "limit",
+				     (json_int_t)ki->limit, "holders", (json_int_t)ki->holders,
+				     "waiters", (json_int_t)ki->waiters),
+			   enc);
 	} else if (ki->kind == LOCAL_KIND_SEMAPHORE) {
-		json_array_append_new(w->idle_sems, json_pack("{s:s, s:I}", "key", key, "limit",
-							      (json_int_t)ki->limit));
+		append_key(w->idle_sems,
+			   json_pack("{s:s, s:I}", "key", key, "limit", (json_int_t)ki->limit), enc);
 	}
 	return 0;
 }

@@ -1311,6 +1311,40 @@ TEST(http, stats_shape, 20)
 	hb_stop(&h);
 }
 
+TEST(http, stats_show_a_non_utf8_key_percent_encoded, 20)
+{
+	struct hbroker h;
+	struct call *c;
+	json_t *locks, *e;
+	bool seen = false;
+	size_t i;
+	char *s;
+
+	hb_start(&h, false, NULL);
+	s = session_new(&h.ux);
+	/* The key is the bytes 'b', 0xFF, '/', 'x': not UTF-8. */
+	CHECK_OUTCOME(lock_acquire(&h.ux, s, "b%FF/x", 0), "ok");
+	CHECK_OUTCOME(lock_acquire(&h.ux, s, "plain", 0), "ok");
+	c = req(&h.ux, "GET", "/v1/stats", NULL, NULL);
+	CHECK_STATUS(c, 200);
+	locks = json_object_get(c->json, "locks");
+	CHECK_EQ(json_array_size(locks), 2);
+	json_array_foreach(locks, i, e) {
+		const char *k = json_string_value(json_object_get(e, "key"));
+		const char *enc = json_string_value(json_object_get(e, "key_encoding"));
+
+		if (!strcmp(k, "b%FF%2Fx")) {
+			CHECK(enc && !strcmp(enc, "percent"));
+			seen = true;
+		} else {
+			CHECK(!strcmp(k, "plain"));
+			CHECK(enc == NULL);
+		}
+	}
+	CHECK(seen);
+	hb_stop(&h);
+}
+
 TEST(http, metrics_are_prometheus_text_with_route_labels, 20)
 {
 	struct hbroker h;
