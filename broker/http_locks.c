@@ -228,15 +228,16 @@ static bool hung_up(const struct hwaiter *w)
 	return w->fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-/* Take the outcome of waiter @slot if there is one; @cancel: it is due. */
-static void poll_one(struct http *h, uint32_t slot, bool cancel)
+/* Take the outcome of waiter @slot if there is one; @cancel: it is due.
+ * Returns false while it is still queued. */
+static bool poll_one(struct http *h, uint32_t slot, bool cancel)
 {
 	struct hwaiter *w = &h->waiters[slot];
 	uint64_t tok = 0;
 	int err = api_pending_poll(w->sess->ls, w->key, cancel, &tok);
 
 	if (err == -EAGAIN)
-		return;
+		return false;
 	if (!err && hung_up(w)) {
 		/* Granted as its client left (the doorbell came before the
 		 * hang-up event): the next waiter's, not stranded. */
@@ -251,6 +252,7 @@ static void poll_one(struct http *h, uint32_t slot, bool cancel)
 	else
 		hreq_local_error(w->req, err);
 	finish(h, slot);
+	return true;
 }
 
 /* Answer @r later: its queued request (already local_enqueue()d) is
@@ -316,8 +318,10 @@ void http_waiters_poll(struct http *h)
 
 void http_waiter_due(struct http *h, uint32_t slot, uint32_t gen)
 {
-	if (slot < h->nwaiters && h->waiters[slot].req && h->waiters[slot].gen == gen)
-		poll_one(h, slot, true);
+	if (slot < h->nwaiters && h->waiters[slot].req && h->waiters[slot].gen == gen &&
+	    !poll_one(h, slot, true))
+		/* Its key's mutex is held by a stalled process: try again. */
+		broker_schedule(h->b, mono_ns() + 100000000ull, TIMER_HTTP_WAIT, slot, gen);
 }
 
 /* Leave the queue; a grant that landed meanwhile goes to the next waiter. */
@@ -326,6 +330,9 @@ static void cancel(struct http *h, uint32_t slot, int status, const char *code)
 	struct hwaiter *w = &h->waiters[slot];
 	uint64_t tok;
 
+	/* -EAGAIN (a process stalled in the key's mutex) leaves the request
+	 * queued: if granted later, nobody takes it up and its lease (HTTP
+	 * holds always have one) or the session's reaping ends it. */
 	if (api_pending_poll(w->sess->ls, w->key, true, &tok) == 0) {
 		local_release(w->sess->ls, w->key);
 		h->maybe_granted = true;
@@ -393,7 +400,7 @@ static void acquire(struct hreq *r, struct hsession *hs, const struct op_args *a
 			    : local_lock(hs->ls, key, &o, &tok);
 		if (!err) /* the hold's lease: a re-acquire keeps the old one */
 			reply_granted(r, "ok", tok, lease_left_s(hs, key));
-		else if (err == -EBUSY)
+		else if (err == -EBUSY || err == -ETIMEDOUT) /* held, or its mutex stalled */
 			reply_timeout(r);
 		else
 			hreq_local_error(r, err);
@@ -405,7 +412,9 @@ static void acquire(struct hreq *r, struct hsession *hs, const struct op_args *a
 		reply_granted(r, "ok", tok, lease_left_s(hs, key));
 		return;
 	}
-	if (err) {
+	if (err == -ETIMEDOUT && !two_phase) {
+		reply_timeout(r); /* a process stalled in the key's mutex: not queued */
+	} else if (err) {
 		hreq_local_error(r, err);
 	} else if (granted) {
 		reply_granted(r, two_phase ? "acquired" : "ok", tok, a->lease_s);

@@ -100,6 +100,10 @@ void hreq_local_error(struct hreq *r, int err)
 	case LOCAL_ESTALE:
 		hreq_error(r, 404, "not_held", "%s", why);
 		break;
+	case ETIMEDOUT: /* from a key mutex, not from a wait */
+		hreq_error(r, 500, "internal",
+			   "the key is locked by a process stalled inside it; try again");
+		break;
 	default:
 		/* A quarantined key or a failed allocation: not in dflockd's
 		 * table; the one code of shmlock's own. */

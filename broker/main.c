@@ -249,6 +249,9 @@ int main(int argc, char **argv)
 	urcu_memb_register_thread();
 	b.started_ns = mono_ns();
 	err = shm_setup(&b);
+	/* Work done through liblocal (the HTTP API) must not wait for ever on
+	 * a key mutex either: a client may be stopped inside one. */
+	b.seg.lock_timeout_ms = BROKER_LOCK_MS;
 	if (!err)
 		err = sessions_init(&b);
 	if (!err)

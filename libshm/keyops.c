@@ -358,6 +358,8 @@ static int cancel_wait(struct segment *seg, uint32_t waiter, uint32_t key, struc
 	if (!k)
 		return -LOCAL_ESESSION;
 	err = key_lock(seg, k);
+	if (err == -ETIMEDOUT)
+		return -EAGAIN; /* a timed key_lock() (the broker): still queued */
 	if (err)
 		return err;
 	w = atomic_load(&node->word);

@@ -160,7 +160,8 @@ int waiter_wait(struct segment *seg, uint32_t waiter, uint32_t key, struct owner
  * (the broker waiting for an HTTP client). waiter_arm_doorbell() has the
  * granter ring the broker's doorbell; it returns false when the request is
  * no longer waiting (granted already: poll it now). waiter_poll() takes a
- * grant (0, *token set), else returns -EAGAIN while queued, or with @cancel
+ * grant (0, *token set), else returns -EAGAIN while queued (also when a
+ * timed key_lock() could not leave the queue: try again), or with @cancel
  * leaves the queue (-ETIMEDOUT); -LOCAL_ESESSION when the session ended.
  */
 bool waiter_arm_doorbell(struct segment *seg, uint32_t waiter, uint32_t key, struct owner who);

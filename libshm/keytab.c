@@ -305,7 +305,7 @@ static int locked(struct segment *seg, struct seg_key *k, int r)
 
 int key_lock(struct segment *seg, struct seg_key *k)
 {
-	return locked(seg, k, pthread_mutex_lock(&k->mutex));
+	return locked(seg, k, mutex_lock_for(&k->mutex, seg->lock_timeout_ms));
 }
 
 int key_lock_timed(struct segment *seg, struct seg_key *k, uint32_t timeout_ms)
@@ -519,7 +519,7 @@ static int create_locked(struct segment *seg, uint32_t hash, const char *key, si
 int keytab_find(struct segment *seg, const char *key, size_t len, bool create,
 		struct seg_key **out)
 {
-	return keytab_find_timed(seg, key, len, create, out, 0);
+	return keytab_find_timed(seg, key, len, create, out, seg->lock_timeout_ms);
 }
 
 int keytab_find_timed(struct segment *seg, const char *key, size_t len, bool create,

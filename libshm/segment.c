@@ -185,5 +185,6 @@ int seg_bind(struct segment *seg, void *mem, size_t size)
 	seg->values = (char *)mem + l.off_values;
 	seg->lease_bits = (_Atomic uint64_t *)((char *)mem + l.off_lease_bits);
 	seg->staged = (char *)mem + l.off_staged;
+	seg->lock_timeout_ms = 0;
 	return 0;
 }

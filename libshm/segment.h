@@ -291,6 +291,11 @@ struct segment {
 	 * the broker drains it when the doorbell rings. */
 	_Atomic uint64_t *lease_bits;
 	char *staged;
+	/* This process's patience with key and table mutexes in key_lock()
+	 * and keytab_find(): 0, as long as it takes (clients); the broker sets
+	 * BROKER_LOCK_MS, so a client stopped inside a critical section cannot
+	 * stall the HTTP requests it serves (they get -ETIMEDOUT instead). */
+	uint32_t lock_timeout_ms;
 };
 
 #define INDEX_TOMB UINT32_MAX

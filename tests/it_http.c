@@ -33,6 +33,7 @@
 #include <time.h>
 
 #include "broker_fixture.h"
+#include "crashpoint.h"
 #include "harness.h"
 
 #define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
@@ -2308,6 +2309,66 @@ TEST(http, a_grant_racing_a_hang_up_never_strands_the_key, 90)
  * reaped; one whose request is in flight (a long wait) is not, however
  * long the wait, and is reaped 2 s after its last request ends.
  */
+#ifdef LOCAL_CRASH_POINTS
+/* Child: stop (SIGSTOP) inside the key mutex of stall/k while queueing. */
+static void stalled_in_mutex(void *p, int in, int out)
+{
+	struct local_acquire_opts timed = { .timeout_ms = 100 };
+	const struct broker_proc *b = p;
+	local_session *s;
+	char buf[8], num[8];
+
+	snprintf(num, sizeof(num), "%d", CP_ENQ_LINKED);
+	setenv("SHMLOCK_STOP_AT", num, 1);
+	s = open_session(b, "stalled", 0, 0);
+	say(out, "open");
+	say(out, "done %d", local_lock(s, "stall/k", &timed, NULL));
+	hear(in, buf, sizeof(buf));
+}
+
+TEST(http, a_client_stopped_in_a_key_mutex_stalls_neither_http_nor_the_broker, 40)
+{
+	struct hbroker h;
+	local_session *obs;
+	struct child st;
+	struct call *c;
+	siginfo_t si;
+	uint64_t t0;
+	char *s;
+
+	hb_start(&h, false, NULL);
+	obs = open_session(&h.b, "obs", 0, 0);
+	CHECK_OK(local_lock(obs, "stall/k", NULL, NULL));
+	child_spawn(&st, stalled_in_mutex, &h.b);
+	child_expect(&st, "open", 5000);
+	memset(&si, 0, sizeof(si));
+	CHECK_OK(waitid(P_PID, (id_t)st.pid, &si, WSTOPPED | WNOWAIT));
+	s = session_new(&h.ux);
+	/* The key's mutex is held by a stopped process: a try and a timed
+	 * acquire answer "timeout" after the broker's 200 ms of patience,
+	 * instead of blocking the broker's loop (and this client) for good. */
+	t0 = now_ms();
+	CHECK_OUTCOME(lock_acquire(&h.ux, s, "stall/k", 0), "timeout");
+	CHECK_OUTCOME(lock_acquire(&h.ux, s, "stall/k", 1), "timeout");
+	CHECK(now_ms() - t0 < 5000);
+	/* Everything else goes on meanwhile. */
+	CHECK_STATUS(req(&h.ux, "GET", "/health", NULL, NULL), 200);
+	CHECK_STATUS(req(&h.ux, "GET", "/v1/stats", NULL, NULL), 200);
+	c = lock_acquire(&h.ux, s, "stall/other", 0);
+	CHECK_OUTCOME(c, "ok");
+	release_ok(&h.ux, s, "locks", "stall/other", jstr(c, "token"));
+	/* Once it runs again, the key serves HTTP as before. */
+	kill(st.pid, SIGCONT);
+	child_kill(&st);
+	child_wait(&st, 5000);
+	CHECK_OK(local_release(obs, "stall/k"));
+	CHECK(WAIT_FOR((c = lock_acquire(&h.ux, s, "stall/k", 0))->json &&
+			       !strcmp(jstr(c, "status"), "ok"),
+		       10000));
+	hb_stop(&h);
+}
+#endif
+
 TEST(http, idle_sessions_are_reaped_but_not_while_a_request_is_in_flight, 40)
 {
 	struct hbroker h;
