@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -81,22 +82,42 @@ void child_send(struct child *c, const char *line)
 		FAIL_AT("write to child %d: %s", (int)c->pid, strerror(errno));
 }
 
-int child_wait(struct child *c, int timeout_ms)
+int pid_wait(pid_t pid, int timeout_ms)
 {
 	uint64_t end = now_ms() + (uint64_t)timeout_ms;
-	int status;
+	int fd = (int)syscall(SYS_pidfd_open, pid, 0), status;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
 
+	/* A pidfd turns readable at exit. Without one (valgrind does not know
+	 * the call), poll waitpid() against the same deadline. */
+	if (fd >= 0) {
+		int ready = poll(&p, 1, timeout_ms);
+
+		close(fd);
+		if (ready != 1) {
+			kill(pid, SIGKILL);
+			FAIL_AT("process %d did not exit within %d ms", (int)pid, timeout_ms);
+		}
+	}
 	for (;;) {
-		pid_t r = waitpid(c->pid, &status, WNOHANG);
+		pid_t r = waitpid(pid, &status, fd >= 0 ? 0 : WNOHANG);
 
-		if (r == c->pid)
-			break;
+		if (r == pid)
+			return status;
 		if (r < 0)
-			FAIL_AT("waitpid %d: %s", (int)c->pid, strerror(errno));
-		if (now_ms() >= end)
-			FAIL_AT("child %d did not exit within %d ms", (int)c->pid, timeout_ms);
+			FAIL_AT("waitpid %d: %s", (int)pid, strerror(errno));
+		if (now_ms() >= end) {
+			kill(pid, SIGKILL);
+			FAIL_AT("process %d did not exit within %d ms", (int)pid, timeout_ms);
+		}
 		usleep(1000);
 	}
+}
+
+int child_wait(struct child *c, int timeout_ms)
+{
+	int status = pid_wait(c->pid, timeout_ms);
+
 	close(c->rd);
 	close(c->wr);
 	c->pid = 0;

@@ -107,6 +107,9 @@ void child_expect(struct child *c, const char *want, int timeout_ms);
 void child_send(struct child *c, const char *line);
 /* Wait for the child to exit within @timeout_ms; returns the raw wait status. */
 int child_wait(struct child *c, int timeout_ms);
+/* Wait for @pid, a child of ours, to exit within @timeout_ms (else SIGKILL it
+ * and fail the test); returns the raw wait status. */
+int pid_wait(pid_t pid, int timeout_ms);
 void child_kill(struct child *c);
 
 /* For use inside a child: write a line / read a line (blocking). */

@@ -74,24 +74,6 @@ static void cli_start(struct proc *p, const char *const *args)
 	spawn(p, argv);
 }
 
-/* Wait for @pid to exit within @timeout_ms (a pidfd, not a polling loop). */
-static int wait_exit(pid_t pid, int timeout_ms)
-{
-	int fd = (int)pidfd_open(pid, 0), status;
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-
-	if (fd < 0)
-		FAIL_AT("pidfd_open %d: %s", (int)pid, strerror(errno));
-	if (poll(&p, 1, timeout_ms) != 1) {
-		kill(pid, SIGKILL);
-		FAIL_AT("process %d did not exit within %d ms", (int)pid, timeout_ms);
-	}
-	close(fd);
-	if (waitpid(pid, &status, 0) != pid)
-		FAIL_AT("waitpid %d: %s", (int)pid, strerror(errno));
-	return status;
-}
-
 /* Read @fd to its end before @end_ms (CLOCK_MONOTONIC); returns the length. */
 static size_t read_to_end(int fd, char *buf, size_t size, uint64_t end_ms)
 {
@@ -128,7 +110,7 @@ static int cli_finish(struct proc *p, char *out, char *err, int timeout_ms)
 	read_to_end(p->err, err ? err : scratch, OUT_MAX, end);
 	close(p->out);
 	close(p->err);
-	status = wait_exit(p->pid, (int)(end > now_ms() ? end - now_ms() : 1));
+	status = pid_wait(p->pid, (int)(end > now_ms() ? end - now_ms() : 1));
 	/* Show what the CLI said when a check on it fails. */
 	if (err && *err && getenv("SHMLOCK_TEST_VERBOSE"))
 		fprintf(stderr, "    [shmlock stderr] %s", err);

@@ -731,24 +731,6 @@ static void broker_thaw(const struct hbroker *h)
 	kill(h->b.pid, SIGCONT);
 }
 
-/* Wait for @pid (our child) to exit within @timeout_ms; its wait status. */
-static int wait_exit(pid_t pid, int timeout_ms)
-{
-	int fd = (int)pidfd_open(pid, 0), status;
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-
-	if (fd < 0)
-		FAIL_AT("pidfd_open %d: %s", (int)pid, strerror(errno));
-	if (poll(&p, 1, timeout_ms) != 1) {
-		kill(pid, SIGKILL);
-		FAIL_AT("process %d did not exit within %d ms", (int)pid, timeout_ms);
-	}
-	close(fd);
-	if (waitpid(pid, &status, 0) != pid)
-		FAIL_AT("waitpid %d: %s", (int)pid, strerror(errno));
-	return status;
-}
-
 /* ==== tests ====================================================================== */
 
 TEST(http, health_ready_and_openapi_on_both_transports, 20)
@@ -1918,7 +1900,7 @@ TEST(http, sigterm_drains_waits_with_503_and_ready_turns_503, 30)
 		FAIL_AT("checks took %llu ms: outside the 1 s drain",
 			(unsigned long long)(now_ms() - t0));
 	close(idle);
-	status = wait_exit(h.b.pid, 10000);
+	status = pid_wait(h.b.pid, 10000);
 	h.b.pid = 0;
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	/* Stopped: nothing answers any more. */
@@ -2061,7 +2043,7 @@ TEST(http, fifo_is_shared_by_http_liblocal_and_the_cli, 40)
 
 	status = child_wait(&lc, 5000);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	status = wait_exit(clipid, 5000);
+	status = pid_wait(clipid, 5000);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	f = fopen(log, "re");
 	CHECK(f);

@@ -101,11 +101,9 @@ static bool seg_exists(const char *shm)
 
 static int exit_status_after(pid_t pid, int sig)
 {
-	struct child c = { .pid = pid, .rd = -1, .wr = -1 };
-
 	if (sig)
 		kill(pid, sig);
-	return child_wait(&c, 10000);
+	return pid_wait(pid, 10000);
 }
 
 #define CHECK_EXITED_0(status)                                                            \

@@ -81,6 +81,8 @@ void futex_wake(_Atomic uint32_t *word, int n);
 void __attribute__((format(printf, 1, 2), noreturn)) fatal(const char *fmt, ...);
 void __attribute__((format(printf, 2, 3))) add_target(bool met, const char *fmt, ...);
 void print_summary(void);
+/* utime + stime of every thread of @pid, in ms (clock-tick resolution). */
+double proc_cpu_ms(pid_t pid);
 
 /* ---- the broker ---------------------------------------------------------- */
 

@@ -410,30 +410,6 @@ static void client_close(struct client *c)
 
 /* ---- the broker ---------------------------------------------------------- */
 
-/* utime + stime of every thread of @pid, in us (clock-tick resolution). */
-static double proc_cpu_us(pid_t pid)
-{
-	unsigned long long utime, stime;
-	char path[64], buf[1024], *p;
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		fatal("open %s: %s", path, strerror(errno));
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		fatal("read %s: %s", path, n ? strerror(errno) : "empty");
-	buf[n] = '\0';
-	p = strrchr(buf, ')');
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
-			 &stime) != 2)
-		fatal("cannot parse %s", path);
-	return (double)(utime + stime) * 1e6 / (double)sysconf(_SC_CLK_TCK);
-}
-
 static double self_cpu_us(void)
 {
 	struct rusage ru;
@@ -509,7 +485,7 @@ static void run_config(enum client_kind kind, int n, uint64_t run_ns, struct htt
 	deadline = now_ns() + END_TIMEOUT_MS * NSEC_PER_MSEC;
 	while (atomic_load(&h_ready) < (uint32_t)n && now_ns() < deadline)
 		sleep_ns(200 * NSEC_PER_USEC);
-	broker0 = proc_cpu_us(hb.pid);
+	broker0 = proc_cpu_ms(hb.pid) * 1000.0;
 	self0 = self_cpu_us();
 	t0 = now_ns();
 	atomic_store(&h_start, 1);
@@ -518,7 +494,7 @@ static void run_config(enum client_kind kind, int n, uint64_t run_ns, struct htt
 	atomic_store(&h_stop, 1);
 	for (i = 0; i < n; i++)
 		pthread_join(cl[i].thread, NULL);
-	r->broker_us = proc_cpu_us(hb.pid) - broker0;
+	r->broker_us = proc_cpu_ms(hb.pid) * 1000.0 - broker0;
 	r->client_us = self_cpu_us() - self0;
 	for (i = 0; i < n; i++) {
 		if (cl[i].err[0]) {

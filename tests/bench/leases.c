@@ -175,32 +175,6 @@ static int expiry_child(int idx)
 	return err ? child_fail("session close", err) : 0;
 }
 
-/* utime + stime of every thread of @pid, in ms (clock-tick resolution). */
-static double proc_cpu_ms(pid_t pid)
-{
-	unsigned long long utime, stime;
-	char path[64], buf[1024], *p;
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		fatal("open %s: %s", path, strerror(errno));
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		fatal("read %s: %s", path, n ? strerror(errno) : "empty");
-	buf[n] = '\0';
-	p = strrchr(buf, ')');
-	/* After the name: state ppid pgrp session tty tpgid flags minflt
-	 * cminflt majflt cmajflt utime stime (fields 3-15 of proc(5)). */
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
-			 &stime) != 2)
-		fatal("cannot parse %s", path);
-	return (double)(utime + stime) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
-}
-
 static long long file_size(const char *path)
 {
 	struct stat st;
