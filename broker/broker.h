@@ -166,6 +166,10 @@ void session_sweep_due(struct broker *b, uint32_t slot, uint32_t gen);
 /* How long the broker waits for a key mutex before it defers the work: a
  * client stopped inside a critical section must not stall the broker. */
 #define BROKER_LOCK_MS 200
+/* What one turn of the event loop may spend waiting on busy lock words in
+ * all (see lock_budget_ns): a stall of many keys costs this per turn, and
+ * the work on the rest is deferred and retried. */
+#define BROKER_TURN_LOCK_MS 20
 /* Grant waiters of key @idx whose lock-delay has ended. */
 void key_delay_due(struct broker *b, uint32_t idx);
 void broker_schedule(struct broker *b, uint64_t at_ns, uint32_t kind, uint32_t a, uint32_t b2);

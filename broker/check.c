@@ -22,7 +22,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -33,6 +32,7 @@
 #include <unistd.h>
 
 #include "broker.h"
+#include "lockword.h"
 #include "procinfo.h"
 
 struct report {
@@ -75,13 +75,16 @@ static const char *key_name(const struct seg_key *k, char *buf, size_t size)
  * FUTEX_OWNER_DIED once the kernel has found the owner dead. */
 enum mutex_state { MUTEX_FREE, MUTEX_HELD, MUTEX_OWNER_DIED };
 
-static enum mutex_state mutex_state(const pthread_mutex_t *m)
+/* A lock word (lockword.h): free, held by a live process, or by a dead one. */
+static enum mutex_state mutex_state(const _Atomic uint32_t *w)
 {
-	unsigned v = (unsigned)__atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED);
+	uint32_t v = atomic_load_explicit(w, memory_order_relaxed);
 
-	if (v & FUTEX_OWNER_DIED)
+	if (!v)
+		return MUTEX_FREE;
+	if ((v & LW_DIED) || lw_pid_gone(LW_OWNER(v)))
 		return MUTEX_OWNER_DIED;
-	return v & FUTEX_TID_MASK ? MUTEX_HELD : MUTEX_FREE;
+	return MUTEX_HELD;
 }
 
 /* Per key, what the node table says (the truth the lists must match). */
@@ -325,7 +328,7 @@ static void check_keys(const struct segment *seg, struct report *r, const struct
 		if (k->token > tokens)
 			PROBLEM(r, "key '%s': last token %llu above the counter %llu", name,
 				(unsigned long long)k->token, (unsigned long long)tokens);
-		ms = mutex_state(&k->mutex);
+		ms = mutex_state(&k->lock);
 		if (ms == MUTEX_OWNER_DIED) {
 			NOTE(r, "key '%s': its mutex owner died mid-operation; the next locker "
 			     "rebuilds it from the node table", name);
@@ -373,7 +376,7 @@ static void check_index(const struct segment *seg, struct report *r)
 static void scan(const struct segment *seg, struct report *r)
 {
 	struct key_tally *t = calloc(seg->caps.max_keys, sizeof(*t));
-	bool table_dead = mutex_state(&seg->hdr->table_mutex) == MUTEX_OWNER_DIED;
+	bool table_dead = mutex_state(&seg->hdr->table_lock) == MUTEX_OWNER_DIED;
 
 	if (!t) {
 		PROBLEM(r, "out of memory");

@@ -352,6 +352,8 @@ int loop_run(struct broker *b)
 	if (err)
 		return err;
 	b->served = true;
+	b->seg.lock_budgeted = true;
+	b->seg.lock_budget_ns = BROKER_TURN_LOCK_MS * 1000000ull;
 	sessions_adopt(b);
 	broker_schedule(b, mono_ns() + SCAN_INTERVAL_NS, TIMER_SCAN, 0, 0);
 	if (b->opts.gc_idle_ms)
@@ -373,6 +375,7 @@ int loop_run(struct broker *b)
 			continue;
 		if (n < 0)
 			return -errno;
+		b->seg.lock_budget_ns = BROKER_TURN_LOCK_MS * 1000000ull; /* a new turn */
 		for (i = 0; i < n; i++) {
 			uint64_t tag = ev[i].data.u64;
 

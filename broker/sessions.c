@@ -120,13 +120,31 @@ void broker_schedule(struct broker *b, uint64_t at_ns, uint32_t kind, uint32_t a
 		blog(LOG_CRIT, "out of memory for a timer; a deadline may be missed");
 }
 
+/*
+ * A process with @pid is opening a session. If an earlier process with that
+ * pid died and its pidfd event is still queued, handle that death first:
+ * once this process holds lock words under the same pid, reaping the dead
+ * one's words would take a live owner's. (Until its session opens, the new
+ * process cannot hold any: it has no session to act in.)
+ */
+static void reap_reused_pid(struct broker *b, pid_t pid)
+{
+	uint32_t i;
+
+	for (i = 0; i < b->seg.caps.max_sessions; i++)
+		if (b->by_slot[i] && b->seg.sessions[i].creator_pid == pid)
+			session_died(b, i);
+}
+
 int session_open(struct broker *b, const struct proto_open *req, int pidfd, pid_t pid,
 		 uid_t uid, uint64_t start_time, struct proto_reply *rep)
 {
-	uint32_t slot = free_slot(b), gen;
+	uint32_t slot, gen;
 	struct seg_session *s;
 	uint8_t id[16];
 
+	reap_reused_pid(b, pid);
+	slot = free_slot(b);
 	if (slot == IDX_NONE) {
 		blog(LOG_WARNING, "session table full (--max-sessions=%u)",
 		     b->seg.caps.max_sessions);
@@ -149,10 +167,8 @@ int session_open(struct broker *b, const struct proto_open *req, int pidfd, pid_
 	s->flags = req->flags;
 	s->closing_lost = 0;
 	atomic_store(&s->renewed_ns, s->created_ns);
-	if (req->flags & LOCAL_SESSION_NO_PROCESS_CHECK) {
-		close(pidfd);
-		pidfd = -1;
-	}
+	/* Without a process check too, the pidfd stays: the session outlives
+	 * its process, but the lock words that process held must not. */
 	if (!track(b, slot, gen, id, pidfd)) {
 		if (pidfd >= 0)
 			close(pidfd);
@@ -475,6 +491,17 @@ void session_died(struct broker *b, uint32_t slot)
 	p.fd = b->by_slot[slot]->pidfd;
 	if (p.fd < 0 || poll(&p, 1, 0) != 1)
 		return;
+	/* First the lock words it died inside of: marked, the sweep below
+	 * (or whoever comes first) takes them at once and repairs. */
+	segment_reap_locks(&b->seg, (uint32_t)b->seg.sessions[slot].creator_pid);
+	if (!b->seg.sessions[slot].pid) {
+		/* No process check: the session lives on without its process. */
+		loop_unwatch_fd(b, p.fd);
+		close(p.fd);
+		b->by_slot[slot]->pidfd = -1;
+		repair_dead_mutexes(b);
+		return;
+	}
 	atomic_fetch_add(&b->seg.hdr->stats.crash_cleanups, 1);
 	/* Sweep first: it wakes the next waiters; then the keys the process
 	 * may have died inside of without holding anything there. */
@@ -523,14 +550,14 @@ void key_delay_due(struct broker *b, uint32_t idx)
 }
 
 /* Is the process recorded in @s still the one that opened the session? */
-static int adopt_pidfd(const struct seg_session *s)
+static int adopt_pidfd(const struct seg_session *s, pid_t pid)
 {
 	uint64_t start;
-	int fd = (int)pidfd_open(s->pid, 0);
+	int fd = pid > 0 ? (int)pidfd_open(pid, 0) : -1;
 
 	if (fd < 0)
 		return -1;
-	if (proc_start_time(s->pid, &start) || (s->start_time && start != s->start_time)) {
+	if (proc_start_time(pid, &start) || (s->start_time && start != s->start_time)) {
 		close(fd); /* the pid was reused by another process */
 		return -1;
 	}
@@ -555,12 +582,16 @@ void sessions_adopt(struct broker *b)
 		}
 		if (SESS_STATE(sg) != SESS_ACTIVE)
 			continue;
-		if (s->pid && (fd = adopt_pidfd(s)) < 0) {
+		if (s->pid && (fd = adopt_pidfd(s, s->pid)) < 0) {
 			dead++;
 			atomic_fetch_add(&seg->hdr->stats.crash_cleanups, 1);
 			sweep(b, i, true, "invalidated: its process exited while the broker was down");
 			continue;
 		}
+		/* No process check: watch its process for the lock words only
+		 * (gone already: repair_dead_mutexes() below finds them). */
+		if (!s->pid)
+			fd = adopt_pidfd(s, s->creator_pid);
 		if (!track(b, i, SESS_GEN(sg), s->id, fd)) {
 			if (fd >= 0)
 				close(fd);

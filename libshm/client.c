@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "lockword.h"
 #include "clock.h"
 #include "paths.h"
 #include "procinfo.h"
@@ -283,6 +284,7 @@ static int build_open(const struct local_session_opts *o, struct proto_open *req
 
 static int send_close(const local_session *s);
 static void session_free(local_session *s);
+static void lock_identity_set(struct segment *seg, const struct seg_session *slot);
 
 int local_session_open(const struct local_session_opts *opts, local_session **out)
 {
@@ -346,6 +348,7 @@ int local_session_open(const struct local_session_opts *opts, local_session **ou
 		err = -LOCAL_EPROTO;
 		goto fail;
 	}
+	lock_identity_set(s->seg, seg_session_at(s->seg, rep.slot));
 	hex_encode(rep.id, sizeof(rep.id), s->id);
 	s->fork_gen = atomic_load(&fork_gen);
 	*out = s;
@@ -353,6 +356,24 @@ int local_session_open(const struct local_session_opts *opts, local_session **ou
 fail:
 	session_free(s);
 	return err;
+}
+
+/*
+ * Who this process is in lock words: its pid as the broker saw it open
+ * @slot (our pid, unless we live in another pid namespace than the broker),
+ * since the broker is the one that reaps the locks of a process that died.
+ * Only a process whose own pids are the broker's judges owners itself.
+ */
+static void lock_identity_set(struct segment *seg, const struct seg_session *slot)
+{
+	int32_t pid = slot->creator_pid;
+
+	if (pid <= 0 || (uint32_t)pid > LW_OWNER_MASK)
+		return;
+	if (seg->lock_self != (uint32_t)pid) {
+		seg->lock_self = (uint32_t)pid;
+		seg->lock_judge = pid == getpid();
+	}
 }
 
 static void session_free(local_session *s)

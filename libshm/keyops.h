@@ -66,10 +66,13 @@ int key_check(const char *key, size_t len);
  */
 int keytab_find(struct segment *seg, const char *key, size_t len, bool create,
 		struct seg_key **out);
-/* The same, giving up with -ETIMEDOUT after @timeout_ms on any mutex (the
- * broker: a stopped client must not stall it). */
+/* The same, giving up with -ETIMEDOUT after @timeout_ms on any lock (the
+ * broker: a stopped client must not stall it), or at @deadline_ns
+ * (CLOCK_MONOTONIC, absolute; 0: none): the caller's own deadline. */
 int keytab_find_timed(struct segment *seg, const char *key, size_t len, bool create,
 		      struct seg_key **out, uint32_t timeout_ms);
+int keytab_find_until(struct segment *seg, const char *key, size_t len, bool create,
+		      struct seg_key **out, uint64_t deadline_ns);
 
 /*
  * Lock a key's mutex, repairing it if its last owner died, and switch the key
@@ -86,6 +89,9 @@ void key_unlock(struct seg_key *k);
  * client stopped (SIGSTOP) inside a critical section, or on a mutex word a
  * rogue process scribbled over. */
 int key_lock_timed(struct segment *seg, struct seg_key *k, uint32_t timeout_ms);
+int key_lock_until(struct segment *seg, struct seg_key *k, uint64_t deadline_ns);
+/* As key_lock(), without waiting: -EBUSY while someone else holds it. */
+int key_trylock(struct segment *seg, struct seg_key *k);
 
 /* Record a lock key's holder (IDX_NONE: free) in its fast word: the commit
  * point of every holder change made under the mutex. */
@@ -253,12 +259,18 @@ int fast_release(struct segment *seg, const char *key, struct owner who,
 int key_repair_locked(struct segment *seg, struct seg_key *k);
 
 /*
- * Repair every key (and the table) whose mutex owner died: such a mutex is
+ * Repair every key (and the table) whose lock owner died: such a lock is
  * only noticed when someone next locks it, and a waiter granted by a releaser
- * that died before its wake-up call sleeps until then. Reads each mutex word
- * without locking; locks only the dead ones. Returns how many were repaired.
+ * that died before its wake-up call sleeps until then. Reads each lock word
+ * without locking; takes only the dead ones, without waiting (a busy one is
+ * left for the next call). Returns how many were repaired.
  */
 uint32_t segment_repair_dead_mutexes(struct segment *seg);
+
+/* The broker: process @pid exited (its pidfd said so). Mark every lock word
+ * it held as left by a dead owner (lockword.h), waking the waiters; the next
+ * taker repairs. Returns how many it held. */
+uint32_t segment_reap_locks(struct segment *seg, uint32_t pid);
 
 /* Sanity checks used before trusting a key's own fields (repair quarantines
  * a key that fails them) and its list heads and counts (repair rebuilds). */

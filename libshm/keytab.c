@@ -17,6 +17,7 @@
 #include "crashpoint.h"
 #include "futex.h"
 #include "keyops.h"
+#include "lockword.h"
 
 uint32_t key_hash(const char *key, size_t len)
 {
@@ -145,7 +146,7 @@ void key_unlock(struct seg_key *k)
 		atomic_store_explicit(&k->fast, FAST_PACK(0, FAST_HOLDER(f), seq),
 				      memory_order_release);
 	}
-	pthread_mutex_unlock(&k->mutex);
+	lw_unlock(&k->lock);
 	/* After the unlock: a watcher woken while we held the mutex would only
 	 * go back to sleep on it (it takes it to describe the key). Dying
 	 * between the two delays the watchers, which re-check the index on
@@ -246,30 +247,44 @@ void key_counts_peek(const struct seg_key *k, uint64_t *lock_index, uint64_t *mo
 	*modify_index = atomic_load(&k->modify_index);
 }
 
-/* An absolute CLOCK_MONOTONIC time @timeout_ms from now. */
-static struct timespec lock_deadline(uint32_t timeout_ms)
+/* When a lock wait of this process must end: @timeout_ms from now (0: no bound). */
+static uint64_t lock_deadline(uint32_t timeout_ms)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += timeout_ms / 1000;
-	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	return ts;
+	return timeout_ms ? mono_ns() + (uint64_t)timeout_ms * 1000000ull : 0;
 }
 
-/* 0: wait as long as it takes (clients); else give up with -ETIMEDOUT. */
-static int mutex_lock_for(pthread_mutex_t *m, uint32_t timeout_ms)
+/*
+ * lw_lock() in the old mutex's terms: 0, EOWNERDEAD or ETIMEDOUT. In the
+ * broker's event loop every wait also draws on the turn's budget
+ * (lock_budget_ns), so that however many keys a stopped process sits in,
+ * one turn of the loop waits for them all together no longer than that.
+ */
+static int word_lock(struct segment *seg, _Atomic uint32_t *w, uint64_t deadline_ns)
 {
-	struct timespec ts;
+	uint64_t start = 0, now;
+	int r;
 
-	if (!timeout_ms)
-		return pthread_mutex_lock(m);
-	ts = lock_deadline(timeout_ms);
-	return pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts);
+	if (seg->lock_budgeted) {
+		start = mono_ns();
+		if (!deadline_ns || deadline_ns > start + seg->lock_budget_ns)
+			deadline_ns = start + seg->lock_budget_ns;
+		if (deadline_ns == start)
+			deadline_ns = start + 1; /* spent: try once */
+	}
+	r = lw_lock(w, seg->lock_self, deadline_ns, seg->lock_judge);
+	if (seg->lock_budgeted) {
+		now = mono_ns();
+		seg->lock_budget_ns -= now - start < seg->lock_budget_ns ? now - start
+									  : seg->lock_budget_ns;
+	}
+	return r == LW_RECOVER ? EOWNERDEAD : r == -ETIMEDOUT ? ETIMEDOUT : 0;
+}
+
+static int word_trylock(const struct segment *seg, _Atomic uint32_t *w)
+{
+	int r = lw_trylock(w, seg->lock_self);
+
+	return r == LW_RECOVER ? EOWNERDEAD : r == -EBUSY ? EBUSY : 0;
 }
 
 static int locked(struct segment *seg, struct seg_key *k, int r)
@@ -284,9 +299,8 @@ static int locked(struct segment *seg, struct seg_key *k, int r)
 		 * key from the node table before anyone else sees it. */
 		atomic_fetch_add(&seg->hdr->stats.repairs, 1);
 		r = key_repair_locked(seg, k);
-		pthread_mutex_consistent(&k->mutex);
 		if (r) {
-			pthread_mutex_unlock(&k->mutex);
+			lw_unlock(&k->lock);
 			return r;
 		}
 	} else {
@@ -297,7 +311,7 @@ static int locked(struct segment *seg, struct seg_key *k, int r)
 		}
 	}
 	if (atomic_load(&k->state) == KEY_QUARANTINED) {
-		pthread_mutex_unlock(&k->mutex);
+		lw_unlock(&k->lock);
 		return -LOCAL_ECORRUPT;
 	}
 	return 0;
@@ -305,17 +319,22 @@ static int locked(struct segment *seg, struct seg_key *k, int r)
 
 int key_lock(struct segment *seg, struct seg_key *k)
 {
-	return locked(seg, k, mutex_lock_for(&k->mutex, seg->lock_timeout_ms));
+	return locked(seg, k, word_lock(seg, &k->lock, lock_deadline(seg->lock_timeout_ms)));
 }
 
 int key_lock_timed(struct segment *seg, struct seg_key *k, uint32_t timeout_ms)
 {
-	return locked(seg, k, mutex_lock_for(&k->mutex, timeout_ms));
+	return locked(seg, k, word_lock(seg, &k->lock, lock_deadline(timeout_ms)));
 }
 
-static int key_trylock(struct segment *seg, struct seg_key *k)
+int key_lock_until(struct segment *seg, struct seg_key *k, uint64_t deadline_ns)
 {
-	return locked(seg, k, pthread_mutex_trylock(&k->mutex));
+	return locked(seg, k, word_lock(seg, &k->lock, deadline_ns));
+}
+
+int key_trylock(struct segment *seg, struct seg_key *k)
+{
+	return locked(seg, k, word_trylock(seg, &k->lock));
 }
 
 bool key_matches(const struct seg_key *k, uint32_t hash, const char *key, size_t len)
@@ -385,12 +404,14 @@ static void index_remove_locked(struct segment *seg, uint32_t idx)
 	}
 }
 
-/* Rebuild the index from the entries: after a crash under the table mutex,
- * or when tombstones make probes long. Lock-free readers that miss during
- * the rebuild fall back to the locked probe. */
+/* Rebuild the index from the entries: after a crash under the table lock,
+ * when tombstones make probes long, or when the index was found to miss a
+ * key. Lock-free readers that miss during the rebuild fall back to the
+ * locked probe. Every loop is bounded by the sizes this process copied at
+ * attach: a peer that keeps writing into the index cannot keep us here. */
 static void index_rebuild_locked(struct segment *seg)
 {
-	uint32_t mask = seg->index_size - 1, k, i;
+	uint32_t mask = seg->index_size - 1, k, i, n;
 
 	for (i = 0; i < seg->index_size; i++)
 		atomic_store(&seg->index[i], 0);
@@ -404,26 +425,33 @@ static void index_rebuild_locked(struct segment *seg)
 		if (st != KEY_USED)
 			continue;
 		i = atomic_load(&seg->keys[k].hash) & mask;
-		while (atomic_load(&seg->index[i]) != 0)
+		for (n = 0; n < seg->index_size && atomic_load(&seg->index[i]) != 0; n++)
 			i = (i + 1) & mask;
-		atomic_store(&seg->index[i], k + 1);
+		if (n < seg->index_size)
+			atomic_store(&seg->index[i], k + 1);
 	}
 	seg->hdr->index_tombs = 0;
 }
 
-static int table_lock_for(struct segment *seg, uint32_t timeout_ms)
+static int table_locked(struct segment *seg, int r)
 {
-	int r = mutex_lock_for(&seg->hdr->table_mutex, timeout_ms);
-
-	if (r == ETIMEDOUT)
-		return -ETIMEDOUT;
+	if (r == ETIMEDOUT || r == EBUSY)
+		return -r;
 	if (r == EOWNERDEAD) {
 		atomic_fetch_add(&seg->hdr->stats.repairs, 1);
 		index_rebuild_locked(seg);
-		pthread_mutex_consistent(&seg->hdr->table_mutex);
-		return 0;
 	}
-	return r ? -LOCAL_ECORRUPT : 0;
+	return 0;
+}
+
+static int table_lock_until(struct segment *seg, uint64_t deadline_ns)
+{
+	return table_locked(seg, word_lock(seg, &seg->hdr->table_lock, deadline_ns));
+}
+
+static void table_unlock(struct segment *seg)
+{
+	lw_unlock(&seg->hdr->table_lock);
 }
 
 static bool key_idle_locked(const struct seg_key *k, uint64_t now)
@@ -432,13 +460,13 @@ static bool key_idle_locked(const struct seg_key *k, uint64_t now)
 	       (k->delay_until_ns == 0 || k->delay_until_ns <= now);
 }
 
-uint32_t keytab_reclaim_idle(struct segment *seg, uint64_t idle_ns, uint32_t max,
-			     uint32_t timeout_ms)
+static uint32_t reclaim_idle_until(struct segment *seg, uint64_t idle_ns, uint32_t max,
+				   uint64_t deadline_ns)
 {
 	uint64_t now = mono_ns();
 	uint32_t i, freed = 0;
 
-	if (table_lock_for(seg, timeout_ms))
+	if (table_lock_until(seg, deadline_ns))
 		return 0;
 	for (i = 0; i < seg->caps.max_keys && freed < max; i++) {
 		struct seg_key *k = &seg->keys[i];
@@ -464,8 +492,14 @@ uint32_t keytab_reclaim_idle(struct segment *seg, uint64_t idle_ns, uint32_t max
 	}
 	if (seg->hdr->index_tombs > seg->index_size / 4)
 		index_rebuild_locked(seg);
-	pthread_mutex_unlock(&seg->hdr->table_mutex);
+	table_unlock(seg);
 	return freed;
+}
+
+uint32_t keytab_reclaim_idle(struct segment *seg, uint64_t idle_ns, uint32_t max,
+			     uint32_t timeout_ms)
+{
+	return reclaim_idle_until(seg, idle_ns, max, lock_deadline(timeout_ms));
 }
 
 static uint32_t find_free_entry_locked(struct segment *seg)
@@ -516,14 +550,50 @@ static int create_locked(struct segment *seg, uint32_t hash, const char *key, si
 	return 0;
 }
 
+/*
+ * A key the index does not lead to, found by looking at every entry. The
+ * index is a cache of the entries, and any client can write it: trusting it
+ * alone to say a key is new would let one write make a second entry for a
+ * key that exists, with a second holder. Creation is rare and already under
+ * the table lock; comparing hashes first keeps this one load per entry.
+ */
+static uint32_t find_unindexed_locked(struct segment *seg, uint32_t hash, const char *key,
+				      size_t len)
+{
+	uint32_t i;
+
+	for (i = 0; i < seg->caps.max_keys; i++)
+		if (atomic_load_explicit(&seg->keys[i].hash, memory_order_relaxed) == hash &&
+		    key_matches(&seg->keys[i], hash, key, len))
+			return i;
+	return IDX_NONE;
+}
+
 int keytab_find(struct segment *seg, const char *key, size_t len, bool create,
 		struct seg_key **out)
 {
-	return keytab_find_timed(seg, key, len, create, out, seg->lock_timeout_ms);
+	return keytab_find_until(seg, key, len, create, out, lock_deadline(seg->lock_timeout_ms));
 }
 
 int keytab_find_timed(struct segment *seg, const char *key, size_t len, bool create,
 		      struct seg_key **out, uint32_t timeout_ms)
+{
+	return keytab_find_until(seg, key, len, create, out, lock_deadline(timeout_ms));
+}
+
+/* Under the table lock: lock the entry @idx found for the key. */
+static int take_found_locked(struct segment *seg, uint32_t idx, struct seg_key **out,
+			     uint64_t deadline_ns)
+{
+	int err = key_lock_until(seg, &seg->keys[idx], deadline_ns);
+
+	if (!err)
+		*out = &seg->keys[idx];
+	return err;
+}
+
+int keytab_find_until(struct segment *seg, const char *key, size_t len, bool create,
+		      struct seg_key **out, uint64_t deadline_ns)
 {
 	uint32_t hash = key_hash(key, len), idx, slot;
 	int err;
@@ -532,7 +602,7 @@ int keytab_find_timed(struct segment *seg, const char *key, size_t len, bool cre
 	if (idx != IDX_NONE) {
 		struct seg_key *k = &seg->keys[idx];
 
-		err = key_lock_timed(seg, k, timeout_ms);
+		err = key_lock_until(seg, k, deadline_ns);
 		if (err)
 			return err;
 		if (key_matches(k, hash, key, len)) {
@@ -541,64 +611,66 @@ int keytab_find_timed(struct segment *seg, const char *key, size_t len, bool cre
 		}
 		key_unlock(k);
 	}
-	err = table_lock_for(seg, timeout_ms);
+	err = table_lock_until(seg, deadline_ns);
 	if (err)
 		return err;
 	idx = probe_locked(seg, hash, key, len, &slot);
-	if (idx != IDX_NONE) {
-		err = key_lock_timed(seg, &seg->keys[idx], timeout_ms);
-		if (!err)
-			*out = &seg->keys[idx];
-	} else if (!create) {
-		err = -ENOENT;
-	} else {
-		if (find_free_entry_locked(seg) == IDX_NONE) {
-			/* Full: reclaim idle keys now rather than fail. */
-			pthread_mutex_unlock(&seg->hdr->table_mutex);
-			keytab_reclaim_idle(seg, 0, 64, timeout_ms);
-			err = table_lock_for(seg, timeout_ms);
-			if (err)
-				return err;
-			idx = probe_locked(seg, hash, key, len, &slot);
-			if (idx != IDX_NONE) {
-				err = key_lock_timed(seg, &seg->keys[idx], timeout_ms);
-				if (!err)
-					*out = &seg->keys[idx];
-				goto out;
-			}
-		}
-		err = slot == IDX_NONE ? -LOCAL_EMAXKEYS : create_locked(seg, hash, key, len, slot, out);
+	if (idx == IDX_NONE && create && find_free_entry_locked(seg) == IDX_NONE) {
+		/* Full: reclaim idle keys now rather than fail. */
+		table_unlock(seg);
+		reclaim_idle_until(seg, 0, 64, deadline_ns);
+		err = table_lock_until(seg, deadline_ns);
+		if (err)
+			return err;
+		idx = probe_locked(seg, hash, key, len, &slot);
 	}
-out:
-	pthread_mutex_unlock(&seg->hdr->table_mutex);
+	if (idx == IDX_NONE && create) {
+		idx = find_unindexed_locked(seg, hash, key, len);
+		if (idx != IDX_NONE) {
+			/* The index lost it (it was written over): believe the
+			 * entries, and mend the index from them. */
+			atomic_fetch_add(&seg->hdr->stats.repairs, 1);
+			index_rebuild_locked(seg);
+		}
+	}
+	if (idx != IDX_NONE)
+		err = take_found_locked(seg, idx, out, deadline_ns);
+	else if (!create)
+		err = -ENOENT;
+	else
+		err = slot == IDX_NONE ? -LOCAL_EMAXKEYS : create_locked(seg, hash, key, len, slot, out);
+	table_unlock(seg);
 	return err;
 }
 
-/* glibc keeps the futex word of a mutex in __data.__lock; the kernel sets
- * FUTEX_OWNER_DIED there when a robust mutex's owner dies. */
-/* Someone may have repaired and re-taken the mutex since we looked. */
-#define REPAIR_LOCK_MS 200
-
-static bool owner_died(pthread_mutex_t *m)
-{
-	return __atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED) & FUTEX_OWNER_DIED;
-}
-
+/* The table lock and every key lock whose owner died (or no longer runs):
+ * taken without waiting, repaired, released. One busy now is left for
+ * later: the caller (the broker) must never wait on a lock word. */
 uint32_t segment_repair_dead_mutexes(struct segment *seg)
 {
 	uint32_t i, n = 0;
 
-	if (owner_died(&seg->hdr->table_mutex) && table_lock_for(seg, REPAIR_LOCK_MS) == 0) {
-		pthread_mutex_unlock(&seg->hdr->table_mutex);
+	if (lw_reap_if_gone(&seg->hdr->table_lock) &&
+	    table_locked(seg, word_trylock(seg, &seg->hdr->table_lock)) == 0) {
+		table_unlock(seg);
 		n++;
 	}
 	for (i = 0; i < seg->caps.max_keys; i++) {
 		struct seg_key *k = &seg->keys[i];
 
-		if (owner_died(&k->mutex) && key_lock_timed(seg, k, REPAIR_LOCK_MS) == 0) {
+		if (lw_reap_if_gone(&k->lock) && key_trylock(seg, k) == 0) {
 			key_unlock(k);
 			n++;
 		}
 	}
+	return n;
+}
+
+uint32_t segment_reap_locks(struct segment *seg, uint32_t pid)
+{
+	uint32_t i, n = lw_reap(&seg->hdr->table_lock, pid);
+
+	for (i = 0; i < seg->caps.max_keys; i++)
+		n += lw_reap(&seg->keys[i].lock, pid);
 	return n;
 }

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "segment.h"
 
@@ -65,23 +66,6 @@ size_t seg_size_for(const struct seg_caps *caps)
 	return (size_t)l.size;
 }
 
-int seg_mutex_init(pthread_mutex_t *m)
-{
-	pthread_mutexattr_t a;
-	int err;
-
-	err = pthread_mutexattr_init(&a);
-	if (err)
-		return -err;
-	err = pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-	if (!err)
-		err = pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-	if (!err)
-		err = pthread_mutex_init(m, &a);
-	pthread_mutexattr_destroy(&a);
-	return -err;
-}
-
 static uint64_t realtime_ns(void)
 {
 	struct timespec ts;
@@ -96,7 +80,6 @@ int seg_format(void *mem, size_t size, const struct seg_caps *caps)
 	struct segment seg;
 	struct layout l;
 	uint32_t i;
-	int err;
 
 	if (seg_caps_valid(caps))
 		return -EINVAL;
@@ -122,9 +105,6 @@ int seg_format(void *mem, size_t size, const struct seg_caps *caps)
 	 * re-creation and reboots, not only within one segment's life. */
 	h->created_realtime_ns = realtime_ns();
 	atomic_store(&h->token_counter, h->created_realtime_ns);
-	err = seg_mutex_init(&h->table_mutex);
-	if (err)
-		return err;
 	seg.hdr = h;
 	seg.caps = *caps;
 	seg.index_size = h->index_size;
@@ -132,9 +112,6 @@ int seg_format(void *mem, size_t size, const struct seg_caps *caps)
 	seg.keys = (struct seg_key *)((char *)mem + l.off_keys);
 	seg.nodes = (struct seg_node *)((char *)mem + l.off_nodes);
 	for (i = 0; i < caps->max_keys; i++) {
-		err = seg_mutex_init(&seg.keys[i].mutex);
-		if (err)
-			return err;
 		seg.keys[i].q_head = seg.keys[i].q_tail = seg.keys[i].h_head = IDX_NONE;
 		atomic_store(&seg.keys[i].fast, FAST_SLOW);
 	}
@@ -186,5 +163,10 @@ int seg_bind(struct segment *seg, void *mem, size_t size)
 	seg->lease_bits = (_Atomic uint64_t *)((char *)mem + l.off_lease_bits);
 	seg->staged = (char *)mem + l.off_staged;
 	seg->lock_timeout_ms = 0;
+	seg->lock_budget_ns = 0;
+	seg->lock_budgeted = false;
+	/* Until a session says how the broker sees us: our own pid. */
+	seg->lock_self = (uint32_t)getpid();
+	seg->lock_judge = true;
 	return 0;
 }

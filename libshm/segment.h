@@ -21,7 +21,6 @@
 #ifndef SHMLOCK_SEGMENT_H
 #define SHMLOCK_SEGMENT_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -31,8 +30,9 @@
 
 #define SEG_MAGIC 0x4b434f4c4d485321ull /* "!SHMLOCK" little-endian */
 /* 2: lock-free holds stay NODE_FAST_CLAIMED while the fast word names
- * them, and lock_index/modify_index lag behind the fast word (fast_base). */
-#define SEG_ABI 2u
+ * them, and lock_index/modify_index lag behind the fast word (fast_base).
+ * 3: key and table locks are lock words (lockword.h), not glibc mutexes. */
+#define SEG_ABI 3u
 
 #define SEG_NAME_MAX 64 /* session name, including the NUL */
 #define SESS_EXPIRED_SLOTS 8
@@ -198,7 +198,8 @@ enum seg_key_state {
 	 ((folding) ? FBASE_FOLDING : 0))
 
 struct seg_key {
-	pthread_mutex_t mutex; /* robust, process-shared */
+	_Atomic uint32_t lock; /* lockword.h: the key's mutex */
+	uint32_t lock_pad;
 	_Atomic uint64_t fast;
 	_Atomic uint32_t state;
 	_Atomic uint32_t hash; /* read without the mutex by lookups */
@@ -269,7 +270,7 @@ struct seg_header {
 	_Atomic uint64_t broker_started_ns; /* CLOCK_MONOTONIC */
 	_Atomic uint32_t broker_doorbell; /* futex: clients ring the broker */
 	_Atomic uint32_t broker_listening; /* the broker sleeps on the doorbell */
-	pthread_mutex_t table_mutex;	  /* robust: key creation and reclaim */
+	_Atomic uint32_t table_lock;	  /* lockword.h: key creation and reclaim */
 	uint32_t index_tombs;		  /* under table_mutex */
 	uint32_t key_hint;		  /* under table_mutex: where to look for a free key */
 	struct seg_stats stats;
@@ -296,6 +297,15 @@ struct segment {
 	 * BROKER_LOCK_MS, so a client stopped inside a critical section cannot
 	 * stall the HTTP requests it serves (they get -ETIMEDOUT instead). */
 	uint32_t lock_timeout_ms;
+	/* The broker's event loop: what is left of this turn's patience with
+	 * busy locks (lock_budgeted), however many keys are stuck. */
+	uint64_t lock_budget_ns;
+	bool lock_budgeted;
+	/* Who we are in lock words: our pid as the broker sees it (set from
+	 * our session slot), and whether our own view of pids is the broker's
+	 * (then a waiter may judge an owner dead itself; see lockword.h). */
+	uint32_t lock_self;
+	bool lock_judge;
 };
 
 #define INDEX_TOMB UINT32_MAX
@@ -375,8 +385,5 @@ static inline char *seg_staged_buf(const struct segment *seg, uint32_t n)
 {
 	return seg->staged + (size_t)(n - seg->caps.max_holds) * seg->caps.max_value;
 }
-
-/* Initialise a robust, process-shared mutex in shared memory. */
-int seg_mutex_init(pthread_mutex_t *m);
 
 #endif
