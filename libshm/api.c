@@ -19,6 +19,19 @@ int api_enter(local_session *s, const char *key, size_t *len)
 	return key_check(key, *len);
 }
 
+uint64_t api_lock_deadline(uint64_t deadline_ns)
+{
+	uint64_t floor = deadline_after_ms(API_TRY_LOCK_MS);
+
+	return deadline_ns && deadline_ns < floor ? floor : deadline_ns;
+}
+
+int api_find_inspect(local_session *s, const char *key, size_t len, struct seg_key **out)
+{
+	return keytab_find_until(s->seg, key, len, false, out,
+				 deadline_after_ms(API_INSPECT_LOCK_MS));
+}
+
 /* api_acquire() past the lock-free path: queue if need be, and wait. */
 static __attribute__((noinline)) int acquire_slow(local_session *s, const char *key,
 						  const struct acquire_req *req, int64_t timeout_ms,
@@ -33,7 +46,12 @@ static __attribute__((noinline)) int acquire_slow(local_session *s, const char *
 	err = api_enter(s, key, &len);
 	if (err)
 		return err;
-	err = keytab_find(s->seg, key, len, true, &k);
+	/* The key's lock, too, is waited for no longer than the caller
+	 * said: a process stopped inside it must not make a timed call hang. */
+	err = keytab_find_until(s->seg, key, len, true, &k,
+				api_lock_deadline(timeout_ms ? deadline : 1));
+	if (err == -ETIMEDOUT && !timeout_ms)
+		err = -EBUSY;
 	if (err)
 		return err;
 	err = key_acquire_locked(s->seg, k, req, &tok, &waiter, &s->hints);
@@ -196,7 +214,7 @@ int local_info(local_session *s, const char *key, struct local_key_info *out)
 	memset(out, 0, offsetof(struct local_key_info, value));
 	if (!session_is(s->seg, s->who))
 		return -LOCAL_ESESSION;
-	err = keytab_find(s->seg, key, len, false, &k);
+	err = api_find_inspect(s, key, len, &k);
 	if (err == -ENOENT)
 		return 0;
 	if (err)

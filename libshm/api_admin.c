@@ -40,7 +40,7 @@ int local_holders(local_session *s, const char *key,
 	err = api_enter(s, key, &len);
 	if (err)
 		return err;
-	err = keytab_find(s->seg, key, len, false, &k);
+	err = api_find_inspect(s, key, len, &k);
 	if (err)
 		return err == -ENOENT ? 0 : err;
 	v = calloc(k->holders ? k->holders : 1, sizeof(*v));
@@ -75,6 +75,7 @@ int local_keys(local_session *s, const char *prefix,
 	size_t plen = prefix ? strnlen(prefix, LOCAL_KEY_MAX + 1) : 0;
 	struct local_key_info *info;
 	char name[LOCAL_KEY_MAX + 1];
+	uint64_t deadline = deadline_after_ms(API_INSPECT_LOCK_MS);
 	uint32_t i;
 	int err;
 
@@ -89,7 +90,10 @@ int local_keys(local_session *s, const char *prefix,
 	for (i = 0; i < s->seg->caps.max_keys && !err; i++) {
 		struct seg_key *k = &s->seg->keys[i];
 
-		if (atomic_load(&k->state) != KEY_USED || key_lock(s->seg, k))
+		/* One bound for the whole listing: past it, a key whose lock is
+		 * held (by a process stopped inside, say) is tried once and left
+		 * out, so that one stuck key never hangs the inspection. */
+		if (atomic_load(&k->state) != KEY_USED || key_lock_until(s->seg, k, deadline))
 			continue;
 		/* plen 0: no prefix (which may be NULL, not for memcmp()). */
 		if (atomic_load(&k->state) != KEY_USED || k->key_len < plen ||

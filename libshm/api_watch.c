@@ -56,7 +56,7 @@ int local_held(local_session *s, const char *key, uint64_t *token)
 	err = api_enter(s, key, &len);
 	if (err)
 		return err;
-	err = keytab_find(s->seg, key, len, false, &k);
+	err = api_find_inspect(s, key, len, &k);
 	if (err)
 		return err == -ENOENT ? (session_is(s->seg, s->who) ? -LOCAL_ENOTHELD
 								     : -LOCAL_ESESSION)
@@ -79,7 +79,7 @@ int local_check_token(local_session *s, const char *key, uint64_t token)
 	err = api_enter(s, key, &len);
 	if (err)
 		return err;
-	err = keytab_find(s->seg, key, len, false, &k);
+	err = api_find_inspect(s, key, len, &k);
 	if (err)
 		return err == -ENOENT ? -LOCAL_ESTALE : err;
 	err = -LOCAL_ESTALE;
@@ -152,7 +152,7 @@ int local_watch(local_session *s, const char *key, uint64_t after_index, int64_t
 		return -LOCAL_ESESSION;
 	/* Create the key if need be: a watch on a key that does not exist yet
 	 * works, and a watched key is never reclaimed. */
-	err = keytab_find(s->seg, key, len, true, &k);
+	err = keytab_find_until(s->seg, key, len, true, &k, api_lock_deadline(deadline));
 	if (err)
 		return err;
 	err = watch_begin(s->seg, k, s, &node);

@@ -70,7 +70,20 @@ int api_pending_poll(local_session *s, const char *key, bool cancel, uint64_t *t
 local_session *session_inproc_new(struct segment *seg, struct owner who, const uint8_t id[16]);
 void session_inproc_free(local_session *s);
 
+/* How long a call waits for a key's lock held by someone else (a process
+ * stopped inside it, say): a try-acquire (then -EBUSY), and the calls that
+ * only look (then -ETIMEDOUT). Timed acquires and watches wait until their
+ * own deadline; release, renew and untimed acquires as long as it takes. */
+#define API_TRY_LOCK_MS 100
+#define API_INSPECT_LOCK_MS 1000
+
 /* api.c: shared by the public calls in api_*.c. */
+/* A deadline for waiting on a key's lock: @deadline_ns (0: none), but at
+ * least API_TRY_LOCK_MS away, so that a short timeout does not fail on the
+ * ordinary few microseconds someone else spends inside. */
+uint64_t api_lock_deadline(uint64_t deadline_ns);
+/* Find @key for a call that only looks, waiting API_INSPECT_LOCK_MS at most. */
+int api_find_inspect(local_session *s, const char *key, size_t len, struct seg_key **out);
 int api_enter(local_session *s, const char *key, size_t *len);
 int api_acquire(local_session *s, const char *key, const struct acquire_req *req,
 		int64_t timeout_ms, uint64_t *token);

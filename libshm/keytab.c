@@ -264,6 +264,12 @@ static int word_lock(struct segment *seg, _Atomic uint32_t *w, uint64_t deadline
 	uint64_t start = 0, now;
 	int r;
 
+	if (seg->lock_timeout_ms) {
+		/* This process's own patience (the broker's) bounds every wait. */
+		now = lock_deadline(seg->lock_timeout_ms);
+		if (!deadline_ns || now < deadline_ns)
+			deadline_ns = now;
+	}
 	if (seg->lock_budgeted) {
 		start = mono_ns();
 		if (!deadline_ns || deadline_ns > start + seg->lock_budget_ns)

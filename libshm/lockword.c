@@ -41,6 +41,7 @@ int lw_lock(_Atomic uint32_t *w, uint32_t self, uint64_t deadline_ns, bool judge
 {
 	uint32_t want = self, v;
 	uint64_t check_at = 0, now, until;
+	bool checked = false;
 
 	for (;;) {
 		v = atomic_load_explicit(w, memory_order_relaxed);
@@ -66,13 +67,23 @@ int lw_lock(_Atomic uint32_t *w, uint32_t self, uint64_t deadline_ns, bool judge
 		 * it, so that our unlock wakes the next one. */
 		want = self | LW_WAITERS;
 		now = mono_ns();
-		if (deadline_ns && now >= deadline_ns)
+		if (deadline_ns && now >= deadline_ns) {
+			/* Never give up on an owner without asking once whether
+			 * it still runs (a short wait may end before check_at). */
+			if (judge && !checked) {
+				checked = true;
+				if (lw_pid_gone(LW_OWNER(v)))
+					mark_died(w, v);
+				continue;
+			}
 			return -ETIMEDOUT;
+		}
 		if (!check_at) {
 			check_at = now + LW_CHECK_NS;
 		} else if (now >= check_at) {
 			/* The same owner for a while: stopped, or dead unseen. */
 			check_at = now + LW_CHECK_NS;
+			checked = true;
 			if (judge && lw_pid_gone(LW_OWNER(v)))
 				mark_died(w, v);
 			continue;

@@ -1,0 +1,333 @@
+// SPDX-License-Identifier: MIT
+/*
+ * A hostile client against a real broker: one that the broker admits, so it
+ * maps the segment read-write and writes what it likes into the words the
+ * key and table locks live in, the index and the counters the broker reads,
+ * or sits (stopped) inside critical sections. docs/security.md says what
+ * survives that; each test here is one attack from the red team's report
+ * (issue 18), and checks that
+ *
+ *  - the broker stays up and answers (a new session opens) within a bound,
+ *  - a client with a deadline gets an answer before it,
+ *  - keys the attacker did not touch keep working, and touched ones recover
+ *    once the attacker is gone.
+ *
+ * "Stopped inside a critical section" is staged by writing the pid of a
+ * stopped process of ours into a lock word: exactly what a client that
+ * stopped (SIGSTOP) holding that lock leaves there.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "broker_fixture.h"
+#include "harness.h"
+#include "invariants.h"
+#include "lockword.h"
+
+static const char *const small_caps[] = { "--max-keys",    "64", "--max-holds",    "16",
+					  "--max-waiters", "16", "--max-sessions", "16", NULL };
+
+/* A process that stops itself at once and stays stopped: a live owner that
+ * never lets go. */
+static pid_t stopped_process(void)
+{
+	siginfo_t si;
+	pid_t pid = fork();
+
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		raise(SIGSTOP);
+		_exit(0);
+	}
+	memset(&si, 0, sizeof(si));
+	CHECK_OK(waitid(P_PID, (id_t)pid, &si, WSTOPPED | WNOWAIT));
+	return pid;
+}
+
+/* Leave @k as a client stopped inside key_lock() would: its lock word
+ * naming that process, and the fast path shut (key_lock() sets SLOW first). */
+static void stall_key(struct seg_key *k, pid_t owner)
+{
+	atomic_store(&k->lock, (uint32_t)owner);
+	atomic_fetch_or(&k->fast, FAST_SLOW);
+}
+
+static void end_process(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	pid_wait(pid, 5000);
+}
+
+/* @key's entry, which must exist (no lock taken: we are the attacker). */
+static struct seg_key *entry_of(local_session *s, const char *key)
+{
+	uint32_t i;
+
+	for (i = 0; i < s->seg->caps.max_keys; i++) {
+		struct seg_key *k = &s->seg->keys[i];
+
+		if (atomic_load(&k->state) == KEY_USED && k->key_len == strlen(key) &&
+		    !memcmp(k->key, key, k->key_len))
+			return k;
+	}
+	FAIL_AT("key %s not found", key);
+}
+
+/* The broker still answers: a session opens (open_session() fails the
+ * test after its own 5 s bound) and takes a key nobody touched. */
+static void broker_answers(const struct broker_proc *b)
+{
+	struct local_acquire_opts o = { .timeout_ms = 5000 };
+	local_session *s = open_session(b, "prober", 0, 0);
+
+	CHECK_OK(local_lock(s, "untouched/probe", &o, NULL));
+	CHECK_OK(local_release(s, "untouched/probe"));
+	CHECK_OK(local_session_close(s));
+}
+
+/*
+ * Issue 18 item 1: garbage in lock words (what once were glibc mutexes,
+ * whose list pointers a client could aim the unlocker's writes with). No
+ * value written there is followed as an address; an owner that does not
+ * exist is found dead and the key repaired; the table lock too.
+ */
+TEST(hostile, garbage_in_lock_words_is_survived_and_recovered, 60)
+{
+	static const uint32_t patterns[] = { 0x41414141u, 0x01414141u, 0xffffffffu,
+					     0x80000000u, 0x3fffffffu };
+	struct local_acquire_opts o = { .timeout_ms = 5000 };
+	struct broker_proc b;
+	local_session *a, *v;
+	struct seg_key *k;
+	unsigned i;
+
+	broker_start(&b, small_caps);
+	a = open_session(&b, "attacker", 0, 0);
+	v = open_session(&b, "victim", 0, 0);
+	for (i = 0; i < sizeof(patterns) / sizeof(patterns[0]); i++) {
+		CHECK_OK(local_lock(v, "h/k", &o, NULL));
+		CHECK_OK(local_release(v, "h/k"));
+		k = entry_of(a, "h/k");
+		atomic_store(&k->lock, patterns[i]);
+		k->lock_pad = patterns[i];
+		atomic_store(&a->seg->hdr->table_lock, patterns[i]);
+		/* The broker takes the key (an operator release of nobody) and
+		 * the table (a new key); the victim then uses both. */
+		CHECK_RC(local_force_release(v, "h/k", NULL), -LOCAL_ENOTHELD);
+		broker_answers(&b);
+		CHECK_OK(local_lock(v, "h/k", &o, NULL));
+		CHECK_OK(local_release(v, "h/k"));
+		CHECK_OK(local_lock(v, "h/new", &o, NULL));
+		CHECK_OK(local_release(v, "h/new"));
+	}
+	CHECK_EQ(segment_violations(v), 0);
+	broker_stop(&b);
+}
+
+/*
+ * Issue 18 item 4: a client keeps every index slot non-zero and raises the
+ * tombstone count, so the broker's idle-key collection rebuilds the index
+ * while the slots fill up behind it. Every loop over the index is bounded:
+ * the broker still answers, and stops on SIGTERM.
+ */
+static void index_filler(void *p, int in, int out)
+{
+	local_session *s = open_session(p, "filler", 0, 0);
+	uint64_t end;
+	uint32_t i;
+
+	(void)in;
+	say(out, "open");
+	end = now_ms() + 3000;
+	while (now_ms() < end) {
+		s->seg->hdr->index_tombs = UINT32_MAX;
+		for (i = 0; i < s->seg->index_size; i++)
+			atomic_store(&s->seg->index[i], INDEX_TOMB);
+	}
+	say(out, "done");
+}
+
+TEST(hostile, an_index_kept_full_does_not_hang_the_broker, 60)
+{
+	static const char *const gc[] = { "--max-keys", "64", "--gc-idle", "1", NULL };
+	struct local_acquire_opts o = { .timeout_ms = 5000 };
+	struct broker_proc b;
+	struct child f;
+	local_session *v;
+	char name[32];
+	int i;
+
+	broker_start(&b, gc);
+	v = open_session(&b, "victim", 0, 0);
+	/* Idle keys for the collector to visit, and a held one to keep. */
+	for (i = 0; i < 16; i++) {
+		snprintf(name, sizeof(name), "idle/%d", i);
+		CHECK_OK(local_lock(v, name, &o, NULL));
+		CHECK_OK(local_release(v, name));
+	}
+	CHECK_OK(local_lock(v, "held", &o, NULL));
+	child_spawn(&f, index_filler, &b);
+	child_expect(&f, "open", 5000);
+	child_expect(&f, "done", 10000); /* three collection rounds at least */
+	child_wait(&f, 5000);
+	broker_answers(&b);
+	/* The index is all tombstones now: lookups fall back to the entries. */
+	CHECK_RC(local_lock(v, "held", &(struct local_acquire_opts){ .timeout_ms = 0 }, NULL), 0);
+	CHECK_OK(local_release(v, "held"));
+	CHECK_OK(local_lock(v, "idle/after", &o, NULL));
+	CHECK_EQ(segment_violations(v), 0);
+	broker_signal_wait(&b, SIGTERM); /* fails the test if it does not exit */
+	broker_stop(&b);
+}
+
+/*
+ * Issue 18 item 5: a process stopped inside the critical sections of many
+ * keys at once, and the broker then has to visit all of them (the session
+ * that held them died). Its patience is per turn of its loop, not per key:
+ * it goes on answering, and finishes the sweep once the keys come free.
+ */
+static void many_holder(void *p, int in, int out)
+{
+	struct local_acquire_opts o = { .timeout_ms = 5000 };
+	local_session *s = open_session(p, "many", 0, 0);
+	char name[32], buf[8];
+	int i;
+
+	for (i = 0; i < 1000; i++) {
+		snprintf(name, sizeof(name), "many/%d", i);
+		CHECK_OK(local_lock(s, name, &o, NULL));
+	}
+	say(out, "held");
+	hear(in, buf, sizeof(buf));
+}
+
+TEST(hostile, a_thousand_stalled_keys_do_not_stall_the_broker, 90)
+{
+	static const char *const caps[] = { "--max-keys", "1100", "--max-holds", "1100", NULL };
+	struct broker_proc b;
+	struct child h;
+	local_session *obs;
+	char name[32];
+	pid_t stopped;
+	int i;
+
+	broker_start(&b, caps);
+	obs = open_session(&b, "obs", 0, 0);
+	child_spawn(&h, many_holder, &b);
+	child_expect(&h, "held", 30000);
+	stopped = stopped_process();
+	for (i = 0; i < 1000; i++) {
+		snprintf(name, sizeof(name), "many/%d", i);
+		stall_key(entry_of(obs, name), stopped);
+	}
+	child_kill(&h); /* its sweep needs every one of those keys */
+	child_wait(&h, 5000);
+	/* 200 ms a key would be 200 s; one budget a turn answers at once. */
+	broker_answers(&b);
+	broker_answers(&b);
+	CHECK_EQ(live_sessions(obs), 2); /* obs, and the dead one still closing */
+	end_process(stopped); /* the owner is gone: its words are repaired */
+	CHECK(WAIT_SESSIONS(obs, 1, 30000));
+	CHECK_OK(local_lock(obs, "many/999", &(struct local_acquire_opts){ .timeout_ms = 5000 },
+			    NULL));
+	CHECK_EQ(segment_violations(obs), 0);
+	broker_stop(&b);
+}
+
+/*
+ * Issue 18 item 11: a client stopped inside a key's lock (or the table's)
+ * does not make other clients ignore their deadlines, and inspection does
+ * not hang on it.
+ */
+static int count_key(const char *key, const struct local_key_info *ki, void *arg)
+{
+	(void)key;
+	(void)ki;
+	(*(int *)arg)++;
+	return 0;
+}
+
+TEST(hostile, deadlines_hold_against_a_stopped_lock_owner, 60)
+{
+	struct local_acquire_opts timed = { .timeout_ms = 300 }, try = { .timeout_ms = 0 };
+	struct broker_proc b;
+	local_session *v;
+	struct seg_key *k;
+	uint64_t t0;
+	pid_t stopped;
+	int n = 0;
+
+	broker_start(&b, small_caps);
+	v = open_session(&b, "victim", 0, 0);
+	broker_answers(&b); /* creates its probe key while the table is free */
+	CHECK_OK(local_lock(v, "d/k", NULL, NULL));
+	CHECK_OK(local_release(v, "d/k"));
+	CHECK_OK(local_lock(v, "d/other", NULL, NULL));
+	CHECK_OK(local_release(v, "d/other"));
+	stopped = stopped_process();
+	k = entry_of(v, "d/k");
+	stall_key(k, stopped);
+
+	t0 = now_ms();
+	CHECK_RC(local_lock(v, "d/k", &timed, NULL), -ETIMEDOUT);
+	CHECK_RC(local_lock(v, "d/k", &try, NULL), -EBUSY);
+	CHECK_RC(local_info(v, "d/k", &(struct local_key_info){ 0 }), -ETIMEDOUT);
+	CHECK_OK(local_keys(v, "d/", count_key, &n));
+	CHECK_EQ(n, 1); /* d/other listed; the stuck key left out */
+	/* Bounds, not speeds: each call above waits at most about a second. */
+	CHECK(now_ms() - t0 < 10000);
+
+	/* The table lock too: creating a key respects the deadline. */
+	atomic_store(&v->seg->hdr->table_lock, (uint32_t)stopped);
+	CHECK_RC(local_lock(v, "d/new", &timed, NULL), -ETIMEDOUT);
+	broker_answers(&b); /* its key exists: no table lock needed */
+
+	end_process(stopped); /* gone: the next taker repairs both */
+	CHECK_OK(local_lock(v, "d/k", &(struct local_acquire_opts){ .timeout_ms = 5000 }, NULL));
+	CHECK_OK(local_lock(v, "d/new", &(struct local_acquire_opts){ .timeout_ms = 5000 }, NULL));
+	CHECK_EQ(segment_violations(v), 0);
+	broker_stop(&b);
+}
+
+/*
+ * Issue 18 item 12: one 4-byte write into the index hides a held key from
+ * lookups. Creating the key again must not trust the index alone: the
+ * entry is found, and there is still one holder.
+ */
+TEST(hostile, a_key_hidden_from_the_index_keeps_one_holder, 30)
+{
+	struct broker_proc b;
+	local_session *a, *v;
+	struct local_key_info ki;
+	uint32_t i, idx, found = 0;
+	struct seg_key *k;
+
+	broker_start(&b, small_caps);
+	a = open_session(&b, "attacker", 0, 0);
+	v = open_session(&b, "victim", 0, 0);
+	CHECK_OK(local_lock(v, "dup/k", NULL, NULL));
+	k = entry_of(a, "dup/k");
+	idx = seg_key_index(a->seg, k);
+	for (i = 0; i < a->seg->index_size; i++)
+		if (atomic_load(&a->seg->index[i]) == idx + 1) {
+			atomic_store(&a->seg->index[i], 0);
+			found++;
+		}
+	CHECK_EQ(found, 1);
+	CHECK_RC(local_lock(a, "dup/k", &(struct local_acquire_opts){ .timeout_ms = 0 }, NULL),
+		 -EBUSY);
+	for (i = 0, found = 0; i < a->seg->caps.max_keys; i++)
+		found += atomic_load(&a->seg->keys[i].state) == KEY_USED &&
+			 a->seg->keys[i].key_len == 5 && !memcmp(a->seg->keys[i].key, "dup/k", 5);
+	CHECK_EQ(found, 1);
+	CHECK_OK(local_info(a, "dup/k", &ki));
+	CHECK_EQ(ki.holders, 1);
+	CHECK_OK(local_release(v, "dup/k"));
+	CHECK_OK(local_lock(a, "dup/k", &(struct local_acquire_opts){ .timeout_ms = 0 }, NULL));
+	CHECK_EQ(segment_violations(a), 0);
+	broker_stop(&b);
+}
