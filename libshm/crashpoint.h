@@ -39,7 +39,9 @@
 	X(21, UNWATCH_FREED, "watch end: watch node freed, watcher count not lowered")      \
 	X(22, FOLD_NOTED, "key_lock: lock-free operations' sums noted (FOLDING), not stored") \
 	X(23, FAST_HOLD_ADOPTED, "key_lock: a lock-free hold turned NODE_HOLDING, mutex held") \
-	X(24, SEM_HOLD_LISTED, "key_lock: a semaphore's lock-free hold listed, word still names it")
+	X(24, SEM_HOLD_LISTED, "key_lock: a semaphore's lock-free hold listed, word still names it") \
+	X(25, LOCK_WORD_TAKEN, "lock word: taken (owner pid stored), nothing done under it yet") \
+	X(26, LOCK_WORD_RELEASED, "lock word: released (zero stored), sleepers not yet woken")
 
 enum crash_point {
 #define X(n, name, what) CP_##name = n,

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "crashpoint.h"
 #include "futex.h"
 #include "lockword.h"
 
@@ -47,8 +48,10 @@ int lw_lock(_Atomic uint32_t *w, uint32_t self, uint64_t deadline_ns, bool judge
 		v = atomic_load_explicit(w, memory_order_relaxed);
 		if (v == 0) {
 			if (atomic_compare_exchange_weak_explicit(w, &v, want, memory_order_acquire,
-								  memory_order_relaxed))
+								  memory_order_relaxed)) {
+				CRASH_POINT(LOCK_WORD_TAKEN);
 				return 0;
+			}
 			continue;
 		}
 		if (v & LW_DIED) {
@@ -113,7 +116,12 @@ int lw_trylock(_Atomic uint32_t *w, uint32_t self)
 
 void lw_unlock(_Atomic uint32_t *w)
 {
-	if (atomic_exchange_explicit(w, 0, memory_order_release) & LW_WAITERS)
+	uint32_t v = atomic_exchange_explicit(w, 0, memory_order_release);
+
+	/* Dying here strands no sleeper for long: each one's sleep ends at
+	 * its next owner check (LW_CHECK_NS), and it finds the word free. */
+	CRASH_POINT(LOCK_WORD_RELEASED);
+	if (v & LW_WAITERS)
 		futex_wake(w, 1);
 }
 

@@ -817,6 +817,22 @@ static void scenario_sem_listed(struct world *w)
 	CP_CHECK_EQ(si.holders, 0);
 }
 
+/*
+ * LOCK_WORD_TAKEN, LOCK_WORD_RELEASED: the child dies holding the key's lock
+ * word (nothing done under it yet), or right after releasing it, before
+ * waking anyone. The broker reaps the dead pid's words (or the next locker
+ * finds the owner gone): the key works on, and the invariants hold. A
+ * sleeper stranded by the second is covered in unit_lockword.c.
+ */
+static void scenario_lock_word(struct world *w)
+{
+	obs_cycles(w, 1); /* creates the key */
+	crash_in_key_lock(w, "info");
+	CP_CHECK_EQ(segment_violations(w->obs), 0);
+	CP_CHECK_EQ(key_info(w->obs)->holders, 0);
+	check_free_then_handover(w);
+}
+
 struct scenario {
 	int point;
 	void (*run)(struct world *w);
@@ -847,6 +863,8 @@ static const struct scenario scenarios[] = {
 	{ CP_FOLD_NOTED, scenario_fold },
 	{ CP_FAST_HOLD_ADOPTED, scenario_adopted },
 	{ CP_SEM_HOLD_LISTED, scenario_sem_listed },
+	{ CP_LOCK_WORD_TAKEN, scenario_lock_word },
+	{ CP_LOCK_WORD_RELEASED, scenario_lock_word },
 };
 
 #define NSCENARIOS (sizeof(scenarios) / sizeof(scenarios[0]))

@@ -91,7 +91,7 @@
 
 /* ---- shared state ------------------------------------------------------- */
 
-byte mutex;   /* the key's robust mutex: 0 free, else owner + 1 */
+byte mutex;   /* the key's lock word (lockword.h): 0 free, else owner + 1 */
 bool fslow;   /* fast word: FAST_SLOW */
 byte fholder; /* fast word: holder node + 1; 0 free */
 /* The fast word's seq makes a CAS fail after any store since the read:
@@ -181,7 +181,7 @@ inline repair_body()
 	if :: wstate[2] == GRANTED -> waiter_wake(2) :: else -> skip fi
 }
 
-/* pthread_mutex_lock(): free, or EOWNERDEAD (then repair) -- the guard of
+/* lw_lock(): free, or its owner dead (LW_RECOVER: then repair) -- the guard of
  * an atomic block; then key_lock()'s enter_slow(), adopt_fast_hold_locked()
  * (the hold the word names, if still FCLAIMED, becomes HOLDING) and
  * sync_fast_holder_locked(). A fast word naming a node that is not a hold
