@@ -340,3 +340,62 @@ TEST(hostile, names_cannot_forge_log_lines, 30)
 	CHECK(file_line(b.log, NULL, "k\\x1b]0;pwned\\x07\\nshmlockd: error: FORGED KEY"));
 	broker_stop(&b);
 }
+
+/* Count the lines of @path containing @text. */
+static int count_lines(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "re");
+	char line[4096];
+	int n = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		n += strstr(line, text) != NULL;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+#define REFUSALS 600
+
+/*
+ * Item 8's log flood, at its root: a line any peer can trigger at will (a
+ * refused session) is written at most BLOG_SIMILAR_BURST (100) times a
+ * second; the rest are counted in one summary line.
+ */
+TEST(hostile, repeated_log_lines_are_summarised, 60)
+{
+	static const char *const flags[] = { "--socket-group", "65534", "--allow-uid", "4242",
+					     NULL };
+	struct child c = { .rd = -1, .wr = -1 };
+	struct broker_proc b;
+	int status, refused;
+
+	broker_start(&b, flags);
+	CHECK_OK(chmod(b.dir, 0755));
+	fflush(NULL);
+	c.pid = fork();
+	if (c.pid == 0) {
+		struct local_session_opts o;
+		local_session *s;
+		int i, denied = 0;
+
+		if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY))
+			_exit(99);
+		local_session_opts_init(&o);
+		o.socket_path = b.sock;
+		o.broker_wait_ms = 0;
+		for (i = 0; i < REFUSALS; i++)
+			denied += local_session_open(&o, &s) == -LOCAL_EDENIED;
+		_exit(denied == REFUSALS ? 0 : 1);
+	}
+	status = child_wait(&c, 30000);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* The summary comes when the window ends (within about a second). */
+	CHECK(WAIT_FOR(count_lines(b.log, "more lines like this") > 0, 5000));
+	refused = count_lines(b.log, "refused a session to uid 65534");
+	fprintf(stderr, "  %d refusals: %d lines of them, %d summaries\n", REFUSALS, refused,
+		count_lines(b.log, "more lines like this"));
+	/* 600 in well under a few seconds: a few windows of 100 at most. */
+	CHECK(refused < REFUSALS);
+	broker_stop(&b);
+}
