@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * A hostile peer on the control socket (issue 18, items 8, 9 and 13):
+ * A hostile peer on the control socket (issue 18, items 8, 9 and 13; the
+ * segment-side attacks are in it_hostile.c):
  * connections that never send, closing sessions one may not, names that
  * try to forge log lines. Each against a real shmlockd.
  */
@@ -194,12 +195,12 @@ static void silent_flood(bool at_start)
 	broker_stop(&b);
 }
 
-TEST(hostile, silent_connections_are_capped_and_timed_out, 60)
+TEST(hostile_net, silent_connections_are_capped_and_timed_out, 60)
 {
 	silent_flood(true);
 }
 
-TEST(hostile, accept_out_of_fds_neither_spins_nor_floods, 60)
+TEST(hostile_net, accept_out_of_fds_neither_spins_nor_floods, 60)
 {
 	silent_flood(false);
 }
@@ -249,7 +250,7 @@ static int find_id(const struct local_session_info *si, void *arg)
  * lists or not. A peer refused sessions gets LOCAL_EDENIED and the session
  * lives on.
  */
-TEST(hostile, close_by_id_is_checked_against_the_allow_lists, 30)
+TEST(hostile_net, close_by_id_is_checked_against_the_allow_lists, 30)
 {
 	static const char *const flags[] = { "--socket-group", "65534", "--allow-uid", "4242",
 					     NULL };
@@ -318,7 +319,7 @@ static bool file_line(const char *path, const char *prefix, const char *text)
  * the key running out). No raw ESC reaches the log, no line is forged, and
  * both are there, escaped.
  */
-TEST(hostile, names_cannot_forge_log_lines, 30)
+TEST(hostile_net, names_cannot_forge_log_lines, 30)
 {
 	static const char *const flags[] = { "--log-level", "debug", NULL };
 	static const char name[] = "evil\x1b[2J\nshmlockd: error: FORGED NAME";
@@ -362,7 +363,7 @@ static int count_lines(const char *path, const char *text)
  * refused session) is written at most BLOG_SIMILAR_BURST (100) times a
  * second; the rest are counted in one summary line.
  */
-TEST(hostile, repeated_log_lines_are_summarised, 60)
+TEST(hostile_net, repeated_log_lines_are_summarised, 60)
 {
 	static const char *const flags[] = { "--socket-group", "65534", "--allow-uid", "4242",
 					     NULL };
