@@ -87,6 +87,7 @@ struct broker {
 	bool served;	   /* reached the event loop */
 	int listen_fd;
 	bool listen_owned; /* we bound it (not socket-activated): unlink at exit */
+	struct conns *conns; /* conns.c: connections yet to send their request */
 	int epfd, timerfd, sigfd;
 	uint64_t armed_ns; /* what timerfd is set to; 0: disarmed */
 	struct timer_heap timers;
@@ -123,6 +124,12 @@ int access_check(const struct broker *b, int conn, const struct ucred *cred);
 void blog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void blog_set_level(int level);
 int blog_parse_level(const char *s);
+/* Lines of one format beyond this many a second are counted, not written. */
+#define BLOG_SIMILAR_BURST 100
+/* Write the summaries of left-out lines whose window has ended. */
+void blog_tick(void);
+/* @in with controls and non-UTF-8 bytes escaped (\n, \xHH) into @out; its length. */
+size_t blog_escape(const char *in, char *out, size_t size);
 
 /* shm.c: attach the existing segment or create one. */
 int shm_setup(struct broker *b);

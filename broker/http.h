@@ -25,6 +25,12 @@ struct http_opts {
 	uint32_t rate_per_ip;	      /* requests a second; 0: no limit */
 	uint32_t rate_burst;
 	char cors_origins[512]; /* comma-separated; "*" any; "" off */
+	/* Safe defaults (docs/http-api.md, "Who can reach the API"). */
+	bool insecure_no_auth;	      /* TCP without a token is allowed */
+	char allowed_hosts[512];      /* more Host names accepted on TCP */
+	uint32_t max_connections;     /* 0: from the fd limit */
+	uint32_t max_connections_per_ip; /* 0: half of max_connections (TCP) */
+	uint32_t connection_timeout_s;	 /* idle or unfinished request */
 };
 
 /* Option ids for getopt_long: main.c appends http_long_opts to its table. */
@@ -41,6 +47,11 @@ enum {
 	OPT_HTTP_RATE,
 	OPT_HTTP_BURST,
 	OPT_HTTP_CORS,
+	OPT_HTTP_INSECURE,
+	OPT_HTTP_HOSTS,
+	OPT_HTTP_MAX_CONNS,
+	OPT_HTTP_MAX_CONNS_PER_IP,
+	OPT_HTTP_CONN_TIMEOUT,
 	OPT_HTTP_LAST,
 };
 #define HTTP_NOPTS (OPT_HTTP_LAST - OPT_HTTP_FIRST)

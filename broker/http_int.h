@@ -86,6 +86,7 @@ struct hreq {
 	size_t body_len, body_cap;
 	bool body_too_large;
 	char ip[64];
+	bool tcp; /* came over TCP (Host is checked), not the Unix socket */
 	/* The answer, kept while the connection is suspended. */
 	int status;
 	char *reply; /* JSON text (malloc) or NULL */
@@ -139,6 +140,8 @@ void http_sessions_reap(struct http *h);
 /* Close every session (shutdown). */
 void http_sessions_close_all(struct http *h);
 uint32_t http_sessions_count(const struct http *h);
+/* HTTP sessions allowed at once (below the segment's session table). */
+uint32_t http_sessions_cap(const struct http *h);
 
 /* ---- locks and semaphores (http_locks.c) -------------------------------- */
 
@@ -191,7 +194,7 @@ void http_ips_free(struct http *h);
 
 /* ---- the whole server --------------------------------------------------- */
 
-#define HTTP_STATUS_SLOTS 12
+#define HTTP_STATUS_SLOTS 13
 struct http_counters {
 	/* requests by method, route and status class index */
 	uint64_t requests[M_COUNT][R_COUNT][HTTP_STATUS_SLOTS];

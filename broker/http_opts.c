@@ -20,6 +20,11 @@ const struct option http_long_opts[HTTP_NOPTS] = {
 	{ "http-rate-limit-per-ip", required_argument, NULL, OPT_HTTP_RATE },
 	{ "http-rate-limit-burst", required_argument, NULL, OPT_HTTP_BURST },
 	{ "http-cors-allowed-origins", required_argument, NULL, OPT_HTTP_CORS },
+	{ "http-insecure-no-auth", no_argument, NULL, OPT_HTTP_INSECURE },
+	{ "http-allowed-hosts", required_argument, NULL, OPT_HTTP_HOSTS },
+	{ "http-max-connections", required_argument, NULL, OPT_HTTP_MAX_CONNS },
+	{ "http-max-connections-per-ip", required_argument, NULL, OPT_HTTP_MAX_CONNS_PER_IP },
+	{ "http-connection-timeout", required_argument, NULL, OPT_HTTP_CONN_TIMEOUT },
 };
 
 const char http_usage_text[] =
@@ -30,19 +35,31 @@ const char http_usage_text[] =
 	"                          this (default 20)\n"
 	"  --default-lease-ttl SECONDS  lease of HTTP holds that name none (default 33)\n"
 	"  --auth-token TOKEN      require 'Authorization: Bearer TOKEN' (all but\n"
-	"                          /health, /ready, /v1/openapi.json)\n"
+	"                          /health, /ready, /v1/openapi.json); needed on TCP\n"
 	"  --auth-token-file FILE  ... read from FILE (first line)\n"
-	"  --http-max-sessions N   HTTP sessions at once (default: no cap of its own)\n"
+	"  --http-insecure-no-auth serve TCP without a token: every local user may\n"
+	"                          take and release any lock over HTTP\n"
+	"  --http-allowed-hosts LIST  Host names accepted on TCP besides localhost and\n"
+	"                          the address connected to (comma-separated)\n"
+	"  --http-max-sessions N   HTTP sessions at once (default: half of\n"
+	"                          --max-sessions; always below it)\n"
 	"  --http-max-sessions-per-ip N  ... per client address (default: none)\n"
 	"  --http-rate-limit-per-ip N    requests a second per address (default: none)\n"
 	"  --http-rate-limit-burst N     burst above that rate (default: the rate)\n"
-	"  --http-cors-allowed-origins LIST  comma-separated origins, '*' any (off)\n";
+	"  --http-cors-allowed-origins LIST  comma-separated origins, '*' any (off)\n"
+	"  --http-max-connections N  HTTP connections at once (default: a quarter of\n"
+	"                          the fd limit, at most 16384)\n"
+	"  --http-max-connections-per-ip N  ... per TCP client address (default: half\n"
+	"                          of --http-max-connections)\n"
+	"  --http-connection-timeout SECONDS  close a connection idle or with an\n"
+	"                          unfinished request this long (default 30)\n";
 
 void http_opts_default(struct http_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->idle_timeout_s = 20;
 	o->default_lease_s = 33;
+	o->connection_timeout_s = 30;
 }
 
 bool http_enabled(const struct http_opts *o)
@@ -124,6 +141,18 @@ int http_opt_parse(struct http_opts *o, int opt, const char *arg)
 	case OPT_HTTP_CORS:
 		return copy("http-cors-allowed-origins", arg, o->cors_origins,
 			    sizeof(o->cors_origins));
+	case OPT_HTTP_INSECURE:
+		o->insecure_no_auth = true;
+		return 0;
+	case OPT_HTTP_HOSTS:
+		return copy("http-allowed-hosts", arg, o->allowed_hosts, sizeof(o->allowed_hosts));
+	case OPT_HTTP_MAX_CONNS:
+		return number("http-max-connections", arg, 1, 1000000, &o->max_connections);
+	case OPT_HTTP_MAX_CONNS_PER_IP:
+		return number("http-max-connections-per-ip", arg, 1, 1000000,
+			      &o->max_connections_per_ip);
+	case OPT_HTTP_CONN_TIMEOUT:
+		return number("http-connection-timeout", arg, 1, 86400, &o->connection_timeout_s);
 	}
 	return -1;
 }

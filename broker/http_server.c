@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -282,10 +284,96 @@ static void serve_plain(struct hreq *r)
 	}
 }
 
+/* @name (no port) is one of the comma-separated @list, ignoring case. */
+static bool name_listed(const char *list, const char *name, size_t n)
+{
+	while (*list) {
+		size_t len;
+
+		while (*list == ' ' || *list == ',')
+			list++;
+		len = strcspn(list, ", ");
+		if (len && len == n && !strncasecmp(list, name, n))
+			return true;
+		list += len;
+	}
+	return false;
+}
+
+/* Is the IP literal @host the local address of @c, or a loopback one? */
+static bool local_literal(struct MHD_Connection *c, const char *host)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	struct in6_addr a6;
+	struct in_addr a4;
+
+	if (inet_pton(AF_INET, host, &a4) == 1) {
+		if ((ntohl(a4.s_addr) >> 24) == 127)
+			return true;
+		return ci && !getsockname(ci->connect_fd, (struct sockaddr *)&ss, &len) &&
+		       ss.ss_family == AF_INET &&
+		       ((struct sockaddr_in *)&ss)->sin_addr.s_addr == a4.s_addr;
+	}
+	if (inet_pton(AF_INET6, host, &a6) == 1) {
+		if (IN6_IS_ADDR_LOOPBACK(&a6))
+			return true;
+		return ci && !getsockname(ci->connect_fd, (struct sockaddr *)&ss, &len) &&
+		       ss.ss_family == AF_INET6 &&
+		       !memcmp(&((struct sockaddr_in6 *)&ss)->sin6_addr, &a6, sizeof(a6));
+	}
+	return false;
+}
+
+/*
+ * DNS rebinding: a page from evil.example whose name is made to resolve to
+ * 127.0.0.1 reaches the API with "Host: evil.example[:port]", same-origin
+ * in the browser's eyes. On TCP only these Host names are served: localhost,
+ * an IP literal that is the address connected to (or a loopback one), and
+ * --http-allowed-hosts. No Host at all (HTTP/1.0) is no browser's request.
+ */
+static bool host_allowed(struct hreq *r)
+{
+	const char *host = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host");
+	char name[256];
+	size_t n;
+
+	if (!r->tcp || !host)
+		return true;
+	if (host[0] == '[') { /* [v6]:port */
+		const char *end = strchr(host, ']');
+
+		if (!end)
+			return false;
+		n = (size_t)(end - host - 1);
+		host++;
+	} else {
+		const char *colon = strchr(host, ':');
+
+		n = colon ? (size_t)(colon - host) : strlen(host);
+	}
+	if (!n || n >= sizeof(name))
+		return false;
+	memcpy(name, host, n);
+	name[n] = '\0';
+	if (n && name[n - 1] == '.') /* "localhost." is the same name */
+		name[--n] = '\0';
+	return !strcasecmp(name, "localhost") || local_literal(r->conn, name) ||
+	       name_listed(r->h->b->opts.http.allowed_hosts, name, n);
+}
+
 static void dispatch(struct hreq *r)
 {
 	struct http *h = r->h;
 	const struct http_opts *o = &h->b->opts.http;
+
+	if (!host_allowed(r)) {
+		hreq_error(r, 421, "misdirected",
+			   "this server does not answer for that Host (see --http-allowed-hosts)");
+		return;
+	}
 
 	if (r->method == M_OPTIONS && o->cors_origins[0] && r->rt.path_known &&
 	    MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
@@ -340,13 +428,14 @@ static void dispatch(struct hreq *r)
 	}
 }
 
-static void client_ip(struct MHD_Connection *c, char *out, size_t size)
+static void client_ip(struct MHD_Connection *c, char *out, size_t size, bool *tcp)
 {
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
 
 	snprintf(out, size, "local");
+	*tcp = sa && (sa->sa_family == AF_INET || sa->sa_family == AF_INET6);
 	if (sa && sa->sa_family == AF_INET)
 		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out,
 			  (socklen_t)size);
@@ -374,7 +463,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		r->method = http_method_of(method);
 		snprintf(r->verb, sizeof(r->verb), "%s", method);
 		http_route_match(url, r->method, &r->rt);
-		client_ip(c, r->ip, sizeof(r->ip));
+		client_ip(c, r->ip, sizeof(r->ip), &r->tcp);
 		*ctx = r;
 		return MHD_YES;
 	}
@@ -566,20 +655,56 @@ static int activated_http_fd(void)
 	return fd;
 }
 
+/* Is @fd a TCP socket (not AF_UNIX)? */
+static bool is_tcp(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	return !getsockname(fd, (struct sockaddr *)&ss, &len) &&
+	       (ss.ss_family == AF_INET || ss.ss_family == AF_INET6);
+}
+
+/*
+ * Connections cost an fd each and any local user may open them (before
+ * any token is checked): at most --http-max-connections (default a quarter
+ * of the fd limit) over all listeners, on TCP at most
+ * --http-max-connections-per-ip from one address, and none idle or
+ * dawdling over its request longer than --http-connection-timeout.
+ * Suspended long polls are not idle: their own deadline ends them.
+ */
+static unsigned max_connections(const struct http_opts *o)
+{
+	struct rlimit rl;
+	uint64_t n = 1024;
+
+	if (o->max_connections)
+		return o->max_connections;
+	if (!getrlimit(RLIMIT_NOFILE, &rl))
+		n = rl.rlim_cur;
+	n /= 4;
+	return (unsigned)(n < 16 ? 16 : n > 16384 ? 16384 : n);
+}
+
 static int start_daemon(struct http *h, int fd)
 {
+	const struct http_opts *o = &h->b->opts.http;
 	const union MHD_DaemonInfo *info;
 	struct MHD_Daemon *d;
-	unsigned i = h->nd;
+	unsigned i = h->nd, max = max_connections(o);
+	unsigned per_ip = o->max_connections_per_ip ? o->max_connections_per_ip : (max + 1) / 2;
 
+	if (!is_tcp(fd))
+		per_ip = 0; /* every Unix client has the same (no) address */
 	d = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL,
 			     NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, fd,
 			     MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
 			     MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
 			     MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes, h,
 			     MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
-			     MHD_OPTION_CONNECTION_TIMEOUT, 120u,
-			     MHD_OPTION_CONNECTION_LIMIT, 100000u, MHD_OPTION_END);
+			     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->connection_timeout_s,
+			     MHD_OPTION_CONNECTION_LIMIT, max,
+			     MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_END);
 	if (!d)
 		return -EINVAL;
 	h->d[i] = d;
@@ -591,6 +716,26 @@ static int start_daemon(struct http *h, int fd)
 	return loop_watch_fd(h->b, info->epoll_fd, TAG_HTTP | i);
 }
 
+/*
+ * On TCP every local user can connect: the socket's mode, group and the
+ * allow lists do not apply. Without a token that hands every lock to every
+ * local user, so it takes --http-insecure-no-auth to say so. The Unix
+ * socket (mode 0660, --socket-group) needs no token.
+ */
+static int check_auth_default(const struct http_opts *o, int act)
+{
+	if (o->auth_token[0] || o->insecure_no_auth)
+		return 0;
+	if (o->listen[0] || (act >= 0 && is_tcp(act))) {
+		blog(LOG_ERR, "refusing to serve HTTP on TCP (%s) without --auth-token or "
+		     "--auth-token-file: every local user could take and release any lock. "
+		     "Use --http-socket, or pass --http-insecure-no-auth to allow it",
+		     o->listen[0] ? o->listen : "socket-activated");
+		return -EPERM;
+	}
+	return 0;
+}
+
 int http_start(struct broker *b)
 {
 	const struct http_opts *o = &b->opts.http;
@@ -599,6 +744,9 @@ int http_start(struct broker *b)
 
 	if (!http_enabled(o) && act < 0)
 		return 0;
+	err = check_auth_default(o, act);
+	if (err)
+		return err;
 	h = calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
@@ -627,6 +775,9 @@ int http_start(struct broker *b)
 	broker_schedule(b, mono_ns() + 250000000ull, TIMER_HTTP_TICK, 0, 0);
 	blog(LOG_INFO, "HTTP API on%s%s%s%s%s", o->listen[0] ? " " : "", o->listen,
 	     o->unix_path[0] ? " unix:" : "", o->unix_path, act >= 0 ? " (socket-activated)" : "");
+	if (!o->auth_token[0] && (o->listen[0] || (act >= 0 && is_tcp(act))))
+		blog(LOG_WARNING, "HTTP API on TCP without a token (--http-insecure-no-auth): "
+		     "every local user may take and release any lock");
 	return 0;
 }
 

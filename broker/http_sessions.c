@@ -74,6 +74,22 @@ uint32_t http_sessions_count(const struct http *h)
 	return h->nsessions;
 }
 
+/*
+ * The segment's session table (--max-sessions) is shared with liblocal: any
+ * local user who can reach the API must not be able to fill it. HTTP
+ * sessions get at most --http-max-sessions (default half the table), and
+ * never the whole table.
+ */
+uint32_t http_sessions_cap(const struct http *h)
+{
+	uint32_t table = h->b->seg.caps.max_sessions;
+	uint32_t cap = h->b->opts.http.max_sessions ? h->b->opts.http.max_sessions : table / 2;
+
+	if (table > 1 && cap > table - 1)
+		cap = table - 1;
+	return cap ? cap : 1;
+}
+
 void http_sessions_create(struct hreq *r)
 {
 	struct http *h = r->h;
@@ -98,9 +114,10 @@ void http_sessions_create(struct hreq *r)
 		hreq_error(r, 503, "draining", "the broker is shutting down");
 		return;
 	}
-	if (o->max_sessions && h->nsessions >= o->max_sessions) {
-		hreq_error(r, 503, "max_sessions", "%u HTTP sessions open (--http-max-sessions)",
-			   h->nsessions);
+	if (h->nsessions >= http_sessions_cap(h)) {
+		hreq_error(r, 503, "max_http_sessions",
+			   "%u HTTP sessions open: HTTP's share of the session table "
+			   "(--http-max-sessions)", h->nsessions);
 		return;
 	}
 	if (!ip || (o->max_sessions_per_ip && ip->sessions >= o->max_sessions_per_ip)) {

@@ -13,7 +13,7 @@
 
 /* Status codes the API answers with, in the order of the counters. */
 static const int status_codes[HTTP_STATUS_SLOTS] = { 200, 204, 400, 401, 404, 405,
-						     408, 409, 410, 429, 500, 503 };
+						     408, 409, 410, 421, 429, 500, 503 };
 /* Upper bounds of the duration histogram, in seconds. */
 static const double buckets[12] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
 				    0.01,   0.05,    0.1,    0.5,   1.0,    10.0 };
@@ -95,6 +95,27 @@ static void append_key(json_t *arr, json_t *entry, bool encoded)
 	json_array_append_new(arr, entry);
 }
 
+/*
+ * A session id is a capability: with it one can re-acquire (and so learn
+ * the token of) a hold, release it, or close the session. What stats shows
+ * is the holder's public id "s<slot>g<generation>": it names the session
+ * as long as it lives, is never reused for another (the generation moves
+ * on), and opens nothing. "" when the holder is gone meanwhile.
+ */
+static void public_id(struct broker *b, const char *hex, char *out, size_t size)
+{
+	uint8_t id[16];
+	uint32_t slot;
+
+	out[0] = '\0';
+	if (strlen(hex) != LOCAL_SESSION_ID_LEN || hex_decode(hex, id, sizeof(id)))
+		return;
+	slot = session_slot_of(b, id);
+	if (slot == IDX_NONE || slot >= b->seg.caps.max_sessions || !b->by_slot[slot])
+		return;
+	snprintf(out, size, "s%ug%u", slot, b->by_slot[slot]->gen);
+}
+
 static int stats_key(const char *raw, const struct local_key_info *ki, void *arg)
 {
 	struct stats_walk *w = arg;
@@ -104,10 +125,12 @@ static int stats_key(const char *raw, const struct local_key_info *ki, void *arg
 
 	if (ki->kind == LOCAL_KIND_LOCK && ki->holders) {
 		struct first_holder f = { "", 0 };
+		char pub[32];
 
 		local_holders(w->h->observer, raw, take_first, &f);
+		public_id(w->h->b, f.session, pub, sizeof(pub));
 		append_key(w->locks,
-			   json_pack("{s:s, s:s, s:f, s:i}", "key", key, "owner_conn_id", f.session,
+			   json_pack("{s:s, s:s, s:f, s:i}", "key", key, "owner_conn_id", pub,
 				     "lease_expires_in_s", (double)f.lease_ms / 1000.0, "waiters",
 				     (json_int_t)ki->waiters),
 			   enc);

@@ -1,7 +1,24 @@
 // SPDX-License-Identifier: MIT
-/* Logging to stderr. Lines start with "<N>" (sd-daemon(3) priorities) when
+/*
+ * Logging to stderr. Lines start with "<N>" (sd-daemon(3) priorities) when
  * JOURNAL_STREAM is set (systemd connected stderr to the journal), so
- * journald files them at the right level. */
+ * journald files them at the right level.
+ *
+ * Two defences live here, in the one output path every line takes:
+ *
+ *  - Escaping. Lines quote what clients chose (keys, session names, HTTP
+ *    methods): a control character, a byte that is not UTF-8, or a C1
+ *    control in UTF-8 is written as \xHH (\n, \r, \t and \\ as such), so a
+ *    key "a\nFAKE LINE" can neither start a line of its own nor move a
+ *    terminal's cursor, and no reader is handed invalid UTF-8.
+ *
+ *  - Repeats. A line that a peer can trigger at will (a refused session, a
+ *    failed accept) must not fill the disk or the journal: lines of the same
+ *    format are limited to BLOG_SIMILAR_BURST a window of one second; the
+ *    rest are counted and summarised in one line when the window ends
+ *    (blog_tick() from the loop, or the next line of that format).
+ */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +26,7 @@
 #include <syslog.h>
 
 #include "broker.h"
+#include "clock.h"
 
 static int max_level = LOG_INFO;
 
@@ -29,10 +47,179 @@ int blog_parse_level(const char *s)
 	return strcmp(s, "error") ? -1 : LOG_ERR; /* what our own lines print */
 }
 
-void blog(int level, const char *fmt, ...)
+/* Length of the valid UTF-8 sequence at @s (of @n bytes), 0 if none, and
+ * whether it encodes a C1 control (U+0080..U+009F). */
+static size_t utf8_seq(const unsigned char *s, size_t n, bool *c1)
+{
+	size_t len, i;
+	uint32_t cp;
+
+	*c1 = false;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		len = 2, cp = s[0] & 0x1f;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		len = 3, cp = s[0] & 0x0f;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		len = 4, cp = s[0] & 0x07;
+	else
+		return 0;
+	if (len > n)
+		return 0;
+	for (i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	/* Overlong forms, surrogates, beyond U+10FFFF. */
+	if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	*c1 = cp >= 0x80 && cp <= 0x9f;
+	return len;
+}
+
+size_t blog_escape(const char *in, char *out, size_t size)
+{
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *s = (const unsigned char *)in;
+	size_t n = strlen(in), o = 0, i = 0;
+
+	if (!size)
+		return 0;
+	while (i < n) {
+		char esc[4 * 4 + 1];
+		size_t elen = 0, k, seq;
+		unsigned char c = s[i];
+		bool c1;
+
+		if (c == '\n' || c == '\r' || c == '\t' || c == '\\') {
+			esc[0] = '\\';
+			esc[1] = c == '\n' ? 'n' : c == '\r' ? 'r' : c == '\t' ? 't' : '\\';
+			elen = 2;
+			seq = 1;
+		} else if (c >= 0x20 && c < 0x7f) {
+			esc[0] = (char)c;
+			elen = seq = 1;
+		} else if (c >= 0x80 && (seq = utf8_seq(s + i, n - i, &c1)) && !c1) {
+			memcpy(esc, s + i, seq);
+			elen = seq;
+		} else {
+			/* Other controls, DEL, bytes that are not UTF-8, C1. */
+			seq = c >= 0x80 && (seq = utf8_seq(s + i, n - i, &c1)) ? seq : 1;
+			for (k = 0; k < seq; k++) {
+				esc[elen++] = '\\';
+				esc[elen++] = 'x';
+				esc[elen++] = hex[s[i + k] >> 4];
+				esc[elen++] = hex[s[i + k] & 15];
+			}
+		}
+		if (o + elen >= size)
+			break; /* truncated at a whole escape, never inside one */
+		memcpy(out + o, esc, elen);
+		o += elen;
+		i += seq;
+	}
+	out[o] = '\0';
+	return o;
+}
+
+static void emit(int level, const char *line)
 {
 	static const char *const tags[] = { "emerg", "alert", "crit", "error",
 					    "warning", "notice", "info", "debug" };
+	char safe[4096];
+
+	blog_escape(line, safe, sizeof(safe));
+	if (getenv("JOURNAL_STREAM"))
+		fprintf(stderr, "<%d>%s\n", level, safe);
+	else
+		fprintf(stderr, "shmlockd: %s: %s\n", tags[level & 7], safe);
+}
+
+/* ---- repeated lines ------------------------------------------------------ */
+
+#define BLOG_FORMATS 32
+#define BLOG_WINDOW_NS 1000000000ull
+
+struct similar {
+	const char *fmt; /* the format (its address): "similar" lines */
+	uint64_t window_ns;
+	uint32_t lines, dropped;
+	int level;
+	char last[160]; /* the last line left out, for the summary */
+};
+
+static struct similar similar[BLOG_FORMATS];
+static pthread_mutex_t similar_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void summarise(struct similar *s, uint64_t now)
+{
+	char line[320];
+
+	if (!s->dropped)
+		return;
+	snprintf(line, sizeof(line), "%u more line%s like this in the last %.1f s, the last: %s",
+		 s->dropped, s->dropped == 1 ? "" : "s",
+		 (double)(now - s->window_ns) / 1e9, s->last);
+	emit(s->level, line);
+	s->dropped = 0;
+}
+
+/* May a line of @fmt be written now? Counts it otherwise. */
+static bool similar_allow(const char *fmt, int level, const char *line, uint64_t now)
+{
+	struct similar *s = NULL, *oldest = &similar[0];
+	unsigned i;
+
+	for (i = 0; i < BLOG_FORMATS; i++) {
+		if (similar[i].fmt == fmt) {
+			s = &similar[i];
+			break;
+		}
+		if (similar[i].window_ns < oldest->window_ns)
+			oldest = &similar[i];
+	}
+	if (!s) {
+		s = oldest;
+		summarise(s, now);
+		memset(s, 0, sizeof(*s));
+		s->fmt = fmt;
+		s->window_ns = now;
+	}
+	if (now - s->window_ns >= BLOG_WINDOW_NS) {
+		summarise(s, now);
+		s->window_ns = now;
+		s->lines = 0;
+	}
+	if (s->lines < BLOG_SIMILAR_BURST) {
+		s->lines++;
+		return true;
+	}
+	s->dropped++;
+	s->level = level;
+	/* Cut at a byte boundary; emit() escapes whatever half a character is left. */
+	strncpy(s->last, line, sizeof(s->last) - 1);
+	s->last[sizeof(s->last) - 1] = '\0';
+	return false;
+}
+
+void blog_tick(void)
+{
+	uint64_t now = mono_ns();
+	unsigned i;
+
+	pthread_mutex_lock(&similar_lock);
+	for (i = 0; i < BLOG_FORMATS; i++)
+		if (similar[i].fmt && now - similar[i].window_ns >= BLOG_WINDOW_NS) {
+			summarise(&similar[i], now);
+			similar[i].window_ns = now;
+			similar[i].lines = 0;
+		}
+	pthread_mutex_unlock(&similar_lock);
+}
+
+void blog(int level, const char *fmt, ...)
+{
 	char line[1024];
 	va_list ap;
 
@@ -41,10 +228,10 @@ void blog(int level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	if (getenv("JOURNAL_STREAM"))
-		fprintf(stderr, "<%d>%s\n", level, line);
-	else
-		fprintf(stderr, "shmlockd: %s: %s\n", tags[level & 7], line);
+	pthread_mutex_lock(&similar_lock);
+	if (similar_allow(fmt, level, line, mono_ns()))
+		emit(level, line);
+	pthread_mutex_unlock(&similar_lock);
 }
 
 bool blog_allow(struct blog_limit *l, uint64_t now_ns)

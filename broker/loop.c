@@ -20,6 +20,7 @@
 
 #include "broker.h"
 #include "clock.h"
+#include "conns.h"
 #include "procinfo.h"
 
 #ifndef SO_PEERPIDFD
@@ -98,6 +99,28 @@ static int operator_allowed(struct broker *b, int conn)
 	return access_check(b, conn, &cred);
 }
 
+/*
+ * MSG_CLOSE names a session by its id, which is the capability; the id of
+ * a session is also readable by anyone the segment is shared with. The
+ * close is therefore held to the same peers as MSG_DESTROY: those the
+ * allow lists admit (always root and the broker's user). A peer refused
+ * sessions cannot end anyone's.
+ */
+static int close_allowed(struct broker *b, int conn)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	int err;
+
+	if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return -LOCAL_EDENIED;
+	err = access_check(b, conn, &cred);
+	if (err)
+		blog(LOG_WARNING, "refused to close a session for uid %u (pid %d): not in "
+		     "--allow-uid/gid", (unsigned)cred.uid, (int)cred.pid);
+	return err;
+}
+
 static void send_reply(int conn, const struct proto_reply *rep, int fd)
 {
 	union {
@@ -123,7 +146,7 @@ static void send_reply(int conn, const struct proto_reply *rep, int fd)
 	sendmsg(conn, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-static void handle_conn(struct broker *b, int conn)
+void loop_handle_conn(struct broker *b, int conn)
 {
 	char buf[PROTO_MAX_MSG + 1];
 	union proto_request req;
@@ -146,7 +169,9 @@ static void handle_conn(struct broker *b, int conn)
 				fd = b->shm_fd;
 			break;
 		case MSG_CLOSE:
-			rep.status = session_close_id(b, req.sid.id, true);
+			rep.status = close_allowed(b, conn);
+			if (!rep.status)
+				rep.status = session_close_id(b, req.sid.id, true);
 			break;
 		case MSG_DESTROY:
 			rep.status = operator_allowed(b, conn);
@@ -164,23 +189,9 @@ static void handle_conn(struct broker *b, int conn)
 		}
 		send_reply(conn, &rep, fd);
 	}
+	conns_forget(b, conn);
 	loop_unwatch_fd(b, conn);
 	close(conn);
-}
-
-static void handle_listen(struct broker *b)
-{
-	for (;;) {
-		int conn = accept4(b->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-
-		if (conn < 0) {
-			if (errno != EAGAIN && errno != EINTR)
-				blog(LOG_WARNING, "accept: %s", strerror(errno));
-			return;
-		}
-		if (loop_watch_fd(b, conn, TAG_CONN | (uint64_t)conn))
-			close(conn);
-	}
 }
 
 static void arm_timer(struct broker *b)
@@ -240,6 +251,8 @@ static void report_quarantine(struct broker *b)
 static void periodic_scan(struct broker *b)
 {
 	report_quarantine(b);
+	conns_expire(b);
+	blog_tick();
 	repair_dead_mutexes(b);
 	grant_stranded(b);
 	broker_schedule(b, mono_ns() + SCAN_INTERVAL_NS, TIMER_SCAN, 0, 0);
@@ -281,6 +294,8 @@ static void handle_timers(struct broker *b)
 			session_sweep_due(b, t.a, t.b);
 		else if (t.kind == TIMER_NOTIFY)
 			notify_due(b, t.a);
+		else if (t.kind == TIMER_LISTEN_REARM)
+			conns_rearm(b);
 		else
 			http_timer(b, t.kind, t.a, t.b);
 	}
@@ -315,6 +330,8 @@ static int loop_setup(struct broker *b)
 	b->sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
 	if (b->epfd < 0 || b->timerfd < 0 || b->sigfd < 0)
 		return -errno;
+	if (conns_init(b))
+		return -ENOMEM;
 	if (loop_watch_fd(b, b->listen_fd, TAG_LISTEN) || loop_watch_fd(b, b->timerfd, TAG_TIMER) ||
 	    loop_watch_fd(b, b->sigfd, TAG_SIGNAL))
 		return -errno;
@@ -338,7 +355,7 @@ static void drain_requests(struct broker *b)
 		n = epoll_wait(b->epfd, ev, 64, 0);
 		for (i = 0; i < n; i++)
 			if (TAG_KIND(ev[i].data.u64) == TAG_CONN) {
-				handle_conn(b, (int)TAG_VALUE(ev[i].data.u64));
+				loop_handle_conn(b, (int)TAG_VALUE(ev[i].data.u64));
 				more = true;
 			}
 	}
@@ -381,10 +398,10 @@ int loop_run(struct broker *b)
 
 			switch (TAG_KIND(tag)) {
 			case TAG_LISTEN:
-				handle_listen(b);
+				conns_accept(b);
 				break;
 			case TAG_CONN:
-				handle_conn(b, (int)TAG_VALUE(tag));
+				loop_handle_conn(b, (int)TAG_VALUE(tag));
 				break;
 			case TAG_PIDFD:
 				session_died(b, (uint32_t)TAG_VALUE(tag));
@@ -410,5 +427,6 @@ int loop_run(struct broker *b)
 	drain_requests(b);
 	http_stop(b);
 	leases_stop(b);
+	conns_fini(b);
 	return 0;
 }

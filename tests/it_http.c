@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <sys/pidfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -591,9 +592,17 @@ static void hb_start(struct hbroker *h, bool tcp, const char *const *extra)
 	h->args[n++] = "--http-socket";
 	h->args[n++] = h->http_sock;
 	if (tcp) {
+		bool token = false;
+
 		snprintf(h->listen, sizeof(h->listen), "127.0.0.1:%d", free_port());
 		h->args[n++] = "--http-listen";
 		h->args[n++] = h->listen;
+		/* TCP takes a token, or this flag saying every local user may
+		 * use the API (docs/http-api.md). */
+		for (i = 0; extra && extra[i]; i++)
+			token |= !strncmp(extra[i], "--auth-token", 12);
+		if (!token)
+			h->args[n++] = "--http-insecure-no-auth";
 	}
 	for (i = 0; extra && extra[i]; i++) {
 		if (n >= 15)
@@ -1186,6 +1195,15 @@ TEST(http, semaphore_endpoints_and_limits, 30)
 }
 
 /* The element of array @arr whose "key" is @key, or NULL. */
+/* "s<slot>g<generation>": what stats shows for a holder. */
+static bool is_public_id(const char *id)
+{
+	unsigned slot, gen;
+	int n = 0;
+
+	return id && sscanf(id, "s%ug%u%n", &slot, &gen, &n) == 2 && (size_t)n == strlen(id);
+}
+
 static json_t *by_key(json_t *arr, const char *key)
 {
 	size_t i;
@@ -1251,7 +1269,8 @@ TEST(http, stats_shape, 20)
 	e = by_key(json_object_get(j, "locks"), "st/lock");
 	if (!e)
 		FAIL_AT("st/lock not in locks: %s", c->out);
-	CHECK_STR(json_string_value(json_object_get(e, "owner_conn_id")), s);
+	/* The holder's public id, not its session id (a capability). */
+	CHECK(is_public_id(json_string_value(json_object_get(e, "owner_conn_id"))));
 	CHECK(json_is_number(json_object_get(e, "lease_expires_in_s")));
 	lease = json_number_value(json_object_get(e, "lease_expires_in_s"));
 	CHECK(lease > 20 && lease <= 30);
@@ -1291,6 +1310,49 @@ TEST(http, stats_shape, 20)
 	/* The same picture through liblocal. */
 	CHECK_EQ(WAITERS(obs, "st/lock"), 1);
 	CHECK_EQ(key_info(obs, "st/isem")->limit, 2);
+	hb_stop(&h);
+}
+
+/*
+ * Issue 18 item 9: a session id is the capability to re-acquire, release
+ * and close; /v1/stats used to publish the holder's as owner_conn_id, for
+ * HTTP and liblocal sessions alike. Neither /v1/stats nor /metrics may
+ * contain any live session's id; owner_conn_id is the public
+ * "s<slot>g<generation>", distinct per holder.
+ */
+TEST(http, stats_and_metrics_never_show_session_ids, 20)
+{
+	struct hbroker h;
+	local_session *ll;
+	struct call *c;
+	char *s, *m, pub_http[32], pub_local[32];
+	json_t *e;
+
+	hb_start(&h, false, NULL);
+	ll = open_session(&h.b, "liblocal-holder", 0, 0);
+	CHECK_OK(local_lock(ll, "pub/local", NULL, NULL));
+	s = session_new(&h.ux);
+	CHECK_OUTCOME(lock_acquire(&h.ux, s, "pub/http", 0), "ok");
+	c = req(&h.ux, "GET", "/v1/stats", NULL, NULL);
+	CHECK_STATUS(c, 200);
+	if (strstr(c->out, s) || strstr(c->out, local_session_id(ll)))
+		FAIL_AT("/v1/stats shows a session id: %s", c->out);
+	e = by_key(json_object_get(c->json, "locks"), "pub/http");
+	CHECK(e && is_public_id(json_string_value(json_object_get(e, "owner_conn_id"))));
+	snprintf(pub_http, sizeof(pub_http), "%s", json_string_value(json_object_get(e, "owner_conn_id")));
+	e = by_key(json_object_get(c->json, "locks"), "pub/local");
+	CHECK(e && is_public_id(json_string_value(json_object_get(e, "owner_conn_id"))));
+	snprintf(pub_local, sizeof(pub_local), "%s",
+		 json_string_value(json_object_get(e, "owner_conn_id")));
+	CHECK(strcmp(pub_http, pub_local) != 0);
+	m = metrics(&h.ux);
+	if (strstr(m, s) || strstr(m, local_session_id(ll)))
+		FAIL_AT("/metrics shows a session id");
+	free(m);
+	/* A public id opens nothing. */
+	CHECK_ERROR(req(&h.ux, "DELETE", strf("/v1/sessions/%s", pub_http), NULL, NULL), 400,
+		    "bad_request");
+	local_session_close(ll);
 	hb_stop(&h);
 }
 
@@ -1781,10 +1843,10 @@ TEST(http, session_caps_are_503, 30)
 	/* --http-max-sessions */
 	hb_start(&h, false, ARGS("--http-max-sessions", "1"));
 	a = session_new(&h.ux);
-	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_sessions");
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_http_sessions");
 	CHECK_STATUS(req(&h.ux, "DELETE", strf("/v1/sessions/%s", a), NULL, NULL), 204);
 	a = session_new(&h.ux);
-	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_sessions");
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_http_sessions");
 	hb_stop(&h);
 
 	/* --http-max-sessions-per-ip: TCP clients on 127.0.0.1, Unix ones "local". */
@@ -1799,9 +1861,11 @@ TEST(http, session_caps_are_503, 30)
 	CHECK_STATUS(req(&h.ux, "DELETE", strf("/v1/sessions/%s", b), NULL, NULL), 204);
 	hb_stop(&h);
 
-	/* The segment's own session table (--max-sessions), shared with liblocal. */
-	hb_start(&h, false, ARGS("--max-sessions", "2"));
+	/* The segment's own session table (--max-sessions), shared with
+	 * liblocal, full before HTTP's share is. */
+	hb_start(&h, false, ARGS("--max-sessions", "3", "--http-max-sessions", "2"));
 	obs = open_session(&h.b, "obs", 0, 0);
+	open_session(&h.b, "obs2", 0, 0);
 	a = session_new(&h.ux);
 	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_sessions");
 	CHECK_OK(local_session_close(obs));
@@ -2442,7 +2506,8 @@ TEST(http, a_thousand_long_polls_are_served_by_few_threads_in_fifo_order, 120)
 	int i, threads;
 
 	raise_nofile(2 * NPOLLS + 400); /* our connections, and the broker's */
-	hb_start(&h, false, ARGS("--max-sessions", "1100"));
+	hb_start(&h, false, ARGS("--max-sessions", "1100", "--http-max-sessions", "1050",
+				 "--http-max-connections", "2000"));
 	holder = open_session(&h.b, "holder", 0, 0);
 	CHECK_OK(local_lock(holder, "many/k", NULL, NULL));
 	ids = calloc(NPOLLS, sizeof(*ids));
@@ -2494,5 +2559,193 @@ TEST(http, a_thousand_long_polls_are_served_by_few_threads_in_fifo_order, 120)
 	CHECK_EQ(WAITERS(holder, "many/k"), 0);
 	CHECK_EQ(HOLDERS(holder, "many/k"), 0);
 	CHECK_EQ(metric(metrics(&h.ux), "shmlock_http_grants_total"), NPOLLS);
+	hb_stop(&h);
+}
+
+/* ---- safe defaults (issue 18 item 10) ------------------------------------------- */
+
+/* Run shmlockd with @argv (after the binary) and no HTTP client; its exit
+ * status within 10 s, its stderr in @log. */
+static int broker_exit_status(const char *log, const char *const *argv)
+{
+	const char *bin = getenv("SHMLOCK_BROKER_BIN");
+	const char *args[24];
+	pid_t pid;
+	int n = 0, status;
+
+	args[n++] = bin;
+	while (*argv && n < 23)
+		args[n++] = *argv++;
+	args[n] = NULL;
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+		if (fd >= 0)
+			dup2(fd, 2);
+		execv(bin, (char *const *)args);
+		_exit(127);
+	}
+	status = pid_wait(pid, 10000);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static bool log_has(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "re");
+	char line[2048];
+	bool found = false;
+
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = strstr(line, text) != NULL;
+	if (f)
+		fclose(f);
+	return found;
+}
+
+TEST(http, tcp_without_a_token_needs_an_explicit_flag, 30)
+{
+	char dir[64], sock[128], log[128], listen[32], shm[64];
+	struct hbroker h;
+	int status;
+
+	snprintf(dir, sizeof(dir), "/tmp/shmlock-test-%d-XXXXXX", (int)getpid());
+	if (!mkdtemp(dir))
+		FAIL_AT("mkdtemp: %s", strerror(errno));
+	snprintf(sock, sizeof(sock), "%s/sock", dir);
+	snprintf(log, sizeof(log), "%s/broker.log", dir);
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", free_port());
+	snprintf(shm, sizeof(shm), "/shmlock-test-%d-notoken", (int)getpid());
+	/* Refused: every local user could take and release any lock. */
+	status = broker_exit_status(log, ARGS("--socket", sock, "--shm-name", shm, "--http-listen",
+					      listen));
+	shm_unlink(shm);
+	CHECK(status != 0);
+	CHECK(log_has(log, "--http-insecure-no-auth"));
+	if (system(strf("rm -rf '%s'", dir)) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
+
+	/* With a token: served, and the token is needed. */
+	hb_start(&h, true, ARGS("--auth-token", "t0ken"));
+	CHECK_ERROR(req(&h.tcp, "POST", "/v1/sessions", NULL, NULL), 401, "unauthorized");
+	hb_stop(&h);
+	/* The Unix socket (mode 0660, the socket's group) needs none. */
+	hb_start(&h, false, NULL);
+	CHECK_STATUS(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 200);
+	hb_stop(&h);
+	/* Nor TCP with the flag, which the log then warns about. */
+	hb_start(&h, true, NULL);
+	CHECK_STATUS(req(&h.tcp, "POST", "/v1/sessions", NULL, NULL), 200);
+	CHECK(log_has(h.b.log, "without a token"));
+	hb_stop(&h);
+}
+
+/* DNS rebinding: a page whose name resolves to 127.0.0.1 sends its own
+ * name as Host. */
+TEST(http, tcp_answers_only_its_own_host_names, 30)
+{
+	struct hbroker h;
+	struct api a;
+	int port;
+
+	hb_start(&h, true, ARGS("--http-allowed-hosts", "locks.example.org, other.example"));
+	port = atoi(strrchr(h.listen, ':') + 1);
+	a = h.tcp;
+	a.hdr[0] = strf("Host: evil.example:%d", port);
+	CHECK_ERROR(req(&a, "GET", "/v1/stats", NULL, NULL), 421, "misdirected");
+	CHECK_ERROR(req(&a, "POST", "/v1/sessions", NULL, NULL), 421, "misdirected");
+	a.hdr[0] = "Host: 127.0.0.1.nip.io";
+	CHECK_ERROR(req(&a, "GET", "/health", NULL, NULL), 421, "misdirected");
+	/* What a client of this server sends. */
+	a.hdr[0] = strf("Host: localhost:%d", port);
+	CHECK_STATUS(req(&a, "GET", "/v1/stats", NULL, NULL), 200);
+	a.hdr[0] = strf("Host: 127.0.0.1:%d", port);
+	CHECK_STATUS(req(&a, "GET", "/v1/stats", NULL, NULL), 200);
+	a.hdr[0] = strf("Host: [::1]:%d", port);
+	CHECK_STATUS(req(&a, "GET", "/v1/stats", NULL, NULL), 200);
+	a.hdr[0] = "Host: LOCKS.example.org";
+	CHECK_STATUS(req(&a, "GET", "/v1/stats", NULL, NULL), 200);
+	a.hdr[0] = strf("Host: other.example:%d", port);
+	CHECK_STATUS(req(&a, "GET", "/v1/stats", NULL, NULL), 200);
+	/* No browser reaches the Unix socket: no Host check there. */
+	a = h.ux;
+	a.hdr[0] = "Host: evil.example";
+	CHECK_STATUS(req(&a, "GET", "/v1/stats", NULL, NULL), 200);
+	hb_stop(&h);
+}
+
+/* HTTP cannot fill the session table liblocal needs. */
+TEST(http, http_sessions_get_half_the_table_by_default, 30)
+{
+	struct hbroker h;
+	local_session *ll[2];
+
+	hb_start(&h, false, ARGS("--max-sessions", "4"));
+	session_new(&h.ux);
+	session_new(&h.ux);
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_http_sessions");
+	ll[0] = open_session(&h.b, "ll0", 0, 0);
+	ll[1] = open_session(&h.b, "ll1", 0, 0);
+	local_session_close(ll[0]);
+	local_session_close(ll[1]);
+	hb_stop(&h);
+	/* A larger share is capped below the table. */
+	hb_start(&h, false, ARGS("--max-sessions", "4", "--http-max-sessions", "100"));
+	session_new(&h.ux);
+	session_new(&h.ux);
+	session_new(&h.ux);
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_http_sessions");
+	ll[0] = open_session(&h.b, "ll0", 0, 0);
+	local_session_close(ll[0]);
+	hb_stop(&h);
+}
+
+/* A plain TCP connection to @port that sends nothing. */
+static int raw_tcp(int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+		FAIL_AT("connect 127.0.0.1:%d: %s", port, strerror(errno));
+	return fd;
+}
+
+static bool hung_up(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char c;
+
+	return poll(&p, 1, 0) == 1 && recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+}
+
+/* Issue 18 item 8 on HTTP: silent connections are capped per address and
+ * closed after --http-connection-timeout (it was 120 s, for anyone). */
+TEST(http, silent_connections_are_capped_and_timed_out, 30)
+{
+	struct hbroker h;
+	int fd[4], port, i;
+
+	hb_start(&h, true, ARGS("--http-max-connections-per-ip", "3", "--http-connection-timeout",
+				"1"));
+	port = atoi(strrchr(h.listen, ':') + 1);
+	if (sync_handle) { /* hb_start's keep-alive connection counts too */
+		curl_easy_cleanup(sync_handle);
+		sync_handle = NULL;
+	}
+	for (i = 0; i < 4; i++)
+		fd[i] = raw_tcp(port);
+	/* The fourth from 127.0.0.1 is refused (closed at once). */
+	CHECK(WAIT_FOR(hung_up(fd[3]), 5000));
+	CHECK(!hung_up(fd[0]));
+	/* The Unix socket is another "address". */
+	CHECK_STATUS(req(&h.ux, "GET", "/v1/stats", NULL, NULL), 200);
+	/* Silent ones are closed after the timeout, and room comes back. */
+	CHECK(WAIT_FOR(hung_up(fd[0]) && hung_up(fd[1]) && hung_up(fd[2]), 10000));
+	CHECK_STATUS(req(&h.tcp, "GET", "/v1/stats", NULL, NULL), 200);
+	for (i = 0; i < 4; i++)
+		close(fd[i]);
 	hb_stop(&h);
 }
