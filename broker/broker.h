@@ -161,6 +161,9 @@ void session_end_slot(struct broker *b, uint32_t slot, bool lost, const char *wh
 int force_release(struct broker *b, const struct proto_force_release *req);
 /* The process behind @slot's pidfd exited. */
 void session_died(struct broker *b, uint32_t slot);
+/* A session's public name, "s<slot>g<generation>" (as /v1/stats shows
+ * holders): never its id, which is a capability, in logs or listings. */
+void session_public_id(uint32_t slot, uint32_t gen, char *out, size_t size);
 /* Repair keys whose mutex owner died (see segment_repair_dead_mutexes()). */
 void repair_dead_mutexes(struct broker *b);
 /* Grant queues that a full hold table left waiting on a free key. */

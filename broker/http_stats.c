@@ -113,7 +113,7 @@ static void public_id(struct broker *b, const char *hex, char *out, size_t size)
 	slot = session_slot_of(b, id);
 	if (slot == IDX_NONE || slot >= b->seg.caps.max_sessions || !b->by_slot[slot])
 		return;
-	snprintf(out, size, "s%ug%u", slot, b->by_slot[slot]->gen);
+	session_public_id(slot, b->by_slot[slot]->gen, out, size);
 }
 
 static int stats_key(const char *raw, const struct local_key_info *ki, void *arg)

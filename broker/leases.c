@@ -188,7 +188,7 @@ void lease_due(struct broker *b, uint32_t i, uint64_t at)
 		return;
 	}
 	record_expiry(seg, NODE_SESSION(w), seg_key_index(seg, k), n->token);
-	hex_encode(seg->sessions[NODE_SESSION(w) % seg->caps.max_sessions].id, 16, id);
+	session_public_id(NODE_SESSION(w), n->session_gen, id, sizeof(id));
 	if (blog_allow(&b->expiry_log, now))
 		blog(LOG_NOTICE, "lease of %.*s held by session %s expired; released",
 		     (int)k->key_len, k->key, id);

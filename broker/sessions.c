@@ -114,6 +114,11 @@ static uint32_t free_slot(struct broker *b)
 	return IDX_NONE;
 }
 
+void session_public_id(uint32_t slot, uint32_t gen, char *out, size_t size)
+{
+	snprintf(out, size, "s%ug%u", slot, gen);
+}
+
 void broker_schedule(struct broker *b, uint64_t at_ns, uint32_t kind, uint32_t a, uint32_t b2)
 {
 	if (timer_add(&b->timers, at_ns, kind, a, b2))
@@ -335,7 +340,7 @@ static void sweep(struct broker *b, uint32_t slot, bool lost, const char *why)
 			waiter_wake(seg, wake[j]);
 		key_unlock(k);
 	}
-	hex_encode(s->id, sizeof(s->id), id);
+	session_public_id(slot, SESS_GEN(sg), id, sizeof(id));
 	if (busy) {
 		/* Stay CLOSING (no new nodes can appear) and retry the rest. */
 		blog(LOG_WARNING, "session %s: %u key(s) busy (a stalled process, or one of its "
@@ -463,7 +468,8 @@ int force_release(struct broker *b, const struct proto_force_release *req)
 
 		if (NODE_STATE(w) != NODE_HOLDING || !s)
 			continue;
-		hex_encode(s->id, sizeof(s->id), id);
+		session_public_id(NODE_SESSION(w), SESS_GEN(atomic_load(&s->state_gen)), id,
+				  sizeof(id));
 		blog(LOG_NOTICE, "operator released %.*s from session %s (%s, pid %d)",
 		     (int)k->key_len, k->key, id, s->name, s->pid);
 		x = key_release_hold_locked(seg, k, nodes[i], REL_LOST);
