@@ -5,7 +5,7 @@
  * one only when none exists, or when the old one cannot be used and no live
  * process maps it any more. A file under the name that is not ours (another
  * owner, a mode open to all, a link) is never adopted. See shmlockd(8),
- * "SEGMENT FILE" and "UPGRADES".
+ * "SEGMENT FILE AND SOCKET PATHS" and "UPGRADES", and docs/upgrades.md.
  */
 #include <dirent.h>
 #include <errno.h>
