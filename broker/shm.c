@@ -199,10 +199,15 @@ static void describe_users(const struct users *u, char *buf, size_t size)
 	if (u->n > USERS_NAMED && len < size)
 		len += (size_t)snprintf(buf + len, size - len, " and %u more",
 					u->n - USERS_NAMED);
-	if ((u->marked || !u->n) && len < size)
-		snprintf(buf + len, size - len, "%s%u process%s of other users this broker cannot "
-			 "inspect", u->n ? "; and maybe " : "", u->hidden,
-			 u->hidden == 1 ? "" : "es");
+	if (len >= size)
+		return;
+	if (u->marked && (u->hidden || !u->n))
+		snprintf(buf + len, size - len, "%sprocesses this broker cannot see (its in-use "
+			 "mark is held; %u processes of other users could not be inspected)",
+			 u->n ? "; and maybe " : "", u->hidden);
+	else if (!u->n)
+		snprintf(buf + len, size - len, "maybe one of %u processes of other users this "
+			 "broker cannot inspect (no in-use mark to test)", u->hidden);
 }
 
 /* The name's file in the file system, for messages. */
@@ -445,7 +450,7 @@ int shm_setup(struct broker *b)
 	fd = open_name(b, &st);
 	if (fd == -ENOENT)
 		return create(b);
-	if (fd < 0 && fd != -ELOOP && fd != -EACCES) {
+	if (fd < 0 && fd != -ELOOP && fd != -EACCES && fd != -EISDIR && fd != -ENXIO) {
 		blog(LOG_ERR, "cannot open segment %s: %s", b->opts.shm_name, strerror(-fd));
 		return fd;
 	}

@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,6 +48,17 @@ static bool log_has(const struct broker_proc *b, const char *what)
 	if (f)
 		fclose(f);
 	return found;
+}
+
+static bool answers(const char *path, int type)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0), r;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	close(fd);
+	return r == 0;
 }
 
 static void shm_file(const struct broker_proc *b, char *buf, size_t size)
@@ -454,7 +467,9 @@ TEST(files, a_socket_where_others_can_write_is_refused, 60)
 	CHECK(S_ISSOCK(st.st_mode));
 	CHECK_EQ(st.st_mode & 07777, 0660);
 	CHECK_EQ(st.st_gid, NOBODY);
-	CHECK(WAIT_FOR(lstat(path, &st) == 0, 5000)); /* bound after the control socket */
+	/* Served after the control socket: wait until it listens. */
+	CHECK(WAIT_FOR(answers(path, SOCK_STREAM), 5000));
+	CHECK_OK(lstat(path, &st));
 	CHECK(S_ISSOCK(st.st_mode));
 	CHECK_EQ(st.st_mode & 07777, 0660);
 	CHECK_EQ(st.st_gid, NOBODY);
@@ -462,5 +477,87 @@ TEST(files, a_socket_where_others_can_write_is_refused, 60)
 	/* Restarted over its own stale sockets (SIGKILL leaves them). */
 	broker_signal_wait(&b, SIGKILL);
 	broker_restart_with(&b, more);
+	broker_stop(&b);
+}
+
+/* The broker of @b run as nobody, its log appended to @b's. */
+static pid_t spawn_as_nobody(const struct broker_proc *b)
+{
+	const char *bin = getenv("SHMLOCK_BROKER_BIN");
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		int fd = open(b->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+		if (fd >= 0) {
+			dup2(fd, 2);
+			close(fd);
+		}
+		if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY))
+			_exit(99);
+		execl(bin, "shmlockd", "--socket", b->sock, "--shm-name", b->shm, "--log-level",
+		      "warning", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+/*
+ * Issue 11 item 1, for a broker that is not root: it cannot read the
+ * /proc/PID/maps of a holder of another user (root here), so the in-use mark
+ * (an OFD lock on the descriptor clients map) is what tells it the segment of
+ * another layout is still in use: exit 3; once the holder is gone it replaces
+ * its own segment.
+ */
+TEST(files, a_broker_not_root_sees_holders_it_cannot_inspect, 60)
+{
+	struct broker_proc b, bn;
+	struct child h;
+	char dir[100], path[128];
+	struct stat st;
+	pid_t pid;
+	int status;
+
+	names_only(&b, NULL);
+	CHECK_OK(chmod(b.dir, 0755));
+	snprintf(dir, sizeof(dir), "%s/nobody", b.dir);
+	CHECK_OK(mkdir(dir, 0700));
+	CHECK_OK(chown(dir, NOBODY, NOBODY));
+	bn = b;
+	snprintf(bn.sock, sizeof(bn.sock), "%s/sock", dir);
+	shm_file(&b, path, sizeof(path));
+
+	pid = spawn_as_nobody(&bn);
+	CHECK(WAIT_FOR(answers(bn.sock, SOCK_SEQPACKET), 5000));
+	CHECK_OK(stat(path, &st));
+	CHECK_EQ(st.st_uid, NOBODY);
+	CHECK_EQ(st.st_mode & 07777, 0600);
+	child_spawn(&h, holder, &bn);
+	child_expect(&h, "held", 10000);
+	kill(pid, SIGTERM);
+	status = pid_wait(pid, 10000);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	scribble_abi(&b);
+
+	pid = spawn_as_nobody(&bn);
+	status = pid_wait(pid, 10000);
+	CHECK(WIFEXITED(status));
+	CHECK_EQ(WEXITSTATUS(status), EXIT_SEG_IN_USE);
+	CHECK(log_has(&b, "in-use mark is held"));
+	CHECK_EQ(try_key(&bn), -LOCAL_EBROKER);
+
+	child_send(&h, "exit");
+	child_wait(&h, 10000);
+	pid = spawn_as_nobody(&bn);
+	CHECK(WAIT_FOR(answers(bn.sock, SOCK_SEQPACKET), 5000));
+	CHECK(log_has(&b, "replacing it"));
+	CHECK_OK(try_key(&bn));
+	CHECK_OK(stat(path, &st));
+	CHECK_EQ(st.st_uid, NOBODY);
+	kill(pid, SIGTERM);
+	pid_wait(pid, 10000);
 	broker_stop(&b);
 }
