@@ -283,6 +283,11 @@ int main(int argc, char **argv)
 		atomic_store(&b.seg.hdr->broker_started_ns, b.started_ns);
 		err = loop_run(&b);
 	}
+	/* loop_run() stops both on a clean stop; a start-up step of it that
+	 * failed (an HTTP socket refused) leaves the lease thread running, which
+	 * must not outlive the segment's mapping. Both calls are idempotent. */
+	http_stop(&b);
+	leases_stop(&b);
 	listen_teardown(&b);
 	if (b.by_id)
 		sessions_fini(&b);
