@@ -172,9 +172,12 @@ static void scan_users(const struct stat *st, struct users *u)
 
 /*
  * Whether anyone may still use the segment @st, which we will not use: a
- * process maps it, or its in-use mark is held (tested on @fd, a description
- * of our own, or -1 when there is none to test with: then processes we cannot
- * inspect count, unless the operator said --replace-segment).
+ * process is seen mapping it, or its in-use mark is held (tested on @fd, a
+ * description of our own, or -1 when there is none to test with). Seeing
+ * neither proves nothing about processes we may not inspect (other users',
+ * unless we are root; even root may be denied some): clients of brokers
+ * before the mark would not hold it. Then only the operator can say
+ * (--replace-segment).
  */
 static bool in_use(struct broker *b, const struct stat *st, int fd, struct users *u)
 {
@@ -184,7 +187,7 @@ static bool in_use(struct broker *b, const struct stat *st, int fd, struct users
 		u->marked = true;
 	else if (fd >= 0)
 		users_lock(fd, F_UNLCK);
-	return u->n || u->marked || (fd < 0 && u->hidden && !b->opts.replace_segment);
+	return u->n || u->marked || (u->hidden && !b->opts.replace_segment);
 }
 
 static void describe_users(const struct users *u, char *buf, size_t size)
@@ -203,11 +206,13 @@ static void describe_users(const struct users *u, char *buf, size_t size)
 		return;
 	if (u->marked && (u->hidden || !u->n))
 		snprintf(buf + len, size - len, "%sprocesses this broker cannot see (its in-use "
-			 "mark is held; %u processes of other users could not be inspected)",
+			 "mark is held; %u processes could not be inspected)",
 			 u->n ? "; and maybe " : "", u->hidden);
 	else if (!u->n)
-		snprintf(buf + len, size - len, "maybe one of %u processes of other users this "
-			 "broker cannot inspect (no in-use mark to test)", u->hidden);
+		snprintf(buf + len, size - len, "maybe one of %u processes this broker cannot "
+			 "inspect (no in-use mark held, but clients of older brokers hold none): "
+			 "make sure none of them uses it, then start with --replace-segment",
+			 u->hidden);
 }
 
 /* The name's file in the file system, for messages. */

@@ -313,15 +313,16 @@ static void scribble_abi(const struct broker_proc *b)
 /*
  * Issue 11 item 1: a segment of another layout is never replaced while a
  * holder still runs on it. The broker refuses (exit 3) and names the
- * holder, even told to replace it; `--check` says what to do; with the
- * holder gone, the operator's path (--replace-segment --replace-wait)
- * starts a broker on a fresh segment.
+ * holder, even told to replace it; `--check` says what to do; the
+ * operator's path (--replace-segment --replace-wait) waits for the holder
+ * to exit and then starts a broker on a fresh segment.
  */
 TEST(files, an_unusable_segment_is_not_replaced_under_its_holders, 60)
 {
 	static const char *const replace_1s[] = { "--replace-segment", "--replace-wait", "1",
 						  NULL };
-	static const char *const replace_30s[] = { "--replace-wait", "30", NULL };
+	static const char *const replace_30s[] = { "--replace-segment", "--replace-wait", "30",
+						   NULL };
 	struct broker_proc b;
 	struct child h;
 	char buf[64], out[4096];
@@ -481,7 +482,7 @@ TEST(files, a_socket_where_others_can_write_is_refused, 60)
 }
 
 /* The broker of @b run as nobody, its log appended to @b's. */
-static pid_t spawn_as_nobody(const struct broker_proc *b)
+static pid_t spawn_as_nobody(const struct broker_proc *b, bool replace)
 {
 	const char *bin = getenv("SHMLOCK_BROKER_BIN");
 	pid_t pid;
@@ -499,18 +500,29 @@ static pid_t spawn_as_nobody(const struct broker_proc *b)
 		if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY))
 			_exit(99);
 		execl(bin, "shmlockd", "--socket", b->sock, "--shm-name", b->shm, "--log-level",
-		      "warning", (char *)NULL);
+		      "warning", replace ? "--replace-segment" : (char *)NULL, (char *)NULL);
 		_exit(127);
 	}
 	return pid;
 }
 
+/* Exit status of the broker of @b run as nobody, expected to refuse. */
+static int refusal_as_nobody(const struct broker_proc *b, bool replace)
+{
+	int status = pid_wait(spawn_as_nobody(b, replace), 10000);
+
+	CHECK(WIFEXITED(status));
+	return WEXITSTATUS(status);
+}
+
 /*
  * Issue 11 item 1, for a broker that is not root: it cannot read the
- * /proc/PID/maps of a holder of another user (root here), so the in-use mark
- * (an OFD lock on the descriptor clients map) is what tells it the segment of
- * another layout is still in use: exit 3; once the holder is gone it replaces
- * its own segment.
+ * /proc/PID/maps of a holder of another user (root here). The in-use mark
+ * (an OFD lock on the descriptor clients map) tells it the segment of another
+ * layout is still in use: exit 3, even told --replace-segment. With the
+ * holder gone and no mark held, it still cannot know that no process of
+ * another user maps it: it replaces the segment only when the operator says
+ * so (--replace-segment).
  */
 TEST(files, a_broker_not_root_sees_holders_it_cannot_inspect, 60)
 {
@@ -530,7 +542,7 @@ TEST(files, a_broker_not_root_sees_holders_it_cannot_inspect, 60)
 	snprintf(bn.sock, sizeof(bn.sock), "%s/sock", dir);
 	shm_file(&b, path, sizeof(path));
 
-	pid = spawn_as_nobody(&bn);
+	pid = spawn_as_nobody(&bn, false);
 	CHECK(WAIT_FOR(answers(bn.sock, SOCK_SEQPACKET), 5000));
 	CHECK_OK(stat(path, &st));
 	CHECK_EQ(st.st_uid, NOBODY);
@@ -542,16 +554,16 @@ TEST(files, a_broker_not_root_sees_holders_it_cannot_inspect, 60)
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	scribble_abi(&b);
 
-	pid = spawn_as_nobody(&bn);
-	status = pid_wait(pid, 10000);
-	CHECK(WIFEXITED(status));
-	CHECK_EQ(WEXITSTATUS(status), EXIT_SEG_IN_USE);
+	CHECK_EQ(refusal_as_nobody(&bn, false), EXIT_SEG_IN_USE);
 	CHECK(log_has(&b, "in-use mark is held"));
+	CHECK_EQ(refusal_as_nobody(&bn, true), EXIT_SEG_IN_USE);
 	CHECK_EQ(try_key(&bn), -LOCAL_EBROKER);
 
 	child_send(&h, "exit");
 	child_wait(&h, 10000);
-	pid = spawn_as_nobody(&bn);
+	CHECK_EQ(refusal_as_nobody(&bn, false), EXIT_SEG_IN_USE);
+	CHECK(log_has(&b, "cannot inspect (no in-use mark held"));
+	pid = spawn_as_nobody(&bn, true);
 	CHECK(WAIT_FOR(answers(bn.sock, SOCK_SEQPACKET), 5000));
 	CHECK(log_has(&b, "replacing it"));
 	CHECK_OK(try_key(&bn));
