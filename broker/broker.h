@@ -73,6 +73,9 @@ struct broker_opts {
 	bool have_group;
 	gid_t group;
 	bool check; /* --check: validate the segment read-only and exit */
+	/* shm.c: --replace-segment, --replace-wait */
+	bool replace_segment;
+	uint32_t replace_wait_ms;
 	struct http_opts http;
 };
 
@@ -96,6 +99,7 @@ struct broker {
 	uint64_t started_ns;
 	uint64_t quarantined_seen; /* stats.quarantined last reported */
 	bool stopping;
+	int exit_code; /* a refusal's own exit status (EXIT_*), 0: the generic 1 */
 	/* notify.c */
 	bool notify;	       /* $NOTIFY_SOCKET set: a service manager listens */
 	bool seg_from_store;   /* the segment fd came from systemd's fd store */
@@ -131,6 +135,11 @@ void blog_tick(void);
 /* @in with controls and non-UTF-8 bytes escaped (\n, \xHH) into @out; its length. */
 size_t blog_escape(const char *in, char *out, size_t size);
 
+/* Exit statuses of refusals an operator must act on (shmlockd(8)). */
+#define EXIT_SEG_IN_USE 3  /* segment to replace is still mapped by live processes */
+#define EXIT_SEG_FOREIGN 4 /* segment name taken by a file we must not adopt */
+#define EXIT_UNSAFE_PATH 5 /* socket path in a directory others control */
+
 /* shm.c: attach the existing segment or create one. */
 int shm_setup(struct broker *b);
 void shm_teardown(struct broker *b);
@@ -138,6 +147,14 @@ void shm_teardown(struct broker *b);
 /* listen.c: the control socket, socket-activated or bound. */
 int listen_setup(struct broker *b);
 void listen_teardown(struct broker *b);
+/*
+ * Bind a Unix socket of @type at @path, born mode 0660 (group: --socket-group),
+ * creating missing directories 0755. Refuses (-EPERM, b->exit_code =
+ * EXIT_UNSAFE_PATH) a path through a directory another user could change, or a
+ * name taken by anything but a stale socket of ours; -EADDRINUSE when a server
+ * answers there. @what names the socket in the log. Returns the bound fd.
+ */
+int safe_bind_unix(struct broker *b, const char *path, int type, const char *what);
 
 /* timers.c */
 int timer_add(struct timer_heap *h, uint64_t at_ns, uint32_t kind, uint32_t a, uint32_t b);

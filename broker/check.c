@@ -438,8 +438,10 @@ int check_segment(const struct broker_opts *o)
 	}
 	err = seg_bind(&seg, mem, (size_t)st.st_size);
 	if (err) {
-		printf("shmlockd --check: %s: header invalid: %s; a broker would replace the "
-		       "segment\n", o->shm_name,
+		printf("shmlockd --check: %s: header invalid: %s; a broker refuses to replace it "
+		       "while a process maps it (exit status 3, naming them): let them exit, "
+		       "or start it with --replace-segment --replace-wait SECONDS "
+		       "(shmlockd(8), UPGRADES)\n", o->shm_name,
 		       err == -LOCAL_EVERSION ? "another layout version"
 					      : "magic, sizes or offsets do not add up");
 		munmap(mem, (size_t)st.st_size);

@@ -605,27 +605,9 @@ static int listen_tcp(const char *spec)
 
 static int listen_unix(struct broker *b, const char *path)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd, probe, err;
+	int fd = safe_bind_unix(b, path, SOCK_STREAM, "--http-socket"), err;
 
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(sa.sun_path, path);
-	probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (probe >= 0) {
-		if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-			close(probe);
-			blog(LOG_ERR, "--http-socket %s: another server answers there", path);
-			return -EADDRINUSE;
-		}
-		close(probe);
-		unlink(path); /* left by a broker that died */
-	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return -errno;
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || chmod(path, 0660) ||
-	    (b->opts.have_group && chown(path, (uid_t)-1, b->opts.group)) || listen(fd, 4096)) {
+	if (fd >= 0 && listen(fd, 4096)) {
 		err = -errno;
 		blog(LOG_ERR, "cannot serve HTTP on %s: %s", path, strerror(-err));
 		close(fd);

@@ -3,6 +3,7 @@
  * or the only listening SOCK_SEQPACKET socket passed), else bound at --socket. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,44 +56,208 @@ static int activated_fd(void)
 	return fd;
 }
 
-/* mkdir -p for the socket's directory (0755: the socket's mode guards it). */
-static void make_parent(const char *path)
+/*
+ * Where a socket may live. A privileged broker that binds, chmods or chowns by
+ * path in a directory another user can write follows whatever that user puts
+ * there (a symlink to /etc/shadow, swapped in between bind() and chmod()).
+ * So every directory on the way must be one nobody else can change: owned by
+ * root or by us, and not writable by group or others, except a sticky one
+ * (/tmp) on the way, where others cannot rename or remove our entries. The
+ * socket's own directory must not be writable by anyone else at all: in a
+ * sticky directory another user could still pre-create the name. A symlink on
+ * the way is followed only if root or we own it. Missing directories are
+ * created 0755 (the socket's own mode guards it) and owned by us.
+ */
+static int unsafe_dir(const struct stat *st, bool last, const char **why)
 {
-	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)], *p;
+	uid_t me = geteuid();
 
-	snprintf(dir, sizeof(dir), "%s", path);
-	p = strrchr(dir, '/');
-	if (!p || p == dir)
-		return;
-	*p = '\0';
-	for (p = dir + 1; *p; p++)
-		if (*p == '/') {
-			*p = '\0';
-			mkdir(dir, 0755);
-			*p = '/';
-		}
-	mkdir(dir, 0755);
+	if (!S_ISDIR(st->st_mode))
+		*why = "not a directory";
+	else if (st->st_uid != 0 && st->st_uid != me)
+		*why = "owned by another user";
+	else if ((st->st_mode & (S_IWGRP | S_IWOTH)) && (last || !(st->st_mode & S_ISVTX)))
+		*why = "writable by other users";
+	else
+		return 0;
+	return -EPERM;
+}
+
+/* Step from @dirfd into @name (created if missing); returns an O_PATH fd. */
+static int step_into(int dirfd, const char *name, bool last, const char **why)
+{
+	struct stat st;
+	int fd;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (errno != ENOENT)
+			return -errno;
+		if (mkdirat(dirfd, name, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		/* Opened without following links: the directory we made. */
+		fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		if (fstat(fd, &st) == 0 && st.st_uid == geteuid())
+			fchmod(fd, 0755); /* whatever the umask */
+		close(fd);
+		if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			return -errno;
+	}
+	if (S_ISLNK(st.st_mode) && st.st_uid != 0 && st.st_uid != geteuid()) {
+		*why = "a symbolic link owned by another user";
+		return -EPERM;
+	}
+	fd = openat(dirfd, name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || unsafe_dir(&st, last, why)) {
+		close(fd);
+		return -EPERM;
+	}
+	return fd;
+}
+
+/*
+ * Open the directory @dir (absolute, or relative to the working directory)
+ * as an O_PATH fd after checking every directory on the way; @bad receives
+ * the component refused and @why the reason.
+ */
+static int open_safe_dir(const char *dir, char *bad, size_t bad_size, const char **why)
+{
+	char buf[sizeof(((struct sockaddr_un *)0)->sun_path)], *p, *next;
+	struct stat st;
+	int fd, nfd;
+
+	snprintf(buf, sizeof(buf), "%s", dir);
+	fd = open(buf[0] == '/' ? "/" : ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	snprintf(bad, bad_size, "%s", buf[0] == '/' ? "/" : ".");
+	if (fstat(fd, &st) < 0 || unsafe_dir(&st, !*buf || !strcmp(buf, "/"), why)) {
+		close(fd);
+		return -EPERM;
+	}
+	for (p = buf; *p == '/'; p++)
+		;
+	while (*p) {
+		next = strchr(p, '/');
+		if (next)
+			*next++ = '\0';
+		while (next && *next == '/')
+			next++;
+		snprintf(bad, bad_size, "%.*s%s", (int)(p - buf), dir, p);
+		nfd = step_into(fd, p, !next || !*next, why);
+		close(fd);
+		if (nfd < 0)
+			return nfd;
+		fd = nfd;
+		p = next && *next ? next : p + strlen(p);
+	}
+	return fd;
 }
 
 /* A socket file nobody answers on is left over from a dead broker. */
-static int remove_stale(const struct sockaddr_un *sa)
+static int probe(const struct sockaddr_un *sa, int type)
 {
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), r;
+	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0), r;
 
 	if (fd < 0)
 		return -errno;
-	r = connect(fd, (const struct sockaddr *)sa, sizeof(*sa));
+	/* Only a refusal means nobody is there: any other answer keeps it. */
+	r = connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) < 0 && errno == ECONNREFUSED;
 	close(fd);
-	if (r == 0)
-		return -EADDRINUSE;
-	if (errno == ECONNREFUSED)
-		unlink(sa->sun_path);
-	return 0;
+	return r ? 0 : -EADDRINUSE;
+}
+
+static int refuse(struct broker *b, const char *what, const char *path, const char *bad,
+		  const char *why)
+{
+	blog(LOG_ERR, "refusing %s %s: %s is %s; use a directory only this user (uid %u) or "
+	     "root can change, e.g. one it creates itself", what, path, bad, why,
+	     (unsigned)geteuid());
+	b->exit_code = EXIT_UNSAFE_PATH;
+	return -EPERM;
+}
+
+int safe_bind_unix(struct broker *b, const char *path, int type, const char *what)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char dir[sizeof(sa.sun_path)], bad[sizeof(sa.sun_path) + 8];
+	const char *base, *why = "unusable";
+	struct stat st;
+	mode_t old_mask;
+	int dirfd, fd, err;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	strcpy(dir, path);
+	base = strrchr(path, '/');
+	if (base) {
+		dir[base - path] = '\0';
+		if (base == path)
+			strcpy(dir, "/");
+		base++;
+	} else {
+		strcpy(dir, "");
+		base = path;
+	}
+	if (!*base)
+		return -EINVAL;
+	dirfd = open_safe_dir(dir, bad, sizeof(bad), &why);
+	if (dirfd == -EPERM)
+		return refuse(b, what, path, bad, why);
+	if (dirfd < 0) {
+		blog(LOG_ERR, "cannot reach the directory of %s %s: %s", what, path,
+		     strerror(-dirfd));
+		return dirfd;
+	}
+	/* Nobody else can change this directory now: what we find is ours. */
+	if (fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (!S_ISSOCK(st.st_mode) || st.st_uid != geteuid()) {
+			close(dirfd);
+			blog(LOG_ERR, "refusing %s %s: the name is taken by %s owned by uid %u; "
+			     "remove it if no server of ours is meant to be there", what, path,
+			     S_ISSOCK(st.st_mode) ? "a socket" : "a file that is no socket",
+			     (unsigned)st.st_uid);
+			b->exit_code = EXIT_UNSAFE_PATH;
+			return -EPERM;
+		}
+		err = probe(&sa, type);
+		if (err) {
+			close(dirfd);
+			blog(LOG_ERR, "another server is listening on %s", path);
+			return err;
+		}
+		unlinkat(dirfd, base, 0);
+	}
+	fd = socket(AF_UNIX, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		close(dirfd);
+		return -errno;
+	}
+	/* Born 0660: no chmod by path afterwards. */
+	old_mask = umask(0117);
+	err = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
+	umask(old_mask);
+	if (!err && (fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		     !S_ISSOCK(st.st_mode) || (st.st_mode & 0777) != 0660))
+		err = -EIO;
+	if (!err && b->opts.have_group &&
+	    fchownat(dirfd, base, (uid_t)-1, b->opts.group, AT_SYMLINK_NOFOLLOW) < 0)
+		err = -errno;
+	close(dirfd);
+	if (err) {
+		blog(LOG_ERR, "cannot bind %s %s: %s", what, path, strerror(-err));
+		close(fd);
+		return err;
+	}
+	return fd;
 }
 
 int listen_setup(struct broker *b)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int fd, err;
 
 	fd = activated_fd();
@@ -102,23 +267,12 @@ int listen_setup(struct broker *b)
 		blog(LOG_INFO, "using socket-activated control socket");
 		return 0;
 	}
-	if (strlen(b->opts.socket_path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(sa.sun_path, b->opts.socket_path);
-	make_parent(sa.sun_path);
-	err = remove_stale(&sa);
-	if (err) {
-		blog(LOG_ERR, "another broker is listening on %s", sa.sun_path);
-		return err;
-	}
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	fd = safe_bind_unix(b, b->opts.socket_path, SOCK_SEQPACKET, "control socket");
 	if (fd < 0)
-		return -errno;
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(sa.sun_path, 0660) < 0 ||
-	    (b->opts.have_group && chown(sa.sun_path, (uid_t)-1, b->opts.group) < 0) ||
-	    listen(fd, 128) < 0) {
+		return fd;
+	if (listen(fd, 128) < 0) {
 		err = -errno;
-		blog(LOG_ERR, "cannot listen on %s: %s", sa.sun_path, strerror(-err));
+		blog(LOG_ERR, "cannot listen on %s: %s", b->opts.socket_path, strerror(-err));
 		close(fd);
 		return err;
 	}

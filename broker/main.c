@@ -38,23 +38,33 @@ static const char usage_text[] =
 	"                          at most 65536)\n"
 	"  --gc-idle SECONDS       reclaim keys idle this long (default 60; 0: only\n"
 	"                          when the key table is full)\n"
-	"  --socket-group GROUP    give the socket (0660) and a new segment to GROUP\n"
+	"  --socket-group GROUP    give the socket (0660) to GROUP (the segment is\n"
+	"                          always 0600: clients get it over the socket)\n"
 	"  --allow-uid UID[,UID]   only these users (and root and the broker's own)\n"
 	"                          may open sessions and act as operators\n"
 	"  --allow-gid GID[,GID]   ... or members of these groups\n"
 	"  --log-level LEVEL       emerg..debug (default info)\n"
 	"  --destroy-segment-on-exit  unlink the segment when stopping\n"
+	"  --replace-segment       replace a segment this broker will not use (other\n"
+	"                          layout, rejected header, not its own file) once no\n"
+	"                          process it sees maps it: your word for those it\n"
+	"                          cannot inspect\n"
+	"  --replace-wait SECONDS  wait this long for the processes that still map\n"
+	"                          such a segment to exit (default 0)\n"
 	"  --check                 validate the segment read-only, report what is\n"
 	"                          wrong and exit (changes nothing)\n"
 	"  -h, --help              show this help and exit\n"
 	"  -V, --version           show the version and exit\n"
 	"\n"
-	"Exit status: 0 after a clean stop, 1 on a usage, start-up or fatal error.\n"
+	"Exit status: 0 after a clean stop, 1 on a usage, start-up or fatal error,\n"
+	"3 a segment that must be replaced is still mapped by live processes,\n"
+	"4 the segment's name is taken by a file this broker must not adopt,\n"
+	"5 a socket path in a directory other users can change.\n"
 	"With --check: 0 healthy, 1 the segment cannot be read, 2 problems found.\n";
 
 enum { OPT_SOCKET = 256, OPT_SHM, OPT_KEYS, OPT_SESSIONS, OPT_WAITERS, OPT_HOLDS, OPT_VALUE,
        OPT_LOG, OPT_DESTROY, OPT_FALLBACK, OPT_GC, OPT_CHECK, OPT_GROUP, OPT_ALLOW_UID,
-       OPT_ALLOW_GID };
+       OPT_ALLOW_GID, OPT_REPLACE, OPT_REPLACE_WAIT };
 
 static const struct option base_opts[] = {
 	{ "socket", required_argument, NULL, OPT_SOCKET },
@@ -72,6 +82,8 @@ static const struct option base_opts[] = {
 	{ "destroy-segment-on-exit", no_argument, NULL, OPT_DESTROY },
 	{ "test-force-pidfd-fallback", no_argument, NULL, OPT_FALLBACK },
 	{ "check", no_argument, NULL, OPT_CHECK },
+	{ "replace-segment", no_argument, NULL, OPT_REPLACE },
+	{ "replace-wait", required_argument, NULL, OPT_REPLACE_WAIT },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 };
@@ -193,6 +205,17 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 		case OPT_CHECK:
 			o->check = true;
 			break;
+		case OPT_REPLACE:
+			o->replace_segment = true;
+			break;
+		case OPT_REPLACE_WAIT:
+			err = parse_u32("replace-wait", optarg, &o->replace_wait_ms);
+			if (!err && o->replace_wait_ms > 86400) {
+				fprintf(stderr, "shmlockd: --replace-wait: at most 86400 seconds\n");
+				err = -1;
+			}
+			o->replace_wait_ms *= 1000;
+			break;
 		case 'h':
 			fputs(usage_text, stdout);
 			fputs("\n", stdout);
@@ -261,6 +284,11 @@ int main(int argc, char **argv)
 		atomic_store(&b.seg.hdr->broker_started_ns, b.started_ns);
 		err = loop_run(&b);
 	}
+	/* loop_run() stops both on a clean stop; a start-up step of it that
+	 * failed (an HTTP socket refused) leaves the lease thread running, which
+	 * must not outlive the segment's mapping. Both calls are idempotent. */
+	http_stop(&b);
+	leases_stop(&b);
 	listen_teardown(&b);
 	if (b.by_id)
 		sessions_fini(&b);
@@ -269,7 +297,7 @@ int main(int argc, char **argv)
 	urcu_memb_unregister_thread();
 	if (err) {
 		blog(LOG_ERR, "exiting: %s", local_strerror(err));
-		return 1;
+		return b.exit_code ? b.exit_code : 1;
 	}
 	return 0;
 }

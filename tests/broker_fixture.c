@@ -23,11 +23,11 @@ static int answers(const char *path)
 	return r == 0;
 }
 
-static void launch(struct broker_proc *b)
+void broker_spawn(struct broker_proc *b, const char *const *more)
 {
 	const char *bin = getenv("SHMLOCK_BROKER_BIN");
-	const char *argv[32];
-	int n = 0, i, status;
+	const char *argv[40];
+	int n = 0, i;
 
 	if (!bin)
 		FAIL_AT("SHMLOCK_BROKER_BIN is not set (run through 'make check')");
@@ -40,6 +40,8 @@ static void launch(struct broker_proc *b)
 	argv[n++] = getenv("SHMLOCK_TEST_BROKER_LOG") ? "debug" : "warning";
 	for (i = 0; b->extra[i] && n < 31; i++)
 		argv[n++] = b->extra[i];
+	for (i = 0; more && more[i] && n < 39; i++)
+		argv[n++] = more[i];
 	argv[n] = NULL;
 	fflush(NULL);
 	b->pid = fork();
@@ -55,9 +57,22 @@ static void launch(struct broker_proc *b)
 		execv(bin, (char *const *)argv);
 		_exit(127);
 	}
-	if (!WAIT_FOR(answers(b->sock) || waitpid(b->pid, &status, WNOHANG) == b->pid, 5000) ||
+}
+
+void broker_wait_ready(struct broker_proc *b, int timeout_ms)
+{
+	int status;
+
+	if (!WAIT_FOR(answers(b->sock) || waitpid(b->pid, &status, WNOHANG) == b->pid,
+		      timeout_ms) ||
 	    !answers(b->sock))
 		FAIL_AT("broker did not come up on %s (log: %s)", b->sock, b->log);
+}
+
+static void launch_with(struct broker_proc *b, const char *const *more)
+{
+	broker_spawn(b, more);
+	broker_wait_ready(b, 5000);
 }
 
 void broker_start(struct broker_proc *b, const char *const *extra)
@@ -78,12 +93,30 @@ void broker_start(struct broker_proc *b, const char *const *extra)
 		b->extra[i] = extra[i];
 	b->extra[i] = NULL;
 	shm_unlink(b->shm);
-	launch(b);
+	launch_with(b, NULL);
 }
 
 void broker_restart(struct broker_proc *b)
 {
-	launch(b);
+	launch_with(b, NULL);
+}
+
+int broker_refuses(struct broker_proc *b, const char *const *more, int timeout_ms)
+{
+	int status;
+
+	broker_spawn(b, more);
+	status = pid_wait(b->pid, timeout_ms);
+	b->pid = 0;
+	if (!WIFEXITED(status))
+		FAIL_AT("broker did not exit but %s (log: %s)",
+			WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "?", b->log);
+	return WEXITSTATUS(status);
+}
+
+void broker_restart_with(struct broker_proc *b, const char *const *more)
+{
+	launch_with(b, more);
 }
 
 void broker_signal_wait(struct broker_proc *b, int sig)

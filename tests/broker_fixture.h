@@ -24,6 +24,17 @@ struct broker_proc {
 void broker_start(struct broker_proc *b, const char *const *extra);
 /* Start again with the same names and flags (restart after a stop/kill). */
 void broker_restart(struct broker_proc *b);
+/* Start with the same names and flags plus @more (NULL-terminated), without
+ * waiting; then broker_wait_ready() fails the test unless it answers within
+ * @timeout_ms. */
+void broker_spawn(struct broker_proc *b, const char *const *more);
+void broker_wait_ready(struct broker_proc *b, int timeout_ms);
+/* Start with the same names and flags plus @more (NULL-terminated), expecting
+ * a refusal: returns the exit status; fails the test if it is still running
+ * after @timeout_ms or dies of a signal. */
+int broker_refuses(struct broker_proc *b, const char *const *more, int timeout_ms);
+/* Start again with the same names and flags plus @more; ready as broker_start(). */
+void broker_restart_with(struct broker_proc *b, const char *const *more);
 /* Send @sig and wait for the broker to exit. */
 void broker_signal_wait(struct broker_proc *b, int sig);
 /* SIGTERM, wait, unlink the segment and remove the directory. */
