@@ -34,6 +34,7 @@
 
 #include "broker.h"
 #include "procinfo.h"
+#include "seg_check.h"
 
 struct report {
 	FILE *out;
@@ -96,6 +97,7 @@ static void check_sessions(const struct segment *seg, struct report *r)
 	for (i = 0; i < seg->caps.max_sessions; i++) {
 		const struct seg_session *s = &seg->sessions[i];
 		uint32_t st = SESS_STATE(atomic_load(&s->state_gen));
+		const char *why;
 		uint64_t start;
 
 		if (st == SESS_FREE)
@@ -104,11 +106,9 @@ static void check_sessions(const struct segment *seg, struct report *r)
 			PROBLEM(r, "session slot %u: unknown state %u", i, st);
 			continue;
 		}
-		if (!memchr(s->name, '\0', sizeof(s->name)) ||
-		    s->lock_delay_ms > LOCAL_LOCK_DELAY_MAX_MS ||
-		    (s->behavior != LOCAL_BEHAVIOR_RELEASE && s->behavior != LOCAL_BEHAVIOR_DELETE) ||
-		    (s->flags & ~(uint32_t)LOCAL_SESSION_NO_PROCESS_CHECK) || s->pid < 0) {
-			PROBLEM(r, "session slot %u: fields out of range", i);
+		why = seg_session_problem(s);
+		if (why) {
+			PROBLEM(r, "session slot %u: fields out of range (%s)", i, why);
 			continue;
 		}
 		if (st == SESS_CLOSING) {

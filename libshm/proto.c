@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "proto.h"
+#include "seg_flags.h"
 
 void proto_init_hdr(struct proto_hdr *h, uint16_t type, uint32_t len)
 {
@@ -44,7 +45,7 @@ int proto_decode_request(const void *buf, size_t len, union proto_request *out)
 			return -LOCAL_EPROTO;
 		if (out->open.lock_delay_ms > LOCAL_LOCK_DELAY_MAX_MS ||
 		    out->open.behavior > LOCAL_BEHAVIOR_DELETE ||
-		    (out->open.flags & ~(uint32_t)LOCAL_SESSION_NO_PROCESS_CHECK))
+		    (out->open.flags & ~SESS_FLAGS_CLIENT))
 			return -LOCAL_EPROTO;
 		return type;
 	case MSG_FORCE_RELEASE:
