@@ -56,6 +56,25 @@ int proto_decode_request(const void *buf, size_t len, union proto_request *out)
 		    memchr(out->force.key, '\0', out->force.key_len) || out->force.all > 1)
 			return -LOCAL_EPROTO;
 		return type;
+	case MSG_OP_STATS:
+	case MSG_OP_KEYS:
+	case MSG_OP_INFO:
+	case MSG_OP_HOLDERS:
+	case MSG_OP_SESSIONS:
+	case MSG_OP_RESET:
+		if (len != sizeof(out->op))
+			return -LOCAL_EPROTO;
+		memcpy(&out->op, buf, len);
+		if (out->op.key_len > LOCAL_KEY_MAX || (out->op.flags & ~PROTO_OP_FLAGS) ||
+		    memchr(out->op.key, '\0', out->op.key_len))
+			return -LOCAL_EPROTO;
+		out->op.key[out->op.key_len] = '\0';
+		/* A key names one key; by entry, the cursor does. */
+		if ((type == MSG_OP_INFO || type == MSG_OP_HOLDERS ||
+		     (type == MSG_OP_RESET && !(out->op.flags & PROTO_OP_BY_ENTRY))) &&
+		    !out->op.key_len)
+			return -LOCAL_EPROTO;
+		return type;
 	case MSG_CLOSE:
 	case MSG_DESTROY:
 		if (len != sizeof(out->sid))
@@ -77,4 +96,29 @@ int proto_decode_reply(const void *buf, size_t len, struct proto_reply *out)
 		return -LOCAL_EPROTO;
 	memcpy(out, buf, len);
 	return 0;
+}
+
+int proto_decode_op_reply(const void *buf, size_t len, struct proto_op_reply *out,
+			  size_t min_rec)
+{
+	int type = check_hdr(buf, len);
+	size_t off = sizeof(*out);
+	uint32_t i, size;
+
+	if (type < 0)
+		return type;
+	if (type != MSG_OP_REPLY || len < sizeof(*out))
+		return -LOCAL_EPROTO;
+	memcpy(out, buf, sizeof(*out));
+	if (out->status && (out->count || len != sizeof(*out)))
+		return -LOCAL_EPROTO;
+	for (i = 0; i < out->count; i++) {
+		if (len - off < sizeof(size))
+			return -LOCAL_EPROTO;
+		memcpy(&size, (const char *)buf + off, sizeof(size));
+		if (size < min_rec || size % 8 || size > len - off)
+			return -LOCAL_EPROTO;
+		off += size;
+	}
+	return off == len ? 0 : -LOCAL_EPROTO;
 }
