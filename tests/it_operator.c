@@ -79,7 +79,7 @@ static int run_check(const struct broker_proc *b, char *out, size_t size)
 }
 
 /* shmlock CMD [ARG...] -socket SOCK; NULL-terminated arguments after @b. */
-static __attribute__((unused)) int shmlock(const struct broker_proc *b, char *out, size_t size, ...)
+static int shmlock(const struct broker_proc *b, char *out, size_t size, ...)
 {
 	const char *argv[16];
 	const char *bin = getenv("SHMLOCK_CLI_BIN");
@@ -237,6 +237,247 @@ TEST(operator, check_calls_every_kind_of_session_and_hold_healthy, 40)
 	local_session_close(plain);
 	local_session_close(nocheck);
 	local_session_close(ttl);
+	broker_stop(&b);
+	unlink(http_sock);
+}
+
+/* ---- item 4: the operator is never locked out ------------------------------------- */
+
+static bool log_has(const struct broker_proc *b, const char *what)
+{
+	FILE *f = fopen(b->log, "r");
+	char *line = NULL;
+	size_t size = 0;
+	bool found = false;
+
+	while (f && !found && getline(&line, &size, f) >= 0)
+		found = strstr(line, what) != NULL;
+	free(line);
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* The session table full of sessions without a process check (leaked by
+ * processes long gone): every inspection and operator command still works. */
+TEST(operator, a_full_session_table_locks_no_operator_out, 60)
+{
+	static char out[65536];
+	static const char *const caps[] = { "--max-sessions", "4", NULL };
+	struct broker_proc b;
+	local_session *s[4], *extra;
+	struct local_session_opts o;
+	uint64_t tok;
+	int i;
+
+	broker_start(&b, caps);
+	for (i = 0; i < 4; i++)
+		s[i] = open_flags(&b, "leaked", LOCAL_SESSION_NO_PROCESS_CHECK, 0);
+	CHECK_OK(local_lock(s[0], "op/full", NULL, &tok));
+	CHECK_OK(local_sem_acquire(s[1], "op/full-sem", 2, NULL, NULL));
+	local_session_opts_init(&o);
+	o.socket_path = b.sock;
+	o.broker_wait_ms = 0;
+	CHECK_RC(local_session_open(&o, &extra), -LOCAL_EMAXSESSIONS);
+
+	if (shmlock(&b, out, sizeof(out), "status", NULL) || !strstr(out, "4 / 4"))
+		FAIL_AT("shmlock status with a full table:\n%s", out);
+	if (shmlock(&b, out, sizeof(out), "keys", NULL) || !strstr(out, "op/full-sem") ||
+	    !strstr(out, "leaked"))
+		FAIL_AT("shmlock keys with a full table:\n%s", out);
+	if (shmlock(&b, out, sizeof(out), "sessions", NULL) ||
+	    !strstr(out, local_session_id(s[3])))
+		FAIL_AT("shmlock sessions with a full table:\n%s", out);
+	if (shmlock(&b, out, sizeof(out), "info", "op/full", NULL) ||
+	    !strstr(out, local_session_id(s[0])))
+		FAIL_AT("shmlock info with a full table:\n%s", out);
+	if (shmlock(&b, out, sizeof(out), "release", "-force", "op/full", NULL))
+		FAIL_AT("shmlock release -force with a full table:\n%s", out);
+	CHECK_RC(local_held(s[0], "op/full", NULL), -LOCAL_ENOTHELD);
+	if (shmlock(&b, out, sizeof(out), "session", "destroy", local_session_id(s[3]), NULL))
+		FAIL_AT("shmlock session destroy with a full table:\n%s", out);
+	CHECK_RC(local_held(s[3], "op/full", NULL), -LOCAL_ESESSION);
+	/* The slot it freed is a client's again. */
+	CHECK_OK(local_session_open(&o, &extra));
+	CHECK_OK(local_session_close(extra));
+	for (i = 0; i < 3; i++)
+		local_session_close(s[i]);
+	local_session_close(s[3]);
+	broker_stop(&b);
+}
+
+/* A process sits in a key's mutex (stopped inside its critical section):
+ * inspection answers anyway, and says the key is busy. */
+TEST(operator, inspection_does_not_wait_for_a_stalled_key, 30)
+{
+	static char out[65536];
+	struct broker_proc b;
+	local_session *a, *me;
+	struct seg_key *k;
+	struct local_key_info ki;
+	unsigned kf = 0;
+	uint64_t t0;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "holder", 0, 0);
+	me = open_session(&b, "stalled", 0, 0);
+	CHECK_OK(local_lock(a, "op/stalled", NULL, NULL));
+	CHECK_OK(local_lock(a, "op/fine", NULL, NULL));
+	/* This process now holds the key's mutex, as a stopped one would. */
+	CHECK_OK(keytab_find(me->seg, "op/stalled", strlen("op/stalled"), false, &k));
+	t0 = now_ms();
+	if (shmlock(&b, out, sizeof(out), "keys", NULL) || !strstr(out, "lock (busy)") ||
+	    !strstr(out, "op/fine"))
+		FAIL_AT("shmlock keys with a stalled key:\n%s", out);
+	if (shmlock(&b, out, sizeof(out), "info", "op/stalled", NULL) || !strstr(out, "busy"))
+		FAIL_AT("shmlock info of a stalled key:\n%s", out);
+	CHECK_OK(local_admin_info(b.sock, "op/stalled", &ki, &kf));
+	CHECK_EQ(kf, LOCAL_KEY_BUSY);
+	CHECK_EQ(ki.holders, 1);
+	CHECK(!strcmp(ki.holder_session, local_session_id(a)));
+	CHECK(now_ms() - t0 < 10000);
+	key_unlock(k);
+	CHECK_OK(local_admin_info(b.sock, "op/stalled", &ki, &kf));
+	CHECK_EQ(kf, 0);
+	local_session_close(me);
+	local_session_close(a);
+	broker_stop(&b);
+}
+
+/* ---- item 5: a quarantined key is listed, and reset --------------------------------- */
+
+static size_t grow(char *p, size_t size, size_t n, void *arg)
+{
+	char **buf = arg;
+	size_t have = *buf ? strlen(*buf) : 0, len = size * n;
+	char *nb = realloc(*buf, have + len + 1);
+
+	if (!nb)
+		return 0;
+	memcpy(nb + have, p, len);
+	nb[have + len] = '\0';
+	*buf = nb;
+	return len;
+}
+
+/* GET @path on the HTTP socket: the body (malloc'ed). */
+static char *http_get(const char *sock, const char *path)
+{
+	CURL *e = curl_easy_init();
+	char url[256], *body = NULL;
+	long status = 0;
+
+	CHECK(e);
+	snprintf(url, sizeof(url), "http://localhost%s", path);
+	curl_easy_setopt(e, CURLOPT_URL, url);
+	curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, sock);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, grow);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, &body);
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 10000L);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	CHECK(curl_easy_perform(e) == CURLE_OK);
+	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(e);
+	CHECK_EQ(status, 200);
+	CHECK(body);
+	return body;
+}
+
+TEST(operator, a_quarantined_key_is_listed_and_reset, 60)
+{
+	static char out[65536];
+	struct broker_proc b;
+	char http_sock[160], line[64], *body;
+	const char *extra[] = { "--http-socket", http_sock, NULL };
+	struct local_key_info ki;
+	struct waiter_arg wa;
+	local_session *a, *other, *obs;
+	uint64_t other_tok, tok, t;
+	struct seg_key *k;
+	struct child w;
+	unsigned kf = 0;
+	int rc;
+
+	snprintf(http_sock, sizeof(http_sock), "/tmp/shmlock-op-%d.http", (int)getpid());
+	broker_start(&b, extra);
+	a = open_session(&b, "holder", 0, 0);
+	other = open_session(&b, "other", 0, 0);
+	obs = open_session(&b, "obs", 0, 0);
+	CHECK_OK(local_lock(a, "op/q", NULL, &tok));
+	CHECK_OK(local_lock(other, "op/other", NULL, &other_tok));
+	wa.b = &b;
+	wa.key = "op/q";
+	child_spawn(&w, waiter, &wa);
+	child_expect(&w, "open", 5000);
+	CHECK(WAIT_FOR(waiters_of(obs, "op/q") == 1, 5000));
+
+	/* Damage a field of the entry, as a stray write would: the next
+	 * locker quarantines it. */
+	CHECK_OK(keytab_find(obs->seg, "op/q", 4, false, &k));
+	k->kind = 9;
+	key_unlock(k);
+	CHECK_RC(local_info(obs, "op/q", &ki), -LOCAL_ECORRUPT);
+
+	/* Listed by name: keys, keys -quarantined, info, status, HTTP. */
+	if (shmlock(&b, out, sizeof(out), "keys", NULL) || !strstr(out, "op/q ") ||
+	    !strstr(out, "QUARANTINED") || !strstr(out, "op/other"))
+		FAIL_AT("shmlock keys does not list the quarantined key:\n%s", out);
+	if (shmlock(&b, out, sizeof(out), "keys", "-quarantined", NULL) ||
+	    !strstr(out, "op/q ") || strstr(out, "op/other"))
+		FAIL_AT("shmlock keys -quarantined:\n%s", out);
+	if (shmlock(&b, out, sizeof(out), "info", "op/q", NULL) || !strstr(out, "quarantined"))
+		FAIL_AT("shmlock info of the quarantined key:\n%s", out);
+	CHECK_OK(local_admin_info(b.sock, "op/q", &ki, &kf));
+	CHECK_EQ(kf, LOCAL_KEY_QUARANTINED);
+	CHECK_EQ(ki.holders, 1);
+	CHECK_EQ(ki.waiters, 1);
+	if (shmlock(&b, out, sizeof(out), "status", NULL) || !strstr(out, "quarantined keys") ||
+	    !strstr(out, "op/q"))
+		FAIL_AT("shmlock status does not name the quarantined key:\n%s", out);
+	body = http_get(http_sock, "/v1/stats");
+	if (!strstr(body, "\"quarantined_keys\"") || !strstr(body, "\"op/q\""))
+		FAIL_AT("/v1/stats does not name the quarantined key:\n%s", body);
+	free(body);
+	body = http_get(http_sock, "/metrics");
+	if (!strstr(body, "shmlock_quarantined_keys 1") ||
+	    !strstr(body, "shmlock_quarantined_total 1"))
+		FAIL_AT("/metrics does not count the quarantined key:\n%s", body);
+	free(body);
+	/* The broker's log names it (within its one-second scan). */
+	CHECK(WAIT_FOR(log_has(&b, "'op/q' (entry"), 5000));
+	if (shmlock(&b, out, sizeof(out), "release", "-force", "op/q", NULL) != 1 ||
+	    !strstr(out, "shmlock reset op/q"))
+		FAIL_AT("release -force of a quarantined key should point to reset:\n%s", out);
+
+	/* Reset: the holder loses it, the waiter's call returns, and the key
+	 * locks again; the other key is untouched. */
+	if (shmlock(&b, out, sizeof(out), "reset", "op/q", NULL))
+		FAIL_AT("shmlock reset failed:\n%s", out);
+	if (child_read(&w, line, sizeof(line), 5000) || sscanf(line, "rc %d", &rc) != 1)
+		FAIL_AT("the waiter did not return after the reset");
+	CHECK_RC(rc, -LOCAL_ESESSION);
+	CHECK_RC(local_held(a, "op/q", NULL), -LOCAL_ENOTHELD);
+	CHECK_RC(local_release(a, "op/q"), -LOCAL_ENOTHELD);
+	CHECK_OK(local_lock(obs, "op/q", NULL, &t));
+	CHECK(t > tok);
+	CHECK_OK(local_held(other, "op/other", &t));
+	CHECK_EQ(t, other_tok);
+	CHECK(log_has(&b, "reset quarantined key 'op/q'"));
+	CHECK_OK(local_admin_info(b.sock, "op/q", &ki, &kf));
+	CHECK_EQ(kf, 0);
+	CHECK_EQ(ki.holders, 1);
+	CHECK(!strcmp(ki.holder_session, local_session_id(obs)));
+	/* Nothing quarantined any more: a second reset says so. */
+	CHECK_EQ(shmlock(&b, out, sizeof(out), "reset", "op/q", NULL), 1);
+	CHECK(strstr(out, "not quarantined"));
+	if (run_check(&b, out, sizeof(out)) != 0)
+		FAIL_AT("--check after the reset:\n%s", out);
+
+	child_kill(&w);
+	child_wait(&w, 5000);
+	local_session_close(a);
+	local_session_close(other);
+	local_session_close(obs);
 	broker_stop(&b);
 	unlink(http_sock);
 }
