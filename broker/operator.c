@@ -194,9 +194,18 @@ static int describe_key(const struct segment *seg, uint32_t idx, uint32_t flags,
 	return 0;
 }
 
-/* Describe live entry @idx, under its mutex if it comes within OP_LOCK_MS. */
-static int describe_live(struct segment *seg, uint32_t idx, bool with_value, struct page *p,
-			 size_t limit)
+static bool name_is(const struct seg_key *k, const char *key, size_t len, bool prefix)
+{
+	size_t n;
+	const char *name = key_entry_name(k, &n);
+
+	return prefix ? n >= len && !memcmp(name, key, len) : n == len && !memcmp(name, key, len);
+}
+
+/* Describe live entry @idx, named @key (or starting with it, @prefix),
+ * under its mutex if it comes within OP_LOCK_MS. */
+static int describe_live(struct segment *seg, uint32_t idx, const char *key, size_t len,
+			 bool prefix, bool with_value, struct page *p, size_t limit)
 {
 	struct seg_key *k = &seg->keys[idx];
 	int err = key_lock_timed(seg, k, OP_LOCK_MS);
@@ -205,19 +214,12 @@ static int describe_live(struct segment *seg, uint32_t idx, bool with_value, str
 		return describe_key(seg, idx, PROTO_KEY_QUARANTINED, false, p, limit);
 	if (err) /* -ETIMEDOUT: a process sits in its critical section */
 		return describe_key(seg, idx, PROTO_KEY_BUSY, with_value, p, limit);
-	err = atomic_load(&k->state) == KEY_USED
+	/* Reclaimed and perhaps reused since the unlocked look: skip it. */
+	err = atomic_load(&k->state) == KEY_USED && name_is(k, key, len, prefix)
 		      ? describe_key(seg, idx, 0, with_value, p, limit)
-		      : 0; /* reclaimed meanwhile */
+		      : 0;
 	key_unlock(k);
 	return err;
-}
-
-static bool name_is(const struct seg_key *k, const char *key, size_t len, bool prefix)
-{
-	size_t n;
-	const char *name = key_entry_name(k, &n);
-
-	return prefix ? n >= len && !memcmp(name, key, len) : n == len && !memcmp(name, key, len);
 }
 
 /* The entry named @key, a live one rather than a quarantined one; read
@@ -258,9 +260,10 @@ static int op_keys(struct broker *b, const struct proto_op *req, struct page *p,
 			continue;
 		if (p->count && mono_ns() >= end)
 			break;
-		err = st == KEY_USED
-			      ? describe_live(seg, i, false, p, PROTO_OP_PAGE)
-			      : describe_key(seg, i, PROTO_KEY_QUARANTINED, false, p, PROTO_OP_PAGE);
+		err = st == KEY_USED ? describe_live(seg, i, req->key, req->key_len, true, false, p,
+						     PROTO_OP_PAGE)
+				     : describe_key(seg, i, PROTO_KEY_QUARANTINED, false, p,
+						    PROTO_OP_PAGE);
 		if (err == -ENOSPC)
 			break;
 	}
@@ -276,7 +279,8 @@ static int op_info(struct broker *b, const struct proto_op *req, struct page *p)
 
 	if (idx != IDX_NONE) {
 		int err = atomic_load(&seg->keys[idx].state) == KEY_USED
-				  ? describe_live(seg, idx, true, p, PROTO_OP_MAX_REPLY)
+				  ? describe_live(seg, idx, req->key, req->key_len, false, true, p,
+						  PROTO_OP_MAX_REPLY)
 				  : describe_key(seg, idx, PROTO_KEY_QUARANTINED, false, p,
 						 PROTO_OP_MAX_REPLY);
 

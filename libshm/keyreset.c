@@ -63,7 +63,13 @@ static void index_rebuild_locked(struct segment *seg)
 	for (i = 0; i < seg->index_size; i++)
 		atomic_store(&seg->index[i], 0);
 	for (k = 0; k < seg->caps.max_keys; k++) {
-		if (atomic_load(&seg->keys[k].state) != KEY_USED)
+		uint32_t st = atomic_load(&seg->keys[k].state);
+
+		/* Entries are created under the table mutex, which we hold: a
+		 * reserved one is a creation its process died in. */
+		if (st == KEY_RESERVED)
+			atomic_store(&seg->keys[k].state, KEY_FREE);
+		if (st != KEY_USED)
 			continue;
 		i = atomic_load(&seg->keys[k].hash) & mask;
 		while (atomic_load(&seg->index[i]) != 0)
@@ -84,7 +90,7 @@ static void note_session(struct key_reset_result *res, uint32_t slot)
 		res->sessions[res->nsessions++] = slot;
 }
 
-/* Free every node of entry @idx; returns whether a watcher must be woken. */
+/* Free every node of entry @idx, waking its sleepers; count them in @res. */
 static void drop_nodes_locked(struct segment *seg, uint32_t idx, struct key_reset_result *res)
 {
 	uint32_t i;

@@ -116,7 +116,7 @@ int proto_decode_op_reply(const void *buf, size_t len, struct proto_op_reply *ou
 		if (len - off < sizeof(size))
 			return -LOCAL_EPROTO;
 		memcpy(&size, (const char *)buf + off, sizeof(size));
-		if (size < min_rec || size % 8 || size > len - off)
+		if (size < min_rec || size < 8 || size % 8 || size > len - off)
 			return -LOCAL_EPROTO;
 		off += size;
 	}

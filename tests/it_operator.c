@@ -387,7 +387,7 @@ TEST(operator, a_quarantined_key_is_listed_and_reset, 60)
 {
 	static char out[65536];
 	struct broker_proc b;
-	char http_sock[160], line[64], *body;
+	char http_sock[160], line[64], *body, reply[1024], id[LOCAL_SESSION_ID_LEN + 1];
 	const char *extra[] = { "--http-socket", http_sock, NULL };
 	struct local_key_info ki;
 	struct waiter_arg wa;
@@ -438,6 +438,12 @@ TEST(operator, a_quarantined_key_is_listed_and_reset, 60)
 	if (!strstr(body, "\"quarantined_keys\"") || !strstr(body, "\"op/q\""))
 		FAIL_AT("/v1/stats does not name the quarantined key:\n%s", body);
 	free(body);
+	CHECK_EQ(http_post(http_sock, "/v1/sessions", NULL, "{}", reply), 200);
+	CHECK(sscanf(strstr(reply, "\"session_id\""), "\"session_id\": \"%32[0-9a-f]\"", id) == 1);
+	CHECK_EQ(http_post(http_sock, "/v1/locks/op%2Fq", id, "{\"acquire_timeout_s\": 0}", reply),
+		 500);
+	if (!strstr(reply, "quarantined") || !strstr(reply, "shmlock reset"))
+		FAIL_AT("HTTP on a quarantined key:\n%s", reply);
 	body = http_get(http_sock, "/metrics");
 	if (!strstr(body, "shmlock_quarantined_keys 1") ||
 	    !strstr(body, "shmlock_quarantined_total 1"))
@@ -480,4 +486,76 @@ TEST(operator, a_quarantined_key_is_listed_and_reset, 60)
 	local_session_close(obs);
 	broker_stop(&b);
 	unlink(http_sock);
+}
+
+/* ---- listings come in pages ----------------------------------------------------- */
+
+struct tally {
+	unsigned n, dup;
+	unsigned char seen[512];
+};
+
+static int count_key(const char *key, const struct local_key_info *ki, unsigned kf, void *arg)
+{
+	struct tally *t = arg;
+	unsigned i;
+
+	(void)kf;
+	if (sscanf(key + 200, "%u", &i) == 1 && i < 512 && ki->kind == LOCAL_KIND_SEMAPHORE) {
+		t->dup += t->seen[i]++;
+		t->n++;
+	}
+	return 0;
+}
+
+static int count_holder(const struct local_holder *h, void *arg)
+{
+	struct tally *t = arg;
+
+	(void)h;
+	t->n++;
+	return 0;
+}
+
+static int count_session(const struct local_session_info *si, void *arg)
+{
+	struct tally *t = arg;
+
+	t->n += !strcmp(si->name, "many");
+	return 0;
+}
+
+/* More keys, holders and sessions than one reply holds: each is reported
+ * once, whatever the page boundaries. */
+TEST(operator, listings_span_pages, 120)
+{
+	static const char *const caps[] = { "--max-sessions", "512", NULL };
+	enum { N = 400 };
+	static local_session *s[N];
+	struct broker_proc b;
+	struct tally t;
+	char key[256];
+	int i;
+
+	broker_start(&b, caps);
+	for (i = 0; i < N; i++) {
+		s[i] = open_session(&b, "many", 0, 0);
+		CHECK_OK(local_sem_acquire(s[i], "op/many", N, NULL, NULL));
+		/* 200-byte names: a key record is ~360 bytes, ~90 a page. */
+		snprintf(key, sizeof(key), "%0200d%d", 0, i);
+		CHECK_OK(local_sem_acquire(s[i], key, 1, NULL, NULL));
+	}
+	memset(&t, 0, sizeof(t));
+	CHECK_OK(local_admin_keys(b.sock, "0", 0, count_key, &t));
+	CHECK_EQ(t.n, N);
+	CHECK_EQ(t.dup, 0);
+	memset(&t, 0, sizeof(t));
+	CHECK_OK(local_admin_holders(b.sock, "op/many", count_holder, &t));
+	CHECK_EQ(t.n, N);
+	memset(&t, 0, sizeof(t));
+	CHECK_OK(local_admin_sessions(b.sock, count_session, &t));
+	CHECK_EQ(t.n, N);
+	for (i = 0; i < N; i++)
+		local_session_close(s[i]);
+	broker_stop(&b);
 }
