@@ -189,6 +189,26 @@ static void waiter(void *p, int in, int out)
 	pause();
 }
 
+/* Stop the broker and require a clean exit: under ASan or UBSan, a report
+ * (in the operator's code too) ends the broker with another status. */
+static void stop_clean(struct broker_proc *b)
+{
+	struct child c = { .pid = b->pid, .rd = -1, .wr = -1 };
+	char cmd[200];
+	int status;
+
+	kill(b->pid, SIGTERM);
+	status = child_wait(&c, 10000);
+	b->pid = 0;
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		snprintf(cmd, sizeof(cmd), "cat '%s' >&2", b->log);
+		if (system(cmd) != 0)
+			fprintf(stderr, "    (no broker log)\n");
+		FAIL_AT("broker ended with wait status 0x%x", status);
+	}
+	broker_stop(b);
+}
+
 /* ---- item 6: --check on a healthy, busy broker ---------------------------------- */
 
 TEST(operator, check_calls_every_kind_of_session_and_hold_healthy, 40)
@@ -237,7 +257,7 @@ TEST(operator, check_calls_every_kind_of_session_and_hold_healthy, 40)
 	local_session_close(plain);
 	local_session_close(nocheck);
 	local_session_close(ttl);
-	broker_stop(&b);
+	stop_clean(&b);
 	unlink(http_sock);
 }
 
@@ -303,7 +323,7 @@ TEST(operator, a_full_session_table_locks_no_operator_out, 60)
 	for (i = 0; i < 3; i++)
 		local_session_close(s[i]);
 	local_session_close(s[3]);
-	broker_stop(&b);
+	stop_clean(&b);
 }
 
 /* A process sits in a key's mutex (stopped inside its critical section):
@@ -341,7 +361,7 @@ TEST(operator, inspection_does_not_wait_for_a_stalled_key, 30)
 	CHECK_EQ(kf, 0);
 	local_session_close(me);
 	local_session_close(a);
-	broker_stop(&b);
+	stop_clean(&b);
 }
 
 /* ---- item 5: a quarantined key is listed, and reset --------------------------------- */
@@ -484,7 +504,7 @@ TEST(operator, a_quarantined_key_is_listed_and_reset, 60)
 	local_session_close(a);
 	local_session_close(other);
 	local_session_close(obs);
-	broker_stop(&b);
+	stop_clean(&b);
 	unlink(http_sock);
 }
 
@@ -557,5 +577,5 @@ TEST(operator, listings_span_pages, 120)
 	CHECK_EQ(t.n, N);
 	for (i = 0; i < N; i++)
 		local_session_close(s[i]);
-	broker_stop(&b);
+	stop_clean(&b);
 }
