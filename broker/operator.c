@@ -138,23 +138,96 @@ static void count_nodes(const struct segment *seg, uint32_t idx, uint32_t *holds
 	}
 }
 
+static uint64_t ms_left(uint64_t until, uint64_t now)
+{
+	return until > now ? (until - now + 999999) / 1000000 : 0;
+}
+
+/* A holder record for hold node @i; -ENOSPC when the page is full. */
+static int add_holder(const struct segment *seg, uint32_t i, uint64_t now, struct page *p)
+{
+	const struct seg_node *n = &seg->nodes[i];
+	const struct seg_session *s = seg_session_at(seg, NODE_SESSION(atomic_load(&n->word)));
+	struct proto_op_holder *r = rec_add(p, sizeof(*r), PROTO_OP_PAGE);
+
+	if (!r)
+		return -ENOSPC;
+	if (s) {
+		memcpy(r->session, s->id, sizeof(r->session));
+		memcpy(r->name, s->name, sizeof(r->name));
+		r->name[sizeof(r->name) - 1] = '\0';
+		r->pid = s->pid;
+	}
+	r->token = n->token;
+	r->lease_remaining_ms = n->lease_until_ns ? ms_left(n->lease_until_ns, now) : 0;
+	return 0;
+}
+
+/* What a key record carries besides the key's state. */
+#define WANT_VALUE 1u
+#define WANT_HOLDERS 2u
+/* Holders sent along with a key in a listing; a key with more has its own
+ * MSG_OP_HOLDERS request. */
+#define INLINE_HOLDERS 32
+
+/*
+ * The holds of entry @idx into @out (at most @max): from its holder list
+ * when the caller holds the key's mutex (@flags 0), else from the node
+ * table. Returns how many, or UINT32_MAX when there are more than @max.
+ */
+static uint32_t collect_holders(const struct segment *seg, const struct seg_key *k, uint32_t idx,
+				uint32_t flags, uint32_t *out, uint32_t max)
+{
+	uint32_t i, n = 0;
+
+	if (!flags) {
+		if (k->holders > max)
+			return UINT32_MAX;
+		for (i = k->h_head; i < seg->nnodes && n < k->holders; i = seg->nodes[i].next)
+			out[n++] = i;
+		return n;
+	}
+	for (i = 0; i < seg->nnodes; i++) {
+		uint64_t w = atomic_load(&seg->nodes[i].word);
+
+		if (!w || NODE_KEY(w) != idx || !seg_node_is_hold(seg, i, w))
+			continue;
+		if (n == max)
+			return UINT32_MAX;
+		out[n++] = i;
+	}
+	return n;
+}
+
 /*
  * Add a record for entry @idx. @flags: PROTO_KEY_*; without either, the
  * caller holds the key's mutex and every field is as good as local_info()'s.
  * Returns 0, or -ENOSPC when the page is full.
  */
 static int describe_key(const struct segment *seg, uint32_t idx, uint32_t flags,
-			bool with_value, struct page *p, size_t limit)
+			unsigned want, struct page *p, size_t limit)
 {
 	const struct seg_key *k = &seg->keys[idx];
 	uint64_t vw = atomic_load(&k->value_word), now = mono_ns(), delay = k->delay_until_ns;
 	uint32_t vlen = VALUE_LEN(vw) <= seg->caps.max_value ? VALUE_LEN(vw) : 0;
-	uint32_t send = with_value && !(flags & PROTO_KEY_QUARANTINED) ? vlen : 0, h;
+	uint32_t send = (want & WANT_VALUE) && !(flags & PROTO_KEY_QUARANTINED) ? vlen : 0, h;
+	uint32_t held[INLINE_HOLDERS], nheld = 0, j;
+	size_t len, need, used = p->len;
+	unsigned count = p->count;
 	struct proto_op_key *r;
 	const char *name;
-	size_t len;
 
 	name = key_entry_name(k, &len);
+	need = ((sizeof(*r) + len + send + 7) & ~(size_t)7);
+	if (want & WANT_HOLDERS) {
+		nheld = collect_holders(seg, k, idx, flags, held, INLINE_HOLDERS);
+		if (nheld != UINT32_MAX)
+			need += nheld * sizeof(struct proto_op_holder);
+	}
+	/* Whole or not at all, unless alone in its page (then its holders
+	 * are left to MSG_OP_HOLDERS). */
+	if (p->len + need > limit && count)
+		return -ENOSPC;
 	r = rec_add(p, sizeof(*r) + len + send, limit);
 	if (!r)
 		return -ENOSPC;
@@ -191,6 +264,22 @@ static int describe_key(const struct segment *seg, uint32_t idx, uint32_t flags,
 	memcpy((char *)(r + 1), name, len);
 	if (send)
 		memcpy((char *)(r + 1) + len, seg_value_buf(seg, idx, VALUE_SEL(vw)), send);
+	if (!(want & WANT_HOLDERS))
+		return 0;
+	if (nheld == UINT32_MAX) {
+		r->flags |= PROTO_KEY_MORE_HOLDERS;
+		return 0;
+	}
+	for (j = 0; j < nheld; j++) {
+		if (add_holder(seg, held[j], now, p)) {
+			/* Only when the record stands alone in its page. */
+			p->len = used + ((sizeof(*r) + len + send + 7) & ~(size_t)7);
+			p->count = count + 1;
+			r->flags |= PROTO_KEY_MORE_HOLDERS;
+			return 0;
+		}
+	}
+	r->nholders = nheld;
 	return 0;
 }
 
@@ -205,18 +294,18 @@ static bool name_is(const struct seg_key *k, const char *key, size_t len, bool p
 /* Describe live entry @idx, named @key (or starting with it, @prefix),
  * under its mutex if it comes within OP_LOCK_MS. */
 static int describe_live(struct segment *seg, uint32_t idx, const char *key, size_t len,
-			 bool prefix, bool with_value, struct page *p, size_t limit)
+			 bool prefix, unsigned want, struct page *p, size_t limit)
 {
 	struct seg_key *k = &seg->keys[idx];
 	int err = key_lock_timed(seg, k, OP_LOCK_MS);
 
 	if (err == -LOCAL_ECORRUPT) /* found damaged just now */
-		return describe_key(seg, idx, PROTO_KEY_QUARANTINED, false, p, limit);
+		return describe_key(seg, idx, PROTO_KEY_QUARANTINED, want & ~WANT_VALUE, p, limit);
 	if (err) /* -ETIMEDOUT: a process sits in its critical section */
-		return describe_key(seg, idx, PROTO_KEY_BUSY, with_value, p, limit);
+		return describe_key(seg, idx, PROTO_KEY_BUSY, want, p, limit);
 	/* Reclaimed and perhaps reused since the unlocked look: skip it. */
 	err = atomic_load(&k->state) == KEY_USED && name_is(k, key, len, prefix)
-		      ? describe_key(seg, idx, 0, with_value, p, limit)
+		      ? describe_key(seg, idx, 0, want, p, limit)
 		      : 0;
 	key_unlock(k);
 	return err;
@@ -250,6 +339,7 @@ static int op_keys(struct broker *b, const struct proto_op *req, struct page *p,
 
 	for (i = req->cursor; i < seg->caps.max_keys; i++) {
 		uint32_t st = atomic_load(&seg->keys[i].state);
+		unsigned want;
 		int err;
 
 		if (st != KEY_USED && st != KEY_QUARANTINED)
@@ -260,9 +350,10 @@ static int op_keys(struct broker *b, const struct proto_op *req, struct page *p,
 			continue;
 		if (p->count && mono_ns() >= end)
 			break;
-		err = st == KEY_USED ? describe_live(seg, i, req->key, req->key_len, true, false, p,
+		want = req->flags & PROTO_OP_HOLDERS ? WANT_HOLDERS : 0;
+		err = st == KEY_USED ? describe_live(seg, i, req->key, req->key_len, true, want, p,
 						     PROTO_OP_PAGE)
-				     : describe_key(seg, i, PROTO_KEY_QUARANTINED, false, p,
+				     : describe_key(seg, i, PROTO_KEY_QUARANTINED, want, p,
 						    PROTO_OP_PAGE);
 		if (err == -ENOSPC)
 			break;
@@ -274,16 +365,27 @@ static int op_keys(struct broker *b, const struct proto_op *req, struct page *p,
 static int op_info(struct broker *b, const struct proto_op *req, struct page *p)
 {
 	struct segment *seg = &b->seg;
-	uint32_t idx = find_entry(seg, req->key, req->key_len);
 	struct proto_op_key *r;
+	struct seg_key *k;
+	uint32_t idx;
+	int err;
 
+	/* Through the index, under the key's mutex: the usual case. */
+	err = keytab_find_timed(seg, req->key, req->key_len, false, &k, OP_LOCK_MS);
+	if (!err) {
+		err = describe_key(seg, seg_key_index(seg, k), 0, WANT_VALUE, p,
+				   PROTO_OP_MAX_REPLY);
+		key_unlock(k);
+		return err ? -ENOMEM : 0;
+	}
+	/* Quarantined, busy, or not there: look at the entries themselves. */
+	idx = find_entry(seg, req->key, req->key_len);
 	if (idx != IDX_NONE) {
-		int err = atomic_load(&seg->keys[idx].state) == KEY_USED
-				  ? describe_live(seg, idx, req->key, req->key_len, false, true, p,
-						  PROTO_OP_MAX_REPLY)
-				  : describe_key(seg, idx, PROTO_KEY_QUARANTINED, false, p,
-						 PROTO_OP_MAX_REPLY);
-
+		err = atomic_load(&seg->keys[idx].state) == KEY_USED
+			      ? describe_live(seg, idx, req->key, req->key_len, false, WANT_VALUE,
+					      p, PROTO_OP_MAX_REPLY)
+			      : describe_key(seg, idx, PROTO_KEY_QUARANTINED, 0, p,
+					     PROTO_OP_MAX_REPLY);
 		if (err || p->count)
 			return err ? -ENOMEM : 0;
 	}
@@ -298,43 +400,48 @@ static int op_info(struct broker *b, const struct proto_op *req, struct page *p)
 	return 0;
 }
 
-static uint64_t ms_left(uint64_t until, uint64_t now)
-{
-	return until > now ? (until - now + 999999) / 1000000 : 0;
-}
 
+/*
+ * The holders of @key. Found through the index, with the key's mutex if it
+ * comes within OP_LOCK_MS, a first page is its holder list (a lock has one:
+ * cheap for `shmlock keys` over many held locks). Otherwise (a list longer
+ * than a page, a later page, a busy or quarantined key) they come from the
+ * node table, which needs no mutex.
+ */
 static int op_holders(struct broker *b, const struct proto_op *req, struct page *p,
 		      uint32_t *next)
 {
 	struct segment *seg = &b->seg;
-	uint32_t idx = find_entry(seg, req->key, req->key_len), i;
+	uint32_t idx = IDX_NONE, i, n = 0;
 	uint64_t now = mono_ns();
+	struct seg_key *k;
 
 	*next = PROTO_OP_END;
+	if (!keytab_find_timed(seg, req->key, req->key_len, false, &k, OP_LOCK_MS)) {
+		idx = seg_key_index(seg, k);
+		if (!req->cursor &&
+		    (size_t)k->holders * sizeof(struct proto_op_holder) <= PROTO_OP_PAGE / 2) {
+			for (i = k->h_head; i < seg->nnodes && n < k->holders;
+			     i = seg->nodes[i].next, n++)
+				add_holder(seg, i, now, p);
+			key_unlock(k);
+			return 0;
+		}
+		key_unlock(k);
+	}
+	if (idx == IDX_NONE)
+		idx = find_entry(seg, req->key, req->key_len);
 	if (idx == IDX_NONE)
 		return 0;
 	for (i = req->cursor; i < seg->nnodes; i++) {
-		const struct seg_node *n = &seg->nodes[i];
-		uint64_t w = atomic_load(&n->word);
-		const struct seg_session *s;
-		struct proto_op_holder *r;
+		uint64_t w = atomic_load(&seg->nodes[i].word);
 
 		if (!w || NODE_KEY(w) != idx || !seg_node_is_hold(seg, i, w))
 			continue;
-		r = rec_add(p, sizeof(*r), PROTO_OP_PAGE);
-		if (!r) {
+		if (add_holder(seg, i, now, p)) {
 			*next = i;
 			break;
 		}
-		s = seg_session_at(seg, NODE_SESSION(w));
-		if (s) {
-			memcpy(r->session, s->id, sizeof(r->session));
-			memcpy(r->name, s->name, sizeof(r->name));
-			r->name[sizeof(r->name) - 1] = '\0';
-			r->pid = s->pid;
-		}
-		r->token = n->token;
-		r->lease_remaining_ms = n->lease_until_ns ? ms_left(n->lease_until_ns, now) : 0;
 	}
 	return 0;
 }

@@ -172,7 +172,8 @@ int cmd_status(int argc, char **argv)
 	/* Served by the broker without a session: works with every table full. */
 	err = local_admin_stats(c.socket, &st, &nq);
 	if (!err && nq)
-		err = local_admin_keys(c.socket, NULL, LOCAL_KEYS_QUARANTINED, collect_name, &q);
+		err = local_admin_keys(c.socket, NULL, LOCAL_KEYS_QUARANTINED, collect_name, NULL,
+				       &q);
 	if (err) {
 		errorf("cannot read the broker's state: %s", local_strerror(err));
 		names_free(&q);
@@ -220,6 +221,29 @@ static int collect_key(const char *key, const struct local_key_info *ki, unsigne
 	memcpy(&r->ki, ki, offsetof(struct local_key_info, value));
 	r->flags = kf;
 	l->n++;
+	return 0;
+}
+
+/* A holder of the key collect_key() added last (they come right after it). */
+static int collect_holder(const char *key, const struct local_holder *h, void *arg)
+{
+	struct key_list *l = arg;
+	struct holders *hs;
+	struct local_holder *v;
+
+	if (!l->n || strcmp(l->v[l->n - 1].name, key))
+		return -EPROTO;
+	hs = &l->v[l->n - 1].h;
+	if (hs->n == hs->cap) {
+		size_t cap = hs->cap ? 2 * hs->cap : 4;
+
+		v = realloc(hs->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		hs->v = v;
+		hs->cap = cap;
+	}
+	hs->v[hs->n++] = *h;
 	return 0;
 }
 
@@ -293,18 +317,15 @@ int cmd_keys(int argc, char **argv)
 		return CLI_PARSE_EXIT(r);
 	if (nargs > 1)
 		return usage_error("keys", "unexpected argument \"%s\"", argv[2]);
-	/* Served by the broker without a session: works with every table full. */
+	/* Served by the broker without a session: works with every table full.
+	 * Each key's holders come with it, read under the same mutex. */
 	err = local_admin_keys(c.socket, nargs ? argv[1] : NULL,
-			       quarantined ? LOCAL_KEYS_QUARANTINED : 0, collect_key, &l);
+			       quarantined ? LOCAL_KEYS_QUARANTINED : 0, collect_key, collect_holder,
+			       &l);
 	if (err) {
 		errorf("cannot list the keys: %s", local_strerror(err));
 		goto out;
 	}
-	/* Holders come from a second look at each key, a moment later than
-	 * its counts; a key that vanished meanwhile just shows none. */
-	for (i = 0; i < l.n; i++)
-		if (l.v[i].ki.holders && holders_get_at(c.socket, l.v[i].name, &l.v[i].h))
-			goto out;
 	qsort(l.v, l.n, sizeof(*l.v), cmp_rows);
 	rc = c.json ? json_emit(keys_json(&l), false) : print_keys(&l);
 out:

@@ -357,12 +357,15 @@ LOCAL_API int local_admin_stats(const char *socket_path, struct local_stats *out
 
 /* Call @cb for each key starting with @prefix (NULL or "": all), quarantined
  * entries included (by the name they were created with), with @key_flags
- * (LOCAL_KEY_*). @ki has no value (value_len is its length); see
- * local_admin_info(). @flags: LOCAL_KEYS_*. Stops early if @cb returns
- * non-zero (that value is returned). */
+ * (LOCAL_KEY_*), then @holder_cb (if non-NULL) for each of its holders. @ki
+ * has no value (value_len is its length); see local_admin_info(). @flags:
+ * LOCAL_KEYS_*. Stops early if a callback returns non-zero (that value is
+ * returned). */
 LOCAL_API int local_admin_keys(const char *socket_path, const char *prefix, unsigned flags,
 			       int (*cb)(const char *key, const struct local_key_info *ki,
 					 unsigned key_flags, void *arg),
+			       int (*holder_cb)(const char *key, const struct local_holder *h,
+						void *arg),
 			       void *arg);
 
 /* local_info() by the broker, with *key_flags (if non-NULL) LOCAL_KEY_*.

@@ -149,15 +149,19 @@ static const char *rec_next(const struct op_conn *c, size_t *off)
 
 /* A key record as local_info() would fill @ki; its name in @name. */
 static int key_from(const char *raw, struct local_key_info *ki, char *name, unsigned *flags,
-		    bool with_value)
+		    uint32_t *nholders, bool with_value)
 {
 	struct proto_op_key r;
 
+	memcpy(&r.size, raw, sizeof(r.size));
+	if (r.size < sizeof(r))
+		return -LOCAL_EPROTO; /* a holder record where a key's was due */
 	memcpy(&r, raw, sizeof(r));
 	if (r.key_len > LOCAL_KEY_MAX || r.value_len > LOCAL_VALUE_MAX ||
 	    r.value_total > LOCAL_VALUE_MAX || r.value_len > r.value_total ||
 	    sizeof(r) + r.key_len + r.value_len > r.size || r.kind < LOCAL_KIND_NONE ||
-	    r.kind > LOCAL_KIND_SEMAPHORE || (r.flags & ~(PROTO_KEY_QUARANTINED | PROTO_KEY_BUSY)))
+	    r.kind > LOCAL_KIND_SEMAPHORE ||
+	    (r.flags & ~(PROTO_KEY_QUARANTINED | PROTO_KEY_BUSY | PROTO_KEY_MORE_HOLDERS)))
 		return -LOCAL_EPROTO;
 	memset(ki, 0, offsetof(struct local_key_info, value));
 	ki->kind = r.kind;
@@ -179,8 +183,36 @@ static int key_from(const char *raw, struct local_key_info *ki, char *name, unsi
 		memcpy(ki->value, raw + sizeof(r) + r.key_len, r.value_len);
 	memcpy(name, raw + sizeof(r), r.key_len);
 	name[r.key_len] = '\0';
-	*flags = r.flags; /* PROTO_KEY_* are LOCAL_KEY_* */
+	*flags = r.flags; /* PROTO_KEY_* are LOCAL_KEY_*, and MORE_HOLDERS */
+	*nholders = r.nholders;
 	return 0;
+}
+
+static void holder_from(const char *raw, struct local_holder *h)
+{
+	struct proto_op_holder r;
+
+	memcpy(&r, raw, sizeof(r));
+	memset(h, 0, sizeof(*h));
+	hex_encode(r.session, sizeof(r.session), h->session);
+	memcpy(h->name, r.name, sizeof(h->name));
+	h->name[sizeof(h->name) - 1] = '\0';
+	h->pid = r.pid;
+	h->token = r.token;
+	h->lease_remaining_ms = r.lease_remaining_ms;
+}
+
+struct relay {
+	const char *key;
+	int (*cb)(const char *key, const struct local_holder *h, void *arg);
+	void *arg;
+};
+
+static int relay_holder(const struct local_holder *h, void *arg)
+{
+	const struct relay *r = arg;
+
+	return r->cb(r->key, h, r->arg);
 }
 
 _Static_assert(PROTO_KEY_QUARANTINED == LOCAL_KEY_QUARANTINED &&
@@ -239,6 +271,7 @@ int local_admin_stats(const char *socket_path, struct local_stats *out,
 int local_admin_keys(const char *socket_path, const char *prefix, unsigned flags,
 		     int (*cb)(const char *key, const struct local_key_info *ki,
 			       unsigned key_flags, void *arg),
+		     int (*holder_cb)(const char *key, const struct local_holder *h, void *arg),
 		     void *arg)
 {
 	struct local_key_info *ki = NULL;
@@ -264,16 +297,39 @@ int local_admin_keys(const char *socket_path, const char *prefix, unsigned flags
 		size_t off = sizeof(rep);
 
 		err = op_call(&c, MSG_OP_KEYS, prefix ? prefix : "", plen, cursor,
-			      (flags & LOCAL_KEYS_QUARANTINED) ? PROTO_OP_QUARANTINED : 0,
-			      sizeof(struct proto_op_key), &rep);
+			      ((flags & LOCAL_KEYS_QUARANTINED) ? PROTO_OP_QUARANTINED : 0) |
+				      (holder_cb ? PROTO_OP_HOLDERS : 0),
+			      sizeof(struct proto_op_holder), &rep);
 		if (!err)
 			err = rep.status;
 		for (i = 0; !err && i < rep.count; i++) {
+			struct local_holder h;
+			uint32_t nh, j;
 			unsigned kf;
 
-			err = key_from(rec_next(&c, &off), ki, name, &kf, false);
+			err = key_from(rec_next(&c, &off), ki, name, &kf, &nh, false);
+			if (!err && (nh > rep.count - i - 1 || (nh && !holder_cb)))
+				err = -LOCAL_EPROTO;
 			if (!err)
-				err = cb(name, ki, kf, arg);
+				err = cb(name, ki, kf & ~PROTO_KEY_MORE_HOLDERS, arg);
+			for (j = 0; !err && j < nh; j++, i++) {
+				const char *raw = rec_next(&c, &off);
+				uint32_t size;
+
+				memcpy(&size, raw, sizeof(size));
+				if (size != sizeof(struct proto_op_holder)) {
+					err = -LOCAL_EPROTO;
+					break;
+				}
+				holder_from(raw, &h);
+				err = holder_cb(name, &h, arg);
+			}
+			if (!err && holder_cb && (kf & PROTO_KEY_MORE_HOLDERS)) {
+				/* Too many to come along: a request of their own. */
+				struct relay r = { name, holder_cb, arg };
+
+				err = local_admin_holders(socket_path, name, relay_holder, &r);
+			}
 		}
 		if (err || rep.next == PROTO_OP_END)
 			break;
@@ -295,6 +351,7 @@ int local_admin_info(const char *socket_path, const char *key, struct local_key_
 	struct proto_op_reply rep;
 	struct op_conn c;
 	unsigned kf = 0;
+	uint32_t nh = 0;
 	size_t len;
 	int err;
 
@@ -312,7 +369,9 @@ int local_admin_info(const char *socket_path, const char *key, struct local_key_
 	if (!err && rep.count != 1)
 		err = -LOCAL_EPROTO;
 	if (!err)
-		err = key_from(c.buf + sizeof(rep), out, name, &kf, true);
+		err = key_from(c.buf + sizeof(rep), out, name, &kf, &nh, true);
+	if (!err && nh)
+		err = -LOCAL_EPROTO;
 	if (!err && key_flags)
 		*key_flags = kf;
 	op_close(&c);
@@ -344,17 +403,9 @@ int local_admin_holders(const char *socket_path, const char *key,
 		if (!err)
 			err = rep.status;
 		for (i = 0; !err && i < rep.count; i++) {
-			struct proto_op_holder r;
 			struct local_holder h;
 
-			memcpy(&r, rec_next(&c, &off), sizeof(r));
-			memset(&h, 0, sizeof(h));
-			hex_encode(r.session, sizeof(r.session), h.session);
-			memcpy(h.name, r.name, sizeof(h.name));
-			h.name[sizeof(h.name) - 1] = '\0';
-			h.pid = r.pid;
-			h.token = r.token;
-			h.lease_remaining_ms = r.lease_remaining_ms;
+			holder_from(rec_next(&c, &off), &h);
 			err = cb(&h, arg);
 		}
 		if (err || rep.next == PROTO_OP_END)

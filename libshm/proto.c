@@ -69,9 +69,8 @@ int proto_decode_request(const void *buf, size_t len, union proto_request *out)
 		    memchr(out->op.key, '\0', out->op.key_len))
 			return -LOCAL_EPROTO;
 		out->op.key[out->op.key_len] = '\0';
-		/* A key names one key; by entry, the cursor does. */
-		if ((type == MSG_OP_INFO || type == MSG_OP_HOLDERS ||
-		     (type == MSG_OP_RESET && !(out->op.flags & PROTO_OP_BY_ENTRY))) &&
+		/* A key names one key. */
+		if ((type == MSG_OP_INFO || type == MSG_OP_HOLDERS || type == MSG_OP_RESET) &&
 		    !out->op.key_len)
 			return -LOCAL_EPROTO;
 		return type;

@@ -87,8 +87,8 @@ struct proto_force_release {
 
 /* proto_op.flags */
 #define PROTO_OP_QUARANTINED 1u /* MSG_OP_KEYS: only quarantined entries */
-#define PROTO_OP_BY_ENTRY 2u	/* MSG_OP_RESET: the entry number in cursor, no key */
-#define PROTO_OP_FLAGS (PROTO_OP_QUARANTINED | PROTO_OP_BY_ENTRY)
+#define PROTO_OP_HOLDERS 2u	/* MSG_OP_KEYS: each key's holder records follow it */
+#define PROTO_OP_FLAGS (PROTO_OP_QUARANTINED | PROTO_OP_HOLDERS)
 
 #define PROTO_OP_END UINT32_MAX /* proto_op_reply.next: no further page */
 /* Records of one page stop short of this many bytes (a value comes on top). */
@@ -115,6 +115,7 @@ struct proto_op_reply {
 /* proto_op_key.flags and the flags liblocal reports (LOCAL_KEY_*). */
 #define PROTO_KEY_QUARANTINED 1u /* taken out of service as damaged */
 #define PROTO_KEY_BUSY 2u	 /* its mutex stayed held: fields read without it */
+#define PROTO_KEY_MORE_HOLDERS 0x100u /* too many to send along: ask MSG_OP_HOLDERS */
 
 /* Every record starts with its size (8-byte multiple, trailing bytes included). */
 struct proto_op_key {
@@ -130,7 +131,7 @@ struct proto_op_key {
 	uint32_t key_len;   /* bytes of key that follow */
 	uint32_t value_len; /* bytes of value after the key (MSG_OP_INFO), else 0 */
 	uint32_t value_total; /* the value's length */
-	uint32_t reserved;
+	uint32_t nholders;    /* PROTO_OP_HOLDERS: holder records right after this one */
 };
 
 struct proto_op_holder {

@@ -511,9 +511,19 @@ TEST(operator, a_quarantined_key_is_listed_and_reset, 60)
 /* ---- listings come in pages ----------------------------------------------------- */
 
 struct tally {
-	unsigned n, dup;
+	unsigned n, dup, holders;
+	const char *holders_of; /* prefix of the keys whose holders count */
 	unsigned char seen[512];
 };
+
+static int count_key_holder(const char *key, const struct local_holder *h, void *arg)
+{
+	struct tally *t = arg;
+
+	(void)h;
+	t->holders += !strncmp(key, t->holders_of, strlen(t->holders_of));
+	return 0;
+}
 
 static int count_key(const char *key, const struct local_key_info *ki, unsigned kf, void *arg)
 {
@@ -566,9 +576,20 @@ TEST(operator, listings_span_pages, 120)
 		CHECK_OK(local_sem_acquire(s[i], key, 1, NULL, NULL));
 	}
 	memset(&t, 0, sizeof(t));
-	CHECK_OK(local_admin_keys(b.sock, "0", 0, count_key, &t));
+	CHECK_OK(local_admin_keys(b.sock, "0", 0, count_key, NULL, &t));
 	CHECK_EQ(t.n, N);
 	CHECK_EQ(t.dup, 0);
+	/* With their holders, one each, in the same pages. */
+	memset(&t, 0, sizeof(t));
+	t.holders_of = "0";
+	CHECK_OK(local_admin_keys(b.sock, "0", 0, count_key, count_key_holder, &t));
+	CHECK_EQ(t.n, N);
+	CHECK_EQ(t.holders, N);
+	/* A key with more holders than come along: fetched on their own. */
+	memset(&t, 0, sizeof(t));
+	t.holders_of = "op/many";
+	CHECK_OK(local_admin_keys(b.sock, "op/", 0, count_key, count_key_holder, &t));
+	CHECK_EQ(t.holders, N);
 	memset(&t, 0, sizeof(t));
 	CHECK_OK(local_admin_holders(b.sock, "op/many", count_holder, &t));
 	CHECK_EQ(t.n, N);
