@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <curl/curl.h>
@@ -598,5 +600,77 @@ TEST(operator, listings_span_pages, 120)
 	CHECK_EQ(t.n, N);
 	for (i = 0; i < N; i++)
 		local_session_close(s[i]);
+	stop_clean(&b);
+}
+
+/* ---- the allow lists apply ------------------------------------------------------------ */
+
+#define NOBODY 65534u
+
+static int no_key(const char *key, const struct local_key_info *ki, unsigned kf, void *arg)
+{
+	(void)key;
+	(void)ki;
+	(void)kf;
+	(void)arg;
+	return 0;
+}
+
+static int no_session(const struct local_session_info *si, void *arg)
+{
+	(void)si;
+	(void)arg;
+	return 0;
+}
+
+/* As uid/gid NOBODY: exit 0 when every operator call was refused with
+ * LOCAL_EDENIED, else 1 + the index of the first that was not. */
+static int operator_calls_as_nobody(const struct broker_proc *b)
+{
+	struct child c = { .rd = -1, .wr = -1 };
+	int status;
+
+	c.pid = fork();
+	if (c.pid == 0) {
+		static struct local_key_info ki;
+		struct local_stats st;
+		int r[6], i;
+
+		if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY))
+			_exit(99);
+		r[0] = local_admin_stats(b->sock, &st, NULL);
+		r[1] = local_admin_keys(b->sock, NULL, 0, no_key, NULL, NULL);
+		r[2] = local_admin_info(b->sock, "op/k", &ki, NULL);
+		r[3] = local_admin_sessions(b->sock, no_session, NULL);
+		r[4] = local_admin_force_release(b->sock, "op/k", NULL);
+		r[5] = local_admin_reset(b->sock, "op/k");
+		for (i = 0; i < 6; i++)
+			if (r[i] != -LOCAL_EDENIED)
+				_exit(1 + i);
+		_exit(0);
+	}
+	status = child_wait(&c, 20000);
+	CHECK(WIFEXITED(status));
+	CHECK(WEXITSTATUS(status) != 99);
+	return WEXITSTATUS(status);
+}
+
+TEST(operator, operator_requests_obey_the_allow_lists, 40)
+{
+	static const char *const flags[] = { "--socket-group", "65534", "--allow-uid", "4242",
+					     NULL };
+	struct broker_proc b;
+	struct local_stats st;
+	local_session *root;
+
+	broker_start(&b, flags);
+	CHECK_OK(chmod(b.dir, 0755)); /* the socket's group decides */
+	root = open_session(&b, "root", 0, 0);
+	CHECK_OK(local_lock(root, "op/k", NULL, NULL));
+	CHECK_EQ(operator_calls_as_nobody(&b), 0);
+	CHECK_OK(local_held(root, "op/k", NULL));
+	CHECK_OK(local_admin_stats(b.sock, &st, NULL)); /* root is always allowed */
+	CHECK_EQ(st.holds, 1);
+	local_session_close(root);
 	stop_clean(&b);
 }
