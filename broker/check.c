@@ -34,6 +34,7 @@
 #include "broker.h"
 #include "lockword.h"
 #include "procinfo.h"
+#include "seg_check.h"
 
 struct report {
 	FILE *out;
@@ -99,6 +100,7 @@ static void check_sessions(const struct segment *seg, struct report *r)
 	for (i = 0; i < seg->caps.max_sessions; i++) {
 		const struct seg_session *s = &seg->sessions[i];
 		uint32_t st = SESS_STATE(atomic_load(&s->state_gen));
+		const char *why;
 		uint64_t start;
 
 		if (st == SESS_FREE)
@@ -107,11 +109,9 @@ static void check_sessions(const struct segment *seg, struct report *r)
 			PROBLEM(r, "session slot %u: unknown state %u", i, st);
 			continue;
 		}
-		if (!memchr(s->name, '\0', sizeof(s->name)) ||
-		    s->lock_delay_ms > LOCAL_LOCK_DELAY_MAX_MS ||
-		    (s->behavior != LOCAL_BEHAVIOR_RELEASE && s->behavior != LOCAL_BEHAVIOR_DELETE) ||
-		    (s->flags & ~(uint32_t)LOCAL_SESSION_NO_PROCESS_CHECK) || s->pid < 0) {
-			PROBLEM(r, "session slot %u: fields out of range", i);
+		why = seg_session_problem(s);
+		if (why) {
+			PROBLEM(r, "session slot %u: fields out of range (%s)", i, why);
 			continue;
 		}
 		if (st == SESS_CLOSING) {
@@ -296,6 +296,45 @@ static void check_index_entry(const struct segment *seg, struct report *r, uint3
 	PROBLEM(r, "key '%s': not reachable through the index", name);
 }
 
+static const struct segment *dup_seg; /* for by_name(): qsort has no context */
+
+static int by_name(const void *a, const void *b)
+{
+	const struct seg_key *ka = &dup_seg->keys[*(const uint32_t *)a];
+	const struct seg_key *kb = &dup_seg->keys[*(const uint32_t *)b];
+	uint32_t la = ka->key_len, lb = kb->key_len;
+	int c = memcmp(ka->key, kb->key, la < lb ? la : lb);
+
+	return c ? c : (la > lb) - (la < lb);
+}
+
+/*
+ * Two live entries with one name: a key split in two (each may have a
+ * holder). Creation checks the entries, not only the index, so only a
+ * write into the entries themselves can make this; name both.
+ */
+static void check_duplicates(const struct segment *seg, struct report *r)
+{
+	uint32_t *v = calloc(seg->caps.max_keys, sizeof(*v)), n = 0, i;
+	char name[LOCAL_KEY_MAX + 1];
+
+	if (!v) {
+		PROBLEM(r, "out of memory");
+		return;
+	}
+	for (i = 0; i < seg->caps.max_keys; i++)
+		if (atomic_load(&seg->keys[i].state) == KEY_USED &&
+		    seg->keys[i].key_len <= LOCAL_KEY_MAX)
+			v[n++] = i;
+	dup_seg = seg;
+	qsort(v, n, sizeof(*v), by_name);
+	for (i = 1; i < n; i++)
+		if (!by_name(&v[i - 1], &v[i]))
+			PROBLEM(r, "key '%s': two entries (%u and %u); each may have holders",
+				key_name(&seg->keys[v[i]], name, sizeof(name)), v[i - 1], v[i]);
+	free(v);
+}
+
 static void check_keys(const struct segment *seg, struct report *r, const struct key_tally *t,
 		       bool table_dead)
 {
@@ -391,6 +430,7 @@ static void scan(const struct segment *seg, struct report *r)
 	check_sessions(seg, r);
 	check_nodes(seg, r, t);
 	check_keys(seg, r, t, table_dead);
+	check_duplicates(seg, r);
 	free(t);
 }
 

@@ -106,6 +106,11 @@ void hreq_local_error(struct hreq *r, int err)
 		hreq_error(r, 500, "internal",
 			   "the key is locked by a process stalled inside it; try again");
 		break;
+	case LOCAL_ECORRUPT: /* until an operator resets it (operator.c) */
+		hreq_error(r, 500, "internal",
+			   "the key's entry is quarantined as damaged; 'shmlock reset KEY' "
+			   "brings it back");
+		break;
 	default:
 		/* A quarantined key or a failed allocation: not in dflockd's
 		 * table; the one code of shmlock's own. */

@@ -24,9 +24,7 @@
 #include "clock.h"
 #include "http_int.h"
 #include "procinfo.h"
-
-/* Transport marker in the segment's session flags (for stats). */
-#define SESS_FLAG_HTTP (1u << 16)
+#include "seg_flags.h"
 
 static uint64_t broker_start_time;
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "http_int.h"
+#include "operator.h"
 
 /* Status codes the API answers with, in the order of the counters. */
 static const int status_codes[HTTP_STATUS_SLOTS] = { 200, 204, 400, 401, 404, 405,
@@ -149,12 +150,27 @@ static int stats_key(const char *raw, const struct local_key_info *ki, void *arg
 	return 0;
 }
 
+/* Quarantined entries by name (operator.c): shown until `shmlock reset`. */
+static int stats_quarantined(uint32_t idx, const char *name, size_t len, void *arg)
+{
+	char raw[LOCAL_KEY_MAX + 1], buf[3 * LOCAL_KEY_MAX + 1];
+	bool enc;
+	const char *key;
+
+	(void)idx;
+	memcpy(raw, name, len);
+	raw[len] = '\0';
+	key = printable_key(raw, buf, sizeof(buf), &enc);
+	append_key(arg, json_pack("{s:s}", "key", key), enc);
+	return 0;
+}
+
 void http_stats(struct hreq *r)
 {
 	struct http *h = r->h;
 	struct stats_walk w = { h, json_array(), json_array(), json_array(), json_array() };
 	struct local_stats st;
-	json_t *j;
+	json_t *j, *quarantined;
 
 	/* "", not NULL: liblocal memcmp()s the prefix (UB with NULL, even for 0 bytes). */
 	local_keys(h->observer, "", stats_key, &w);
@@ -185,6 +201,9 @@ void http_stats(struct hreq *r)
 				      (json_int_t)st.repairs, "quarantined",
 				      (json_int_t)st.quarantined));
 	json_object_set_new(j, "http_connections", json_integer(h->connections));
+	quarantined = json_array();
+	operator_quarantined(&h->b->seg, stats_quarantined, quarantined);
+	json_object_set_new(j, "quarantined_keys", quarantined);
 	hreq_reply_json(r, 200, j);
 }
 
@@ -296,6 +315,11 @@ void http_metrics(struct hreq *r)
 	counter(&t, "shmlock_crash_cleanups_total", "Sessions cleaned up after their process died.",
 		st.crash_cleanups);
 	counter(&t, "shmlock_ttl_expiries_total", "Sessions ended by TTL expiry.", st.ttl_expiries);
+	gauge(&t, "shmlock_quarantined_keys",
+	      "Key entries quarantined as damaged now (shmlock reset KEY).",
+	      operator_quarantined(&h->b->seg, NULL, NULL));
+	counter(&t, "shmlock_quarantined_total", "Key entries found damaged and quarantined.",
+		st.quarantined);
 	counter(&t, "shmlock_http_grants_total", "Grants answered over HTTP.", h->c.grants);
 	counter(&t, "shmlock_http_timeouts_total", "HTTP acquires and waits that timed out.",
 		h->c.timeouts);

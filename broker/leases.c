@@ -164,6 +164,7 @@ void lease_due(struct broker *b, uint32_t i, uint64_t at)
 	uint32_t wake = IDX_NONE, more[64], nmore = 0, j;
 	struct seg_key *k;
 	char id[33];
+	int r;
 
 	if (!n || b->lease_at[i] != at)
 		return; /* superseded by an earlier entry for this node */
@@ -171,8 +172,11 @@ void lease_due(struct broker *b, uint32_t i, uint64_t at)
 	w = atomic_load(&n->word);
 	if (NODE_STATE(w) != NODE_HOLDING || !(k = seg_key_at(seg, NODE_KEY(w))))
 		return;
-	if (key_lock_timed(seg, k, BROKER_LOCK_MS)) {
-		schedule_at(b, i, now + 100000000ull); /* try again */
+	r = key_lock_timed(seg, k, BROKER_LOCK_MS);
+	if (r == -LOCAL_ECORRUPT)
+		return; /* quarantined: its holds end with it (shmlock reset) */
+	if (r) {
+		schedule_at(b, i, now + 100000000ull); /* busy: try again */
 		return;
 	}
 	w = atomic_load(&n->word);

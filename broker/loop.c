@@ -21,6 +21,7 @@
 #include "broker.h"
 #include "clock.h"
 #include "conns.h"
+#include "operator.h"
 #include "procinfo.h"
 
 #ifndef SO_PEERPIDFD
@@ -162,6 +163,10 @@ void loop_handle_conn(struct broker *b, int conn)
 	rep.seg_abi = SEG_ABI;
 	if (n > 0) {
 		type = proto_decode_request(buf, (size_t)n, &req);
+		if (type >= MSG_OP_FIRST && type <= MSG_OP_LAST) {
+			operator_serve(b, conn, type, &req.op); /* replies itself */
+			goto out;
+		}
 		switch (type) {
 		case MSG_OPEN:
 			rep.status = handle_open(b, conn, &req.open, &rep);
@@ -189,6 +194,7 @@ void loop_handle_conn(struct broker *b, int conn)
 		}
 		send_reply(conn, &rep, fd);
 	}
+out:
 	conns_forget(b, conn);
 	loop_unwatch_fd(b, conn);
 	close(conn);
@@ -225,24 +231,24 @@ static void arm_timer(struct broker *b)
 static void report_quarantine(struct broker *b)
 {
 	uint64_t now = atomic_load(&b->seg.hdr->stats.quarantined);
-	char names[256] = "";
+	char names[512] = "", label[160];
 	size_t used = 0;
 	uint32_t i;
 
 	if (now == b->quarantined_seen)
 		return;
-	for (i = 0; i < b->seg.caps.max_keys && used + 8 < sizeof(names); i++) {
-		const struct seg_key *k = &b->seg.keys[i];
+	for (i = 0; i < b->seg.caps.max_keys && used + sizeof(label) < sizeof(names); i++) {
 		int n;
 
-		if (atomic_load(&k->state) != KEY_QUARANTINED)
+		if (atomic_load(&b->seg.keys[i].state) != KEY_QUARANTINED)
 			continue;
-		n = snprintf(names + used, sizeof(names) - used, "%s#%u", used ? ", " : "", i);
+		n = snprintf(names + used, sizeof(names) - used, "%s%s", used ? ", " : "",
+			     operator_key_label(&b->seg, i, label, sizeof(label)));
 		if (n > 0)
 			used += (size_t)n;
 	}
-	blog(LOG_WARNING, "%llu key entr%s found damaged and quarantined (entries: %s); "
-	     "run shmlockd --check for details",
+	blog(LOG_WARNING, "%llu key entr%s found damaged and quarantined (%s); "
+	     "see shmlock keys -quarantined, and shmlock reset KEY to bring one back",
 	     (unsigned long long)(now - b->quarantined_seen),
 	     now - b->quarantined_seen == 1 ? "y" : "ies", names[0] ? names : "none left");
 	b->quarantined_seen = now;

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: MIT
-/* Operator actions: release -force, session destroy. */
+/*
+ * Operator actions: release -force, session destroy, reset. The broker does
+ * each itself, without a session of ours: they work with every table full.
+ */
+#include <errno.h>
 #include <string.h>
 
 #include "cli.h"
@@ -13,7 +17,6 @@ int cmd_release(int argc, char **argv)
 				{ "force", FLAG_BOOL, &force, false },
 				{ "session", FLAG_STRING, &holder, false },
 				CLI_FLAGS_END };
-	local_session *s;
 	int nargs, r, err;
 
 	r = cli_parse("release", flags, argc, argv, &nargs);
@@ -31,11 +34,11 @@ int cmd_release(int argc, char **argv)
 				   "-session: \"%s\" is not a session id (%d hex "
 				   "characters)",
 				   holder, LOCAL_SESSION_ID_LEN);
-	if (cli_open(&c, "shmlock release", &s))
-		return EXIT_FAIL;
-	err = local_force_release(s, argv[1], holder);
-	local_session_close(s);
-	if (err == -LOCAL_ENOTHELD)
+	err = local_admin_force_release(c.socket, argv[1], holder);
+	if (err == -LOCAL_ECORRUPT)
+		errorf("%s is quarantined as damaged; 'shmlock reset %s' drops its holds and "
+		       "brings it back", argv[1], argv[1]);
+	else if (err == -LOCAL_ENOTHELD)
 		errorf("%s is not held%s%s", argv[1], holder ? " by session " : "",
 		       holder ? holder : "");
 	else if (err == -LOCAL_ESESSION && holder)
@@ -49,7 +52,6 @@ int cmd_session(int argc, char **argv)
 {
 	struct cli_common c = { 0 };
 	struct flag flags[] = { CLI_FLAG_SOCKET(&c), CLI_FLAGS_END };
-	local_session *s;
 	int nargs, r, err;
 
 	r = cli_parse("session", flags, argc, argv, &nargs);
@@ -66,13 +68,33 @@ int cmd_session(int argc, char **argv)
 	if (strlen(argv[2]) != LOCAL_SESSION_ID_LEN)
 		return usage_error("session", "\"%s\" is not a session id (%d hex characters)",
 				   argv[2], LOCAL_SESSION_ID_LEN);
-	if (cli_open(&c, "shmlock session destroy", &s))
-		return EXIT_FAIL;
-	err = local_session_destroy(s, argv[2]);
-	local_session_close(s);
+	err = local_admin_session_destroy(c.socket, argv[2]);
 	if (err == -LOCAL_ESESSION)
 		errorf("no session %s", argv[2]);
 	else if (err)
 		errorf("cannot destroy session %s: %s", argv[2], local_strerror(err));
+	return err ? EXIT_FAIL : EXIT_OK;
+}
+
+int cmd_reset(int argc, char **argv)
+{
+	struct cli_common c = { 0 };
+	struct flag flags[] = { CLI_FLAG_SOCKET(&c), CLI_FLAGS_END };
+	int nargs, r, err;
+
+	r = cli_parse("reset", flags, argc, argv, &nargs);
+	if (r)
+		return CLI_PARSE_EXIT(r);
+	if (!nargs)
+		return usage_error("reset", "missing KEY");
+	if (nargs > 1)
+		return usage_error("reset", "unexpected argument \"%s\"", argv[2]);
+	err = local_admin_reset(c.socket, argv[1]);
+	if (err == -ENOENT)
+		errorf("%s is not quarantined (see 'shmlock keys -quarantined')", argv[1]);
+	else if (err == -ETIMEDOUT)
+		errorf("cannot reset %s now: a process holds the key table; try again", argv[1]);
+	else if (err)
+		errorf("cannot reset %s: %s", argv[1], local_strerror(err));
 	return err ? EXIT_FAIL : EXIT_OK;
 }

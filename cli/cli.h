@@ -145,6 +145,12 @@ void holders_free(struct holders *h);
 /* "name[pid], name[pid]" (malloc'ed; "-" for none). */
 char *holders_text(const struct holders *h);
 json_t *holders_json(const struct holders *h);
+/* inspect.c: holders_get() asked of the broker, without a session. */
+int holders_get_at(const char *socket, const char *key, struct holders *h);
+/* A key's kind for a table, with LOCAL_KEY_* (quarantined, busy) shown. */
+const char *key_kind_text(int kind, unsigned key_flags);
+/* Add "quarantined" and "busy" (booleans) to a key's JSON; 0 or -1. */
+int key_flags_json(json_t *j, unsigned key_flags);
 /* Everything local_info() tells, as JSON (without the holders). */
 json_t *key_info_json(const char *key, const struct local_key_info *ki, bool with_value);
 
@@ -159,5 +165,6 @@ int cmd_watch(int argc, char **argv);
 int cmd_sessions(int argc, char **argv);
 int cmd_release(int argc, char **argv);
 int cmd_session(int argc, char **argv);
+int cmd_reset(int argc, char **argv);
 
 #endif

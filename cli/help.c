@@ -31,6 +31,7 @@ static const char overview[] =
 	"  sessions   List the sessions\n"
 	"  release    Take a key from its holders (operator action)\n"
 	"  session    Destroy a session (operator action)\n"
+	"  reset      Bring back a key quarantined as damaged (operator action)\n"
 	"  version    Print the version\n"
 	"  help       Show the help of a command\n"
 	"\n"
@@ -131,6 +132,7 @@ static const char keys_text[] =
 	"Options:\n"
 	"\n"
 	"  -json          Print a JSON array.\n"
+	"  -quarantined   List only the keys quarantined as damaged.\n"
 	"  -socket=PATH   The broker's socket.\n";
 
 static const char info_text[] =
@@ -204,6 +206,17 @@ static const char session_text[] =
 	"\n"
 	"  -socket=PATH   The broker's socket.\n";
 
+static const char reset_text[] =
+	"Usage: shmlock reset [options] KEY\n"
+	"\n"
+	"  Bring KEY back into service after its entry was quarantined as\n"
+	"  damaged: its holders lose it, its queued requests fail, and its next\n"
+	"  use creates it afresh. No other key is touched.\n"
+	"\n"
+	"Options:\n"
+	"\n"
+	"  -socket=PATH   The broker's socket.\n";
+
 static const char version_text[] = "Usage: shmlock version\n"
 				   "\n"
 				   "  Print the versions of shmlock and liblocal.\n";
@@ -216,7 +229,7 @@ static const struct help helps[] = {
 	{ "lock", lock_text },	       { "status", status_text },   { "keys", keys_text },
 	{ "info", info_text },	       { "leader", leader_text },   { "watch", watch_text },
 	{ "sessions", sessions_text }, { "release", release_text }, { "session", session_text },
-	{ "version", version_text },   { "help", help_text },
+	{ "reset", reset_text },       { "version", version_text }, { "help", help_text },
 };
 
 int help_print(const char *cmd, FILE *out)

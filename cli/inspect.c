@@ -27,7 +27,70 @@ static void row2(struct table *t, const char *name, const char *fmt, ...)
 	table_add(t, cells);
 }
 
-static int print_status(const struct local_stats *st)
+/* ---- the quarantined keys, by name ---- */
+
+struct names {
+	char **v;
+	size_t n;
+};
+
+static int collect_name(const char *key, const struct local_key_info *ki, unsigned kf, void *arg)
+{
+	struct names *l = arg;
+	char **v = realloc(l->v, (l->n + 1) * sizeof(*v));
+
+	(void)ki;
+	(void)kf;
+	if (!v)
+		return -ENOMEM;
+	l->v = v;
+	v[l->n] = strdup(key);
+	if (!v[l->n])
+		return -ENOMEM;
+	l->n++;
+	return 0;
+}
+
+static void names_free(struct names *l)
+{
+	while (l->n)
+		free(l->v[--l->n]);
+	free(l->v);
+}
+
+/* "a, b" with every name escaped for one line of output. */
+static char *names_text(const struct names *l)
+{
+	size_t i, len = 0, size = 1;
+	char *out;
+
+	for (i = 0; i < l->n; i++)
+		size += 4 * strlen(l->v[i]) + 2;
+	out = malloc(size);
+	if (!out)
+		return NULL;
+	out[0] = '\0';
+	for (i = 0; i < l->n; i++) {
+		char *t = value_text(l->v[i], strlen(l->v[i]));
+
+		if (t)
+			len += (size_t)snprintf(out + len, size - len, "%s%s", i ? ", " : "", t);
+		free(t);
+	}
+	return out;
+}
+
+static json_t *names_json(const struct names *l)
+{
+	json_t *a = json_array();
+	size_t i;
+
+	for (i = 0; a && i < l->n; i++)
+		json_array_append_new(a, json_value_of(l->v[i], strlen(l->v[i])));
+	return a;
+}
+
+static int print_status(const struct local_stats *st, const struct names *q)
 {
 	struct table *t = table_new(2, NULL);
 	char up[32];
@@ -51,6 +114,13 @@ static int print_status(const struct local_stats *st)
 	row2(t, "crash cleanups", "%llu", (unsigned long long)st->crash_cleanups);
 	row2(t, "repairs", "%llu", (unsigned long long)st->repairs);
 	row2(t, "quarantined", "%llu", (unsigned long long)st->quarantined);
+	if (q->n) {
+		char *names = names_text(q);
+
+		/* Not row2(): the names may be long. */
+		table_add(t, (const char *const[]){ "quarantined keys", names ? names : "?" });
+		free(names);
+	}
 	row2(t, "sessions opened", "%llu", (unsigned long long)st->sessions_opened);
 	row2(t, "sessions closed", "%llu", (unsigned long long)st->sessions_closed);
 	table_print(t, stdout);
@@ -58,9 +128,9 @@ static int print_status(const struct local_stats *st)
 	return EXIT_OK;
 }
 
-static json_t *status_json(const struct local_stats *st)
+static json_t *status_json(const struct local_stats *st, const struct names *q)
 {
-	return json_pack(
+	json_t *j = json_pack(
 		"{s:s, s:s, s:I, s:I, s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I},"
 		" s:{s:I, s:I}, s:I, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
 		" s:I}}",
@@ -77,14 +147,21 @@ static json_t *status_json(const struct local_stats *st)
 		(json_int_t)st->repairs, "quarantined", (json_int_t)st->quarantined,
 		"sessions_opened", (json_int_t)st->sessions_opened, "sessions_closed",
 		(json_int_t)st->sessions_closed);
+
+	if (j && json_object_set_new(j, "quarantined_keys", names_json(q))) {
+		json_decref(j);
+		return NULL;
+	}
+	return j;
 }
 
 int cmd_status(int argc, char **argv)
 {
 	struct cli_common c = { 0 };
 	struct flag flags[] = { CLI_FLAG_JSON(&c), CLI_FLAG_SOCKET(&c), CLI_FLAGS_END };
+	struct names q = { NULL, 0 };
 	struct local_stats st;
-	local_session *s;
+	uint32_t nq = 0;
 	int nargs, r, err, rc;
 
 	r = cli_parse("status", flags, argc, argv, &nargs);
@@ -92,15 +169,18 @@ int cmd_status(int argc, char **argv)
 		return CLI_PARSE_EXIT(r);
 	if (nargs)
 		return usage_error("status", "unexpected argument \"%s\"", argv[1]);
-	if (cli_open(&c, "shmlock status", &s))
-		return EXIT_FAIL;
-	err = local_stats(s, &st);
-	local_session_close(s);
+	/* Served by the broker without a session: works with every table full. */
+	err = local_admin_stats(c.socket, &st, &nq);
+	if (!err && nq)
+		err = local_admin_keys(c.socket, NULL, LOCAL_KEYS_QUARANTINED, collect_name, NULL,
+				       &q);
 	if (err) {
 		errorf("cannot read the broker's state: %s", local_strerror(err));
+		names_free(&q);
 		return EXIT_FAIL;
 	}
-	rc = c.json ? json_emit(status_json(&st), false) : print_status(&st);
+	rc = c.json ? json_emit(status_json(&st, &q), false) : print_status(&st, &q);
+	names_free(&q);
 	return rc;
 }
 
@@ -109,6 +189,7 @@ int cmd_status(int argc, char **argv)
 struct key_row {
 	char *name;
 	struct local_key_info ki; /* without the value: see collect_key() */
+	unsigned flags;		  /* LOCAL_KEY_* */
 	struct holders h;
 };
 
@@ -117,7 +198,7 @@ struct key_list {
 	size_t n, cap;
 };
 
-static int collect_key(const char *key, const struct local_key_info *ki, void *arg)
+static int collect_key(const char *key, const struct local_key_info *ki, unsigned kf, void *arg)
 {
 	struct key_list *l = arg;
 	struct key_row *r;
@@ -138,7 +219,31 @@ static int collect_key(const char *key, const struct local_key_info *ki, void *a
 		return -ENOMEM;
 	/* The value buffer is 64 KiB: copy only the fields before it. */
 	memcpy(&r->ki, ki, offsetof(struct local_key_info, value));
+	r->flags = kf;
 	l->n++;
+	return 0;
+}
+
+/* A holder of the key collect_key() added last (they come right after it). */
+static int collect_holder(const char *key, const struct local_holder *h, void *arg)
+{
+	struct key_list *l = arg;
+	struct holders *hs;
+	struct local_holder *v;
+
+	if (!l->n || strcmp(l->v[l->n - 1].name, key))
+		return -EPROTO;
+	hs = &l->v[l->n - 1].h;
+	if (hs->n == hs->cap) {
+		size_t cap = hs->cap ? 2 * hs->cap : 4;
+
+		v = realloc(hs->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		hs->v = v;
+		hs->cap = cap;
+	}
+	hs->v[hs->n++] = *h;
 	return 0;
 }
 
@@ -160,9 +265,8 @@ static int print_keys(const struct key_list *l)
 		const struct key_row *r = &l->v[i];
 		char limit[16], holders[16], waiters[16], delay[32], token[24];
 		char *by = holders_text(&r->h);
-		const char *cells[8] = {
-			r->name, kind_name(r->ki.kind), limit, holders, waiters, delay, token, by
-		};
+		const char *cells[8] = { r->name, key_kind_text(r->ki.kind, r->flags),
+					 limit, holders, waiters, delay, token, by };
 
 		snprintf(limit, sizeof(limit), "%u", r->ki.limit);
 		snprintf(holders, sizeof(holders), "%u", r->ki.holders);
@@ -188,7 +292,8 @@ static json_t *keys_json(const struct key_list *l)
 	for (i = 0; a && i < l->n; i++) {
 		json_t *k = key_info_json(l->v[i].name, &l->v[i].ki, false);
 
-		if (!k || json_object_set_new(k, "holders", holders_json(&l->v[i].h)) ||
+		if (!k || key_flags_json(k, l->v[i].flags) ||
+		    json_object_set_new(k, "holders", holders_json(&l->v[i].h)) ||
 		    json_array_append_new(a, k)) {
 			json_decref(a);
 			return NULL;
@@ -200,9 +305,10 @@ static json_t *keys_json(const struct key_list *l)
 int cmd_keys(int argc, char **argv)
 {
 	struct cli_common c = { 0 };
-	struct flag flags[] = { CLI_FLAG_JSON(&c), CLI_FLAG_SOCKET(&c), CLI_FLAGS_END };
+	bool quarantined = false;
+	struct flag flags[] = { CLI_FLAG_JSON(&c), CLI_FLAG_SOCKET(&c),
+				{ "quarantined", FLAG_BOOL, &quarantined, false }, CLI_FLAGS_END };
 	struct key_list l = { 0 };
-	local_session *s;
 	int nargs, r, err, rc = EXIT_FAIL;
 	size_t i;
 
@@ -211,18 +317,15 @@ int cmd_keys(int argc, char **argv)
 		return CLI_PARSE_EXIT(r);
 	if (nargs > 1)
 		return usage_error("keys", "unexpected argument \"%s\"", argv[2]);
-	if (cli_open(&c, "shmlock keys", &s))
-		return EXIT_FAIL;
-	err = local_keys(s, nargs ? argv[1] : NULL, collect_key, &l);
+	/* Served by the broker without a session: works with every table full.
+	 * Each key's holders come with it, read under the same mutex. */
+	err = local_admin_keys(c.socket, nargs ? argv[1] : NULL,
+			       quarantined ? LOCAL_KEYS_QUARANTINED : 0, collect_key, collect_holder,
+			       &l);
 	if (err) {
 		errorf("cannot list the keys: %s", local_strerror(err));
 		goto out;
 	}
-	/* Holders come from a second look at each key, a moment later than
-	 * its counts; a key that vanished meanwhile just shows none. */
-	for (i = 0; i < l.n; i++)
-		if (l.v[i].ki.holders && holders_get(s, l.v[i].name, &l.v[i].h))
-			goto out;
 	qsort(l.v, l.n, sizeof(*l.v), cmp_rows);
 	rc = c.json ? json_emit(keys_json(&l), false) : print_keys(&l);
 out:
@@ -231,7 +334,6 @@ out:
 		holders_free(&l.v[i].h);
 	}
 	free(l.v);
-	local_session_close(s);
 	return rc;
 }
 
@@ -323,7 +425,6 @@ int cmd_sessions(int argc, char **argv)
 	struct cli_common c = { 0 };
 	struct flag flags[] = { CLI_FLAG_JSON(&c), CLI_FLAG_SOCKET(&c), CLI_FLAGS_END };
 	struct session_list l = { 0 };
-	local_session *s;
 	int nargs, r, err, rc = EXIT_FAIL;
 
 	r = cli_parse("sessions", flags, argc, argv, &nargs);
@@ -331,14 +432,63 @@ int cmd_sessions(int argc, char **argv)
 		return CLI_PARSE_EXIT(r);
 	if (nargs)
 		return usage_error("sessions", "unexpected argument \"%s\"", argv[1]);
-	if (cli_open(&c, "shmlock sessions", &s))
-		return EXIT_FAIL;
-	err = local_sessions(s, collect_session, &l);
+	/* Served by the broker without a session: works with every table full. */
+	err = local_admin_sessions(c.socket, collect_session, &l);
 	if (err)
 		errorf("cannot list the sessions: %s", local_strerror(err));
 	else
 		rc = c.json ? json_emit(sessions_json(&l), false) : print_sessions(&l);
 	free(l.v);
-	local_session_close(s);
 	return rc;
+}
+
+/* ---- what keys and info share about the broker's view of a key ---- */
+
+static int add_holder_at(const struct local_holder *lh, void *arg)
+{
+	struct holders *h = arg;
+
+	if (h->n == h->cap) {
+		size_t cap = h->cap ? 2 * h->cap : 4;
+		struct local_holder *v = realloc(h->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		h->v = v;
+		h->cap = cap;
+	}
+	h->v[h->n++] = *lh;
+	return 0;
+}
+
+int holders_get_at(const char *socket, const char *key, struct holders *h)
+{
+	int err = local_admin_holders(socket, key, add_holder_at, h);
+
+	if (err)
+		errorf("cannot list the holders of %s: %s", key, local_strerror(err));
+	return err;
+}
+
+const char *key_kind_text(int kind, unsigned key_flags)
+{
+	if (key_flags & LOCAL_KEY_QUARANTINED)
+		return "QUARANTINED";
+	if (!(key_flags & LOCAL_KEY_BUSY))
+		return kind_name(kind);
+	switch (kind) {
+	case LOCAL_KIND_LOCK:
+		return "lock (busy)";
+	case LOCAL_KIND_SEMAPHORE:
+		return "semaphore (busy)";
+	default:
+		return "none (busy)";
+	}
+}
+
+int key_flags_json(json_t *j, unsigned key_flags)
+{
+	return json_object_set_new(j, "quarantined",
+				   json_boolean(key_flags & LOCAL_KEY_QUARANTINED)) ||
+	       json_object_set_new(j, "busy", json_boolean(key_flags & LOCAL_KEY_BUSY));
 }

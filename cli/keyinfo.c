@@ -49,7 +49,8 @@ static void rowu(struct table *t, const char *name, unsigned long long v)
 	row(t, name, buf);
 }
 
-static int print_info(const char *key, const struct local_key_info *ki, const struct holders *h)
+static int print_info(const char *key, const struct local_key_info *ki, unsigned kf,
+		      const struct holders *h)
 {
 	static const char *const head[] = { "SESSION", "NAME", "PID", "TOKEN", "LEASE-LEFT" };
 	struct table *t = table_new(2, NULL);
@@ -63,7 +64,11 @@ static int print_info(const char *key, const struct local_key_info *ki, const st
 	}
 	duration_format(ki->lock_delay_remaining_ms, delay, sizeof(delay));
 	row(t, "key", key);
-	row(t, "kind", kind_name(ki->kind));
+	row(t, "kind", key_kind_text(ki->kind, kf));
+	if (kf & LOCAL_KEY_QUARANTINED)
+		row(t, "state", "quarantined as damaged: 'shmlock reset KEY' brings it back");
+	else if (kf & LOCAL_KEY_BUSY)
+		row(t, "state", "busy: its mutex stayed held; fields read without it");
 	rowu(t, "limit", ki->limit);
 	rowu(t, "holders", ki->holders);
 	rowu(t, "waiters", ki->waiters);
@@ -105,8 +110,8 @@ int cmd_info(int argc, char **argv)
 	struct flag flags[] = { CLI_FLAG_JSON(&c), CLI_FLAG_SOCKET(&c), CLI_FLAGS_END };
 	struct holders h = { 0 };
 	struct local_key_info *ki;
-	local_session *s;
 	int r, err, rc = EXIT_FAIL;
+	unsigned kf = 0;
 	json_t *j;
 
 	r = one_key_args("info", flags, argc, argv);
@@ -115,29 +120,28 @@ int cmd_info(int argc, char **argv)
 	ki = info_alloc();
 	if (!ki)
 		return EXIT_FAIL;
-	if (cli_open(&c, "shmlock info", &s))
-		goto out_free;
-	err = local_info(s, argv[1], ki);
+	/* Served by the broker without a session: works with every table
+	 * full, and shows a quarantined key as such. */
+	err = local_admin_info(c.socket, argv[1], ki, &kf);
 	if (err) {
 		errorf("cannot describe %s: %s", argv[1], local_strerror(err));
 		goto out;
 	}
-	if (ki->holders && holders_get(s, argv[1], &h))
+	if (ki->holders && holders_get_at(c.socket, argv[1], &h))
 		goto out;
 	if (c.json) {
 		j = key_info_json(argv[1], ki, true);
-		if (j && json_object_set_new(j, "holders", holders_json(&h))) {
+		if (j && (key_flags_json(j, kf) ||
+			  json_object_set_new(j, "holders", holders_json(&h)))) {
 			json_decref(j);
 			j = NULL;
 		}
 		rc = json_emit(j, false);
 	} else {
-		rc = print_info(argv[1], ki, &h);
+		rc = print_info(argv[1], ki, kf, &h);
 	}
 out:
 	holders_free(&h);
-	local_session_close(s);
-out_free:
 	free(ki);
 	return rc;
 }
@@ -150,8 +154,8 @@ int cmd_leader(int argc, char **argv)
 	struct flag flags[] = { CLI_FLAG_JSON(&c), CLI_FLAG_SOCKET(&c), CLI_FLAGS_END };
 	struct local_key_info *ki;
 	const char *key;
-	local_session *s;
 	int r, err, rc = EXIT_FAIL;
+	unsigned kf = 0;
 	bool led;
 
 	r = one_key_args("leader", flags, argc, argv);
@@ -161,10 +165,9 @@ int cmd_leader(int argc, char **argv)
 	ki = info_alloc();
 	if (!ki)
 		return EXIT_FAIL;
-	if (cli_open(&c, "shmlock leader", &s))
-		goto out_free;
-	err = local_info(s, key, ki);
-	local_session_close(s);
+	err = local_admin_info(c.socket, key, ki, &kf);
+	if (!err && (kf & LOCAL_KEY_QUARANTINED))
+		err = -LOCAL_ECORRUPT;
 	if (err) {
 		errorf("cannot describe %s: %s", key, local_strerror(err));
 		goto out_free;

@@ -11,6 +11,7 @@ static const struct command {
 	{ "lock", cmd_lock },	      { "status", cmd_status },	  { "keys", cmd_keys },
 	{ "info", cmd_info },	      { "leader", cmd_leader },	  { "watch", cmd_watch },
 	{ "sessions", cmd_sessions }, { "release", cmd_release }, { "session", cmd_session },
+	{ "reset", cmd_reset },
 };
 
 static bool is_any(const char *s, const char *const *names)

@@ -320,6 +320,87 @@ LOCAL_API int local_stats(local_session *s, struct local_stats *out);
 LOCAL_API int local_force_release(local_session *s, const char *key, const char *holder_id);
 LOCAL_API int local_session_destroy(local_session *s, const char *session_id);
 
+/* ---- operator calls without a session ------------------------------------ */
+
+/*
+ * The calls below ask the broker at @socket_path (NULL: $SHMLOCK_SOCKET,
+ * then the default) to do the work itself: they open no session, so they
+ * work with every table full (leaked sessions, say), and map nothing. The
+ * broker serves the same peers as it opens sessions to (--allow-uid,
+ * --allow-gid). Each is one or a few round trips on the socket (listings
+ * come in pages, each a snapshot of its own); while nothing listens there
+ * they retry for 5 s, as local_session_open() does.
+ *
+ * The broker never waits long for a key's mutex: a key whose mutex stays
+ * held (a process stopped inside its critical section) is described from
+ * its fields read without the mutex and flagged LOCAL_KEY_BUSY. A key entry
+ * found damaged is quarantined (every call on it fails with LOCAL_ECORRUPT)
+ * and reported with LOCAL_KEY_QUARANTINED until local_admin_reset().
+ *
+ * Errors of every call: -LOCAL_EBROKER, -LOCAL_EDENIED, -LOCAL_EVERSION,
+ * -LOCAL_EPROTO (also: a broker too old for these requests), -EINVAL,
+ * -ENAMETOOLONG, -ENOMEM.
+ */
+enum local_key_flags {
+	LOCAL_KEY_QUARANTINED = 1u << 0, /* entry damaged and out of service */
+	LOCAL_KEY_BUSY = 1u << 1,	 /* fields read without the key's mutex */
+};
+
+enum local_keys_flags {
+	LOCAL_KEYS_QUARANTINED = 1u << 0, /* list the quarantined entries only */
+};
+
+/* local_stats() as the broker sees it; *quarantined_keys (if non-NULL):
+ * entries quarantined now (out->quarantined counts quarantine events). */
+LOCAL_API int local_admin_stats(const char *socket_path, struct local_stats *out,
+				uint32_t *quarantined_keys);
+
+/* Call @cb for each key starting with @prefix (NULL or "": all), quarantined
+ * entries included (by the name they were created with), with @key_flags
+ * (LOCAL_KEY_*), then @holder_cb (if non-NULL) for each of its holders. @ki
+ * has no value (value_len is its length); see local_admin_info(). @flags:
+ * LOCAL_KEYS_*. Stops early if a callback returns non-zero (that value is
+ * returned). */
+LOCAL_API int local_admin_keys(const char *socket_path, const char *prefix, unsigned flags,
+			       int (*cb)(const char *key, const struct local_key_info *ki,
+					 unsigned key_flags, void *arg),
+			       int (*holder_cb)(const char *key, const struct local_holder *h,
+						void *arg),
+			       void *arg);
+
+/* local_info() by the broker, with *key_flags (if non-NULL) LOCAL_KEY_*.
+ * A key that does not exist: kind LOCAL_KIND_NONE, and 0. */
+LOCAL_API int local_admin_info(const char *socket_path, const char *key,
+			       struct local_key_info *out, unsigned *key_flags);
+
+/* local_holders() by the broker (from the node table: never blocked by a
+ * stalled key), quarantined keys included. */
+LOCAL_API int local_admin_holders(const char *socket_path, const char *key,
+				  int (*cb)(const struct local_holder *h, void *arg), void *arg);
+
+/* local_sessions() by the broker. */
+LOCAL_API int local_admin_sessions(const char *socket_path,
+				   int (*cb)(const struct local_session_info *si, void *arg),
+				   void *arg);
+
+/* local_force_release() and local_session_destroy() without a session. */
+LOCAL_API int local_admin_force_release(const char *socket_path, const char *key,
+					const char *holder_id);
+LOCAL_API int local_admin_session_destroy(const char *socket_path, const char *session_id);
+
+/*
+ * Bring quarantined @key back into service: the broker drops what its
+ * damaged entry still had and frees it; the next use of the key creates it
+ * afresh (tokens keep rising). Its holders lose their holds (their next
+ * release, renew or local_held() says -LOCAL_ENOTHELD, as after a force
+ * release); its queued requests are removed and their waiting calls return
+ * (-LOCAL_ESESSION: the request is gone, the session lives on); its
+ * watchers wake. No other key, session or hold is touched. Errors: -ENOENT
+ * (no quarantined key of that name), -ETIMEDOUT (a mutex stayed held: try
+ * again), -LOCAL_ECORRUPT (the entry's mutex is damaged too).
+ */
+LOCAL_API int local_admin_reset(const char *socket_path, const char *key);
+
 /*
  * Text for any code these calls return (negative or positive, errno or
  * LOCAL_E*). Never NULL; the string is static.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * libFuzzer target: the broker's request decoder and the client's reply
- * decoder over arbitrary datagrams. Whatever they accept must be a message
+ * decoders (plain and operator) over arbitrary datagrams. Whatever they accept must be a message
  * the broker can act on safely: a terminated name, options in range, a key
  * without NUL and of a legal length.
  */
@@ -15,6 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	union proto_request req;
+	struct proto_op_reply op;
 	struct proto_reply rep;
 	int type = proto_decode_request(data, size, &req);
 
@@ -33,10 +34,40 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case MSG_CLOSE:
 	case MSG_DESTROY:
 		break;
+	case MSG_OP_STATS:
+	case MSG_OP_KEYS:
+	case MSG_OP_INFO:
+	case MSG_OP_HOLDERS:
+	case MSG_OP_SESSIONS:
+	case MSG_OP_RESET:
+		/* A terminated key of a legal length without NUL, known flags;
+		 * one key for the requests that name one. */
+		if (req.op.key_len > LOCAL_KEY_MAX || req.op.key[req.op.key_len] ||
+		    memchr(req.op.key, '\0', req.op.key_len) || (req.op.flags & ~PROTO_OP_FLAGS) ||
+		    (type != MSG_OP_STATS && type != MSG_OP_KEYS && type != MSG_OP_SESSIONS &&
+		     !req.op.key_len))
+			abort();
+		break;
 	default:
 		if (type != -LOCAL_EPROTO && type != -LOCAL_EVERSION)
 			abort();
 	}
 	(void)proto_decode_reply(data, size, &rep);
+	/* An operator reply: its records tile it exactly. */
+	if (proto_decode_op_reply(data, size, &op, 8) == 0) {
+		size_t off = sizeof(op);
+		uint32_t i, rs;
+
+		if (op.status && (op.count || size != sizeof(op)))
+			abort();
+		for (i = 0; i < op.count; i++) {
+			memcpy(&rs, data + off, sizeof(rs));
+			if (rs < 8 || rs % 8 || rs > size - off)
+				abort();
+			off += rs;
+		}
+		if (off != size)
+			abort();
+	}
 	return 0;
 }

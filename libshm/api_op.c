@@ -1,0 +1,540 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Operator calls without a session (local_admin_*): each is a MSG_OP_*
+ * request on a connection of its own, answered by the broker from the
+ * segment (broker/operator.c). Listings come in pages; the reply says where
+ * the next one starts. Replies are checked as strictly as the broker checks
+ * requests: every record must fit its page and every length its field.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "clock.h"
+#include "paths.h"
+
+#define OP_REPLY_TIMEOUT_S 10
+#define OP_BROKER_WAIT_MS 5000
+
+struct op_conn {
+	char path[108];
+	char *buf; /* PROTO_OP_MAX_REPLY */
+};
+
+static int op_open(struct op_conn *c, const char *socket_path)
+{
+	if (socket_path) {
+		if (strlen(socket_path) >= sizeof(c->path))
+			return -ENAMETOOLONG;
+		strcpy(c->path, socket_path);
+	} else if (paths_socket(c->path, sizeof(c->path))) {
+		return -ENAMETOOLONG;
+	}
+	c->buf = malloc(PROTO_OP_MAX_REPLY);
+	return c->buf ? 0 : -ENOMEM;
+}
+
+static void op_close(struct op_conn *c)
+{
+	free(c->buf);
+}
+
+/* Connect; while nothing listens (a broker restarting) retry for a while:
+ * nothing has been sent, so that is safe. */
+static int op_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	uint64_t end = mono_ns() + OP_BROKER_WAIT_MS * 1000000ull;
+	long pause_ms = 5;
+
+	strcpy(sa.sun_path, path);
+	for (;;) {
+		int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), e;
+		struct timespec ts;
+
+		if (sock < 0)
+			return -LOCAL_EBROKER;
+		if (connect(sock, (const struct sockaddr *)&sa, sizeof(sa)) == 0)
+			return sock;
+		e = errno;
+		close(sock);
+		if (e == EACCES || e == EPERM)
+			return -LOCAL_EDENIED;
+		if ((e != ENOENT && e != ECONNREFUSED && e != EAGAIN && e != EINTR) ||
+		    mono_ns() >= end)
+			return -LOCAL_EBROKER;
+		ts.tv_sec = 0;
+		ts.tv_nsec = pause_ms * 1000000L;
+		nanosleep(&ts, NULL);
+		if (pause_ms < 250)
+			pause_ms *= 2;
+	}
+}
+
+/*
+ * One request of @type; the reply head in *rep, its records in c->buf after
+ * it. Returns 0 (then rep->status is the broker's verdict) or an error.
+ */
+static int op_call(struct op_conn *c, int type, const char *key, size_t key_len, uint32_t cursor,
+		   uint32_t flags, size_t min_rec, struct proto_op_reply *rep)
+{
+	struct timeval tv = { .tv_sec = OP_REPLY_TIMEOUT_S };
+	struct proto_op req;
+	ssize_t n;
+	int sock, err;
+
+	memset(&req, 0, sizeof(req));
+	proto_init_hdr(&req.hdr, (uint16_t)type, sizeof(req));
+	req.cursor = cursor;
+	req.flags = flags;
+	req.key_len = (uint32_t)key_len;
+	memcpy(req.key, key, key_len);
+	sock = op_connect(c->path);
+	if (sock < 0)
+		return sock;
+	setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (send(sock, &req, sizeof(req), MSG_NOSIGNAL) != (ssize_t)sizeof(req)) {
+		close(sock);
+		return -LOCAL_EBROKER;
+	}
+	do
+		n = recv(sock, c->buf, PROTO_OP_MAX_REPLY, MSG_TRUNC);
+	while (n < 0 && errno == EINTR);
+	close(sock);
+	if (n <= 0)
+		return -LOCAL_EBROKER;
+	if ((size_t)n > PROTO_OP_MAX_REPLY)
+		return -LOCAL_EPROTO;
+	err = proto_decode_op_reply(c->buf, (size_t)n, rep, min_rec);
+	if (err == -LOCAL_EPROTO && (size_t)n >= sizeof(struct proto_hdr)) {
+		/* A broker without operator requests answers with a plain
+		 * reply (LOCAL_EPROTO): say so rather than "malformed". */
+		struct proto_reply old;
+
+		if (!proto_decode_reply(c->buf, (size_t)n, &old) && old.status)
+			return old.status;
+	}
+	return err;
+}
+
+/* Check a key argument: 0, -EINVAL or -ENAMETOOLONG; its length in *len. */
+static int key_arg(const char *key, size_t *len, bool empty_ok)
+{
+	if (!key) {
+		*len = 0;
+		return empty_ok ? 0 : -EINVAL;
+	}
+	*len = strnlen(key, LOCAL_KEY_MAX + 1);
+	if (*len == 0 && empty_ok)
+		return 0;
+	return key_check(key, *len);
+}
+
+/* The records of a reply, one after the other. */
+static const char *rec_next(const struct op_conn *c, size_t *off)
+{
+	const char *r = c->buf + *off;
+	uint32_t size;
+
+	memcpy(&size, r, sizeof(size));
+	*off += size;
+	return r;
+}
+
+/* A key record as local_info() would fill @ki; its name in @name. */
+static int key_from(const char *raw, struct local_key_info *ki, char *name, unsigned *flags,
+		    uint32_t *nholders, bool with_value)
+{
+	struct proto_op_key r;
+
+	memcpy(&r.size, raw, sizeof(r.size));
+	if (r.size < sizeof(r))
+		return -LOCAL_EPROTO; /* a holder record where a key's was due */
+	memcpy(&r, raw, sizeof(r));
+	if (r.key_len > LOCAL_KEY_MAX || r.value_len > LOCAL_VALUE_MAX ||
+	    r.value_total > LOCAL_VALUE_MAX || r.value_len > r.value_total ||
+	    sizeof(r) + r.key_len + r.value_len > r.size || r.kind < LOCAL_KIND_NONE ||
+	    r.kind > LOCAL_KIND_SEMAPHORE ||
+	    (r.flags & ~(PROTO_KEY_QUARANTINED | PROTO_KEY_BUSY | PROTO_KEY_MORE_HOLDERS)))
+		return -LOCAL_EPROTO;
+	memset(ki, 0, offsetof(struct local_key_info, value));
+	ki->kind = r.kind;
+	ki->limit = r.limit;
+	ki->holders = r.holders;
+	ki->waiters = r.waiters;
+	ki->token = r.token;
+	ki->lock_index = r.lock_index;
+	ki->modify_index = r.modify_index;
+	ki->lock_delay_remaining_ms = r.lock_delay_remaining_ms;
+	if (memcmp(r.holder_id, (uint8_t[16]){ 0 }, sizeof(r.holder_id))) {
+		hex_encode(r.holder_id, sizeof(r.holder_id), ki->holder_session);
+		memcpy(ki->holder_name, r.holder_name, sizeof(ki->holder_name));
+		ki->holder_name[sizeof(ki->holder_name) - 1] = '\0';
+		ki->holder_pid = r.holder_pid;
+	}
+	ki->value_len = with_value ? r.value_len : r.value_total;
+	if (with_value)
+		memcpy(ki->value, raw + sizeof(r) + r.key_len, r.value_len);
+	memcpy(name, raw + sizeof(r), r.key_len);
+	name[r.key_len] = '\0';
+	*flags = r.flags; /* PROTO_KEY_* are LOCAL_KEY_*, and MORE_HOLDERS */
+	*nholders = r.nholders;
+	return 0;
+}
+
+static void holder_from(const char *raw, struct local_holder *h)
+{
+	struct proto_op_holder r;
+
+	memcpy(&r, raw, sizeof(r));
+	memset(h, 0, sizeof(*h));
+	hex_encode(r.session, sizeof(r.session), h->session);
+	memcpy(h->name, r.name, sizeof(h->name));
+	h->name[sizeof(h->name) - 1] = '\0';
+	h->pid = r.pid;
+	h->token = r.token;
+	h->lease_remaining_ms = r.lease_remaining_ms;
+}
+
+struct relay {
+	const char *key;
+	int (*cb)(const char *key, const struct local_holder *h, void *arg);
+	void *arg;
+};
+
+static int relay_holder(const struct local_holder *h, void *arg)
+{
+	const struct relay *r = arg;
+
+	return r->cb(r->key, h, r->arg);
+}
+
+_Static_assert(PROTO_KEY_QUARANTINED == LOCAL_KEY_QUARANTINED &&
+		       PROTO_KEY_BUSY == LOCAL_KEY_BUSY,
+	       "key flags travel as they are");
+
+int local_admin_stats(const char *socket_path, struct local_stats *out,
+		      uint32_t *quarantined_keys)
+{
+	struct proto_op_reply rep;
+	struct proto_op_stats r;
+	struct op_conn c;
+	int err;
+
+	if (!out)
+		return -EINVAL;
+	err = op_open(&c, socket_path);
+	if (err)
+		return err;
+	err = op_call(&c, MSG_OP_STATS, "", 0, 0, 0, sizeof(r), &rep);
+	if (!err)
+		err = rep.status;
+	if (!err && rep.count != 1)
+		err = -LOCAL_EPROTO;
+	if (!err) {
+		memcpy(&r, c.buf + sizeof(rep), sizeof(r));
+		memset(out, 0, sizeof(*out));
+		out->broker_pid = r.broker_pid;
+		out->uptime_ms = r.uptime_ms;
+		out->sessions = r.sessions;
+		out->keys = r.keys;
+		out->holds = r.holds;
+		out->waiters = r.waiters;
+		out->max_sessions = r.max_sessions;
+		out->max_keys = r.max_keys;
+		out->max_holds = r.max_holds;
+		out->max_waiters = r.max_waiters;
+		out->max_value = r.max_value;
+		out->grants = r.grants;
+		out->timeouts = r.timeouts;
+		out->handoffs = r.handoffs;
+		out->lease_expiries = r.lease_expiries;
+		out->ttl_expiries = r.ttl_expiries;
+		out->crash_cleanups = r.crash_cleanups;
+		out->repairs = r.repairs;
+		out->quarantined = r.quarantined;
+		out->sessions_opened = r.sessions_opened;
+		out->sessions_closed = r.sessions_closed;
+		if (quarantined_keys)
+			*quarantined_keys = r.quarantined_keys;
+	}
+	op_close(&c);
+	return err;
+}
+
+int local_admin_keys(const char *socket_path, const char *prefix, unsigned flags,
+		     int (*cb)(const char *key, const struct local_key_info *ki,
+			       unsigned key_flags, void *arg),
+		     int (*holder_cb)(const char *key, const struct local_holder *h, void *arg),
+		     void *arg)
+{
+	struct local_key_info *ki = NULL;
+	char name[LOCAL_KEY_MAX + 1];
+	struct proto_op_reply rep;
+	uint32_t cursor = 0, i;
+	struct op_conn c;
+	size_t plen;
+	int err;
+
+	if (!cb || (flags & ~(unsigned)LOCAL_KEYS_QUARANTINED))
+		return -EINVAL;
+	err = key_arg(prefix, &plen, true);
+	if (err)
+		return err;
+	err = op_open(&c, socket_path);
+	if (err)
+		return err;
+	ki = malloc(sizeof(*ki));
+	if (!ki)
+		err = -ENOMEM;
+	while (!err) {
+		size_t off = sizeof(rep);
+
+		err = op_call(&c, MSG_OP_KEYS, prefix ? prefix : "", plen, cursor,
+			      ((flags & LOCAL_KEYS_QUARANTINED) ? PROTO_OP_QUARANTINED : 0) |
+				      (holder_cb ? PROTO_OP_HOLDERS : 0),
+			      sizeof(struct proto_op_holder), &rep);
+		if (!err)
+			err = rep.status;
+		for (i = 0; !err && i < rep.count; i++) {
+			struct local_holder h;
+			uint32_t nh, j;
+			unsigned kf;
+
+			err = key_from(rec_next(&c, &off), ki, name, &kf, &nh, false);
+			if (!err && (nh > rep.count - i - 1 || (nh && !holder_cb)))
+				err = -LOCAL_EPROTO;
+			if (!err)
+				err = cb(name, ki, kf & ~PROTO_KEY_MORE_HOLDERS, arg);
+			for (j = 0; !err && j < nh; j++, i++) {
+				const char *raw = rec_next(&c, &off);
+				uint32_t size;
+
+				memcpy(&size, raw, sizeof(size));
+				if (size != sizeof(struct proto_op_holder)) {
+					err = -LOCAL_EPROTO;
+					break;
+				}
+				holder_from(raw, &h);
+				err = holder_cb(name, &h, arg);
+			}
+			if (!err && holder_cb && (kf & PROTO_KEY_MORE_HOLDERS)) {
+				/* Too many to come along: a request of their own. */
+				struct relay r = { name, holder_cb, arg };
+
+				err = local_admin_holders(socket_path, name, relay_holder, &r);
+			}
+		}
+		if (err || rep.next == PROTO_OP_END)
+			break;
+		if (rep.next <= cursor && cursor) {
+			err = -LOCAL_EPROTO; /* no progress */
+			break;
+		}
+		cursor = rep.next;
+	}
+	free(ki);
+	op_close(&c);
+	return err;
+}
+
+int local_admin_info(const char *socket_path, const char *key, struct local_key_info *out,
+		     unsigned *key_flags)
+{
+	char name[LOCAL_KEY_MAX + 1];
+	struct proto_op_reply rep;
+	struct op_conn c;
+	unsigned kf = 0;
+	uint32_t nh = 0;
+	size_t len;
+	int err;
+
+	if (!out)
+		return -EINVAL;
+	err = key_arg(key, &len, false);
+	if (err)
+		return err;
+	err = op_open(&c, socket_path);
+	if (err)
+		return err;
+	err = op_call(&c, MSG_OP_INFO, key, len, 0, 0, sizeof(struct proto_op_key), &rep);
+	if (!err)
+		err = rep.status;
+	if (!err && rep.count != 1)
+		err = -LOCAL_EPROTO;
+	if (!err)
+		err = key_from(c.buf + sizeof(rep), out, name, &kf, &nh, true);
+	if (!err && nh)
+		err = -LOCAL_EPROTO;
+	if (!err && key_flags)
+		*key_flags = kf;
+	op_close(&c);
+	return err;
+}
+
+int local_admin_holders(const char *socket_path, const char *key,
+			int (*cb)(const struct local_holder *h, void *arg), void *arg)
+{
+	struct proto_op_reply rep;
+	uint32_t cursor = 0, i;
+	struct op_conn c;
+	size_t len;
+	int err;
+
+	if (!cb)
+		return -EINVAL;
+	err = key_arg(key, &len, false);
+	if (err)
+		return err;
+	err = op_open(&c, socket_path);
+	if (err)
+		return err;
+	while (!err) {
+		size_t off = sizeof(rep);
+
+		err = op_call(&c, MSG_OP_HOLDERS, key, len, cursor, 0,
+			      sizeof(struct proto_op_holder), &rep);
+		if (!err)
+			err = rep.status;
+		for (i = 0; !err && i < rep.count; i++) {
+			struct local_holder h;
+
+			holder_from(rec_next(&c, &off), &h);
+			err = cb(&h, arg);
+		}
+		if (err || rep.next == PROTO_OP_END)
+			break;
+		if (rep.next <= cursor && cursor) {
+			err = -LOCAL_EPROTO;
+			break;
+		}
+		cursor = rep.next;
+	}
+	op_close(&c);
+	return err;
+}
+
+int local_admin_sessions(const char *socket_path,
+			 int (*cb)(const struct local_session_info *si, void *arg), void *arg)
+{
+	struct proto_op_reply rep;
+	uint32_t cursor = 0, i;
+	struct op_conn c;
+	int err;
+
+	if (!cb)
+		return -EINVAL;
+	err = op_open(&c, socket_path);
+	if (err)
+		return err;
+	while (!err) {
+		size_t off = sizeof(rep);
+
+		err = op_call(&c, MSG_OP_SESSIONS, "", 0, cursor, 0,
+			      sizeof(struct proto_op_session), &rep);
+		if (!err)
+			err = rep.status;
+		for (i = 0; !err && i < rep.count; i++) {
+			struct proto_op_session r;
+			struct local_session_info si;
+
+			memcpy(&r, rec_next(&c, &off), sizeof(r));
+			memset(&si, 0, sizeof(si));
+			hex_encode(r.id, sizeof(r.id), si.id);
+			memcpy(si.name, r.name, sizeof(si.name));
+			si.name[sizeof(si.name) - 1] = '\0';
+			si.pid = r.pid;
+			si.uid = r.uid;
+			si.ttl_ms = r.ttl_ms;
+			si.ttl_remaining_ms = r.ttl_remaining_ms;
+			si.lock_delay_ms = r.lock_delay_ms;
+			si.behavior = (int)r.behavior;
+			si.holds = r.holds;
+			si.waiting = r.waiting;
+			err = cb(&si, arg);
+		}
+		if (err || rep.next == PROTO_OP_END)
+			break;
+		if (rep.next <= cursor && cursor) {
+			err = -LOCAL_EPROTO;
+			break;
+		}
+		cursor = rep.next;
+	}
+	op_close(&c);
+	return err;
+}
+
+int local_admin_reset(const char *socket_path, const char *key)
+{
+	struct proto_op_reply rep;
+	struct op_conn c;
+	size_t len;
+	int err;
+
+	err = key_arg(key, &len, false);
+	if (err)
+		return err;
+	err = op_open(&c, socket_path);
+	if (err)
+		return err;
+	err = op_call(&c, MSG_OP_RESET, key, len, 0, 0, sizeof(struct proto_op_key), &rep);
+	op_close(&c);
+	return err ? err : rep.status;
+}
+
+/* MSG_DESTROY and MSG_FORCE_RELEASE never needed a session on the wire. */
+static int plain_call(const char *socket_path, const void *req, size_t len)
+{
+	char path[108];
+	struct proto_reply rep;
+	int err;
+
+	if (socket_path) {
+		if (strlen(socket_path) >= sizeof(path))
+			return -ENAMETOOLONG;
+		strcpy(path, socket_path);
+	} else if (paths_socket(path, sizeof(path))) {
+		return -ENAMETOOLONG;
+	}
+	err = broker_call(path, req, len, &rep, NULL, mono_ns() + OP_BROKER_WAIT_MS * 1000000ull);
+	return err ? err : rep.status;
+}
+
+int local_admin_force_release(const char *socket_path, const char *key, const char *holder_id)
+{
+	struct proto_force_release req;
+	size_t len;
+	int err = key_arg(key, &len, false);
+
+	if (err)
+		return err;
+	memset(&req, 0, sizeof(req));
+	proto_init_hdr(&req.hdr, MSG_FORCE_RELEASE, sizeof(req));
+	if (!holder_id)
+		req.all = 1;
+	else if (hex_decode(holder_id, req.holder, sizeof(req.holder)))
+		return -EINVAL;
+	req.key_len = (uint32_t)len;
+	memcpy(req.key, key, len);
+	return plain_call(socket_path, &req, sizeof(req));
+}
+
+int local_admin_session_destroy(const char *socket_path, const char *session_id)
+{
+	struct proto_session_id req;
+
+	if (!session_id)
+		return -EINVAL;
+	memset(&req, 0, sizeof(req));
+	proto_init_hdr(&req.hdr, MSG_DESTROY, sizeof(req));
+	if (hex_decode(session_id, req.id, sizeof(req.id)))
+		return -EINVAL;
+	return plain_call(socket_path, &req, sizeof(req));
+}
