@@ -22,6 +22,7 @@
 #include "clock.h"
 #include "futex.h"
 #include "procinfo.h"
+#include "seg_check.h"
 
 static unsigned long id_hash(const uint8_t id[16])
 {
@@ -588,6 +589,13 @@ void sessions_adopt(struct broker *b)
 		}
 		if (SESS_STATE(sg) != SESS_ACTIVE)
 			continue;
+		if (!seg_session_sane(s)) {
+			/* Written over while we were down: trust nothing in it. */
+			blog(LOG_WARNING, "session slot %u damaged (%s); ending it", i,
+			     seg_session_problem(s));
+			sweep(b, i, true, "ended: its slot was found damaged at restart");
+			continue;
+		}
 		if (s->pid && (fd = adopt_pidfd(s, s->pid)) < 0) {
 			dead++;
 			atomic_fetch_add(&seg->hdr->stats.crash_cleanups, 1);
