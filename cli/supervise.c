@@ -87,19 +87,52 @@ static bool reap(int sock, pid_t child, bool done)
 	return done;
 }
 
-/* Does the group still have members among our children (and, through our
- * subreaping, the child's orphans)? The supervisor itself does not count. */
-static bool group_busy(pid_t pgid)
+/* Is any child of ours left (alive: reap() took the zombies)? Our children
+ * are the child and, through our subreaping, every orphan of its tree,
+ * whatever process group or session it moved to. */
+static bool children_left(void)
 {
 	siginfo_t si = { 0 };
 
-	return waitid(P_PGID, (id_t)pgid, &si, WEXITED | WNOHANG | WNOWAIT) == 0;
+	return waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == 0;
+}
+
+/*
+ * SIGTERM, once each, to the processes that escaped the child's group
+ * (setsid(), setpgid()) and became ours when their parent died; @termed
+ * remembers whom. A full list only means a second SIGTERM to some.
+ */
+static void term_escapees(pid_t self, pid_t *termed, size_t *nterm, size_t max)
+{
+	pid_t kids[128];
+	size_t n = proc_children(self, kids, sizeof(kids) / sizeof(kids[0])), i, j;
+
+	for (i = 0; i < n; i++) {
+		for (j = 0; j < *nterm && termed[j] != kids[i]; j++)
+			;
+		if (j < *nterm)
+			continue;
+		if (*nterm < max)
+			termed[(*nterm)++] = kids[i];
+		kill(kids[i], SIGTERM);
+	}
+}
+
+/* SIGKILL to everything below us. It ends this process too (we lead the
+ * group): the holder above us is a subreaper as well, and kills and reaps
+ * whatever orphans we leave. */
+__attribute__((noreturn)) static void kill_all(pid_t self)
+{
+	proc_signal_children(self, SIGKILL);
+	kill(-self, SIGKILL);
+	_exit(127); /* not reached */
 }
 
 void supervise(const struct job_spec *spec, int sock, pid_t parent)
 {
 	struct sigaction ign = { .sa_handler = SIG_IGN }, saved[NSHIELDED];
-	pid_t self = getpid(), child;
+	pid_t self = getpid(), child, termed[256];
+	size_t nterm = 0;
 	int64_t kill_at = -1;
 	sigset_t set;
 	bool done = false;
@@ -146,24 +179,28 @@ void supervise(const struct job_spec *spec, int sock, pid_t parent)
 		}
 		if (poll(p, 2, timeout) < 0 && errno != EINTR)
 			break;
-		/* shmlock never writes: readable means it has gone, however it
-		 * died. The child must not run on without the lock. */
+		/* The holder never writes: readable means it has gone (only
+		 * SIGKILL does that), and the hold with it. The child must not
+		 * run on without the lock. */
 		if (p[0].revents)
-			kill(-self, SIGKILL);
+			kill_all(self);
 		while (read(sfd, &si, sizeof(si)) == sizeof(si))
 			;
 		done = reap(sock, child, done);
-		if (done && !group_busy(self))
+		if (done && !children_left())
 			_exit(0);
 		if (done && kill_at < 0) {
-			/* The child left processes behind in its group: they
-			 * would run on without the lock. Stop them too. */
+			/* The child left processes behind, in its group or
+			 * out of it: they would run on without the lock. */
 			kill(-self, SIGTERM);
 			kill_at = now_ms() + spec->grace_ms;
 		}
 		if (kill_at >= 0 && now_ms() >= kill_at)
-			kill(-self, SIGKILL);
+			kill_all(self);
+		/* At every wake-up: escapees keep coming to us as their
+		 * parents die. */
+		if (kill_at >= 0)
+			term_escapees(self, termed, &nterm, sizeof(termed) / sizeof(termed[0]));
 	}
-	kill(-self, SIGKILL);
-	_exit(127);
+	kill_all(self);
 }

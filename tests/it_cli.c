@@ -185,6 +185,13 @@ static uint32_t holders_of(local_session *s, const char *key)
 	return local_info(s, key, &info) ? 999 : info.holders;
 }
 
+static pid_t holder_pid_of(local_session *s, const char *key)
+{
+	static struct local_key_info info;
+
+	return local_info(s, key, &info) ? -1 : info.holder_pid;
+}
+
 static uint32_t waiters_of(local_session *s, const char *key)
 {
 	static struct local_key_info info;
@@ -906,17 +913,20 @@ TEST(cli, lost_lease_stops_child, 20)
 	static char out[OUT_MAX], err[OUT_MAX];
 	struct broker_proc b;
 	local_session *obs;
-	pid_t child, grandchild;
+	pid_t child, grandchild, holder;
 	struct proc p;
 
 	use_broker(&b);
 	obs = open_session(&b, "observer", 0, 0);
 	start_family(&p, ARGS("lock", "-lease=200ms", "-lock-delay=0", "svc", FAMILY), &child,
 		     &grandchild);
-	/* A stopped shmlock cannot renew: the broker expires the lease. */
-	kill(p.pid, SIGSTOP);
+	/* A stopped holder (the process of the session, a child of the
+	 * shmlock started) cannot renew: the broker expires the lease. */
+	holder = holder_pid_of(obs, "svc");
+	CHECK(holder > 0 && holder != p.pid);
+	kill(holder, SIGSTOP);
 	CHECK(WAIT_FOR(holders_of(obs, "svc") == 0, 5000));
-	kill(p.pid, SIGCONT);
+	kill(holder, SIGCONT);
 	CHECK_EXIT(cli_finish(&p, out, err, 10000), 3, err);
 	/* "its lease expired", or "released by an operator, or expired" when
 	 * the main thread's renew was first to learn of the expiry. */
