@@ -38,6 +38,7 @@ struct run {
 	struct job job;
 	int parent_fd; /* the wrapper's pidfd; -1 once it is gone */
 	int stop_sig;  /* the signal that made us stop the child */
+	pid_t stop_from; /* who sent it */
 	int lost;      /* the code that told us the hold was lost */
 	bool stopping;
 	bool orphaned; /* the wrapper was killed: nobody reads our status */
@@ -77,12 +78,22 @@ static const char *signame(int sig)
 	return buf;
 }
 
-/* Read one pending stop signal: its number, or 0. */
-static int signal_read(struct run *r)
+/* Read one pending stop signal: its number (and its sender in *from, if
+ * given), or 0. */
+static int signal_read_from(struct run *r, pid_t *from)
 {
 	struct signalfd_siginfo si;
 
-	return read(r->sfd, &si, sizeof(si)) == sizeof(si) ? (int)si.ssi_signo : 0;
+	if (read(r->sfd, &si, sizeof(si)) != sizeof(si))
+		return 0;
+	if (from)
+		*from = (pid_t)si.ssi_pid;
+	return (int)si.ssi_signo;
+}
+
+static int signal_read(struct run *r)
+{
+	return signal_read_from(r, NULL);
 }
 
 /*
@@ -362,12 +373,25 @@ static int run_child(struct run *r)
 		};
 		uint64_t n;
 		int sig, err;
+		pid_t from = 0;
 
 		if (poll(p, sizeof(p) / sizeof(p[0]), -1) < 0 && errno != EINTR)
 			continue;
-		while ((sig = signal_read(r))) {
-			if (!r->stop_sig && !r->lost)
+		while ((sig = signal_read_from(r, &from))) {
+			/* One request sent to every process of the job at
+			 * once (systemd's KillMode=control-group) reaches us
+			 * twice: from its sender, and forwarded by the
+			 * wrapper. Only a second signal from the same sender
+			 * asks for SIGKILL. */
+			if (r->stop_sig && from != r->stop_from) {
+				verbose(o, "got %s again, from pid %d: the same request",
+					signame(sig), (int)from);
+				continue;
+			}
+			if (!r->stop_sig && !r->lost) {
 				r->stop_sig = sig;
+				r->stop_from = from;
+			}
 			verbose(o, "got %s", signame(sig));
 			stop_child(r, sig);
 		}

@@ -426,3 +426,91 @@ TEST(wrapper, setsid_leftover_stopped_before_release, 60)
 	local_session_close(obs);
 	broker_stop(&b);
 }
+
+/* The holder: the only child of the shmlock the user started. */
+static pid_t holder_of(pid_t top)
+{
+	pid_t kids[MAX_PROCS];
+	struct pstat ps;
+
+	if (!descendants(top, kids, MAX_PROCS) || !pstat_of(kids[0], &ps) || ps.ppid != top)
+		FAIL_AT("no holder under shmlock %d", (int)top);
+	return kids[0];
+}
+
+static bool file_has(const char *path, const char *needle)
+{
+	static char buf[65536];
+
+	read_file(path, buf, sizeof(buf));
+	return strstr(buf, needle) != NULL;
+}
+
+/*
+ * systemd's KillMode=control-group (or kill -TERM of every pid) sends one
+ * SIGTERM to the wrapper and to the holder: that is one stop request, and
+ * the child gets its -kill-grace, not the SIGKILL of a second request.
+ */
+TEST(wrapper, one_request_to_every_process_counts_once, 30)
+{
+	const char *log = scratch("log", 0);
+	struct broker_proc b;
+	pid_t top, holder;
+	int status;
+
+	broker_start(&b, NULL);
+	setenv("SHMLOCK_SOCKET", b.sock, 1);
+	top = cli_spawn((const char *const[]){ "lock", "-verbose", "-kill-grace=20s", "k",
+					       "trap 'sleep 0.3; echo done-$((6*7)); exit 0' TERM; "
+					       "echo ready; sleep 300 & wait",
+					       NULL },
+			-1, log);
+	if (!WAIT_FOR(file_has(log, "\nready\n"), 10000))
+		FAIL_AT("the child did not start");
+	holder = holder_of(top);
+	kill(holder, SIGTERM);
+	/* The second copy once the first was taken: sent together, the two
+	 * may merge in the kernel, and nothing would be tested. */
+	if (!WAIT_FOR(file_has(log, "stopping the child"), 10000))
+		FAIL_AT("the holder did not take SIGTERM");
+	kill(top, SIGTERM);
+	status = pid_wait(top, 15000);
+	if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGTERM)
+		FAIL_AT("shmlock ended with status 0x%x, not by SIGTERM", status);
+	if (!file_has(log, "done-42")) {
+		static char buf[4096];
+
+		read_file(log, buf, sizeof(buf));
+		FAIL_AT("the child was killed before its grace period ended: %s", buf);
+	}
+	broker_stop(&b);
+}
+
+/* A second signal to shmlock, as a second Ctrl-C, SIGKILLs at once. */
+TEST(wrapper, second_signal_kills_at_once, 30)
+{
+	const char *log = scratch("log", 0);
+	struct broker_proc b;
+	pid_t top;
+	int status;
+
+	broker_start(&b, NULL);
+	setenv("SHMLOCK_SOCKET", b.sock, 1);
+	top = cli_spawn((const char *const[]){ "lock", "-verbose", "-kill-grace=60s", "k",
+					       "trap '' TERM INT; echo ready; sleep 300", NULL },
+			-1, log);
+	if (!WAIT_FOR(file_has(log, "\nready\n"), 10000))
+		FAIL_AT("the child did not start");
+	kill(top, SIGINT);
+	if (!WAIT_FOR(file_has(log, "stopping the child"), 10000)) {
+		static char buf[4096];
+
+		read_file(log, buf, sizeof(buf));
+		FAIL_AT("shmlock did not start stopping the child: %s", buf);
+	}
+	kill(top, SIGINT);
+	status = pid_wait(top, 15000);
+	if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGINT)
+		FAIL_AT("shmlock ended with status 0x%x, not by SIGINT", status);
+	broker_stop(&b);
+}
