@@ -44,6 +44,7 @@ int lock_run(const struct lock_opts *o);
 struct holder_env {
 	sigset_t stop_set;  /* the stop signals, blocked in both processes */
 	sigset_t orig_mask; /* the signal mask shmlock started with */
+	pid_t wrapper;	    /* the wrapper's pid, for messages */
 	int parent_pidfd;   /* the wrapper's pidfd: readable once it is gone */
 	bool take_tty;	    /* give the terminal's foreground to the child */
 	pid_t tty_pgrp;	    /* ... and back to this group afterwards */

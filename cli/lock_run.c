@@ -36,10 +36,10 @@ struct run {
 	int grace_tfd; /* ends the kill grace period */
 	struct monitor mon;
 	struct job job;
-	int parent_fd; /* the wrapper's pidfd; -1 once it is gone */
-	int stop_sig;  /* the signal that made us stop the child */
+	int parent_fd;	 /* the wrapper's pidfd; -1 once it is gone */
+	int stop_sig;	 /* the signal that made us stop the child */
 	pid_t stop_from; /* who sent it */
-	int lost;      /* the code that told us the hold was lost */
+	int lost;	 /* the code that told us the hold was lost */
 	bool stopping;
 	bool orphaned; /* the wrapper was killed: nobody reads our status */
 };
@@ -257,8 +257,8 @@ static int acquire(struct run *r)
 		if (p[3].revents) {
 			/* The wrapper was killed: nobody waits for us any
 			 * more, nothing runs yet. Leave as for a signal. */
-			verbose(o, "shmlock (pid %d) was killed: giving up %s", (int)getppid(),
-				o->key);
+			verbose(o, "shmlock (pid %d) was killed: giving up %s",
+				(int)r->env->wrapper, o->key);
 			sig = SIGKILL;
 		}
 		if (sig) {
@@ -416,7 +416,7 @@ static int run_child(struct run *r)
 			/* Killed, so that its user wants everything gone now;
 			 * and nobody will read our status. */
 			verbose(o, "shmlock (pid %d) was killed: SIGKILL to process group %d",
-				(int)getppid(), (int)r->job.pgid);
+				(int)r->env->wrapper, (int)r->job.pgid);
 			close_fd(&r->parent_fd);
 			r->orphaned = r->stopping = true;
 			job_kill(&r->job, SIGKILL);

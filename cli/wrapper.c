@@ -57,18 +57,23 @@ static int block_stop_signals(struct holder_env *env)
 __attribute__((noreturn)) static void holder_main(const struct lock_opts *o,
 						  struct holder_env *env, pid_t wrapper)
 {
-	sigset_t ttou;
+	sigset_t set;
 
 	/* Our own group: the terminal's signals and kill(-pgrp) reach the
 	 * wrapper, which forwards them, and not us a second time. */
 	setpgid(0, 0);
 	/* Orphans of the child's tree come to us if the supervisor dies. */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
-	/* A background group writing to a terminal with `stty tostop` would
-	 * be stopped; the child gets the original mask back. */
-	sigemptyset(&ttou);
-	sigaddset(&ttou, SIGTTOU);
-	sigprocmask(SIG_BLOCK, &ttou, NULL);
+	/* Blocked, not ignored, so that the child gets them back with the
+	 * original mask: a background group writing to a terminal with
+	 * `stty tostop` would be stopped, and a message to a pipe whose
+	 * reader died with the wrapper must not kill us (and release the
+	 * hold) before the child's tree is gone. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGTTOU);
+	sigaddset(&set, SIGPIPE);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	env->wrapper = wrapper;
 	/* The pidfd names the wrapper only if it is still our parent once
 	 * opened: else it died first, and its pid may be another's. */
 	env->parent_pidfd = (int)pidfd_open(wrapper, 0);

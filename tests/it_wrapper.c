@@ -82,8 +82,8 @@ static size_t read_file(const char *path, char *buf, size_t size)
 }
 
 /* Start shmlock with @args, stdin from @in_fd (-1: /dev/null), stdout and
- * stderr appended to @log. */
-static pid_t cli_spawn(const char *const *args, int in_fd, const char *log)
+ * stderr appended to @log, or stderr to @err_fd if it is not -1. */
+static pid_t cli_spawn_err(const char *const *args, int in_fd, const char *log, int err_fd)
 {
 	const char *argv[32];
 	pid_t pid;
@@ -105,11 +105,18 @@ static pid_t cli_spawn(const char *const *args, int in_fd, const char *log)
 			_exit(127);
 		dup2(in, 0);
 		dup2(out, 1);
-		dup2(out, 2);
+		dup2(err_fd >= 0 ? err_fd : out, 2);
+		/* The runner ignores SIGPIPE; a user's shell does not. */
+		signal(SIGPIPE, SIG_DFL);
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
 	return pid;
+}
+
+static pid_t cli_spawn(const char *const *args, int in_fd, const char *log)
+{
+	return cli_spawn_err(args, in_fd, log, -1);
 }
 
 /* ---- /proc ---- */
@@ -284,6 +291,7 @@ enum starve {
 	STARVE_ALL,	   /* every process of the old wrapper but the one killed */
 	STARVE_SUPERVISOR, /* only the leader of the child's process group */
 	STARVE_NONE,
+	STARVE_DEAD_PIPE, /* none, but -verbose to a pipe nobody reads any more */
 };
 
 static void killed_round(struct broker_proc *b, local_session *obs, int round, enum starve how)
@@ -295,14 +303,24 @@ static void killed_round(struct broker_proc *b, local_session *obs, int round, e
 	size_t nwrap, nstopped = 0, i;
 	struct verdict v = { .started = false };
 	struct pstat ps;
+	int err[2] = { -1, -1 };
 
 	(void)b;
 	snprintf(key, sizeof(key), "killed/%d", round);
 	family_cmd(child, sizeof(child), pids, false, false);
 	judge_cmd(judge, sizeof(judge), pids, viol, started);
-	top = cli_spawn((const char *const[]){ "lock", "-lock-delay=0", key, child, NULL }, -1,
-			log);
+	if (how == STARVE_DEAD_PIPE)
+		CHECK(pipe2(err, O_CLOEXEC) == 0);
+	top = cli_spawn_err((const char *const[]){ "lock", "-verbose", "-lock-delay=0", key, child,
+						   NULL },
+			    -1, log, err[1]);
 	family_pids(pids, fam, true);
+	/* The reader of its stderr dies with the wrapper (a pipeline): what
+	 * the holder then says must not kill it before the child's tree. */
+	if (err[0] >= 0) {
+		close(err[0]);
+		close(err[1]);
+	}
 	next = cli_spawn((const char *const[]){ "lock", key, judge, NULL }, -1, log);
 	if (!WAIT_FOR(waiters_of(obs, key) == 1, 10000))
 		FAIL_AT("round %d: the next holder did not queue", round);
@@ -313,12 +331,12 @@ static void killed_round(struct broker_proc *b, local_session *obs, int round, e
 		bool in_family = wrap[i] == fam[0] || wrap[i] == fam[1];
 		bool leader = pstat_of(fam[0], &ps) && ps.pgid == wrap[i];
 
-		if (in_family || (how == STARVE_SUPERVISOR && !leader) || how == STARVE_NONE)
+		if (in_family || (how == STARVE_SUPERVISOR && !leader) || how >= STARVE_NONE)
 			continue;
 		if (!kill(wrap[i], SIGSTOP))
 			stopped[nstopped++] = wrap[i];
 	}
-	if (how != STARVE_NONE && !nstopped)
+	if (how < STARVE_NONE && !nstopped)
 		FAIL_AT("round %d: no wrapper process to stop", round);
 	for (i = 0; i < nstopped; i++)
 		if (!WAIT_FOR(pstat_of(stopped[i], &ps) && ps.state == 'T', 5000))
@@ -349,8 +367,9 @@ static void killed_round(struct broker_proc *b, local_session *obs, int round, e
 /*
  * The issue's reproduction, made deterministic: -lock-delay=0, the next
  * holder queued, the shmlock the user started SIGKILLed while the wrapper's
- * other processes get no CPU (all of them, or only the supervisor), and
- * also without any starvation. Repeated.
+ * other processes get no CPU (all of them, or only the supervisor), also
+ * without any starvation, and with its stderr a pipe whose reader is gone.
+ * Repeated.
  */
 TEST(wrapper, killed_shmlock_never_overlaps_next_holder, 90)
 {
@@ -365,8 +384,8 @@ TEST(wrapper, killed_shmlock_never_overlaps_next_holder, 90)
 	broker_start(&b, NULL);
 	setenv("SHMLOCK_SOCKET", b.sock, 1);
 	obs = open_session(&b, "observer", 0, 0);
-	for (round = 0; round < 9; round++)
-		killed_round(&b, obs, round, (enum starve)(round % 3));
+	for (round = 0; round < 12; round++)
+		killed_round(&b, obs, round, (enum starve)(round % 4));
 	local_session_close(obs);
 	broker_stop(&b);
 }
