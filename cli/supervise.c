@@ -140,6 +140,7 @@ void supervise(const struct job_spec *spec, int sock, pid_t parent)
 	int sfd;
 
 	setpgid(0, 0);
+	prctl(PR_SET_NAME, "shmlock-super"); /* for ps */
 	/* Orphans of the child become ours, so we can wait for them. */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	for (i = 0; i < NSHIELDED; i++)

@@ -62,6 +62,9 @@ __attribute__((noreturn)) static void holder_main(const struct lock_opts *o,
 	/* Our own group: the terminal's signals and kill(-pgrp) reach the
 	 * wrapper, which forwards them, and not us a second time. */
 	setpgid(0, 0);
+	/* Named for ps, and so that `killall shmlock` (an exact name) ends
+	 * the wrapper and the supervisor but leaves us to clean up. */
+	prctl(PR_SET_NAME, "shmlock-holder");
 	/* Orphans of the child's tree come to us if the supervisor dies. */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	/* Blocked, not ignored, so that the child gets them back with the

@@ -292,6 +292,7 @@ enum starve {
 	STARVE_SUPERVISOR, /* only the leader of the child's process group */
 	STARVE_NONE,
 	STARVE_DEAD_PIPE, /* none, but -verbose to a pipe nobody reads any more */
+	KILL_SUPERVISOR,  /* none, and the supervisor is killed too (killall) */
 };
 
 static void killed_round(struct broker_proc *b, local_session *obs, int round, enum starve how)
@@ -342,6 +343,11 @@ static void killed_round(struct broker_proc *b, local_session *obs, int round, e
 		if (!WAIT_FOR(pstat_of(stopped[i], &ps) && ps.state == 'T', 5000))
 			FAIL_AT("round %d: process %d did not stop", round, (int)stopped[i]);
 
+	if (how == KILL_SUPERVISOR) {
+		if (!pstat_of(fam[0], &ps) || ps.pgid == fam[0])
+			FAIL_AT("round %d: no supervisor leads the child's group", round);
+		kill(ps.pgid, SIGKILL);
+	}
 	kill(top, SIGKILL);
 	pid_wait(top, 5000);
 	/* Starved for as long as it takes the next holder to get in if it
@@ -368,8 +374,8 @@ static void killed_round(struct broker_proc *b, local_session *obs, int round, e
  * The issue's reproduction, made deterministic: -lock-delay=0, the next
  * holder queued, the shmlock the user started SIGKILLed while the wrapper's
  * other processes get no CPU (all of them, or only the supervisor), also
- * without any starvation, and with its stderr a pipe whose reader is gone.
- * Repeated.
+ * without any starvation, with its stderr a pipe whose reader is gone, and
+ * with the supervisor SIGKILLed at the same time. Repeated.
  */
 TEST(wrapper, killed_shmlock_never_overlaps_next_holder, 90)
 {
@@ -384,8 +390,8 @@ TEST(wrapper, killed_shmlock_never_overlaps_next_holder, 90)
 	broker_start(&b, NULL);
 	setenv("SHMLOCK_SOCKET", b.sock, 1);
 	obs = open_session(&b, "observer", 0, 0);
-	for (round = 0; round < 12; round++)
-		killed_round(&b, obs, round, (enum starve)(round % 4));
+	for (round = 0; round < 15; round++)
+		killed_round(&b, obs, round, (enum starve)(round % 5));
 	local_session_close(obs);
 	broker_stop(&b);
 }
