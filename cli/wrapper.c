@@ -139,7 +139,7 @@ int lock_run(const struct lock_opts *o)
 	pidfd = (int)pidfd_open(holder, 0);
 	if (pidfd < 0) {
 		/* Without it, a plain wait: signals are not forwarded. */
-		int status;
+		int status = W_EXITCODE(EXIT_FAIL, 0);
 
 		while (waitpid(holder, &status, 0) < 0 && errno == EINTR)
 			;
