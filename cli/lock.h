@@ -147,8 +147,8 @@ struct job {
 /*
  * Start the supervisor and, through it, the child. The supervisor leads a
  * new process group, is the child's subreaper, forwards its exit status,
- * stops what the child leaves behind in the group, and kills the whole
- * group if shmlock dies. Returns 0 or -errno.
+ * stops what the child leaves behind (in its group or out of it), kills the
+ * whole group if the holder dies. Returns 0 or -errno.
  */
 int job_start(struct job *j, const struct job_spec *spec);
 /* Send @sig to the job's process group. */
@@ -157,7 +157,7 @@ void job_kill(const struct job *j, int sig);
 void job_read(struct job *j);
 /* Reap the supervisor once its pidfd is readable; returns its wait status. */
 int job_reap(struct job *j);
-/* Give the terminal back to shmlock's process group if the job had it. */
+/* Give the terminal back to the wrapper's process group if the job had it. */
 void job_close(struct job *j);
 
 /* Kill and reap every child of this process (orphans of the job that

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* The child's process group, seen from shmlock: start, signal, reap. */
+/* The child's process group, seen from the holder: start, signal, reap. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -31,8 +31,8 @@ int job_start(struct job *j, const struct job_spec *spec)
 		return err;
 	}
 	if (j->pid == 0) {
-		/* Our end must close with shmlock alone: its EOF is how the
-		 * supervisor learns that shmlock died. */
+		/* Our end must close with the holder alone: its EOF is how the
+		 * supervisor learns that the holder died. */
 		close(sv[0]);
 		supervise(spec, sv[1], parent);
 	}

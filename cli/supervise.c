@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: MIT
 /*
- * The supervisor: a forked copy of shmlock that sits between it and the
- * child. shmlock is multi-threaded when it forks, so everything here must be
- * async-signal-safe: system calls only, no stdio, no malloc.
+ * The supervisor: a forked copy of the holder (lock_run.c) that sits
+ * between it and the child. The holder is multi-threaded when it forks, so
+ * everything here must be async-signal-safe: system calls only, no stdio,
+ * no malloc.
  *
  * Why a process in between, rather than PR_SET_PDEATHSIG on the child
  * alone: the death signal reaches only the child, while a shell's own
  * children (and theirs) would go on running without the lock. The
- * supervisor leads the child's process group and is its subreaper, so it
- * can kill the whole group when shmlock dies, and it knows when the last
- * process of the group has exited: only then does shmlock release the hold.
+ * supervisor leads the child's process group and is the subreaper of the
+ * child's whole tree, so it can kill the group when the holder dies, stop
+ * what escaped the group, and it knows when the last process of the tree
+ * has exited: only then does the holder release the hold.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,8 +25,8 @@
 
 #include "lock.h"
 
-/* Signals the supervisor must survive: the stop signals shmlock sends to
- * the whole group, and job control meant for the child. */
+/* Signals the supervisor must survive: the stop signals the holder sends
+ * to the whole group, and job control meant for the child. */
 static const int shielded[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU };
 #define NSHIELDED (sizeof(shielded) / sizeof(shielded[0]))
 
@@ -32,7 +34,7 @@ static void report(int sock, int type, int value)
 {
 	struct job_msg m = { type, value };
 
-	/* Nothing to do on failure: shmlock is gone, and the group with it. */
+	/* Nothing to do on failure: the holder is gone, and the group with it. */
 	(void)!send(sock, &m, sizeof(m), MSG_NOSIGNAL);
 }
 
@@ -108,6 +110,9 @@ static void term_escapees(pid_t self, pid_t *termed, size_t *nterm, size_t max)
 	size_t n = proc_children(self, kids, sizeof(kids) / sizeof(kids[0])), i, j;
 
 	for (i = 0; i < n; i++) {
+		/* The group had its SIGTERM. */
+		if (getpgid(kids[i]) == self)
+			continue;
 		for (j = 0; j < *nterm && termed[j] != kids[i]; j++)
 			;
 		if (j < *nterm)
@@ -151,7 +156,7 @@ void supervise(const struct job_spec *spec, int sock, pid_t parent)
 	sigaddset(&set, SIGCHLD);
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-	/* shmlock may have died before we could notice: then kill nothing
+	/* The holder may have died before we could notice: then kill nothing
 	 * but ourselves, the child does not exist yet. */
 	if (sfd < 0 || getppid() != parent) {
 		report(sock, JOB_EXEC_FAILED, sfd < 0 ? errno : ESRCH);
