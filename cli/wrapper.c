@@ -80,7 +80,11 @@ __attribute__((noreturn)) static void holder_main(const struct lock_opts *o,
 	/* The pidfd names the wrapper only if it is still our parent once
 	 * opened: else it died first, and its pid may be another's. */
 	env->parent_pidfd = (int)pidfd_open(wrapper, 0);
-	if (env->parent_pidfd < 0 || getppid() != wrapper)
+	if (env->parent_pidfd < 0) {
+		errorf("cannot watch the shmlock process: %s", strerror(errno));
+		exit(EXIT_FAIL);
+	}
+	if (getppid() != wrapper)
 		_exit(EXIT_FAIL);
 	exit(holder_run(o, env));
 }
