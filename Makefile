@@ -252,7 +252,7 @@ FUZZ_SECONDS ?= 300
 FUZZ_O := build/fuzz
 # fuzz_cli also needs the CLI's parsers, built here with the target's flags
 # (the rest of cli/ wants a broker and jansson).
-FUZZ_CLI_SRC := cli/args.c cli/duration.c
+FUZZ_CLI_SRC := cli/args.c cli/duration.c cli/escape.c
 # fuzz_http runs the broker in process: all of broker/ but main.c, and the
 # OpenAPI document it serves, built in $(FUZZ_O) with the fuzz flags; the
 # broker's RCU frees are made synchronous (see tests/fuzz/fuzz_http.c).

@@ -13,26 +13,38 @@
 
 #include "cli.h"
 
+void vmsg(const char *prefix, const char *fmt, va_list ap)
+{
+	char *msg = NULL, *safe = NULL;
+	int n = vasprintf(&msg, fmt, ap);
+
+	if (n >= 0)
+		safe = text_escape(msg, (size_t)n, 0);
+	fprintf(stderr, "%s%s\n", prefix, safe ? safe : "out of memory");
+	free(safe);
+	if (n >= 0)
+		free(msg);
+}
+
 void errorf(const char *fmt, ...)
 {
 	va_list ap;
 
-	fputs("shmlock: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vmsg("shmlock: ", fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 }
 
 int usage_error(const char *cmd, const char *fmt, ...)
 {
+	char prefix[64];
 	va_list ap;
 
-	fprintf(stderr, "shmlock %s: ", cmd);
+	snprintf(prefix, sizeof(prefix), "shmlock %s: ", cmd);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vmsg(prefix, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "\nRun 'shmlock help %s' for usage.\n", cmd);
+	fprintf(stderr, "Run 'shmlock help %s' for usage.\n", cmd);
 	return EXIT_FAIL;
 }
 

@@ -3,6 +3,7 @@
 #ifndef SHMLOCK_CLI_H
 #define SHMLOCK_CLI_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -58,8 +59,12 @@ struct flag *args_flag(struct flag *flags, const char *name);
 
 /* Print "shmlock CMD: ..." and the hint to run help; returns EXIT_FAIL. */
 int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Print "shmlock: ..." to stderr. */
+/* Print "shmlock: ..." to stderr. Messages echo keys, names and arguments:
+ * each is escaped whole with text_escape(), so no byte of theirs reaches
+ * the terminal raw. */
 void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Print @prefix and the escaped message, and a newline, to stderr. */
+void vmsg(const char *prefix, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /* ---- duration.c: Go's time.ParseDuration ---- */
 
@@ -111,22 +116,46 @@ uint64_t mono_ms(void);
 /* Open a session named @name on the broker of @c; prints the error. */
 int cli_open(const struct cli_common *c, const char *name, local_session **out);
 
+/* ---- escape.c: names and values made safe to print ---- */
+
+#define ESC_QUOTE 1u /* escape '"' too, for text printed between quotes */
+
+/*
+ * @len bytes of @v for one line of human output: printable ASCII and UTF-8
+ * as they are; a backslash as \\; \n, \r, \t; every other control
+ * character (C0, DEL, and C1 as its two bytes) and every byte that is not
+ * part of valid UTF-8 as \xNN. Returns malloc'ed text, or NULL.
+ */
+char *text_escape(const char *v, size_t len, unsigned flags);
+/* text_escape(@v, @len, 0): how values are shown. */
+char *value_text(const char *v, size_t len);
+/* @s with every byte but RFC 3986's unreserved ones as %XX (malloc'ed). */
+char *percent_encode(const char *s);
+
 /* ---- output.c: aligned tables and JSON ---- */
 
 struct table;
 /* A table of @ncols columns; @headers NULL for none. */
 struct table *table_new(size_t ncols, const char *const *headers);
-/* Add a row of @ncols cells (copied); NULL cells print as "-". */
+/* Add a row of @ncols cells (escaped with text_escape()); NULL cells print
+ * as "-". */
 int table_add(struct table *t, const char *const *cells);
+/* The same, for cells escaped by the caller already (values, which may
+ * hold NUL bytes). */
+int table_add_escaped(struct table *t, const char *const *cells);
 void table_print(struct table *t, FILE *out);
 void table_free(struct table *t);
 
-/* Escape a value for one line of human output: printable ASCII and UTF-8 as
- * is, anything else as \xNN. Returns malloc'ed text or NULL. */
-char *value_text(const char *v, size_t len);
 const char *kind_name(int kind);
 /* A value as JSON: a string when it is valid UTF-8, else null. */
 json_t *json_value_of(const char *v, size_t len);
+/* A name or key from the broker as a JSON string: as it is when it is
+ * UTF-8 (jansson writes control characters as \u001b), else
+ * percent-encoded, and then *encoded is set. NULL: no memory. */
+json_t *json_text(const char *s, bool *encoded);
+/* Set @obj's @field to json_text(@s), and "@field_encoding": "percent"
+ * when it had to be encoded. Returns 0 or -ENOMEM. */
+int json_set_text(json_t *obj, const char *field, const char *s);
 /* Print @j to stdout (indented, or on one line with @one_line) and drop it.
  * Returns EXIT_OK, or EXIT_FAIL when @j is NULL (out of memory). */
 int json_emit(json_t *j, bool one_line);

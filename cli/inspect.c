@@ -403,16 +403,17 @@ static json_t *sessions_json(const struct session_list *l)
 
 	for (i = 0; a && i < l->n; i++) {
 		const struct local_session_info *si = &l->v[i];
+		json_t *o = json_pack(
+			"{s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:I}", "pid", (json_int_t)si->pid,
+			"uid", (json_int_t)si->uid, "ttl_ms", (json_int_t)si->ttl_ms,
+			"ttl_remaining_ms", (json_int_t)si->ttl_remaining_ms, "lock_delay_ms",
+			(json_int_t)si->lock_delay_ms, "behavior", behavior_name(si->behavior),
+			"holds", (json_int_t)si->holds, "waiting", (json_int_t)si->waiting);
 
-		if (json_array_append_new(
-			    a,
-			    json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:I}", "id",
-				      si->id, "name", si->name, "pid", (json_int_t)si->pid, "uid",
-				      (json_int_t)si->uid, "ttl_ms", (json_int_t)si->ttl_ms,
-				      "ttl_remaining_ms", (json_int_t)si->ttl_remaining_ms,
-				      "lock_delay_ms", (json_int_t)si->lock_delay_ms, "behavior",
-				      behavior_name(si->behavior), "holds", (json_int_t)si->holds,
-				      "waiting", (json_int_t)si->waiting))) {
+		/* Names are any bytes their session chose: json_set_text(). */
+		if (!o || json_set_text(o, "id", si->id) || json_set_text(o, "name", si->name) ||
+		    json_array_append_new(a, o)) {
+			json_decref(o);
 			json_decref(a);
 			return NULL;
 		}

@@ -41,6 +41,14 @@ static void row(struct table *t, const char *name, const char *value)
 	table_add(t, cells);
 }
 
+/* A value, escaped already: it may hold NUL bytes. */
+static void row_escaped(struct table *t, const char *name, const char *value)
+{
+	const char *cells[2] = { name, value };
+
+	table_add_escaped(t, cells);
+}
+
 static void rowu(struct table *t, const char *name, unsigned long long v)
 {
 	char buf[24];
@@ -76,7 +84,7 @@ static int print_info(const char *key, const struct local_key_info *ki, unsigned
 	rowu(t, "lock index", ki->lock_index);
 	rowu(t, "modify index", ki->modify_index);
 	row(t, "lock delay", delay);
-	row(t, "value", ki->value_len ? value : "-");
+	row_escaped(t, "value", ki->value_len ? value : "-");
 	table_print(t, stdout);
 	table_free(t);
 	free(value);
@@ -180,22 +188,32 @@ int cmd_leader(int argc, char **argv)
 	}
 	led = ki->kind == LOCAL_KIND_LOCK && ki->holders;
 	if (c.json) {
-		json_t *j = led ? json_pack("{s:s, s:{s:s, s:s, s:I, s:I}, s:o}", "key", key,
-					    "leader", "session", ki->holder_session, "name",
-					    ki->holder_name, "pid", (json_int_t)ki->holder_pid,
-					    "token", (json_int_t)ki->token, "value",
-					    json_value_of(ki->value, ki->value_len))
-				: json_pack("{s:s, s:n}", "key", key, "leader");
+		json_t *l = led ? json_pack("{s:I, s:I}", "pid", (json_int_t)ki->holder_pid,
+					    "token", (json_int_t)ki->token)
+				: json_null();
+		json_t *j = json_pack("{s:o}", "leader", l);
 
+		if (j && (json_set_text(j, "key", key) ||
+			  (led && (json_set_text(l, "session", ki->holder_session) ||
+				   json_set_text(l, "name", ki->holder_name) ||
+				   json_object_set_new(j, "value",
+						       json_value_of(ki->value, ki->value_len)))))) {
+			json_decref(j);
+			j = NULL;
+		}
 		rc = json_emit(j, false);
 		if (!led)
 			rc = EXIT_FAIL;
 	} else if (!led) {
 		errorf("%s has no leader", key);
 	} else {
-		fwrite(ki->value, 1, ki->value_len, stdout);
-		fputc('\n', stdout);
-		rc = fflush(stdout) ? EXIT_FAIL : EXIT_OK;
+		/* Escaped as everywhere: -json gives the value as it is. */
+		char *v = value_text(ki->value, ki->value_len);
+
+		if (v)
+			printf("%s\n", v);
+		rc = !v || fflush(stdout) ? EXIT_FAIL : EXIT_OK;
+		free(v);
 	}
 out_free:
 	free(ki);
@@ -206,35 +224,49 @@ out_free:
 
 static int print_change(const char *key, const struct local_key_info *ki, bool json)
 {
-	char *value;
+	char *value, *session, *name;
 	int r;
 
 	if (json) {
 		json_t *j = key_info_json(key, ki, true);
+		json_t *h = ki->holder_session[0]
+				    ? json_pack("{s:I}", "pid", (json_int_t)ki->holder_pid)
+				    : json_null();
 
-		if (j && json_object_set_new(j, "holder",
-					     ki->holder_session[0]
-						     ? json_pack("{s:s, s:s, s:I}", "session",
-								 ki->holder_session, "name",
-								 ki->holder_name, "pid",
-								 (json_int_t)ki->holder_pid)
-						     : json_null())) {
+		if (j && ki->holder_session[0] &&
+		    (!h || json_set_text(h, "session", ki->holder_session) ||
+		     json_set_text(h, "name", ki->holder_name))) {
+			json_decref(h);
+			h = NULL;
+		}
+		if (!j)
+			json_decref(h);
+		else if (!h || json_object_set_new(j, "holder", h)) {
 			json_decref(j);
 			j = NULL;
 		}
 		return json_emit(j, true);
 	}
-	value = value_text(ki->value, ki->value_len);
-	if (!value)
+	/* Quotes escaped too: a name must not close its field and forge the
+	 * next one. */
+	value = text_escape(ki->value, ki->value_len, ESC_QUOTE);
+	session = text_escape(ki->holder_session, strlen(ki->holder_session), ESC_QUOTE);
+	name = text_escape(ki->holder_name, strlen(ki->holder_name), ESC_QUOTE);
+	if (!value || !session || !name) {
+		free(value);
+		free(session);
+		free(name);
 		return EXIT_FAIL;
+	}
 	printf("index=%llu kind=%s holders=%u waiters=%u token=%llu",
 	       (unsigned long long)ki->modify_index, kind_name(ki->kind), ki->holders, ki->waiters,
 	       (unsigned long long)ki->token);
 	if (ki->holder_session[0])
-		printf(" session=%s name=\"%s\" pid=%d", ki->holder_session, ki->holder_name,
-		       (int)ki->holder_pid);
+		printf(" session=%s name=\"%s\" pid=%d", session, name, (int)ki->holder_pid);
 	printf(" value=\"%s\"\n", value);
 	free(value);
+	free(session);
+	free(name);
 	r = fflush(stdout);
 	return r ? EXIT_FAIL : EXIT_OK;
 }

@@ -29,11 +29,36 @@ struct lock_opts {
 /* Print "shmlock: ..." on stderr when -verbose is on. */
 void verbose(const struct lock_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* ---- lock_run.c: acquire, run, monitor, stop ---- */
+/* ---- wrapper.c: the shmlock process the user started ---- */
 
-/* Everything after the command line; returns the exit status (or dies by
- * the signal that stopped it). */
+/*
+ * Everything after the command line; returns the exit status (or dies by
+ * the signal that stopped it). The hold is not taken in this process: it
+ * forks the holder (lock_run.c), forwards the stop signals to it and ends
+ * as it ends. Killing this process (SIGKILL included) therefore never
+ * releases the hold before the child's whole tree is gone.
+ */
 int lock_run(const struct lock_opts *o);
+
+/* What the wrapper hands to the holder it forked. */
+struct holder_env {
+	sigset_t stop_set;  /* the stop signals, blocked in both processes */
+	sigset_t orig_mask; /* the signal mask shmlock started with */
+	pid_t wrapper;	    /* the wrapper's pid, for messages */
+	int parent_pidfd;   /* the wrapper's pidfd: readable once it is gone */
+	bool take_tty;	    /* give the terminal's foreground to the child */
+	pid_t tty_pgrp;	    /* ... and back to this group afterwards */
+};
+
+/* ---- lock_run.c: the holder: acquire, run, monitor, stop ---- */
+
+/*
+ * Run in the holder, a child of the wrapper: open the session, wait for
+ * the hold, run the child under it and release the hold only once every
+ * process of the child's tree is gone. Returns the exit status (or dies by
+ * the signal that stopped it).
+ */
+int holder_run(const struct lock_opts *o, const struct holder_env *env);
 
 /* ---- child.c: what the child is started with ---- */
 
@@ -90,6 +115,7 @@ struct job_spec {
 	char **envp;
 	bool pass_stdin;
 	bool take_tty; /* hand the terminal's foreground to the child's group */
+	pid_t tty_pgrp; /* and give it back to this group */
 	int64_t grace_ms;
 	sigset_t child_mask; /* the signal mask shmlock started with */
 };
@@ -115,13 +141,14 @@ struct job {
 	int exec_err; /* from JOB_EXEC_FAILED */
 	bool exited;  /* JOB_EXITED seen */
 	bool took_tty;
+	pid_t tty_pgrp; /* who gets the terminal back */
 };
 
 /*
  * Start the supervisor and, through it, the child. The supervisor leads a
  * new process group, is the child's subreaper, forwards its exit status,
- * stops what the child leaves behind in the group, and kills the whole
- * group if shmlock dies. Returns 0 or -errno.
+ * stops what the child leaves behind (in its group or out of it), kills the
+ * whole group if the holder dies. Returns 0 or -errno.
  */
 int job_start(struct job *j, const struct job_spec *spec);
 /* Send @sig to the job's process group. */
@@ -130,10 +157,24 @@ void job_kill(const struct job *j, int sig);
 void job_read(struct job *j);
 /* Reap the supervisor once its pidfd is readable; returns its wait status. */
 int job_reap(struct job *j);
-/* Give the terminal back to shmlock's process group if the job had it. */
+/* Give the terminal back to the wrapper's process group if the job had it. */
 void job_close(struct job *j);
+
+/* Kill and reap every child of this process (orphans of the job that
+ * came to us as its subreaper) until none is left, calling @tick(@arg)
+ * every 10 ms while some resist. */
+void job_reap_orphans(void (*tick)(void *arg), void *arg);
 
 /* Run by the supervisor, in the child of fork(): async-signal-safe only. */
 __attribute__((noreturn)) void supervise(const struct job_spec *spec, int sock, pid_t parent);
+
+/* ---- proctree.c: a process's children, async-signal-safe ---- */
+
+/* Up to @max live (not zombie) children of @parent, from /proc. Only the
+ * process that reaps them may signal them by pid: until it reaps, their
+ * pids cannot be reused. */
+size_t proc_children(pid_t parent, pid_t *out, size_t max);
+/* Send @sig to each live child of @parent. */
+void proc_signal_children(pid_t parent, int sig);
 
 #endif

@@ -15,11 +15,9 @@ void verbose(const struct lock_opts *o, const char *fmt, ...)
 
 	if (!o->verbose)
 		return;
-	fputs("shmlock: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vmsg("shmlock: ", fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 }
 
 /* Cut @s to at most @max bytes without splitting a UTF-8 sequence. */

@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: MIT
 /*
- * `shmlock lock` after its command line: open a session, wait for the hold,
- * run the child under it, and stop the child the moment the hold is lost or
- * shmlock is told to stop. One poll loop over a signalfd, the supervisor's
- * pidfd and socket, the monitor's eventfd and timerfds for renewals and the
- * kill grace period: no signal handlers, no sleeping.
+ * The holder, forked by the wrapper (wrapper.c): open a session, wait for
+ * the hold, run the child under it, and stop the child the moment the hold
+ * is lost, shmlock is told to stop, or the wrapper dies. One poll loop over
+ * a signalfd, the wrapper's and the supervisor's pidfds, the supervisor's
+ * socket, the monitor's eventfd and timerfds for renewals and the kill
+ * grace period: no signal handlers, no sleeping.
+ *
+ * The session belongs to this process: the broker ends it, and releases
+ * the hold, when this process exits. So it exits last: it is the subreaper
+ * of the child's whole tree and releases only once it has no child left.
  */
 #include <errno.h>
 #include <poll.h>
@@ -21,6 +26,7 @@
 
 struct run {
 	const struct lock_opts *o;
+	const struct holder_env *env;
 	local_session *s;
 	uint64_t token;
 	sigset_t stop_set, orig_mask;
@@ -30,36 +36,37 @@ struct run {
 	int grace_tfd; /* ends the kill grace period */
 	struct monitor mon;
 	struct job job;
-	int stop_sig; /* the signal that made us stop the child */
-	int lost;     /* the code that told us the hold was lost */
+	int parent_fd;	 /* the wrapper's pidfd; -1 once it is gone */
+	int stop_sig;	 /* the signal that made us stop the child */
+	pid_t stop_from; /* who sent it */
+	int lost;	 /* the code that told us the hold was lost */
 	bool stopping;
+	bool orphaned; /* the wrapper was killed: nobody reads our status */
 };
 
 /* ---- signals ---- */
 
 /*
- * Take the stop signals by signalfd: block them before any thread exists,
- * so that every thread inherits the mask. A signal ignored when we start
- * (nohup, a shell's background job) stays ignored, for us and the child:
- * blocking it would make the kernel queue it after all.
+ * Take the stop signals by signalfd. The wrapper blocked them before it
+ * forked us, so every thread inherits the mask, and a signal it forwards
+ * before this point waits for us. We are in a process group of our own:
+ * the terminal's signals reach the wrapper, which forwards them, and a
+ * kill() of our pid reaches us alone; either is one stop request.
  */
 static int signals_setup(struct run *r)
 {
-	static const int stops[] = STOP_SIGNALS;
-	size_t i;
-
-	sigemptyset(&r->stop_set);
-	for (i = 0; i < sizeof(stops) / sizeof(stops[0]); i++) {
-		struct sigaction sa;
-
-		if (sigaction(stops[i], NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
-			continue;
-		sigaddset(&r->stop_set, stops[i]);
-	}
-	if (pthread_sigmask(SIG_BLOCK, &r->stop_set, &r->orig_mask))
-		return -EINVAL;
+	r->stop_set = r->env->stop_set;
+	r->orig_mask = r->env->orig_mask;
 	r->sfd = signalfd(-1, &r->stop_set, SFD_CLOEXEC | SFD_NONBLOCK);
 	return r->sfd < 0 ? -errno : 0;
+}
+
+/* Has the wrapper gone (killed: it waits for us otherwise)? */
+static bool parent_gone(struct run *r)
+{
+	struct pollfd p = { .fd = r->parent_fd, .events = POLLIN };
+
+	return r->parent_fd >= 0 && poll(&p, 1, 0) == 1;
 }
 
 static const char *signame(int sig)
@@ -71,12 +78,22 @@ static const char *signame(int sig)
 	return buf;
 }
 
-/* Read one pending stop signal: its number, or 0. */
-static int signal_read(struct run *r)
+/* Read one pending stop signal: its number (and its sender in *from, if
+ * given), or 0. */
+static int signal_read_from(struct run *r, pid_t *from)
 {
 	struct signalfd_siginfo si;
 
-	return read(r->sfd, &si, sizeof(si)) == sizeof(si) ? (int)si.ssi_signo : 0;
+	if (read(r->sfd, &si, sizeof(si)) != sizeof(si))
+		return 0;
+	if (from)
+		*from = (pid_t)si.ssi_pid;
+	return (int)si.ssi_signo;
+}
+
+static int signal_read(struct run *r)
+{
+	return signal_read_from(r, NULL);
 }
 
 /*
@@ -97,6 +114,13 @@ __attribute__((noreturn)) static void die_by(int sig)
 	raise(sig);
 	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 	_exit(128 + sig);
+}
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
 }
 
 /* ---- timers ---- */
@@ -221,14 +245,22 @@ static int acquire(struct run *r)
 	}
 	verbose(o, "waiting for %s%s", o->key, o->limit > 1 ? " (semaphore)" : "");
 	for (;;) {
-		struct pollfd p[3] = { { .fd = r->sfd, .events = POLLIN },
+		struct pollfd p[4] = { { .fd = r->sfd, .events = POLLIN },
 				       { .fd = a.efd, .events = POLLIN },
-				       { .fd = r->ttl_tfd, .events = POLLIN } };
+				       { .fd = r->ttl_tfd, .events = POLLIN },
+				       { .fd = r->parent_fd, .events = POLLIN } };
 		int sig;
 
-		if (poll(p, 3, -1) < 0 && errno != EINTR)
+		if (poll(p, 4, -1) < 0 && errno != EINTR)
 			continue;
 		sig = signal_read(r);
+		if (p[3].revents) {
+			/* The wrapper was killed: nobody waits for us any
+			 * more, nothing runs yet. Leave as for a signal. */
+			verbose(o, "shmlock (pid %d) was killed: giving up %s",
+				(int)r->env->wrapper, o->key);
+			sig = SIGKILL;
+		}
 		if (sig) {
 			verbose(o, "got %s while waiting for %s: giving up", signame(sig), o->key);
 			/* Granted meanwhile: give it back now, rather than
@@ -239,6 +271,10 @@ static int acquire(struct run *r)
 				if (!a.err)
 					local_release(r->s, o->key);
 				local_session_close(r->s);
+			}
+			if (sig == SIGKILL) {
+				fflush(NULL);
+				_exit(EXIT_FAIL);
 			}
 			die_by(sig);
 		}
@@ -268,7 +304,8 @@ static int start_child(struct run *r)
 	size_t kept = 0;
 	int err = -ENOMEM;
 
-	spec.take_tty = o->pass_stdin && isatty(0) && tcgetpgrp(0) == getpgrp();
+	spec.take_tty = r->env->take_tty;
+	spec.tty_pgrp = r->env->tty_pgrp;
 	spec.argv = child_argv(o);
 	spec.envp = child_env(o, r->token, local_session_id(r->s), &kept);
 	if (spec.argv && spec.envp)
@@ -332,15 +369,29 @@ static int run_child(struct run *r)
 			{ .fd = r->ttl_tfd, .events = POLLIN },
 			{ .fd = r->lease_tfd, .events = POLLIN },
 			{ .fd = r->grace_tfd, .events = POLLIN },
+			{ .fd = r->parent_fd, .events = POLLIN },
 		};
 		uint64_t n;
 		int sig, err;
+		pid_t from = 0;
 
 		if (poll(p, sizeof(p) / sizeof(p[0]), -1) < 0 && errno != EINTR)
 			continue;
-		while ((sig = signal_read(r))) {
-			if (!r->stop_sig && !r->lost)
+		while ((sig = signal_read_from(r, &from))) {
+			/* One request sent to every process of the job at
+			 * once (systemd's KillMode=control-group) reaches us
+			 * twice: from its sender, and forwarded by the
+			 * wrapper. Only a second signal from the same sender
+			 * asks for SIGKILL. */
+			if (r->stop_sig && from != r->stop_from) {
+				verbose(o, "got %s again, from pid %d: the same request",
+					signame(sig), (int)from);
+				continue;
+			}
+			if (!r->stop_sig && !r->lost) {
 				r->stop_sig = sig;
+				r->stop_from = from;
+			}
 			verbose(o, "got %s", signame(sig));
 			stop_child(r, sig);
 		}
@@ -359,6 +410,15 @@ static int run_child(struct run *r)
 		if (timer_fired(r->grace_tfd)) {
 			verbose(o, "grace period over: SIGKILL to process group %d",
 				(int)r->job.pgid);
+			job_kill(&r->job, SIGKILL);
+		}
+		if (p[7].revents) {
+			/* Killed, so that its user wants everything gone now;
+			 * and nobody will read our status. */
+			verbose(o, "shmlock (pid %d) was killed: SIGKILL to process group %d",
+				(int)r->env->wrapper, (int)r->job.pgid);
+			close_fd(&r->parent_fd);
+			r->orphaned = r->stopping = true;
 			job_kill(&r->job, SIGKILL);
 		}
 		if (p[2].revents)
@@ -413,16 +473,27 @@ static int open_session(struct run *r)
 	return 0;
 }
 
-static void close_fd(int *fd)
+/* While the last orphans die: keep the session and the lease alive, they
+ * must not expire while something of the child still runs. */
+static void renew_tick(void *arg)
 {
-	if (*fd >= 0)
-		close(*fd);
-	*fd = -1;
+	struct run *r = arg;
+
+	if (timer_fired(r->ttl_tfd))
+		local_session_renew(r->s);
+	if (timer_fired(r->lease_tfd))
+		local_renew(r->s, r->o->key, 0, NULL);
 }
 
-int lock_run(const struct lock_opts *o)
+int holder_run(const struct lock_opts *o, const struct holder_env *env)
 {
-	struct run r = { .o = o, .sfd = -1, .ttl_tfd = -1, .lease_tfd = -1, .grace_tfd = -1 };
+	struct run r = { .o = o,
+			 .env = env,
+			 .sfd = -1,
+			 .ttl_tfd = -1,
+			 .lease_tfd = -1,
+			 .grace_tfd = -1,
+			 .parent_fd = env->parent_pidfd };
 	bool session_free = true, started = false;
 	int err, status = 0, rc = EXIT_FAIL;
 	struct pollfd p;
@@ -463,11 +534,19 @@ int lock_run(const struct lock_opts *o)
 		r.stop_sig = signal_read(&r);
 		goto out_release;
 	}
+	if (parent_gone(&r)) {
+		r.orphaned = true;
+		goto out_release;
+	}
 	if (start_child(&r))
 		goto out_release;
 	started = true;
 	verbose(o, "started the child: process group %d", (int)r.job.pgid);
 	status = run_child(&r);
+	/* The supervisor is gone. If it was killed, or killed itself to end
+	 * a stubborn group, the orphans of the child's tree are ours now:
+	 * the hold stays until the last of them is. */
+	job_reap_orphans(renew_tick, &r);
 	report_child(&r, status);
 out_release:
 	monitor_stop(&r.mon);
@@ -494,6 +573,8 @@ out_close:
 	if (session_free)
 		local_session_close(r.s);
 	job_close(&r.job);
+	if (r.orphaned)
+		goto out;
 	if (r.stop_sig)
 		die_by(r.stop_sig);
 	if (r.lost)
@@ -507,5 +588,6 @@ out:
 	close_fd(&r.ttl_tfd);
 	close_fd(&r.lease_tfd);
 	close_fd(&r.grace_tfd);
+	close_fd(&r.parent_fd);
 	return rc;
 }

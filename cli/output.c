@@ -25,7 +25,7 @@ struct table *table_new(size_t ncols, const char *const *headers)
 	return t;
 }
 
-int table_add(struct table *t, const char *const *cells)
+static int add_row(struct table *t, const char *const *cells, bool escape)
 {
 	size_t i;
 
@@ -39,7 +39,8 @@ int table_add(struct table *t, const char *const *cells)
 		t->cap = cap;
 	}
 	for (i = 0; i < t->ncols; i++) {
-		char *c = strdup(cells[i] ? cells[i] : "-");
+		const char *v = cells[i] ? cells[i] : "-";
+		char *c = escape ? text_escape(v, strlen(v), 0) : strdup(v);
 
 		if (!c) {
 			while (i--)
@@ -50,6 +51,16 @@ int table_add(struct table *t, const char *const *cells)
 	}
 	t->nrows++;
 	return 0;
+}
+
+int table_add(struct table *t, const char *const *cells)
+{
+	return add_row(t, cells, true);
+}
+
+int table_add_escaped(struct table *t, const char *const *cells)
+{
+	return add_row(t, cells, false);
 }
 
 /* Display width: count UTF-8 lead bytes, so a name with é does not shift
@@ -102,53 +113,6 @@ void table_free(struct table *t)
 	free(t);
 }
 
-/* Length of the valid UTF-8 sequence at @s (at most @left bytes), 0 if none. */
-static size_t utf8_seq(const unsigned char *s, size_t left)
-{
-	size_t n, i;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf)
-		n = 2;
-	else if (s[0] >= 0xe0 && s[0] <= 0xef)
-		n = 3;
-	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-		n = 4;
-	else
-		return 0;
-	if (n > left)
-		return 0;
-	for (i = 1; i < n; i++)
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-	return n;
-}
-
-char *value_text(const char *v, size_t len)
-{
-	const unsigned char *s = (const unsigned char *)v;
-	char *out = malloc(4 * len + 1), *p = out;
-	size_t i = 0;
-
-	if (!out)
-		return NULL;
-	while (i < len) {
-		size_t n = utf8_seq(s + i, len - i);
-
-		if (n > 1 || (n == 1 && s[i] >= 0x20 && s[i] != 0x7f && s[i] != '\\')) {
-			memcpy(p, s + i, n);
-			p += n;
-			i += n;
-			continue;
-		}
-		p += sprintf(p, s[i] == '\\' ? "\\\\" : "\\x%02x", s[i]);
-		i++;
-	}
-	*p = '\0';
-	return out;
-}
-
 const char *kind_name(int kind)
 {
 	switch (kind) {
@@ -171,6 +135,34 @@ json_t *json_value_of(const char *v, size_t len)
 	json_t *j = json_stringn(v, len);
 
 	return j ? j : json_null();
+}
+
+json_t *json_text(const char *s, bool *encoded)
+{
+	json_t *j = json_string(s);
+	char *pct;
+
+	*encoded = !j;
+	if (j)
+		return j;
+	pct = percent_encode(s);
+	j = pct ? json_string(pct) : NULL;
+	free(pct);
+	return j;
+}
+
+int json_set_text(json_t *obj, const char *field, const char *s)
+{
+	bool encoded;
+	json_t *j = json_text(s, &encoded);
+	char name[64];
+
+	if (!j || json_object_set_new(obj, field, j))
+		return -ENOMEM;
+	if (!encoded)
+		return 0;
+	snprintf(name, sizeof(name), "%s_encoding", field);
+	return json_object_set_new(obj, name, json_string("percent")) ? -ENOMEM : 0;
 }
 
 int json_emit(json_t *j, bool one_line)

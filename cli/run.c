@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-/* The child's process group, seen from shmlock: start, signal, reap. */
+/* The child's process group, seen from the holder: start, signal, reap. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/pidfd.h>
 #include <sys/socket.h>
@@ -30,8 +31,8 @@ int job_start(struct job *j, const struct job_spec *spec)
 		return err;
 	}
 	if (j->pid == 0) {
-		/* Our end must close with shmlock alone: its EOF is how the
-		 * supervisor learns that shmlock died. */
+		/* Our end must close with the holder alone: its EOF is how the
+		 * supervisor learns that the holder died. */
 		close(sv[0]);
 		supervise(spec, sv[1], parent);
 	}
@@ -42,6 +43,7 @@ int job_start(struct job *j, const struct job_spec *spec)
 	setpgid(j->pid, j->pid);
 	j->pgid = j->pid;
 	j->took_tty = spec->take_tty;
+	j->tty_pgrp = spec->tty_pgrp;
 	j->pidfd = (int)pidfd_open(j->pid, 0);
 	if (j->pidfd < 0) {
 		err = -errno;
@@ -100,12 +102,12 @@ void job_close(struct job *j)
 	if (j->took_tty) {
 		sigset_t ttou, old;
 
-		/* We are a background group now: without blocking SIGTTOU,
-		 * taking the terminal back would stop us. */
+		/* We are a background group: without blocking SIGTTOU,
+		 * handing the terminal back would stop us. */
 		sigemptyset(&ttou);
 		sigaddset(&ttou, SIGTTOU);
 		pthread_sigmask(SIG_BLOCK, &ttou, &old);
-		tcsetpgrp(0, getpgrp());
+		tcsetpgrp(0, j->tty_pgrp);
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		j->took_tty = false;
 	}
@@ -114,4 +116,30 @@ void job_close(struct job *j)
 	if (j->sock >= 0)
 		close(j->sock);
 	j->pidfd = j->sock = -1;
+}
+
+void job_reap_orphans(void (*tick)(void *arg), void *arg)
+{
+	pid_t self = getpid();
+	int status;
+
+	for (;;) {
+		pid_t r;
+
+		/* Signal before each wait: the children of those we kill
+		 * come to us in turn. Only this thread reaps, so the pids we
+		 * read are still our children when we signal them. */
+		proc_signal_children(self, SIGKILL);
+		r = waitpid(-1, &status, WNOHANG);
+		if (r < 0 && errno == ECHILD)
+			return;
+		if (r > 0 || (r < 0 && errno == EINTR))
+			continue;
+		/* Some child still runs (a process in the kernel's
+		 * uninterruptible sleep dies when it leaves it): the hold
+		 * stays, and so does the session. */
+		poll(NULL, 0, 10);
+		if (tick)
+			tick(arg);
+	}
 }

@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: MIT
 /*
- * The supervisor: a forked copy of shmlock that sits between it and the
- * child. shmlock is multi-threaded when it forks, so everything here must be
- * async-signal-safe: system calls only, no stdio, no malloc.
+ * The supervisor: a forked copy of the holder (lock_run.c) that sits
+ * between it and the child. The holder is multi-threaded when it forks, so
+ * everything here must be async-signal-safe: system calls only, no stdio,
+ * no malloc.
  *
  * Why a process in between, rather than PR_SET_PDEATHSIG on the child
  * alone: the death signal reaches only the child, while a shell's own
  * children (and theirs) would go on running without the lock. The
- * supervisor leads the child's process group and is its subreaper, so it
- * can kill the whole group when shmlock dies, and it knows when the last
- * process of the group has exited: only then does shmlock release the hold.
+ * supervisor leads the child's process group and is the subreaper of the
+ * child's whole tree, so it can kill the group when the holder dies, stop
+ * what escaped the group, and it knows when the last process of the tree
+ * has exited: only then does the holder release the hold.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,8 +25,8 @@
 
 #include "lock.h"
 
-/* Signals the supervisor must survive: the stop signals shmlock sends to
- * the whole group, and job control meant for the child. */
+/* Signals the supervisor must survive: the stop signals the holder sends
+ * to the whole group, and job control meant for the child. */
 static const int shielded[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU };
 #define NSHIELDED (sizeof(shielded) / sizeof(shielded[0]))
 
@@ -32,7 +34,7 @@ static void report(int sock, int type, int value)
 {
 	struct job_msg m = { type, value };
 
-	/* Nothing to do on failure: shmlock is gone, and the group with it. */
+	/* Nothing to do on failure: the holder is gone, and the group with it. */
 	(void)!send(sock, &m, sizeof(m), MSG_NOSIGNAL);
 }
 
@@ -87,19 +89,55 @@ static bool reap(int sock, pid_t child, bool done)
 	return done;
 }
 
-/* Does the group still have members among our children (and, through our
- * subreaping, the child's orphans)? The supervisor itself does not count. */
-static bool group_busy(pid_t pgid)
+/* Is any child of ours left (alive: reap() took the zombies)? Our children
+ * are the child and, through our subreaping, every orphan of its tree,
+ * whatever process group or session it moved to. */
+static bool children_left(void)
 {
 	siginfo_t si = { 0 };
 
-	return waitid(P_PGID, (id_t)pgid, &si, WEXITED | WNOHANG | WNOWAIT) == 0;
+	return waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == 0;
+}
+
+/*
+ * SIGTERM, once each, to the processes that escaped the child's group
+ * (setsid(), setpgid()) and became ours when their parent died; @termed
+ * remembers whom. A full list only means a second SIGTERM to some.
+ */
+static void term_escapees(pid_t self, pid_t *termed, size_t *nterm, size_t max)
+{
+	pid_t kids[128];
+	size_t n = proc_children(self, kids, sizeof(kids) / sizeof(kids[0])), i, j;
+
+	for (i = 0; i < n; i++) {
+		/* The group had its SIGTERM. */
+		if (getpgid(kids[i]) == self)
+			continue;
+		for (j = 0; j < *nterm && termed[j] != kids[i]; j++)
+			;
+		if (j < *nterm)
+			continue;
+		if (*nterm < max)
+			termed[(*nterm)++] = kids[i];
+		kill(kids[i], SIGTERM);
+	}
+}
+
+/* SIGKILL to everything below us. It ends this process too (we lead the
+ * group): the holder above us is a subreaper as well, and kills and reaps
+ * whatever orphans we leave. */
+__attribute__((noreturn)) static void kill_all(pid_t self)
+{
+	proc_signal_children(self, SIGKILL);
+	kill(-self, SIGKILL);
+	_exit(127); /* not reached */
 }
 
 void supervise(const struct job_spec *spec, int sock, pid_t parent)
 {
 	struct sigaction ign = { .sa_handler = SIG_IGN }, saved[NSHIELDED];
-	pid_t self = getpid(), child;
+	pid_t self = getpid(), child, termed[256];
+	size_t nterm = 0;
 	int64_t kill_at = -1;
 	sigset_t set;
 	bool done = false;
@@ -107,6 +145,7 @@ void supervise(const struct job_spec *spec, int sock, pid_t parent)
 	int sfd;
 
 	setpgid(0, 0);
+	prctl(PR_SET_NAME, "shmlock-super"); /* for ps */
 	/* Orphans of the child become ours, so we can wait for them. */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	for (i = 0; i < NSHIELDED; i++)
@@ -117,7 +156,7 @@ void supervise(const struct job_spec *spec, int sock, pid_t parent)
 	sigaddset(&set, SIGCHLD);
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-	/* shmlock may have died before we could notice: then kill nothing
+	/* The holder may have died before we could notice: then kill nothing
 	 * but ourselves, the child does not exist yet. */
 	if (sfd < 0 || getppid() != parent) {
 		report(sock, JOB_EXEC_FAILED, sfd < 0 ? errno : ESRCH);
@@ -146,24 +185,28 @@ void supervise(const struct job_spec *spec, int sock, pid_t parent)
 		}
 		if (poll(p, 2, timeout) < 0 && errno != EINTR)
 			break;
-		/* shmlock never writes: readable means it has gone, however it
-		 * died. The child must not run on without the lock. */
+		/* The holder never writes: readable means it has gone (only
+		 * SIGKILL does that), and the hold with it. The child must not
+		 * run on without the lock. */
 		if (p[0].revents)
-			kill(-self, SIGKILL);
+			kill_all(self);
 		while (read(sfd, &si, sizeof(si)) == sizeof(si))
 			;
 		done = reap(sock, child, done);
-		if (done && !group_busy(self))
+		if (done && !children_left())
 			_exit(0);
 		if (done && kill_at < 0) {
-			/* The child left processes behind in its group: they
-			 * would run on without the lock. Stop them too. */
+			/* The child left processes behind, in its group or
+			 * out of it: they would run on without the lock. */
 			kill(-self, SIGTERM);
 			kill_at = now_ms() + spec->grace_ms;
 		}
 		if (kill_at >= 0 && now_ms() >= kill_at)
-			kill(-self, SIGKILL);
+			kill_all(self);
+		/* At every wake-up: escapees keep coming to us as their
+		 * parents die. */
+		if (kill_at >= 0)
+			term_escapees(self, termed, &nterm, sizeof(termed) / sizeof(termed[0]));
 	}
-	kill(-self, SIGKILL);
-	_exit(127);
+	kill_all(self);
 }

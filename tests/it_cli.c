@@ -185,6 +185,13 @@ static uint32_t holders_of(local_session *s, const char *key)
 	return local_info(s, key, &info) ? 999 : info.holders;
 }
 
+static pid_t holder_pid_of(local_session *s, const char *key)
+{
+	static struct local_key_info info;
+
+	return local_info(s, key, &info) ? -1 : info.holder_pid;
+}
+
 static uint32_t waiters_of(local_session *s, const char *key)
 {
 	static struct local_key_info info;
@@ -906,17 +913,20 @@ TEST(cli, lost_lease_stops_child, 20)
 	static char out[OUT_MAX], err[OUT_MAX];
 	struct broker_proc b;
 	local_session *obs;
-	pid_t child, grandchild;
+	pid_t child, grandchild, holder;
 	struct proc p;
 
 	use_broker(&b);
 	obs = open_session(&b, "observer", 0, 0);
 	start_family(&p, ARGS("lock", "-lease=200ms", "-lock-delay=0", "svc", FAMILY), &child,
 		     &grandchild);
-	/* A stopped shmlock cannot renew: the broker expires the lease. */
-	kill(p.pid, SIGSTOP);
+	/* A stopped holder (the process of the session, a child of the
+	 * shmlock started) cannot renew: the broker expires the lease. */
+	holder = holder_pid_of(obs, "svc");
+	CHECK(holder > 0 && holder != p.pid);
+	kill(holder, SIGSTOP);
 	CHECK(WAIT_FOR(holders_of(obs, "svc") == 0, 5000));
-	kill(p.pid, SIGCONT);
+	kill(holder, SIGCONT);
 	CHECK_EXIT(cli_finish(&p, out, err, 10000), 3, err);
 	/* "its lease expired", or "released by an operator, or expired" when
 	 * the main thread's renew was first to learn of the expiry. */
@@ -1013,6 +1023,104 @@ TEST(cli, inspection_json_parses, 30)
 	/* -socket instead of the environment. */
 	unsetenv("SHMLOCK_SOCKET");
 	CHECK_EXIT(cli_run(ARGS("status", "-socket", b.sock), NULL, out, err, 5000), 0, err);
+	broker_stop(&b);
+}
+
+/* ---- hostile names (issue 18, item 13) ---- */
+
+#define EVIL_KEY     "evil\x1b[2J\nFORGED-KEY  lock  1"
+#define EVIL_NAME    "name\x1b]0;pwned\x07\nFORGED-NAME\xc2\x9b" "31m"
+#define EVIL_VALUE   "v\x1b[31m\r\nFORGED-VALUE\"\\"
+#define NOT_UTF8_KEY "bad\xff\xfe/key"
+
+/* Human output must carry no raw control character of a name: no ESC, no
+ * C1 CSI (U+009B), no BEL, and no line a name started. */
+static void check_clean(const char *what, const char *text)
+{
+	const char *p;
+
+	if (strchr(text, '\x1b') || strchr(text, '\x07') || strchr(text, '\r') ||
+	    strstr(text, "\xc2\x9b"))
+		FAIL_AT("%s: a raw control character in: %s", what, text);
+	for (p = text; (p = strstr(p, "FORGED")); p++)
+		if (p == text || p[-1] == '\n')
+			FAIL_AT("%s: a forged line in: %s", what, text);
+}
+
+TEST(cli, hostile_names_are_escaped, 30)
+{
+	static char out[OUT_MAX], err[OUT_MAX];
+	struct local_acquire_opts v = { .timeout_ms = -1,
+					 .value = EVIL_VALUE,
+					 .value_len = sizeof(EVIL_VALUE) - 1 };
+	struct broker_proc b;
+	local_session *s;
+
+	use_broker(&b);
+	s = open_session(&b, EVIL_NAME, 0, 0);
+	CHECK_OK(local_lock(s, EVIL_KEY, &v, NULL));
+	CHECK_OK(local_lock(s, NOT_UTF8_KEY, NULL, NULL));
+
+	CHECK_EXIT(cli_run(ARGS("keys"), NULL, out, err, 5000), 0, err);
+	check_clean("keys", out);
+	CHECK_HAS(out, "evil\\x1b[2J\\nFORGED-KEY");
+	CHECK_HAS(out, "name\\x1b]0;pwned\\x07\\nFORGED-NAME\\xc2\\x9b31m");
+	CHECK_HAS(out, "bad\\xff\\xfe/key");
+	CHECK_EXIT(cli_run(ARGS("keys", "-json"), NULL, out, err, 5000), 0, err);
+	CHECK_JQ(out, "map(select(.key == \"evil\\u001b[2J\\nFORGED-KEY  lock  1\"))[0] | "
+		      ".holders[0].name == \"name\\u001b]0;pwned\\u0007\\nFORGED-NAME\\u009b31m\"");
+	CHECK_JQ(out, "map(select(.key_encoding == \"percent\"))[0].key == \"bad%FF%FE%2Fkey\"");
+
+	CHECK_EXIT(cli_run(ARGS("info", EVIL_KEY), NULL, out, err, 5000), 0, err);
+	check_clean("info", out);
+	CHECK_HAS(out, "v\\x1b[31m\\r\\nFORGED-VALUE\"\\\\");
+	CHECK_EXIT(cli_run(ARGS("info", "-json", EVIL_KEY), NULL, out, err, 5000), 0, err);
+	CHECK_JQ(out, ".value == \"v\\u001b[31m\\r\\nFORGED-VALUE\\\"\\\\\" and ("
+		      ".holders[0].name | startswith(\"name\\u001b\"))");
+	CHECK_EXIT(cli_run(ARGS("info", "-json", NOT_UTF8_KEY), NULL, out, err, 5000), 0, err);
+	CHECK_JQ(out, ".key == \"bad%FF%FE%2Fkey\" and .key_encoding == \"percent\" and "
+		      ".holder_count == 1");
+
+	CHECK_EXIT(cli_run(ARGS("sessions"), NULL, out, err, 5000), 0, err);
+	check_clean("sessions", out);
+	CHECK_HAS(out, "FORGED-NAME");
+	CHECK_EXIT(cli_run(ARGS("sessions", "-json"), NULL, out, err, 5000), 0, err);
+	CHECK_JQ(out, "map(select(.name | startswith(\"name\\u001b]0;pwned\"))) | length == 1");
+
+	CHECK_EXIT(cli_run(ARGS("leader", EVIL_KEY), NULL, out, err, 5000), 0, err);
+	check_clean("leader", out);
+	CHECK_EXIT(cli_run(ARGS("leader", "-json", EVIL_KEY), NULL, out, err, 5000), 0, err);
+	CHECK_JQ(out, ".key == \"evil\\u001b[2J\\nFORGED-KEY  lock  1\" and "
+		      "(.leader.name | endswith(\"FORGED-NAME\\u009b31m\"))");
+
+	CHECK_EXIT(cli_run(ARGS("watch", "-timeout=50ms", EVIL_KEY), NULL, out, err, 5000), 0,
+		   err);
+	check_clean("watch", out);
+	/* A quote in a name or value cannot close its field either. */
+	CHECK_HAS(out, "value=\"v\\x1b[31m\\r\\nFORGED-VALUE\\\"\\\\\"\n");
+	CHECK_EXIT(cli_run(ARGS("watch", "-json", "-timeout=50ms", NOT_UTF8_KEY), NULL, out, err,
+			   5000),
+		   0, err);
+	CHECK_JQ(out, ".key_encoding == \"percent\" and (.holder.name | test(\"FORGED\"))");
+
+	/* Error messages echo the key escaped. */
+	CHECK_EXIT(cli_run(ARGS("release", "-force", "gone\x1b[2J\nFORGED-ERROR"), NULL, out, err,
+			   5000),
+		   1, err);
+	check_clean("release error", err);
+	CHECK_HAS(err, "gone\\x1b[2J\\nFORGED-ERROR is not held");
+	CHECK_EXIT(cli_run(ARGS("lock", "-try=100ms", EVIL_KEY, "true"), NULL, out, err, 5000), 1,
+		   err);
+	check_clean("lock timeout", err);
+	CHECK_HAS(err, "waiting for evil\\x1b[2J\\nFORGED-KEY");
+	CHECK_EXIT(cli_run(ARGS("bogus\x1b[2J\nFORGED-CMD"), NULL, out, err, 5000), 1, err);
+	check_clean("unknown command", err);
+	CHECK_EXIT(cli_run(ARGS("lock", "-verbose", "-name", EVIL_NAME, "k\x1b[1m", "true"), NULL,
+			   out, err, 10000),
+		   0, err);
+	check_clean("lock -verbose", err);
+	CHECK_HAS(err, "acquired k\\x1b[1m");
+	local_session_close(s);
 	broker_stop(&b);
 }
 
