@@ -51,7 +51,11 @@ struct timer_heap {
 struct bsession {
 	uint8_t id[16];
 	uint32_t slot, gen;
-	int pidfd; /* -1: no process check */
+	int pidfd; /* -1: no process check, or its process has exited */
+	/* local_session_bind_process(): a child of the session's process that
+	 * must exit too before the session ends (-1: none). */
+	int bound_pidfd;
+	pid_t bound_pid;
 	struct cds_lfht_node node;
 	struct rcu_head rcu;
 };
@@ -170,6 +174,8 @@ int session_open(struct broker *b, const struct proto_open *req, int pidfd, pid_
 		 uid_t uid, uint64_t start_time, struct proto_reply *rep);
 /* Close by id. @voluntary: the owner asked (no lock-delay). */
 int session_close_id(struct broker *b, const uint8_t id[16], bool voluntary);
+/* MSG_BIND from process @peer: bind its child @pid to the session @id. */
+int session_bind(struct broker *b, const uint8_t id[16], pid_t peer, pid_t pid);
 /* The slot of the live session @id, or IDX_NONE. */
 uint32_t session_slot_of(struct broker *b, const uint8_t id[16]);
 /* End the session in @slot (@lost: apply lock-delay); @why goes to the log. */

@@ -122,6 +122,17 @@ static int close_allowed(struct broker *b, int conn)
 	return err;
 }
 
+/* MSG_BIND: only the session's own process may bind its child. */
+static int bind_allowed(struct broker *b, int conn, const struct proto_bind *req)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+
+	if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return -LOCAL_EDENIED;
+	return session_bind(b, req->id, cred.pid, req->pid);
+}
+
 static void send_reply(int conn, const struct proto_reply *rep, int fd)
 {
 	union {
@@ -177,6 +188,9 @@ void loop_handle_conn(struct broker *b, int conn)
 			rep.status = close_allowed(b, conn);
 			if (!rep.status)
 				rep.status = session_close_id(b, req.sid.id, true);
+			break;
+		case MSG_BIND:
+			rep.status = bind_allowed(b, conn, &req.bind);
 			break;
 		case MSG_DESTROY:
 			rep.status = operator_allowed(b, conn);

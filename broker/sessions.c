@@ -51,12 +51,19 @@ static void bsession_free_rcu(struct rcu_head *head)
 	free(caa_container_of(head, struct bsession, rcu));
 }
 
+static void unwatch_pidfd(struct broker *b, int *fd)
+{
+	if (*fd >= 0) {
+		loop_unwatch_fd(b, *fd);
+		close(*fd);
+		*fd = -1;
+	}
+}
+
 static void forget(struct broker *b, struct bsession *bs)
 {
-	if (bs->pidfd >= 0) {
-		loop_unwatch_fd(b, bs->pidfd);
-		close(bs->pidfd);
-	}
+	unwatch_pidfd(b, &bs->pidfd);
+	unwatch_pidfd(b, &bs->bound_pidfd);
 	b->by_slot[bs->slot] = NULL;
 	urcu_memb_read_lock();
 	cds_lfht_del(b->by_id, &bs->node);
@@ -88,6 +95,7 @@ static struct bsession *track(struct broker *b, uint32_t slot, uint32_t gen, con
 	bs->slot = slot;
 	bs->gen = gen;
 	bs->pidfd = pidfd;
+	bs->bound_pidfd = -1;
 	cds_lfht_node_init(&bs->node);
 	urcu_memb_read_lock();
 	cds_lfht_add(b->by_id, id_hash(id), &bs->node);
@@ -487,25 +495,71 @@ int force_release(struct broker *b, const struct proto_force_release *req)
 	return n ? 0 : -LOCAL_ENOTHELD;
 }
 
+/* Has the process behind @fd exited? (-1: it had already.) */
+static bool pidfd_exited(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return fd < 0 || poll(&p, 1, 0) == 1;
+}
+
+int session_bind(struct broker *b, const uint8_t id[16], pid_t peer, pid_t pid)
+{
+	uint32_t slot = session_slot_of(b, id);
+	struct bsession *bs;
+	pid_t parent = 0;
+	int fd;
+
+	if (slot == IDX_NONE || !(bs = b->by_slot[slot]) || bs->pidfd < 0)
+		return -LOCAL_ESESSION;
+	/* Only the session's own process, for a child of its own: that child
+	 * cannot be reaped, so its pid not reused, while its parent waits for
+	 * this answer. */
+	if (peer != b->seg.sessions[slot].creator_pid)
+		return -LOCAL_EDENIED;
+	fd = (int)pidfd_open(pid, 0);
+	if (fd < 0)
+		return -EINVAL;
+	if (proc_parent(pid, &parent) || parent != peer) {
+		close(fd);
+		return -EINVAL;
+	}
+	unwatch_pidfd(b, &bs->bound_pidfd);
+	bs->bound_pidfd = fd;
+	bs->bound_pid = pid;
+	loop_watch_fd(b, fd, TAG_PIDFD | slot);
+	return 0;
+}
+
 void session_died(struct broker *b, uint32_t slot)
 {
-	struct pollfd p = { .events = POLLIN };
+	struct bsession *bs;
+	bool main_gone;
 
-	if (slot >= b->seg.caps.max_sessions || !b->by_slot[slot])
+	if (slot >= b->seg.caps.max_sessions || !(bs = b->by_slot[slot]))
 		return;
 	/* A stale event from this epoll batch may name a slot that a new
 	 * session took meanwhile: only a readable pidfd means death. */
-	p.fd = b->by_slot[slot]->pidfd;
-	if (p.fd < 0 || poll(&p, 1, 0) != 1)
+	main_gone = bs->pidfd >= 0 && pidfd_exited(bs->pidfd);
+	if (bs->bound_pidfd >= 0 && pidfd_exited(bs->bound_pidfd)) {
+		unwatch_pidfd(b, &bs->bound_pidfd);
+		if (bs->pidfd >= 0 && !main_gone)
+			return; /* the session's own process still runs */
+	} else if (!main_gone) {
 		return;
-	/* First the lock words it died inside of: marked, the sweep below
-	 * (or whoever comes first) takes them at once and repairs. */
-	segment_reap_locks(&b->seg, (uint32_t)b->seg.sessions[slot].creator_pid);
-	if (!b->seg.sessions[slot].pid) {
-		/* No process check: the session lives on without its process. */
-		loop_unwatch_fd(b, p.fd);
-		close(p.fd);
-		b->by_slot[slot]->pidfd = -1;
+	}
+	if (main_gone) {
+		/* First the lock words it died inside of: marked, the sweep
+		 * below (or whoever comes first) takes them and repairs. */
+		segment_reap_locks(&b->seg, (uint32_t)b->seg.sessions[slot].creator_pid);
+		unwatch_pidfd(b, &bs->pidfd);
+	}
+	if (!b->seg.sessions[slot].pid || bs->bound_pidfd >= 0) {
+		/* No process check (the session outlives its process), or a
+		 * bound process still runs: only the locks were its. */
+		if (bs->bound_pidfd >= 0)
+			blog(LOG_INFO, "session slot %u: its process exited; kept until pid %d, "
+			     "bound to it, exits too", slot, (int)bs->bound_pid);
 		repair_dead_mutexes(b);
 		return;
 	}

@@ -151,6 +151,8 @@ struct job {
  * whole group if the holder dies. Returns 0 or -errno.
  */
 int job_start(struct job *j, const struct job_spec *spec);
+/* Let the supervisor start the child (after binding it to the session). */
+int job_go(const struct job *j);
 /* Send @sig to the job's process group. */
 void job_kill(const struct job *j, int sig);
 /* Read the supervisor's pending messages (non-blocking). */

@@ -310,6 +310,17 @@ static int start_child(struct run *r)
 	spec.envp = child_env(o, r->token, local_session_id(r->s), &kept);
 	if (spec.argv && spec.envp)
 		err = job_start(&r->job, &spec);
+	if (!err) {
+		/* The session now ends only when the supervisor, which exits
+		 * after the child's whole tree, has exited too: a SIGKILL of
+		 * this process releases nothing while the command still runs. */
+		int b = local_session_bind_process(r->s, r->job.pid);
+
+		if (b)
+			verbose(o, "could not bind the supervisor to the session (%s): a kill "
+				"of this process would release the hold at once", local_strerror(b));
+		err = job_go(&r->job);
+	}
 	if (err)
 		errorf("cannot start the child: %s", strerror(-err));
 	child_argv_free(o, spec.argv);

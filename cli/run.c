@@ -56,6 +56,11 @@ int job_start(struct job *j, const struct job_spec *spec)
 	return 0;
 }
 
+int job_go(const struct job *j)
+{
+	return send(j->sock, "g", 1, MSG_NOSIGNAL) == 1 ? 0 : -errno;
+}
+
 void job_kill(const struct job *j, int sig)
 {
 	/* Only while the supervisor is unreaped: until then its pid, which

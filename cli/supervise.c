@@ -126,11 +126,31 @@ static void term_escapees(pid_t self, pid_t *termed, size_t *nterm, size_t max)
 /* SIGKILL to everything below us. It ends this process too (we lead the
  * group): the holder above us is a subreaper as well, and kills and reaps
  * whatever orphans we leave. */
-__attribute__((noreturn)) static void kill_all(pid_t self)
+/*
+ * SIGKILL the child's whole tree and exit only once it is gone. The holder
+ * bound us to its session (local_session_bind_process()), so when it has
+ * been killed, our exit is what releases the hold: every descendant,
+ * escapees of the group included, must be dead by then. As a subreaper we
+ * inherit each generation as the one above it dies; kill ours until none
+ * is left. Each round waits for a SIGCHLD (or 50 ms), and each kills a whole
+ * generation, so this ends as soon as the tree does.
+ */
+__attribute__((noreturn)) static void kill_all(pid_t self, int sfd)
 {
-	proc_signal_children(self, SIGKILL);
-	kill(-self, SIGKILL);
-	_exit(127); /* not reached */
+	struct signalfd_siginfo si;
+
+	for (;;) {
+		struct pollfd p = { .fd = sfd, .events = POLLIN };
+
+		proc_signal_children(self, SIGKILL);
+		while (waitpid(-1, NULL, WNOHANG) > 0)
+			;
+		if (!children_left())
+			_exit(127);
+		poll(&p, 1, 50);
+		while (read(sfd, &si, sizeof(si)) == sizeof(si))
+			;
+	}
 }
 
 void supervise(const struct job_spec *spec, int sock, pid_t parent)
@@ -162,6 +182,14 @@ void supervise(const struct job_spec *spec, int sock, pid_t parent)
 		report(sock, JOB_EXEC_FAILED, sfd < 0 ? errno : ESRCH);
 		_exit(127);
 	}
+	/* Start the child only once the holder has bound us to its session
+	 * (job_go()): from then on the hold outlives whichever of the two is
+	 * killed first, so no command ever runs without it. EOF: the holder
+	 * died first; nothing was started. */
+	if (recv(sock, &(char){ 0 }, 1, 0) != 1) {
+		report(sock, JOB_EXEC_FAILED, ESRCH);
+		_exit(127);
+	}
 	child = fork();
 	if (child < 0) {
 		report(sock, JOB_EXEC_FAILED, errno);
@@ -189,7 +217,7 @@ void supervise(const struct job_spec *spec, int sock, pid_t parent)
 		 * SIGKILL does that), and the hold with it. The child must not
 		 * run on without the lock. */
 		if (p[0].revents)
-			kill_all(self);
+			kill_all(self, sfd);
 		while (read(sfd, &si, sizeof(si)) == sizeof(si))
 			;
 		done = reap(sock, child, done);
@@ -202,11 +230,11 @@ void supervise(const struct job_spec *spec, int sock, pid_t parent)
 			kill_at = now_ms() + spec->grace_ms;
 		}
 		if (kill_at >= 0 && now_ms() >= kill_at)
-			kill_all(self);
+			kill_all(self, sfd);
 		/* At every wake-up: escapees keep coming to us as their
 		 * parents die. */
 		if (kill_at >= 0)
 			term_escapees(self, termed, &nterm, sizeof(termed) / sizeof(termed[0]));
 	}
-	kill_all(self);
+	kill_all(self, sfd);
 }

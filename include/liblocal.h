@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -128,6 +129,18 @@ LOCAL_API int local_session_open(const struct local_session_opts *opts,
  * returns -LOCAL_EBROKER. @s must not be used afterwards.
  */
 LOCAL_API int local_session_close(local_session *s);
+
+/*
+ * Bind @pid, a child of this process (not yet reaped), to the session too:
+ * the broker then ends the session, and releases its holds, only once this
+ * process AND @pid have exited. For a wrapper that runs a command under a
+ * hold (shmlock lock): whichever process is killed first, the hold outlives
+ * the one that supervises the command. One bound process per session; a
+ * second call replaces the first. Kept by the running broker only (a broker
+ * restart forgets it). Errors: -EINVAL (@pid not a child of this process, or
+ * <= 0), -LOCAL_ESESSION, -LOCAL_EBROKER, -LOCAL_EDENIED.
+ */
+LOCAL_API int local_session_bind_process(local_session *s, pid_t pid);
 
 /*
  * Renew the session's TTL: a store into shared memory, no system call.

@@ -422,6 +422,24 @@ static int send_close(const local_session *s)
 	return err ? err : rep.status;
 }
 
+int local_session_bind_process(local_session *s, pid_t pid)
+{
+	struct proto_bind req;
+	struct proto_reply rep;
+	int err = session_usable(s);
+
+	if (err)
+		return err;
+	if (pid <= 0)
+		return -EINVAL;
+	memset(&req, 0, sizeof(req));
+	proto_init_hdr(&req.hdr, MSG_BIND, sizeof(req));
+	memcpy(req.id, s->raw_id, sizeof(req.id));
+	req.pid = pid;
+	err = broker_call(s->socket_path, &req, sizeof(req), &rep, NULL, 0);
+	return err ? err : rep.status;
+}
+
 int local_session_close(local_session *s)
 {
 	int err;

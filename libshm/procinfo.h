@@ -10,4 +10,7 @@
 /* Field 22 of /proc/PID/stat (clock ticks since boot). 0 or -errno. */
 int proc_start_time(pid_t pid, uint64_t *out);
 
+/* Field 4 of /proc/PID/stat: the parent's pid. 0 or -errno. */
+int proc_parent(pid_t pid, pid_t *out);
+
 #endif

@@ -74,6 +74,13 @@ int proto_decode_request(const void *buf, size_t len, union proto_request *out)
 		    !out->op.key_len)
 			return -LOCAL_EPROTO;
 		return type;
+	case MSG_BIND:
+		if (len != sizeof(out->bind))
+			return -LOCAL_EPROTO;
+		memcpy(&out->bind, buf, len);
+		if (out->bind.pid <= 0 || out->bind.reserved)
+			return -LOCAL_EPROTO;
+		return type;
 	case MSG_CLOSE:
 	case MSG_DESTROY:
 		if (len != sizeof(out->sid))

@@ -22,6 +22,7 @@ enum proto_type {
 	MSG_CLOSE = 2,	 /* close a session by id (the id is the secret) */
 	MSG_DESTROY = 3, /* operator: invalidate any session by id */
 	MSG_FORCE_RELEASE = 4, /* operator: release a key from a holder, or all */
+	MSG_BIND = 5, /* bind a child of the session's process to the session too */
 	/*
 	 * Operator requests served by the broker itself, without a session:
 	 * they work with every table full, and read the segment with bounded
@@ -162,10 +163,20 @@ struct proto_op_stats {
 	uint64_t crash_cleanups, repairs, quarantined, sessions_opened, sessions_closed;
 };
 
+/* MSG_BIND: the session @id ends only once @pid, a child of the process
+ * that opened it, has exited too. */
+struct proto_bind {
+	struct proto_hdr hdr;
+	uint8_t id[16];
+	int32_t pid;
+	uint32_t reserved;
+};
+
 union proto_request {
 	struct proto_hdr hdr;
 	struct proto_open open;
 	struct proto_session_id sid;
+	struct proto_bind bind;
 	struct proto_force_release force;
 	struct proto_op op;
 };

@@ -2,7 +2,9 @@
 /* Sessions against a real broker: TTL, close, fork, caps, pidfd fallback. */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include "broker_fixture.h"
@@ -335,5 +337,59 @@ TEST(sessions, behavior_delete_drops_values_when_the_session_ends, 20)
 	CHECK_OK(local_session_close(rel));
 	CHECK_EQ(value_len_of(obs, "bd/delete"), 0);
 	CHECK_EQ(value_len_of(obs, "bd/release"), 8);
+	broker_stop(&b);
+}
+
+/* Child: open a session, take the key, fork a grandchild that sleeps, bind
+ * it to the session, report its pid, then wait to be killed. */
+static void binder(void *p, int in, int out)
+{
+	const struct broker_proc *b = p;
+	local_session *s = open_session(b, "binder", 0, 0);
+	char buf[8];
+	pid_t kid;
+
+	CHECK_OK(local_lock(s, "bind/k", NULL, NULL));
+	CHECK_RC(local_session_bind_process(s, getppid()), -EINVAL); /* not our child */
+	kid = fork();
+	CHECK(kid >= 0);
+	if (kid == 0) {
+		for (;;)
+			pause();
+	}
+	CHECK_OK(local_session_bind_process(s, kid));
+	say(out, "bound %d", (int)kid);
+	hear(in, buf, sizeof(buf));
+}
+
+/*
+ * local_session_bind_process(): the session outlives its own process while
+ * the bound child runs, and ends (releasing, with lock-delay) when that
+ * child exits too. Another process cannot bind to a session not its own.
+ */
+TEST(sessions, a_bound_child_keeps_the_session_until_it_exits, 30)
+{
+	struct broker_proc b;
+	local_session *obs;
+	struct child c;
+	char line[64];
+	int kid;
+
+	CHECK(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0); /* the orphan is ours */
+	broker_start(&b, NULL);
+	obs = open_session(&b, "obs", 0, 0);
+	child_spawn(&c, binder, &b);
+	CHECK_OK(child_read(&c, line, sizeof(line), 5000));
+	CHECK(sscanf(line, "bound %d", &kid) == 1);
+	child_kill(&c);
+	child_wait(&c, 5000);
+	/* The session's process is gone; its bound child is not. */
+	CHECK_EQ(live_sessions(obs), 2);
+	CHECK_EQ(holders_of(obs, "bind/k"), 1);
+	CHECK_RC(local_session_bind_process(obs, getppid()), -EINVAL); /* not our child */
+	kill((pid_t)kid, SIGKILL);
+	pid_wait((pid_t)kid, 5000);
+	CHECK(WAIT_SESSIONS(obs, 1, 5000));
+	CHECK_EQ(holders_of(obs, "bind/k"), 0);
 	broker_stop(&b);
 }

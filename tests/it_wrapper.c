@@ -293,7 +293,11 @@ enum starve {
 	STARVE_NONE,
 	STARVE_DEAD_PIPE, /* none, but -verbose to a pipe nobody reads any more */
 	KILL_SUPERVISOR,  /* none, and the supervisor is killed too (killall) */
+	KILL_HOLDER,	  /* the supervisor stopped, the holder killed too (pkill -9) */
+	ROUND_KINDS
 };
+
+static pid_t holder_of(pid_t top);
 
 static void killed_round(struct broker_proc *b, local_session *obs, int round, enum starve how)
 {
@@ -332,12 +336,13 @@ static void killed_round(struct broker_proc *b, local_session *obs, int round, e
 		bool in_family = wrap[i] == fam[0] || wrap[i] == fam[1];
 		bool leader = pstat_of(fam[0], &ps) && ps.pgid == wrap[i];
 
-		if (in_family || (how == STARVE_SUPERVISOR && !leader) || how >= STARVE_NONE)
+		if (in_family || ((how == STARVE_SUPERVISOR || how == KILL_HOLDER) && !leader) ||
+		    (how >= STARVE_NONE && how != KILL_HOLDER))
 			continue;
 		if (!kill(wrap[i], SIGSTOP))
 			stopped[nstopped++] = wrap[i];
 	}
-	if (how < STARVE_NONE && !nstopped)
+	if ((how < STARVE_NONE || how == KILL_HOLDER) && !nstopped)
 		FAIL_AT("round %d: no wrapper process to stop", round);
 	for (i = 0; i < nstopped; i++)
 		if (!WAIT_FOR(pstat_of(stopped[i], &ps) && ps.state == 'T', 5000))
@@ -348,6 +353,10 @@ static void killed_round(struct broker_proc *b, local_session *obs, int round, e
 			FAIL_AT("round %d: no supervisor leads the child's group", round);
 		kill(ps.pgid, SIGKILL);
 	}
+	/* The process that holds the session: only the supervisor, bound to
+	 * the session too (local_session_bind_process()), keeps it alive. */
+	if (how == KILL_HOLDER)
+		kill(holder_of(top), SIGKILL);
 	kill(top, SIGKILL);
 	pid_wait(top, 5000);
 	/* Starved for as long as it takes the next holder to get in if it
@@ -375,7 +384,8 @@ static void killed_round(struct broker_proc *b, local_session *obs, int round, e
  * holder queued, the shmlock the user started SIGKILLed while the wrapper's
  * other processes get no CPU (all of them, or only the supervisor), also
  * without any starvation, with its stderr a pipe whose reader is gone, and
- * with the supervisor SIGKILLed at the same time. Repeated.
+ * with the supervisor SIGKILLed at the same time, and with the holder
+ * itself SIGKILLed while the supervisor gets no CPU. Repeated.
  */
 TEST(wrapper, killed_shmlock_never_overlaps_next_holder, 90)
 {
@@ -390,8 +400,8 @@ TEST(wrapper, killed_shmlock_never_overlaps_next_holder, 90)
 	broker_start(&b, NULL);
 	setenv("SHMLOCK_SOCKET", b.sock, 1);
 	obs = open_session(&b, "observer", 0, 0);
-	for (round = 0; round < 15; round++)
-		killed_round(&b, obs, round, (enum starve)(round % 5));
+	for (round = 0; round < 3 * ROUND_KINDS; round++)
+		killed_round(&b, obs, round, (enum starve)(round % ROUND_KINDS));
 	local_session_close(obs);
 	broker_stop(&b);
 }
