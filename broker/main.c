@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "broker.h"
+#include "conns.h"
 #include "clock.h"
 #include "paths.h"
 
@@ -289,6 +290,7 @@ int main(int argc, char **argv)
 	 * must not outlive the segment's mapping. Both calls are idempotent. */
 	http_stop(&b);
 	leases_stop(&b);
+	conns_fini(&b); /* idempotent too */
 	listen_teardown(&b);
 	if (b.by_id)
 		sessions_fini(&b);
