@@ -413,6 +413,28 @@ static pid_t live_broker(const struct segment *seg)
 	return strncmp(comm, "shmlockd", 8) ? 0 : pid;
 }
 
+/*
+ * The segment has no name (a sealed memfd, shm.c): its keeper, beside the
+ * control socket, hands it to the broker's user and root. A broker's own
+ * keeper holds it as long as it runs, and after it stopped or crashed.
+ */
+static int check_open(const struct broker_opts *o)
+{
+	char path[sizeof(o->socket_path) + 8];
+	int fd = -1, err;
+
+	err = keeper_path(o->socket_path, path, sizeof(path));
+	if (!err)
+		err = keeper_fetch(path, &fd);
+	if (!err)
+		return fd;
+	printf("shmlockd --check: %s: no segment to check: its keeper at %s does not answer "
+	       "(%s); pass the broker's --socket\n", o->shm_name, path,
+	       err == -ENOENT || err == -ECONNREFUSED ? "no broker ran there, or it was "
+	       "stopped with --destroy-segment-on-exit" : strerror(-err));
+	return -1;
+}
+
 int check_segment(const struct broker_opts *o)
 {
 	struct segment seg;
@@ -424,9 +446,12 @@ int check_segment(const struct broker_opts *o)
 	int fd, err, attempt;
 	pid_t broker;
 
-	fd = shm_open(o->shm_name, O_RDONLY | O_CLOEXEC, 0);
-	if (fd < 0 || fstat(fd, &st) < 0) {
+	fd = check_open(o);
+	if (fd < 0)
+		return 1;
+	if (fstat(fd, &st) < 0) {
 		printf("shmlockd --check: %s: %s\n", o->shm_name, strerror(errno));
+		close(fd);
 		return 1;
 	}
 	mem = st.st_size > 0 ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0) : NULL;

@@ -253,7 +253,7 @@ int main(int argc, char **argv)
 
 	memset(&b, 0, sizeof(b));
 	b.lease_efd = -1;
-	b.shm_fd = b.lock_fd = b.listen_fd = b.epfd = b.timerfd = b.sigfd = -1;
+	b.shm_fd = b.keep_fd = b.lock_fd = b.listen_fd = b.epfd = b.timerfd = b.sigfd = -1;
 	if (parse_args(argc, argv, &b.opts)) {
 		fputs("Try 'shmlockd --help'.\n", stderr);
 		return 1;
