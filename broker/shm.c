@@ -323,7 +323,7 @@ static int wait_fd_unused(struct broker *b, int fd, bool marked_fd, const char *
 {
 	struct stat st;
 	struct target t = { .st = &st };
-	int own = marked_fd ? -1 : reopen(fd, O_RDONLY), err;
+	int own = marked_fd ? -1 : reopen(fd, O_RDWR), err; /* F_WRLCK needs write */
 
 	if (fstat(fd, &st) < 0) {
 		err = -errno;
@@ -432,7 +432,7 @@ static int nobody_left(struct broker *b, bool lost)
 	snprintf(named, sizeof(named), "/dev/shm%s", b->opts.shm_name);
 	if (lstat(named, &st) < 0 || not_ours(&st))
 		return 0;
-	fd = open(named, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	fd = open(named, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return 0;
 	t = (struct target){ .st = &st };
