@@ -611,7 +611,7 @@ int shm_revalidate(struct broker *b)
 		     "into it; refusing new sessions until it does (holders carry on). "
 		     "shmlockd --check says more", local_strerror(err));
 	else if (!err && b->seg_rejected)
-		blog(LOG_NOTICE, "the segment's header validates again; opening sessions");
+		blog(LOG_WARNING, "the segment's header validates again; opening sessions");
 	b->seg_rejected = err != 0;
 	return err;
 }
