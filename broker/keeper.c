@@ -182,6 +182,7 @@ static void __attribute__((noreturn)) keeper_main(int lfd, int memfd, const char
 	signal(SIGTERM, SIG_DFL);
 	signal(SIGINT, SIG_DFL);
 	signal(SIGPIPE, SIG_IGN);
+	signal(SIGHUP, SIG_IGN); /* no terminal to lose; a reload is nothing to it */
 	prctl(PR_SET_NAME, "shmlockd-keeper");
 	for (;;) {
 		struct pollfd p = { .fd = lfd, .events = POLLIN };

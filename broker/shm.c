@@ -104,6 +104,13 @@ static int attach_fd(struct broker *b, int fd)
 	return 0;
 }
 
+/* Why attach_fd() would not use a segment, for the log. */
+static const char *unusable(int err)
+{
+	return err == -LOCAL_EPROTO ? "not sealed: a named segment of an older broker"
+				    : local_strerror(err);
+}
+
 /*
  * Why a file found under the segment's old name (brokers before the memfd)
  * is not ours to look into, or NULL. Names in /dev/shm are predictable and
@@ -357,9 +364,9 @@ static int attach_stored(struct broker *b, ino_t *ino)
 	}
 	err = attach_fd(b, fd);
 	if (err) {
-		blog(LOG_WARNING, "segment from the fd store unusable (%s)", local_strerror(err));
+		blog(LOG_WARNING, "segment from the fd store unusable (%s)", unusable(err));
 		err = wait_fd_unused(b, fd, !sealed(fd), "the segment kept in the fd store",
-				     local_strerror(err));
+				     unusable(err));
 		close(fd);
 		return err ?: -ENOENT;
 	}
@@ -578,7 +585,7 @@ int shm_setup(struct broker *b)
 			/* Another layout or a header we reject: never guess at its
 			 * contents, and never replace it under holders still on it. */
 			err = wait_fd_unused(b, fd, false, "the segment its keeper holds",
-					     local_strerror(err));
+					     unusable(err));
 			close(fd);
 			if (err)
 				return err;

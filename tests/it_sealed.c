@@ -360,3 +360,77 @@ TEST(sealed, a_lost_segment_is_not_replaced_under_its_holders, 40)
 	CHECK_OK(local_session_close(s));
 	broker_stop(&b);
 }
+
+/* Child: map @p's old named segment (as a client of an older broker
+ * would) until told "exit". */
+static void old_client(void *p, int in, int out)
+{
+	const struct broker_proc *b = p;
+	int fd = shm_open(b->shm, O_RDWR, 0);
+	struct stat st;
+	char buf[16];
+	void *mem;
+
+	CHECK(fd >= 0);
+	CHECK_OK(fstat(fd, &st));
+	mem = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	CHECK(mem != MAP_FAILED);
+	close(fd);
+	say(out, "mapped");
+	while (hear(in, buf, sizeof(buf)) == 0 && strcmp(buf, "exit"))
+		;
+	_exit(0);
+}
+
+/*
+ * The upgrade from a broker that kept the segment in /dev/shm: the named
+ * segment it left (ours, 0600) cannot be sealed, so it is not adopted; while
+ * an old client maps it the new broker refuses (exit 3) and names it, and
+ * once nobody does (and the operator says so for what it cannot inspect),
+ * it removes the file and starts on a sealed memfd.
+ */
+TEST(sealed, an_old_named_segment_is_replaced_only_once_unmapped, 30)
+{
+	static const struct seg_caps small = { .max_keys = 64, .max_sessions = 16,
+					       .max_waiters = 16, .max_holds = 16,
+					       .max_value = 64 };
+	size_t size = seg_size_for(&small);
+	struct broker_proc b;
+	struct child c;
+	char path[128], want[64];
+	struct stat st;
+	void *mem;
+	int fd;
+
+	broker_start(&b, caps);
+	broker_signal_wait(&b, SIGTERM);
+	CHECK_OK(keeper_end(&b));
+	fd = shm_open(b.shm, O_RDWR | O_CREAT | O_EXCL, 0600);
+	CHECK(fd >= 0);
+	CHECK_OK(fchmod(fd, 0600));
+	CHECK_OK(ftruncate(fd, (off_t)size));
+	mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	CHECK(mem != MAP_FAILED);
+	CHECK_OK(seg_format(mem, size, &small));
+	munmap(mem, size);
+	close(fd);
+	child_spawn(&c, old_client, &b);
+	child_expect(&c, "mapped", 5000);
+
+	CHECK_EQ(broker_refuses(&b, NULL, 10000), 3);
+	snprintf(path, sizeof(path), "/dev/shm%s", b.shm);
+	CHECK(log_has(&b, "named segment"));
+	snprintf(want, sizeof(want), "pid %d (", (int)c.pid);
+	CHECK(log_has(&b, want));
+	CHECK_OK(stat(path, &st));
+
+	child_send(&c, "exit");
+	child_wait(&c, 5000);
+	/* As for any segment it cannot use: the operator's word covers the
+	 * processes it may not inspect (even root may be denied some). */
+	broker_restart_with(&b, (const char *const[]){ "--replace-segment", NULL });
+	CHECK(log_has(&b, "removing it"));
+	CHECK_EQ(stat(path, &st), -1);
+	CHECK_OK(local_session_close(open_session(&b, "s", 0, 0)));
+	broker_stop(&b);
+}
