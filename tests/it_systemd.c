@@ -867,7 +867,7 @@ static char *slurp_segment(const struct broker_proc *b, size_t *len)
 
 TEST(systemd, check_tells_healthy_from_damaged, 20)
 {
-	struct broker_proc b;
+	struct broker_proc b, nb;
 	struct role rw;
 	struct child w;
 	struct seg_key *k;
@@ -921,9 +921,15 @@ TEST(systemd, check_tells_healthy_from_damaged, 20)
 	seg->hdr->index_size = 3;
 	CHECK_RUN(&b, b.sock, 2, out);
 	CHECK(strstr(out, "header invalid"));
-	/* No segment at all. */
+	/* Without the broker's socket, found by its label in /proc (the
+	 * keeper's descriptor), as --shm-name alone found it by name. */
 	snprintf(nosock, sizeof(nosock), "%s/no-broker.sock", b.dir);
-	CHECK_RUN(&b, nosock, 1, out);
+	CHECK_RUN(&b, nosock, 2, out);
+	CHECK(strstr(out, "header invalid"));
+	/* No segment at all. */
+	nb = b;
+	strcpy(nb.shm, "/shmlock-test-no-such-segment");
+	CHECK_RUN(&nb, nosock, 1, out);
 	broker_stop(&b);
 }
 
