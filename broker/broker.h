@@ -88,8 +88,11 @@ struct broker {
 	struct segment seg;
 	void *mem;
 	size_t mem_size;
-	int shm_fd;
+	int shm_fd;  /* the description clients get (it carries the in-use mark) */
+	int keep_fd; /* the one the keeper and the fd store hold */
 	int lock_fd; /* flocked: this broker owns the segment */
+	bool keeper;	   /* a keeper holds our segment (keeper.c) */
+	bool seg_rejected; /* the live header no longer validates: no new sessions */
 	bool owns_segment; /* holds the flock that makes it ours alone */
 	bool served;	   /* reached the event loop */
 	int listen_fd;
@@ -147,6 +150,15 @@ size_t blog_escape(const char *in, char *out, size_t size);
 /* shm.c: attach the existing segment or create one. */
 int shm_setup(struct broker *b);
 void shm_teardown(struct broker *b);
+/* 0 while the live header validates; logs the change, sets seg_rejected. */
+int shm_revalidate(struct broker *b);
+
+/* keeper.c: the process that keeps the segment's fd while no broker runs. */
+int keeper_path(const char *socket_path, char *buf, size_t size);
+int keeper_fetch(const char *path, int *fd); /* -ENOENT, -ECONNREFUSED: none */
+int keeper_quit(const char *path);
+int keeper_start(struct broker *b, int memfd);
+void keeper_stop(struct broker *b);
 
 /* listen.c: the control socket, socket-activated or bound. */
 int listen_setup(struct broker *b);

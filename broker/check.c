@@ -20,6 +20,7 @@
  * times) and only a scan that still finds problems is reported.
  */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -453,6 +454,85 @@ static pid_t live_broker(const struct segment *seg)
 	return strncmp(comm, "shmlockd", 8) ? 0 : pid;
 }
 
+/* Whether process @pid is a broker or a keeper (its comm). */
+static bool is_shmlockd(const char *pid)
+{
+	char path[300], comm[32] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%s/comm", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	if (!fgets(comm, sizeof(comm), f))
+		comm[0] = '\0';
+	fclose(f);
+	return !strncmp(comm, "shmlockd", 8);
+}
+
+/*
+ * Without --socket's keeper: the descriptor a broker or keeper of the label
+ * holds, opened through /proc/PID/fd (allowed to root and to the broker's
+ * user only, as for ptrace). The label alone names it, as the old name did.
+ */
+static int open_by_label(const struct broker_opts *o)
+{
+	char want[300], path[600], link[320];
+	DIR *d = opendir("/proc"), *fds;
+	struct dirent *e, *f;
+	int fd = -1;
+	ssize_t n;
+
+	snprintf(want, sizeof(want), "/memfd:%s (deleted)", o->shm_name + 1);
+	while (d && fd < 0 && (e = readdir(d))) {
+		if (!isdigit((unsigned char)e->d_name[0]) || !is_shmlockd(e->d_name))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/fd", e->d_name);
+		fds = opendir(path);
+		while (fds && fd < 0 && (f = readdir(fds))) {
+			snprintf(path, sizeof(path), "/proc/%s/fd/%s", e->d_name, f->d_name);
+			n = readlink(path, link, sizeof(link) - 1);
+			if (n <= 0)
+				continue;
+			link[n] = '\0';
+			if (!strcmp(link, want))
+				fd = open(path, O_RDONLY | O_CLOEXEC);
+		}
+		if (fds)
+			closedir(fds);
+	}
+	if (d)
+		closedir(d);
+	return fd;
+}
+
+/*
+ * The segment has no name (a sealed memfd, shm.c): its keeper, beside the
+ * control socket, hands it to the broker's user and root. A broker's own
+ * keeper holds it as long as it runs, and after it stopped or crashed. Failing
+ * that, a broker or keeper of the label is looked for in /proc.
+ */
+static int check_open(const struct broker_opts *o)
+{
+	char path[sizeof(o->socket_path) + 8];
+	int fd = -1, err;
+
+	err = keeper_path(o->socket_path, path, sizeof(path));
+	if (!err)
+		err = keeper_fetch(path, &fd);
+	if (!err)
+		return fd;
+	fd = open_by_label(o);
+	if (fd >= 0)
+		return fd;
+	printf("shmlockd --check: %s: no segment to check: its keeper at %s does not answer "
+	       "(%s), and no broker or keeper of that label is seen in /proc; pass the "
+	       "broker's --socket\n", o->shm_name, path,
+	       err == -ENOENT || err == -ECONNREFUSED ? "no broker ran there, or it was "
+	       "stopped with --destroy-segment-on-exit" : strerror(-err));
+	return -1;
+}
+
 int check_segment(const struct broker_opts *o)
 {
 	struct segment seg;
@@ -464,9 +544,12 @@ int check_segment(const struct broker_opts *o)
 	int fd, err, attempt;
 	pid_t broker;
 
-	fd = shm_open(o->shm_name, O_RDONLY | O_CLOEXEC, 0);
-	if (fd < 0 || fstat(fd, &st) < 0) {
+	fd = check_open(o);
+	if (fd < 0)
+		return 1;
+	if (fstat(fd, &st) < 0) {
 		printf("shmlockd --check: %s: %s\n", o->shm_name, strerror(errno));
+		close(fd);
 		return 1;
 	}
 	mem = st.st_size > 0 ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0) : NULL;

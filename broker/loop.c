@@ -80,6 +80,9 @@ static int handle_open(struct broker *b, int conn, const struct proto_open *req,
 		     (unsigned)cred.uid, (int)cred.pid);
 		return err;
 	}
+	err = shm_revalidate(b);
+	if (err)
+		return err;
 	pidfd = peer_pidfd(b, conn, &cred, req->start_time, &start);
 	if (pidfd < 0)
 		return pidfd;
@@ -271,6 +274,7 @@ static void report_quarantine(struct broker *b)
 static void periodic_scan(struct broker *b)
 {
 	report_quarantine(b);
+	shm_revalidate(b);
 	conns_expire(b);
 	blog_tick();
 	repair_dead_mutexes(b);

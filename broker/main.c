@@ -29,7 +29,8 @@ static const char usage_text[] =
 	"                          /run/shmlock/shmlockd.sock for root, else\n"
 	"                          $XDG_RUNTIME_DIR/shmlock/shmlockd.sock, else\n"
 	"                          /tmp/shmlock-UID/shmlockd.sock)\n"
-	"  --shm-name NAME         POSIX shm segment (default /shmlock for root,\n"
+	"  --shm-name NAME         the segment's label (a sealed memfd, kept by a\n"
+	"                          keeper at SOCKET.keep; default /shmlock for root,\n"
 	"                          /shmlock-UID otherwise)\n"
 	"  --max-keys N            key table size (default 4096)\n"
 	"  --max-sessions N        session table size (default 1024)\n"
@@ -45,22 +46,22 @@ static const char usage_text[] =
 	"                          may open sessions and act as operators\n"
 	"  --allow-gid GID[,GID]   ... or members of these groups\n"
 	"  --log-level LEVEL       emerg..debug (default info)\n"
-	"  --destroy-segment-on-exit  unlink the segment when stopping\n"
+	"  --destroy-segment-on-exit  end the segment (and its keeper) when stopping\n"
 	"  --replace-segment       replace a segment this broker will not use (other\n"
-	"                          layout, rejected header, not its own file) once no\n"
+	"                          layout, rejected header) or that was lost once no\n"
 	"                          process it sees maps it: your word for those it\n"
 	"                          cannot inspect\n"
 	"  --replace-wait SECONDS  wait this long for the processes that still map\n"
 	"                          such a segment to exit (default 0)\n"
-	"  --check                 validate the segment read-only, report what is\n"
-	"                          wrong and exit (changes nothing)\n"
+	"  --check                 validate the segment of the broker at --socket\n"
+	"                          read-only, report what is wrong and exit\n"
+	"                          (changes nothing)\n"
 	"  -h, --help              show this help and exit\n"
 	"  -V, --version           show the version and exit\n"
 	"\n"
 	"Exit status: 0 after a clean stop, 1 on a usage, start-up or fatal error,\n"
-	"3 a segment that must be replaced is still mapped by live processes,\n"
-	"4 the segment's name is taken by a file this broker must not adopt,\n"
-	"5 a socket path in a directory other users can change.\n"
+	"3 a segment that must be replaced, or was lost, is still mapped by live\n"
+	"processes, 5 a socket path in a directory other users can change.\n"
 	"With --check: 0 healthy, 1 the segment cannot be read, 2 problems found.\n";
 
 enum { OPT_SOCKET = 256, OPT_SHM, OPT_KEYS, OPT_SESSIONS, OPT_WAITERS, OPT_HOLDS, OPT_VALUE,
@@ -254,7 +255,7 @@ int main(int argc, char **argv)
 
 	memset(&b, 0, sizeof(b));
 	b.lease_efd = -1;
-	b.shm_fd = b.lock_fd = b.listen_fd = b.epfd = b.timerfd = b.sigfd = -1;
+	b.shm_fd = b.keep_fd = b.lock_fd = b.listen_fd = b.epfd = b.timerfd = b.sigfd = -1;
 	if (parse_args(argc, argv, &b.opts)) {
 		fputs("Try 'shmlockd --help'.\n", stderr);
 		return 1;

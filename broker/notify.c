@@ -118,7 +118,7 @@ static void send_status(struct broker *b)
  */
 static void store_segment(struct broker *b)
 {
-	int fd = b->shm_fd, r;
+	int fd = b->keep_fd, r;
 
 	if (b->seg_from_store)
 		return; /* the manager has it already */

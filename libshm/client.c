@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* Session open and close, and the per-process segment mappings. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,11 +190,18 @@ static int mapping_get(int fd, struct mapping **out)
 	struct mapping *m;
 	struct stat st;
 	void *mem;
-	int err = 0;
+	int err = 0, seals;
 
 	if (fstat(fd, &st) < 0) {
 		close(fd);
 		return -LOCAL_EBROKER;
+	}
+	/* A segment that any process holding it could shrink would SIGBUS us
+	 * (and the broker) at will: brokers hand out a sealed memfd. */
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+		close(fd);
+		return -LOCAL_EPROTO;
 	}
 	pthread_mutex_lock(&maps_lock);
 	for (m = maps; m; m = m->next)

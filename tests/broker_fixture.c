@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
@@ -130,12 +131,61 @@ void broker_signal_wait(struct broker_proc *b, int sig)
 	b->pid = 0;
 }
 
+/* One exchange with the keeper (broker/keeper.c): @cmd, its answer. */
+static int keeper_call(const struct broker_proc *b, char cmd, int *fd)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct timeval tv = { .tv_sec = 5 };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	char ans = 0;
+	struct iovec iov = { &ans, 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			     .msg_controllen = sizeof(ctl.buf) };
+	struct cmsghdr *c;
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), err = 0;
+
+	if (fd)
+		*fd = -1;
+	if (strlen(b->sock) + 6 > sizeof(sa.sun_path))
+		FAIL_AT("socket path too long for its keeper: %s", b->sock);
+	memcpy(sa.sun_path, b->sock, strlen(b->sock));
+	memcpy(sa.sun_path + strlen(b->sock), ".keep", 6);
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	errno = 0;
+	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0 || send(s, &cmd, 1, 0) != 1 ||
+	    recvmsg(s, &mh, MSG_CMSG_CLOEXEC) != 1 || ans != 'K')
+		err = errno ? -errno : -EPROTO;
+	for (c = err ? NULL : CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && fd)
+			memcpy(fd, CMSG_DATA(c), sizeof(int));
+	close(s);
+	if (!err && fd && *fd < 0)
+		err = -EPROTO;
+	return err;
+}
+
+int keeper_segment_fd(const struct broker_proc *b)
+{
+	int fd, err = keeper_call(b, 'G', &fd);
+
+	return err ? err : fd;
+}
+
+int keeper_end(const struct broker_proc *b)
+{
+	return keeper_call(b, 'Q', NULL);
+}
+
 void broker_stop(struct broker_proc *b)
 {
 	char cmd[160];
 
 	if (b->pid > 0)
 		broker_signal_wait(b, SIGTERM);
+	keeper_end(b);
 	shm_unlink(b->shm);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", b->dir);
 	if (system(cmd) != 0)

@@ -40,6 +40,14 @@ void broker_signal_wait(struct broker_proc *b, int sig);
 /* SIGTERM, wait, unlink the segment and remove the directory. */
 void broker_stop(struct broker_proc *b);
 
+/*
+ * The segment's keeper beside @b's socket (broker/keeper.c): the segment's
+ * fd (the test's to close), or -errno; and telling it to exit (0, or -errno
+ * when none answers), which ends the segment once nobody maps it.
+ */
+int keeper_segment_fd(const struct broker_proc *b);
+int keeper_end(const struct broker_proc *b);
+
 /* Open a session on @b with @lock_delay_ms (-1: default) and optional TTL. */
 local_session *open_session(const struct broker_proc *b, const char *name, int lock_delay_ms,
 			    uint32_t ttl_ms);

@@ -217,8 +217,8 @@ static int run_check(const struct broker_proc *b, char *out, size_t size)
 		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		dup2(fd, 1);
 		dup2(fd, 2);
-		execl(getenv("SHMLOCK_BROKER_BIN"), "shmlockd", "--check", "--shm-name", b->shm,
-		      (char *)NULL);
+		execl(getenv("SHMLOCK_BROKER_BIN"), "shmlockd", "--check", "--socket", b->sock,
+		      "--shm-name", b->shm, (char *)NULL);
 		_exit(127);
 	}
 	status = child_wait(&c, 10000);
@@ -474,11 +474,12 @@ static int newcomer_opens(struct child *c)
 }
 
 /*
- * A wrong magic in the header. A new client refuses the segment with
- * LOCAL_ECORRUPT (and gives its session back); clients already attached
- * keep working, since caps are copied at attach; the broker, which never
- * re-reads the header, serves on. Restarted on such a segment, it refuses
- * while a process still maps it, then replaces it when told to.
+ * A wrong magic in the header. The broker, which re-validates the header
+ * before each session open and on each periodic scan, says so loudly and
+ * opens no session (LOCAL_ECORRUPT) until it validates again; clients already
+ * attached keep working, since caps are copied at attach, and so does the
+ * broker. Restarted on such a segment, it refuses while a process still
+ * maps it, then replaces it when told to.
  */
 TEST(corruption, wrong_header_magic, 30)
 {
@@ -495,11 +496,13 @@ TEST(corruption, wrong_header_magic, 30)
 	obs->seg->hdr->magic = ~magic;
 	CHECK_RC(newcomer_opens(&c), -LOCAL_ECORRUPT);
 	CHECK(WAIT_SESSIONS(obs, 1, 5000));
+	CHECK(log_has(&b, "header no longer validates"));
 	check_reported(&b, "header invalid");
 	CHECK_OK(local_held(obs, "c/held", NULL));
-	check_healthy(&b, obs);
+	CHECK(broker_alive(&b));
 	obs->seg->hdr->magic = magic;
 	CHECK_OK(newcomer_opens(&c));
+	check_healthy(&b, obs);
 
 	obs->seg->hdr->magic = ~magic;
 	broker_signal_wait(&b, SIGTERM);

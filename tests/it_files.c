@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 /*
- * The files the broker opens or makes by name (issue 18, items 6 and 7;
- * issue 11, items 1 and 3): the segment under a predictable name in
- * world-writable /dev/shm, the sockets and their directories. Each attack
- * is staged as root, with files of another user (nobody), and the broker
- * must refuse with its documented exit status and leave them alone.
+ * The files the broker opens or makes by name (issue 18, items 2, 6 and 7;
+ * issue 11, items 1 and 3): the segment's old name in world-writable
+ * /dev/shm (the segment is a sealed memfd now, with no name: a file planted
+ * there is nothing to the broker), the sockets and their directories. Each
+ * attack is staged as root, with files of another user (nobody), and the
+ * broker must refuse with its documented exit status or ignore them, and
+ * leave them alone.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -71,6 +73,7 @@ static void names_only(struct broker_proc *b, const char *const *flags)
 {
 	broker_start(b, flags);
 	broker_signal_wait(b, SIGTERM);
+	keeper_end(b);
 	shm_unlink(b->shm);
 }
 
@@ -120,27 +123,34 @@ static void check_planted_untouched(const struct broker_proc *b, bool valid)
 	}
 }
 
-static void check_ours(const struct broker_proc *b)
+/* The segment @b's keeper holds: a sealed memfd of ours, owner-only, and
+ * not the file @planted (NULL: none). */
+static void check_ours(const struct broker_proc *b, const char *planted)
 {
-	char path[128];
-	struct stat st;
+	struct stat st, pst;
+	int fd = keeper_segment_fd(b), seals;
 
-	shm_file(b, path, sizeof(path));
-	CHECK_OK(lstat(path, &st));
+	CHECK(fd >= 0);
+	CHECK_OK(fstat(fd, &st));
 	CHECK(S_ISREG(st.st_mode));
 	CHECK_EQ(st.st_uid, geteuid());
 	CHECK_EQ(st.st_mode & 07777, 0600);
+	seals = fcntl(fd, F_GET_SEALS);
+	CHECK_EQ(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+		 F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+	if (planted && stat(planted, &pst) == 0)
+		CHECK(pst.st_ino != st.st_ino || pst.st_dev != st.st_dev);
+	close(fd);
 }
 
 /*
- * Issue 18 item 6: another user pre-creates the segment's name. The broker,
- * root here, adopts neither a valid segment nor garbage, changes nothing,
- * names the file and exits 4; the operator's path (--replace-segment) then
- * replaces it, since nobody maps it.
+ * Issue 18 item 6: another user pre-creates the segment's old name. The
+ * broker, root here, no longer looks at names: it neither adopts the file (a
+ * valid segment, or garbage) nor refuses to start because of it, changes
+ * nothing in it, and serves a sealed memfd of its own.
  */
 TEST(files, a_segment_planted_by_another_user_is_never_adopted, 30)
 {
-	static const char *const replace[] = { "--replace-segment", NULL };
 	struct broker_proc b;
 	char path[128];
 	int valid;
@@ -149,21 +159,18 @@ TEST(files, a_segment_planted_by_another_user_is_never_adopted, 30)
 	shm_file(&b, path, sizeof(path));
 	for (valid = 0; valid < 2; valid++) {
 		plant_segment(&b, valid);
-		CHECK_EQ(broker_refuses(&b, NULL, 10000), EXIT_SEG_FOREIGN);
-		CHECK(log_has(&b, path));
-		CHECK(log_has(&b, "owned by another user"));
+		broker_restart(&b);
+		check_ours(&b, path);
+		CHECK_OK(local_session_close(open_session(&b, "s", 0, 0)));
+		broker_signal_wait(&b, SIGTERM);
+		CHECK_OK(keeper_end(&b));
 		check_planted_untouched(&b, valid);
-		if (valid)
-			break;
 		shm_unlink(b.shm);
 	}
-	broker_restart_with(&b, replace);
-	check_ours(&b);
-	CHECK_OK(local_session_close(open_session(&b, "s", 0, 0)));
 	broker_stop(&b);
 }
 
-/* A link planted under the name is refused, and its target left alone. */
+/* A link planted under the name is not followed, and its target left alone. */
 TEST(files, a_link_under_the_segment_name_is_never_followed, 20)
 {
 	struct broker_proc b;
@@ -180,8 +187,8 @@ TEST(files, a_link_under_the_segment_name_is_never_followed, 20)
 	shm_file(&b, path, sizeof(path));
 	CHECK_OK(symlink(target, path));
 	CHECK_OK(lchown(path, NOBODY, NOBODY));
-	CHECK_EQ(broker_refuses(&b, NULL, 10000), EXIT_SEG_FOREIGN);
-	CHECK(log_has(&b, "symbolic link"));
+	broker_restart(&b);
+	check_ours(&b, target);
 	CHECK_OK(lstat(path, &st));
 	CHECK(S_ISLNK(st.st_mode));
 	CHECK_OK(stat(target, &st));
@@ -191,27 +198,6 @@ TEST(files, a_link_under_the_segment_name_is_never_followed, 20)
 	broker_stop(&b);
 }
 
-/* Open @path as uid/gid nobody with group nobody; returns errno (0: opened). */
-static int open_as_nobody(const char *path, int flags)
-{
-	pid_t pid = fork();
-	int status;
-
-	if (pid == 0) {
-		gid_t g = NOBODY;
-		int fd;
-
-		if (setgroups(1, &g) || setgid(NOBODY) || setuid(NOBODY))
-			_exit(99);
-		fd = open(path, flags);
-		_exit(fd >= 0 ? 0 : errno > 98 ? 98 : errno);
-	}
-	status = pid_wait(pid, 10000);
-	CHECK(WIFEXITED(status));
-	CHECK(WEXITSTATUS(status) != 99);
-	return WEXITSTATUS(status);
-}
-
 /* shmlockd --check on @b's segment; returns its exit status. */
 static int run_check(const struct broker_proc *b, char *out, size_t size)
 {
@@ -219,8 +205,8 @@ static int run_check(const struct broker_proc *b, char *out, size_t size)
 	size_t n;
 	FILE *p;
 
-	snprintf(cmd, sizeof(cmd), "'%s' --check --shm-name '%s' 2>&1", getenv("SHMLOCK_BROKER_BIN"),
-		 b->shm);
+	snprintf(cmd, sizeof(cmd), "'%s' --check --socket '%s' --shm-name '%s' 2>&1",
+		 getenv("SHMLOCK_BROKER_BIN"), b->sock, b->shm);
 	p = popen(cmd, "r");
 	CHECK(p != NULL);
 	n = fread(out, 1, size - 1, p);
@@ -228,11 +214,32 @@ static int run_check(const struct broker_proc *b, char *out, size_t size)
 	return WEXITSTATUS(pclose(p));
 }
 
+/* Child as nobody (group nobody): ask @b's keeper for the segment; exits
+ * 0 if it got it. */
+static int keeper_as_nobody(const struct broker_proc *b)
+{
+	pid_t pid = fork();
+	int status;
+
+	if (pid == 0) {
+		gid_t g = NOBODY;
+
+		if (setgroups(1, &g) || setgid(NOBODY) || setuid(NOBODY))
+			_exit(99);
+		_exit(keeper_segment_fd(b) >= 0 ? 0 : 1);
+	}
+	status = pid_wait(pid, 10000);
+	CHECK(WIFEXITED(status));
+	CHECK(WEXITSTATUS(status) != 99);
+	return WEXITSTATUS(status);
+}
+
 /*
  * Issue 11 item 3: a member of the socket's group whom --allow-uid refuses
- * must not reach the locks by opening /dev/shm directly. The segment is
- * 0600, owned by the broker's user; clients get its fd over the socket.
- * `shmlockd --check` still works for root.
+ * must not reach the locks without the broker. The segment has no name to
+ * open; its keeper, whose socket is in that group too, answers only the
+ * broker's user and root; the memfd itself is 0600. `shmlockd --check`
+ * still works for root.
  */
 TEST(files, the_segment_is_owner_only, 30)
 {
@@ -240,29 +247,26 @@ TEST(files, the_segment_is_owner_only, 30)
 					     NULL };
 	struct broker_proc b;
 	local_session *s;
-	char path[128], out[4096];
+	char path[160], out[4096];
 	struct stat st;
 
 	broker_start(&b, flags);
 	s = open_session(&b, "s", 0, 0);
 	CHECK_OK(local_lock(s, "files/k", NULL, NULL));
 	shm_file(&b, path, sizeof(path));
+	CHECK_EQ(stat(path, &st), -1); /* no name */
+	check_ours(&b, NULL);
+	snprintf(path, sizeof(path), "%s.keep", b.sock);
 	CHECK_OK(stat(path, &st));
-	CHECK_EQ(st.st_mode & 07777, 0600);
-	CHECK_EQ(st.st_uid, geteuid());
-	CHECK_EQ(open_as_nobody(path, O_RDWR), EACCES);
-	CHECK_EQ(open_as_nobody(path, O_RDONLY), EACCES);
+	CHECK_EQ(st.st_gid, NOBODY); /* reachable by the group, yet: */
+	CHECK_EQ(keeper_as_nobody(&b), 1);
 	CHECK_EQ(run_check(&b, out, sizeof(out)), 0);
 	CHECK(strstr(out, "healthy"));
 
-	/* A segment an older broker left 0660 to its group is narrowed when
-	 * adopted, and its holds are kept. */
+	/* Kept across a restart, holds and all. */
 	broker_signal_wait(&b, SIGTERM);
-	CHECK_OK(chmod(path, 0660));
-	CHECK_OK(chown(path, (uid_t)-1, NOBODY));
+	CHECK_EQ(run_check(&b, out, sizeof(out)), 0);
 	broker_restart(&b);
-	CHECK_OK(stat(path, &st));
-	CHECK_EQ(st.st_mode & 07777, 0600);
 	CHECK_OK(local_held(s, "files/k", NULL));
 	CHECK_OK(local_session_close(s));
 	broker_stop(&b);
@@ -302,7 +306,7 @@ static int try_key(const struct broker_proc *b)
 static void scribble_abi(const struct broker_proc *b)
 {
 	uint32_t abi = SEG_ABI + 1;
-	int fd = shm_open(b->shm, O_RDWR, 0);
+	int fd = keeper_segment_fd(b);
 
 	CHECK(fd >= 0);
 	CHECK_EQ(pwrite(fd, &abi, sizeof(abi), offsetof(struct seg_header, abi)),
@@ -351,7 +355,7 @@ TEST(files, an_unusable_segment_is_not_replaced_under_its_holders, 60)
 	child_wait(&h, 10000);
 	broker_wait_ready(&b, 10000);
 	CHECK(log_has(&b, "replacing it"));
-	check_ours(&b);
+	check_ours(&b, NULL);
 	CHECK_OK(try_key(&b));
 	broker_stop(&b);
 }
@@ -528,10 +532,10 @@ TEST(files, a_broker_not_root_sees_holders_it_cannot_inspect, 60)
 {
 	struct broker_proc b, bn;
 	struct child h;
-	char dir[100], path[128];
+	char dir[100];
 	struct stat st;
 	pid_t pid;
-	int status;
+	int status, fd;
 
 	names_only(&b, NULL);
 	CHECK_OK(chmod(b.dir, 0755));
@@ -540,11 +544,13 @@ TEST(files, a_broker_not_root_sees_holders_it_cannot_inspect, 60)
 	CHECK_OK(chown(dir, NOBODY, NOBODY));
 	bn = b;
 	snprintf(bn.sock, sizeof(bn.sock), "%s/sock", dir);
-	shm_file(&b, path, sizeof(path));
 
 	pid = spawn_as_nobody(&bn, false);
 	CHECK(WAIT_FOR(answers(bn.sock, SOCK_SEQPACKET), 5000));
-	CHECK_OK(stat(path, &st));
+	fd = keeper_segment_fd(&bn);
+	CHECK(fd >= 0);
+	CHECK_OK(fstat(fd, &st));
+	close(fd);
 	CHECK_EQ(st.st_uid, NOBODY);
 	CHECK_EQ(st.st_mode & 07777, 0600);
 	child_spawn(&h, holder, &bn);
@@ -552,7 +558,7 @@ TEST(files, a_broker_not_root_sees_holders_it_cannot_inspect, 60)
 	kill(pid, SIGTERM);
 	status = pid_wait(pid, 10000);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	scribble_abi(&b);
+	scribble_abi(&bn);
 
 	CHECK_EQ(refusal_as_nobody(&bn, false), EXIT_SEG_IN_USE);
 	CHECK(log_has(&b, "in-use mark is held"));
@@ -567,9 +573,13 @@ TEST(files, a_broker_not_root_sees_holders_it_cannot_inspect, 60)
 	CHECK(WAIT_FOR(answers(bn.sock, SOCK_SEQPACKET), 5000));
 	CHECK(log_has(&b, "replacing it"));
 	CHECK_OK(try_key(&bn));
-	CHECK_OK(stat(path, &st));
+	fd = keeper_segment_fd(&bn);
+	CHECK(fd >= 0);
+	CHECK_OK(fstat(fd, &st));
+	close(fd);
 	CHECK_EQ(st.st_uid, NOBODY);
 	kill(pid, SIGTERM);
 	pid_wait(pid, 10000);
+	keeper_end(&bn);
 	broker_stop(&b);
 }

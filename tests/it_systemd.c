@@ -89,9 +89,10 @@ static bool file_has(const char *path, const char *text)
 	return strstr(buf, text) != NULL;
 }
 
-static bool seg_exists(const char *shm)
+/* Is there a segment for @b, held by its keeper (it has no name)? */
+static bool seg_exists(const struct broker_proc *b)
 {
-	int fd = shm_open(shm, O_RDONLY, 0);
+	int fd = keeper_segment_fd(b);
 
 	if (fd < 0)
 		return false;
@@ -374,7 +375,7 @@ static struct local_key_info key_info(local_session *s, const char *key)
 
 TEST(systemd, socket_activation_serves_the_first_client, 20)
 {
-	struct broker_proc b;
+	struct broker_proc b, kb;
 	char tool[512], unused[160], comm[32] = "", path[64];
 	local_session *s1, *s2;
 	uint64_t tok;
@@ -400,10 +401,13 @@ TEST(systemd, socket_activation_serves_the_first_client, 20)
 	/* The tool says so once it listens; the socket file appears earlier,
 	 * at bind(), and a probe connection would itself start the broker. */
 	CHECK(WAIT_FOR(file_has(b.log, "Listening on"), 5000));
-	/* Nothing runs yet: the broker starts with the first connection. */
-	CHECK(!seg_exists(b.shm));
+	/* Nothing runs yet: the broker starts with the first connection. Its
+	 * keeper sits beside --socket, bound or not. */
+	kb = b;
+	strcpy(kb.sock, unused);
+	CHECK(!seg_exists(&kb));
 	s1 = open_session(&b, "first", 0, 0);
-	CHECK(seg_exists(b.shm));
+	CHECK(seg_exists(&kb));
 	CHECK_OK(local_lock(s1, "sa/k", NULL, &tok));
 	/* More clients after the first: the passed socket must not block the
 	 * loop (systemd-socket-activate passes it in blocking mode). */
@@ -422,6 +426,7 @@ TEST(systemd, socket_activation_serves_the_first_client, 20)
 	/* Stopped: the segment and the hold stay. */
 	CHECK_EQ(key_info(s1, "sa/k").holders, 1);
 	CHECK_EQ(key_info(s1, "sa/k").token, tok);
+	CHECK_OK(keeper_end(&kb));
 	broker_stop(&b);
 }
 
@@ -484,7 +489,7 @@ TEST(systemd, socket_activation_of_the_http_api, 20)
 		_exit(127);
 	}
 	CHECK(WAIT_FOR(file_has(b.log, "Listening on"), 5000));
-	CHECK(!seg_exists(b.shm));
+	CHECK(!seg_exists(&b));
 	/* The first HTTP client starts the broker and is served by it. */
 	CHECK_OK(http_get_unix(http, "/health", answer, sizeof(answer), 5000));
 	CHECK(strstr(answer, " 200 ") != NULL);
@@ -599,8 +604,8 @@ TEST(systemd, fd_store_keeps_the_segment_across_a_crash, 25)
 	struct role rh;
 	struct sink k;
 	struct child h, late;
-	struct stat st_fd, st_name;
-	char msg[512], want[64], line[96];
+	struct stat st_fd, st_kept;
+	char msg[512], want[64];
 	int lfd, segfd = -1, fd;
 
 	names_init(&b);
@@ -625,16 +630,22 @@ TEST(systemd, fd_store_keeps_the_segment_across_a_crash, 25)
 	}
 	CHECK(segfd >= 0);
 	CHECK_OK(fstat(segfd, &st_fd));
-	snprintf(line, sizeof(line), "/dev/shm%s", b.shm);
-	CHECK_OK(stat(line, &st_name));
-	CHECK_EQ(st_fd.st_ino, st_name.st_ino);
+	/* The sealed segment its keeper holds too. */
+	CHECK_EQ(fcntl(segfd, F_GET_SEALS) & (F_SEAL_SHRINK | F_SEAL_GROW),
+		 F_SEAL_SHRINK | F_SEAL_GROW);
+	fd = keeper_segment_fd(&b);
+	CHECK(fd >= 0);
+	CHECK_OK(fstat(fd, &st_kept));
+	close(fd);
+	CHECK_EQ(st_fd.st_ino, st_kept.st_ino);
 	rh = (struct role){ &b, "f/k", "holder", 0, 0 };
 	spawn_role(&h, &rh);
 	expect_grant(&h, 5000);
 
-	/* Crash, and lose the segment's name. */
+	/* Crash, and lose the keeper, as systemd ends every process of the
+	 * service before it restarts it. */
 	CHECK_EQ(WTERMSIG(exit_status_after(b.pid, SIGKILL)), SIGKILL);
-	CHECK_OK(shm_unlink(b.shm));
+	CHECK_OK(keeper_end(&b));
 	/* A client arriving now waits in the socket's backlog. */
 	child_spawn(&late, late_client, &b);
 	child_expect(&late, "connecting", 5000);
@@ -649,8 +660,13 @@ TEST(systemd, fd_store_keeps_the_segment_across_a_crash, 25)
 	CHECK(!strstr(k.seen, "FDSTORE=1")); /* the manager has it already */
 	snprintf(want, sizeof(want), "holders 1 pid %d", (int)h.pid);
 	child_expect(&late, want, 10000);
-	CHECK(!seg_exists(b.shm)); /* served the stored one, made no new one */
+	/* Served the stored one, made no new one, and keeps that one. */
 	CHECK(file_has(b.log, "from the fd store"));
+	fd = keeper_segment_fd(&b);
+	CHECK(fd >= 0);
+	CHECK_OK(fstat(fd, &st_kept));
+	close(fd);
+	CHECK_EQ(st_fd.st_ino, st_kept.st_ino);
 	CHECK_EXITED_0(exit_status_after(b.pid, SIGTERM));
 
 	/* With --destroy-segment-on-exit the stored fd is dropped as well. */
@@ -797,8 +813,9 @@ TEST(systemd, restart_matrix_after_sigkill, 30)
 
 /* ---- --check ------------------------------------------------------------- */
 
-/* Run shmlockd --check on @shm; its output in @out. Returns the exit status. */
-static int run_check(const struct broker_proc *b, const char *shm, char *out, size_t size)
+/* Run shmlockd --check on the segment of the broker at @sock; its output in
+ * @out. Returns the exit status. */
+static int run_check(const struct broker_proc *b, const char *sock, char *out, size_t size)
 {
 	char path[160];
 	struct child c = { .rd = -1, .wr = -1 };
@@ -812,7 +829,8 @@ static int run_check(const struct broker_proc *b, const char *shm, char *out, si
 		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		dup2(fd, 1);
 		dup2(fd, 2);
-		execl(broker_bin(), "shmlockd", "--check", "--shm-name", shm, (char *)NULL);
+		execl(broker_bin(), "shmlockd", "--check", "--socket", sock, "--shm-name", b->shm,
+		      (char *)NULL);
 		_exit(127);
 	}
 	status = child_wait(&c, 10000);
@@ -825,37 +843,38 @@ static int run_check(const struct broker_proc *b, const char *shm, char *out, si
 	return WEXITSTATUS(status);
 }
 
-static char *slurp_segment(const char *shm, size_t *len)
+static char *slurp_segment(const struct broker_proc *b, size_t *len)
 {
 	struct stat st;
 	char *buf;
-	int fd = shm_open(shm, O_RDONLY, 0);
+	int fd = keeper_segment_fd(b);
 
 	CHECK(fd >= 0 && fstat(fd, &st) == 0);
 	buf = malloc((size_t)st.st_size);
-	CHECK(buf && read(fd, buf, (size_t)st.st_size) == st.st_size);
+	/* pread: the keeper's description, and so its offset, is shared. */
+	CHECK(buf && pread(fd, buf, (size_t)st.st_size, 0) == st.st_size);
 	close(fd);
 	*len = (size_t)st.st_size;
 	return buf;
 }
 
-#define CHECK_RUN(b, shm, want, out)                                                        \
+#define CHECK_RUN(b, sock, want, out)                                                        \
 	do {                                                                               \
-		int rc_ = run_check(b, shm, out, sizeof(out));                             \
+		int rc_ = run_check(b, sock, out, sizeof(out));                             \
 		if (rc_ != (want))                                                         \
 			FAIL_AT("--check exited %d, want %d:\n%s", rc_, (want), out);     \
 	} while (0)
 
 TEST(systemd, check_tells_healthy_from_damaged, 20)
 {
-	struct broker_proc b;
+	struct broker_proc b, nb;
 	struct role rw;
 	struct child w;
 	struct seg_key *k;
 	struct segment *seg;
 	local_session *obs;
 	static char out[16384];
-	char *before, *after;
+	char *before, *after, nosock[128];
 	size_t len, len2;
 
 	broker_start(&b, NULL);
@@ -867,14 +886,14 @@ TEST(systemd, check_tells_healthy_from_damaged, 20)
 	spawn_role(&w, &rw);
 	CHECK(WAIT_FOR(key_info(obs, "c/q").waiters == 1, 5000));
 	/* Healthy, with a broker running. */
-	CHECK_RUN(&b, b.shm, 0, out);
+	CHECK_RUN(&b, b.sock, 0, out);
 	CHECK(strstr(out, "healthy"));
 	CHECK(strstr(out, "a broker is running"));
 
 	/* Healthy with work pending: a waiter died while no broker ran. */
 	broker_signal_wait(&b, SIGKILL);
 	end_child(&w);
-	CHECK_RUN(&b, b.shm, 0, out);
+	CHECK_RUN(&b, b.sock, 0, out);
 	CHECK(strstr(out, "note: session slot"));
 	CHECK(strstr(out, "its process is gone"));
 
@@ -886,24 +905,31 @@ TEST(systemd, check_tells_healthy_from_damaged, 20)
 	CHECK_OK(keytab_find(seg, "c/q", 3, false, &k));
 	k->waiters = 5;
 	key_unlock(k);
-	before = slurp_segment(b.shm, &len);
-	CHECK_RUN(&b, b.shm, 2, out);
+	before = slurp_segment(&b, &len);
+	CHECK_RUN(&b, b.sock, 2, out);
 	CHECK(strstr(out, "problem: key entry"));
 	CHECK(strstr(out, "'c/bad'"));
 	CHECK(strstr(out, "key 'c/q'"));
 	CHECK(strstr(out, "DAMAGED"));
 	/* ...and it changed nothing. */
-	after = slurp_segment(b.shm, &len2);
+	after = slurp_segment(&b, &len2);
 	CHECK_EQ(len, len2);
 	CHECK(!memcmp(before, after, len));
 	free(before);
 	free(after);
 	/* A header that does not add up. */
 	seg->hdr->index_size = 3;
-	CHECK_RUN(&b, b.shm, 2, out);
+	CHECK_RUN(&b, b.sock, 2, out);
+	CHECK(strstr(out, "header invalid"));
+	/* Without the broker's socket, found by its label in /proc (the
+	 * keeper's descriptor), as --shm-name alone found it by name. */
+	snprintf(nosock, sizeof(nosock), "%s/no-broker.sock", b.dir);
+	CHECK_RUN(&b, nosock, 2, out);
 	CHECK(strstr(out, "header invalid"));
 	/* No segment at all. */
-	CHECK_RUN(&b, "/shmlock-test-no-such-segment", 1, out);
+	nb = b;
+	strcpy(nb.shm, "/shmlock-test-no-such-segment");
+	CHECK_RUN(&nb, nosock, 1, out);
 	broker_stop(&b);
 }
 

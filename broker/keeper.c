@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The keeper: a small process that holds the segment's memfd while no broker
+ * runs, and hands it to the next broker (and to `shmlockd --check`).
+ *
+ * Why: the segment is a sealed memfd (shm.c), which has no name to reopen,
+ * and a named /dev/shm file cannot be sealed (the kernel presets
+ * F_SEAL_SEAL on it). Under systemd the fd store keeps it across restarts;
+ * the keeper is what keeps it without a service manager, the way the name in
+ * /dev/shm used to. It is forked by the broker that made or adopted the
+ * segment (detached: its own session, no other fd, no mapping) and serves a
+ * Unix socket next to the control socket, PATH.keep, bound the same safe way.
+ * It answers only its own user and root (SO_PEERCRED). It exits when told to
+ * ('Q', a broker run with --destroy-segment-on-exit), on SIGTERM or SIGINT,
+ * or once its socket file is gone or replaced, since nobody can reach it then.
+ *
+ * Protocol (SOCK_SEQPACKET, one exchange per connection): the peer sends one
+ * byte, 'G' (get) or 'Q' (quit); the keeper answers 'K', with the fd for 'G'.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "broker.h"
+
+#define KEEPER_SUFFIX ".keep"
+#define KEEPER_POLL_MS 1000
+
+int keeper_path(const char *socket_path, char *buf, size_t size)
+{
+	size_t max = sizeof(((struct sockaddr_un *)0)->sun_path);
+
+	if (strlen(socket_path) + sizeof(KEEPER_SUFFIX) > (size < max ? size : max))
+		return -ENAMETOOLONG;
+	snprintf(buf, size, "%s%s", socket_path, KEEPER_SUFFIX);
+	return 0;
+}
+
+/* One exchange with the keeper at @path: @cmd, then its answer (and fd). */
+static int keeper_call(const char *path, char cmd, int *fd)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct timeval tv = { .tv_sec = 5 };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	char ans = 0;
+	struct iovec iov = { &ans, 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			     .msg_controllen = sizeof(ctl.buf) };
+	struct cmsghdr *c;
+	int sock, err = 0, got = -1;
+	ssize_t n;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (sock < 0)
+		return -errno;
+	setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    send(sock, &cmd, 1, MSG_NOSIGNAL) != 1) {
+		err = -errno;
+		goto out;
+	}
+	do
+		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	for (c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+		    c->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(&got, CMSG_DATA(c), sizeof(int));
+	if (n != 1 || ans != 'K' || (fd && got < 0))
+		err = -EPROTO;
+	else if (fd)
+		*fd = got, got = -1;
+out:
+	if (got >= 0)
+		close(got);
+	close(sock);
+	return err;
+}
+
+int keeper_fetch(const char *path, int *fd)
+{
+	return keeper_call(path, 'G', fd);
+}
+
+int keeper_quit(const char *path)
+{
+	return keeper_call(path, 'Q', NULL);
+}
+
+/* The keeper's socket file is still the one it bound (same inode). */
+static bool still_ours(const char *path, const struct stat *bound)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0 && st.st_ino == bound->st_ino &&
+	       st.st_dev == bound->st_dev;
+}
+
+static void serve(int conn, int memfd, const char *path)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct timeval tv = { .tv_sec = 1 };
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	char cmd = 0, ans = 'K';
+	struct iovec iov = { &ans, 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct cmsghdr *c;
+
+	/* Our own user and root only: the fd is every lock. */
+	if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+	    (cred.uid != geteuid() && cred.uid != 0))
+		return;
+	/* A peer that sends nothing must not hold us for long. */
+	setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (recv(conn, &cmd, 1, 0) != 1)
+		return;
+	if (cmd == 'G') {
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = sizeof(ctl.buf);
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &memfd, sizeof(int));
+		sendmsg(conn, &mh, MSG_NOSIGNAL);
+	} else if (cmd == 'Q') {
+		unlink(path);
+		send(conn, &ans, 1, MSG_NOSIGNAL);
+		close(conn);
+		_exit(0);
+	}
+}
+
+static void __attribute__((noreturn)) keeper_main(int lfd, int memfd, const char *path,
+						  const struct stat *bound)
+{
+	sigset_t none;
+	int fd;
+
+	/* Nothing of the broker's but these two: no lock, no other socket.
+	 * Out of the way first: either may sit on the other's number. */
+	lfd = fcntl(lfd, F_DUPFD_CLOEXEC, 100);
+	memfd = fcntl(memfd, F_DUPFD_CLOEXEC, 100);
+	if (lfd < 0 || memfd < 0 || dup3(lfd, 3, O_CLOEXEC) != 3 ||
+	    dup3(memfd, 4, O_CLOEXEC) != 4)
+		_exit(1);
+	lfd = 3;
+	memfd = 4;
+	fd = open("/dev/null", O_RDWR);
+	if (fd >= 0) {
+		dup2(fd, 0);
+		dup2(fd, 1);
+		dup2(fd, 2);
+	}
+	syscall(SYS_close_range, 5u, ~0u, 0u);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGPIPE, SIG_IGN);
+	signal(SIGHUP, SIG_IGN); /* no terminal to lose; a reload is nothing to it */
+	prctl(PR_SET_NAME, "shmlockd-keeper");
+	for (;;) {
+		struct pollfd p = { .fd = lfd, .events = POLLIN };
+		int conn;
+
+		if (poll(&p, 1, KEEPER_POLL_MS) <= 0) {
+			if (!still_ours(path, bound))
+				_exit(0);
+			continue;
+		}
+		conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (conn < 0)
+			continue;
+		serve(conn, memfd, path);
+		close(conn);
+	}
+}
+
+int keeper_start(struct broker *b, int memfd)
+{
+	char path[sizeof(b->opts.socket_path) + 8];
+	struct stat bound;
+	pid_t pid;
+	int lfd, err, status;
+
+	err = keeper_path(b->opts.socket_path, path, sizeof(path));
+	if (err) {
+		blog(LOG_ERR, "--socket %s: too long for the keeper's socket beside it",
+		     b->opts.socket_path);
+		return err;
+	}
+	lfd = safe_bind_unix(b, path, SOCK_SEQPACKET, "keeper socket");
+	if (lfd < 0)
+		return lfd;
+	if (listen(lfd, 16) < 0 || lstat(path, &bound) < 0) {
+		err = -errno;
+		goto fail;
+	}
+	/* Twice, so that the keeper is nobody's child here: its exit must
+	 * not reach the broker's loop as SIGCHLD or a zombie. */
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		err = -errno;
+		goto fail;
+	}
+	if (pid == 0) {
+		/* Its own session: a ^C at the broker's terminal must not end it. */
+		setsid();
+		if (fork() == 0) {
+			if (b->mem)
+				munmap(b->mem, b->mem_size); /* not a user in /proc maps */
+			keeper_main(lfd, memfd, path, &bound);
+		}
+		_exit(0);
+	}
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	close(lfd);
+	b->keeper = true;
+	blog(LOG_INFO, "keeper holds the segment at %s", path);
+	return 0;
+fail:
+	blog(LOG_ERR, "cannot start the segment's keeper at %s: %s", path, strerror(-err));
+	close(lfd);
+	unlink(path);
+	return err;
+}
+
+void keeper_stop(struct broker *b)
+{
+	char path[sizeof(b->opts.socket_path) + 8];
+
+	if (!b->keeper || keeper_path(b->opts.socket_path, path, sizeof(path)))
+		return;
+	if (keeper_quit(path))
+		blog(LOG_WARNING, "the segment's keeper at %s did not answer", path);
+	b->keeper = false;
+}
