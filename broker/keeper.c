@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -159,7 +160,7 @@ static void __attribute__((noreturn)) keeper_main(int lfd, int memfd, const char
 						  const struct stat *bound)
 {
 	sigset_t none;
-	int fd;
+	int fd, sfd;
 
 	/* Nothing of the broker's but these two: no lock, no other socket.
 	 * Out of the way first: either may sit on the other's number. */
@@ -177,22 +178,35 @@ static void __attribute__((noreturn)) keeper_main(int lfd, int memfd, const char
 		dup2(fd, 2);
 	}
 	syscall(SYS_close_range, 5u, ~0u, 0u);
+	/* SIGTERM and SIGINT, an operator's way to drop the segment, arrive
+	 * through the poll below: the socket file goes with us, so that the
+	 * next broker does not take an orderly exit for a keeper that was
+	 * killed (which makes it count processes it cannot inspect). */
 	sigemptyset(&none);
+	sigaddset(&none, SIGTERM);
+	sigaddset(&none, SIGINT);
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	signal(SIGTERM, SIG_DFL);
-	signal(SIGINT, SIG_DFL);
+	sfd = signalfd(-1, &none, SFD_CLOEXEC);
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGHUP, SIG_IGN); /* no terminal to lose; a reload is nothing to it */
 	prctl(PR_SET_NAME, "shmlockd-keeper");
 	for (;;) {
-		struct pollfd p = { .fd = lfd, .events = POLLIN };
+		struct pollfd p[2] = { { .fd = lfd, .events = POLLIN },
+				       { .fd = sfd, .events = POLLIN } };
 		int conn;
 
-		if (poll(&p, 1, KEEPER_POLL_MS) <= 0) {
+		if (poll(p, sfd >= 0 ? 2 : 1, KEEPER_POLL_MS) <= 0) {
 			if (!still_ours(path, bound))
 				_exit(0);
 			continue;
 		}
+		if (p[1].revents) {
+			if (still_ours(path, bound))
+				unlink(path);
+			_exit(0);
+		}
+		if (!p[0].revents)
+			continue;
 		conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 		if (conn < 0)
 			continue;
