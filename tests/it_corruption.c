@@ -715,3 +715,31 @@ TEST(corruption, lock_delay_beyond_the_maximum, 30)
 	check_healthy(&b, obs);
 	stop_clean(&b);
 }
+
+/*
+ * A key split in two: a second live entry given the name (and hash) of a
+ * held key. Creation never makes one (it checks the entries, not only the
+ * index: tests/it_hostile.c), so only a write into an entry can; --check
+ * names both entries.
+ */
+TEST(corruption, two_entries_with_one_name, 30)
+{
+	struct broker_proc b;
+	struct seg_key *k, *other;
+	local_session *obs;
+
+	broker_start(&b, caps);
+	obs = open_session(&b, "obs", 0, 0);
+	CHECK_OK(acquire(obs, "c/split", 0, 0, NULL));
+	CHECK_OK(acquire(obs, "c/other", 0, 0, NULL));
+	CHECK_OK(local_release(obs, "c/other"));
+	k = grab(obs, "c/split");
+	other = grab(obs, "c/other");
+	memcpy(other->key, k->key, k->key_len + 1);
+	other->key_len = k->key_len;
+	atomic_store(&other->hash, atomic_load(&k->hash));
+	key_unlock(other);
+	key_unlock(k);
+	check_reported(&b, "two entries");
+	stop_clean(&b);
+}
