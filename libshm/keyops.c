@@ -412,7 +412,9 @@ int waiter_wait(struct segment *seg, uint32_t waiter, uint32_t key, struct owner
 	}
 	if (w == granted)
 		return consume_grant(node, w, token);
-	return -LOCAL_ESESSION;
+	/* Gone while the session lives: an operator reset the key's damaged
+	 * entry (or repair dropped the request); the session is not at fault. */
+	return session_is(seg, who) ? -LOCAL_ECORRUPT : -LOCAL_ESESSION;
 }
 
 bool waiter_arm_doorbell(struct segment *seg, uint32_t waiter, uint32_t key, struct owner who)

@@ -500,7 +500,7 @@ TEST(operator, a_quarantined_key_is_listed_and_reset, 60)
 		FAIL_AT("shmlock reset failed:\n%s", out);
 	if (child_read(&w, line, sizeof(line), 5000) || sscanf(line, "rc %d", &rc) != 1)
 		FAIL_AT("the waiter did not return after the reset");
-	CHECK_RC(rc, -LOCAL_ESESSION);
+	CHECK_RC(rc, -LOCAL_ECORRUPT);
 	CHECK_RC(local_held(a, "op/q", NULL), -LOCAL_ENOTHELD);
 	CHECK_RC(local_release(a, "op/q"), -LOCAL_ENOTHELD);
 	CHECK_OK(local_lock(obs, "op/q", NULL, &t));
