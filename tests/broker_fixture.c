@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -205,4 +206,53 @@ local_session *open_session(const struct broker_proc *b, const char *name, int l
 	o.ttl_ms = ttl_ms;
 	CHECK_OK(local_session_open(&o, &s));
 	return s;
+}
+
+bool broker_log_has(const struct broker_proc *b, const char *what)
+{
+	FILE *f = fopen(b->log, "re");
+	char *line = NULL;
+	size_t size = 0;
+	bool found = false;
+
+	while (f && !found && getline(&line, &size, f) >= 0)
+		found = strstr(line, what) != NULL;
+	free(line);
+	if (f)
+		fclose(f);
+	return found;
+}
+
+void broker_stop_clean(struct broker_proc *b)
+{
+	char cmd[200];
+	int status;
+
+	CHECK(b->pid > 0 && kill(b->pid, 0) == 0);
+	kill(b->pid, SIGTERM);
+	status = pid_wait(b->pid, 10000);
+	b->pid = 0;
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		snprintf(cmd, sizeof(cmd), "cat '%s' >&2", b->log);
+		if (system(cmd) != 0)
+			fprintf(stderr, "    (no broker log)\n");
+		FAIL_AT("broker ended with wait status 0x%x", status);
+	}
+	broker_stop(b);
+}
+
+int broker_check(const struct broker_proc *b, char *out, size_t size)
+{
+	char cmd[512];
+	size_t n;
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "'%s' --check --socket '%s' --shm-name '%s' 2>&1",
+		 getenv("SHMLOCK_BROKER_BIN"), b->sock, b->shm);
+	fflush(NULL);
+	p = popen(cmd, "r");
+	CHECK(p != NULL);
+	n = fread(out, 1, size - 1, p);
+	out[n] = '\0';
+	return WEXITSTATUS(pclose(p));
 }

@@ -7,6 +7,8 @@
 #ifndef SHMLOCK_TEST_BROKER_FIXTURE_H
 #define SHMLOCK_TEST_BROKER_FIXTURE_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 #include "liblocal.h"
@@ -47,6 +49,16 @@ void broker_stop(struct broker_proc *b);
  */
 int keeper_segment_fd(const struct broker_proc *b);
 int keeper_end(const struct broker_proc *b);
+
+/* Does @b's log have a line containing @what? */
+bool broker_log_has(const struct broker_proc *b, const char *what);
+/* SIGTERM, and require a clean exit (status 0: under ASan or UBSan a report,
+ * even one made while stopping, ends the broker with another status; its
+ * log is printed then), then as broker_stop(). */
+void broker_stop_clean(struct broker_proc *b);
+/* `shmlockd --check` on @b's segment (through its socket and label): the
+ * exit status, the output in @out. */
+int broker_check(const struct broker_proc *b, char *out, size_t size);
 
 /* Open a session on @b with @lock_delay_ms (-1: default) and optional TTL. */
 local_session *open_session(const struct broker_proc *b, const char *name, int lock_delay_ms,

@@ -202,79 +202,14 @@ static void check_healthy(struct broker_proc *b, local_session *obs)
 	CHECK(broker_alive(b));
 }
 
-/* Run `shmlockd --check` on the live segment; its output in @out. */
-static int run_check(const struct broker_proc *b, char *out, size_t size)
-{
-	struct child c = { .rd = -1, .wr = -1 };
-	char path[160];
-	int status, fd;
-	ssize_t n;
-
-	snprintf(path, sizeof(path), "%s/check.out", b->dir);
-	fflush(NULL);
-	c.pid = fork();
-	if (c.pid == 0) {
-		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		dup2(fd, 1);
-		dup2(fd, 2);
-		execl(getenv("SHMLOCK_BROKER_BIN"), "shmlockd", "--check", "--socket", b->sock,
-		      "--shm-name", b->shm, (char *)NULL);
-		_exit(127);
-	}
-	status = child_wait(&c, 10000);
-	fd = open(path, O_RDONLY);
-	n = fd >= 0 ? read(fd, out, size - 1) : -1;
-	out[n > 0 ? n : 0] = '\0';
-	if (fd >= 0)
-		close(fd);
-	CHECK(WIFEXITED(status));
-	return WEXITSTATUS(status);
-}
-
 /* --check must call the segment damaged, saying @what. */
 static void check_reported(const struct broker_proc *b, const char *what)
 {
 	static char out[16384];
-	int rc = run_check(b, out, sizeof(out));
+	int rc = broker_check(b, out, sizeof(out));
 
 	if (rc != 2 || !strstr(out, what))
 		FAIL_AT("--check exited %d, without \"%s\":\n%s", rc, what, out);
-}
-
-static bool log_has(const struct broker_proc *b, const char *what)
-{
-	FILE *f = fopen(b->log, "r");
-	char *line = NULL;
-	size_t size = 0;
-	bool found = false;
-
-	while (f && !found && getline(&line, &size, f) >= 0)
-		found = strstr(line, what) != NULL;
-	free(line);
-	if (f)
-		fclose(f);
-	return found;
-}
-
-/* Stop the broker and require a clean exit: under ASan or UBSan, a report
- * (even one made while stopping) ends the broker with another status. */
-static void stop_clean(struct broker_proc *b)
-{
-	struct child c = { .pid = b->pid, .rd = -1, .wr = -1 };
-	char cmd[200];
-	int status;
-
-	CHECK(broker_alive(b));
-	kill(b->pid, SIGTERM);
-	status = child_wait(&c, 10000);
-	b->pid = 0;
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		snprintf(cmd, sizeof(cmd), "cat '%s' >&2", b->log);
-		if (system(cmd) != 0)
-			fprintf(stderr, "    (no broker log)\n");
-		FAIL_AT("broker ended with wait status 0x%x", status);
-	}
-	broker_stop(b);
 }
 
 /* ---- scenarios --------------------------------------------------------------- */
@@ -332,7 +267,7 @@ TEST(corruption, list_heads_out_of_range, 30)
 	check_healthy(&b, obs);
 	end_child(&h);
 	end_child(&w);
-	stop_clean(&b);
+	broker_stop_clean(&b);
 }
 
 /* Three waiters queued behind our hold, as children; returns the key
@@ -394,7 +329,7 @@ TEST(corruption, cycle_in_a_waiter_queue, 30)
 	CHECK(WAIT_SESSIONS(obs, 1, 5000));
 	CHECK_EQ(segment_violations(obs), 0);
 	check_healthy(&b, obs);
-	stop_clean(&b);
+	broker_stop_clean(&b);
 }
 
 /*
@@ -443,7 +378,7 @@ TEST(corruption, node_names_a_bogus_key, 30)
 	CHECK_EQ(used_nodes(obs), 0);
 	CHECK_EQ(segment_violations(obs), 0);
 	check_healthy(&b, obs);
-	stop_clean(&b);
+	broker_stop_clean(&b);
 }
 
 /* Child with no mapping of the segment (forked before the test's first
@@ -496,7 +431,7 @@ TEST(corruption, wrong_header_magic, 30)
 	obs->seg->hdr->magic = ~magic;
 	CHECK_RC(newcomer_opens(&c), -LOCAL_ECORRUPT);
 	CHECK(WAIT_SESSIONS(obs, 1, 5000));
-	CHECK(log_has(&b, "header no longer validates"));
+	CHECK(broker_log_has(&b, "header no longer validates"));
 	check_reported(&b, "header invalid");
 	CHECK_OK(local_held(obs, "c/held", NULL));
 	CHECK(broker_alive(&b));
@@ -509,15 +444,15 @@ TEST(corruption, wrong_header_magic, 30)
 	/* Restarted on such a segment, the broker refuses while anyone maps it
 	 * (obs, holding c/held), and replaces it once nobody does. */
 	CHECK_EQ(broker_refuses(&b, NULL, 10000), 3);
-	CHECK(log_has(&b, "refusing to replace"));
+	CHECK(broker_log_has(&b, "refusing to replace"));
 	local_session_close(obs); /* no broker: only unmaps */
 	/* The operator's word covers processes the broker may not inspect
 	 * (shmlockd(8), UPGRADES): even root may be denied some. */
 	broker_restart_with(&b, (const char *const[]){ "--replace-segment", NULL });
-	CHECK(log_has(&b, "replacing it"));
+	CHECK(broker_log_has(&b, "replacing it"));
 	CHECK_OK(newcomer_opens(&c));
 	end_child(&c);
-	stop_clean(&b);
+	broker_stop_clean(&b);
 }
 
 static bool one_of(int rc, const int *ok, size_t n)
@@ -608,9 +543,9 @@ TEST(corruption, random_bytes_over_a_key_entry, 60)
 	CHECK(st.quarantined > 0);
 	check_reported(&b, "quarantined as damaged");
 	/* The broker says so in its log within a scan (a second). */
-	CHECK(WAIT_FOR(log_has(&b, "found damaged and quarantined"), 5000));
+	CHECK(WAIT_FOR(broker_log_has(&b, "found damaged and quarantined"), 5000));
 	check_healthy(&b, obs);
-	stop_clean(&b);
+	broker_stop_clean(&b);
 }
 
 /*
@@ -643,7 +578,7 @@ TEST(corruption, cycle_that_skips_a_waiter, 30)
 	key_unlock(k);
 	served_in_order(obs, "c/cycle", w);
 	check_healthy(&b, obs);
-	stop_clean(&b);
+	broker_stop_clean(&b);
 }
 
 /* Make a node's word name another session slot. */
@@ -684,7 +619,7 @@ TEST(corruption, node_names_a_bogus_session, 30)
 	end_child(&h);
 	end_child(&w);
 	check_healthy(&b, obs);
-	stop_clean(&b);
+	broker_stop_clean(&b);
 }
 
 /*
@@ -713,7 +648,7 @@ TEST(corruption, lock_delay_beyond_the_maximum, 30)
 	      (rc == 0 && ki.lock_delay_remaining_ms <= LOCAL_LOCK_DELAY_MAX_MS));
 	check_reported(&b, "c/delay");
 	check_healthy(&b, obs);
-	stop_clean(&b);
+	broker_stop_clean(&b);
 }
 
 /*
@@ -741,5 +676,5 @@ TEST(corruption, two_entries_with_one_name, 30)
 	key_unlock(other);
 	key_unlock(k);
 	check_reported(&b, "two entries");
-	stop_clean(&b);
+	broker_stop_clean(&b);
 }

@@ -37,21 +37,6 @@
 static const struct seg_caps small = { .max_keys = 64, .max_sessions = 16, .max_waiters = 64,
 				       .max_holds = 64, .max_value = 64 };
 
-static bool log_has(const struct broker_proc *b, const char *what)
-{
-	FILE *f = fopen(b->log, "r");
-	char *line = NULL;
-	size_t size = 0;
-	bool found = false;
-
-	while (f && !found && getline(&line, &size, f) >= 0)
-		found = strstr(line, what) != NULL;
-	free(line);
-	if (f)
-		fclose(f);
-	return found;
-}
-
 static bool answers(const char *path, int type)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -198,22 +183,6 @@ TEST(files, a_link_under_the_segment_name_is_never_followed, 20)
 	broker_stop(&b);
 }
 
-/* shmlockd --check on @b's segment; returns its exit status. */
-static int run_check(const struct broker_proc *b, char *out, size_t size)
-{
-	char cmd[512];
-	size_t n;
-	FILE *p;
-
-	snprintf(cmd, sizeof(cmd), "'%s' --check --socket '%s' --shm-name '%s' 2>&1",
-		 getenv("SHMLOCK_BROKER_BIN"), b->sock, b->shm);
-	p = popen(cmd, "r");
-	CHECK(p != NULL);
-	n = fread(out, 1, size - 1, p);
-	out[n] = '\0';
-	return WEXITSTATUS(pclose(p));
-}
-
 /* Child as nobody (group nobody): ask @b's keeper for the segment; exits
  * 0 if it got it. */
 static int keeper_as_nobody(const struct broker_proc *b)
@@ -260,12 +229,12 @@ TEST(files, the_segment_is_owner_only, 30)
 	CHECK_OK(stat(path, &st));
 	CHECK_EQ(st.st_gid, NOBODY); /* reachable by the group, yet: */
 	CHECK_EQ(keeper_as_nobody(&b), 1);
-	CHECK_EQ(run_check(&b, out, sizeof(out)), 0);
+	CHECK_EQ(broker_check(&b, out, sizeof(out)), 0);
 	CHECK(strstr(out, "healthy"));
 
 	/* Kept across a restart, holds and all. */
 	broker_signal_wait(&b, SIGTERM);
-	CHECK_EQ(run_check(&b, out, sizeof(out)), 0);
+	CHECK_EQ(broker_check(&b, out, sizeof(out)), 0);
 	broker_restart(&b);
 	CHECK_OK(local_held(s, "files/k", NULL));
 	CHECK_OK(local_session_close(s));
@@ -339,22 +308,22 @@ TEST(files, an_unusable_segment_is_not_replaced_under_its_holders, 60)
 
 	CHECK_EQ(broker_refuses(&b, NULL, 10000), EXIT_SEG_IN_USE);
 	snprintf(buf, sizeof(buf), "pid %d (", (int)h.pid);
-	CHECK(log_has(&b, buf));
-	CHECK(log_has(&b, "refusing to replace"));
+	CHECK(broker_log_has(&b, buf));
+	CHECK(broker_log_has(&b, "refusing to replace"));
 	CHECK_EQ(try_key(&b), -LOCAL_EBROKER);
 	CHECK_EQ(broker_refuses(&b, replace_1s, 10000), EXIT_SEG_IN_USE);
 	CHECK_EQ(try_key(&b), -LOCAL_EBROKER);
-	CHECK_EQ(run_check(&b, out, sizeof(out)), 1);
+	CHECK_EQ(broker_check(&b, out, sizeof(out)), 1);
 	CHECK(strstr(out, "--replace-segment"));
 
 	/* The operator starts a broker that waits for the old holder. */
 	broker_spawn(&b, replace_30s);
-	CHECK(WAIT_FOR(log_has(&b, "waiting up to 30 s"), 10000));
+	CHECK(WAIT_FOR(broker_log_has(&b, "waiting up to 30 s"), 10000));
 	CHECK_EQ(try_key(&b), -LOCAL_EBROKER);
 	child_send(&h, "exit");
 	child_wait(&h, 10000);
 	broker_wait_ready(&b, 10000);
-	CHECK(log_has(&b, "replacing it"));
+	CHECK(broker_log_has(&b, "replacing it"));
 	check_ours(&b, NULL);
 	CHECK_OK(try_key(&b));
 	broker_stop(&b);
@@ -424,7 +393,7 @@ TEST(files, a_socket_where_others_can_write_is_refused, 60)
 		use_socket(&b, "ww/sock");
 		plant_link(target, b.sock);
 		CHECK_EQ(broker_refuses(&b, NULL, 10000), EXIT_UNSAFE_PATH);
-		CHECK(log_has(&b, "writable by other users"));
+		CHECK(broker_log_has(&b, "writable by other users"));
 		CHECK_OK(lstat(b.sock, &st));
 		CHECK(S_ISLNK(st.st_mode));
 		check_secret_untouched(target);
@@ -444,12 +413,12 @@ TEST(files, a_socket_where_others_can_write_is_refused, 60)
 	CHECK_OK(chown(path, NOBODY, NOBODY));
 	use_socket(&b, "theirs/sock");
 	CHECK_EQ(broker_refuses(&b, NULL, 10000), EXIT_UNSAFE_PATH);
-	CHECK(log_has(&b, "owned by another user"));
+	CHECK(broker_log_has(&b, "owned by another user"));
 	snprintf(path, sizeof(path), "%s/link", b.dir);
 	plant_link(b.dir, path);
 	use_socket(&b, "link/sock");
 	CHECK_EQ(broker_refuses(&b, NULL, 10000), EXIT_UNSAFE_PATH);
-	CHECK(log_has(&b, "symbolic link owned by another user"));
+	CHECK(broker_log_has(&b, "symbolic link owned by another user"));
 
 	/* The name taken by a file: left alone. */
 	use_socket(&b, "secret");
@@ -561,17 +530,17 @@ TEST(files, a_broker_not_root_sees_holders_it_cannot_inspect, 60)
 	scribble_abi(&bn);
 
 	CHECK_EQ(refusal_as_nobody(&bn, false), EXIT_SEG_IN_USE);
-	CHECK(log_has(&b, "in-use mark is held"));
+	CHECK(broker_log_has(&b, "in-use mark is held"));
 	CHECK_EQ(refusal_as_nobody(&bn, true), EXIT_SEG_IN_USE);
 	CHECK_EQ(try_key(&bn), -LOCAL_EBROKER);
 
 	child_send(&h, "exit");
 	child_wait(&h, 10000);
 	CHECK_EQ(refusal_as_nobody(&bn, false), EXIT_SEG_IN_USE);
-	CHECK(log_has(&b, "cannot inspect (no in-use mark held"));
+	CHECK(broker_log_has(&b, "cannot inspect (no in-use mark held"));
 	pid = spawn_as_nobody(&bn, true);
 	CHECK(WAIT_FOR(answers(bn.sock, SOCK_SEQPACKET), 5000));
-	CHECK(log_has(&b, "replacing it"));
+	CHECK(broker_log_has(&b, "replacing it"));
 	CHECK_OK(try_key(&bn));
 	fd = keeper_segment_fd(&bn);
 	CHECK(fd >= 0);

@@ -208,26 +208,6 @@ static void waiter(void *p, int in, int out)
 	pause();
 }
 
-/* Stop the broker and require a clean exit: under ASan or UBSan, a report
- * (in the operator's code too) ends the broker with another status. */
-static void stop_clean(struct broker_proc *b)
-{
-	struct child c = { .pid = b->pid, .rd = -1, .wr = -1 };
-	char cmd[200];
-	int status;
-
-	kill(b->pid, SIGTERM);
-	status = child_wait(&c, 10000);
-	b->pid = 0;
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		snprintf(cmd, sizeof(cmd), "cat '%s' >&2", b->log);
-		if (system(cmd) != 0)
-			fprintf(stderr, "    (no broker log)\n");
-		FAIL_AT("broker ended with wait status 0x%x", status);
-	}
-	broker_stop(b);
-}
-
 /* ---- item 6: --check on a healthy, busy broker ---------------------------------- */
 
 TEST(operator, check_calls_every_kind_of_session_and_hold_healthy, 40)
@@ -276,26 +256,11 @@ TEST(operator, check_calls_every_kind_of_session_and_hold_healthy, 40)
 	local_session_close(plain);
 	local_session_close(nocheck);
 	local_session_close(ttl);
-	stop_clean(&b);
+	broker_stop_clean(&b);
 	http_sock_remove(http_sock);
 }
 
 /* ---- item 4: the operator is never locked out ------------------------------------- */
-
-static bool log_has(const struct broker_proc *b, const char *what)
-{
-	FILE *f = fopen(b->log, "r");
-	char *line = NULL;
-	size_t size = 0;
-	bool found = false;
-
-	while (f && !found && getline(&line, &size, f) >= 0)
-		found = strstr(line, what) != NULL;
-	free(line);
-	if (f)
-		fclose(f);
-	return found;
-}
 
 /* The session table full of sessions without a process check (leaked by
  * processes long gone): every inspection and operator command still works. */
@@ -342,7 +307,7 @@ TEST(operator, a_full_session_table_locks_no_operator_out, 60)
 	for (i = 0; i < 3; i++)
 		local_session_close(s[i]);
 	local_session_close(s[3]);
-	stop_clean(&b);
+	broker_stop_clean(&b);
 }
 
 /* A process sits in a key's mutex (stopped inside its critical section):
@@ -380,7 +345,7 @@ TEST(operator, inspection_does_not_wait_for_a_stalled_key, 30)
 	CHECK_EQ(kf, 0);
 	local_session_close(me);
 	local_session_close(a);
-	stop_clean(&b);
+	broker_stop_clean(&b);
 }
 
 /* ---- item 5: a quarantined key is listed, and reset --------------------------------- */
@@ -489,7 +454,7 @@ TEST(operator, a_quarantined_key_is_listed_and_reset, 60)
 		FAIL_AT("/metrics does not count the quarantined key:\n%s", body);
 	free(body);
 	/* The broker's log names it (within its one-second scan). */
-	CHECK(WAIT_FOR(log_has(&b, "'op/q' (entry"), 5000));
+	CHECK(WAIT_FOR(broker_log_has(&b, "'op/q' (entry"), 5000));
 	if (shmlock(&b, out, sizeof(out), "release", "-force", "op/q", NULL) != 1 ||
 	    !strstr(out, "shmlock reset op/q"))
 		FAIL_AT("release -force of a quarantined key should point to reset:\n%s", out);
@@ -507,7 +472,7 @@ TEST(operator, a_quarantined_key_is_listed_and_reset, 60)
 	CHECK(t > tok);
 	CHECK_OK(local_held(other, "op/other", &t));
 	CHECK_EQ(t, other_tok);
-	CHECK(log_has(&b, "reset quarantined key 'op/q'"));
+	CHECK(broker_log_has(&b, "reset quarantined key 'op/q'"));
 	CHECK_OK(local_admin_info(b.sock, "op/q", &ki, &kf));
 	CHECK_EQ(kf, 0);
 	CHECK_EQ(ki.holders, 1);
@@ -523,7 +488,7 @@ TEST(operator, a_quarantined_key_is_listed_and_reset, 60)
 	local_session_close(a);
 	local_session_close(other);
 	local_session_close(obs);
-	stop_clean(&b);
+	broker_stop_clean(&b);
 	http_sock_remove(http_sock);
 }
 
@@ -617,7 +582,7 @@ TEST(operator, listings_span_pages, 120)
 	CHECK_EQ(t.n, N);
 	for (i = 0; i < N; i++)
 		local_session_close(s[i]);
-	stop_clean(&b);
+	broker_stop_clean(&b);
 }
 
 /* ---- the allow lists apply ------------------------------------------------------------ */
@@ -689,5 +654,5 @@ TEST(operator, operator_requests_obey_the_allow_lists, 40)
 	CHECK_OK(local_admin_stats(b.sock, &st, NULL)); /* root is always allowed */
 	CHECK_EQ(st.holds, 1);
 	local_session_close(root);
-	stop_clean(&b);
+	broker_stop_clean(&b);
 }

@@ -31,21 +31,6 @@
 static const char *const caps[] = { "--max-keys",    "64", "--max-holds",    "16",
 				    "--max-waiters", "16", "--max-sessions", "16", NULL };
 
-static bool log_has(const struct broker_proc *b, const char *what)
-{
-	FILE *f = fopen(b->log, "r");
-	char *line = NULL;
-	size_t size = 0;
-	bool found = false;
-
-	while (f && !found && getline(&line, &size, f) >= 0)
-		found = strstr(line, what) != NULL;
-	free(line);
-	if (f)
-		fclose(f);
-	return found;
-}
-
 static uint32_t holders_of(local_session *s, const char *key)
 {
 	struct local_key_info ki;
@@ -264,9 +249,9 @@ TEST(sealed, a_bad_header_is_noticed_by_the_periodic_scan, 20)
 	obs = open_session(&b, "obs", 0, 0);
 	magic = obs->seg->hdr->magic;
 	obs->seg->hdr->magic = ~magic;
-	CHECK(WAIT_FOR(log_has(&b, "header no longer validates"), 5000));
+	CHECK(WAIT_FOR(broker_log_has(&b, "header no longer validates"), 5000));
 	obs->seg->hdr->magic = magic;
-	CHECK(WAIT_FOR(log_has(&b, "header validates again"), 5000));
+	CHECK(WAIT_FOR(broker_log_has(&b, "header validates again"), 5000));
 	CHECK_OK(local_session_close(open_session(&b, "after", 0, 0)));
 	CHECK_OK(local_session_close(obs));
 	broker_stop(&b);
@@ -347,8 +332,8 @@ TEST(sealed, a_lost_segment_is_not_replaced_under_its_holders, 40)
 	CHECK(WAIT_FOR(keeper_segment_fd(&b) < 0 && kill(kp, 0) < 0, 5000));
 	CHECK_EQ(broker_refuses(&b, NULL, 10000), 3);
 	snprintf(want, sizeof(want), "pid %d (", (int)h.pid);
-	CHECK(log_has(&b, want));
-	CHECK(log_has(&b, "refusing to replace the segment memfd:"));
+	CHECK(broker_log_has(&b, want));
+	CHECK(broker_log_has(&b, "refusing to replace the segment memfd:"));
 	CHECK_EQ(broker_refuses(&b, replace, 10000), 3);
 
 	child_send(&h, "exit");
@@ -419,9 +404,9 @@ TEST(sealed, an_old_named_segment_is_replaced_only_once_unmapped, 30)
 
 	CHECK_EQ(broker_refuses(&b, NULL, 10000), 3);
 	snprintf(path, sizeof(path), "/dev/shm%s", b.shm);
-	CHECK(log_has(&b, "named segment"));
+	CHECK(broker_log_has(&b, "named segment"));
 	snprintf(want, sizeof(want), "pid %d (", (int)c.pid);
-	CHECK(log_has(&b, want));
+	CHECK(broker_log_has(&b, want));
 	CHECK_OK(stat(path, &st));
 
 	child_send(&c, "exit");
@@ -429,7 +414,7 @@ TEST(sealed, an_old_named_segment_is_replaced_only_once_unmapped, 30)
 	/* As for any segment it cannot use: the operator's word covers the
 	 * processes it may not inspect (even root may be denied some). */
 	broker_restart_with(&b, (const char *const[]){ "--replace-segment", NULL });
-	CHECK(log_has(&b, "removing it"));
+	CHECK(broker_log_has(&b, "removing it"));
 	CHECK_EQ(stat(path, &st), -1);
 	CHECK_OK(local_session_close(open_session(&b, "s", 0, 0)));
 	broker_stop(&b);
