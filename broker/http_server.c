@@ -369,6 +369,21 @@ static bool host_allowed(struct hreq *r)
 	       name_listed(r->h->b->opts.http.allowed_hosts, name, n);
 }
 
+/*
+ * Cross-site requests: a web page can make a browser send a "simple" POST
+ * (no preflight) to a loopback port, and without a token (with
+ * --http-insecure-no-auth) that would take and release locks. Browsers mark
+ * every such request with Origin; on TCP only the origins CORS allows are
+ * served. Programs (curl, clients) send no Origin. No page reaches the Unix
+ * socket.
+ */
+static bool origin_ok(struct hreq *r)
+{
+	const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+
+	return !r->tcp || !origin || origin_allowed(&r->h->b->opts.http, origin);
+}
+
 static void dispatch(struct hreq *r)
 {
 	struct http *h = r->h;
@@ -377,6 +392,13 @@ static void dispatch(struct hreq *r)
 	if (!host_allowed(r)) {
 		hreq_error(r, 421, "misdirected",
 			   "this server does not answer for that Host (see --http-allowed-hosts)");
+		return;
+	}
+
+	if (!origin_ok(r)) {
+		hreq_error(r, 403, "forbidden_origin",
+			   "requests from web pages of this origin are not served (see "
+			   "--http-cors-allowed-origins)");
 		return;
 	}
 

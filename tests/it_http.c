@@ -2675,6 +2675,28 @@ TEST(http, tcp_answers_only_its_own_host_names, 30)
 	hb_stop(&h);
 }
 
+/* A web page's cross-site request (a "simple" POST needs no preflight)
+ * carries Origin: on TCP, only origins CORS allows are served. */
+TEST(http, tcp_serves_no_web_page_of_another_origin, 30)
+{
+	struct hbroker h;
+	struct api a;
+
+	hb_start(&h, true, ARGS("--http-cors-allowed-origins", "https://app.example"));
+	a = h.tcp;
+	a.hdr[0] = "Origin: https://evil.example";
+	CHECK_ERROR(req(&a, "POST", "/v1/sessions", NULL, NULL), 403, "forbidden_origin");
+	CHECK_ERROR(req(&a, "GET", "/v1/stats", NULL, NULL), 403, "forbidden_origin");
+	a.hdr[0] = "Origin: https://app.example";
+	CHECK_STATUS(req(&a, "GET", "/v1/stats", NULL, NULL), 200);
+	a.hdr[0] = NULL; /* a program: no Origin */
+	CHECK_STATUS(req(&a, "GET", "/v1/stats", NULL, NULL), 200);
+	a = h.ux;
+	a.hdr[0] = "Origin: https://evil.example";
+	CHECK_STATUS(req(&a, "GET", "/v1/stats", NULL, NULL), 200);
+	hb_stop(&h);
+}
+
 /* HTTP cannot fill the session table liblocal needs. */
 TEST(http, http_sessions_get_half_the_table_by_default, 30)
 {

@@ -423,7 +423,7 @@ static bool in(int v, const int *set, size_t n)
 }
 
 /* The statuses docs/http-api.md lists (and http_stats.c counts). */
-static const int documented[] = { 200, 204, 400, 401, 404, 405, 408, 409, 410, 421, 429, 500, 503 };
+static const int documented[] = { 200, 204, 400, 401, 403, 404, 405, 408, 409, 410, 421, 429, 500, 503 };
 /* What libmicrohttpd answers by itself, before any handler of ours runs:
  * malformed or oversized requests, unsupported versions and encodings. */
 static const int mhd_own[] = { 400, 413, 414, 417, 431, 500, 501, 505 };
