@@ -111,6 +111,7 @@ uint64_t key_next_token_locked(struct segment *seg, struct seg_key *k)
 	if (off <= __atomic_load_n(&k->token, __ATOMIC_RELAXED) && last >= off + grants &&
 	    last < __atomic_load_n(&k->tok_hi, __ATOMIC_RELAXED)) {
 		__atomic_store_n(&k->tok_off, last + 1 - grants, __ATOMIC_RELAXED);
+		CRASH_POINT(TOKEN_REMAPPED);
 		tok = last + 1;
 		goto drawn;
 	}
