@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 
 #include "broker_fixture.h"
 #include "harness.h"
@@ -219,5 +221,106 @@ TEST(tokens, rise_across_reclaim, 30)
 		CHECK(entry_of(a, names[0]) == NULL);
 	}
 	CHECK_EQ(segment_violations(a), 0);
+	broker_stop(&b);
+}
+
+/*
+ * Three processes take four keys at random, lock-free and through the mutex,
+ * and each grant is logged while the key is still held, so the log of a key
+ * is in grant order: every key's log rises, and no token appears twice in
+ * all the logs. Races on one key's fast word between processes, and range
+ * reservations on the shared counter, happen throughout.
+ */
+#define RACE_PROCS 3
+#define RACE_KEYS 4
+#define RACE_GRANTS 3000 /* per process */
+
+struct race_log {
+	uint32_t n[RACE_KEYS];
+	uint64_t tok[RACE_KEYS][RACE_PROCS * RACE_GRANTS];
+};
+
+struct race_arg {
+	const struct broker_proc *b;
+	struct race_log *log;
+	int id;
+};
+
+static void race_child(void *p, int in, int out)
+{
+	static const char *const keys[RACE_KEYS] = { "race/a", "race/b", "race/c", "race/d" };
+	const struct race_arg *a = p;
+	unsigned seed = (unsigned)a->id * 7919u + 1;
+	local_session *s = open_session(a->b, "racer", 0, 0);
+	int i;
+
+	(void)in;
+	for (i = 0; i < RACE_GRANTS; i++) {
+		unsigned k = (unsigned)rand_r(&seed) % RACE_KEYS;
+		bool mutex = rand_r(&seed) % 8 == 0;
+		struct local_acquire_opts o = { .timeout_ms = -1, .value = mutex ? "v" : NULL,
+						.value_len = mutex ? 1 : 0 };
+		uint64_t t = 0;
+		int rc = local_lock(s, keys[k], &o, &t);
+
+		if (rc) {
+			say(out, "lock %s: %d", keys[k], rc);
+			return;
+		}
+		a->log->tok[k][a->log->n[k]++] = t; /* under the lock: grant order */
+		rc = local_release(s, keys[k]);
+		if (rc) {
+			say(out, "release %s: %d", keys[k], rc);
+			return;
+		}
+	}
+	local_session_close(s);
+	say(out, "done");
+}
+
+TEST(tokens, racing_processes_rise_per_key_and_never_repeat, 120)
+{
+	struct race_arg args[RACE_PROCS];
+	struct child kids[RACE_PROCS];
+	struct race_log *log;
+	struct broker_proc b;
+	local_session *obs;
+	uint64_t *all;
+	size_t total = 0, i;
+	uint32_t k, j;
+	int p;
+
+	log = mmap(NULL, sizeof(*log), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK(log != MAP_FAILED);
+	broker_start(&b, NULL);
+	obs = open_session(&b, "obs", 0, 0);
+	for (p = 0; p < RACE_PROCS; p++) {
+		args[p] = (struct race_arg){ &b, log, p };
+		child_spawn(&kids[p], race_child, &args[p]);
+	}
+	for (p = 0; p < RACE_PROCS; p++) {
+		child_expect(&kids[p], "done", 60000);
+		CHECK(WIFEXITED(child_wait(&kids[p], 5000)));
+	}
+	all = malloc(sizeof(log->tok));
+	CHECK(all != NULL);
+	for (k = 0; k < RACE_KEYS; k++) {
+		for (j = 0; j < log->n[k]; j++) {
+			if (j && log->tok[k][j] <= log->tok[k][j - 1])
+				FAIL_AT("key %u: grant %u got token %llu after %llu", k, j,
+					(unsigned long long)log->tok[k][j],
+					(unsigned long long)log->tok[k][j - 1]);
+			all[total++] = log->tok[k][j];
+		}
+	}
+	CHECK_EQ(total, RACE_PROCS * RACE_GRANTS);
+	qsort(all, total, sizeof(all[0]), cmp_u64);
+	for (i = 1; i < total; i++)
+		if (all[i] == all[i - 1])
+			FAIL_AT("token %llu given twice", (unsigned long long)all[i]);
+	CHECK(all[total - 1] <= atomic_load(&obs->seg->hdr->token_counter));
+	CHECK_EQ(segment_violations(obs), 0);
+	free(all);
+	munmap(log, sizeof(*log));
 	broker_stop(&b);
 }
