@@ -162,7 +162,11 @@ struct local_acquire_opts {
  * Acquire @key (1..255 bytes, NUL-terminated, no NUL inside) as a lock.
  * NULL @opts waits forever with no value. Waiters are granted in strict FIFO
  * order per key. On success *token (if non-NULL) receives the fencing token:
- * strictly greater than every token granted before, on any key.
+ * strictly greater than every token granted before on this key (also after
+ * the key was reclaimed and re-created, and across broker restarts), and
+ * different from every token of every other key. Tokens are not ordered
+ * across keys: a global order would make every grant write one cache line
+ * shared by all processes, which caps throughput at one core.
  * Re-acquiring a lock the session already holds succeeds at once, keeps the
  * token and replaces the value (when @opts->value is non-NULL).
  * Errors: -EBUSY (try found it held or in lock-delay), -ETIMEDOUT,
@@ -206,7 +210,7 @@ LOCAL_API int local_info(local_session *s, const char *key, struct local_key_inf
 /*
  * Acquire one of @limit slots of the semaphore @key (limit >= 1). At most
  * @limit sessions hold it at once, granted in FIFO order, each with a fencing
- * token from the same counter as locks. A session holds at most one slot of
+ * token as for locks (rising per key, unique across keys). A session holds at most one slot of
  * a key: asking again returns its token at once. Released with
  * local_release(). Every holder must agree on @limit: while the key exists
  * (an idle key until the broker's --gc-idle reclaims it), another limit fails

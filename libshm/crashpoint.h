@@ -41,7 +41,10 @@
 	X(23, FAST_HOLD_ADOPTED, "key_lock: a lock-free hold turned NODE_HOLDING, mutex held") \
 	X(24, SEM_HOLD_LISTED, "key_lock: a semaphore's lock-free hold listed, word still names it") \
 	X(25, LOCK_WORD_TAKEN, "lock word: taken (owner pid stored), nothing done under it yet") \
-	X(26, LOCK_WORD_RELEASED, "lock word: released (zero stored), sleepers not yet woken")
+	X(26, LOCK_WORD_RELEASED, "lock word: released (zero stored), sleepers not yet woken") \
+	X(27, TOKEN_RESERVED, "grant: a token range taken from the segment's counter, key not told") \
+	X(28, TOKEN_RANGE_SET, "grant: the key's new token range stored, not yet complete") \
+	X(29, TOKEN_REMAPPED, "grant: range mapped above a token drawn but never counted, not yet drawn")
 
 enum crash_point {
 #define X(n, name, what) CP_##name = n,

@@ -6,9 +6,10 @@
  * holder already, a key that does not exist yet, a lost race — falls back to
  * the mutex path by returning FAST_MISS.
  *
- * The locked instructions, all of them: acquire = claim a node (CAS), draw
- * a token (add), commit (CAS on the fast word); release = CAS on the fast
- * word. Nothing else is written that another process reads: the node keeps
+ * The locked instructions, all of them: acquire = claim a node (CAS), commit
+ * (CAS on the fast word); release = CAS on the fast word. The token is
+ * computed, not drawn: the key's range and its grant count (fast_token()).
+ * Nothing else is written that another process reads: the node keeps
  * the state it was claimed in (NODE_FAST_CLAIMED), and the key's lock_index
  * and modify_index are brought up to date by the next mutex holder, which
  * counts the lock-free operations from the fast word's seq (fast_base).
@@ -109,6 +110,27 @@ static uint64_t ours(const struct segment *seg, uint64_t f, uint32_t key, struct
 	return w;
 }
 
+/*
+ * The token an acquire committing on fast word @f gets: the key's range
+ * (key_token_for()) at the grant count that commit makes. lock_index is
+ * exact as of fast_base, and the lock-free operations since alternate,
+ * starting with an acquisition if the key was free then (as
+ * fold_fast_counts_locked() counts them). Read after @f (acquire): the
+ * fields are what the mutex holder that published @f left, unless a mutex
+ * holder has come since, and then our CAS against @f fails. 0: the mutex
+ * path must draw.
+ */
+static uint64_t fast_token(const struct seg_key *k, uint64_t f)
+{
+	uint64_t b = atomic_load_explicit(&k->fast_base, memory_order_relaxed);
+	uint64_t n = (FAST_SEQ(f) + 1 - FBASE_SEQ(b)) & FAST_SEQ_MASK;
+
+	if (b & FBASE_FOLDING)
+		return 0;
+	return key_token_for(k, atomic_load_explicit(&k->lock_index, memory_order_relaxed) +
+					(n + !(b & FBASE_HELD)) / 2);
+}
+
 /* Free a node no fast word names and that is in flight: ours alone. */
 static void free_in_flight(struct seg_node *n)
 {
@@ -151,6 +173,9 @@ int fast_acquire(struct segment *seg, const char *key, const struct acquire_req 
 	 * Two values, as acquisitions may all land on odd or on even ones. */
 	if (((FAST_SEQ(f) + 1) & (FAST_FOLD_EVERY - 1)) <= 1)
 		return FAST_MISS;
+	tok = fast_token(k, f);
+	if (!tok)
+		return FAST_MISS; /* the key's token range is spent: the mutex path reserves */
 	/* Usually the node this session freed last: one CAS, no search. */
 	claimed = NODE_PACK(NODE_FAST_CLAIMED, req->who.slot, idx);
 	node = atomic_load_explicit(&hints->hold, memory_order_relaxed);
@@ -164,7 +189,7 @@ int fast_acquire(struct segment *seg, const char *key, const struct acquire_req 
 	}
 	CRASH_POINT(FAST_ACQ_CLAIMED);
 	n->session_gen = req->who.gen;
-	n->token = tok = draw_token(seg);
+	n->token = tok;
 	n->lease_until_ns = 0;
 	n->lease_ms = 0;
 	n->hold = n->prev = n->next = IDX_NONE;

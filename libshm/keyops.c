@@ -86,6 +86,50 @@ static int check_kind_locked(struct seg_key *k, const struct acquire_req *req)
 	return 0;
 }
 
+/*
+ * The token of the grant about to be counted (lock_index + 1): from the
+ * key's range when that works (key_token_for()). Else, when the range has
+ * room above tok_last (a grant its dying granter had not counted took the
+ * token the count says is next), map the rest of the range above tok_last.
+ * Else reserve (g, g + span] from the segment's counter: tok_off, tok_hi,
+ * then token = g, which completes the range (key_token_for() wants tok_off
+ * <= token). tok_last is stored before the caller writes the token where
+ * anyone could see it. A crash between any two stores leaves the range
+ * spent or void, so the next grant reserves again: tokens may be skipped,
+ * never given twice. The span grows with the key's grants: a busy key
+ * touches the counter rarely, an idle one wastes little when reclaimed.
+ */
+uint64_t key_next_token_locked(struct segment *seg, struct seg_key *k)
+{
+	uint64_t grants = atomic_load_explicit(&k->lock_index, memory_order_relaxed) + 1;
+	uint64_t tok = key_token_for(k, grants), off, last, span, g;
+
+	if (tok)
+		goto drawn;
+	off = __atomic_load_n(&k->tok_off, __ATOMIC_RELAXED);
+	last = __atomic_load_n(&k->tok_last, __ATOMIC_RELAXED);
+	if (off <= __atomic_load_n(&k->token, __ATOMIC_RELAXED) && last >= off + grants &&
+	    last < __atomic_load_n(&k->tok_hi, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&k->tok_off, last + 1 - grants, __ATOMIC_RELAXED);
+		CRASH_POINT(TOKEN_REMAPPED);
+		tok = last + 1;
+		goto drawn;
+	}
+	span = grants < TOKEN_SPAN_MIN ? TOKEN_SPAN_MIN
+	       : grants > TOKEN_SPAN_MAX ? TOKEN_SPAN_MAX
+					 : grants;
+	g = atomic_fetch_add(&seg->hdr->token_counter, span);
+	CRASH_POINT(TOKEN_RESERVED);
+	__atomic_store_n(&k->tok_off, g + 1 - grants, __ATOMIC_RELAXED);
+	__atomic_store_n(&k->tok_hi, g + span, __ATOMIC_RELAXED);
+	CRASH_POINT(TOKEN_RANGE_SET);
+	__atomic_store_n(&k->token, g, __ATOMIC_RELAXED);
+	tok = g + 1;
+drawn:
+	__atomic_store_n(&k->tok_last, tok, __ATOMIC_RELAXED);
+	return tok;
+}
+
 static int grant_uncontended_locked(struct segment *seg, struct seg_key *k, const struct acquire_req *req,
 			     uint64_t *token, _Atomic uint32_t *hint)
 {
@@ -106,7 +150,7 @@ static int grant_uncontended_locked(struct segment *seg, struct seg_key *k, cons
 		return -LOCAL_ESESSION;
 	}
 	node->session_gen = req->who.gen;
-	node->token = draw_token(seg);
+	node->token = key_next_token_locked(seg, k);
 	node->lease_until_ns = lease_deadline(req->lease_ms);
 	node->lease_ms = req->lease_ms;
 	node->hold = IDX_NONE;
@@ -118,7 +162,7 @@ static int grant_uncontended_locked(struct segment *seg, struct seg_key *k, cons
 	CRASH_POINT(GRANT_LINKED);
 	k->holders++;
 	key_count_grant_locked(k);
-	k->token = node->token;
+	__atomic_store_n(&k->token, node->token, __ATOMIC_RELAXED);
 	if (req->value)
 		key_set_value_locked(seg, k, req->value, req->value_len);
 	key_touch_locked(k);
@@ -219,7 +263,7 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	struct seg_node *wn = &seg->nodes[w], *hn = &seg->nodes[h];
 	uint64_t ww = atomic_load(&wn->word);
 	uint32_t key = seg_key_index(seg, k);
-	uint64_t token = draw_token(seg);
+	uint64_t token = key_next_token_locked(seg, k);
 
 	wn->hold = h;
 	wn->token = token;
@@ -241,7 +285,7 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	CRASH_POINT(HANDOFF_GRANTED);
 	k->waiters--;
 	key_count_grant_locked(k);
-	k->token = token;
+	__atomic_store_n(&k->token, token, __ATOMIC_RELAXED);
 	/* Bounds-checked: node fields may be damaged (found by fuzz_segment). */
 	if (wn->staged_len && wn->staged_len - 1 <= seg->caps.max_value &&
 	    w >= seg->caps.max_holds)

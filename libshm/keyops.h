@@ -217,12 +217,37 @@ static inline void key_count_grant_locked(struct seg_key *k)
  * any. */
 void key_touch_locked(struct seg_key *k);
 
-/* The next fencing token: the segment-wide counter, so tokens rise across
- * all keys in the order they are drawn. */
-static inline uint64_t draw_token(struct segment *seg)
+/*
+ * Fencing tokens: each key draws from a range it reserved from the segment's
+ * counter (tok_off, tok_hi in struct seg_key), so a grant writes only the
+ * key's own lines; the counter's line is written once per range. The grant
+ * that makes lock_index @grants gets tok_off + @grants; that token is valid
+ * while the range is complete (tok_off <= token: see struct seg_key) and not
+ * spent. Strictly increasing per key, unique across keys; not ordered across
+ * keys (docs/architecture.md, "Fencing tokens").
+ */
+#define TOKEN_SPAN_MIN 16ull	     /* a new key's first range */
+#define TOKEN_SPAN_MAX (1ull << 20) /* a busy key's ranges grow to this */
+
+/* The token of the grant that makes lock_index @grants, from the key's
+ * current range; 0 when the range is spent or void, or the token was drawn
+ * already (the mutex path then moves on: key_next_token_locked()). */
+static inline uint64_t key_token_for(const struct seg_key *k, uint64_t grants)
 {
-	return atomic_fetch_add(&seg->hdr->token_counter, 1) + 1;
+	uint64_t off = __atomic_load_n(&k->tok_off, __ATOMIC_RELAXED);
+	uint64_t tok = off + grants;
+
+	if (off > __atomic_load_n(&k->token, __ATOMIC_RELAXED) || tok <= off ||
+	    tok > __atomic_load_n(&k->tok_hi, __ATOMIC_RELAXED) ||
+	    tok <= __atomic_load_n(&k->tok_last, __ATOMIC_RELAXED))
+		return 0;
+	return tok;
 }
+
+/* Under the key mutex, lock_index exact (key_lock() folded it): the token
+ * of the grant about to be counted, reserving a fresh range when the key's
+ * is spent (one atomic add on the segment's counter). */
+uint64_t key_next_token_locked(struct segment *seg, struct seg_key *k);
 
 /* lease.c: now + @lease_ms (0: no lease), and telling the broker about a
  * new or earlier deadline of hold node @node. */

@@ -31,8 +31,10 @@
 #define SEG_MAGIC 0x4b434f4c4d485321ull /* "!SHMLOCK" little-endian */
 /* 2: lock-free holds stay NODE_FAST_CLAIMED while the fast word names
  * them, and lock_index/modify_index lag behind the fast word (fast_base).
- * 3: key and table locks are lock words (lockword.h), not glibc mutexes. */
-#define SEG_ABI 3u
+ * 3: key and table locks are lock words (lockword.h), not glibc mutexes.
+ * 4: tokens come from per-key ranges (tok_off, tok_hi); the token counter
+ * has a cache line of its own. */
+#define SEG_ABI 4u
 
 #define SEG_NAME_MAX 64 /* session name, including the NUL */
 #define SESS_EXPIRED_SLOTS 8
@@ -218,7 +220,21 @@ struct seg_key {
 	_Atomic uint64_t modify_index;
 	_Atomic uint64_t fast_base;
 	uint64_t fold_lock_index, fold_modify_index; /* see fast_base */
-	uint64_t token; /* the last token granted on this key */
+	/* Fencing tokens (docs/architecture.md, "Fencing tokens"). The key
+	 * draws them from a range it reserved from the segment's counter: the
+	 * grant that makes lock_index L gets tok_off + L, while that is above
+	 * tok_last and at most tok_hi, and the range is complete (tok_off <=
+	 * token). token: the last token granted and counted under the mutex,
+	 * or the base of the range when it was reserved; a new key entry
+	 * starts with token 0, which voids whatever range the entry held.
+	 * tok_last: the last token drawn under the mutex, stored before any
+	 * node shows it, so that a grant its dying granter did not count is
+	 * never given again. Written under the mutex only (SLOW set); the
+	 * lock-free path reads them with __atomic loads. */
+	uint64_t token;
+	uint64_t tok_off;
+	uint64_t tok_hi;
+	uint64_t tok_last;
 	uint64_t delay_until_ns; /* lock-delay end, CLOCK_MONOTONIC; 0: none */
 	_Atomic uint64_t value_word;
 	uint64_t idle_since_ns;
@@ -265,7 +281,6 @@ struct seg_header {
 	uint64_t off_sessions, off_keys, off_index, off_nodes, off_values, off_lease_bits;
 	uint64_t off_staged;
 	uint64_t created_realtime_ns;
-	_Atomic uint64_t token_counter; /* the last token drawn */
 	_Atomic uint32_t broker_pid;
 	_Atomic uint64_t broker_started_ns; /* CLOCK_MONOTONIC */
 	_Atomic uint32_t broker_doorbell; /* futex: clients ring the broker */
@@ -274,7 +289,31 @@ struct seg_header {
 	uint32_t index_tombs;		  /* under table_mutex */
 	uint32_t key_hint;		  /* under table_mutex: where to look for a free key */
 	struct seg_stats stats;
+	/* The last token reserved: keys take ranges of it (keyops.h,
+	 * key_next_token_locked()), never single tokens. A line of its own:
+	 * it is written once per range, by whichever process runs out. */
+	_Alignas(64) _Atomic uint64_t token_counter;
 } __attribute__((aligned(64)));
+
+/*
+ * The layout the uncontended path relies on (docs/architecture.md, "Cache
+ * lines the uncontended path writes"): a lock-free acquire or release writes
+ * its key's first line (the fast word) and its own hold node, and nothing
+ * else in the segment. These keep each of those a line no other key or node
+ * shares, and the token counter, which grants reach once per range, off the
+ * lines of everything else.
+ */
+_Static_assert(sizeof(struct seg_node) == 64 && _Alignof(struct seg_node) == 64,
+	       "a node is one cache line: sessions claim distinct nodes, so distinct lines");
+_Static_assert(sizeof(struct seg_key) % 64 == 0 && _Alignof(struct seg_key) == 64,
+	       "a key's lines are its own");
+_Static_assert(offsetof(struct seg_key, fast) < 64 && offsetof(struct seg_key, lock) < 64,
+	       "the fast word (written by every lock-free operation) is in the key's first line");
+_Static_assert(sizeof(struct seg_session) % 64 == 0 && _Alignof(struct seg_session) == 64,
+	       "a session slot's lines are its own");
+_Static_assert(offsetof(struct seg_header, token_counter) % 64 == 0 &&
+		       sizeof(struct seg_header) == offsetof(struct seg_header, token_counter) + 64,
+	       "the token counter has the header's last line to itself");
 
 /* A process's view of one mapped segment. */
 struct segment {

@@ -34,7 +34,7 @@ static int check_key(struct segment *seg, uint32_t ki)
 {
 	struct seg_key *k = &seg->keys[ki];
 	uint32_t holding = 0, waiting = 0, watching = 0, i, n, prev;
-	uint64_t last_seq = 0;
+	uint64_t last_seq = 0, counter;
 	int bad = 0, err;
 
 	err = key_lock(seg, k);
@@ -104,6 +104,26 @@ static int check_key(struct segment *seg, uint32_t ki)
 		VIOLATION("key %s: queue has %u entries, %u waiting", k->key, n, waiting);
 	if (k->q_tail != prev)
 		VIOLATION("key %s: queue tail is %u, last entry %u", k->key, k->q_tail, prev);
+	/* Tokens: the counter is at or above every token a key could give
+	 * (else a later range could give one again); a holder's token is at
+	 * most the key's last one drawn (else the next grant could repeat it). */
+	counter = atomic_load(&seg->hdr->token_counter);
+	if (k->token > counter || k->tok_last > counter ||
+	    (k->tok_off <= k->token && k->tok_hi > counter))
+		VIOLATION("key %s: token %llu / last %llu / range end %llu above the counter "
+			  "%llu", k->key, (unsigned long long)k->token,
+			  (unsigned long long)k->tok_last, (unsigned long long)k->tok_hi,
+			  (unsigned long long)counter);
+	for (i = k->h_head, n = 0; i != IDX_NONE && i < seg->nnodes && n <= seg->nnodes;
+	     i = seg->nodes[i].next, n++) {
+		uint64_t next = key_token_for(k, atomic_load(&k->lock_index) + 1);
+
+		if (seg->nodes[i].token > counter || (next && seg->nodes[i].token >= next))
+			VIOLATION("key %s: holder node %u has token %llu, at or above the "
+				  "key's next %llu (counter %llu)", k->key, i,
+				  (unsigned long long)seg->nodes[i].token,
+				  (unsigned long long)next, (unsigned long long)counter);
+	}
 	key_unlock(k);
 	return bad;
 }

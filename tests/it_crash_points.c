@@ -833,6 +833,79 @@ static void scenario_lock_word(struct world *w)
 	check_free_then_handover(w);
 }
 
+/* @key's entry in the segment, read without its mutex (NULL: none). */
+static struct seg_key *key_entry(local_session *s, const char *key)
+{
+	struct segment *seg = s->seg;
+	uint32_t k;
+
+	for (k = 0; k < seg->caps.max_keys; k++)
+		if (atomic_load(&seg->keys[k].state) == KEY_USED && !strcmp(seg->keys[k].key, key))
+			return &seg->keys[k];
+	return NULL;
+}
+
+/*
+ * TOKEN_RESERVED, TOKEN_RANGE_SET: the observer spends the key's token range
+ * (lock-free), so the child's grant must reserve a new one from the
+ * segment's counter; it dies after taking it from the counter, or after
+ * storing it in the key but before completing it. The range is lost, never
+ * half used: the next grants reserve again, and their tokens still rise and
+ * stay at or below the counter (segment_violations() checks that too).
+ */
+static void scenario_token_range(struct world *w)
+{
+	struct seg_key *k;
+	uint64_t before;
+	int n = 0;
+
+	obs_cycles(w, 1); /* creates the key, with its first range */
+	k = key_entry(w->obs, KEY);
+	CP_CHECK(k != NULL);
+	while (w->last < __atomic_load_n(&k->tok_hi, __ATOMIC_RELAXED) && n++ < 100)
+		obs_cycles(w, 1);
+	CP_CHECK_EQ(w->last, __atomic_load_n(&k->tok_hi, __ATOMIC_RELAXED));
+	before = atomic_load(&w->obs->seg->hdr->token_counter);
+	child_send(&w->crasher, "lock");
+	expect_crash(w);
+	wait_sessions(w, 1);
+	CP_CHECK(atomic_load(&w->obs->seg->hdr->token_counter) > before);
+	CP_CHECK_EQ(segment_violations(w->obs), 0);
+	CP_CHECK_EQ(key_info(w->obs)->holders, 0);
+	check_free_then_handover(w);
+	CP_CHECK(w->last <= atomic_load(&w->obs->seg->hdr->token_counter));
+}
+
+/*
+ * TOKEN_REMAPPED: the key's count lags a token already drawn, as a granter
+ * that died after showing a grant and before counting it leaves the key when
+ * the waiter takes the grant before repair counts it (the observer sets
+ * that up under the key mutex: tok_last one ahead of the count). The
+ * child's grant must map the range above tok_last, and dies right after
+ * moving tok_off. The next grants still rise above tok_last.
+ */
+static void scenario_token_remap(struct world *w)
+{
+	struct seg_key *k;
+	uint64_t drawn;
+
+	obs_cycles(w, 1); /* creates the key, with its first range */
+	k = key_entry(w->obs, KEY);
+	CP_CHECK(k != NULL);
+	CP_CHECK_OK(key_lock(w->obs->seg, k));
+	drawn = key_token_for(k, atomic_load(&k->lock_index) + 1);
+	CP_CHECK(drawn != 0 && drawn < k->tok_hi);
+	__atomic_store_n(&k->tok_last, drawn, __ATOMIC_RELAXED);
+	key_unlock(k);
+	w->last = drawn;
+	child_send(&w->crasher, "lock");
+	expect_crash(w);
+	wait_sessions(w, 1);
+	CP_CHECK_EQ(segment_violations(w->obs), 0);
+	CP_CHECK_EQ(key_info(w->obs)->holders, 0);
+	check_free_then_handover(w);
+}
+
 struct scenario {
 	int point;
 	void (*run)(struct world *w);
@@ -865,6 +938,9 @@ static const struct scenario scenarios[] = {
 	{ CP_SEM_HOLD_LISTED, scenario_sem_listed },
 	{ CP_LOCK_WORD_TAKEN, scenario_lock_word },
 	{ CP_LOCK_WORD_RELEASED, scenario_lock_word },
+	{ CP_TOKEN_RESERVED, scenario_token_range },
+	{ CP_TOKEN_RANGE_SET, scenario_token_range },
+	{ CP_TOKEN_REMAPPED, scenario_token_remap },
 };
 
 #define NSCENARIOS (sizeof(scenarios) / sizeof(scenarios[0]))

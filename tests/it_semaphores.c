@@ -524,31 +524,36 @@ TEST(semaphores, killed_holder_hands_its_slot_to_the_head_waiter, 20)
 
 /* ---- tokens ------------------------------------------------------------------ */
 
-TEST(semaphores, tokens_rise_across_locks_and_semaphores, 20)
+/* Tokens rise per key, over locks and semaphores alike, and no two grants on
+ * different keys share one (they are not ordered across keys). */
+TEST(semaphores, tokens_rise_per_key_and_differ_across_keys, 20)
 {
+	uint64_t lastk[4] = { 0 }, seen[200], last = 0, t;
 	struct broker_proc b;
 	local_session *a, *c;
-	uint64_t last = 0, t;
-	int round;
+	int round, nseen = 0, i, j;
 
 	broker_start(&b, NULL);
 	a = open_session(&b, "a", 0, 0);
 	c = open_session(&b, "c", 0, 0);
-#define NEXT(expr)                                                                         \
+#define NEXT(ki, expr)                                                                     \
 	do {                                                                               \
 		t = 0;                                                                     \
 		CHECK_OK(expr);                                                            \
-		if (t <= last)                                                             \
+		if (t <= lastk[ki])                                                        \
 			FAIL_AT("%s: token %llu not above %llu", #expr,                     \
-				(unsigned long long)t, (unsigned long long)last);          \
-		last = t;                                                                  \
+				(unsigned long long)t, (unsigned long long)lastk[ki]);     \
+		lastk[ki] = t;                                                             \
+		seen[nseen++] = t;                                                         \
+		if (t > last)                                                              \
+			last = t;                                                          \
 	} while (0)
-	for (round = 0; round < 20; round++) {
-		NEXT(local_lock(a, "tok/lock", NULL, &t));
-		NEXT(local_sem_acquire(c, "tok/sem", 2, NULL, &t));
-		NEXT(local_sem_acquire(a, "tok/sem", 2, NULL, &t));
-		NEXT(local_lock(c, "tok/lock2", NULL, &t));
-		NEXT(local_sem_acquire(a, "tok/sem1", 1, NULL, &t));
+	for (round = 0; round < 40; round++) {
+		NEXT(0, local_lock(a, "tok/lock", NULL, &t));
+		NEXT(1, local_sem_acquire(c, "tok/sem", 2, NULL, &t));
+		NEXT(1, local_sem_acquire(a, "tok/sem", 2, NULL, &t));
+		NEXT(2, local_lock(c, "tok/lock2", NULL, &t));
+		NEXT(3, local_sem_acquire(a, "tok/sem1", 1, NULL, &t));
 		CHECK_OK(local_release(a, "tok/lock"));
 		CHECK_OK(local_release(c, "tok/sem"));
 		CHECK_OK(local_release(a, "tok/sem"));
@@ -556,6 +561,11 @@ TEST(semaphores, tokens_rise_across_locks_and_semaphores, 20)
 		CHECK_OK(local_release(a, "tok/sem1"));
 	}
 #undef NEXT
+	for (i = 0; i < nseen; i++)
+		for (j = 0; j < i; j++)
+			if (seen[i] == seen[j])
+				FAIL_AT("token %llu granted twice", (unsigned long long)seen[i]);
+	last = lastk[3];
 	/* The key's last token is the latest grant. */
 	CHECK_EQ(info_of(a, "tok/sem1")->token, 0);
 	CHECK_OK(local_sem_acquire(a, "tok/sem1", 1, NULL, &t));

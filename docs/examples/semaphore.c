@@ -3,7 +3,7 @@
  * semaphore — a counting semaphore with liblocal: six worker processes share
  * a pool of three slots (think: three licences, three GPU contexts). Each
  * worker takes a slot with local_sem_acquire() (FIFO, with a fencing token
- * from the same counter as locks), works a little, and gives it back with
+ * that rises per key, as for locks), works a little, and gives it back with
  * local_release(). A counter in shared memory shows how many are inside at
  * once; it never exceeds the limit. Exits 0 when done, 1 on any failure.
  *

@@ -20,6 +20,11 @@
  *      with a broker of its own (leases.c).
  *   8. HTTP API acquire+release ops/s and latency for 1, 10 and 50 keep-alive
  *      clients, with a broker of its own on --http-listen (http.c).
+ *   9. scaling with cores: N processes each locking its own key, for N = 1,
+ *      2 and every online CPU, next to robust mutexes (scale.c);
+ *  10. flat cost: uncontended lock+release with 10^3, 10^5 and 10^6 live
+ *      keys, 10^4 sessions and 10^4 waiters on other keys, with a broker of
+ *      its own with raised caps (flat.c).
  *
  * $SHMLOCK_BENCH_ONLY, a list of section numbers ("1,4"), runs only those
  * (for repeated measurements of one path); unset, every section runs.
@@ -119,11 +124,15 @@ int main(void)
 		bench_lease_renew();
 	if (section(6))
 		bench_watch();
+	if (section(9))
+		bench_scale();
 	broker_stop(&broker, false);
 	if (section(7))
 		bench_lease_expiry(); /* its own broker, with room for 100 000 holds */
 	if (section(8))
 		bench_http(); /* its own broker, with --http-listen */
+	if (section(10))
+		bench_flat(); /* its own broker, with room for 10^6 keys */
 	print_summary();
 	printf("  (wall time %.1f s; timing targets never change the exit status)\n",
 	       (double)(now_ns() - t0) / (double)NSEC_PER_SEC);

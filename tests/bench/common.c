@@ -38,7 +38,7 @@ struct target {
 
 static struct target targets[32];
 static int ntargets;
-static pid_t kids[MAX_PROCS + 2];
+static pid_t kids[MAX_KIDS + 2];
 static int nkids;
 static struct broker *running[4]; /* brokers fatal() must stop */
 

@@ -32,8 +32,10 @@
 #define UNC_RUN_NS (200 * NSEC_PER_MSEC)
 #define UNC_BATCH 1000
 
-/* The most children a section runs at once. */
+/* The most children a section runs at once; the scaling section (9) runs
+ * one per online CPU, up to MAX_KIDS. */
 #define MAX_PROCS 8
+#define MAX_KIDS 256
 
 /* How long a child may take to reach a barrier, a flag or its end. */
 #define STEP_TIMEOUT_MS 5000
@@ -160,5 +162,7 @@ void bench_lease_renew(void);	/* leases.c */
 void bench_watch(void);		/* watch.c */
 void bench_lease_expiry(void);	/* leases.c */
 void bench_http(void);		/* http.c */
+void bench_scale(void);		/* scale.c */
+void bench_flat(void);		/* flat.c */
 
 #endif

@@ -4,7 +4,7 @@
  * renews, watches and session churn, until the parent says stop or kills it.
  *
  * Every grant is checked twice: its token must exceed every token any client
- * had seen granted before the request began (tokens only grow, on every key),
+ * had seen granted on that key before the request began (tokens rise per key),
  * and inside the critical section no more than the key's limit of live
  * clients may be marked in the shared occupancy table. Holds are taken only
  * in increasing key order, so waits without a deadline cannot deadlock.
@@ -166,15 +166,16 @@ static void unexpected(struct cl *c, const char *what, unsigned key, int rc)
 		_exit(0);
 }
 
-static void raise_max_token(struct soak_shared *sh, uint64_t t)
+static void raise_max_token(struct soak_shared *sh, unsigned key, uint64_t t)
 {
-	uint64_t m = atomic_load(&sh->max_token);
+	uint64_t m = atomic_load(&sh->max_token[key]);
 
-	while (t > m && !atomic_compare_exchange_weak(&sh->max_token, &m, t))
+	while (t > m && !atomic_compare_exchange_weak(&sh->max_token[key], &m, t))
 		;
 }
 
-/* A new grant: its token must exceed every token seen before the request. */
+/* A new grant: its token must exceed every token of the key seen before the
+ * request. */
 static void check_grant(struct cl *c, unsigned key, uint64_t before, uint64_t token,
 			const char *how)
 {
@@ -182,7 +183,7 @@ static void check_grant(struct cl *c, unsigned key, uint64_t before, uint64_t to
 		VIOLATION(c, "%s %s granted token %llu, not above %llu granted earlier", how,
 			  soak_key_name[key], (unsigned long long)token,
 			  (unsigned long long)before);
-	raise_max_token(c->sh, token);
+	raise_max_token(c->sh, key, token);
 	outcome(c, OUT_GRANTED);
 }
 
@@ -328,7 +329,7 @@ static bool acquire(struct cl *c, unsigned key, enum mode mode)
 	struct local_acquire_opts o = { .timeout_ms = timeout_for(c, mode) };
 	uint32_t limit = key < SOAK_LOCKS ? 0 : SOAK_SEM_LIMIT;
 	const char *name = soak_key_name[key];
-	uint64_t before = atomic_load(&c->sh->max_token), tok = 0;
+	uint64_t before = atomic_load(&c->sh->max_token[key]), tok = 0;
 	char value[16];
 	int rc, granted = 0;
 

@@ -378,7 +378,7 @@ static void drain(void)
 /* Everything must come back: only our session, no hold, no waiter, no node. */
 static int final_check(void)
 {
-	uint64_t end = soak_now_ns() + SETTLE_MS * 1000000ull, max = atomic_load(&sh->max_token);
+	uint64_t end = soak_now_ns() + SETTLE_MS * 1000000ull, max;
 	struct local_stats st = { 0 };
 	local_session *s;
 	unsigned k, nodes = 0;
@@ -418,11 +418,12 @@ static int final_check(void)
 			(unsigned long long)st.quarantined);
 		bad++;
 	}
-	/* One more grant per key: still above everything granted. */
+	/* One more grant per key: still above everything granted on it. */
 	for (k = 0; k < SOAK_KEYS; k++) {
 		struct local_acquire_opts o = { .timeout_ms = 1000 };
 		uint64_t tok = 0;
 
+		max = atomic_load(&sh->max_token[k]);
 		rc = k < SOAK_LOCKS ? local_lock(s, soak_key_name[k], &o, &tok)
 				    : local_sem_acquire(s, soak_key_name[k], SOAK_SEM_LIMIT, &o, &tok);
 		if (rc || tok <= max) {
@@ -431,7 +432,6 @@ static int final_check(void)
 				(unsigned long long)max);
 			bad++;
 		}
-		max = tok > max ? tok : max;
 		local_release(s, soak_key_name[k]);
 	}
 	local_session_close(s);

@@ -76,7 +76,9 @@ struct soak_slot {
 
 struct soak_shared {
 	_Atomic int stop;
-	_Atomic uint64_t max_token; /* the largest token any client was granted */
+	/* Per key: the largest token any client was granted (tokens rise per
+	 * key; they are not ordered across keys). */
+	_Atomic uint64_t max_token[SOAK_KEYS];
 	/* occ[k][i] = inc << 1 | 1 while the process in slot i is inside a
 	 * critical section of key k, holding token occ_token[k][i]. */
 	_Atomic uint64_t occ[SOAK_KEYS][SOAK_MAX_CLIENTS];

@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: MIT
+/*
+ * 9. Scaling with cores: N processes, each locking and releasing its own key
+ *    in a loop, for N = 1, 2 and every online CPU; next to N processes each
+ *    locking its own robust process-shared pthread mutex (in its own cache
+ *    line) in the same run. Nothing is shared between the processes but
+ *    whatever the lock implementation shares, so the throughput should grow
+ *    N-fold (issue 13: >= 0.9 N x one process).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+
+#define SCALE_RUNS 3
+#define SCALE_RUN_NS (300 * NSEC_PER_MSEC)
+#define SCALE_WARMUP 20000 /* lock+release pairs before the barrier */
+
+struct scale_slot {
+	_Alignas(64) _Atomic uint64_t ops;
+	pthread_mutex_t mutex; /* the robust mutex of this process, alone in its lines */
+};
+
+enum scale_mode { SCALE_LIBLOCAL, SCALE_MUTEX, SCALE_COMPUTE };
+
+struct scale_shared {
+	_Atomic int mode; /* enum scale_mode */
+	struct scale_slot slot[MAX_KIDS];
+};
+
+static struct scale_shared *ss;
+
+static int lock_loop(local_session *s, const char *key, uint64_t n)
+{
+	static const struct local_acquire_opts try_once = { .timeout_ms = 0 };
+	int err = 0;
+
+	while (n-- && !err) {
+		err = local_lock(s, key, &try_once, NULL);
+		if (!err)
+			err = local_release(s, key);
+	}
+	return err;
+}
+
+static int mutex_loop(pthread_mutex_t *m, uint64_t n)
+{
+	int err = 0;
+
+	while (n-- && !err) {
+		err = pthread_mutex_lock(m);
+		if (!err)
+			err = pthread_mutex_unlock(m);
+	}
+	return -err;
+}
+
+/* No lock at all: a chain of multiplies, as a gauge of what the cores give
+ * to work that shares nothing (on a VM, two vCPUs may share a core). */
+static int compute_loop(struct scale_slot *me, uint64_t n)
+{
+	uint64_t x = n;
+
+	while (n--) {
+		int i;
+
+		for (i = 0; i < 24; i++)
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+	}
+	atomic_store_explicit(&me->ops, atomic_load_explicit(&me->ops, memory_order_relaxed) ^
+					       (x & 1), memory_order_relaxed);
+	return 0;
+}
+
+static int run_loop(int mode, struct scale_slot *me, local_session *s, const char *key,
+		    uint64_t n)
+{
+	return mode == SCALE_MUTEX     ? mutex_loop(&me->mutex, n)
+	       : mode == SCALE_COMPUTE ? compute_loop(me, n)
+				       : lock_loop(s, key, n);
+}
+
+static int scale_child(int idx)
+{
+	struct scale_slot *me = &ss->slot[idx];
+	int mode = atomic_load(&ss->mode);
+	local_session *s = NULL;
+	uint64_t ops = 0;
+	char key[64];
+	int err = 0;
+
+	snprintf(key, sizeof(key), "bench/scale/%d", idx);
+	if (mode == SCALE_LIBLOCAL) {
+		err = open_session(&s);
+		if (err)
+			return child_fail("session open", err);
+	}
+	/* Warm up: the key exists, is lock-free, and has a large token range. */
+	err = run_loop(mode, me, s, key, SCALE_WARMUP);
+	if (err)
+		return child_fail("warm-up", err);
+	err = barrier_wait();
+	if (err)
+		return err;
+	while (!atomic_load_explicit(&sh->stop, memory_order_relaxed)) {
+		err = run_loop(mode, me, s, key, UNC_BATCH);
+		if (err)
+			return child_fail("lock loop", err);
+		ops += UNC_BATCH;
+	}
+	atomic_store(&me->ops, ops);
+	if (s)
+		local_session_close(s);
+	return 0;
+}
+
+/* One run: @n processes for SCALE_RUN_NS; total lock+release pairs per s. */
+static double scale_run(int n, int mode)
+{
+	pid_t pids[MAX_KIDS];
+	uint64_t t0, t1, total = 0;
+	int i;
+
+	reset_shared();
+	atomic_store(&ss->mode, mode);
+	for (i = 0; i < n; i++) {
+		atomic_store(&ss->slot[i].ops, 0);
+		pids[i] = spawn(scale_child, i);
+	}
+	t0 = barrier_open(n, "scale");
+	sleep_until_ns(t0 + SCALE_RUN_NS);
+	atomic_store(&sh->stop, 1);
+	t1 = now_ns();
+	for (i = 0; i < n; i++)
+		reap_ok(pids[i], "scale");
+	for (i = 0; i < n; i++)
+		total += atomic_load(&ss->slot[i].ops);
+	return (double)total * (double)NSEC_PER_SEC / (double)(t1 - t0);
+}
+
+void bench_scale(void)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	double lib[3] = { 0 }, mtx[3] = { 0 }, cpu[3] = { 0 };
+	pthread_mutexattr_t a;
+	int ns[3], nn = 0, i, r;
+
+	ns[nn++] = 1;
+	ns[nn++] = 2;
+	if (cpus > 2)
+		ns[nn++] = cpus < MAX_KIDS ? (int)cpus : MAX_KIDS;
+	ss = shared_map(sizeof(*ss));
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	for (i = 0; i < MAX_KIDS; i++)
+		if (pthread_mutex_init(&ss->slot[i].mutex, &a))
+			fatal("pthread_mutex_init");
+	pthread_mutexattr_destroy(&a);
+	/* Interleaved, best of SCALE_RUNS: a burst of load from elsewhere on
+	 * the machine hits one run of each, not one column. */
+	for (r = 0; r < SCALE_RUNS; r++)
+		for (i = 0; i < nn; i++) {
+			double l = scale_run(ns[i], SCALE_LIBLOCAL);
+			double m = scale_run(ns[i], SCALE_MUTEX);
+			double c = scale_run(ns[i], SCALE_COMPUTE);
+
+			if (l > lib[i])
+				lib[i] = l;
+			if (m > mtx[i])
+				mtx[i] = m;
+			if (c > cpu[i])
+				cpu[i] = c;
+		}
+	printf("\n9. Scaling with cores: N processes, each locking and releasing its own key\n");
+	printf("   (million lock+release pairs per second, all processes together; best of %d\n"
+	       "   interleaved runs of %llu ms; robust mutexes: one per process, own lines)\n\n",
+	       SCALE_RUNS, SCALE_RUN_NS / NSEC_PER_MSEC);
+	printf("  %4s %13s %8s %11s %8s %15s %11s\n", "N", "liblocal M/s", "x N=1",
+	       "mutex M/s", "x N=1", "liblocal/mutex", "compute x");
+	for (i = 0; i < nn; i++)
+		printf("  %4d %13.1f %7.2fx %11.1f %7.2fx %14.2fx %10.2fx\n", ns[i], lib[i] / 1e6,
+		       lib[i] / lib[0], mtx[i] / 1e6, mtx[i] / mtx[0],
+		       (lib[i] / lib[0]) / (mtx[i] / mtx[0]), cpu[i] / cpu[0]);
+	printf("\n  (liblocal/mutex: liblocal's scaling over the robust mutex's, same run;\n"
+	       "   compute: a lock-free multiply loop, what the cores give to work that\n"
+	       "   shares nothing)\n");
+	for (i = 1; i < nn; i++)
+		add_target(lib[i] >= 0.9 * ns[i] * lib[0],
+			   "distinct keys, %d processes >= %.1fx one process (%.2fx; robust mutex "
+			   "%.2fx)",
+			   ns[i], 0.9 * ns[i], lib[i] / lib[0], mtx[i] / mtx[0]);
+	for (i = 0; i < MAX_KIDS; i++)
+		pthread_mutex_destroy(&ss->slot[i].mutex);
+	shared_unmap(ss, sizeof(*ss));
+}
