@@ -17,13 +17,27 @@
 #define SHMLOCK_VERSION "0.1.0"
 #endif
 
-/* Exit statuses, documented in shmlock(1) and in --help: keep them stable. */
+/*
+ * Exit statuses, documented in shmlock(1) and in --help: keep them stable.
+ * 0, 1 and 2 are consul lock's (1: "lock acquisition failed", its timeout
+ * included; 2: -child-exit-code). The others are told apart so that a
+ * script can react to each: 64 and 69 are sysexits.h's EX_USAGE and
+ * EX_UNAVAILABLE (flock(1) uses 64 for usage too), 126 and 127 a shell's.
+ */
 enum {
 	EXIT_OK = 0,
-	EXIT_FAIL = 1,	/* usage, setup, acquisition failure or timeout */
-	EXIT_CHILD = 2, /* the child failed, under -child-exit-code */
-	EXIT_LOST = 3,	/* the hold was lost and the child was stopped */
+	EXIT_FAIL = 1,		/* timeout, busy, or any other failure */
+	EXIT_CHILD = 2,		/* the child failed, under -child-exit-code */
+	EXIT_LOST = 3,		/* the hold was lost and the child was stopped */
+	EXIT_USAGE = 64,	/* bad command line */
+	EXIT_UNAVAILABLE = 69,	/* no broker could be reached, or it refused us */
+	EXIT_NOEXEC = 126,	/* the child was found but cannot be executed */
+	EXIT_NOTFOUND = 127,	/* the child's program was not found */
 };
+
+/* The exit status for a failure of liblocal @err (negative): EXIT_UNAVAILABLE
+ * when it says the broker could not be reached or refused us, else EXIT_FAIL. */
+int exit_for(int err);
 
 /* ---- args.c: Go-style flags (-name=value, -name value, --name=value) ---- */
 
@@ -57,7 +71,7 @@ int args_parse(const char *cmd, struct flag *flags, int argc, char **argv, enum 
 /* Find a flag by name in a NULL-terminated table (to test ->set). */
 struct flag *args_flag(struct flag *flags, const char *name);
 
-/* Print "shmlock CMD: ..." and the hint to run help; returns EXIT_FAIL. */
+/* Print "shmlock CMD: ..." and the hint to run help; returns EXIT_USAGE. */
 int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Print "shmlock: ..." to stderr. Messages echo keys, names and arguments:
  * each is escaped whole with text_escape(), so no byte of theirs reaches
@@ -111,7 +125,7 @@ int cli_parse(const char *cmd, struct flag *flags, int argc, char **argv, int *n
 /* CLOCK_MONOTONIC in milliseconds. */
 uint64_t mono_ms(void);
 /* The exit status for a non-zero cli_parse() result. */
-#define CLI_PARSE_EXIT(r) ((r) > 0 ? EXIT_OK : EXIT_FAIL)
+#define CLI_PARSE_EXIT(r) ((r) > 0 ? EXIT_OK : EXIT_USAGE)
 
 /* Open a session named @name on the broker of @c; prints the error. */
 int cli_open(const struct cli_common *c, const char *name, local_session **out);

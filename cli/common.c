@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* What the inspection and administration commands share: flags, session. */
+#include <errno.h>
 #include <time.h>
 
 #include "cli.h"
@@ -34,4 +35,19 @@ int cli_open(const struct cli_common *c, const char *name, local_session **out)
 		errorf("cannot open a session with the broker%s%s: %s", c->socket ? " at " : "",
 		       c->socket ? c->socket : "", local_strerror(err));
 	return err;
+}
+
+int exit_for(int err)
+{
+	switch (err) {
+	case -LOCAL_EBROKER:
+	case -LOCAL_EDENIED:
+	case -LOCAL_EVERSION:
+	case -ECONNREFUSED:
+	case -ENOENT:
+	case -EACCES:
+		return EXIT_UNAVAILABLE;
+	default:
+		return EXIT_FAIL;
+	}
 }

@@ -133,6 +133,7 @@ int cmd_info(int argc, char **argv)
 	err = local_admin_info(c.socket, argv[1], ki, &kf);
 	if (err) {
 		errorf("cannot describe %s: %s", argv[1], local_strerror(err));
+		rc = exit_for(err);
 		goto out;
 	}
 	if (ki->holders && holders_get_at(c.socket, argv[1], &h))
@@ -178,6 +179,7 @@ int cmd_leader(int argc, char **argv)
 		err = -LOCAL_ECORRUPT;
 	if (err) {
 		errorf("cannot describe %s: %s", key, local_strerror(err));
+		rc = exit_for(err);
 		goto out_free;
 	}
 	if (ki->kind == LOCAL_KIND_SEMAPHORE) {
@@ -292,13 +294,17 @@ int cmd_watch(int argc, char **argv)
 	ki = info_alloc();
 	if (!ki)
 		return EXIT_FAIL;
-	if (cli_open(&c, "shmlock watch", &s))
+	err = cli_open(&c, "shmlock watch", &s);
+	if (err) {
+		rc = exit_for(err);
 		goto out_free;
+	}
 	if (timeout_ms)
 		end = mono_ms() + (uint64_t)timeout_ms;
 	err = local_info(s, argv[1], ki);
 	if (err) {
 		errorf("cannot describe %s: %s", argv[1], local_strerror(err));
+		rc = exit_for(err);
 		goto out;
 	}
 	if (print_change(argv[1], ki, c.json))
