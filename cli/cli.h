@@ -36,7 +36,8 @@ enum {
 };
 
 /* The exit status for a failure of liblocal @err (negative): EXIT_UNAVAILABLE
- * when it says the broker could not be reached or refused us, else EXIT_FAIL. */
+ * when it says the broker could not be reached, refused us or speaks another
+ * version (LOCAL_EBROKER, LOCAL_EDENIED, LOCAL_EVERSION), else EXIT_FAIL. */
 int exit_for(int err);
 
 /* ---- args.c: Go-style flags (-name=value, -name value, --name=value) ---- */
@@ -145,6 +146,8 @@ char *text_escape(const char *v, size_t len, unsigned flags);
 char *value_text(const char *v, size_t len);
 /* @s with every byte but RFC 3986's unreserved ones as %XX (malloc'ed). */
 char *percent_encode(const char *s);
+/* The same for @len bytes that may include NULs. */
+char *percent_encoden(const char *s, size_t len);
 
 /* ---- output.c: aligned tables and JSON ---- */
 
@@ -161,8 +164,14 @@ void table_print(struct table *t, FILE *out);
 void table_free(struct table *t);
 
 const char *kind_name(int kind);
-/* A value as JSON: a string when it is valid UTF-8, else null. */
-json_t *json_value_of(const char *v, size_t len);
+/* A fencing token as JSON: a string of 20 decimal digits, zero-padded, as
+ * the HTTP API writes it. Tokens exceed 2^53, which a JSON number loses in
+ * jq 1.6 and JavaScript. */
+json_t *json_token(uint64_t token);
+/* Set @obj's @field to the @len bytes of value @v: a JSON string as it is
+ * when it is UTF-8, else percent-encoded with "@field_encoding": "percent"
+ * (never null). Returns 0 or -ENOMEM. */
+int json_set_value(json_t *obj, const char *field, const char *v, size_t len);
 /* A name or key from the broker as a JSON string: as it is when it is
  * UTF-8 (jansson writes control characters as \u001b), else
  * percent-encoded, and then *encoded is set. NULL: no memory. */

@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: MIT
 /* What the inspection and administration commands share: flags, session. */
-#include <errno.h>
 #include <time.h>
 
 #include "cli.h"
@@ -43,9 +42,6 @@ int exit_for(int err)
 	case -LOCAL_EBROKER:
 	case -LOCAL_EDENIED:
 	case -LOCAL_EVERSION:
-	case -ECONNREFUSED:
-	case -ENOENT:
-	case -EACCES:
 		return EXIT_UNAVAILABLE;
 	default:
 		return EXIT_FAIL;

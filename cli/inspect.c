@@ -86,7 +86,7 @@ static json_t *names_json(const struct names *l)
 	size_t i;
 
 	for (i = 0; a && i < l->n; i++)
-		json_array_append_new(a, json_value_of(l->v[i], strlen(l->v[i])));
+		json_array_append_new(a, json_text(l->v[i], &(bool){ false }));
 	return a;
 }
 

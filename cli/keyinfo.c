@@ -190,16 +190,15 @@ int cmd_leader(int argc, char **argv)
 	}
 	led = ki->kind == LOCAL_KIND_LOCK && ki->holders;
 	if (c.json) {
-		json_t *l = led ? json_pack("{s:I, s:I}", "pid", (json_int_t)ki->holder_pid,
-					    "token", (json_int_t)ki->token)
+		json_t *l = led ? json_pack("{s:I, s:o}", "pid", (json_int_t)ki->holder_pid,
+					    "token", json_token(ki->token))
 				: json_null();
 		json_t *j = json_pack("{s:o}", "leader", l);
 
 		if (j && (json_set_text(j, "key", key) ||
 			  (led && (json_set_text(l, "session", ki->holder_session) ||
 				   json_set_text(l, "name", ki->holder_name) ||
-				   json_object_set_new(j, "value",
-						       json_value_of(ki->value, ki->value_len)))))) {
+				   json_set_value(j, "value", ki->value, ki->value_len))))) {
 			json_decref(j);
 			j = NULL;
 		}

@@ -1109,6 +1109,58 @@ TEST(cli, kind_and_limit_conflicts, 20)
 
 /* ---- inspection and administration ---- */
 
+/*
+ * Fencing tokens exceed 2^53, which jq 1.6 and JavaScript round: every -json
+ * output gives them as strings of 20 digits, as the HTTP API does. A value
+ * that is not UTF-8 is percent-encoded with value_encoding, never null.
+ */
+TEST(cli, json_is_exact, 30)
+{
+	static char out[OUT_MAX], err[OUT_MAX];
+	struct local_acquire_opts v = { .timeout_ms = -1, .value = "\xff\xfe:1\"x", .value_len = 6 };
+	struct broker_proc b;
+	local_session *s;
+	uint64_t token = 0;
+	char want[64], filter[256];
+
+	use_broker(&b);
+	s = open_session(&b, "exact", 0, 0);
+	CHECK_OK(local_lock(s, "svc/exact", &v, &token));
+	snprintf(want, sizeof(want), "\"%020llu\"", (unsigned long long)token);
+	CHECK_EXIT(cli_run(ARGS("info", "-json", "svc/exact"), NULL, out, err, 5000), 0, err);
+	/* The digits as text: a number would have been rounded by now. */
+	CHECK_HAS(out, want);
+	snprintf(filter, sizeof(filter),
+		 ".token == %s and .holders[0].token == %s and "
+		 ".value == \"%%FF%%FE%%3A1%%22x\" and .value_encoding == \"percent\"",
+		 want, want);
+	CHECK_JQ(out, filter);
+	CHECK_EXIT(cli_run(ARGS("keys", "-json", "svc/exact"), NULL, out, err, 5000), 0, err);
+	snprintf(filter, sizeof(filter), ".[0].token == %s and .[0].holders[0].token == %s", want,
+		 want);
+	CHECK_JQ(out, filter);
+	CHECK_EXIT(cli_run(ARGS("leader", "-json", "svc/exact"), NULL, out, err, 5000), 0, err);
+	snprintf(filter, sizeof(filter),
+		 ".leader.token == %s and .value == \"%%FF%%FE%%3A1%%22x\" and "
+		 ".value_encoding == \"percent\"",
+		 want);
+	CHECK_JQ(out, filter);
+	CHECK_EXIT(cli_run(ARGS("watch", "-json", "-timeout=50ms", "svc/exact"), NULL, out, err,
+			   5000),
+		   0, err);
+	snprintf(filter, sizeof(filter), ".token == %s and .value_encoding == \"percent\"", want);
+	CHECK_JQ(out, filter);
+	/* A free key: the token is a string of zeros, not a number. */
+	CHECK_EXIT(cli_run(ARGS("info", "-json", "no/such/key"), NULL, out, err, 5000), 0, err);
+	CHECK_JQ(out, ".token == \"00000000000000000000\" and .value == \"\"");
+	/* The text of watch escapes the quote inside the value. */
+	CHECK_EXIT(cli_run(ARGS("watch", "-timeout=50ms", "svc/exact"), NULL, out, err, 5000), 0,
+		   err);
+	CHECK_HAS(out, "value=\"\\xff\\xfe:1\\\"x\"");
+	broker_stop(&b);
+}
+
+
 TEST(cli, inspection_json_parses, 30)
 {
 	static char out[OUT_MAX], err[OUT_MAX];
