@@ -13,8 +13,9 @@
 
 #include "liblocal.h"
 
+/* The Makefile passes the VERSION file's: it is the one source. */
 #ifndef SHMLOCK_VERSION
-#define SHMLOCK_VERSION "0.1.0"
+#define SHMLOCK_VERSION "unknown"
 #endif
 
 /*
