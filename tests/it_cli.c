@@ -620,9 +620,22 @@ TEST(cli, exit_statuses_are_distinct, 40)
 		   127, err);
 	CHECK_EXIT(cli_run(ARGS("lock", "k", noexec), NULL, out, err, 10000), 126, err);
 	CHECK(!strstr(out, "ran"));
-	/* -timeout=0 is consul lock's "no limit": a free key is taken. */
+	/* -timeout=0 is consul lock's "no limit", not a try: a free key is
+	 * taken, a held one waited for. */
 	CHECK_EXIT(cli_run(ARGS("lock", "-timeout=0", "k", "true"), NULL, out, err, 10000), 0,
 		   err);
+	{
+		local_session *s = open_session(&b, "holder", 0, 0);
+		struct proc p;
+
+		CHECK_OK(local_lock(s, "k", NULL, NULL));
+		cli_start(&p, ARGS("lock", "-timeout=0", "k", "true"));
+		CHECK(WAIT_FOR(waiters_of(s, "k") == 1, 5000));
+		CHECK(!pid_gone(p.pid));
+		CHECK_OK(local_release(s, "k"));
+		CHECK_EXIT(cli_finish(&p, out, err, 10000), 0, err);
+		local_session_close(s);
+	}
 	/* Usage. */
 	CHECK_EXIT(cli_run(ARGS("lock", "-n=0", "k", "true"), NULL, out, err, 5000), 64, err);
 	CHECK_EXIT(cli_run(ARGS("info"), NULL, out, err, 5000), 64, err);
