@@ -207,6 +207,24 @@ TEST(docs, man_page_errors_match_the_header, 10)
 	free(man);
 }
 
+/* Is there a ".SS ..." line naming @fn() (alone or with others)? */
+static bool has_section(const char *man, const char *fn)
+{
+	const char *p = man;
+	char want[80];
+
+	snprintf(want, sizeof(want), "%s()", fn);
+	while ((p = strstr(p, "\n.SS "))) {
+		const char *eol = strchr(p + 1, '\n');
+		const char *hit = strstr(p, want);
+
+		if (hit && (!eol || hit < eol) && (hit[-1] == ' ' || hit[-1] == ','))
+			return true;
+		p++;
+	}
+	return false;
+}
+
 TEST(docs, man_page_names_every_function, 10)
 {
 	char *hdr = slurp("include/liblocal.h");
@@ -231,6 +249,8 @@ TEST(docs, man_page_names_every_function, 10)
 		snprintf(want, sizeof(want), ".BR %s ()", fn);
 		if (!strstr(ret, want))
 			FAIL_AT("liblocal(3) RETURN VALUE does not name %s()", fn);
+		if (!has_section(man, fn))
+			FAIL_AT("liblocal(3) has no .SS section describing %s()", fn);
 		n++;
 		p = paren;
 	}
