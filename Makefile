@@ -3,7 +3,10 @@
 # Build outputs go to $(O) (default build/); `make check` uses build/check and
 # build/asan, so a release build and the test builds never mix objects.
 
-VERSION    := 0.1.0
+# The one version number: the VERSION file. liblocal.h's LOCAL_VERSION_MAJOR
+# and _MINOR, the symbol version node of libshm/liblocal.map and
+# docs/openapi.json must agree with it (tests/install.sh checks).
+VERSION    := $(shell cat VERSION)
 SOVERSION  := 0
 PREFIX     ?= /usr/local
 LIBDIR     ?= $(PREFIX)/lib
@@ -62,16 +65,23 @@ CLI_OBJ    := $(CLI_SRC:%.c=$(O)/%.o)
 
 SONAME   := liblocal.so.$(SOVERSION)
 SHLIB    := $(O)/liblocal.so.$(VERSION)
+# In-tree archive: every symbol global, so that the broker, the CLI and the
+# tests reach internal functions.
 STLIB    := $(O)/liblocal.a
+# The installed archive: one relocatable object whose only global symbols
+# are the public API (LOCAL_API, default visibility); the internals, hidden
+# by -fvisibility=hidden, are made local, so a program with its own
+# hex_encode() links against it.
+DIST_STLIB := $(O)/dist/liblocal.a
 BROKER   := $(O)/shmlockd
 CLI      := $(O)/shmlock
 TESTS    := $(O)/tests/shmlock-tests
 DEMO     := $(O)/handover-demo
 BENCH    := $(O)/bench/shmlock-bench
 
-.PHONY: all install uninstall check test run bench clean help deps format lint fuzz fuzz-short \
-	fuzz-build header-check
-all: $(SHLIB) $(STLIB) $(O)/liblocal.pc $(BROKER) $(if $(CLI_SRC),$(CLI))
+.PHONY: all install uninstall check test run bench clean help deps deps-run format lint fuzz \
+	fuzz-short fuzz-build header-check install-check
+all: $(SHLIB) $(STLIB) $(DIST_STLIB) $(O)/liblocal.pc $(BROKER) $(if $(CLI_SRC),$(CLI))
 
 # Objects depend on the flags they were built with, so changing SANITIZE or
 # CRASH_POINTS in the same $(O) rebuilds instead of mixing objects.
@@ -102,7 +112,22 @@ $(STLIB): $(STATIC_OBJ)
 	$(call say,AR,$@)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(O)/liblocal.pc: libshm/liblocal.pc.in Makefile
+$(DIST_STLIB): $(STATIC_OBJ)
+	$(call say,AR,$@)
+	@mkdir -p $(@D)
+	$(Q)ld -r -o $(O)/dist/liblocal.o $^
+	$(Q)objcopy --localize-hidden $(O)/dist/liblocal.o
+	$(Q)rm -f $@ && ar rcs $@ $(O)/dist/liblocal.o
+
+# The .pc says where the library is installed: it is written again whenever
+# PREFIX, LIBDIR or INCLUDEDIR differ from the last build's (make install
+# PREFIX=/usr after a plain make), through this stamp.
+PC_NOW := $(PREFIX) $(LIBDIR) $(INCLUDEDIR) $(VERSION)
+PC_STAMP := $(O)/.pcvars
+$(shell mkdir -p $(O); [ "$$(cat $(PC_STAMP) 2>/dev/null)" = '$(PC_NOW)' ] || \
+	echo '$(PC_NOW)' > $(PC_STAMP))
+
+$(O)/liblocal.pc: libshm/liblocal.pc.in $(PC_STAMP)
 	@mkdir -p $(@D)
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
 		-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
@@ -157,8 +182,13 @@ $(O)/bench/%.o: tests/bench/%.c $(FLAGS_STAMP)
 
 # ---- running -------------------------------------------------------------
 
+# Everything: build, run, test. deps-run: only what building and running
+# need (make run), not the test toolchain.
 deps:
-	@scripts/install-deps.sh
+	@scripts/install-deps.sh all
+
+deps-run:
+	@scripts/install-deps.sh run
 
 test: $(TESTS) $(BROKER) $(if $(CLI_SRC),$(CLI)) $(EXAMPLES)
 	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) SHMLOCK_CLI_BIN=$(abspath $(CLI)) \
@@ -168,6 +198,7 @@ test: $(TESTS) $(BROKER) $(if $(CLI_SRC),$(CLI)) $(EXAMPLES)
 # suite under ASan+UBSan.
 check: deps
 	$(MAKE) header-check
+	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 install-check
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 test
 	$(MAKE) O=build/asan CRASH_POINTS=1 WERROR=1 SANITIZE=address,undefined \
 		CFLAGS="-O1 -g" test
@@ -177,7 +208,7 @@ check: deps
 	$(MAKE) O=build/tsan CRASH_POINTS=1 WERROR=1 SANITIZE=thread CFLAGS="-O1 -g" test-tsan
 	$(MAKE) O=build/check model
 
-run: deps
+run: deps-run
 	$(MAKE) all $(DEMO)
 	scripts/run.sh $(abspath $(BROKER)) $(abspath $(DEMO))
 
@@ -300,35 +331,72 @@ FUZZ_HTTP_SHORT_RUNS ?= 100000
 
 # ---- install -------------------------------------------------------------
 
-# Units and sysusers.d go where systemd looks (its pkg-config file says
-# where), not under PREFIX; without systemd.pc, under PREFIX/lib.
+# Units and sysusers.d: under PREFIX (/usr/local/lib/systemd/system is in
+# systemd's search path), except for PREFIX=/usr, where they go where this
+# machine's systemd says (its pkg-config file; Debian's /lib/systemd/system
+# without one).
+ifeq ($(PREFIX),/usr)
 SYSTEMDUNITDIR ?= $(or $(shell pkg-config --variable=systemdsystemunitdir systemd 2>/dev/null),\
-			$(PREFIX)/lib/systemd/system)
+			/lib/systemd/system)
 SYSUSERSDIR    ?= $(or $(shell pkg-config --variable=sysusersdir systemd 2>/dev/null),\
-			$(PREFIX)/lib/sysusers.d)
+			/usr/lib/sysusers.d)
+else
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR    ?= $(PREFIX)/lib/sysusers.d
+endif
+COMPLETIONDIR  ?= $(PREFIX)/share/bash-completion/completions
+
+# Every function of the public header gets a man page link to liblocal(3),
+# so that `man local_lock` finds it.
+MAN3_LINKS := $(shell sed -n 's/^LOCAL_API [^\x28]*[ *]\(local_[a-z_0-9]*\)\x28.*/\1/p' \
+		include/liblocal.h)
+
+# What install writes, one path a line, without DESTDIR: uninstall removes
+# exactly these.
+INSTALLED_FILES := $(LIBDIR)/liblocal.so.$(VERSION) $(LIBDIR)/$(SONAME) $(LIBDIR)/liblocal.so \
+	$(LIBDIR)/liblocal.a $(INCLUDEDIR)/liblocal.h $(PKGCONFIGDIR)/liblocal.pc \
+	$(SBINDIR)/shmlockd $(MANDIR)/man3/liblocal.3 $(MANDIR)/man8/shmlockd.8 \
+	$(MAN3_LINKS:%=$(MANDIR)/man3/%.3) \
+	$(if $(CLI_SRC),$(BINDIR)/shmlock $(MANDIR)/man1/shmlock.1 $(COMPLETIONDIR)/shmlock) \
+	$(SYSTEMDUNITDIR)/shmlockd.service $(SYSTEMDUNITDIR)/shmlockd.socket \
+	$(SYSTEMDUNITDIR)/shmlockd-http.socket $(SYSUSERSDIR)/shmlock.conf
+INSTALL_DIRS := $(sort $(dir $(INSTALLED_FILES)))
+# The directories install had to create are listed here (with DESTDIR), so
+# that uninstall removes them again once empty, and no other.
+INSTALL_DIRS_LOG := $(O)/install-dirs.txt
 
 .PHONY: install-units
-install: all install-units
-	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(SBINDIR) \
-		$(DESTDIR)$(BINDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(MANDIR)/man3 \
-		$(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man1
+install: all
+	@for d in $(INSTALL_DIRS:%=$(DESTDIR)%); do \
+		d=$${d%/}; todo=; \
+		while [ -n "$$d" ] && [ ! -d "$$d" ]; do todo="$$d $$todo"; d=$${d%/*}; done; \
+		for t in $$todo; do install -d "$$t" && echo "$$t" >> $(INSTALL_DIRS_LOG); done; \
+	done
 	install -m 0755 $(SHLIB) $(DESTDIR)$(LIBDIR)/
 	ln -sf liblocal.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/liblocal.so
-	install -m 0644 $(STLIB) $(DESTDIR)$(LIBDIR)/
+	install -m 0644 $(DIST_STLIB) $(DESTDIR)$(LIBDIR)/
 	install -m 0644 include/liblocal.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 0644 $(O)/liblocal.pc $(DESTDIR)$(PKGCONFIGDIR)/
 	install -m 0755 $(BROKER) $(DESTDIR)$(SBINDIR)/
-	$(if $(CLI_SRC),install -m 0755 $(CLI) $(DESTDIR)$(BINDIR)/)
 	install -m 0644 docs/liblocal.3 $(DESTDIR)$(MANDIR)/man3/
+	for f in $(MAN3_LINKS); do echo '.so man3/liblocal.3' > $(DESTDIR)$(MANDIR)/man3/$$f.3; \
+		chmod 0644 $(DESTDIR)$(MANDIR)/man3/$$f.3; done
 	install -m 0644 docs/shmlockd.8 $(DESTDIR)$(MANDIR)/man8/
+	$(if $(CLI_SRC),install -m 0755 $(CLI) $(DESTDIR)$(BINDIR)/)
 	$(if $(CLI_SRC),install -m 0644 docs/shmlock.1 $(DESTDIR)$(MANDIR)/man1/)
-	$(if $(CLI_SRC),install -D -m 0644 cli/shmlock.bash-completion \
-		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/shmlock)
+	$(if $(CLI_SRC),install -m 0644 cli/shmlock.bash-completion $(DESTDIR)$(COMPLETIONDIR)/shmlock)
+	$(MAKE) --no-print-directory install-units
+	@if [ -z "$(DESTDIR)" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \
+			echo "ldconfig"; ldconfig; \
+		else \
+			echo "note: run ldconfig as root so that programs find liblocal.so.$(SOVERSION) in $(LIBDIR)"; \
+		fi; \
+	fi
 
 # ExecStart= names the installed broker: the service file is generated here.
 install-units:
-	install -d $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR)
 	sed 's|@SBINDIR@|$(SBINDIR)|g' systemd/shmlockd.service.in \
 		> $(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.service
 	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.service
@@ -337,15 +405,22 @@ install-units:
 	install -m 0644 systemd/shmlock.sysusers $(DESTDIR)$(SYSUSERSDIR)/shmlock.conf
 
 uninstall:
-	rm -f $(DESTDIR)$(MANDIR)/man1/shmlock.1 \
-		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/shmlock
-	rm -f $(DESTDIR)$(LIBDIR)/liblocal.* $(DESTDIR)$(INCLUDEDIR)/liblocal.h \
-		$(DESTDIR)$(PKGCONFIGDIR)/liblocal.pc $(DESTDIR)$(SBINDIR)/shmlockd \
-		$(DESTDIR)$(BINDIR)/shmlock $(DESTDIR)$(MANDIR)/man3/liblocal.3 \
-		$(DESTDIR)$(MANDIR)/man8/shmlockd.8 \
-		$(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.service \
-		$(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.socket \
-		$(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd-http.socket $(DESTDIR)$(SYSUSERSDIR)/shmlock.conf
+	rm -f $(INSTALLED_FILES:%=$(DESTDIR)%)
+	@if [ -f $(INSTALL_DIRS_LOG) ]; then \
+		for d in $$(sort -r -u $(INSTALL_DIRS_LOG)); do \
+			case "$$d" in "$(DESTDIR)"*) rmdir "$$d" 2>/dev/null || true;; esac; \
+		done; \
+		for d in $$(cat $(INSTALL_DIRS_LOG)); do [ ! -d "$$d" ] || echo "$$d"; done \
+			> $(INSTALL_DIRS_LOG).new; \
+		mv $(INSTALL_DIRS_LOG).new $(INSTALL_DIRS_LOG); \
+		[ -s $(INSTALL_DIRS_LOG) ] || rm -f $(INSTALL_DIRS_LOG); \
+	fi
+
+# make install into a scratch DESTDIR, check what landed where, link a
+# program with its own hex_encode() against the static library, uninstall,
+# check that nothing is left (tests/install.sh).
+install-check: all
+	+tests/install.sh $(O) $(abspath $(O))/install-check
 
 format:
 	clang-format -i $(LIBSHM_SRC) $(BROKER_SRC) $(CLI_SRC) libshm/*.h broker/*.h include/*.h
@@ -364,7 +439,8 @@ help:
 	@echo '                tests, then again under ASan+UBSan'
 	@echo 'make run        run shmlockd in the foreground with a short demo'
 	@echo 'make bench      print the benchmark tables'
-	@echo 'make install    install under $$(DESTDIR)$$(PREFIX)'
+	@echo 'make install    install under $$(DESTDIR)$$(PREFIX) (ldconfig when DESTDIR is empty)'
+	@echo 'make uninstall  remove what make install wrote (same PREFIX, DESTDIR and O)'
 	@echo 'make SANITIZE=address,undefined|thread   sanitizer build; V=1 verbose'
 
--include $(shell find $(O) -name '*.d' 2>/dev/null)
+-include $(shell find $(O) -name '*.d' -type f 2>/dev/null)

@@ -45,7 +45,7 @@ int cmd_release(int argc, char **argv)
 		errorf("no session %s", holder);
 	else if (err)
 		errorf("cannot release %s: %s", argv[1], local_strerror(err));
-	return err ? EXIT_FAIL : EXIT_OK;
+	return err ? exit_for(err) : EXIT_OK;
 }
 
 int cmd_session(int argc, char **argv)
@@ -73,7 +73,7 @@ int cmd_session(int argc, char **argv)
 		errorf("no session %s", argv[2]);
 	else if (err)
 		errorf("cannot destroy session %s: %s", argv[2], local_strerror(err));
-	return err ? EXIT_FAIL : EXIT_OK;
+	return err ? exit_for(err) : EXIT_OK;
 }
 
 int cmd_reset(int argc, char **argv)
@@ -96,5 +96,5 @@ int cmd_reset(int argc, char **argv)
 		errorf("cannot reset %s now: a process holds the key table; try again", argv[1]);
 	else if (err)
 		errorf("cannot reset %s: %s", argv[1], local_strerror(err));
-	return err ? EXIT_FAIL : EXIT_OK;
+	return err ? exit_for(err) : EXIT_OK;
 }

@@ -45,7 +45,7 @@ int usage_error(const char *cmd, const char *fmt, ...)
 	vmsg(prefix, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "Run 'shmlock help %s' for usage.\n", cmd);
-	return EXIT_FAIL;
+	return EXIT_USAGE;
 }
 
 struct flag *args_flag(struct flag *flags, const char *name)

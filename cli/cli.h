@@ -13,17 +13,33 @@
 
 #include "liblocal.h"
 
+/* The Makefile passes the VERSION file's: it is the one source. */
 #ifndef SHMLOCK_VERSION
-#define SHMLOCK_VERSION "0.1.0"
+#define SHMLOCK_VERSION "unknown"
 #endif
 
-/* Exit statuses, documented in shmlock(1) and in --help: keep them stable. */
+/*
+ * Exit statuses, documented in shmlock(1) and in --help: keep them stable.
+ * 0, 1 and 2 are consul lock's (1: "lock acquisition failed", its timeout
+ * included; 2: -child-exit-code). The others are told apart so that a
+ * script can react to each: 64 and 69 are sysexits.h's EX_USAGE and
+ * EX_UNAVAILABLE (flock(1) uses 64 for usage too), 126 and 127 a shell's.
+ */
 enum {
 	EXIT_OK = 0,
-	EXIT_FAIL = 1,	/* usage, setup, acquisition failure or timeout */
-	EXIT_CHILD = 2, /* the child failed, under -child-exit-code */
-	EXIT_LOST = 3,	/* the hold was lost and the child was stopped */
+	EXIT_FAIL = 1,		/* timeout, busy, or any other failure */
+	EXIT_CHILD = 2,		/* the child failed, under -child-exit-code */
+	EXIT_LOST = 3,		/* the hold was lost and the child was stopped */
+	EXIT_USAGE = 64,	/* bad command line */
+	EXIT_UNAVAILABLE = 69,	/* no broker could be reached, or it refused us */
+	EXIT_NOEXEC = 126,	/* the child was found but cannot be executed */
+	EXIT_NOTFOUND = 127,	/* the child's program was not found */
 };
+
+/* The exit status for a failure of liblocal @err (negative): EXIT_UNAVAILABLE
+ * when it says the broker could not be reached, refused us or speaks another
+ * version (LOCAL_EBROKER, LOCAL_EDENIED, LOCAL_EVERSION), else EXIT_FAIL. */
+int exit_for(int err);
 
 /* ---- args.c: Go-style flags (-name=value, -name value, --name=value) ---- */
 
@@ -57,7 +73,7 @@ int args_parse(const char *cmd, struct flag *flags, int argc, char **argv, enum 
 /* Find a flag by name in a NULL-terminated table (to test ->set). */
 struct flag *args_flag(struct flag *flags, const char *name);
 
-/* Print "shmlock CMD: ..." and the hint to run help; returns EXIT_FAIL. */
+/* Print "shmlock CMD: ..." and the hint to run help; returns EXIT_USAGE. */
 int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Print "shmlock: ..." to stderr. Messages echo keys, names and arguments:
  * each is escaped whole with text_escape(), so no byte of theirs reaches
@@ -111,7 +127,7 @@ int cli_parse(const char *cmd, struct flag *flags, int argc, char **argv, int *n
 /* CLOCK_MONOTONIC in milliseconds. */
 uint64_t mono_ms(void);
 /* The exit status for a non-zero cli_parse() result. */
-#define CLI_PARSE_EXIT(r) ((r) > 0 ? EXIT_OK : EXIT_FAIL)
+#define CLI_PARSE_EXIT(r) ((r) > 0 ? EXIT_OK : EXIT_USAGE)
 
 /* Open a session named @name on the broker of @c; prints the error. */
 int cli_open(const struct cli_common *c, const char *name, local_session **out);
@@ -131,6 +147,8 @@ char *text_escape(const char *v, size_t len, unsigned flags);
 char *value_text(const char *v, size_t len);
 /* @s with every byte but RFC 3986's unreserved ones as %XX (malloc'ed). */
 char *percent_encode(const char *s);
+/* The same for @len bytes that may include NULs. */
+char *percent_encoden(const char *s, size_t len);
 
 /* ---- output.c: aligned tables and JSON ---- */
 
@@ -147,8 +165,14 @@ void table_print(struct table *t, FILE *out);
 void table_free(struct table *t);
 
 const char *kind_name(int kind);
-/* A value as JSON: a string when it is valid UTF-8, else null. */
-json_t *json_value_of(const char *v, size_t len);
+/* A fencing token as JSON: a string of 20 decimal digits, zero-padded, as
+ * the HTTP API writes it. Tokens exceed 2^53, which a JSON number loses in
+ * jq 1.6 and JavaScript. */
+json_t *json_token(uint64_t token);
+/* Set @obj's @field to the @len bytes of value @v: a JSON string as it is
+ * when it is UTF-8, else percent-encoded with "@field_encoding": "percent"
+ * (never null). Returns 0 or -ENOMEM. */
+int json_set_value(json_t *obj, const char *field, const char *v, size_t len);
 /* A name or key from the broker as a JSON string: as it is when it is
  * UTF-8 (jansson writes control characters as \u001b), else
  * percent-encoded, and then *encoded is set. NULL: no memory. */

@@ -35,3 +35,15 @@ int cli_open(const struct cli_common *c, const char *name, local_session **out)
 		       c->socket ? c->socket : "", local_strerror(err));
 	return err;
 }
+
+int exit_for(int err)
+{
+	switch (err) {
+	case -LOCAL_EBROKER:
+	case -LOCAL_EDENIED:
+	case -LOCAL_EVERSION:
+		return EXIT_UNAVAILABLE;
+	default:
+		return EXIT_FAIL;
+	}
+}

@@ -107,8 +107,13 @@ char *value_text(const char *v, size_t len)
 
 char *percent_encode(const char *s)
 {
+	return percent_encoden(s, strlen(s));
+}
+
+char *percent_encoden(const char *s, size_t len)
+{
 	static const char hex[] = "0123456789ABCDEF";
-	size_t len = strlen(s), i;
+	size_t i;
 	char *out = malloc(3 * len + 1), *p = out;
 
 	if (!out)

@@ -42,10 +42,14 @@ static const char overview[] =
 	"\n"
 	"Exit status:\n"
 	"\n"
-	"  0  success\n"
-	"  1  usage or setup error, acquisition failure or timeout\n"
-	"  2  lock: the child failed, with -child-exit-code\n"
-	"  3  lock: the hold was lost and the child was stopped\n";
+	"  0    success\n"
+	"  1    timeout or busy key, or another failure; leader: no leader\n"
+	"  2    lock: the child failed, with -child-exit-code\n"
+	"  3    lock: the hold was lost and the child was stopped\n"
+	"  64   usage error (bad option, missing or extra argument)\n"
+	"  69   no broker at the socket, or the broker refused us\n"
+	"  126  lock: the child cannot be executed\n"
+	"  127  lock: the child's program was not found\n";
 
 static const char lock_text[] =
 	"Usage: shmlock lock [options] KEY CHILD...\n"
@@ -93,7 +97,8 @@ static const char lock_text[] =
 	"  -socket=PATH       The broker's socket. Default: $SHMLOCK_SOCKET, else\n"
 	"                     the broker's default.\n"
 	"  -timeout=D         Give up after waiting D for the hold (exit 1).\n"
-	"                     Default 0: wait as long as it takes.\n"
+	"                     Default 0: wait as long as it takes, as consul\n"
+	"                     lock does; -timeout=1ms gives up at once.\n"
 	"  -try=D             The same as -timeout.\n"
 	"  -ttl=D             Give the session a TTL of D, renewed automatically.\n"
 	"                     Default: no TTL.\n"
@@ -107,11 +112,15 @@ static const char lock_text[] =
 	"\n"
 	"Exit status:\n"
 	"\n"
-	"  0  the child ran and exited (whatever its status, without\n"
-	"     -child-exit-code)\n"
-	"  1  usage or setup error, acquisition failure or timeout\n"
-	"  2  the child failed, with -child-exit-code\n"
-	"  3  the hold was lost and the child was stopped\n"
+	"  0    the child ran and exited (whatever its status, without\n"
+	"       -child-exit-code)\n"
+	"  1    timed out (or -timeout's key was busy), or another failure\n"
+	"  2    the child failed, with -child-exit-code\n"
+	"  3    the hold was lost and the child was stopped\n"
+	"  64   usage error\n"
+	"  69   no broker at the socket, or the broker refused us\n"
+	"  126  the child cannot be executed (also the shell's 126)\n"
+	"  127  the child's program was not found (also the shell's 127)\n"
 	"  When a signal made shmlock stop the child, shmlock ends by that signal.\n";
 
 static const char status_text[] =

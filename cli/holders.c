@@ -70,8 +70,8 @@ json_t *holders_json(const struct holders *h)
 
 	for (i = 0; a && i < h->n; i++) {
 		const struct local_holder *v = &h->v[i];
-		json_t *o = json_pack("{s:I, s:I, s:I}", "pid", (json_int_t)v->pid, "token",
-				      (json_int_t)v->token, "lease_remaining_ms",
+		json_t *o = json_pack("{s:I, s:o, s:I}", "pid", (json_int_t)v->pid, "token",
+				      json_token(v->token), "lease_remaining_ms",
 				      (json_int_t)v->lease_remaining_ms);
 
 		if (!o || json_set_text(o, "session", v->session) ||
@@ -87,16 +87,16 @@ json_t *holders_json(const struct holders *h)
 json_t *key_info_json(const char *key, const struct local_key_info *ki, bool with_value)
 {
 	json_t *j = json_pack(
-		"{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "kind",
+		"{s:s, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I}", "kind",
 		kind_name(ki->kind), "limit", (json_int_t)ki->limit, "holder_count",
 		(json_int_t)ki->holders, "waiters", (json_int_t)ki->waiters, "token",
-		(json_int_t)ki->token, "lock_index", (json_int_t)ki->lock_index, "modify_index",
+		json_token(ki->token), "lock_index", (json_int_t)ki->lock_index, "modify_index",
 		(json_int_t)ki->modify_index, "lock_delay_remaining_ms",
 		(json_int_t)ki->lock_delay_remaining_ms, "value_len", (json_int_t)ki->value_len);
 
 	if (j && (json_set_text(j, "key", key) ||
 		  (with_value &&
-		   json_object_set_new(j, "value", json_value_of(ki->value, ki->value_len))))) {
+		   json_set_value(j, "value", ki->value, ki->value_len)))) {
 		json_decref(j);
 		return NULL;
 	}

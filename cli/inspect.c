@@ -86,7 +86,7 @@ static json_t *names_json(const struct names *l)
 	size_t i;
 
 	for (i = 0; a && i < l->n; i++)
-		json_array_append_new(a, json_value_of(l->v[i], strlen(l->v[i])));
+		json_array_append_new(a, json_text(l->v[i], &(bool){ false }));
 	return a;
 }
 
@@ -177,7 +177,7 @@ int cmd_status(int argc, char **argv)
 	if (err) {
 		errorf("cannot read the broker's state: %s", local_strerror(err));
 		names_free(&q);
-		return EXIT_FAIL;
+		return exit_for(err);
 	}
 	rc = c.json ? json_emit(status_json(&st, &q), false) : print_status(&st, &q);
 	names_free(&q);
@@ -324,6 +324,7 @@ int cmd_keys(int argc, char **argv)
 			       &l);
 	if (err) {
 		errorf("cannot list the keys: %s", local_strerror(err));
+		rc = exit_for(err);
 		goto out;
 	}
 	qsort(l.v, l.n, sizeof(*l.v), cmp_rows);
@@ -435,10 +436,12 @@ int cmd_sessions(int argc, char **argv)
 		return usage_error("sessions", "unexpected argument \"%s\"", argv[1]);
 	/* Served by the broker without a session: works with every table full. */
 	err = local_admin_sessions(c.socket, collect_session, &l);
-	if (err)
+	if (err) {
 		errorf("cannot list the sessions: %s", local_strerror(err));
-	else
+		rc = exit_for(err);
+	} else {
 		rc = c.json ? json_emit(sessions_json(&l), false) : print_sessions(&l);
+	}
 	free(l.v);
 	return rc;
 }

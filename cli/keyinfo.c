@@ -133,6 +133,7 @@ int cmd_info(int argc, char **argv)
 	err = local_admin_info(c.socket, argv[1], ki, &kf);
 	if (err) {
 		errorf("cannot describe %s: %s", argv[1], local_strerror(err));
+		rc = exit_for(err);
 		goto out;
 	}
 	if (ki->holders && holders_get_at(c.socket, argv[1], &h))
@@ -178,6 +179,7 @@ int cmd_leader(int argc, char **argv)
 		err = -LOCAL_ECORRUPT;
 	if (err) {
 		errorf("cannot describe %s: %s", key, local_strerror(err));
+		rc = exit_for(err);
 		goto out_free;
 	}
 	if (ki->kind == LOCAL_KIND_SEMAPHORE) {
@@ -188,16 +190,15 @@ int cmd_leader(int argc, char **argv)
 	}
 	led = ki->kind == LOCAL_KIND_LOCK && ki->holders;
 	if (c.json) {
-		json_t *l = led ? json_pack("{s:I, s:I}", "pid", (json_int_t)ki->holder_pid,
-					    "token", (json_int_t)ki->token)
+		json_t *l = led ? json_pack("{s:I, s:o}", "pid", (json_int_t)ki->holder_pid,
+					    "token", json_token(ki->token))
 				: json_null();
 		json_t *j = json_pack("{s:o}", "leader", l);
 
 		if (j && (json_set_text(j, "key", key) ||
 			  (led && (json_set_text(l, "session", ki->holder_session) ||
 				   json_set_text(l, "name", ki->holder_name) ||
-				   json_object_set_new(j, "value",
-						       json_value_of(ki->value, ki->value_len)))))) {
+				   json_set_value(j, "value", ki->value, ki->value_len))))) {
 			json_decref(j);
 			j = NULL;
 		}
@@ -292,13 +293,17 @@ int cmd_watch(int argc, char **argv)
 	ki = info_alloc();
 	if (!ki)
 		return EXIT_FAIL;
-	if (cli_open(&c, "shmlock watch", &s))
+	err = cli_open(&c, "shmlock watch", &s);
+	if (err) {
+		rc = exit_for(err);
 		goto out_free;
+	}
 	if (timeout_ms)
 		end = mono_ms() + (uint64_t)timeout_ms;
 	err = local_info(s, argv[1], ki);
 	if (err) {
 		errorf("cannot describe %s: %s", argv[1], local_strerror(err));
+		rc = exit_for(err);
 		goto out;
 	}
 	if (print_change(argv[1], ki, c.json))

@@ -125,14 +125,14 @@ int cmd_lock(int argc, char **argv)
 	/* Consul's -timeout=0 means no limit: keep that reading. */
 	o.timeout_ms = timeout ? duration_ms(timeout) : -1;
 	if (check_ms("ttl", ttl, UINT32_MAX, &ms))
-		return EXIT_FAIL;
+		return EXIT_USAGE;
 	o.ttl_ms = (uint32_t)ms;
 	if (check_ms("lease", lease, UINT32_MAX, &ms))
-		return EXIT_FAIL;
+		return EXIT_USAGE;
 	o.lease_ms = (uint32_t)ms;
 	if (args_flag(flags, "lock-delay")->set) {
 		if (check_ms("lock-delay", lock_delay, LOCAL_LOCK_DELAY_MAX_MS, &ms))
-			return EXIT_FAIL;
+			return EXIT_USAGE;
 		o.lock_delay_ms = (int32_t)ms;
 	}
 	o.kill_grace_ms = duration_ms(grace);

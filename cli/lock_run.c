@@ -463,6 +463,30 @@ static void report_child(const struct run *r, int status)
 		verbose(o, "child killed by %s", signame(WTERMSIG(status)));
 }
 
+/* A child that could not be started ends shmlock as it would end a shell:
+ * 127 when the program was not found, 126 when it cannot be executed. */
+static int exec_exit(int exec_err)
+{
+	return exec_err == ENOENT || exec_err == ENOTDIR ? EXIT_NOTFOUND : EXIT_NOEXEC;
+}
+
+/*
+ * The exit status for a child that ran and ended with @status. As consul
+ * lock: 0 whatever it did, or 2 when it failed under -child-exit-code. But a
+ * shell (-shell, the default) says it could not start the command with 127
+ * (not found) or 126 (not executable): shmlock passes those on, so that a
+ * misspelt command is never reported as a success.
+ */
+static int child_exit(const struct lock_opts *o, int status)
+{
+	if (o->shell && WIFEXITED(status) &&
+	    (WEXITSTATUS(status) == EXIT_NOTFOUND || WEXITSTATUS(status) == EXIT_NOEXEC))
+		return WEXITSTATUS(status);
+	if (o->child_exit_code && !(WIFEXITED(status) && !WEXITSTATUS(status)))
+		return EXIT_CHILD;
+	return EXIT_OK;
+}
+
 static int open_session(struct run *r)
 {
 	const struct lock_opts *o = r->o;
@@ -525,12 +549,18 @@ int holder_run(const struct lock_opts *o, const struct holder_env *env)
 		errorf("cannot create timers: %s", strerror(errno));
 		goto out;
 	}
-	if (open_session(&r))
+	err = open_session(&r);
+	if (err) {
+		rc = exit_for(err);
 		goto out;
+	}
 	if (o->ttl_ms)
 		timer_set(r.ttl_tfd, renew_every(o->ttl_ms), renew_every(o->ttl_ms));
-	if (acquire(&r))
+	err = acquire(&r);
+	if (err) {
+		rc = exit_for(err);
 		goto out_close;
+	}
 	verbose(o, "acquired %s (token %llu)", o->key, (unsigned long long)r.token);
 	if (o->lease_ms)
 		timer_set(r.lease_tfd, renew_every(o->lease_ms), renew_every(o->lease_ms));
@@ -590,9 +620,10 @@ out_close:
 		die_by(r.stop_sig);
 	if (r.lost)
 		rc = EXIT_LOST;
-	else if (started && !r.job.exec_err)
-		rc = o->child_exit_code && !(WIFEXITED(status) && !WEXITSTATUS(status)) ? EXIT_CHILD
-											: EXIT_OK;
+	else if (started && r.job.exec_err)
+		rc = exec_exit(r.job.exec_err);
+	else if (started)
+		rc = child_exit(o, status);
 out:
 	job_close(&r.job);
 	close_fd(&r.sfd);

@@ -28,7 +28,7 @@ static int cmd_help(int argc, char **argv)
 		return usage_error("help", "too many arguments");
 	if (help_print(argc == 2 ? argv[1] : NULL, stdout)) {
 		errorf("unknown command \"%s\"; run 'shmlock help' for the list", argv[1]);
-		return EXIT_FAIL;
+		return EXIT_USAGE;
 	}
 	return EXIT_OK;
 }
@@ -51,7 +51,7 @@ int main(int argc, char **argv)
 
 	if (argc < 2) {
 		help_print(NULL, stderr);
-		return EXIT_FAIL;
+		return EXIT_USAGE;
 	}
 	if (is_any(argv[1], helps))
 		return cmd_help(argc - 1, argv + 1);
@@ -61,5 +61,5 @@ int main(int argc, char **argv)
 		if (!strcmp(commands[i].name, argv[1]))
 			return commands[i].run(argc - 1, argv + 1);
 	errorf("unknown command \"%s\"; run 'shmlock help' for the list", argv[1]);
-	return EXIT_FAIL;
+	return EXIT_USAGE;
 }

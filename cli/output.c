@@ -130,11 +130,37 @@ const char *behavior_name(int behavior)
 	return behavior == LOCAL_BEHAVIOR_DELETE ? "delete" : "release";
 }
 
-json_t *json_value_of(const char *v, size_t len)
+json_t *json_token(uint64_t token)
+{
+	char buf[24];
+
+	snprintf(buf, sizeof(buf), "%020llu", (unsigned long long)token);
+	return json_string(buf);
+}
+
+static int set_encoded(json_t *obj, const char *field, json_t *j, bool encoded)
+{
+	char name[64];
+
+	if (!j || json_object_set_new(obj, field, j))
+		return -ENOMEM;
+	if (!encoded)
+		return 0;
+	snprintf(name, sizeof(name), "%s_encoding", field);
+	return json_object_set_new(obj, name, json_string("percent")) ? -ENOMEM : 0;
+}
+
+int json_set_value(json_t *obj, const char *field, const char *v, size_t len)
 {
 	json_t *j = json_stringn(v, len);
+	char *pct;
 
-	return j ? j : json_null();
+	if (j)
+		return set_encoded(obj, field, j, false);
+	pct = percent_encoden(v, len);
+	j = pct ? json_string(pct) : NULL;
+	free(pct);
+	return set_encoded(obj, field, j, true);
 }
 
 json_t *json_text(const char *s, bool *encoded)
@@ -155,14 +181,8 @@ int json_set_text(json_t *obj, const char *field, const char *s)
 {
 	bool encoded;
 	json_t *j = json_text(s, &encoded);
-	char name[64];
 
-	if (!j || json_object_set_new(obj, field, j))
-		return -ENOMEM;
-	if (!encoded)
-		return 0;
-	snprintf(name, sizeof(name), "%s_encoding", field);
-	return json_object_set_new(obj, name, json_string("percent")) ? -ENOMEM : 0;
+	return set_encoded(obj, field, j, encoded);
 }
 
 int json_emit(json_t *j, bool one_line)

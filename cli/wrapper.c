@@ -32,10 +32,18 @@
 
 /*
  * Block the stop signals before the holder exists, so that it inherits the
- * mask and a signal forwarded before it reads its signalfd waits for it. A
- * signal ignored when we start (nohup, a shell's background job) stays
- * ignored, for us, the holder and the child: blocking it would make the
- * kernel queue it after all.
+ * mask and a signal forwarded before it reads its signalfd waits for it.
+ *
+ * A signal ignored when we start is treated by what ignored it:
+ * - SIGHUP and SIGTERM ignored (nohup) stay ignored, for us, the holder and
+ *   the child: blocking them would make the kernel queue them after all.
+ * - SIGINT and SIGQUIT ignored are what a shell does to every background
+ *   job (`shmlock lock ... &`), not a wish of the user. As consul lock (Go's
+ *   signal.Notify re-enables an ignored SIGINT), shmlock takes them anyway:
+ *   `kill -INT $!` stops the child and releases the hold. They are blocked
+ *   and read by signalfd, which the kernel allows for an ignored signal,
+ *   and their disposition stays SIG_IGN: the child, which gets our original
+ *   mask back, still ignores them as the shell arranged.
  */
 static int block_stop_signals(struct holder_env *env)
 {
@@ -46,7 +54,8 @@ static int block_stop_signals(struct holder_env *env)
 	for (i = 0; i < sizeof(stops) / sizeof(stops[0]); i++) {
 		struct sigaction sa;
 
-		if (sigaction(stops[i], NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
+		if (stops[i] != SIGINT && stops[i] != SIGQUIT &&
+		    sigaction(stops[i], NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
 			continue;
 		sigaddset(&env->stop_set, stops[i]);
 	}

@@ -123,10 +123,13 @@ LOCAL_API int local_session_open(const struct local_session_opts *opts,
 
 /*
  * End a session: release every hold (without lock-delay: this is voluntary),
- * leave every queue, free the handle. Threads still waiting on the session
- * return -LOCAL_ESESSION. Always frees @s, even when the broker is unreachable
- * (then the broker cleans up when this process exits, or at TTL expiry) and
- * returns -LOCAL_EBROKER. @s must not be used afterwards.
+ * leave every queue, free the handle. No other thread may be inside a call
+ * on @s (a wait included): the handle is freed under it. To end a wait early,
+ * end the session from outside (TTL, local_session_destroy()): the waiting
+ * call returns -LOCAL_ESESSION; close once it has. Always frees @s, even when
+ * the broker is unreachable (then the broker cleans up when this process
+ * exits, or at TTL expiry) and returns -LOCAL_EBROKER. @s must not be used
+ * afterwards.
  */
 LOCAL_API int local_session_close(local_session *s);
 
@@ -180,7 +183,9 @@ LOCAL_API int local_lock(local_session *s, const char *key,
 /*
  * Release the session's hold on @key and hand the key to the next waiter.
  * Never blocks on other holders. Errors: -LOCAL_ENOTHELD (not held, or lost
- * to expiry or an operator), -EINVAL, -ENAMETOOLONG, -LOCAL_ESESSION.
+ * to an operator or to an expiry already reported), -LOCAL_EEXPIRED (the
+ * hold's lease ran out first: reported once), -EINVAL, -ENAMETOOLONG,
+ * -LOCAL_ESESSION.
  */
 LOCAL_API int local_release(local_session *s, const char *key);
 

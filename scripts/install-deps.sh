@@ -1,16 +1,35 @@
 #!/bin/sh
-# Install the Debian packages shmlock builds and tests with, when they are
-# missing. Does nothing when everything is present; needs root otherwise.
+# Install the Debian packages shmlock needs, when they are missing. Does
+# nothing when everything is present; needs root otherwise.
+#
+# Usage: scripts/install-deps.sh [run|all]
+#   run  what building and running need (make run): compiler, headers and
+#        libraries of the broker, the CLI and liblocal
+#   all  (default) that and the test toolchain (make check, make bench)
 set -eu
 
-# spin for the protocol model (make model), valgrind for make valgrind;
-# clang and its runtime for the libFuzzer targets; systemd for the unit tests
-# (systemd-socket-activate, systemd-analyze verify, systemd-sysusers) and
-# man-db so that verify checks Documentation=man:shmlockd(8); libcurl for the
-# HTTP API tests and benchmark (a real HTTP client).
-PKGS="build-essential pkg-config liburcu-dev libsystemd-dev libcunit1-dev \
-libmicrohttpd-dev libjansson-dev curl jq clang libclang-rt-14-dev systemd man-db \
-spin valgrind libcurl4-openssl-dev"
+# Building and running: liburcu (broker), libsystemd (sd_notify, socket
+# activation), libmicrohttpd and jansson (HTTP API, CLI's -json).
+RUN_PKGS="build-essential pkg-config liburcu-dev libsystemd-dev libmicrohttpd-dev \
+libjansson-dev"
+
+# Testing: CUnit; spin for the protocol model (make model), valgrind for make
+# valgrind; clang and its runtime for the libFuzzer targets; systemd for the
+# unit tests (systemd-socket-activate, systemd-analyze verify,
+# systemd-sysusers) and man-db so that verify checks
+# Documentation=man:shmlockd(8); libcurl for the HTTP API tests and
+# benchmark (a real HTTP client); curl and jq for the CLI and HTTP tests.
+TEST_PKGS="libcunit1-dev curl jq clang libclang-rt-14-dev systemd man-db spin valgrind \
+libcurl4-openssl-dev"
+
+case "${1:-all}" in
+run) PKGS=$RUN_PKGS ;;
+all) PKGS="$RUN_PKGS $TEST_PKGS" ;;
+*)
+	echo "usage: $0 [run|all]" >&2
+	exit 2
+	;;
+esac
 
 missing=""
 for p in $PKGS; do

@@ -36,6 +36,11 @@ static const char *cli_bin(void)
 	return bin;
 }
 
+/* Start the CLI with SIGINT and SIGQUIT ignored, as a shell starts a
+ * background job; else with them at their default, whatever the test
+ * runner was started with. */
+static bool spawn_ignoring_int_quit;
+
 /* Start @argv (argv[0] looked up in PATH) with pipes on its stdio. */
 static void spawn(struct proc *p, const char *const *argv)
 {
@@ -51,6 +56,8 @@ static void spawn(struct proc *p, const char *const *argv)
 		dup2(in[0], 0);
 		dup2(out[1], 1);
 		dup2(err[1], 2);
+		signal(SIGINT, spawn_ignoring_int_quit ? SIG_IGN : SIG_DFL);
+		signal(SIGQUIT, spawn_ignoring_int_quit ? SIG_IGN : SIG_DFL);
 		execvp(argv[0], (char *const *)argv);
 		_exit(127);
 	}
@@ -312,13 +319,13 @@ TEST(cli, help_has_no_tabs, 15)
 	CHECK_EXIT(cli_run(ARGS("keys", "--help"), NULL, out, err, 5000), 0, err);
 	CHECK_HAS(out, "Usage: shmlock keys");
 	/* No command: the overview, on stderr, and a failure. */
-	CHECK_EXIT(cli_run(ARGS("--bogus-command"), NULL, out, err, 5000), 1, err);
+	CHECK_EXIT(cli_run(ARGS("--bogus-command"), NULL, out, err, 5000), 64, err);
 	CHECK_HAS(err, "unknown command");
 	CHECK_EXIT(cli_run(ARGS("version"), NULL, out, err, 5000), 0, err);
 	CHECK_HAS(out, "shmlock ");
 }
 
-TEST(cli, bad_args_exit_1, 15)
+TEST(cli, bad_args_exit_64, 15)
 {
 	static const struct {
 		const char *flag, *says;
@@ -345,18 +352,18 @@ TEST(cli, bad_args_exit_1, 15)
 	setenv("SHMLOCK_SOCKET", scratch("no-broker.sock"), 1);
 	snprintf(touch, sizeof(touch), "touch %s", ran);
 	for (i = 0; bad[i].flag; i++) {
-		CHECK_EXIT(cli_run(ARGS("lock", bad[i].flag, "k", touch), NULL, out, err, 5000), 1,
+		CHECK_EXIT(cli_run(ARGS("lock", bad[i].flag, "k", touch), NULL, out, err, 5000), 64,
 			   err);
 		CHECK_HAS(err, bad[i].says);
 		CHECK_HAS(err, "shmlock help lock");
 	}
-	CHECK_EXIT(cli_run(ARGS("lock"), NULL, out, err, 5000), 1, err);
+	CHECK_EXIT(cli_run(ARGS("lock"), NULL, out, err, 5000), 64, err);
 	CHECK_HAS(err, "missing KEY");
-	CHECK_EXIT(cli_run(ARGS("lock", "k"), NULL, out, err, 5000), 1, err);
+	CHECK_EXIT(cli_run(ARGS("lock", "k"), NULL, out, err, 5000), 64, err);
 	CHECK_HAS(err, "missing the command");
-	CHECK_EXIT(cli_run(ARGS("lock", "-timeout"), NULL, out, err, 5000), 1, err);
+	CHECK_EXIT(cli_run(ARGS("lock", "-timeout"), NULL, out, err, 5000), 64, err);
 	CHECK_HAS(err, "flag needs an argument: -timeout");
-	CHECK_EXIT(cli_run(ARGS("lock", "", "true"), NULL, out, err, 5000), 1, err);
+	CHECK_EXIT(cli_run(ARGS("lock", "", "true"), NULL, out, err, 5000), 64, err);
 	CHECK_HAS(err, "KEY must not be empty");
 	CHECK(!exists(ran));
 }
@@ -390,7 +397,7 @@ TEST(cli, duration_and_flag_syntax, 30)
 	}
 	for (i = 0; bad[i]; i++) {
 		snprintf(flag, sizeof(flag), "-kill-grace=%s", bad[i]);
-		CHECK_EXIT(cli_run(ARGS("lock", flag, "k", "true"), NULL, out, err, 10000), 1, err);
+		CHECK_EXIT(cli_run(ARGS("lock", flag, "k", "true"), NULL, out, err, 10000), 64, err);
 		if (!strstr(err, "invalid value"))
 			FAIL_AT("\"%s\" was accepted: %s", bad[i], err);
 	}
@@ -463,7 +470,7 @@ TEST(cli, child_runs_without_shell, 20)
 	CHECK(!strstr(err, "acquired"));
 	CHECK_EXIT(cli_run(ARGS("lock", "-shell=false", "k", "/nonexistent/program"), NULL, out,
 			   err, 10000),
-		   1, err);
+		   127, err);
 	CHECK_HAS(err, "cannot run /nonexistent/program");
 	broker_stop(&b);
 }
@@ -585,6 +592,60 @@ TEST(cli, child_exit_code, 20)
 			   10000),
 		   0, err);
 	broker_stop(&b);
+}
+
+/*
+ * Each way of failing has its own status: a script tells a busy key (1,
+ * consul lock's) from a lost hold (3), a typo on the command line (64), a
+ * missing broker (69) and a child that could not be started (126 and 127,
+ * as a shell).
+ */
+TEST(cli, exit_statuses_are_distinct, 40)
+{
+	static char out[OUT_MAX], err[OUT_MAX];
+	const char *noexec = scratch("noexec");
+	struct broker_proc b;
+
+	write_file(noexec, "#!/bin/sh\necho ran\n");
+	chmod(noexec, 0644);
+	use_broker(&b);
+	/* Not found, not executable: with and without a shell. */
+	CHECK_EXIT(cli_run(ARGS("lock", "-shell=false", "k", "shmlock-no-such-program"), NULL,
+			   out, err, 10000),
+		   127, err);
+	CHECK_HAS(err, "cannot run shmlock-no-such-program");
+	CHECK_EXIT(cli_run(ARGS("lock", "-shell=false", "k", noexec), NULL, out, err, 10000), 126,
+		   err);
+	CHECK_EXIT(cli_run(ARGS("lock", "k", "shmlock-no-such-program"), NULL, out, err, 10000),
+		   127, err);
+	CHECK_EXIT(cli_run(ARGS("lock", "k", noexec), NULL, out, err, 10000), 126, err);
+	CHECK(!strstr(out, "ran"));
+	/* -timeout=0 is consul lock's "no limit", not a try: a free key is
+	 * taken, a held one waited for. */
+	CHECK_EXIT(cli_run(ARGS("lock", "-timeout=0", "k", "true"), NULL, out, err, 10000), 0,
+		   err);
+	{
+		local_session *s = open_session(&b, "holder", 0, 0);
+		struct proc p;
+
+		CHECK_OK(local_lock(s, "k", NULL, NULL));
+		cli_start(&p, ARGS("lock", "-timeout=0", "k", "true"));
+		CHECK(WAIT_FOR(waiters_of(s, "k") == 1, 5000));
+		CHECK(!pid_gone(p.pid));
+		CHECK_OK(local_release(s, "k"));
+		CHECK_EXIT(cli_finish(&p, out, err, 10000), 0, err);
+		local_session_close(s);
+	}
+	/* Usage. */
+	CHECK_EXIT(cli_run(ARGS("lock", "-n=0", "k", "true"), NULL, out, err, 5000), 64, err);
+	CHECK_EXIT(cli_run(ARGS("info"), NULL, out, err, 5000), 64, err);
+	CHECK_EXIT(cli_run(ARGS("no-such-command"), NULL, out, err, 5000), 64, err);
+	broker_stop(&b);
+	/* No broker. */
+	setenv("SHMLOCK_SOCKET", scratch("no-broker.sock"), 1);
+	CHECK_EXIT(cli_run(ARGS("lock", "k", "true"), NULL, out, err, 15000), 69, err);
+	CHECK_HAS(err, "broker unavailable");
+	CHECK_EXIT(cli_run(ARGS("info", "k"), NULL, out, err, 15000), 69, err);
 }
 
 /* ---- the child's process group ---- */
@@ -728,6 +789,88 @@ TEST(cli, sigint_is_forwarded, 20)
 	status = cli_finish(&p, out, err, 10000);
 	CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT);
 	CHECK_HAS(out, "got-int\n");
+	broker_stop(&b);
+}
+
+/*
+ * A shell starts its background jobs (`shmlock lock ... &`) with SIGINT and
+ * SIGQUIT ignored. shmlock takes them anyway, as consul lock does, so that
+ * `kill -INT $!` stops the child and releases the hold; the child itself
+ * still ignores them, as the shell arranged.
+ */
+static void ignored_signal_still_stops(int sig)
+{
+	static char out[OUT_MAX], err[OUT_MAX];
+	unsigned long long ign = 0;
+	struct broker_proc b;
+	local_session *obs;
+	char line[256];
+	struct proc p;
+	struct child c;
+	int status;
+
+	use_broker(&b);
+	obs = open_session(&b, "observer", 0, 0);
+	spawn_ignoring_int_quit = true;
+	cli_start(&p, ARGS("lock", "-kill-grace=1s", "svc",
+			   "grep ^SigIgn: /proc/self/status; exec sleep 300"));
+	spawn_ignoring_int_quit = false;
+	c = as_child(&p);
+	if (child_read(&c, line, sizeof(line), 10000))
+		FAIL_AT("the child did not start");
+	if (sscanf(line, "SigIgn: %llx", &ign) != 1)
+		FAIL_AT("unexpected line from the child: %s", line);
+	/* The child ignores what the shell made it ignore. */
+	CHECK(ign & (1ull << (SIGINT - 1)));
+	CHECK(ign & (1ull << (SIGQUIT - 1)));
+	CHECK_EQ(holders_of(obs, "svc"), 1);
+	kill(p.pid, sig);
+	status = cli_finish(&p, out, err, 10000);
+	if (!WIFSIGNALED(status) || WTERMSIG(status) != sig)
+		FAIL_AT("shmlock ended with %d, not by signal %d; stderr: %s", exit_code(status),
+			sig, err);
+	CHECK_EQ(holders_of(obs, "svc"), 0);
+	broker_stop(&b);
+}
+
+TEST(cli, ignored_sigint_still_stops, 20)
+{
+	ignored_signal_still_stops(SIGINT);
+}
+
+TEST(cli, ignored_sigquit_still_stops, 20)
+{
+	ignored_signal_still_stops(SIGQUIT);
+}
+
+/* nohup's SIGHUP stays ignored: the child runs on. */
+TEST(cli, ignored_sighup_stays_ignored, 20)
+{
+	struct broker_proc b;
+	local_session *obs;
+	struct sigaction old, ignore = { .sa_handler = SIG_IGN };
+	struct proc p;
+	struct child c;
+	int status;
+
+	use_broker(&b);
+	obs = open_session(&b, "observer", 0, 0);
+	sigaction(SIGHUP, &ignore, &old);
+	cli_start(&p, ARGS("lock", "-kill-grace=1s", "-pass-stdin", "svc",
+			   "echo ready; read line; echo bye"));
+	sigaction(SIGHUP, &old, NULL);
+	c = as_child(&p);
+	child_expect(&c, "ready", 10000);
+	kill(p.pid, SIGHUP);
+	/* Still running, still holding: the line we send is read and
+	 * answered only by a child that was not stopped. */
+	CHECK(write(p.in, "go\n", 3) == 3);
+	child_expect(&c, "bye", 10000);
+	close(p.in);
+	p.in = -1;
+	status = cli_finish(&p, NULL, NULL, 10000);
+	CHECK_EQ(exit_code(status), 0);
+	CHECK_EQ(holders_of(obs, "svc"), 0);
 	broker_stop(&b);
 }
 
@@ -979,6 +1122,58 @@ TEST(cli, kind_and_limit_conflicts, 20)
 
 /* ---- inspection and administration ---- */
 
+/*
+ * Fencing tokens exceed 2^53, which jq 1.6 and JavaScript round: every -json
+ * output gives them as strings of 20 digits, as the HTTP API does. A value
+ * that is not UTF-8 is percent-encoded with value_encoding, never null.
+ */
+TEST(cli, json_is_exact, 30)
+{
+	static char out[OUT_MAX], err[OUT_MAX];
+	struct local_acquire_opts v = { .timeout_ms = -1, .value = "\xff\xfe:1\"x", .value_len = 6 };
+	struct broker_proc b;
+	local_session *s;
+	uint64_t token = 0;
+	char want[64], filter[256];
+
+	use_broker(&b);
+	s = open_session(&b, "exact", 0, 0);
+	CHECK_OK(local_lock(s, "svc/exact", &v, &token));
+	snprintf(want, sizeof(want), "\"%020llu\"", (unsigned long long)token);
+	CHECK_EXIT(cli_run(ARGS("info", "-json", "svc/exact"), NULL, out, err, 5000), 0, err);
+	/* The digits as text: a number would have been rounded by now. */
+	CHECK_HAS(out, want);
+	snprintf(filter, sizeof(filter),
+		 ".token == %s and .holders[0].token == %s and "
+		 ".value == \"%%FF%%FE%%3A1%%22x\" and .value_encoding == \"percent\"",
+		 want, want);
+	CHECK_JQ(out, filter);
+	CHECK_EXIT(cli_run(ARGS("keys", "-json", "svc/exact"), NULL, out, err, 5000), 0, err);
+	snprintf(filter, sizeof(filter), ".[0].token == %s and .[0].holders[0].token == %s", want,
+		 want);
+	CHECK_JQ(out, filter);
+	CHECK_EXIT(cli_run(ARGS("leader", "-json", "svc/exact"), NULL, out, err, 5000), 0, err);
+	snprintf(filter, sizeof(filter),
+		 ".leader.token == %s and .value == \"%%FF%%FE%%3A1%%22x\" and "
+		 ".value_encoding == \"percent\"",
+		 want);
+	CHECK_JQ(out, filter);
+	CHECK_EXIT(cli_run(ARGS("watch", "-json", "-timeout=50ms", "svc/exact"), NULL, out, err,
+			   5000),
+		   0, err);
+	snprintf(filter, sizeof(filter), ".token == %s and .value_encoding == \"percent\"", want);
+	CHECK_JQ(out, filter);
+	/* A free key: the token is a string of zeros, not a number. */
+	CHECK_EXIT(cli_run(ARGS("info", "-json", "no/such/key"), NULL, out, err, 5000), 0, err);
+	CHECK_JQ(out, ".token == \"00000000000000000000\" and .value == \"\"");
+	/* The text of watch escapes the quote inside the value. */
+	CHECK_EXIT(cli_run(ARGS("watch", "-timeout=50ms", "svc/exact"), NULL, out, err, 5000), 0,
+		   err);
+	CHECK_HAS(out, "value=\"\\xff\\xfe:1\\\"x\"");
+	broker_stop(&b);
+}
+
+
 TEST(cli, inspection_json_parses, 30)
 {
 	static char out[OUT_MAX], err[OUT_MAX];
@@ -1113,7 +1308,7 @@ TEST(cli, hostile_names_are_escaped, 30)
 		   err);
 	check_clean("lock timeout", err);
 	CHECK_HAS(err, "waiting for evil\\x1b[2J\\nFORGED-KEY");
-	CHECK_EXIT(cli_run(ARGS("bogus\x1b[2J\nFORGED-CMD"), NULL, out, err, 5000), 1, err);
+	CHECK_EXIT(cli_run(ARGS("bogus\x1b[2J\nFORGED-CMD"), NULL, out, err, 5000), 64, err);
 	check_clean("unknown command", err);
 	CHECK_EXIT(cli_run(ARGS("lock", "-verbose", "-name", EVIL_NAME, "k\x1b[1m", "true"), NULL,
 			   out, err, 10000),
@@ -1159,21 +1354,21 @@ TEST(cli, admin_errors, 25)
 	struct broker_proc b;
 
 	use_broker(&b);
-	CHECK_EXIT(cli_run(ARGS("release", "k"), NULL, out, err, 5000), 1, err);
+	CHECK_EXIT(cli_run(ARGS("release", "k"), NULL, out, err, 5000), 64, err);
 	CHECK_HAS(err, "needs -force");
 	CHECK_EXIT(cli_run(ARGS("release", "-force", "k"), NULL, out, err, 5000), 1, err);
 	CHECK_HAS(err, "k is not held");
 	CHECK_EXIT(cli_run(ARGS("release", "-force", "k", "-session", "xyz"), NULL, out, err, 5000),
-		   1, err);
+		   64, err);
 	CHECK_HAS(err, "not a session id");
-	CHECK_EXIT(cli_run(ARGS("session", "destroy", "nope"), NULL, out, err, 5000), 1, err);
+	CHECK_EXIT(cli_run(ARGS("session", "destroy", "nope"), NULL, out, err, 5000), 64, err);
 	CHECK_HAS(err, "not a session id");
-	CHECK_EXIT(cli_run(ARGS("session", "kill", "x"), NULL, out, err, 5000), 1, err);
+	CHECK_EXIT(cli_run(ARGS("session", "kill", "x"), NULL, out, err, 5000), 64, err);
 	CHECK_HAS(err, "unknown subcommand");
-	CHECK_EXIT(cli_run(ARGS("status", "extra"), NULL, out, err, 5000), 1, err);
+	CHECK_EXIT(cli_run(ARGS("status", "extra"), NULL, out, err, 5000), 64, err);
 	broker_stop(&b);
 	/* No broker: a clear error once liblocal stops waiting for one (5 s). */
-	CHECK_EXIT(cli_run(ARGS("status"), NULL, out, err, 15000), 1, err);
+	CHECK_EXIT(cli_run(ARGS("status"), NULL, out, err, 15000), 69, err);
 	CHECK_HAS(err, "broker unavailable"); /* status opens no session */
 }
 
