@@ -176,7 +176,7 @@ static void check_nodes(const struct segment *seg, struct report *r, struct key_
 			PROBLEM(r, "node %u (state %u): left by an earlier session in slot %u", i,
 				st, si);
 		kst = atomic_load(&seg->keys[ki].state);
-		if (kst == KEY_FREE)
+		if (key_state_free(kst))
 			PROBLEM(r, "node %u (state %u): its key entry %u is free", i, st, ki);
 		if (st == NODE_HOLDING || st == NODE_FAST_CLAIMED)
 			t[ki].holding++;
@@ -348,7 +348,7 @@ static void check_keys(const struct segment *seg, struct report *r, const struct
 		uint32_t st = atomic_load(&k->state);
 		enum mutex_state ms;
 
-		if (st == KEY_FREE || st == KEY_RESERVED)
+		if (key_state_free(st) || st == KEY_RESERVED)
 			continue;
 		key_name(k, name, sizeof(name));
 		if (st == KEY_QUARANTINED) {
@@ -408,7 +408,7 @@ static void check_index(const struct segment *seg, struct report *r)
 			continue;
 		}
 		st = atomic_load(&seg->keys[v - 1].state);
-		if (st == KEY_FREE)
+		if (key_state_free(st))
 			PROBLEM(r, "index slot %u: names key entry %u, which is free", i, v - 1);
 	}
 }

@@ -108,6 +108,15 @@ void key_counts_peek(const struct seg_key *k, uint64_t *lock_index, uint64_t *mo
 uint32_t probe_unlocked(struct segment *seg, uint32_t hash);
 bool key_matches(const struct seg_key *k, uint32_t hash, const char *key, size_t len);
 
+/* Under the table lock: the index rebuilt from the live entries (after a
+ * crash under the table lock, or when the index was found wrong). Bounded
+ * by the sizes copied at attach, whatever a peer writes meanwhile. */
+void keytab_index_rebuild_locked(struct segment *seg);
+
+/* Under the table lock: free key entry @idx (KEY_FREED, and back to
+ * KEY_FREE where no key's probe can pass it; see find_free_entry_locked()). */
+void key_entry_free_locked(struct segment *seg, uint32_t idx);
+
 /* Reclaim up to @max keys idle for @idle_ns; returns how many were freed.
  * @timeout_ms bounds the wait for the table mutex (0: none). */
 uint32_t keytab_reclaim_idle(struct segment *seg, uint64_t idle_ns, uint32_t max,

@@ -42,31 +42,6 @@ static void unlock(_Atomic uint32_t *w)
 	lw_unlock(w); /* a dead owner's work is redone by the reset itself */
 }
 
-/* The index from the live entries, as keytab.c rebuilds it after a crash:
- * lock-free readers that miss meanwhile fall back to the locked probe. */
-static void index_rebuild_locked(struct segment *seg)
-{
-	uint32_t mask = seg->index_size - 1, k, i;
-
-	for (i = 0; i < seg->index_size; i++)
-		atomic_store(&seg->index[i], 0);
-	for (k = 0; k < seg->caps.max_keys; k++) {
-		uint32_t st = atomic_load(&seg->keys[k].state);
-
-		/* Entries are created under the table mutex, which we hold: a
-		 * reserved one is a creation its process died in. */
-		if (st == KEY_RESERVED)
-			atomic_store(&seg->keys[k].state, KEY_FREE);
-		if (st != KEY_USED)
-			continue;
-		i = atomic_load(&seg->keys[k].hash) & mask;
-		while (atomic_load(&seg->index[i]) != 0)
-			i = (i + 1) & mask;
-		atomic_store(&seg->index[i], k + 1);
-	}
-	seg->hdr->index_tombs = 0;
-}
-
 static void note_session(struct key_reset_result *res, uint32_t slot)
 {
 	uint32_t i;
@@ -112,7 +87,7 @@ static void drop_nodes_locked(struct segment *seg, uint32_t idx, struct key_rese
 }
 
 /* A fresh, free entry; modify_index only ever rises (watchers compare it). */
-static void clear_entry_locked(struct seg_key *k)
+static void clear_entry_locked(struct segment *seg, struct seg_key *k)
 {
 	uint64_t seq = (FAST_SEQ(atomic_load(&k->fast)) + 1) & FAST_SEQ_MASK;
 
@@ -132,7 +107,7 @@ static void clear_entry_locked(struct seg_key *k)
 	atomic_store(&k->fast_base, FBASE_PACK(seq, 0, 0));
 	atomic_store(&k->fast, FAST_PACK(1, 0, seq));
 	atomic_store(&k->modify_index, atomic_load(&k->modify_index) + 1);
-	atomic_store(&k->state, KEY_FREE);
+	key_entry_free_locked(seg, seg_key_index(seg, k));
 }
 
 int key_reset_quarantined(struct segment *seg, uint32_t idx, uint32_t timeout_ms,
@@ -151,7 +126,7 @@ int key_reset_quarantined(struct segment *seg, uint32_t idx, uint32_t timeout_ms
 	err = lock_for(seg, &k->lock, timeout_ms, &key_died);
 	if (err) {
 		if (table_died)
-			index_rebuild_locked(seg);
+			keytab_index_rebuild_locked(seg);
 		unlock(&seg->hdr->table_lock);
 		return err;
 	}
@@ -159,10 +134,10 @@ int key_reset_quarantined(struct segment *seg, uint32_t idx, uint32_t timeout_ms
 		err = -ENOENT; /* reset by someone else meanwhile */
 	} else {
 		drop_nodes_locked(seg, idx, res);
-		clear_entry_locked(k);
+		clear_entry_locked(seg, k);
 	}
 	/* Also what a table mutex found EOWNERDEAD needs. */
-	index_rebuild_locked(seg);
+	keytab_index_rebuild_locked(seg);
 	(void)key_died; /* the entry is cleared either way */
 	unlock(&k->lock);
 	unlock(&seg->hdr->table_lock);

@@ -415,7 +415,7 @@ static void index_remove_locked(struct segment *seg, uint32_t idx)
  * key. Lock-free readers that miss during the rebuild fall back to the
  * locked probe. Every loop is bounded by the sizes this process copied at
  * attach: a peer that keeps writing into the index cannot keep us here. */
-static void index_rebuild_locked(struct segment *seg)
+void keytab_index_rebuild_locked(struct segment *seg)
 {
 	uint32_t mask = seg->index_size - 1, k, i, n;
 
@@ -425,7 +425,7 @@ static void index_rebuild_locked(struct segment *seg)
 		uint32_t st = atomic_load(&seg->keys[k].state);
 
 		if (st == KEY_RESERVED) {
-			atomic_store(&seg->keys[k].state, KEY_FREE);
+			key_entry_free_locked(seg, k); /* a creation that died */
 			continue;
 		}
 		if (st != KEY_USED)
@@ -445,7 +445,7 @@ static int table_locked(struct segment *seg, int r)
 		return -r;
 	if (r == EOWNERDEAD) {
 		atomic_fetch_add(&seg->hdr->stats.repairs, 1);
-		index_rebuild_locked(seg);
+		keytab_index_rebuild_locked(seg);
 	}
 	return 0;
 }
@@ -488,7 +488,7 @@ static uint32_t reclaim_idle_until(struct segment *seg, uint64_t idle_ns, uint32
 				index_remove_locked(seg, i);
 				atomic_fetch_add(&seg->hdr->stats.reclaimed_grants,
 						 atomic_load(&k->lock_index));
-				atomic_store(&k->state, KEY_FREE);
+				key_entry_free_locked(seg, i);
 				freed++;
 			}
 		} else {
@@ -497,7 +497,7 @@ static uint32_t reclaim_idle_until(struct segment *seg, uint64_t idle_ns, uint32
 		key_unlock(k);
 	}
 	if (seg->hdr->index_tombs > seg->index_size / 4)
-		index_rebuild_locked(seg);
+		keytab_index_rebuild_locked(seg);
 	table_unlock(seg);
 	return freed;
 }
@@ -508,25 +508,48 @@ uint32_t keytab_reclaim_idle(struct segment *seg, uint64_t idle_ns, uint32_t max
 	return reclaim_idle_until(seg, idle_ns, max, lock_deadline(timeout_ms));
 }
 
-static uint32_t find_free_entry_locked(struct segment *seg)
+/*
+ * Key entries are placed by hash: a new key takes the first free entry at or
+ * after its home, hash % max_keys (linear probing over the entries). So the
+ * entries themselves, not only the index (which any client can write), can
+ * say whether a key exists: a search from the home stops at an entry never
+ * used (KEY_FREE), since every entry between a key's home and its place was
+ * in use when it was placed, and a freed one stays KEY_FREED (a tombstone)
+ * until key_entry_free_locked() finds nothing can probe past it.
+ */
+static uint32_t find_free_entry_locked(struct segment *seg, uint32_t hash)
 {
-	uint32_t n = seg->caps.max_keys, start = seg->hdr->key_hint % n, i;
+	uint32_t n = seg->caps.max_keys, k = hash % n, i;
 
-	for (i = 0; i < n; i++) {
-		uint32_t k = (start + i) % n;
-
-		if (atomic_load(&seg->keys[k].state) == KEY_FREE) {
-			seg->hdr->key_hint = k + 1;
+	for (i = 0; i < n; i++, k = k + 1 == n ? 0 : k + 1)
+		if (key_state_free(atomic_load(&seg->keys[k].state)))
 			return k;
-		}
-	}
 	return IDX_NONE;
+}
+
+void key_entry_free_locked(struct segment *seg, uint32_t idx)
+{
+	uint32_t n = seg->caps.max_keys, i = idx, steps;
+
+	atomic_store(&seg->keys[idx].state, KEY_FREED);
+	/* A tombstone followed by a never-used entry ends no key's probe (that
+	 * probe would have met the never-used one): clean it, and so on back.
+	 * A crash in between leaves tombstones: longer probes, nothing worse. */
+	for (steps = 0; steps < n; steps++) {
+		uint32_t next = i + 1 == n ? 0 : i + 1;
+
+		if (atomic_load(&seg->keys[i].state) != KEY_FREED ||
+		    atomic_load(&seg->keys[next].state) != KEY_FREE)
+			break;
+		atomic_store(&seg->keys[i].state, KEY_FREE);
+		i = i ? i - 1 : n - 1;
+	}
 }
 
 static int create_locked(struct segment *seg, uint32_t hash, const char *key, size_t len,
 			 uint32_t slot, struct seg_key **out)
 {
-	uint32_t idx = find_free_entry_locked(seg);
+	uint32_t idx = find_free_entry_locked(seg, hash);
 	struct seg_key *k;
 	int err;
 
@@ -557,21 +580,25 @@ static int create_locked(struct segment *seg, uint32_t hash, const char *key, si
 }
 
 /*
- * A key the index does not lead to, found by looking at every entry. The
- * index is a cache of the entries, and any client can write it: trusting it
- * alone to say a key is new would let one write make a second entry for a
- * key that exists, with a second holder. Creation is rare and already under
- * the table lock; comparing hashes first keeps this one load per entry.
+ * A key the index does not lead to, found from the entries: the index is a
+ * cache of them, and any client can write it; trusting it alone to say a key
+ * is new would let one write make a second entry for a key that exists, with
+ * a second holder. Entries are placed by hash (find_free_entry_locked()), so
+ * this is a probe from the key's home, not a scan of the table.
  */
 static uint32_t find_unindexed_locked(struct segment *seg, uint32_t hash, const char *key,
 				      size_t len)
 {
-	uint32_t i;
+	uint32_t n = seg->caps.max_keys, k = hash % n, i;
 
-	for (i = 0; i < seg->caps.max_keys; i++)
-		if (atomic_load_explicit(&seg->keys[i].hash, memory_order_relaxed) == hash &&
-		    key_matches(&seg->keys[i], hash, key, len))
-			return i;
+	for (i = 0; i < n; i++, k = k + 1 == n ? 0 : k + 1) {
+		uint32_t st = atomic_load(&seg->keys[k].state);
+
+		if (st == KEY_FREE)
+			break; /* never used: no key was placed past it */
+		if (st == KEY_USED && key_matches(&seg->keys[k], hash, key, len))
+			return k;
+	}
 	return IDX_NONE;
 }
 
@@ -621,7 +648,7 @@ int keytab_find_until(struct segment *seg, const char *key, size_t len, bool cre
 	if (err)
 		return err;
 	idx = probe_locked(seg, hash, key, len, &slot);
-	if (idx == IDX_NONE && create && find_free_entry_locked(seg) == IDX_NONE) {
+	if (idx == IDX_NONE && create && find_free_entry_locked(seg, hash) == IDX_NONE) {
 		/* Full: reclaim idle keys now rather than fail. */
 		table_unlock(seg);
 		reclaim_idle_until(seg, 0, 64, deadline_ns);
@@ -636,7 +663,7 @@ int keytab_find_until(struct segment *seg, const char *key, size_t len, bool cre
 			/* The index lost it (it was written over): believe the
 			 * entries, and mend the index from them. */
 			atomic_fetch_add(&seg->hdr->stats.repairs, 1);
-			index_rebuild_locked(seg);
+			keytab_index_rebuild_locked(seg);
 		}
 	}
 	if (idx != IDX_NONE)

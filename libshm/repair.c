@@ -19,7 +19,7 @@ bool key_fields_sane(const struct segment *seg, const struct seg_key *k)
 	uint32_t st = atomic_load(&k->state);
 
 	(void)seg;
-	if (st > KEY_QUARANTINED)
+	if (st > KEY_FREED)
 		return false;
 	if (st != KEY_USED)
 		return true;

@@ -33,8 +33,10 @@
  * them, and lock_index/modify_index lag behind the fast word (fast_base).
  * 3: key and table locks are lock words (lockword.h), not glibc mutexes.
  * 4: tokens come from per-key ranges (tok_off, tok_hi); the token counter
- * has a cache line of its own. */
-#define SEG_ABI 4u
+ * has a cache line of its own.
+ * 5: key entries are placed by hash (keytab.c); KEY_FREED marks a free
+ * entry that was used. */
+#define SEG_ABI 5u
 
 #define SEG_NAME_MAX 64 /* session name, including the NUL */
 #define SESS_EXPIRED_SLOTS 8
@@ -144,7 +146,16 @@ enum seg_key_state {
 	KEY_RESERVED = 1, /* being created under the table mutex */
 	KEY_USED = 2,
 	KEY_QUARANTINED = 3, /* found damaged; never used again */
+	/* Free, but used before: a key placed after it may have probed past
+	 * it (entries are placed by hash, keytab.c), so a search goes on.
+	 * KEY_FREE is an entry never used since it was last cleaned up. */
+	KEY_FREED = 4,
 };
+
+static inline bool key_state_free(uint32_t st)
+{
+	return st == KEY_FREE || st == KEY_FREED;
+}
 
 /* value_word packs {which buffer, length}: one store publishes a value. */
 #define VALUE_SEL(w) ((uint32_t)((w) >> 32))
@@ -287,7 +298,7 @@ struct seg_header {
 	_Atomic uint32_t broker_listening; /* the broker sleeps on the doorbell */
 	_Atomic uint32_t table_lock;	  /* lockword.h: key creation and reclaim */
 	uint32_t index_tombs;		  /* under table_mutex */
-	uint32_t key_hint;		  /* under table_mutex: where to look for a free key */
+	uint32_t key_hint_unused;	  /* (was a hint; entries are placed by hash now) */
 	struct seg_stats stats;
 	/* The last token reserved: keys take ranges of it (keyops.h,
 	 * key_next_token_locked()), never single tokens. A line of its own:

@@ -359,7 +359,7 @@ TEST(corruption, node_names_a_bogus_key, 30)
 	node_set_key(holder_node(obs, k), 0xfffffff0u);
 	key_unlock(k);
 	free_entry = 0;
-	while (atomic_load(&obs->seg->keys[free_entry].state) != KEY_FREE)
+	while (atomic_load(&obs->seg->keys[free_entry].state) != KEY_FREE && atomic_load(&obs->seg->keys[free_entry].state) != KEY_FREED)
 		CHECK(++free_entry < obs->seg->caps.max_keys);
 	k = grab(obs, "c/k2");
 	node_set_key(holder_node(obs, k), free_entry);

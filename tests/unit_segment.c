@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 /* Units without a broker: segment layout, protocol decoding, errors. */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "client.h"
 #include "harness.h"
+#include "lockword.h"
 #include "proto.h"
 
 static const struct seg_caps small_caps = { .max_keys = 8, .max_sessions = 4,
@@ -116,6 +118,73 @@ TEST(unit, keytab_creates_finds_and_reclaims, 10)
 	CHECK_RC(keytab_find(&seg, "key/3", 5, false, &k), -ENOENT);
 	CHECK_OK(keytab_find(&seg, "key/4", 5, false, &k));
 	key_unlock(k);
+}
+
+/* @n names whose entries share one home (hash % max_keys). */
+static void same_home(const struct segment *seg, char names[][16], int n)
+{
+	uint32_t home = key_hash("h/0", 3) % seg->caps.max_keys;
+	int found = 0, i;
+
+	for (i = 0; found < n && i < 100000; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "h/%d", i);
+		if (key_hash(name, strlen(name)) % seg->caps.max_keys == home)
+			strcpy(names[found++], name);
+	}
+	CHECK_EQ(found, n);
+}
+
+static struct seg_key *make_key(struct segment *seg, const char *name)
+{
+	struct seg_key *k;
+
+	CHECK_OK(keytab_find(seg, name, strlen(name), true, &k));
+	key_unlock(k);
+	return k;
+}
+
+/*
+ * Entries are placed by hash, so the entries alone say whether a key exists:
+ * a key the index hides is found past a freed entry of its cluster, never
+ * made twice; and freeing the end of a cluster cleans its tombstones.
+ */
+TEST(unit, entries_find_a_key_the_index_hides, 10)
+{
+	size_t size = seg_size_for(&small_caps);
+	void *mem = map_anon(size);
+	char names[3][16];
+	struct seg_key *a, *b, *c, *k;
+	struct segment seg;
+	uint32_t i, ci;
+
+	CHECK_OK(seg_format(mem, size, &small_caps));
+	CHECK_OK(seg_bind(&seg, mem, size));
+	same_home(&seg, names, 3);
+	a = make_key(&seg, names[0]);
+	b = make_key(&seg, names[1]);
+	c = make_key(&seg, names[2]);
+	ci = seg_key_index(&seg, c);
+	CHECK_EQ(seg_key_index(&seg, b), (seg_key_index(&seg, a) + 1) % small_caps.max_keys);
+	CHECK_EQ(ci, (seg_key_index(&seg, b) + 1) % small_caps.max_keys);
+	CHECK_OK(lw_lock(&seg.hdr->table_lock, seg.lock_self, 0, true));
+	key_entry_free_locked(&seg, seg_key_index(&seg, b)); /* a tombstone before c */
+	lw_unlock(&seg.hdr->table_lock);
+	CHECK_EQ(atomic_load(&b->state), KEY_FREED);
+	for (i = 0; i < seg.index_size; i++) /* one write hides c */
+		if (atomic_load(&seg.index[i]) == ci + 1)
+			atomic_store(&seg.index[i], 0);
+	CHECK_OK(keytab_find(&seg, names[2], strlen(names[2]), true, &k));
+	CHECK(k == c);
+	key_unlock(k);
+	/* Freeing the cluster's end cleans back to the live entry before it. */
+	CHECK_OK(lw_lock(&seg.hdr->table_lock, seg.lock_self, 0, true));
+	key_entry_free_locked(&seg, ci);
+	lw_unlock(&seg.hdr->table_lock);
+	CHECK_EQ(atomic_load(&c->state), KEY_FREE);
+	CHECK_EQ(atomic_load(&b->state), KEY_FREE);
+	CHECK_EQ(atomic_load(&a->state), KEY_USED);
 }
 
 static size_t put_hdr(void *buf, uint32_t magic, uint16_t version, uint16_t type, uint32_t len)
