@@ -397,6 +397,9 @@ install: all
 
 # ExecStart= names the installed broker: the service file is generated here.
 install-units:
+	@# Alone (the systemd tests install the units of the broker under test)
+	@# it makes its directories; under `make install` they exist, recorded.
+	install -d $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR)
 	sed 's|@SBINDIR@|$(SBINDIR)|g' systemd/shmlockd.service.in \
 		> $(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.service
 	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.service
