@@ -167,10 +167,13 @@ int tcp_start(struct broker *b)
 	return 0;
 }
 
+static int flush(struct tconn *c);
+
 static void conn_close(struct tcp *t, struct tconn *c)
 {
 	char drain[512];
 
+	flush(c); /* what is owed, if the socket takes it now */
 	if (c->waiting)
 		tcp_wait_cancel(t, c);
 	tcp_conn_release(t, c);

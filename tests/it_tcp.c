@@ -30,7 +30,7 @@ struct tb {
 	int port;
 	char listen[32];
 	char dir[64];
-	char http_sock[160];
+	char http_sock[100];
 	const char *args[16];
 };
 
@@ -418,5 +418,327 @@ TEST(tcp, full_tables_answer_max_locks_and_max_waiters, 30)
 	close(a);
 	close(b);
 	close(c);
+	tb_stop(&t);
+}
+
+/* ---- FIFO across transports --------------------------------------------------------- */
+
+/* Send an HTTP/1.1 request over the broker's HTTP Unix socket; the
+ * connection, whose answer is read with http_answer(). */
+static int http_send(const struct tb *t, const char *method, const char *path, const char *sess,
+		     const char *body)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char buf[1024];
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), n;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", t->http_sock);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+		FAIL_AT("connect %s: %s", t->http_sock, strerror(errno));
+	n = snprintf(buf, sizeof(buf),
+		     "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+		     "Content-Type: application/json\r\n%s%s%sContent-Length: %zu\r\n\r\n%s",
+		     method, path, sess ? "X-Dflockd-Session: " : "", sess ? sess : "",
+		     sess ? "\r\n" : "", strlen(body), body);
+	if (send(fd, buf, (size_t)n, MSG_NOSIGNAL) != n)
+		FAIL_AT("send: %s", strerror(errno));
+	return fd;
+}
+
+/* The whole answer (to EOF), body after the blank line. */
+static char *http_answer(int fd)
+{
+	static char buf[8192];
+	size_t n = 0;
+	char *body;
+
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		ssize_t r;
+
+		if (poll(&p, 1, 10000) != 1)
+			FAIL_AT("no HTTP answer");
+		r = recv(fd, buf + n, sizeof(buf) - 1 - n, 0);
+		if (r <= 0)
+			break;
+		n += (size_t)r;
+	}
+	buf[n] = '\0';
+	close(fd);
+	body = strstr(buf, "\r\n\r\n");
+	return body ? body + 4 : buf;
+}
+
+/* A JSON string field's value in @json (enough for flat answers). */
+static char *json_field(const char *json, const char *name)
+{
+	static char val[128];
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":\"", name);
+	p = strstr(json, pat);
+	if (!p)
+		snprintf(pat, sizeof(pat), "\"%s\": \"", name), p = strstr(json, pat);
+	if (!p || sscanf(p + strlen(pat), "%127[^\"]", val) != 1)
+		FAIL_AT("no \"%s\" in %s", name, json);
+	return val;
+}
+
+TEST(tcp, one_fifo_with_http_and_liblocal, 40)
+{
+	struct tb t;
+	local_session *holder, *later, *obs;
+	char sid[64], body[128], *tok;
+	uint64_t ltok = 0;
+	int granted_now = -1, a, h;
+
+	tb_start(&t, true, NULL);
+	holder = open_session(&t.b, "holder", 0, 0);
+	later = open_session(&t.b, "later", 0, 0);
+	obs = open_session(&t.b, "observer", 0, 0);
+	CHECK_OK(local_lock(holder, "k", NULL, NULL));
+	/* Queue: TCP, then HTTP, then liblocal. */
+	a = tconnect(&t);
+	tsend(a, "l", "k", "30");
+	CHECK(WAIT_FOR(WAITERS(obs, "k") == 1, 5000));
+	snprintf(sid, sizeof(sid), "%s",
+		 json_field(http_answer(http_send(&t, "POST", "/v1/sessions", NULL, "{}")),
+			    "session_id"));
+	h = http_send(&t, "POST", "/v1/locks/k", sid, "{\"acquire_timeout_s\":30}");
+	CHECK(WAIT_FOR(WAITERS(obs, "k") == 2, 5000));
+	CHECK_OK(local_enqueue(later, "k", 0, NULL, &granted_now, NULL));
+	CHECK_EQ(granted_now, 0);
+	CHECK_EQ(WAITERS(obs, "k"), 3);
+	/* liblocal lets go: TCP is first. */
+	CHECK_OK(local_release(holder, "k"));
+	tok = granted(tline(a), "ok", 33);
+	CHECK_EQ(info(obs, "k")->token, fence_of(tok));
+	/* TCP lets go: HTTP is next (its long poll answered). */
+	CHECK_STR(treq(a, "r", "k", tok), "ok");
+	snprintf(body, sizeof(body), "{\"token\":\"%s\"}",
+		 json_field(http_answer(h), "token"));
+	CHECK_EQ(WAITERS(obs, "k"), 1);
+	/* HTTP lets go: liblocal last. */
+	CHECK(strstr(http_answer(http_send(&t, "POST", "/v1/locks/k/release", sid, body)),
+		     "") != NULL);
+	CHECK_OK(local_wait(later, "k", 5000, &ltok));
+	CHECK_EQ(info(obs, "k")->token, ltok);
+	/* And back: a TCP waiter behind liblocal, granted by its release. */
+	tsend(a, "l", "k", "30");
+	CHECK(WAIT_FOR(WAITERS(obs, "k") == 1, 5000));
+	CHECK_OK(local_release(later, "k"));
+	free(granted(tline(a), "ok", 33));
+	close(a);
+	local_session_close(holder);
+	local_session_close(later);
+	local_session_close(obs);
+	tb_stop(&t);
+}
+
+/* ---- the connection owns its session ----------------------------------------------- */
+
+TEST(tcp, closing_the_connection_releases_and_cancels, 30)
+{
+	struct tb t;
+	local_session *s, *obs;
+	uint64_t tok = 0;
+	int a, b, c;
+
+	tb_start(&t, true, NULL);
+	s = open_session(&t.b, "local", 0, 0);
+	obs = open_session(&t.b, "observer", 0, 0);
+	/* Holds of a closed connection are released. */
+	a = tconnect(&t);
+	free(granted(treq(a, "l", "k", "0"), "ok", 33));
+	free(granted(treq(a, "sl", "sem", "0 2"), "ok", 33));
+	CHECK_EQ(HOLDERS(obs, "k"), 1);
+	close(a);
+	CHECK(WAIT_FOR(HOLDERS(obs, "k") == 0 && HOLDERS(obs, "sem") == 0, 5000));
+	/* A connection closed during its wait leaves the queue. */
+	CHECK_OK(local_lock(s, "k", NULL, NULL));
+	b = tconnect(&t);
+	tsend(b, "l", "k", "30");
+	c = tconnect(&t);
+	CHECK_STR(treq(c, "e", "k", ""), "queued");
+	tsend(c, "w", "k", "30");
+	CHECK(WAIT_FOR(WAITERS(obs, "k") == 2, 5000));
+	close(b);
+	CHECK(WAIT_FOR(WAITERS(obs, "k") == 1, 5000));
+	close(c);
+	CHECK(WAIT_FOR(WAITERS(obs, "k") == 0, 5000));
+	/* Nothing stranded: the next local waiter gets the key at once. */
+	CHECK_OK(local_release(s, "k"));
+	CHECK_OK(local_lock(obs, "k", &(struct local_acquire_opts){ .timeout_ms = 0 }, &tok));
+	local_session_close(s);
+	local_session_close(obs);
+	tb_stop(&t);
+}
+
+TEST(tcp, leases_expire_and_hand_over, 30)
+{
+	struct tb t;
+	local_session *obs;
+	char *tok, arg[64];
+	int a, b;
+
+	tb_start(&t, true, NULL);
+	obs = open_session(&t.b, "observer", 0, 0);
+	a = tconnect(&t);
+	b = tconnect(&t);
+	tok = granted(treq(a, "l", "k", "0 1"), "ok", 1);
+	tsend(b, "l", "k", "20");
+	/* a never renews: its lease ends and b is granted. */
+	free(granted(tline(b), "ok", 33));
+	snprintf(arg, sizeof(arg), "%s 5", tok);
+	CHECK_STR(treq(a, "n", "k", arg), "error"); /* never resurrected */
+	CHECK_STR(treq(a, "r", "k", tok), "error");
+	CHECK_EQ(HOLDERS(obs, "k"), 1);
+	close(a);
+	close(b);
+	local_session_close(obs);
+	tb_stop(&t);
+}
+
+/* ---- limits ------------------------------------------------------------------------- */
+
+TEST(tcp, a_line_too_long_is_answered_error_and_closed, 30)
+{
+	struct tb t;
+	char buf[600];
+	int a;
+
+	tb_start(&t, true, NULL);
+	a = tconnect(&t);
+	/* 256 bytes of content (with the '\r') is the most a line may have. */
+	memset(buf, 'k', sizeof(buf));
+	memcpy(buf, "stats\n", 6);
+	buf[6 + 255] = '\r';
+	buf[6 + 256] = '\n';
+	memcpy(buf + 6 + 257, "x\n", 2);
+	CHECK_EQ(send(a, buf, 6 + 259, 0), 6 + 259);
+	CHECK_PREFIX(tline(a), "ok {");
+	/* 257: error, then closed. */
+	memset(buf, 'k', sizeof(buf));
+	memcpy(buf, "l\n", 2);
+	buf[2 + 257] = '\n';
+	CHECK_EQ(send(a, buf, 2 + 258, 0), 2 + 258);
+	CHECK_STR(tline(a), "error");
+	CHECK_STR(tline(a), "<EOF>");
+	close(a);
+	tb_stop(&t);
+}
+
+static bool conns_are(int fd, int n)
+{
+	char want[64];
+
+	snprintf(want, sizeof(want), "ok {\"connections\":%d,", n);
+	return !strncmp(treq(fd, "stats", "", ""), want, strlen(want));
+}
+
+TEST(tcp, connections_over_the_cap_are_closed_at_once, 30)
+{
+	struct tb t;
+	int a, b, c, d;
+
+	tb_start(&t, true, (const char *const[]){ "--tcp-max-connections", "2", NULL });
+	a = tconnect(&t);
+	CHECK(WAIT_FOR(conns_are(a, 1), 5000)); /* tb_start()'s probe is gone */
+	b = tconnect(&t);
+	CHECK(WAIT_FOR(conns_are(a, 2), 5000));
+	c = tconnect(&t);
+	CHECK_STR(tline(c), "<EOF>"); /* no reply, just closed */
+	close(c);
+	CHECK(conns_are(b, 2));
+	close(a);
+	/* A place freed is taken again. */
+	CHECK(WAIT_FOR(conns_are(b, 1), 5000));
+	d = tconnect(&t);
+	CHECK(WAIT_FOR(conns_are(d, 2), 5000));
+	close(b);
+	close(d);
+	tb_stop(&t);
+}
+
+TEST(tcp, a_silent_connection_times_out_but_not_while_it_waits, 30)
+{
+	struct tb t;
+	local_session *s;
+	int a, b;
+
+	tb_start(&t, true, (const char *const[]){ "--tcp-read-timeout", "1", NULL });
+	s = open_session(&t.b, "local", 0, 0);
+	a = tconnect(&t);
+	CHECK_STR(tline(a), "error");
+	CHECK_STR(tline(a), "<EOF>");
+	close(a);
+	/* A wait of 3 s outlives the 1 s read timeout: answered timeout. */
+	CHECK_OK(local_lock(s, "k", NULL, NULL));
+	b = tconnect(&t);
+	tsend(b, "l", "k", "3");
+	CHECK_STR(tline(b), "timeout");
+	CHECK_STR(tline(b), "error"); /* then silent again */
+	CHECK_STR(tline(b), "<EOF>");
+	close(b);
+	local_session_close(s);
+	tb_stop(&t);
+}
+
+/* ---- authentication ----------------------------------------------------------------- */
+
+TEST(tcp, auth_is_the_mandatory_first_request, 30)
+{
+	struct tb t;
+	int a;
+
+	tb_start(&t, false, (const char *const[]){ "--auth-token", "s3cret", NULL });
+	a = tconnect(&t);
+	CHECK_STR(treq(a, "stats", "", ""), "error_auth");
+	CHECK_STR(tline(a), "<EOF>");
+	close(a);
+	a = tconnect(&t);
+	CHECK_STR(treq(a, "auth", "_", "s3cre"), "error_auth");
+	CHECK_STR(tline(a), "<EOF>");
+	close(a);
+	a = tconnect(&t);
+	CHECK_STR(treq(a, "auth", "x", "s3cret1"), "error_auth");
+	close(a);
+	a = tconnect(&t);
+	CHECK_STR(treq(a, "auth", "", "  s3cret \r"), "ok"); /* the key line is ignored */
+	CHECK_STR(treq(a, "auth", "_", "s3cret"), "error"); /* once only */
+	free(granted(treq(a, "l", "k", "0"), "ok", 33));
+	close(a);
+	tb_stop(&t);
+}
+
+TEST(tcp, no_tcp_without_a_token_or_the_insecure_flag, 30)
+{
+	struct broker_proc b;
+	char port[32];
+
+	snprintf(port, sizeof(port), "127.0.0.1:%d", free_port());
+	broker_start(&b, NULL);
+	broker_stop(&b);
+	CHECK_EQ(broker_refuses(&b, (const char *const[]){ "--tcp-listen", port, NULL }, 5000), 1);
+}
+
+TEST(tcp, shutdown_answers_waits_error, 30)
+{
+	struct tb t;
+	local_session *s;
+	int a;
+
+	tb_start(&t, true, NULL);
+	s = open_session(&t.b, "local", 0, 0);
+	CHECK_OK(local_lock(s, "k", NULL, NULL));
+	a = tconnect(&t);
+	tsend(a, "l", "k", "30");
+	CHECK(WAIT_FOR(WAITERS(s, "k") == 1, 5000));
+	kill(t.b.pid, SIGTERM);
+	CHECK_STR(tline(a), "error");
+	CHECK_STR(tline(a), "<EOF>");
+	close(a);
+	local_session_close(s);
 	tb_stop(&t);
 }
