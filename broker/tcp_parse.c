@@ -171,7 +171,7 @@ enum tcp_perr tcp_parse(const char *const lines[3], const size_t lens[3], struct
 			return TE_KEY;
 		for (i = 0; i < lens[1]; i++)
 			if (lines[1][i] == ' ' || lines[1][i] == '\t' || lines[1][i] == '\r' ||
-			    lines[1][i] == '\n')
+			    lines[1][i] == '\n' || !lines[1][i]) /* keys are C strings here */
 				return TE_KEY;
 		memcpy(out->key, lines[1], lens[1]);
 		out->key[lens[1]] = '\0';
@@ -200,7 +200,8 @@ enum tcp_perr tcp_parse(const char *const lines[3], const size_t lens[3], struct
 	case TC_SR:
 	case TC_AUTH:
 		trim(a, an, &t, &tn);
-		if (!tn && out->cmd != TC_AUTH)
+		/* A NUL would cut the token or secret short of what was sent. */
+		if ((!tn && out->cmd != TC_AUTH) || memchr(t, '\0', tn))
 			return TE_TOKEN;
 		memcpy(out->arg, t, tn);
 		out->arg[tn] = '\0';
@@ -210,6 +211,8 @@ enum tcp_perr tcp_parse(const char *const lines[3], const size_t lens[3], struct
 		nf = fields(a, an, f, fl, 2);
 		if (nf < 1 || nf > 2)
 			return TE_FIELDS;
+		if (memchr(f[0], '\0', fl[0]))
+			return TE_TOKEN;
 		memcpy(out->arg, f[0], fl[0]);
 		out->arg[fl[0]] = '\0';
 		return nf == 2 ? lease_of(f[1], fl[1], &out->lease_s) : TE_OK;

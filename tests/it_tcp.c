@@ -11,6 +11,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -20,6 +21,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "broker_fixture.h"
@@ -359,6 +361,11 @@ TEST(tcp, parse_errors_keep_the_connection, 30)
 	memset(longkey, 'k', 256);
 	longkey[256] = '\0';
 	CHECK_STR(treq(a, "l", longkey, "0"), "error");
+	/* A NUL in a key or token would cut it short of what was sent. */
+	CHECK_EQ(send(a, "l\nab\0c\n0\n", 9, 0), 9);
+	CHECK_STR(tline(a), "error");
+	CHECK_EQ(send(a, "r\nab\n\0x\n", 8, 0), 8);
+	CHECK_STR(tline(a), "error");
 	/* Still served; CRLF, signs and spaces as dflockd (Go's Atoi, Fields). */
 	free(granted(treq(a, "l\r", "crlf\r", " +0\t 4 \r"), "ok", 4));
 	CHECK_PREFIX(treq(a, "stats", "", ""), "ok {");
@@ -705,6 +712,10 @@ TEST(tcp, auth_is_the_mandatory_first_request, 30)
 	CHECK_STR(treq(a, "auth", "x", "s3cret1"), "error_auth");
 	close(a);
 	a = tconnect(&t);
+	CHECK_EQ(send(a, "auth\n_\ns3cret\0x\n", 16, 0), 16); /* not "s3cret" */
+	CHECK_STR(tline(a), "error_auth");
+	close(a);
+	a = tconnect(&t);
 	CHECK_STR(treq(a, "auth", "", "  s3cret \r"), "ok"); /* the key line is ignored */
 	CHECK_STR(treq(a, "auth", "_", "s3cret"), "error"); /* once only */
 	free(granted(treq(a, "l", "k", "0"), "ok", 33));
@@ -741,4 +752,60 @@ TEST(tcp, shutdown_answers_waits_error, 30)
 	close(a);
 	local_session_close(s);
 	tb_stop(&t);
+}
+
+/* ---- socket activation ------------------------------------------------------------- */
+
+TEST(tcp, a_socket_activated_fd_named_tcp_is_served, 30)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sa);
+	char dir[64], sock[128], shm[64], logf[128];
+	struct tb t;
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), fd = -1, st;
+	pid_t pid;
+
+	memset(&t, 0, sizeof(t));
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	CHECK(lfd >= 0);
+	CHECK_OK(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)));
+	CHECK_OK(getsockname(lfd, (struct sockaddr *)&sa, &sl));
+	CHECK_OK(listen(lfd, 16));
+	t.port = ntohs(sa.sin_port);
+	snprintf(dir, sizeof(dir), "/tmp/shmlock-test-%d-XXXXXX", (int)getpid());
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(sock, sizeof(sock), "%s/sock", dir);
+	snprintf(logf, sizeof(logf), "%s/broker.log", dir);
+	snprintf(shm, sizeof(shm), "/shmlock-test-tcpact-%d", (int)getpid());
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		char v[32];
+		int lg = open(logf, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+
+		if (lg >= 0)
+			dup2(lg, 2);
+		if (lfd != 3)
+			dup2(lfd, 3);
+		fcntl(3, F_SETFD, 0); /* inherited */
+		setenv("LISTEN_FDS", "1", 1);
+		snprintf(v, sizeof(v), "%d", (int)getpid());
+		setenv("LISTEN_PID", v, 1);
+		setenv("LISTEN_FDNAMES", "tcp", 1);
+		unsetenv("NOTIFY_SOCKET");
+		execl(getenv("SHMLOCK_BROKER_BIN"), "shmlockd", "--socket", sock, "--shm-name", shm,
+		      "--tcp-insecure-no-auth", "--destroy-segment-on-exit", (char *)NULL);
+		_exit(127);
+	}
+	close(lfd);
+	/* The backlog is ours until the broker serves it. */
+	fd = tconnect(&t);
+	free(granted(treq(fd, "l", "k", "0"), "ok", 33));
+	close(fd);
+	kill(pid, SIGTERM);
+	CHECK_EQ(waitpid(pid, &st, 0), pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	unlink(logf);
+	rmdir(dir);
 }
