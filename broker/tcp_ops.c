@@ -29,6 +29,7 @@
 #include "clock.h"
 #include "procinfo.h"
 #include "seg_flags.h"
+#include "http_int.h"
 #include "tcp_int.h"
 
 /* ---- the connection's records --------------------------------------------------- */
@@ -125,12 +126,16 @@ static struct tcp_enq *new_enq(struct tconn *c, const char *key)
 
 /* ---- the session ------------------------------------------------------------------ */
 
+/* The network's share of the segment's session table, which liblocal
+ * shares: TCP connections get what HTTP sessions leave of half of it. */
 static uint32_t sessions_cap(const struct tcp *t)
 {
-	uint32_t table = t->b->seg.caps.max_sessions;
+	uint32_t half = t->b->seg.caps.max_sessions / 2;
+	uint32_t http = t->b->http ? http_sessions_count(t->b->http) : 0;
 
-	/* As HTTP's default: half the table, which liblocal shares. */
-	return table / 2 ? table / 2 : 1;
+	if (!half)
+		half = 1;
+	return http < half ? half - http : 0;
 }
 
 static uint32_t nsessions;

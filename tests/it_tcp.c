@@ -809,3 +809,26 @@ TEST(tcp, a_socket_activated_fd_named_tcp_is_served, 30)
 	unlink(logf);
 	rmdir(dir);
 }
+
+TEST(tcp, connections_get_at_most_half_the_session_table, 30)
+{
+	struct tb t;
+	local_session *s;
+	int a, b, c;
+
+	tb_start(&t, true, (const char *const[]){ "--max-sessions", "4", NULL });
+	a = tconnect(&t);
+	b = tconnect(&t);
+	c = tconnect(&t);
+	free(granted(treq(a, "l", "k1", "0"), "ok", 33));
+	free(granted(treq(b, "l", "k2", "0"), "ok", 33));
+	CHECK_STR(treq(c, "l", "k3", "0"), "error");
+	CHECK_PREFIX(treq(c, "stats", "", ""), "ok {"); /* still served */
+	s = open_session(&t.b, "local", 0, 0); /* local clients are not shut out */
+	close(a);
+	CHECK(WAIT_FOR(!strncmp(treq(c, "l", "k3", "0"), "ok ", 3), 5000));
+	local_session_close(s);
+	close(b);
+	close(c);
+	tb_stop(&t);
+}
