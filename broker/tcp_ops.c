@@ -148,9 +148,18 @@ static int conn_session(struct tcp *t, struct tconn *c)
 	struct proto_reply rep;
 	int err;
 
-	if (c->ls)
-		return session_is(&b->seg, (struct owner){ c->sslot, c->sgen }) ? 0
-										  : -LOCAL_ESESSION;
+	if (c->ls && session_is(&b->seg, (struct owner){ c->sslot, c->sgen }))
+		return 0;
+	if (c->ls) {
+		/* Ended under us (an operator's destroy): its holds and queued
+		 * requests are gone with it; start afresh. */
+		if (c->waiting)
+			return -LOCAL_ESESSION;
+		session_inproc_free(c->ls);
+		c->ls = NULL;
+		c->nholds = c->nenqs = 0;
+		nsessions--;
+	}
 	if (nsessions >= sessions_cap(t))
 		return -LOCAL_EMAXSESSIONS;
 	if (!start_time)

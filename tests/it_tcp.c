@@ -832,3 +832,32 @@ TEST(tcp, connections_get_at_most_half_the_session_table, 30)
 	close(c);
 	tb_stop(&t);
 }
+
+static int holder_id(const struct local_holder *hl, void *arg)
+{
+	snprintf(arg, LOCAL_SESSION_ID_LEN + 1, "%s", hl->session);
+	return 1;
+}
+
+TEST(tcp, a_connection_whose_session_an_operator_ended_starts_afresh, 30)
+{
+	struct tb t;
+	local_session *obs;
+	char id[LOCAL_SESSION_ID_LEN + 1] = "", *tok;
+	int a;
+
+	tb_start(&t, true, NULL);
+	obs = open_session(&t.b, "operator", 0, 0);
+	a = tconnect(&t);
+	tok = granted(treq(a, "l", "k", "0"), "ok", 33);
+	CHECK(local_holders(obs, "k", holder_id, id) >= 0 && id[0]); /* 1: stopped by us */
+	CHECK_OK(local_admin_session_destroy(t.b.sock, id));
+	CHECK_EQ(HOLDERS(obs, "k"), 0);
+	CHECK_STR(treq(a, "r", "k", tok), "error"); /* gone with its session */
+	free(granted(treq(a, "l", "k", "0"), "ok", 33));
+	CHECK_EQ(HOLDERS(obs, "k"), 1);
+	close(a);
+	CHECK(WAIT_FOR(HOLDERS(obs, "k") == 0, 5000));
+	local_session_close(obs);
+	tb_stop(&t);
+}
