@@ -37,6 +37,8 @@ URCU_LIBS    := -lurcu-memb -lurcu-cds -lurcu-common
 SYSTEMD_LIBS := $(shell pkg-config --libs libsystemd 2>/dev/null || echo -lsystemd)
 CUNIT_LIBS   := $(shell pkg-config --libs cunit 2>/dev/null || echo -lcunit)
 CURL_LIBS    := $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
+# OpenSSL: TLS for the TCP protocol (broker/tcp_tls.c) and its tests.
+TLS_LIBS     := $(shell pkg-config --libs openssl 2>/dev/null || echo -lssl -lcrypto)
 HTTP_LIBS    := $(shell pkg-config --libs libmicrohttpd jansson 2>/dev/null || \
 		  echo -lmicrohttpd -ljansson)
 
@@ -110,7 +112,7 @@ $(O)/liblocal.pc: libshm/liblocal.pc.in Makefile
 $(BROKER): $(BROKER_OBJ) $(STLIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(ALL_CFLAGS) $(BROKER_OBJ) $(STLIB) -o $@ $(LDFLAGS) $(URCU_LIBS) \
-		$(SYSTEMD_LIBS) $(HTTP_LIBS) -lpthread
+		$(SYSTEMD_LIBS) $(HTTP_LIBS) $(TLS_LIBS) -lpthread
 
 # The OpenAPI document, served live by the broker, compiled in from docs/.
 $(O)/gen/openapi_doc.c: docs/openapi.json scripts/embed.sh
@@ -142,7 +144,7 @@ $(EXAMPLES): $(O)/examples/%: $(O)/docs/examples/%.o $(STLIB)
 $(TESTS): $(TESTLIB_SRC:%.c=$(O)/%.o) $(UNIT_SRC:%.c=$(O)/%.o) $(INTEG_SRC:%.c=$(O)/%.o) \
 		$(O)/tests/main.o $(O)/broker/http_routes.o $(STLIB)
 	$(call say,LD,$@)
-	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) $(CUNIT_LIBS) $(CURL_LIBS) $(HTTP_LIBS) \
+	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) $(CUNIT_LIBS) $(CURL_LIBS) $(HTTP_LIBS) $(TLS_LIBS) \
 		-lpthread
 
 BENCH_SRC := $(wildcard tests/bench/*.c)
@@ -268,7 +270,7 @@ fuzz-build:
 		case $$t in fuzz_cli) extra="-Icli $(FUZZ_CLI_SRC)";; \
 		fuzz_tcp) extra="-Ibroker broker/tcp_parse.c";; \
 		fuzz_http) extra="-Ibroker -Itests tests/invariants.c $(FUZZ_BROKER_OBJ)"; \
-			libs="-Wl,--wrap=urcu_memb_call_rcu $(URCU_LIBS) $(SYSTEMD_LIBS) $(HTTP_LIBS)";; \
+			libs="-Wl,--wrap=urcu_memb_call_rcu $(URCU_LIBS) $(SYSTEMD_LIBS) $(HTTP_LIBS) $(TLS_LIBS)";; \
 		*) extra=;; esac; \
 		clang -O1 -g -D_GNU_SOURCE -Iinclude -Ilibshm \
 			-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \

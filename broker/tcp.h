@@ -20,6 +20,8 @@ struct tcp_opts {
 	uint32_t max_connections; /* 0: from the fd limit */
 	uint32_t read_timeout_s;  /* a line not received within this: error, close */
 	bool insecure_no_auth;	  /* serve without --auth-token */
+	char tls_cert[256];	  /* PEM chain; with tls_key: TLS on every connection */
+	char tls_key[256];
 };
 
 enum {
@@ -28,6 +30,8 @@ enum {
 	OPT_TCP_MAX_CONNS,
 	OPT_TCP_READ_TIMEOUT,
 	OPT_TCP_INSECURE,
+	OPT_TCP_TLS_CERT,
+	OPT_TCP_TLS_KEY,
 	OPT_TCP_LAST,
 };
 #define TCP_NOPTS (OPT_TCP_LAST - OPT_TCP_FIRST)

@@ -57,6 +57,8 @@ struct tconn {
 	uint32_t nholds, cap_holds;
 	struct tcp_enq *enqs;
 	uint32_t nenqs, cap_enqs;
+	void *ssl; /* SSL *: TLS is on */
+	bool tls_want_write; /* the library must write before it can go on */
 };
 
 struct tcp {
@@ -71,6 +73,7 @@ struct tcp {
 	local_session *observer; /* stats */
 	bool maybe_granted;	 /* we released something: poll our waiters */
 	bool draining;
+	void *tls_ctx; /* SSL_CTX *: --tcp-tls-cert given */
 };
 
 /* tcp_server.c */
@@ -79,6 +82,15 @@ void tcp_reply_text(struct tconn *c, const char *text, size_t len);
 void tcp_conn_update(struct tcp *t, struct tconn *c);
 /* @c's wait is over (answered): serve what it sent meanwhile. */
 void tcp_resume(struct tcp *t, struct tconn *c);
+
+/* tcp_tls.c: TLS (or plain TCP when off) under the connection's I/O.
+ * recv/send: bytes (> 0), 0 at the end (recv), -EAGAIN, -EIO. */
+int tcp_tls_init(struct tcp *t);
+void tcp_tls_fini(struct tcp *t);
+int tcp_tls_attach(struct tcp *t, struct tconn *c);
+void tcp_tls_detach(struct tconn *c);
+long tcp_io_recv(struct tconn *c, void *buf, size_t n);
+long tcp_io_send(struct tconn *c, const void *buf, size_t n);
 
 /* tcp_ops.c */
 void tcp_serve(struct tcp *t, struct tconn *c, const struct tcp_req *r);

@@ -12,6 +12,8 @@ const struct option tcp_long_opts[TCP_NOPTS] = {
 	{ "tcp-max-connections", required_argument, NULL, OPT_TCP_MAX_CONNS },
 	{ "tcp-read-timeout", required_argument, NULL, OPT_TCP_READ_TIMEOUT },
 	{ "tcp-insecure-no-auth", no_argument, NULL, OPT_TCP_INSECURE },
+	{ "tcp-tls-cert", required_argument, NULL, OPT_TCP_TLS_CERT },
+	{ "tcp-tls-key", required_argument, NULL, OPT_TCP_TLS_KEY },
 };
 
 const char tcp_usage_text[] =
@@ -25,6 +27,9 @@ const char tcp_usage_text[] =
 	"                          closed (default 23)\n"
 	"  --tcp-insecure-no-auth  serve without --auth-token: every local user may\n"
 	"                          take and release any lock over TCP\n"
+	"  --tcp-tls-cert FILE     with --tcp-tls-key: TLS (1.2 and up) on every\n"
+	"                          connection; FILE is a PEM certificate chain\n"
+	"  --tcp-tls-key FILE      its PEM private key\n"
 	"  (--auth-token and --default-lease-ttl apply to TCP as to HTTP)\n";
 
 void tcp_opts_default(struct tcp_opts *o)
@@ -66,6 +71,18 @@ int tcp_opt_parse(struct tcp_opts *o, int opt, const char *arg)
 	case OPT_TCP_INSECURE:
 		o->insecure_no_auth = true;
 		return 0;
+	case OPT_TCP_TLS_CERT:
+	case OPT_TCP_TLS_KEY: {
+		char *dst = opt == OPT_TCP_TLS_CERT ? o->tls_cert : o->tls_key;
+
+		if (!*arg || strlen(arg) >= sizeof(o->tls_cert)) {
+			fprintf(stderr, "shmlockd: --%s: empty or too long\n",
+				opt == OPT_TCP_TLS_CERT ? "tcp-tls-cert" : "tcp-tls-key");
+			return -1;
+		}
+		strcpy(dst, arg);
+		return 0;
+	}
 	}
 	return -1;
 }

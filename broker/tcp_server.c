@@ -135,6 +135,12 @@ int tcp_start(struct broker *b)
 			close(act);
 		return -EPERM;
 	}
+	if (!o->tls_cert[0] != !o->tls_key[0]) {
+		blog(LOG_ERR, "--tcp-tls-cert and --tcp-tls-key go together");
+		if (act >= 0)
+			close(act);
+		return -EINVAL;
+	}
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
@@ -143,10 +149,13 @@ int tcp_start(struct broker *b)
 	t->max_conns = max_connections(o);
 	t->next_id = 1;
 	t->observer = session_inproc_new(&b->seg, (struct owner){ IDX_NONE, 0 }, no_id);
+	if (act >= 0)
+		t->listen_fd[t->nl++] = act; /* ours to close from here on */
 	if (!t->observer)
 		return -ENOMEM;
-	if (act >= 0)
-		t->listen_fd[t->nl++] = act;
+	err = tcp_tls_init(t);
+	if (err)
+		return err;
 	if (o->listen[0]) {
 		fd = listen_tcp(o->listen);
 		if (fd < 0)
@@ -159,8 +168,8 @@ int tcp_start(struct broker *b)
 			return err;
 	}
 	broker_schedule(b, mono_ns() + TICK_NS, TIMER_TCP_TICK, 0, 0);
-	blog(LOG_INFO, "TCP protocol on %s%s", o->listen[0] ? o->listen : "",
-	     act >= 0 ? " (socket-activated)" : "");
+	blog(LOG_INFO, "TCP protocol on %s%s%s", o->listen[0] ? o->listen : "",
+	     act >= 0 ? " (socket-activated)" : "", t->tls_ctx ? " with TLS" : "");
 	if (!b->opts.http.auth_token[0])
 		blog(LOG_WARNING, "TCP protocol without a token (--tcp-insecure-no-auth): "
 		     "every local user may take and release any lock");
@@ -181,6 +190,7 @@ static void conn_close(struct tcp *t, struct tconn *c)
 	/* Unread input would turn the close into a reset that can destroy
 	 * the reply just written: read it away first. */
 	shutdown(c->fd, SHUT_WR);
+	tcp_tls_detach(c);
 	while (read(c->fd, drain, sizeof(drain)) > 0)
 		;
 	close(c->fd);
@@ -212,6 +222,7 @@ void tcp_stop(struct broker *b)
 		close(t->listen_fd[i]);
 	}
 	session_inproc_free(t->observer);
+	tcp_tls_fini(t);
 	free(t->conns);
 	free(t);
 	b->tcp = NULL;
@@ -222,11 +233,9 @@ void tcp_stop(struct broker *b)
 static int flush(struct tconn *c)
 {
 	while (c->out_len) {
-		ssize_t n = send(c->fd, c->out, c->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		long n = tcp_io_send(c, c->out, c->out_len);
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
+		if (n == -EAGAIN)
 			return 0;
 		if (n <= 0)
 			return -1;
@@ -279,7 +288,7 @@ void tcp_conn_update(struct tcp *t, struct tconn *c)
 	ev.events = EPOLLRDHUP;
 	if (!c->waiting && !c->eof && !c->closing && c->out_len < TCP_OUT_HIGH)
 		ev.events |= EPOLLIN;
-	if (c->out_len)
+	if (c->out_len || c->tls_want_write)
 		ev.events |= EPOLLOUT;
 	if (ev.events == c->events)
 		return;
@@ -355,15 +364,13 @@ static void conn_settle(struct tcp *t, struct tconn *c)
 
 static void conn_read(struct tcp *t, struct tconn *c)
 {
-	for (;;) {
-		ssize_t n;
+	while (!c->waiting && !c->eof && !c->closing) {
+		long n;
 
 		if (c->in_len == sizeof(c->in))
 			break; /* a request waits to be served first */
-		n = recv(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len, MSG_DONTWAIT);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
+		n = tcp_io_recv(c, c->in + c->in_len, sizeof(c->in) - c->in_len);
+		if (n == -EAGAIN)
 			break;
 		if (n <= 0) {
 			c->eof = true;
@@ -382,7 +389,7 @@ static void conn_read(struct tcp *t, struct tconn *c)
 void tcp_resume(struct tcp *t, struct tconn *c)
 {
 	c->line_since_ns = mono_ns();
-	serve_buffered(t, c);
+	conn_read(t, c); /* what came meanwhile (TLS may hold some decrypted) */
 	conn_settle(t, c);
 }
 
@@ -460,6 +467,10 @@ static void conn_accept(struct tcp *t, int lfd)
 		}
 		t->conns[slot] = c;
 		t->live++;
+		if (tcp_tls_attach(t, c)) {
+			c->closing = true;
+			conn_settle(t, c);
+		}
 	}
 }
 
@@ -495,8 +506,9 @@ void tcp_event(struct broker *b, uint64_t tag, uint32_t events)
 		after_turn(t);
 		return;
 	}
-	if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
-		conn_read(t, c);
+	/* Read whatever the event: TLS may have plaintext decrypted already,
+	 * or a read may have waited for the socket to take a write. */
+	conn_read(t, c);
 	if (events & EPOLLERR)
 		c->eof = true;
 	conn_settle(t, c);

@@ -7,10 +7,11 @@ set -eu
 # clang and its runtime for the libFuzzer targets; systemd for the unit tests
 # (systemd-socket-activate, systemd-analyze verify, systemd-sysusers) and
 # man-db so that verify checks Documentation=man:shmlockd(8); libcurl for the
-# HTTP API tests and benchmark (a real HTTP client).
+# HTTP API tests and benchmark (a real HTTP client); OpenSSL for the TCP
+# protocol's TLS (and the openssl tool its tests make certificates with).
 PKGS="build-essential pkg-config liburcu-dev libsystemd-dev libcunit1-dev \
 libmicrohttpd-dev libjansson-dev curl jq clang libclang-rt-14-dev systemd man-db \
-spin valgrind libcurl4-openssl-dev"
+spin valgrind libcurl4-openssl-dev libssl-dev openssl"
 
 missing=""
 for p in $PKGS; do

@@ -24,6 +24,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <openssl/ssl.h>
+
 #include "broker_fixture.h"
 #include "harness.h"
 
@@ -860,4 +862,106 @@ TEST(tcp, a_connection_whose_session_an_operator_ended_starts_afresh, 30)
 	CHECK(WAIT_FOR(HOLDERS(obs, "k") == 0, 5000));
 	local_session_close(obs);
 	tb_stop(&t);
+}
+
+/* ---- TLS -------------------------------------------------------------------------- */
+
+static SSL *tls_connect(const struct tb *t, SSL_CTX *ctx)
+{
+	SSL *ssl = SSL_new(ctx);
+
+	CHECK(ssl != NULL);
+	CHECK_EQ(SSL_set_fd(ssl, tconnect(t)), 1);
+	if (SSL_connect(ssl) != 1)
+		FAIL_AT("TLS handshake with 127.0.0.1:%d failed", t->port);
+	return ssl;
+}
+
+static void tls_send(SSL *ssl, const char *text)
+{
+	CHECK_EQ(SSL_write(ssl, text, (int)strlen(text)), (int)strlen(text));
+}
+
+static char *tls_line(SSL *ssl)
+{
+	static char line[1 << 16];
+	size_t n = 0;
+
+	for (;;) {
+		struct pollfd p = { .fd = SSL_get_fd(ssl), .events = POLLIN };
+
+		if (!SSL_pending(ssl) && poll(&p, 1, 10000) != 1)
+			FAIL_AT("no TLS reply within 10 s");
+		if (SSL_read(ssl, line + n, 1) != 1) {
+			snprintf(line, sizeof(line), "<EOF>");
+			return line;
+		}
+		if (line[n] == '\n') {
+			line[n] = '\0';
+			return line;
+		}
+		if (++n >= sizeof(line) - 1)
+			FAIL_AT("reply too long");
+	}
+}
+
+TEST(tcp, tls_on_every_connection_when_given_a_certificate, 40)
+{
+	char dir[64], cert[128], key[128], cmd[512], req[128], *tok;
+	struct broker_proc plain;
+	local_session *obs;
+	SSL_CTX *ctx;
+	SSL *a, *b;
+	struct tb t;
+	int p;
+
+	snprintf(dir, sizeof(dir), "/tmp/shmlock-test-%d-XXXXXX", (int)getpid());
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(cert, sizeof(cert), "%s/cert.pem", dir);
+	snprintf(key, sizeof(key), "%s/key.pem", dir);
+	snprintf(cmd, sizeof(cmd),
+		 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
+		 "-keyout '%s' -out '%s' -days 1 -subj /CN=localhost 2>/dev/null", key, cert);
+	if (system(cmd) != 0)
+		FAIL_AT("openssl could not make a certificate (package openssl)");
+	tb_start(&t, true, (const char *const[]){ "--tcp-tls-cert", cert, "--tcp-tls-key", key,
+						  NULL });
+	obs = open_session(&t.b, "observer", 0, 0);
+	ctx = SSL_CTX_new(TLS_client_method());
+	CHECK(ctx != NULL);
+	SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+	a = tls_connect(&t, ctx);
+	b = tls_connect(&t, ctx);
+	tls_send(a, "l\nk\n0\n");
+	tok = granted(tls_line(a), "ok", 33);
+	/* b's wait, and a request pipelined behind it in the same record:
+	 * served once the wait ends, though the socket has nothing new. */
+	tls_send(b, "l\nk\n20\nstats\n\n\n");
+	CHECK(WAIT_FOR(WAITERS(obs, "k") == 1, 5000));
+	snprintf(req, sizeof(req), "r\nk\n%s\n", tok);
+	tls_send(a, req);
+	CHECK_STR(tls_line(a), "ok");
+	free(granted(tls_line(b), "ok", 33));
+	CHECK_PREFIX(tls_line(b), "ok {\"connections\":2,");
+	/* No plaintext on a TLS listener: nothing answered, closed. */
+	p = tconnect(&t);
+	tsend(p, "l", "k2", "0");
+	CHECK_STR(tline(p), "<EOF>");
+	close(p);
+	CHECK_EQ(HOLDERS(obs, "k2"), 0);
+	SSL_free(a);
+	SSL_free(b);
+	SSL_CTX_free(ctx);
+	local_session_close(obs);
+	tb_stop(&t);
+	/* A certificate without its key is refused. */
+	broker_start(&plain, (const char *const[]){ "--tcp-insecure-no-auth", NULL });
+	broker_stop(&plain);
+	snprintf(req, sizeof(req), "127.0.0.1:%d", free_port());
+	CHECK_EQ(broker_refuses(&plain, (const char *const[]){ "--tcp-listen", req,
+								"--tcp-tls-cert", cert, NULL },
+				5000),
+		 1);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	CHECK_EQ(system(cmd), 0);
 }
