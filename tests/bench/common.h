@@ -160,5 +160,6 @@ void bench_lease_renew(void);	/* leases.c */
 void bench_watch(void);		/* watch.c */
 void bench_lease_expiry(void);	/* leases.c */
 void bench_http(void);		/* http.c */
+void bench_tcp(void);		/* tcp.c */
 
 #endif
