@@ -3,7 +3,7 @@
  * dflockd's TCP line protocol (broker/tcp_*.c, docs/tcp-protocol.md) against
  * a real shmlockd on a free loopback port, with a minimal client of our own:
  * every command, reply and error string, bearer tokens, FIFO shared with
- * HTTP and liblocal, disconnects during waits, lease expiry, the line limit,
+ * HTTP, liblocal and the CLI, disconnects during waits, lease expiry, the line limit,
  * the connection cap, the read timeout, authentication, and shutdown.
  *
  * Waits are confirmed queued by watching the key's waiter count through
@@ -494,14 +494,19 @@ static char *json_field(const char *json, const char *name)
 	return val;
 }
 
-TEST(tcp, one_fifo_with_http_and_liblocal, 40)
+TEST(tcp, one_fifo_with_http_liblocal_and_the_cli, 40)
 {
 	struct tb t;
 	local_session *holder, *later, *obs;
 	char sid[64], body[128], *tok;
+	const char *cli = getenv("SHMLOCK_CLI_BIN");
+	char sockarg[200];
 	uint64_t ltok = 0;
-	int granted_now = -1, a, h;
+	int granted_now = -1, a, h, status;
+	pid_t clipid;
 
+	if (!cli)
+		FAIL_AT("SHMLOCK_CLI_BIN is not set (run through 'make test')");
 	tb_start(&t, true, NULL);
 	holder = open_session(&t.b, "holder", 0, 0);
 	later = open_session(&t.b, "later", 0, 0);
@@ -519,6 +524,16 @@ TEST(tcp, one_fifo_with_http_and_liblocal, 40)
 	CHECK_OK(local_enqueue(later, "k", 0, NULL, &granted_now, NULL));
 	CHECK_EQ(granted_now, 0);
 	CHECK_EQ(WAITERS(obs, "k"), 3);
+	/* Then the CLI, running a command under the lock. */
+	snprintf(sockarg, sizeof(sockarg), "-socket=%s", t.b.sock);
+	fflush(NULL);
+	clipid = fork();
+	CHECK(clipid >= 0);
+	if (clipid == 0) {
+		execl(cli, cli, "lock", sockarg, "-lock-delay=0", "k", "true", (char *)NULL);
+		_exit(127);
+	}
+	CHECK(WAIT_FOR(WAITERS(obs, "k") == 4, 5000));
 	/* liblocal lets go: TCP is first. */
 	CHECK_OK(local_release(holder, "k"));
 	tok = granted(tline(a), "ok", 33);
@@ -527,12 +542,16 @@ TEST(tcp, one_fifo_with_http_and_liblocal, 40)
 	CHECK_STR(treq(a, "r", "k", tok), "ok");
 	snprintf(body, sizeof(body), "{\"token\":\"%s\"}",
 		 json_field(http_answer(h), "token"));
-	CHECK_EQ(WAITERS(obs, "k"), 1);
-	/* HTTP lets go: liblocal last. */
+	CHECK_EQ(WAITERS(obs, "k"), 2);
+	/* HTTP lets go: liblocal, then the CLI (its command runs, it exits 0). */
 	CHECK(strstr(http_answer(http_send(&t, "POST", "/v1/locks/k/release", sid, body)),
 		     "") != NULL);
 	CHECK_OK(local_wait(later, "k", 5000, &ltok));
 	CHECK_EQ(info(obs, "k")->token, ltok);
+	CHECK_OK(local_release(later, "k"));
+	CHECK_EQ(waitpid(clipid, &status, 0), clipid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK_OK(local_lock(later, "k", NULL, &ltok));
 	/* And back: a TCP waiter behind liblocal, granted by its release. */
 	tsend(a, "l", "k", "30");
 	CHECK(WAIT_FOR(WAITERS(obs, "k") == 1, 5000));
