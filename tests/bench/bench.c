@@ -20,7 +20,7 @@
  *      with a broker of its own (leases.c).
  *   8. HTTP API acquire+release ops/s and latency for 1, 10 and 50 keep-alive
  *      clients, with a broker of its own on --http-listen (http.c).
- *   9. dflockd's TCP protocol acquire+release ops/s, latency and broker CPU
+ *  11. dflockd's TCP protocol acquire+release ops/s, latency and broker CPU
  *      per op for 1, 10 and 50 clients, with a broker of its own on
  *      --tcp-listen (tcp.c).
  *
@@ -127,7 +127,7 @@ int main(void)
 		bench_lease_expiry(); /* its own broker, with room for 100 000 holds */
 	if (section(8))
 		bench_http(); /* its own broker, with --http-listen */
-	if (section(9))
+	if (section(11))
 		bench_tcp(); /* its own broker, with --tcp-listen */
 	print_summary();
 	printf("  (wall time %.1f s; timing targets never change the exit status)\n",

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * 9. dflockd's TCP line protocol: acquire+release on TCP to 127.0.0.1,
- *    against a broker of its own started with --tcp-listen on a free port.
+ * 11. dflockd's TCP line protocol: acquire+release on TCP to 127.0.0.1,
+ *     against a broker of its own started with --tcp-listen on a free port.
  *
  * One op = "l\n<key>\n0\n" -> "ok <token> <lease>", then
  * "r\n<key>\n<token>\n" -> "ok", timed together (two round trips: the
@@ -281,7 +281,7 @@ void bench_tcp(void)
 		run_config(tcp_clients[i], &runs[i]);
 	broker_stop(&tb, false);
 
-	printf("\n9. dflockd's TCP protocol: acquire+release on TCP 127.0.0.1\n");
+	printf("\n11. dflockd's TCP protocol: acquire+release on TCP 127.0.0.1\n");
 	printf("   (own broker: --tcp-listen %s; one op = \"l <key> 0\" -> \"ok <token> 33\",\n"
 	       "   then \"r <key> <token>\" -> \"ok\"; each client a thread with one connection\n"
 	       "   and its own key; after %d warm-up ops each, %llu ms timed; latency per op\n"
