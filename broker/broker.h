@@ -16,6 +16,7 @@
 #include "client.h"
 #include "proto.h"
 #include "http.h"
+#include "tcp.h"
 
 /* A per-event log line that may come in bursts (100 000 leases expiring
  * together): at most BLOG_BURST lines a second, then one line saying how
@@ -81,6 +82,7 @@ struct broker_opts {
 	bool replace_segment;
 	uint32_t replace_wait_ms;
 	struct http_opts http;
+	struct tcp_opts tcp;
 };
 
 struct broker {
@@ -121,6 +123,8 @@ struct broker {
 	struct blog_limit expiry_log;
 	/* http_*.c: NULL unless the HTTP API is on */
 	struct http *http;
+	/* tcp_*.c: NULL unless the TCP protocol is on */
+	struct tcp *tcp;
 };
 
 
@@ -253,6 +257,8 @@ void loop_unwatch_fd(struct broker *b, int fd);
 #define TAG_LEASE (6ull << 56)
 #define TAG_HTTP (7ull << 56)	  /* value: libmicrohttpd daemon index */
 #define TAG_HTTP_HUP (8ull << 56) /* value: HTTP waiter slot */
+#define TAG_TCP_LISTEN (9ull << 56) /* value: TCP listener index */
+#define TAG_TCP (10ull << 56)	    /* value: generation << 32 | connection slot */
 #define TAG_KIND(t) ((t)&0xffull << 56)
 #define TAG_VALUE(t) ((t) & ((1ull << 56) - 1))
 

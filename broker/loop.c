@@ -320,6 +320,8 @@ static void handle_timers(struct broker *b)
 			notify_due(b, t.a);
 		else if (t.kind == TIMER_LISTEN_REARM)
 			conns_rearm(b);
+		else if (t.kind == TIMER_TCP_TICK || t.kind == TIMER_TCP_WAIT)
+			tcp_timer(b, t.kind, t.a, t.b);
 		else
 			http_timer(b, t.kind, t.a, t.b);
 	}
@@ -402,6 +404,8 @@ int loop_run(struct broker *b)
 	err = leases_start(b);
 	if (!err)
 		err = http_start(b);
+	if (!err)
+		err = tcp_start(b);
 	if (err)
 		return err;
 	notify_ready(b); /* READY=1: segment attached, sessions re-adopted */
@@ -439,6 +443,11 @@ int loop_run(struct broker *b)
 			case TAG_LEASE:
 				leases_drain(b);
 				http_doorbell(b); /* grants to HTTP waiters ring it too */
+				tcp_doorbell(b);  /* ... and to TCP waiters */
+				break;
+			case TAG_TCP_LISTEN:
+			case TAG_TCP:
+				tcp_event(b, tag, ev[i].events);
 				break;
 			case TAG_HTTP:
 			case TAG_HTTP_HUP:
@@ -449,6 +458,7 @@ int loop_run(struct broker *b)
 	}
 	notify_stopping(b);
 	drain_requests(b);
+	tcp_stop(b);
 	http_stop(b);
 	leases_stop(b);
 	conns_fini(b);

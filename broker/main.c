@@ -91,13 +91,14 @@ static const struct option base_opts[] = {
 };
 #define NBASE (sizeof(base_opts) / sizeof(base_opts[0]))
 
-/* base_opts, then the HTTP API's, then the terminator. */
-static struct option long_opts[NBASE + HTTP_NOPTS + 1];
+/* base_opts, then the HTTP API's, the TCP protocol's, then the terminator. */
+static struct option long_opts[NBASE + HTTP_NOPTS + TCP_NOPTS + 1];
 
 static void build_opts(void)
 {
 	memcpy(long_opts, base_opts, sizeof(base_opts));
 	memcpy(long_opts + NBASE, http_long_opts, sizeof(http_long_opts));
+	memcpy(long_opts + NBASE + HTTP_NOPTS, tcp_long_opts, sizeof(tcp_long_opts));
 }
 
 static int parse_u32(const char *name, const char *s, uint32_t *out)
@@ -134,6 +135,7 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 	o->log_level = LOG_INFO;
 	o->gc_idle_ms = 60000;
 	http_opts_default(&o->http);
+	tcp_opts_default(&o->tcp);
 	build_opts();
 	paths_socket(o->socket_path, sizeof(o->socket_path));
 	paths_shm_name(o->shm_name, sizeof(o->shm_name));
@@ -222,6 +224,8 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 			fputs(usage_text, stdout);
 			fputs("\n", stdout);
 			fputs(http_usage_text, stdout);
+			fputs("\n", stdout);
+			fputs(tcp_usage_text, stdout);
 			exit(0);
 		case 'V':
 			printf("shmlockd %s (segment ABI %u, protocol %u)\n", SHMLOCK_VERSION,
@@ -230,6 +234,8 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 		default:
 			if (c >= OPT_HTTP_FIRST && c < OPT_HTTP_LAST)
 				err = http_opt_parse(&o->http, c, optarg);
+			else if (c >= OPT_TCP_FIRST && c < OPT_TCP_LAST)
+				err = tcp_opt_parse(&o->tcp, c, optarg);
 			else
 				err = -1;
 		}
@@ -289,6 +295,7 @@ int main(int argc, char **argv)
 	/* loop_run() stops both on a clean stop; a start-up step of it that
 	 * failed (an HTTP socket refused) leaves the lease thread running, which
 	 * must not outlive the segment's mapping. Both calls are idempotent. */
+	tcp_stop(&b);
 	http_stop(&b);
 	leases_stop(&b);
 	conns_fini(&b); /* idempotent too */

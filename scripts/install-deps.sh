@@ -9,18 +9,20 @@
 set -eu
 
 # Building and running: liburcu (broker), libsystemd (sd_notify, socket
-# activation), libmicrohttpd and jansson (HTTP API, CLI's -json).
+# activation), libmicrohttpd and jansson (HTTP API, CLI's -json), OpenSSL
+# (TLS on the TCP protocol's listener).
 RUN_PKGS="build-essential pkg-config liburcu-dev libsystemd-dev libmicrohttpd-dev \
-libjansson-dev"
+libjansson-dev libssl-dev"
 
 # Testing: CUnit; spin for the protocol model (make model), valgrind for make
 # valgrind; clang and its runtime for the libFuzzer targets; systemd for the
 # unit tests (systemd-socket-activate, systemd-analyze verify,
 # systemd-sysusers) and man-db so that verify checks
 # Documentation=man:shmlockd(8); libcurl for the HTTP API tests and
-# benchmark (a real HTTP client); curl and jq for the CLI and HTTP tests.
+# benchmark (a real HTTP client); curl and jq for the CLI and HTTP tests;
+# the openssl tool, with which the TCP tests make their TLS certificates.
 TEST_PKGS="libcunit1-dev curl jq clang libclang-rt-14-dev systemd man-db spin valgrind \
-libcurl4-openssl-dev"
+libcurl4-openssl-dev openssl"
 
 case "${1:-all}" in
 run) PKGS=$RUN_PKGS ;;

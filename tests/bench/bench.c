@@ -25,6 +25,9 @@
  *  10. flat cost: uncontended lock+release with 10^3, 10^5 and 10^6 live
  *      keys, 10^4 sessions and 10^4 waiters on other keys, with a broker of
  *      its own with raised caps (flat.c).
+ *  11. dflockd's TCP protocol acquire+release ops/s, latency and broker CPU
+ *      per op for 1, 10 and 50 clients, with a broker of its own on
+ *      --tcp-listen (tcp.c).
  *
  * $SHMLOCK_BENCH_ONLY, a list of section numbers ("1,4"), runs only those
  * (for repeated measurements of one path); unset, every section runs.
@@ -133,6 +136,8 @@ int main(void)
 		bench_http(); /* its own broker, with --http-listen */
 	if (section(10))
 		bench_flat(); /* its own broker, with room for 10^6 keys */
+	if (section(11))
+		bench_tcp(); /* its own broker, with --tcp-listen */
 	print_summary();
 	printf("  (wall time %.1f s; timing targets never change the exit status)\n",
 	       (double)(now_ns() - t0) / (double)NSEC_PER_SEC);

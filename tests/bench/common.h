@@ -164,5 +164,6 @@ void bench_lease_expiry(void);	/* leases.c */
 void bench_http(void);		/* http.c */
 void bench_scale(void);		/* scale.c */
 void bench_flat(void);		/* flat.c */
+void bench_tcp(void);		/* tcp.c */
 
 #endif

@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: MIT
+/* The TCP protocol's command-line options (see shmlockd(8), docs/tcp-protocol.md). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tcp.h"
+
+const struct option tcp_long_opts[TCP_NOPTS] = {
+	{ "tcp-listen", required_argument, NULL, OPT_TCP_LISTEN },
+	{ "tcp-max-connections", required_argument, NULL, OPT_TCP_MAX_CONNS },
+	{ "tcp-read-timeout", required_argument, NULL, OPT_TCP_READ_TIMEOUT },
+	{ "tcp-insecure-no-auth", no_argument, NULL, OPT_TCP_INSECURE },
+	{ "tcp-tls-cert", required_argument, NULL, OPT_TCP_TLS_CERT },
+	{ "tcp-tls-key", required_argument, NULL, OPT_TCP_TLS_KEY },
+};
+
+const char tcp_usage_text[] =
+	"TCP line protocol (dflockd's; off unless a listener is given; see\n"
+	"docs/tcp-protocol.md):\n"
+	"  --tcp-listen [HOST:]PORT  serve it on TCP (host default 127.0.0.1)\n"
+	"  --tcp-max-connections N   connections at once; more are closed at\n"
+	"                          once (default: a quarter of the fd limit)\n"
+	"  --tcp-read-timeout SECONDS  a connection that sends no line this long\n"
+	"                          (outside its waits) is answered 'error' and\n"
+	"                          closed (default 23)\n"
+	"  --tcp-insecure-no-auth  serve without --auth-token: every local user may\n"
+	"                          take and release any lock over TCP\n"
+	"  --tcp-tls-cert FILE     with --tcp-tls-key: TLS (1.2 and up) on every\n"
+	"                          connection; FILE is a PEM certificate chain\n"
+	"  --tcp-tls-key FILE      its PEM private key\n"
+	"  (--auth-token and --default-lease-ttl apply to TCP as to HTTP)\n";
+
+void tcp_opts_default(struct tcp_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->read_timeout_s = 23;
+}
+
+static int number(const char *name, const char *arg, uint32_t min, uint32_t max, uint32_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	errno = 0;
+	v = strtoull(arg, &end, 10);
+	if (errno || !*arg || *arg == '-' || *end || v < min || v > max) {
+		fprintf(stderr, "shmlockd: --%s: expected a number in %u..%u, got '%s'\n", name,
+			min, max, arg);
+		return -1;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+int tcp_opt_parse(struct tcp_opts *o, int opt, const char *arg)
+{
+	switch (opt) {
+	case OPT_TCP_LISTEN:
+		if (!*arg || strlen(arg) >= sizeof(o->listen)) {
+			fprintf(stderr, "shmlockd: --tcp-listen: empty or too long\n");
+			return -1;
+		}
+		strcpy(o->listen, arg);
+		return 0;
+	case OPT_TCP_MAX_CONNS:
+		return number("tcp-max-connections", arg, 1, 1000000, &o->max_connections);
+	case OPT_TCP_READ_TIMEOUT:
+		return number("tcp-read-timeout", arg, 1, 86400, &o->read_timeout_s);
+	case OPT_TCP_INSECURE:
+		o->insecure_no_auth = true;
+		return 0;
+	case OPT_TCP_TLS_CERT:
+	case OPT_TCP_TLS_KEY: {
+		char *dst = opt == OPT_TCP_TLS_CERT ? o->tls_cert : o->tls_key;
+
+		if (!*arg || strlen(arg) >= sizeof(o->tls_cert)) {
+			fprintf(stderr, "shmlockd: --%s: empty or too long\n",
+				opt == OPT_TCP_TLS_CERT ? "tcp-tls-cert" : "tcp-tls-key");
+			return -1;
+		}
+		strcpy(dst, arg);
+		return 0;
+	}
+	}
+	return -1;
+}
