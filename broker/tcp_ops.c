@@ -167,7 +167,7 @@ static int conn_session(struct tcp *t, struct tconn *c)
 	memset(&req, 0, sizeof(req));
 	memset(&rep, 0, sizeof(rep));
 	snprintf(req.name, sizeof(req.name), "tcp:%.40s#%" PRIu64, c->peer, c->id);
-	req.flags = SESS_FLAG_HTTP; /* a network session the broker acts for */
+	req.flags = SESS_FLAG_TCP; /* a network session the broker acts for */
 	req.start_time = start_time;
 	err = session_open(b, &req, -1, getpid(), getuid(), start_time, &rep);
 	if (err)

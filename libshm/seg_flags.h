@@ -18,10 +18,13 @@
 /* Broker-set: an HTTP session, opened by the broker in its own name (its pid
  * and start time, no pidfd). Only tells transports apart in stats. */
 #define SESS_FLAG_HTTP (1u << 16)
+/* Broker-set: a session of a connection of the TCP line protocol (the
+ * connection is its owner), opened as an HTTP session is. */
+#define SESS_FLAG_TCP (1u << 17)
 
 /* What a client may put in MSG_OPEN. */
 #define SESS_FLAGS_CLIENT SESS_FLAG_NO_PROCESS_CHECK
 /* Every bit a healthy slot may carry. */
-#define SESS_FLAGS_ALL (SESS_FLAGS_CLIENT | SESS_FLAG_HTTP)
+#define SESS_FLAGS_ALL (SESS_FLAGS_CLIENT | SESS_FLAG_HTTP | SESS_FLAG_TCP)
 
 #endif
