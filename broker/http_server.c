@@ -584,52 +584,6 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- listeners ----------------------------------------------------------- */
 
-static int listen_tcp(const char *spec)
-{
-	char host[128] = "127.0.0.1", port[16];
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE |
-									  AI_NUMERICSERV };
-	struct addrinfo *ai;
-	const char *colon = strrchr(spec, ':');
-	int fd, one = 1, err;
-
-	if (!colon) {
-		snprintf(port, sizeof(port), "%s", spec);
-	} else {
-		size_t n = (size_t)(colon - spec);
-
-		if (n >= sizeof(host) || strlen(colon + 1) >= sizeof(port))
-			return -EINVAL;
-		if (n) {
-			memcpy(host, spec, n);
-			host[n] = '\0';
-		}
-		if (host[0] == '[' && n > 2 && host[n - 1] == ']') { /* [::1]:8080 */
-			memmove(host, host + 1, n - 2);
-			host[n - 2] = '\0';
-		}
-		strcpy(port, colon + 1);
-	}
-	err = getaddrinfo(host, port, &hints, &ai);
-	if (err) {
-		blog(LOG_ERR, "--http-listen %s: %s", spec, gai_strerror(err));
-		return -EINVAL;
-	}
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
-			bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 4096))) {
-		err = -errno;
-		close(fd);
-		fd = err;
-	} else if (fd < 0) {
-		fd = -errno;
-	}
-	freeaddrinfo(ai);
-	if (fd < 0)
-		blog(LOG_ERR, "cannot serve HTTP on %s: %s", spec, strerror(-fd));
-	return fd;
-}
-
 static int listen_unix(struct broker *b, const char *path)
 {
 	int fd = safe_bind_unix(b, path, SOCK_STREAM, "--http-socket"), err;
@@ -767,7 +721,7 @@ int http_start(struct broker *b)
 	if (act >= 0 && (err = start_daemon(h, act)))
 		return err;
 	if (o->listen[0]) {
-		fd = listen_tcp(o->listen);
+		fd = listen_tcp_spec(o->listen, "--http-listen", "HTTP");
 		if (fd < 0)
 			return fd;
 		if ((err = start_daemon(h, fd)))

@@ -3,6 +3,7 @@
  * or the only listening SOCK_SEQPACKET socket passed), else bound at --socket. */
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -289,4 +290,57 @@ void listen_teardown(struct broker *b)
 	if (b->listen_owned)
 		unlink(b->opts.socket_path);
 	b->listen_fd = -1;
+}
+
+/*
+ * A listening TCP socket for @spec, [HOST:]PORT (HOST defaults to 127.0.0.1;
+ * an IPv6 address in brackets), non-blocking. @flag and @what name it in
+ * errors. The fd, or a negative errno.
+ */
+int listen_tcp_spec(const char *spec, const char *flag, const char *what)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	struct addrinfo *ai = NULL;
+	char host[128] = "127.0.0.1", port[16];
+	const char *colon = strrchr(spec, ':');
+	int fd, err, one = 1;
+
+	if (!colon) {
+		if (strlen(spec) >= sizeof(port))
+			return -EINVAL;
+		strcpy(port, spec);
+	} else {
+		size_t n = (size_t)(colon - spec);
+
+		if (n >= sizeof(host) || strlen(colon + 1) >= sizeof(port))
+			return -EINVAL;
+		if (n) {
+			memcpy(host, spec, n);
+			host[n] = '\0';
+		}
+		if (host[0] == '[' && n > 2 && host[n - 1] == ']') { /* [::1]:8080 */
+			memmove(host, host + 1, n - 2);
+			host[n - 2] = '\0';
+		}
+		strcpy(port, colon + 1);
+	}
+	err = getaddrinfo(host, port, &hints, &ai);
+	if (err) {
+		blog(LOG_ERR, "%s %s: %s", flag, spec, gai_strerror(err));
+		return -EINVAL;
+	}
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+			bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 4096))) {
+		err = -errno;
+		close(fd);
+		fd = err;
+	} else if (fd < 0) {
+		fd = -errno;
+	}
+	freeaddrinfo(ai);
+	if (fd < 0)
+		blog(LOG_ERR, "cannot serve %s on %s: %s", what, spec, strerror(-fd));
+	return fd;
 }

@@ -36,54 +36,6 @@ static uint64_t conn_tag(const struct tconn *c)
 	return TAG_TCP | (uint64_t)(c->gen & GEN_MASK) << 32 | c->slot;
 }
 
-static int listen_tcp(const char *spec)
-{
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
-	struct addrinfo *ai = NULL;
-	char host[128] = "127.0.0.1", port[16];
-	const char *colon = strrchr(spec, ':');
-	int fd, err, one = 1;
-
-	if (!colon) {
-		if (strlen(spec) >= sizeof(port))
-			return -EINVAL;
-		strcpy(port, spec);
-	} else {
-		size_t n = (size_t)(colon - spec);
-
-		if (n >= sizeof(host) || strlen(colon + 1) >= sizeof(port))
-			return -EINVAL;
-		if (n) {
-			memcpy(host, spec, n);
-			host[n] = '\0';
-		}
-		if (host[0] == '[' && n > 2 && host[n - 1] == ']') {
-			memmove(host, host + 1, n - 2);
-			host[n - 2] = '\0';
-		}
-		strcpy(port, colon + 1);
-	}
-	err = getaddrinfo(host, port, &hints, &ai);
-	if (err) {
-		blog(LOG_ERR, "--tcp-listen %s: %s", spec, gai_strerror(err));
-		return -EINVAL;
-	}
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
-			bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 4096))) {
-		err = -errno;
-		close(fd);
-		fd = err;
-	} else if (fd < 0) {
-		fd = -errno;
-	}
-	freeaddrinfo(ai);
-	if (fd < 0)
-		blog(LOG_ERR, "cannot serve TCP on %s: %s", spec, strerror(-fd));
-	return fd;
-}
-
 /* The socket-activated fd named "tcp", or -1. */
 static int activated_tcp_fd(void)
 {
@@ -157,7 +109,7 @@ int tcp_start(struct broker *b)
 	if (err)
 		return err;
 	if (o->listen[0]) {
-		fd = listen_tcp(o->listen);
+		fd = listen_tcp_spec(o->listen, "--tcp-listen", "TCP");
 		if (fd < 0)
 			return fd;
 		t->listen_fd[t->nl++] = fd;
