@@ -77,7 +77,7 @@ static int copy(const char *name, const char *arg, char *dst, size_t size)
 	return 0;
 }
 
-static int number(const char *name, const char *arg, uint32_t min, uint32_t max, uint32_t *out)
+int opt_number(const char *name, const char *arg, uint32_t min, uint32_t max, uint32_t *out)
 {
 	unsigned long long v;
 	char *end;
@@ -122,22 +122,22 @@ int http_opt_parse(struct http_opts *o, int opt, const char *arg)
 	case OPT_HTTP_SOCKET:
 		return copy("http-socket", arg, o->unix_path, sizeof(o->unix_path));
 	case OPT_HTTP_IDLE:
-		return number("http-session-idle-timeout", arg, 1, 86400, &o->idle_timeout_s);
+		return opt_number("http-session-idle-timeout", arg, 1, 86400, &o->idle_timeout_s);
 	case OPT_HTTP_LEASE:
-		return number("default-lease-ttl", arg, 1, 86400, &o->default_lease_s);
+		return opt_number("default-lease-ttl", arg, 1, 86400, &o->default_lease_s);
 	case OPT_HTTP_AUTH:
 		return copy("auth-token", arg, o->auth_token, sizeof(o->auth_token));
 	case OPT_HTTP_AUTH_FILE:
 		return token_file(arg, o->auth_token, sizeof(o->auth_token));
 	case OPT_HTTP_MAX_SESSIONS:
-		return number("http-max-sessions", arg, 0, UINT32_MAX, &o->max_sessions);
+		return opt_number("http-max-sessions", arg, 0, UINT32_MAX, &o->max_sessions);
 	case OPT_HTTP_MAX_PER_IP:
-		return number("http-max-sessions-per-ip", arg, 0, UINT32_MAX,
+		return opt_number("http-max-sessions-per-ip", arg, 0, UINT32_MAX,
 			      &o->max_sessions_per_ip);
 	case OPT_HTTP_RATE:
-		return number("http-rate-limit-per-ip", arg, 0, 1000000, &o->rate_per_ip);
+		return opt_number("http-rate-limit-per-ip", arg, 0, 1000000, &o->rate_per_ip);
 	case OPT_HTTP_BURST:
-		return number("http-rate-limit-burst", arg, 1, 1000000, &o->rate_burst);
+		return opt_number("http-rate-limit-burst", arg, 1, 1000000, &o->rate_burst);
 	case OPT_HTTP_CORS:
 		return copy("http-cors-allowed-origins", arg, o->cors_origins,
 			    sizeof(o->cors_origins));
@@ -147,12 +147,12 @@ int http_opt_parse(struct http_opts *o, int opt, const char *arg)
 	case OPT_HTTP_HOSTS:
 		return copy("http-allowed-hosts", arg, o->allowed_hosts, sizeof(o->allowed_hosts));
 	case OPT_HTTP_MAX_CONNS:
-		return number("http-max-connections", arg, 1, 1000000, &o->max_connections);
+		return opt_number("http-max-connections", arg, 1, 1000000, &o->max_connections);
 	case OPT_HTTP_MAX_CONNS_PER_IP:
-		return number("http-max-connections-per-ip", arg, 1, 1000000,
+		return opt_number("http-max-connections-per-ip", arg, 1, 1000000,
 			      &o->max_connections_per_ip);
 	case OPT_HTTP_CONN_TIMEOUT:
-		return number("http-connection-timeout", arg, 1, 86400, &o->connection_timeout_s);
+		return opt_number("http-connection-timeout", arg, 1, 86400, &o->connection_timeout_s);
 	}
 	return -1;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "http.h"
 #include "tcp.h"
 
 const struct option tcp_long_opts[TCP_NOPTS] = {
@@ -38,22 +39,6 @@ void tcp_opts_default(struct tcp_opts *o)
 	o->read_timeout_s = 23;
 }
 
-static int number(const char *name, const char *arg, uint32_t min, uint32_t max, uint32_t *out)
-{
-	unsigned long long v;
-	char *end;
-
-	errno = 0;
-	v = strtoull(arg, &end, 10);
-	if (errno || !*arg || *arg == '-' || *end || v < min || v > max) {
-		fprintf(stderr, "shmlockd: --%s: expected a number in %u..%u, got '%s'\n", name,
-			min, max, arg);
-		return -1;
-	}
-	*out = (uint32_t)v;
-	return 0;
-}
-
 int tcp_opt_parse(struct tcp_opts *o, int opt, const char *arg)
 {
 	switch (opt) {
@@ -65,9 +50,9 @@ int tcp_opt_parse(struct tcp_opts *o, int opt, const char *arg)
 		strcpy(o->listen, arg);
 		return 0;
 	case OPT_TCP_MAX_CONNS:
-		return number("tcp-max-connections", arg, 1, 1000000, &o->max_connections);
+		return opt_number("tcp-max-connections", arg, 1, 1000000, &o->max_connections);
 	case OPT_TCP_READ_TIMEOUT:
-		return number("tcp-read-timeout", arg, 1, 86400, &o->read_timeout_s);
+		return opt_number("tcp-read-timeout", arg, 1, 86400, &o->read_timeout_s);
 	case OPT_TCP_INSECURE:
 		o->insecure_no_auth = true;
 		return 0;
