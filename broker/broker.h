@@ -177,6 +177,9 @@ void listen_teardown(struct broker *b);
 int safe_bind_unix(struct broker *b, const char *path, int type, const char *what);
 /* A listening, non-blocking TCP socket on [HOST:]PORT (listen.c). */
 int listen_tcp_spec(const char *spec, const char *flag, const char *what);
+/* The socket-activated stream socket named @name ("http", "tcp"), made
+ * non-blocking, or -1 (listen.c). */
+int activated_stream_fd(const char *name);
 
 /* timers.c */
 int timer_add(struct timer_heap *h, uint64_t at_ns, uint32_t kind, uint32_t a, uint32_t b);

@@ -597,27 +597,6 @@ static int listen_unix(struct broker *b, const char *path)
 	return fd;
 }
 
-/* The socket-activated fd named "http", or -1. */
-static int activated_http_fd(void)
-{
-	char **names = NULL;
-	int n, i, fd = -1;
-
-	n = sd_listen_fds_with_names(0, &names);
-	for (i = 0; i < n; i++) {
-		if (fd < 0 && names && !strcmp(names[i], "http") &&
-		    sd_is_socket(SD_LISTEN_FDS_START + i, 0, SOCK_STREAM, 1) > 0)
-			fd = SD_LISTEN_FDS_START + i;
-		if (names)
-			free(names[i]);
-	}
-	free(names);
-	/* Passed in blocking mode by some managers: accepting must not block. */
-	if (fd >= 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0)
-		fd = -1;
-	return fd;
-}
-
 /* Is @fd a TCP socket (not AF_UNIX)? */
 static bool is_tcp(int fd)
 {
@@ -702,7 +681,7 @@ static int check_auth_default(const struct http_opts *o, int act)
 int http_start(struct broker *b)
 {
 	const struct http_opts *o = &b->opts.http;
-	int act = activated_http_fd(), fd, err;
+	int act = activated_stream_fd("http"), fd, err;
 	struct http *h;
 
 	if (!http_enabled(o) && act < 0)

@@ -344,3 +344,23 @@ int listen_tcp_spec(const char *spec, const char *flag, const char *what)
 		blog(LOG_ERR, "cannot serve %s on %s: %s", what, spec, strerror(-fd));
 	return fd;
 }
+
+int activated_stream_fd(const char *name)
+{
+	char **names = NULL;
+	int n, i, fd = -1;
+
+	n = sd_listen_fds_with_names(0, &names);
+	for (i = 0; i < n; i++) {
+		if (fd < 0 && names && !strcmp(names[i], name) &&
+		    sd_is_socket(SD_LISTEN_FDS_START + i, 0, SOCK_STREAM, 1) > 0)
+			fd = SD_LISTEN_FDS_START + i;
+		if (names)
+			free(names[i]);
+	}
+	free(names);
+	/* Passed in blocking mode by some managers: accepting must not block. */
+	if (fd >= 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0)
+		fd = -1;
+	return fd;
+}

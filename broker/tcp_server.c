@@ -36,26 +36,6 @@ static uint64_t conn_tag(const struct tconn *c)
 	return TAG_TCP | (uint64_t)(c->gen & GEN_MASK) << 32 | c->slot;
 }
 
-/* The socket-activated fd named "tcp", or -1. */
-static int activated_tcp_fd(void)
-{
-	char **names = NULL;
-	int n, i, fd = -1;
-
-	n = sd_listen_fds_with_names(0, &names);
-	for (i = 0; i < n; i++) {
-		if (fd < 0 && names && !strcmp(names[i], "tcp") &&
-		    sd_is_socket(SD_LISTEN_FDS_START + i, 0, SOCK_STREAM, 1) > 0)
-			fd = SD_LISTEN_FDS_START + i;
-		if (names)
-			free(names[i]);
-	}
-	free(names);
-	if (fd >= 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0)
-		fd = -1;
-	return fd;
-}
-
 static uint32_t max_connections(const struct tcp_opts *o)
 {
 	struct rlimit rl;
@@ -73,7 +53,7 @@ int tcp_start(struct broker *b)
 {
 	const struct tcp_opts *o = &b->opts.tcp;
 	static const uint8_t no_id[16];
-	int act = activated_tcp_fd(), fd, err;
+	int act = activated_stream_fd("tcp"), fd, err;
 	struct tcp *t;
 
 	if (!o->listen[0] && act < 0)
