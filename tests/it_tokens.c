@@ -82,46 +82,54 @@ TEST(tokens, uncontended_path_writes_only_its_own_lines, 30)
 	unsigned char *before;
 	const unsigned char *now;
 	uint64_t room;
-	int i, n;
+	int i, n, attempt;
 
 	broker_start(&b, NULL);
 	a = open_session(&b, "a", 0, 0);
-	for (i = 0, room = 0; room < 200 && i < 100; i++) {
+	for (i = 0, room = 0; room < 400 && i < 100; i++) {
 		for (n = 0; n < 100; n++) {
 			CHECK_OK(local_lock(a, key, &try_once, NULL));
 			CHECK_OK(local_release(a, key));
 		}
 		room = room_of(a, key);
 	}
-	CHECK(room >= 200);
+	CHECK(room >= 400); /* three attempts of 101 cycles stay inside it */
 	k = entry_of(a, key);
 	CHECK(!(atomic_load(&k->fast) & FAST_SLOW));
-	/* One cycle after local_info(): the node this session will reuse. */
-	CHECK_OK(local_lock(a, key, &try_once, NULL));
-	CHECK_OK(local_release(a, key));
 	size = a->seg->size;
 	before = malloc(size);
 	CHECK(before != NULL);
 	now = (const unsigned char *)a->seg->hdr;
-	memcpy(before, now, size);
-	for (n = 0; n < 100; n++) {
+	key_line = (size_t)((const char *)&k->fast - (const char *)a->seg->hdr) & ~(size_t)63;
+	/* The broker writes its own header words now and then (its doorbell,
+	 * the table lock of its idle-key collector): a line our cycles write
+	 * is written in every attempt, one of the broker's only by chance. */
+	for (attempt = 0; attempt < 3; attempt++) {
+		/* One cycle first: the node this session will reuse. */
 		CHECK_OK(local_lock(a, key, &try_once, NULL));
 		CHECK_OK(local_release(a, key));
-	}
-	key_line = (size_t)((const char *)&k->fast - (const char *)a->seg->hdr) & ~(size_t)63;
-	for (off = 0; off < size; off += 64) {
-		char what[64];
+		memcpy(before, now, size);
+		for (n = 0; n < 100; n++) {
+			CHECK_OK(local_lock(a, key, &try_once, NULL));
+			CHECK_OK(local_release(a, key));
+		}
+		for (off = 0, bad = 0, nodes = 0; off < size; off += 64) {
+			char what[64];
 
-		if (!memcmp(before + off, now + off, 64 < size - off ? 64 : size - off))
-			continue;
-		name_line(a->seg, off, what, sizeof(what));
-		if (off == key_line)
-			continue;
-		if (!strncmp(what, "node ", 5) && nodes++ == 0)
-			continue; /* our hold node, claimed and freed each cycle */
-		fprintf(stderr, "    line at +%zu (%s) written by lock-free lock+release\n", off,
-			what);
-		bad++;
+			if (!memcmp(before + off, now + off, 64 < size - off ? 64 : size - off))
+				continue;
+			name_line(a->seg, off, what, sizeof(what));
+			if (off == key_line)
+				continue;
+			if (!strncmp(what, "node ", 5) && nodes++ == 0)
+				continue; /* our hold node, claimed and freed each cycle */
+			if (attempt == 2)
+				fprintf(stderr, "    line at +%zu (%s) written by lock-free "
+					"lock+release\n", off, what);
+			bad++;
+		}
+		if (!bad)
+			break;
 	}
 	free(before);
 	CHECK_EQ(bad, 0);
