@@ -37,9 +37,17 @@ enum {
 };
 
 /* The exit status for a failure of liblocal @err (negative): EXIT_UNAVAILABLE
- * when it says the broker could not be reached, refused us or speaks another
- * version (LOCAL_EBROKER, LOCAL_EDENIED, LOCAL_EVERSION), else EXIT_FAIL. */
+ * when it says the broker could not be found or reached (broker_missing()),
+ * refused us or speaks another version (LOCAL_EDENIED, LOCAL_EVERSION), else
+ * EXIT_FAIL. */
 int exit_for(int err);
+/* @err says no broker was reached: LOCAL_EBROKER, or a lookup's outcome
+ * (LOCAL_ENOSOCKET, LOCAL_EREFUSED, LOCAL_ENOTSOCK, LOCAL_EACCESS,
+ * LOCAL_EUNSAFE). */
+bool broker_missing(int err);
+/* local_strerror(@err), and for broker_missing() errors every path this
+ * thread's last lookup tried and what it found there. */
+const char *cli_strerror(int err);
 
 /* ---- args.c: Go-style flags (-name=value, -name value, --name=value) ---- */
 

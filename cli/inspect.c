@@ -175,7 +175,7 @@ int cmd_status(int argc, char **argv)
 		err = local_admin_keys(c.socket, NULL, LOCAL_KEYS_QUARANTINED, collect_name, NULL,
 				       &q);
 	if (err) {
-		errorf("cannot read the broker's state: %s", local_strerror(err));
+		errorf("cannot read the broker's state: %s", cli_strerror(err));
 		names_free(&q);
 		return exit_for(err);
 	}
@@ -323,7 +323,7 @@ int cmd_keys(int argc, char **argv)
 			       quarantined ? LOCAL_KEYS_QUARANTINED : 0, collect_key, collect_holder,
 			       &l);
 	if (err) {
-		errorf("cannot list the keys: %s", local_strerror(err));
+		errorf("cannot list the keys: %s", cli_strerror(err));
 		rc = exit_for(err);
 		goto out;
 	}
@@ -437,7 +437,7 @@ int cmd_sessions(int argc, char **argv)
 	/* Served by the broker without a session: works with every table full. */
 	err = local_admin_sessions(c.socket, collect_session, &l);
 	if (err) {
-		errorf("cannot list the sessions: %s", local_strerror(err));
+		errorf("cannot list the sessions: %s", cli_strerror(err));
 		rc = exit_for(err);
 	} else {
 		rc = c.json ? json_emit(sessions_json(&l), false) : print_sessions(&l);
@@ -470,7 +470,7 @@ int holders_get_at(const char *socket, const char *key, struct holders *h)
 	int err = local_admin_holders(socket, key, add_holder_at, h);
 
 	if (err)
-		errorf("cannot list the holders of %s: %s", key, local_strerror(err));
+		errorf("cannot list the holders of %s: %s", key, cli_strerror(err));
 	return err;
 }
 

@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "client.h"
 #include "lock.h"
 
 struct run {
@@ -498,12 +499,28 @@ static int open_session(struct run *r)
 	so.name = o->name;
 	so.ttl_ms = o->ttl_ms;
 	so.lock_delay_ms = o->lock_delay_ms;
-	err = local_session_open(&so, &r->s);
+	if (o->verbose) {
+		/* Look once without waiting, to say that we wait, and for what. */
+		int wait_ms = broker_wait_default_ms();
+		char tried[sizeof(struct lookup_report)];
+
+		so.broker_wait_ms = 0;
+		err = local_session_open(&so, &r->s);
+		if ((err == -LOCAL_ENOSOCKET || err == -LOCAL_EREFUSED) && wait_ms > 0) {
+			broker_lookup_text(tried, sizeof(tried));
+			verbose(o, "no broker answers yet (%s): waiting up to %d ms for one", tried,
+				wait_ms);
+			so.broker_wait_ms = wait_ms;
+			err = local_session_open(&so, &r->s);
+		}
+	} else {
+		err = local_session_open(&so, &r->s);
+	}
 	if (err) {
-		errorf("cannot open a session with the broker%s%s: %s", o->socket ? " at " : "",
-		       o->socket ? o->socket : "", local_strerror(err));
+		errorf("cannot open a session with the broker: %s", cli_strerror(err));
 		return err;
 	}
+	verbose(o, "found the broker at %s", r->s->socket_path);
 	verbose(o, "opened session %s (%s)", local_session_id(r->s), o->name);
 	return 0;
 }

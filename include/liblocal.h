@@ -71,6 +71,13 @@ enum local_error {
 	LOCAL_ESTALE,		      /* token is not a current hold of the key */
 	LOCAL_EENQUEUED,	      /* already queued (or holding) on this key */
 	LOCAL_ENOTENQUEUED,	      /* local_wait() without local_enqueue() */
+	/* No broker found: the most telling outcome of the paths tried (see
+	 * "FINDING THE BROKER" in liblocal(3)). */
+	LOCAL_ENOSOCKET,	      /* no socket at any path tried */
+	LOCAL_EREFUSED,		      /* a socket, but no broker listening on it */
+	LOCAL_ENOTSOCK,		      /* something else than a socket at the path */
+	LOCAL_EACCESS,		      /* the socket's mode or group lets us not in */
+	LOCAL_EUNSAFE,		      /* socket in a directory others could plant */
 	LOCAL_ELAST
 };
 
