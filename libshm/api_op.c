@@ -250,6 +250,34 @@ int local_admin_stats(const char *socket_path, struct local_stats *out,
 	return err;
 }
 
+int op_broker_info(const char *socket_path, struct proto_op_broker *out)
+{
+	struct proto_op_reply rep;
+	struct op_conn c;
+	int err;
+
+	err = op_open(&c, socket_path);
+	if (err)
+		return err;
+	err = op_call(&c, MSG_OP_BROKER, "", 0, 0, 0, sizeof(*out), &rep);
+	if (!err)
+		err = rep.status;
+	if (!err && rep.count != 1)
+		err = -LOCAL_EPROTO;
+	if (!err) {
+		memcpy(out, c.buf + sizeof(rep), sizeof(*out));
+		/* Terminated, whatever the broker sent. */
+		out->version[sizeof(out->version) - 1] = '\0';
+		out->socket_path[sizeof(out->socket_path) - 1] = '\0';
+		out->shm_name[sizeof(out->shm_name) - 1] = '\0';
+		out->http_listen[sizeof(out->http_listen) - 1] = '\0';
+		out->http_socket[sizeof(out->http_socket) - 1] = '\0';
+		out->tcp_listen[sizeof(out->tcp_listen) - 1] = '\0';
+	}
+	op_close(&c);
+	return err;
+}
+
 int local_admin_keys(const char *socket_path, const char *prefix, unsigned flags,
 		     int (*cb)(const char *key, const struct local_key_info *ki,
 			       unsigned key_flags, void *arg),

@@ -89,6 +89,10 @@ int broker_call_find(const char *path, char used[PATHS_LEN], const void *req, si
 int broker_call(const char *path, const void *req, size_t len, struct proto_reply *rep, int *fd,
 		uint64_t deadline_ns);
 
+/* api_op.c: MSG_OP_BROKER, the broker's own facts (shmlock status). An
+ * older broker answers -LOCAL_EPROTO. */
+int op_broker_info(const char *socket_path, struct proto_op_broker *out);
+
 /* api_sem.c: a released hold ends the local_enqueue() request it came from. */
 void api_drop_granted_pending(local_session *s, const char *key, size_t len, uint32_t key_idx);
 

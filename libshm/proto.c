@@ -62,6 +62,7 @@ int proto_decode_request(const void *buf, size_t len, union proto_request *out)
 	case MSG_OP_HOLDERS:
 	case MSG_OP_SESSIONS:
 	case MSG_OP_RESET:
+	case MSG_OP_BROKER:
 		if (len != sizeof(out->op))
 			return -LOCAL_EPROTO;
 		memcpy(&out->op, buf, len);
