@@ -129,6 +129,12 @@ struct broker {
 };
 
 
+/* delay_notes.c: who put a key in lock-delay (MSG_OP_LOCK_DELAY). */
+void delay_notes_init(void);
+/* 0 and *out (pid, how, remaining_ms, name) while @key is in lock-delay
+ * after a lost hold, else -ENOENT. */
+int delay_note_get(const char *key, size_t len, struct proto_op_delay *out);
+
 /* access.c */
 struct ucred;
 int access_parse_ids(const char *s, uint32_t *ids, uint32_t *n);

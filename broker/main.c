@@ -301,6 +301,7 @@ int main(int argc, char **argv)
 	sigprocmask(SIG_BLOCK, &sigs, NULL);
 	urcu_memb_register_thread();
 	b.started_ns = mono_ns();
+	delay_notes_init();
 	err = shm_setup(&b);
 	/* Work done through liblocal (the HTTP API) must not wait for ever on
 	 * a key mutex either: a client may be stopped inside one. */

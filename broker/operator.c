@@ -487,6 +487,22 @@ static int op_sessions(struct broker *b, const struct proto_op *req, struct page
 	return 0;
 }
 
+/* MSG_OP_LOCK_DELAY: who put the key in lock-delay; no record when none. */
+static int op_delay_note(const struct proto_op *req, struct page *p)
+{
+	struct proto_op_delay d, *r;
+
+	memset(&d, 0, sizeof(d));
+	if (delay_note_get(req->key, req->key_len, &d))
+		return 0;
+	r = rec_add(p, sizeof(*r), PROTO_OP_PAGE);
+	if (!r)
+		return -ENOMEM;
+	d.size = r->size;
+	memcpy(r, &d, sizeof(d));
+	return 0;
+}
+
 /* MSG_OP_BROKER: the broker's own facts, for `shmlock status`. */
 static int op_broker(struct broker *b, struct page *p)
 {
@@ -650,6 +666,9 @@ void operator_serve(struct broker *b, int conn, int type, const struct proto_op 
 			break;
 		case MSG_OP_BROKER:
 			err = op_broker(b, &p);
+			break;
+		case MSG_OP_LOCK_DELAY:
+			err = op_delay_note(req, &p);
 			break;
 		default:
 			err = -LOCAL_EPROTO;

@@ -250,6 +250,31 @@ int local_admin_stats(const char *socket_path, struct local_stats *out,
 	return err;
 }
 
+int op_lock_delay(const char *socket_path, const char *key, struct proto_op_delay *out)
+{
+	struct proto_op_reply rep;
+	struct op_conn c;
+	size_t len;
+	int err = key_arg(key, &len, false);
+
+	if (err)
+		return err;
+	err = op_open(&c, socket_path);
+	if (err)
+		return err;
+	err = op_call(&c, MSG_OP_LOCK_DELAY, key, len, 0, 0, sizeof(*out), &rep);
+	if (!err)
+		err = rep.status;
+	if (!err && rep.count != 1)
+		err = rep.count ? -LOCAL_EPROTO : -ENOENT;
+	if (!err) {
+		memcpy(out, c.buf + sizeof(rep), sizeof(*out));
+		out->name[sizeof(out->name) - 1] = '\0';
+	}
+	op_close(&c);
+	return err;
+}
+
 int op_broker_info(const char *socket_path, struct proto_op_broker *out)
 {
 	struct proto_op_reply rep;

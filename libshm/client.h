@@ -92,6 +92,9 @@ int broker_call(const char *path, const void *req, size_t len, struct proto_repl
 /* api_op.c: MSG_OP_BROKER, the broker's own facts (shmlock status). An
  * older broker answers -LOCAL_EPROTO. */
 int op_broker_info(const char *socket_path, struct proto_op_broker *out);
+/* api_op.c: MSG_OP_LOCK_DELAY, who put @key in lock-delay: 0, or -ENOENT
+ * when it is in none the broker knows of. */
+int op_lock_delay(const char *socket_path, const char *key, struct proto_op_delay *out);
 
 /* api_sem.c: a released hold ends the local_enqueue() request it came from. */
 void api_drop_granted_pending(local_session *s, const char *key, size_t len, uint32_t key_idx);

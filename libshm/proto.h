@@ -38,12 +38,13 @@ enum proto_type {
 	MSG_OP_SESSIONS = 14, /* session slots from cursor: proto_op_session */
 	MSG_OP_RESET = 15,    /* reset a quarantined key: no records */
 	MSG_OP_BROKER = 16,   /* the broker itself: one struct proto_op_broker */
+	MSG_OP_LOCK_DELAY = 17, /* why a key is in lock-delay: 0 or 1 proto_op_delay */
 	MSG_REPLY = 100,
 	MSG_OP_REPLY = 101,
 };
 
 #define MSG_OP_FIRST MSG_OP_STATS
-#define MSG_OP_LAST MSG_OP_BROKER
+#define MSG_OP_LAST MSG_OP_LOCK_DELAY
 
 struct proto_hdr {
 	uint32_t magic;
@@ -172,6 +173,19 @@ struct proto_op_broker {
 	char tcp_listen[128];
 	uint32_t flags; /* PROTO_BROKER_* */
 	uint32_t reserved;
+};
+
+/* MSG_OP_LOCK_DELAY: the hold whose loss put the key in lock-delay. */
+#define PROTO_DELAY_LOST 1u	 /* REL_LOST */
+#define PROTO_DELAY_SESSION 2u	 /* REL_SESSION_END: its session ended */
+#define PROTO_DELAY_DIED 0x100u /* ... because its process died */
+struct proto_op_delay {
+	uint32_t size;
+	int32_t pid; /* the process that opened the session */
+	uint32_t how; /* PROTO_DELAY_* */
+	uint32_t reserved;
+	uint64_t remaining_ms;
+	char name[SEG_NAME_MAX];
 };
 
 struct proto_op_stats {
