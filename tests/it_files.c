@@ -425,10 +425,13 @@ TEST(files, a_socket_where_others_can_write_is_refused, 60)
 	CHECK_EQ(broker_refuses(&b, NULL, 10000), EXIT_UNSAFE_PATH);
 	check_secret_untouched(target);
 
-	/* What the broker makes itself. */
+	/* What the broker makes itself (under the runtime directory only:
+	 * it_find.c, socket_dirs_are_made_only_under_the_runtime_dir). */
 	use_socket(&b, "new/deeper/sock");
 	snprintf(path, sizeof(path), "%s/http.sock", b.dir);
+	setenv("XDG_RUNTIME_DIR", b.dir, 1);
 	broker_restart_with(&b, more);
+	unsetenv("XDG_RUNTIME_DIR");
 	snprintf(ww, sizeof(ww), "%s/new", b.dir);
 	CHECK_OK(lstat(ww, &st));
 	CHECK(S_ISDIR(st.st_mode));
