@@ -137,6 +137,17 @@ uint64_t mono_ms(void);
 /* The exit status for a non-zero cli_parse() result. */
 #define CLI_PARSE_EXIT(r) ((r) > 0 ? EXIT_OK : EXIT_USAGE)
 
+/* ---- offline.c: the local_admin_* inspection calls, and when no broker
+ * answers but its keeper still holds the segment, a read-only view of it
+ * (said on stderr): status, keys and info work while the broker is down. */
+int cli_admin_stats(const char *socket, struct local_stats *st, uint32_t *nq);
+int cli_admin_keys(const char *socket, const char *prefix, unsigned flags,
+		   int (*cb)(const char *, const struct local_key_info *, unsigned, void *),
+		   int (*holder_cb)(const char *, const struct local_holder *, void *), void *arg);
+int cli_admin_info(const char *socket, const char *key, struct local_key_info *ki, unsigned *kf);
+int cli_admin_holders(const char *socket, const char *key,
+		      int (*cb)(const struct local_holder *, void *), void *arg);
+
 /* Open a session named @name on the broker of @c; prints the error. */
 int cli_open(const struct cli_common *c, const char *name, local_session **out);
 

@@ -92,11 +92,15 @@ static json_t *names_json(const struct names *l)
 }
 
 /* The broker's own facts (NULL: an older broker that cannot tell). */
-static void print_broker(struct table *t, const struct proto_op_broker *bi)
+static void print_broker(struct table *t, const struct proto_op_broker *bi, bool down)
 {
 	const char *act = bi && (bi->flags & PROTO_BROKER_CONTROL_ACTIVATED) ?
 				  " (socket-activated)" : "";
 
+	if (!bi && down) {
+		row2(t, "broker", "%s", "not running (a read-only view of its segment)");
+		return;
+	}
 	if (!bi) {
 		row2(t, "broker", "%s", "(an older broker: version and endpoints unknown)");
 		return;
@@ -157,7 +161,7 @@ static int print_status(const struct local_stats *st, const struct names *q,
 	if (!t)
 		return EXIT_FAIL;
 	duration_format(st->uptime_ms, up, sizeof(up));
-	print_broker(t, bi);
+	print_broker(t, bi, !st->broker_pid);
 	row2(t, "client", "shmlock %s, liblocal %s", SHMLOCK_VERSION, LIBLOCAL_VERSION);
 	row2(t, "broker pid", "%u", st->broker_pid);
 	row2(t, "uptime", "%s", up);
@@ -234,9 +238,9 @@ int cmd_status(int argc, char **argv)
 	if (nargs)
 		return usage_error("status", "unexpected argument \"%s\"", argv[1]);
 	/* Served by the broker without a session: works with every table full. */
-	err = local_admin_stats(c.socket, &st, &nq);
+	err = cli_admin_stats(c.socket, &st, &nq);
 	if (!err && nq)
-		err = local_admin_keys(c.socket, NULL, LOCAL_KEYS_QUARANTINED, collect_name, NULL,
+		err = cli_admin_keys(c.socket, NULL, LOCAL_KEYS_QUARANTINED, collect_name, NULL,
 				       &q);
 	if (err) {
 		errorf("cannot read the broker's state: %s", cli_strerror(err));
@@ -244,7 +248,7 @@ int cmd_status(int argc, char **argv)
 		return exit_for(err);
 	}
 	/* The broker's own version and endpoints (an older one cannot tell). */
-	have_bi = !op_broker_info(c.socket, &bi);
+	have_bi = st.broker_pid && !op_broker_info(c.socket, &bi);
 	rc = c.json ? json_emit(status_json(&st, &q, have_bi ? &bi : NULL), false)
 		    : print_status(&st, &q, have_bi ? &bi : NULL);
 	names_free(&q);
@@ -386,7 +390,7 @@ int cmd_keys(int argc, char **argv)
 		return usage_error("keys", "unexpected argument \"%s\"", argv[2]);
 	/* Served by the broker without a session: works with every table full.
 	 * Each key's holders come with it, read under the same mutex. */
-	err = local_admin_keys(c.socket, nargs ? argv[1] : NULL,
+	err = cli_admin_keys(c.socket, nargs ? argv[1] : NULL,
 			       quarantined ? LOCAL_KEYS_QUARANTINED : 0, collect_key, collect_holder,
 			       &l);
 	if (err) {
@@ -534,7 +538,7 @@ static int add_holder_at(const struct local_holder *lh, void *arg)
 
 int holders_get_at(const char *socket, const char *key, struct holders *h)
 {
-	int err = local_admin_holders(socket, key, add_holder_at, h);
+	int err = cli_admin_holders(socket, key, add_holder_at, h);
 
 	if (err)
 		errorf("cannot list the holders of %s: %s", key, cli_strerror(err));

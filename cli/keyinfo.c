@@ -130,7 +130,7 @@ int cmd_info(int argc, char **argv)
 		return EXIT_FAIL;
 	/* Served by the broker without a session: works with every table
 	 * full, and shows a quarantined key as such. */
-	err = local_admin_info(c.socket, argv[1], ki, &kf);
+	err = cli_admin_info(c.socket, argv[1], ki, &kf);
 	if (err) {
 		errorf("cannot describe %s: %s", argv[1], cli_strerror(err));
 		rc = exit_for(err);
@@ -174,7 +174,7 @@ int cmd_leader(int argc, char **argv)
 	ki = info_alloc();
 	if (!ki)
 		return EXIT_FAIL;
-	err = local_admin_info(c.socket, key, ki, &kf);
+	err = cli_admin_info(c.socket, key, ki, &kf);
 	if (!err && (kf & LOCAL_KEY_QUARANTINED))
 		err = -LOCAL_ECORRUPT;
 	if (err) {

@@ -409,6 +409,41 @@ TEST(find, status_shows_the_brokers_own_facts, 30)
 	broker_stop(&b);
 }
 
+/* The broker down, its segment kept: status, keys and info read it, and
+ * the holds in it go on working. */
+TEST(find, inspection_works_read_only_while_the_broker_is_down, 40)
+{
+	static char out[OUT_MAX];
+	struct broker_proc b;
+	local_session *s;
+	char cmd[1024];
+
+	broker_start(&b, NULL);
+	s = open_session(&b, "keeps", 0, 0);
+	CHECK_OK(local_lock(s, "ro/k", NULL, NULL));
+	broker_signal_wait(&b, SIGTERM);
+	snprintf(cmd, sizeof(cmd), "SHMLOCK_BROKER_WAIT_MS=0 '%s' keys -socket='%s' 2>&1",
+		 bin("SHMLOCK_CLI_BIN"), b.sock);
+	CHECK_EQ(sh(cmd, out, sizeof(out)), 0);
+	CHECK_HAS(out, "read-only view");
+	CHECK_HAS(out, "ro/k");
+	CHECK_HAS(out, "keeps");
+	snprintf(cmd, sizeof(cmd), "SHMLOCK_BROKER_WAIT_MS=0 '%s' info -socket='%s' ro/k 2>&1",
+		 bin("SHMLOCK_CLI_BIN"), b.sock);
+	CHECK_EQ(sh(cmd, out, sizeof(out)), 0);
+	CHECK_HAS(out, "keeps");
+	snprintf(cmd, sizeof(cmd), "SHMLOCK_BROKER_WAIT_MS=0 '%s' status -json -socket='%s'",
+		 bin("SHMLOCK_CLI_BIN"), b.sock);
+	CHECK_EQ(sh(cmd, out, sizeof(out)), 0);
+	CHECK_HAS(out, "\"broker\": null");
+	CHECK_HAS(out, "\"broker_pid\": 0");
+	/* Nothing was changed: the hold is still ours to release. */
+	CHECK_OK(local_release(s, "ro/k"));
+	CHECK_OK(local_lock(s, "ro/k", &(struct local_acquire_opts){ .timeout_ms = 0 }, NULL));
+	local_session_close(s);
+	broker_stop(&b);
+}
+
 /* ---- the broker: start-up and logs ---- */
 
 TEST(find, socket_dirs_are_made_only_under_the_runtime_dir, 30)
