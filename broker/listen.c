@@ -98,7 +98,7 @@ static int step_into(int dirfd, const char *name, bool last, bool may_create, co
 		if (errno != ENOENT)
 			return -errno;
 		if (!may_create) {
-			*why = "missing, and outside the runtime directory (not created)";
+			*why = "missing (directories are created only below the runtime directory)";
 			return -ENOENT;
 		}
 		if (mkdirat(dirfd, name, 0755) < 0 && errno != EEXIST)

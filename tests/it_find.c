@@ -460,7 +460,7 @@ TEST(find, socket_dirs_are_made_only_under_the_runtime_dir, 30)
 	unsetenv("XDG_RUNTIME_DIR");
 	CHECK(broker_refuses(&b, NULL, 10000) != 0);
 	CHECK_EQ(stat(made, &st), -1);
-	CHECK(broker_log_has(&b, "outside the runtime directory"));
+	CHECK(broker_log_has(&b, "created only below the runtime directory"));
 	/* Under the runtime directory: made, 0755 and ours. */
 	setenv("XDG_RUNTIME_DIR", b.dir, 1);
 	broker_restart(&b);
