@@ -10,11 +10,12 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "broker.h"
 #include "clock.h"
+#include "procinfo.h"
 
 #define DELAY_NOTES 256
 
@@ -30,6 +31,31 @@ struct delay_note {
 static struct delay_note notes[DELAY_NOTES];
 /* The event loop and the lease thread both end holds. */
 static pthread_mutex_t notes_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Is the process that opened @s gone: no such process, a zombie not yet
+ * reaped, or its pid reused by another? */
+static bool died(const struct seg_session *s)
+{
+	char path[64], buf[512], *rp;
+	uint64_t start = 0;
+	FILE *f;
+	size_t n;
+
+	if (s->creator_pid <= 0)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)s->creator_pid);
+	f = fopen(path, "re");
+	if (!f)
+		return true;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	rp = strrchr(buf, ')');
+	if (!rp || rp[1] != ' ' || rp[2] == 'Z' || rp[2] == 'X')
+		return true;
+	return s->start_time && !proc_start_time(s->creator_pid, &start) &&
+	       start != s->start_time;
+}
 
 static void note(const struct seg_key *k, const struct seg_session *s, unsigned how,
 		 uint64_t until_ns)
@@ -56,7 +82,7 @@ static void note(const struct seg_key *k, const struct seg_session *s, unsigned 
 	n->pid = s->creator_pid;
 	n->how = how;
 	/* A dead process, as opposed to a TTL run out or an operator. */
-	if ((how & REL_SESSION_END) && s->creator_pid > 0 && kill(s->creator_pid, 0) < 0)
+	if ((how & REL_SESSION_END) && died(s))
 		n->how |= PROTO_DELAY_DIED;
 	n->key_len = k->key_len;
 	memcpy(n->key, k->key, k->key_len);
