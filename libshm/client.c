@@ -343,7 +343,15 @@ int broker_call_find(const char *path, char used[PATHS_LEN], const void *req, si
 int broker_call(const char *path, const void *req, size_t len, struct proto_reply *rep, int *fd,
 		uint64_t deadline_ns)
 {
-	return broker_call_find(path, NULL, req, len, rep, fd, deadline_ns);
+	int err = broker_call_find(path, NULL, req, len, rep, fd, deadline_ns);
+
+	/* The calls on an open session: the broker was found when it opened,
+	 * so whatever is at its path now, it is gone (a restart, a crash):
+	 * the contract of local_session_close() and the rest says so with
+	 * one code. */
+	if (severity(err) > 0)
+		err = -LOCAL_EBROKER;
+	return err;
 }
 
 /* Map the segment behind @fd once per process; consumes @fd. */

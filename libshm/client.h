@@ -81,7 +81,8 @@ int broker_call_find(const char *path, char used[PATHS_LEN], const void *req, si
 		     struct proto_reply *rep, int *fd, uint64_t deadline_ns);
 
 /*
- * One request/reply exchange with the broker at @path. With @fd non-NULL, a
+ * One request/reply exchange with the broker at @path, the one an open
+ * session found (a lookup's outcome there is -LOCAL_EBROKER: it went away). With @fd non-NULL, a
  * descriptor passed with the reply is returned there (else -1).
  * Returns 0 (then rep->status holds the broker's verdict), a broker_find()
  * error, or -LOCAL_EBROKER, -LOCAL_EVERSION, -LOCAL_EPROTO.
