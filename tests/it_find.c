@@ -204,6 +204,20 @@ TEST(find, each_outcome_has_its_own_code, 30)
 	broker_stop(&b);
 }
 
+/* The lookup codes are for finding a broker: a session's broker that went
+ * away is -LOCAL_EBROKER, as local_session_close() has always said. */
+TEST(find, an_open_sessions_broker_gone_is_still_ebroker, 30)
+{
+	struct broker_proc b;
+	local_session *s;
+
+	broker_start(&b, NULL);
+	s = open_session(&b, "orphan", 0, 0);
+	broker_signal_wait(&b, SIGKILL); /* leaves its socket: refused */
+	CHECK_RC(local_session_close(s), -LOCAL_EBROKER);
+	broker_stop(&b);
+}
+
 TEST(find, socket_mode_refusal_is_not_the_brokers, 30)
 {
 	struct broker_proc b;
