@@ -97,6 +97,7 @@ struct broker {
 	bool seg_rejected; /* the live header no longer validates: no new sessions */
 	bool owns_segment; /* holds the flock that makes it ours alone */
 	bool served;	   /* reached the event loop */
+	bool created_segment; /* shm.c: made by this run, not adopted */
 	int listen_fd;
 	bool listen_owned; /* we bound it (not socket-activated): unlink at exit */
 	struct conns *conns; /* conns.c: connections yet to send their request */
@@ -128,6 +129,12 @@ struct broker {
 };
 
 
+/* delay_notes.c: who put a key in lock-delay (MSG_OP_LOCK_DELAY). */
+void delay_notes_init(void);
+/* 0 and *out (pid, how, remaining_ms, name) while @key is in lock-delay
+ * after a lost hold, else -ENOENT. */
+int delay_note_get(const char *key, size_t len, struct proto_op_delay *out);
+
 /* access.c */
 struct ucred;
 int access_parse_ids(const char *s, uint32_t *ids, uint32_t *n);
@@ -138,6 +145,8 @@ int access_check(const struct broker *b, int conn, const struct ucred *cred);
 /* log.c: stderr with sd-daemon priority prefixes, which journald parses. */
 void blog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void blog_set_level(int level);
+/* Is stderr the journal ($JOURNAL_STREAM matches it)? Else lines are stamped. */
+bool blog_to_journal(void);
 int blog_parse_level(const char *s);
 /* Lines of one format beyond this many a second are counted, not written. */
 #define BLOG_SIMILAR_BURST 100
@@ -175,6 +184,8 @@ void listen_teardown(struct broker *b);
  * answers there. @what names the socket in the log. Returns the bound fd.
  */
 int safe_bind_unix(struct broker *b, const char *path, int type, const char *what);
+/* 1 when every address [HOST:]PORT @spec binds to is a loopback one. */
+int listen_spec_loopback(const char *spec);
 /* A listening, non-blocking TCP socket on [HOST:]PORT (listen.c). */
 int listen_tcp_spec(const char *spec, const char *flag, const char *what);
 /* The socket-activated stream socket named @name ("http", "tcp"), made

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "broker.h"
+#include "paths.h"
 
 /*
  * The passed socket named "control", else the only listening SOCK_SEQPACKET
@@ -84,8 +87,9 @@ static int unsafe_dir(const struct stat *st, bool last, const char **why)
 	return -EPERM;
 }
 
-/* Step from @dirfd into @name (created if missing); returns an O_PATH fd. */
-static int step_into(int dirfd, const char *name, bool last, const char **why)
+/* Step from @dirfd into @name (created if missing and @may_create); returns
+ * an O_PATH fd. */
+static int step_into(int dirfd, const char *name, bool last, bool may_create, const char **why)
 {
 	struct stat st;
 	int fd;
@@ -93,6 +97,10 @@ static int step_into(int dirfd, const char *name, bool last, const char **why)
 	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 		if (errno != ENOENT)
 			return -errno;
+		if (!may_create) {
+			*why = "missing (directories are created only below the runtime directory)";
+			return -ENOENT;
+		}
 		if (mkdirat(dirfd, name, 0755) < 0 && errno != EEXIST)
 			return -errno;
 		/* Opened without following links: the directory we made. */
@@ -117,6 +125,23 @@ static int step_into(int dirfd, const char *name, bool last, const char **why)
 		return -EPERM;
 	}
 	return fd;
+}
+
+/* Below the runtime directory ($XDG_RUNTIME_DIR, else /run for root and
+ * /run/user/UID for others): where the broker may create directories. A
+ * --socket elsewhere must name a directory that exists: a typo must not
+ * leave a tree of ours in /var or /home. */
+static bool may_create(const char *path)
+{
+	char rt[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	size_t n;
+
+	if (paths_runtime_dir(rt, sizeof(rt)) || rt[0] != '/')
+		return false;
+	n = strlen(rt);
+	while (n > 1 && rt[n - 1] == '/')
+		rt[--n] = '\0';
+	return !strncmp(path, rt, n) && path[n] == '/' && !strstr(path + n, "/..");
 }
 
 /*
@@ -148,7 +173,7 @@ static int open_safe_dir(const char *dir, char *bad, size_t bad_size, const char
 		while (next && *next == '/')
 			next++;
 		snprintf(bad, bad_size, "%.*s%s", (int)(p - buf), dir, p);
-		nfd = step_into(fd, p, !next || !*next, why);
+		nfd = step_into(fd, p, !next || !*next, may_create(bad), why);
 		close(fd);
 		if (nfd < 0)
 			return nfd;
@@ -209,6 +234,11 @@ int safe_bind_unix(struct broker *b, const char *path, int type, const char *wha
 	dirfd = open_safe_dir(dir, bad, sizeof(bad), &why);
 	if (dirfd == -EPERM)
 		return refuse(b, what, path, bad, why);
+	if (dirfd == -ENOENT && strstr(why, "runtime directory")) {
+		blog(LOG_ERR, "cannot bind %s %s: %s is %s; create it first, or use a path "
+		     "under the runtime directory", what, path, bad, why);
+		return dirfd;
+	}
 	if (dirfd < 0) {
 		blog(LOG_ERR, "cannot reach the directory of %s %s: %s", what, path,
 		     strerror(-dirfd));
@@ -292,28 +322,20 @@ void listen_teardown(struct broker *b)
 	b->listen_fd = -1;
 }
 
-/*
- * A listening TCP socket for @spec, [HOST:]PORT (HOST defaults to 127.0.0.1;
- * an IPv6 address in brackets), non-blocking. @flag and @what name it in
- * errors. The fd, or a negative errno.
- */
-int listen_tcp_spec(const char *spec, const char *flag, const char *what)
+/* Split [HOST:]PORT (HOST defaults to 127.0.0.1; IPv6 in brackets). */
+static int split_spec(const char *spec, char *host, size_t hsize, char *port, size_t psize)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
-	struct addrinfo *ai = NULL;
-	char host[128] = "127.0.0.1", port[16];
 	const char *colon = strrchr(spec, ':');
-	int fd, err, one = 1;
 
+	snprintf(host, hsize, "127.0.0.1");
 	if (!colon) {
-		if (strlen(spec) >= sizeof(port))
+		if (strlen(spec) >= psize)
 			return -EINVAL;
 		strcpy(port, spec);
 	} else {
 		size_t n = (size_t)(colon - spec);
 
-		if (n >= sizeof(host) || strlen(colon + 1) >= sizeof(port))
+		if (n >= hsize || strlen(colon + 1) >= psize)
 			return -EINVAL;
 		if (n) {
 			memcpy(host, spec, n);
@@ -325,6 +347,54 @@ int listen_tcp_spec(const char *spec, const char *flag, const char *what)
 		}
 		strcpy(port, colon + 1);
 	}
+	return 0;
+}
+
+int listen_spec_loopback(const char *spec)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	struct addrinfo *ai = NULL, *a;
+	char host[128], port[16];
+	int loop = 1;
+
+	if (split_spec(spec, host, sizeof(host), port, sizeof(port)) ||
+	    getaddrinfo(host, port, &hints, &ai))
+		return 0; /* not ours to judge: listen_tcp_spec() says why */
+	for (a = ai; a; a = a->ai_next) {
+		if (a->ai_family == AF_INET) {
+			const struct sockaddr_in *in = (const void *)a->ai_addr;
+
+			loop &= (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+		} else if (a->ai_family == AF_INET6) {
+			const struct sockaddr_in6 *in6 = (const void *)a->ai_addr;
+			const uint8_t *v = in6->sin6_addr.s6_addr;
+
+			loop &= IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) ||
+				(IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && v[12] == 127);
+		} else {
+			loop = 0;
+		}
+	}
+	freeaddrinfo(ai);
+	return loop;
+}
+
+/*
+ * A listening TCP socket for @spec, [HOST:]PORT (HOST defaults to 127.0.0.1;
+ * an IPv6 address in brackets), non-blocking. @flag and @what name it in
+ * errors. The fd, or a negative errno.
+ */
+int listen_tcp_spec(const char *spec, const char *flag, const char *what)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	struct addrinfo *ai = NULL;
+	char host[128], port[16];
+	int fd, err, one = 1;
+
+	if (split_spec(spec, host, sizeof(host), port, sizeof(port)))
+		return -EINVAL;
 	err = getaddrinfo(host, port, &hints, &ai);
 	if (err) {
 		blog(LOG_ERR, "%s %s: %s", flag, spec, gai_strerror(err));

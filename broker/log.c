@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
  * Logging to stderr. Lines start with "<N>" (sd-daemon(3) priorities) when
- * JOURNAL_STREAM is set (systemd connected stderr to the journal), so
- * journald files them at the right level.
+ * stderr is the journal (JOURNAL_STREAM names stderr's device and inode, as
+ * systemd.exec(5) says to check), so journald files them at the right level
+ * and stamps them itself. Anywhere else (a terminal, a file, a pipe to
+ * another logger) each line carries its own UTC timestamp.
  *
  * Two defences live here, in the one output path every line takes:
  *
@@ -23,7 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <syslog.h>
+#include <time.h>
 
 #include "broker.h"
 #include "clock.h"
@@ -123,17 +127,39 @@ size_t blog_escape(const char *in, char *out, size_t size)
 	return o;
 }
 
+bool blog_to_journal(void)
+{
+	static int journal = -1;
+	const char *env;
+	unsigned long long dev, ino;
+	struct stat st;
+
+	if (journal >= 0)
+		return journal;
+	env = getenv("JOURNAL_STREAM");
+	journal = env && sscanf(env, "%llu:%llu", &dev, &ino) == 2 && fstat(2, &st) == 0 &&
+		  (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+	return journal;
+}
+
 static void emit(int level, const char *line)
 {
 	static const char *const tags[] = { "emerg", "alert", "crit", "error",
 					    "warning", "notice", "info", "debug" };
-	char safe[4096];
+	char safe[4096], stamp[40];
+	struct timespec ts;
+	struct tm tm;
 
 	blog_escape(line, safe, sizeof(safe));
-	if (getenv("JOURNAL_STREAM"))
+	if (blog_to_journal()) {
 		fprintf(stderr, "<%d>%s\n", level, safe);
-	else
-		fprintf(stderr, "shmlockd: %s: %s\n", tags[level & 7], safe);
+		return;
+	}
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+	fprintf(stderr, "%s.%03ldZ shmlockd: %s: %s\n", stamp, ts.tv_nsec / 1000000,
+		tags[level & 7], safe);
 }
 
 /* ---- repeated lines ------------------------------------------------------ */

@@ -92,15 +92,21 @@ static int handle_open(struct broker *b, int conn, const struct proto_open *req,
 	return err;
 }
 
-/* Operator actions: the same peers as may open sessions. */
-static int operator_allowed(struct broker *b, int conn)
+/* Operator actions: the same peers as may open sessions. Logged with the
+ * operator's uid and pid (J2, issue 12: who did it, for the audit trail),
+ * before the action's own lines. */
+static int operator_allowed(struct broker *b, int conn, const char *what, const char *arg)
 {
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
+	int err;
 
 	if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
 		return -LOCAL_EDENIED;
-	return access_check(b, conn, &cred);
+	err = access_check(b, conn, &cred);
+	blog(err ? LOG_WARNING : LOG_NOTICE, "operator request %s %s from uid %u, pid %d%s", what,
+	     arg, (unsigned)cred.uid, (int)cred.pid, err ? ": refused" : "");
+	return err;
 }
 
 /*
@@ -166,6 +172,7 @@ void loop_handle_conn(struct broker *b, int conn)
 	char buf[PROTO_MAX_MSG + 1];
 	union proto_request req;
 	struct proto_reply rep;
+	char what[2 * LOCAL_KEY_MAX + 2];
 	ssize_t n;
 	int type, fd = -1;
 
@@ -196,12 +203,14 @@ void loop_handle_conn(struct broker *b, int conn)
 			rep.status = bind_allowed(b, conn, &req.bind);
 			break;
 		case MSG_DESTROY:
-			rep.status = operator_allowed(b, conn);
+			hex_encode(req.sid.id, sizeof(req.sid.id), what);
+			rep.status = operator_allowed(b, conn, "to destroy session", what);
 			if (!rep.status)
 				rep.status = session_close_id(b, req.sid.id, false);
 			break;
 		case MSG_FORCE_RELEASE:
-			rep.status = operator_allowed(b, conn);
+			snprintf(what, sizeof(what), "%.*s", (int)req.force.key_len, req.force.key);
+			rep.status = operator_allowed(b, conn, "to force-release", what);
 			if (!rep.status)
 				rep.status = force_release(b, &req.force);
 			break;

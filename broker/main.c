@@ -28,7 +28,9 @@ static const char usage_text[] =
 	"  --socket PATH           control socket (default: $SHMLOCK_SOCKET, else\n"
 	"                          /run/shmlock/shmlockd.sock for root, else\n"
 	"                          $XDG_RUNTIME_DIR/shmlock/shmlockd.sock, else\n"
-	"                          /tmp/shmlock-UID/shmlockd.sock)\n"
+	"                          /run/user/UID/shmlock/shmlockd.sock); missing\n"
+	"                          directories are created only under the runtime\n"
+	"                          directory ($XDG_RUNTIME_DIR, else /run for root)\n"
 	"  --shm-name NAME         the segment's label (a sealed memfd, kept by a\n"
 	"                          keeper at SOCKET.keep; default /shmlock for root,\n"
 	"                          /shmlock-UID otherwise)\n"
@@ -253,6 +255,25 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 	return 0;
 }
 
+/*
+ * --http-insecure-no-auth and --tcp-insecure-no-auth say "every local user
+ * may take any lock". On an address other than loopback that is every host
+ * that can reach it too: say so at start, where an operator looks.
+ */
+static void warn_exposed(const struct broker_opts *o)
+{
+	if (o->http.listen[0] && !o->http.auth_token[0] && o->http.insecure_no_auth &&
+	    !listen_spec_loopback(o->http.listen))
+		blog(LOG_WARNING, "--http-listen %s is not a loopback address and "
+		     "--http-insecure-no-auth is set: every host that reaches it may take, "
+		     "release and read any lock; set --auth-token-file", o->http.listen);
+	if (o->tcp.listen[0] && !o->http.auth_token[0] && o->tcp.insecure_no_auth &&
+	    !listen_spec_loopback(o->tcp.listen))
+		blog(LOG_WARNING, "--tcp-listen %s is not a loopback address and "
+		     "--tcp-insecure-no-auth is set: every host that reaches it may take and "
+		     "release any lock; set --auth-token-file", o->tcp.listen);
+}
+
 int main(int argc, char **argv)
 {
 	struct broker b;
@@ -269,6 +290,7 @@ int main(int argc, char **argv)
 	blog_set_level(b.opts.log_level);
 	if (b.opts.check)
 		return check_segment(&b.opts);
+	warn_exposed(&b.opts);
 	/* Before any thread exists (liburcu starts one in sessions_init()):
 	 * a thread created with these unblocked could take a SIGTERM sent
 	 * right after READY=1 and die of it instead of the loop reading it. */
@@ -279,6 +301,7 @@ int main(int argc, char **argv)
 	sigprocmask(SIG_BLOCK, &sigs, NULL);
 	urcu_memb_register_thread();
 	b.started_ns = mono_ns();
+	delay_notes_init();
 	err = shm_setup(&b);
 	/* Work done through liblocal (the HTTP API) must not wait for ever on
 	 * a key mutex either: a client may be stopped inside one. */

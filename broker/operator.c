@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <syslog.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "keyreset.h"
@@ -486,6 +487,53 @@ static int op_sessions(struct broker *b, const struct proto_op *req, struct page
 	return 0;
 }
 
+/* MSG_OP_LOCK_DELAY: who put the key in lock-delay; no record when none. */
+static int op_delay_note(const struct proto_op *req, struct page *p)
+{
+	struct proto_op_delay d, *r;
+
+	memset(&d, 0, sizeof(d));
+	if (delay_note_get(req->key, req->key_len, &d))
+		return 0;
+	r = rec_add(p, sizeof(*r), PROTO_OP_PAGE);
+	if (!r)
+		return -ENOMEM;
+	d.size = r->size;
+	memcpy(r, &d, sizeof(d));
+	return 0;
+}
+
+/* MSG_OP_BROKER: the broker's own facts, for `shmlock status`. */
+static int op_broker(struct broker *b, struct page *p)
+{
+	struct proto_op_broker *r = rec_add(p, sizeof(*r), PROTO_OP_PAGE);
+
+	if (!r)
+		return -ENOMEM;
+	r->seg_abi = SEG_ABI;
+	r->proto_version = PROTO_VERSION;
+	r->broker_pid = (uint32_t)getpid();
+	r->uptime_ms = (mono_ns() - b->started_ns) / 1000000;
+	snprintf(r->version, sizeof(r->version), "%s", SHMLOCK_VERSION);
+	snprintf(r->socket_path, sizeof(r->socket_path), "%s", b->opts.socket_path);
+	snprintf(r->shm_name, sizeof(r->shm_name), "%s", b->opts.shm_name);
+	snprintf(r->http_listen, sizeof(r->http_listen), "%s", b->http ? b->opts.http.listen : "");
+	snprintf(r->http_socket, sizeof(r->http_socket), "%s",
+		 b->http ? b->opts.http.unix_path : "");
+	snprintf(r->tcp_listen, sizeof(r->tcp_listen), "%s", b->tcp ? b->opts.tcp.listen : "");
+	if (b->tcp && b->opts.tcp.tls_cert[0])
+		r->flags |= PROTO_BROKER_TCP_TLS;
+	if (b->opts.http.auth_token[0])
+		r->flags |= PROTO_BROKER_AUTH_TOKEN;
+	if (b->http && !b->opts.http.listen[0] && !b->opts.http.unix_path[0])
+		r->flags |= PROTO_BROKER_HTTP_ACTIVATED;
+	if (b->tcp && !b->opts.tcp.listen[0])
+		r->flags |= PROTO_BROKER_TCP_ACTIVATED;
+	if (!b->listen_owned)
+		r->flags |= PROTO_BROKER_CONTROL_ACTIVATED;
+	return 0;
+}
+
 static int op_stats(struct broker *b, struct page *p)
 {
 	const struct segment *seg = &b->seg;
@@ -615,6 +663,12 @@ void operator_serve(struct broker *b, int conn, int type, const struct proto_op 
 			break;
 		case MSG_OP_RESET:
 			err = op_reset(b, req, &cred);
+			break;
+		case MSG_OP_BROKER:
+			err = op_broker(b, &p);
+			break;
+		case MSG_OP_LOCK_DELAY:
+			err = op_delay_note(req, &p);
 			break;
 		default:
 			err = -LOCAL_EPROTO;

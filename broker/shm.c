@@ -545,6 +545,7 @@ static int create(struct broker *b)
 {
 	int err = create_new(b);
 
+	b->created_segment = !err;
 	if (!err)
 		err = claim(b);
 	if (!err)
@@ -633,7 +634,14 @@ void shm_teardown(struct broker *b)
 		close(b->keep_fd);
 	if (b->lock_fd >= 0)
 		close(b->lock_fd);
-	/* Only a broker that owned and served the segment may end it. */
-	if (b->opts.destroy_segment_on_exit && b->owns_segment && b->served)
+	/* Only a broker that owned and served the segment may end it; or one
+	 * that made it for this run and failed to start (a socket taken, say):
+	 * nobody can have used it, and it must not outlive us unused. */
+	if (b->opts.destroy_segment_on_exit && b->owns_segment && b->served) {
 		keeper_stop(b);
+	} else if (b->created_segment && b->owns_segment && !b->served) {
+		blog(LOG_NOTICE, "start-up failed: dropping segment %s, created for this run",
+		     b->opts.shm_name);
+		keeper_stop(b);
+	}
 }

@@ -44,7 +44,7 @@ int cmd_release(int argc, char **argv)
 	else if (err == -LOCAL_ESESSION && holder)
 		errorf("no session %s", holder);
 	else if (err)
-		errorf("cannot release %s: %s", argv[1], local_strerror(err));
+		errorf("cannot release %s: %s", argv[1], cli_strerror(err));
 	return err ? exit_for(err) : EXIT_OK;
 }
 
@@ -72,7 +72,7 @@ int cmd_session(int argc, char **argv)
 	if (err == -LOCAL_ESESSION)
 		errorf("no session %s", argv[2]);
 	else if (err)
-		errorf("cannot destroy session %s: %s", argv[2], local_strerror(err));
+		errorf("cannot destroy session %s: %s", argv[2], cli_strerror(err));
 	return err ? exit_for(err) : EXIT_OK;
 }
 
@@ -95,6 +95,6 @@ int cmd_reset(int argc, char **argv)
 	else if (err == -ETIMEDOUT)
 		errorf("cannot reset %s now: a process holds the key table; try again", argv[1]);
 	else if (err)
-		errorf("cannot reset %s: %s", argv[1], local_strerror(err));
+		errorf("cannot reset %s: %s", argv[1], cli_strerror(err));
 	return err ? exit_for(err) : EXIT_OK;
 }

@@ -37,9 +37,17 @@ enum {
 };
 
 /* The exit status for a failure of liblocal @err (negative): EXIT_UNAVAILABLE
- * when it says the broker could not be reached, refused us or speaks another
- * version (LOCAL_EBROKER, LOCAL_EDENIED, LOCAL_EVERSION), else EXIT_FAIL. */
+ * when it says the broker could not be found or reached (broker_missing()),
+ * refused us or speaks another version (LOCAL_EDENIED, LOCAL_EVERSION), else
+ * EXIT_FAIL. */
 int exit_for(int err);
+/* @err says no broker was reached: LOCAL_EBROKER, or a lookup's outcome
+ * (LOCAL_ENOSOCKET, LOCAL_EREFUSED, LOCAL_ENOTSOCK, LOCAL_EACCESS,
+ * LOCAL_EUNSAFE). */
+bool broker_missing(int err);
+/* local_strerror(@err), and for broker_missing() errors every path this
+ * thread's last lookup tried and what it found there. */
+const char *cli_strerror(int err);
 
 /* ---- args.c: Go-style flags (-name=value, -name value, --name=value) ---- */
 
@@ -128,6 +136,17 @@ int cli_parse(const char *cmd, struct flag *flags, int argc, char **argv, int *n
 uint64_t mono_ms(void);
 /* The exit status for a non-zero cli_parse() result. */
 #define CLI_PARSE_EXIT(r) ((r) > 0 ? EXIT_OK : EXIT_USAGE)
+
+/* ---- offline.c: the local_admin_* inspection calls, and when no broker
+ * answers but its keeper still holds the segment, a read-only view of it
+ * (said on stderr): status, keys and info work while the broker is down. */
+int cli_admin_stats(const char *socket, struct local_stats *st, uint32_t *nq);
+int cli_admin_keys(const char *socket, const char *prefix, unsigned flags,
+		   int (*cb)(const char *, const struct local_key_info *, unsigned, void *),
+		   int (*holder_cb)(const char *, const struct local_holder *, void *), void *arg);
+int cli_admin_info(const char *socket, const char *key, struct local_key_info *ki, unsigned *kf);
+int cli_admin_holders(const char *socket, const char *key,
+		      int (*cb)(const struct local_holder *, void *), void *arg);
 
 /* Open a session named @name on the broker of @c; prints the error. */
 int cli_open(const struct cli_common *c, const char *name, local_session **out);

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 /* What the inspection and administration commands share: flags, session. */
+#include <stdio.h>
 #include <time.h>
 
 #include "cli.h"
+#include "client.h"
 
 uint64_t mono_ms(void)
 {
@@ -21,6 +23,32 @@ int cli_parse(const char *cmd, struct flag *flags, int argc, char **argv, int *n
 	return r;
 }
 
+bool broker_missing(int err)
+{
+	switch (err) {
+	case -LOCAL_EBROKER:
+	case -LOCAL_ENOSOCKET:
+	case -LOCAL_EREFUSED:
+	case -LOCAL_ENOTSOCK:
+	case -LOCAL_EACCESS:
+	case -LOCAL_EUNSAFE:
+		return true;
+	default:
+		return false;
+	}
+}
+
+const char *cli_strerror(int err)
+{
+	static __thread char buf[sizeof(struct lookup_report) + 64];
+	char tried[sizeof(struct lookup_report)];
+
+	if (!broker_missing(err) || broker_lookup_text(tried, sizeof(tried)))
+		return local_strerror(err);
+	snprintf(buf, sizeof(buf), "%s (%s)", local_strerror(err), tried);
+	return buf;
+}
+
 int cli_open(const struct cli_common *c, const char *name, local_session **out)
 {
 	struct local_session_opts o;
@@ -31,19 +59,13 @@ int cli_open(const struct cli_common *c, const char *name, local_session **out)
 	o.name = name;
 	err = local_session_open(&o, out);
 	if (err)
-		errorf("cannot open a session with the broker%s%s: %s", c->socket ? " at " : "",
-		       c->socket ? c->socket : "", local_strerror(err));
+		errorf("cannot open a session with the broker: %s", cli_strerror(err));
 	return err;
 }
 
 int exit_for(int err)
 {
-	switch (err) {
-	case -LOCAL_EBROKER:
-	case -LOCAL_EDENIED:
-	case -LOCAL_EVERSION:
+	if (broker_missing(err) || err == -LOCAL_EDENIED || err == -LOCAL_EVERSION)
 		return EXIT_UNAVAILABLE;
-	default:
-		return EXIT_FAIL;
-	}
+	return EXIT_FAIL;
 }

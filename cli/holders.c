@@ -28,7 +28,7 @@ int holders_get(local_session *s, const char *key, struct holders *h)
 	int err = local_holders(s, key, add_holder, h);
 
 	if (err)
-		errorf("cannot list the holders of %s: %s", key, local_strerror(err));
+		errorf("cannot list the holders of %s: %s", key, cli_strerror(err));
 	return err;
 }
 

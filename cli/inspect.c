@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "client.h"
 
 #define STR_(x)		 #x
 #define STR(x)		 STR_(x)
@@ -90,7 +91,69 @@ static json_t *names_json(const struct names *l)
 	return a;
 }
 
-static int print_status(const struct local_stats *st, const struct names *q)
+/* The broker's own facts (NULL: an older broker that cannot tell). */
+static void print_broker(struct table *t, const struct proto_op_broker *bi, bool down)
+{
+	const char *act = bi && (bi->flags & PROTO_BROKER_CONTROL_ACTIVATED) ?
+				  " (socket-activated)" : "";
+
+	if (!bi && down) {
+		row2(t, "broker", "%s", "not running (a read-only view of its segment)");
+		return;
+	}
+	if (!bi) {
+		row2(t, "broker", "%s", "(an older broker: version and endpoints unknown)");
+		return;
+	}
+	row2(t, "broker", "shmlockd %s", bi->version);
+	table_add(t, (const char *const[]){ "socket", bi->socket_path });
+	table_add(t, (const char *const[]){ "segment", bi->shm_name });
+	if (*act)
+		row2(t, "control socket", "%s", "socket-activated");
+	row2(t, "segment ABI", "%u (protocol %u)", bi->seg_abi, bi->proto_version);
+	if (bi->http_listen[0] || bi->http_socket[0] || (bi->flags & PROTO_BROKER_HTTP_ACTIVATED)) {
+		char http[300];
+
+		snprintf(http, sizeof(http), "%s%s%s%s%s%s",
+			 bi->http_listen[0] ? "http://" : "", bi->http_listen,
+			 bi->http_listen[0] && bi->http_socket[0] ? ", " : "",
+			 bi->http_socket[0] ? "unix:" : "", bi->http_socket,
+			 bi->flags & PROTO_BROKER_HTTP_ACTIVATED ? "socket-activated" : "");
+		table_add(t, (const char *const[]){ "http", http });
+	} else {
+		row2(t, "http", "%s", "off");
+	}
+	if (bi->tcp_listen[0] || (bi->flags & PROTO_BROKER_TCP_ACTIVATED))
+		row2(t, "tcp", "%s%s", bi->tcp_listen[0] ? bi->tcp_listen : "socket-activated",
+		     bi->flags & PROTO_BROKER_TCP_TLS ? " (TLS)" : "");
+	else
+		row2(t, "tcp", "%s", "off");
+	if (bi->http_listen[0] || bi->tcp_listen[0] ||
+	    (bi->flags & (PROTO_BROKER_HTTP_ACTIVATED | PROTO_BROKER_TCP_ACTIVATED)))
+		row2(t, "auth token", "%s", bi->flags & PROTO_BROKER_AUTH_TOKEN ? "required" : "none");
+}
+
+static json_t *broker_json(const struct proto_op_broker *bi)
+{
+	if (!bi)
+		return json_null();
+	return json_pack("{s:s, s:I, s:s, s:s, s:b, s:I, s:I, s:{s:s?, s:s?, s:b}, "
+			 "s:{s:s?, s:b, s:b}, s:b}",
+			 "version", bi->version, "pid", (json_int_t)bi->broker_pid,
+			 "socket", bi->socket_path, "segment", bi->shm_name, "socket_activated",
+			 (int)!!(bi->flags & PROTO_BROKER_CONTROL_ACTIVATED), "segment_abi",
+			 (json_int_t)bi->seg_abi, "protocol", (json_int_t)bi->proto_version,
+			 "http", "listen", bi->http_listen[0] ? bi->http_listen : NULL, "socket",
+			 bi->http_socket[0] ? bi->http_socket : NULL, "socket_activated",
+			 (int)!!(bi->flags & PROTO_BROKER_HTTP_ACTIVATED), "tcp", "listen",
+			 bi->tcp_listen[0] ? bi->tcp_listen : NULL, "tls",
+			 (int)!!(bi->flags & PROTO_BROKER_TCP_TLS), "socket_activated",
+			 (int)!!(bi->flags & PROTO_BROKER_TCP_ACTIVATED), "auth_token",
+			 (int)!!(bi->flags & PROTO_BROKER_AUTH_TOKEN));
+}
+
+static int print_status(const struct local_stats *st, const struct names *q,
+			const struct proto_op_broker *bi)
 {
 	struct table *t = table_new(2, NULL);
 	char up[32];
@@ -98,7 +161,8 @@ static int print_status(const struct local_stats *st, const struct names *q)
 	if (!t)
 		return EXIT_FAIL;
 	duration_format(st->uptime_ms, up, sizeof(up));
-	row2(t, "version", "shmlock %s, liblocal %s", SHMLOCK_VERSION, LIBLOCAL_VERSION);
+	print_broker(t, bi, !st->broker_pid);
+	row2(t, "client", "shmlock %s, liblocal %s", SHMLOCK_VERSION, LIBLOCAL_VERSION);
 	row2(t, "broker pid", "%u", st->broker_pid);
 	row2(t, "uptime", "%s", up);
 	row2(t, "sessions", "%u / %u", st->sessions, st->max_sessions);
@@ -128,7 +192,8 @@ static int print_status(const struct local_stats *st, const struct names *q)
 	return EXIT_OK;
 }
 
-static json_t *status_json(const struct local_stats *st, const struct names *q)
+static json_t *status_json(const struct local_stats *st, const struct names *q,
+			   const struct proto_op_broker *bi)
 {
 	json_t *j = json_pack(
 		"{s:s, s:s, s:I, s:I, s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I},"
@@ -148,7 +213,8 @@ static json_t *status_json(const struct local_stats *st, const struct names *q)
 		"sessions_opened", (json_int_t)st->sessions_opened, "sessions_closed",
 		(json_int_t)st->sessions_closed);
 
-	if (j && json_object_set_new(j, "quarantined_keys", names_json(q))) {
+	if (j && (json_object_set_new(j, "quarantined_keys", names_json(q)) ||
+		  json_object_set_new(j, "broker", broker_json(bi)))) {
 		json_decref(j);
 		return NULL;
 	}
@@ -160,9 +226,11 @@ int cmd_status(int argc, char **argv)
 	struct cli_common c = { 0 };
 	struct flag flags[] = { CLI_FLAG_JSON(&c), CLI_FLAG_SOCKET(&c), CLI_FLAGS_END };
 	struct names q = { NULL, 0 };
+	struct proto_op_broker bi;
 	struct local_stats st;
 	uint32_t nq = 0;
 	int nargs, r, err, rc;
+	bool have_bi;
 
 	r = cli_parse("status", flags, argc, argv, &nargs);
 	if (r)
@@ -170,16 +238,19 @@ int cmd_status(int argc, char **argv)
 	if (nargs)
 		return usage_error("status", "unexpected argument \"%s\"", argv[1]);
 	/* Served by the broker without a session: works with every table full. */
-	err = local_admin_stats(c.socket, &st, &nq);
+	err = cli_admin_stats(c.socket, &st, &nq);
 	if (!err && nq)
-		err = local_admin_keys(c.socket, NULL, LOCAL_KEYS_QUARANTINED, collect_name, NULL,
+		err = cli_admin_keys(c.socket, NULL, LOCAL_KEYS_QUARANTINED, collect_name, NULL,
 				       &q);
 	if (err) {
-		errorf("cannot read the broker's state: %s", local_strerror(err));
+		errorf("cannot read the broker's state: %s", cli_strerror(err));
 		names_free(&q);
 		return exit_for(err);
 	}
-	rc = c.json ? json_emit(status_json(&st, &q), false) : print_status(&st, &q);
+	/* The broker's own version and endpoints (an older one cannot tell). */
+	have_bi = st.broker_pid && !op_broker_info(c.socket, &bi);
+	rc = c.json ? json_emit(status_json(&st, &q, have_bi ? &bi : NULL), false)
+		    : print_status(&st, &q, have_bi ? &bi : NULL);
 	names_free(&q);
 	return rc;
 }
@@ -319,11 +390,11 @@ int cmd_keys(int argc, char **argv)
 		return usage_error("keys", "unexpected argument \"%s\"", argv[2]);
 	/* Served by the broker without a session: works with every table full.
 	 * Each key's holders come with it, read under the same mutex. */
-	err = local_admin_keys(c.socket, nargs ? argv[1] : NULL,
+	err = cli_admin_keys(c.socket, nargs ? argv[1] : NULL,
 			       quarantined ? LOCAL_KEYS_QUARANTINED : 0, collect_key, collect_holder,
 			       &l);
 	if (err) {
-		errorf("cannot list the keys: %s", local_strerror(err));
+		errorf("cannot list the keys: %s", cli_strerror(err));
 		rc = exit_for(err);
 		goto out;
 	}
@@ -437,7 +508,7 @@ int cmd_sessions(int argc, char **argv)
 	/* Served by the broker without a session: works with every table full. */
 	err = local_admin_sessions(c.socket, collect_session, &l);
 	if (err) {
-		errorf("cannot list the sessions: %s", local_strerror(err));
+		errorf("cannot list the sessions: %s", cli_strerror(err));
 		rc = exit_for(err);
 	} else {
 		rc = c.json ? json_emit(sessions_json(&l), false) : print_sessions(&l);
@@ -467,10 +538,10 @@ static int add_holder_at(const struct local_holder *lh, void *arg)
 
 int holders_get_at(const char *socket, const char *key, struct holders *h)
 {
-	int err = local_admin_holders(socket, key, add_holder_at, h);
+	int err = cli_admin_holders(socket, key, add_holder_at, h);
 
 	if (err)
-		errorf("cannot list the holders of %s: %s", key, local_strerror(err));
+		errorf("cannot list the holders of %s: %s", key, cli_strerror(err));
 	return err;
 }
 

@@ -130,9 +130,9 @@ int cmd_info(int argc, char **argv)
 		return EXIT_FAIL;
 	/* Served by the broker without a session: works with every table
 	 * full, and shows a quarantined key as such. */
-	err = local_admin_info(c.socket, argv[1], ki, &kf);
+	err = cli_admin_info(c.socket, argv[1], ki, &kf);
 	if (err) {
-		errorf("cannot describe %s: %s", argv[1], local_strerror(err));
+		errorf("cannot describe %s: %s", argv[1], cli_strerror(err));
 		rc = exit_for(err);
 		goto out;
 	}
@@ -174,11 +174,11 @@ int cmd_leader(int argc, char **argv)
 	ki = info_alloc();
 	if (!ki)
 		return EXIT_FAIL;
-	err = local_admin_info(c.socket, key, ki, &kf);
+	err = cli_admin_info(c.socket, key, ki, &kf);
 	if (!err && (kf & LOCAL_KEY_QUARANTINED))
 		err = -LOCAL_ECORRUPT;
 	if (err) {
-		errorf("cannot describe %s: %s", key, local_strerror(err));
+		errorf("cannot describe %s: %s", key, cli_strerror(err));
 		rc = exit_for(err);
 		goto out_free;
 	}
@@ -302,7 +302,7 @@ int cmd_watch(int argc, char **argv)
 		end = mono_ms() + (uint64_t)timeout_ms;
 	err = local_info(s, argv[1], ki);
 	if (err) {
-		errorf("cannot describe %s: %s", argv[1], local_strerror(err));
+		errorf("cannot describe %s: %s", argv[1], cli_strerror(err));
 		rc = exit_for(err);
 		goto out;
 	}
@@ -321,7 +321,7 @@ int cmd_watch(int argc, char **argv)
 		if (err == -ETIMEDOUT)
 			break;
 		if (err) {
-			errorf("cannot watch %s: %s", argv[1], local_strerror(err));
+			errorf("cannot watch %s: %s", argv[1], cli_strerror(err));
 			goto out;
 		}
 		/* One line per change seen: changes that land while we print

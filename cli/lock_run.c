@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "client.h"
 #include "lock.h"
 
 struct run {
@@ -182,6 +183,29 @@ static void *acquire_main(void *arg)
 	return NULL;
 }
 
+/*
+ * " (in lock-delay for 12 s after holder pid 4242 (backup) died)" when the
+ * broker says @key waits out the lock-delay of a lost hold; else "".
+ */
+static void delay_text(const struct run *r, const char *key, char *buf, size_t size)
+{
+	struct proto_op_delay d;
+	const char *what;
+
+	buf[0] = '\0';
+	if (op_lock_delay(r->s->socket_path, key, &d))
+		return;
+	if (d.how & PROTO_DELAY_DIED)
+		what = "died";
+	else if (d.how & PROTO_DELAY_SESSION)
+		what = "lost its session (TTL or operator)";
+	else
+		what = "lost its hold (lease or operator)";
+	/* Escaped with the whole message by errorf() and verbose(). */
+	snprintf(buf, size, " (in lock-delay for %llu s after holder pid %d (%s) %s)",
+		 (unsigned long long)((d.remaining_ms + 999) / 1000), (int)d.pid, d.name, what);
+}
+
 static void acquire_failed(struct run *r, int err)
 {
 	const struct lock_opts *o = r->o;
@@ -190,13 +214,17 @@ static void acquire_failed(struct run *r, int err)
 	bool known = ki && !local_info(r->s, o->key, ki);
 
 	if (err == -ETIMEDOUT || err == -EBUSY) {
+		char delay[200];
+
 		duration_format((uint64_t)o->timeout_ms, buf, sizeof(buf));
-		if (known && ki->holder_session[0])
+		if (known && ki->holder_session[0]) {
 			errorf("timed out after %s waiting for %s (held by %s, pid %d)", buf,
 			       o->key, ki->holder_name[0] ? ki->holder_name : ki->holder_session,
 			       (int)ki->holder_pid);
-		else
-			errorf("timed out after %s waiting for %s", buf, o->key);
+		} else {
+			delay_text(r, o->key, delay, sizeof(delay));
+			errorf("timed out after %s waiting for %s%s", buf, o->key, delay);
+		}
 	} else if (err == -LOCAL_EKIND && o->limit > 1) {
 		errorf("%s is a lock: -n=%u would make it a semaphore", o->key, o->limit);
 	} else if (err == -LOCAL_EKIND || err == -LOCAL_ELIMIT) {
@@ -243,7 +271,12 @@ static int acquire(struct run *r)
 			close(a.efd);
 		return err;
 	}
-	verbose(o, "waiting for %s%s", o->key, o->limit > 1 ? " (semaphore)" : "");
+	if (o->verbose) {
+		char delay[200];
+
+		delay_text(r, o->key, delay, sizeof(delay));
+		verbose(o, "waiting for %s%s%s", o->key, o->limit > 1 ? " (semaphore)" : "", delay);
+	}
 	for (;;) {
 		struct pollfd p[4] = { { .fd = r->sfd, .events = POLLIN },
 				       { .fd = a.efd, .events = POLLIN },
@@ -498,12 +531,28 @@ static int open_session(struct run *r)
 	so.name = o->name;
 	so.ttl_ms = o->ttl_ms;
 	so.lock_delay_ms = o->lock_delay_ms;
-	err = local_session_open(&so, &r->s);
+	if (o->verbose) {
+		/* Look once without waiting, to say that we wait, and for what. */
+		int wait_ms = broker_wait_default_ms();
+		char tried[sizeof(struct lookup_report)];
+
+		so.broker_wait_ms = 0;
+		err = local_session_open(&so, &r->s);
+		if ((err == -LOCAL_ENOSOCKET || err == -LOCAL_EREFUSED) && wait_ms > 0) {
+			broker_lookup_text(tried, sizeof(tried));
+			verbose(o, "no broker answers yet (%s): waiting up to %d ms for one", tried,
+				wait_ms);
+			so.broker_wait_ms = wait_ms;
+			err = local_session_open(&so, &r->s);
+		}
+	} else {
+		err = local_session_open(&so, &r->s);
+	}
 	if (err) {
-		errorf("cannot open a session with the broker%s%s: %s", o->socket ? " at " : "",
-		       o->socket ? o->socket : "", local_strerror(err));
+		errorf("cannot open a session with the broker: %s", cli_strerror(err));
 		return err;
 	}
+	verbose(o, "found the broker at %s", r->s->socket_path);
 	verbose(o, "opened session %s (%s)", local_session_id(r->s), o->name);
 	return 0;
 }

@@ -71,6 +71,13 @@ enum local_error {
 	LOCAL_ESTALE,		      /* token is not a current hold of the key */
 	LOCAL_EENQUEUED,	      /* already queued (or holding) on this key */
 	LOCAL_ENOTENQUEUED,	      /* local_wait() without local_enqueue() */
+	/* No broker found: the most telling outcome of the paths tried (see
+	 * "FINDING THE BROKER" in liblocal(3)). */
+	LOCAL_ENOSOCKET,	      /* no socket at any path tried */
+	LOCAL_EREFUSED,		      /* a socket, but no broker listening on it */
+	LOCAL_ENOTSOCK,		      /* something else than a socket at the path */
+	LOCAL_EACCESS,		      /* the socket's mode or group lets us not in */
+	LOCAL_EUNSAFE,		      /* socket in a directory others could plant */
 	LOCAL_ELAST
 };
 
@@ -94,13 +101,14 @@ enum local_kind {
 typedef struct local_session local_session;
 
 struct local_session_opts {
-	const char *socket_path; /* NULL: $SHMLOCK_SOCKET, then the default */
+	const char *socket_path; /* NULL: $SHMLOCK_SOCKET, then the lookup order */
 	const char *name;	 /* NULL: the program's name */
 	uint32_t ttl_ms;	 /* 0: no TTL */
 	int32_t lock_delay_ms;	 /* -1: default (15000); 0..60000 */
 	int behavior;		 /* enum local_behavior */
 	unsigned flags;		 /* enum local_session_flags */
-	int32_t broker_wait_ms;  /* no broker listening: retry this long; -1: 5000 */
+	int32_t broker_wait_ms;  /* no broker listening: retry this long; -1:
+				  * $SHMLOCK_BROKER_WAIT_MS, else 5000 */
 };
 
 /*
@@ -113,9 +121,13 @@ LOCAL_API void local_session_opts_init(struct local_session_opts *opts);
  * Open a session with the broker. Blocks for one round trip on the broker's
  * socket; while nothing listens there (a broker restarting), retries with
  * backoff for opts->broker_wait_ms. On success *out holds a session to be
- * ended with local_session_close(). Errors: -LOCAL_EBROKER (nothing listening
- * within the wait),
- * -LOCAL_EVERSION, -LOCAL_EMAXSESSIONS, -LOCAL_EDENIED, -EINVAL (bad options:
+ * ended with local_session_close(). Without a socket_path (or
+ * $SHMLOCK_SOCKET) it looks for the user's own broker, then the system one
+ * (liblocal(3), FILES). Errors: no broker found, by what the paths tried
+ * held: -LOCAL_ENOSOCKET, -LOCAL_EREFUSED (the two waited on),
+ * -LOCAL_ENOTSOCK, -LOCAL_EACCESS, -LOCAL_EUNSAFE; -LOCAL_EBROKER (the
+ * exchange failed), -LOCAL_EVERSION, -LOCAL_EMAXSESSIONS, -LOCAL_EDENIED
+ * (refused by the broker), -EINVAL (bad options:
  * lock_delay_ms over 60000, unknown behavior or flags), -ENOMEM.
  */
 LOCAL_API int local_session_open(const struct local_session_opts *opts,

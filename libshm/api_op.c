@@ -20,21 +20,21 @@
 #include "paths.h"
 
 #define OP_REPLY_TIMEOUT_S 10
-#define OP_BROKER_WAIT_MS 5000
 
 struct op_conn {
-	char path[108];
-	char *buf; /* PROTO_OP_MAX_REPLY */
+	char path[PATHS_LEN]; /* given, or found by the first call */
+	bool found;
+	char *buf;	      /* PROTO_OP_MAX_REPLY */
 };
 
 static int op_open(struct op_conn *c, const char *socket_path)
 {
+	c->found = false;
+	c->path[0] = '\0';
 	if (socket_path) {
 		if (strlen(socket_path) >= sizeof(c->path))
 			return -ENAMETOOLONG;
 		strcpy(c->path, socket_path);
-	} else if (paths_socket(c->path, sizeof(c->path))) {
-		return -ENAMETOOLONG;
 	}
 	c->buf = malloc(PROTO_OP_MAX_REPLY);
 	return c->buf ? 0 : -ENOMEM;
@@ -46,35 +46,17 @@ static void op_close(struct op_conn *c)
 }
 
 /* Connect; while nothing listens (a broker restarting) retry for a while:
- * nothing has been sent, so that is safe. */
-static int op_connect(const char *path)
+ * nothing has been sent, so that is safe. The first call of a listing finds
+ * the broker; the pages after it go to the same one. */
+static int op_connect(struct op_conn *c)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	uint64_t end = mono_ns() + OP_BROKER_WAIT_MS * 1000000ull;
-	long pause_ms = 5;
+	int wait_ms = broker_wait_default_ms();
+	int sock = broker_find(c->found || c->path[0] ? c->path : NULL, c->path,
+			       wait_ms ? mono_ns() + (uint64_t)wait_ms * 1000000ull : 0);
 
-	strcpy(sa.sun_path, path);
-	for (;;) {
-		int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), e;
-		struct timespec ts;
-
-		if (sock < 0)
-			return -LOCAL_EBROKER;
-		if (connect(sock, (const struct sockaddr *)&sa, sizeof(sa)) == 0)
-			return sock;
-		e = errno;
-		close(sock);
-		if (e == EACCES || e == EPERM)
-			return -LOCAL_EDENIED;
-		if ((e != ENOENT && e != ECONNREFUSED && e != EAGAIN && e != EINTR) ||
-		    mono_ns() >= end)
-			return -LOCAL_EBROKER;
-		ts.tv_sec = 0;
-		ts.tv_nsec = pause_ms * 1000000L;
-		nanosleep(&ts, NULL);
-		if (pause_ms < 250)
-			pause_ms *= 2;
-	}
+	if (sock >= 0)
+		c->found = true;
+	return sock;
 }
 
 /*
@@ -95,7 +77,7 @@ static int op_call(struct op_conn *c, int type, const char *key, size_t key_len,
 	req.flags = flags;
 	req.key_len = (uint32_t)key_len;
 	memcpy(req.key, key, key_len);
-	sock = op_connect(c->path);
+	sock = op_connect(c);
 	if (sock < 0)
 		return sock;
 	setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -263,6 +245,59 @@ int local_admin_stats(const char *socket_path, struct local_stats *out,
 		out->sessions_closed = r.sessions_closed;
 		if (quarantined_keys)
 			*quarantined_keys = r.quarantined_keys;
+	}
+	op_close(&c);
+	return err;
+}
+
+int op_lock_delay(const char *socket_path, const char *key, struct proto_op_delay *out)
+{
+	struct proto_op_reply rep;
+	struct op_conn c;
+	size_t len;
+	int err = key_arg(key, &len, false);
+
+	if (err)
+		return err;
+	err = op_open(&c, socket_path);
+	if (err)
+		return err;
+	err = op_call(&c, MSG_OP_LOCK_DELAY, key, len, 0, 0, sizeof(*out), &rep);
+	if (!err)
+		err = rep.status;
+	if (!err && rep.count != 1)
+		err = rep.count ? -LOCAL_EPROTO : -ENOENT;
+	if (!err) {
+		memcpy(out, c.buf + sizeof(rep), sizeof(*out));
+		out->name[sizeof(out->name) - 1] = '\0';
+	}
+	op_close(&c);
+	return err;
+}
+
+int op_broker_info(const char *socket_path, struct proto_op_broker *out)
+{
+	struct proto_op_reply rep;
+	struct op_conn c;
+	int err;
+
+	err = op_open(&c, socket_path);
+	if (err)
+		return err;
+	err = op_call(&c, MSG_OP_BROKER, "", 0, 0, 0, sizeof(*out), &rep);
+	if (!err)
+		err = rep.status;
+	if (!err && rep.count != 1)
+		err = -LOCAL_EPROTO;
+	if (!err) {
+		memcpy(out, c.buf + sizeof(rep), sizeof(*out));
+		/* Terminated, whatever the broker sent. */
+		out->version[sizeof(out->version) - 1] = '\0';
+		out->socket_path[sizeof(out->socket_path) - 1] = '\0';
+		out->shm_name[sizeof(out->shm_name) - 1] = '\0';
+		out->http_listen[sizeof(out->http_listen) - 1] = '\0';
+		out->http_socket[sizeof(out->http_socket) - 1] = '\0';
+		out->tcp_listen[sizeof(out->tcp_listen) - 1] = '\0';
 	}
 	op_close(&c);
 	return err;
@@ -492,18 +527,12 @@ int local_admin_reset(const char *socket_path, const char *key)
 /* MSG_DESTROY and MSG_FORCE_RELEASE never needed a session on the wire. */
 static int plain_call(const char *socket_path, const void *req, size_t len)
 {
-	char path[108];
+	int wait_ms = broker_wait_default_ms();
 	struct proto_reply rep;
 	int err;
 
-	if (socket_path) {
-		if (strlen(socket_path) >= sizeof(path))
-			return -ENAMETOOLONG;
-		strcpy(path, socket_path);
-	} else if (paths_socket(path, sizeof(path))) {
-		return -ENAMETOOLONG;
-	}
-	err = broker_call(path, req, len, &rep, NULL, mono_ns() + OP_BROKER_WAIT_MS * 1000000ull);
+	err = broker_call_find(socket_path, NULL, req, len, &rep, NULL,
+			       wait_ms ? mono_ns() + (uint64_t)wait_ms * 1000000ull : 0);
 	return err ? err : rep.status;
 }
 

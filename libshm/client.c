@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -90,50 +91,198 @@ int hex_decode(const char *in, uint8_t *out, size_t n)
 	return 0;
 }
 
-/*
- * Connect to @path. While nobody listens there (no socket file: a broker
- * that is stopped removed it; ECONNREFUSED: a stale file) nothing has been
- * sent yet, so trying again is safe: do so with backoff until @deadline_ns
- * (CLOCK_MONOTONIC; 0: try once). Returns the socket or a negative code.
- */
-static int broker_connect(const struct sockaddr_un *sa, uint64_t deadline_ns)
+/* What the last broker lookup of this thread found at each path tried. */
+static __thread struct lookup_report last_lookup;
+
+const struct lookup_report *broker_lookup_report(void)
 {
-	uint64_t delay_ms = BROKER_RETRY_FIRST_MS;
+	return &last_lookup;
+}
 
-	for (;;) {
-		int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), e;
-		uint64_t now, pause_ns;
-		struct timespec ts;
-
-		if (sock < 0)
-			return -LOCAL_EBROKER;
-		if (connect(sock, (const struct sockaddr *)sa, sizeof(*sa)) == 0)
-			return sock;
-		e = errno;
-		close(sock);
-		if (e == EACCES || e == EPERM)
-			return -LOCAL_EDENIED;
-		if (e != ENOENT && e != ECONNREFUSED && e != EAGAIN && e != EINTR)
-			return -LOCAL_EBROKER;
-		now = mono_ns();
-		if (now >= deadline_ns)
-			return -LOCAL_EBROKER;
-		pause_ns = delay_ms * 1000000ull * (4 + (now >> 10) % 4) / 4; /* x1..x1.75 */
-		if (pause_ns > deadline_ns - now)
-			pause_ns = deadline_ns - now;
-		ts.tv_sec = (time_t)(pause_ns / 1000000000ull);
-		ts.tv_nsec = (long)(pause_ns % 1000000000ull);
-		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-			;
-		if (delay_ms < BROKER_RETRY_MAX_MS)
-			delay_ms = delay_ms * 2 < BROKER_RETRY_MAX_MS ? delay_ms * 2 : BROKER_RETRY_MAX_MS;
+/* How telling each outcome is: the error of a lookup is its highest. */
+static int severity(int err)
+{
+	switch (err) {
+	case -LOCAL_EACCESS:
+		return 5;
+	case -LOCAL_ENOTSOCK:
+		return 4;
+	case -LOCAL_EUNSAFE:
+		return 3;
+	case -LOCAL_EREFUSED:
+		return 2;
+	case -LOCAL_ENOSOCKET:
+		return 1;
+	default:
+		return 0;
 	}
 }
 
-int broker_call(const char *path, const void *req, size_t len, struct proto_reply *rep, int *fd,
-		uint64_t deadline_ns)
+/* Nothing was sent and a broker may yet come (starting, restarting). */
+static bool may_come(int err)
+{
+	return err == -LOCAL_ENOSOCKET || err == -LOCAL_EREFUSED || err == -LOCAL_EBROKER;
+}
+
+/* One connect() to @path; the socket, or the outcome with its reason. */
+static int try_connect(const char *path, struct lookup_try *t)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int sock, e;
+
+	snprintf(t->path, sizeof(t->path), "%s", path);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (sock < 0) {
+		t->err = -LOCAL_EBROKER;
+		snprintf(t->why, sizeof(t->why), "socket(): %s", strerrordesc_np(errno));
+		return t->err;
+	}
+	if (connect(sock, (const struct sockaddr *)&sa, sizeof(sa)) == 0) {
+		t->err = 0;
+		snprintf(t->why, sizeof(t->why), "connected");
+		return sock;
+	}
+	e = errno;
+	close(sock);
+	switch (e) {
+	case ENOENT:
+	case ENOTDIR:
+		t->err = -LOCAL_ENOSOCKET;
+		snprintf(t->why, sizeof(t->why), "missing");
+		break;
+	case ECONNREFUSED:
+		/* Also what connecting to a file that is no socket says. */
+		if (stat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
+			t->err = -LOCAL_ENOTSOCK;
+			snprintf(t->why, sizeof(t->why), "not a socket");
+		} else {
+			t->err = -LOCAL_EREFUSED;
+			snprintf(t->why, sizeof(t->why),
+				 "refused: a socket nobody listens on (a broker that died?)");
+		}
+		break;
+	case EACCES:
+	case EPERM:
+		t->err = -LOCAL_EACCESS;
+		if (stat(path, &st) == 0)
+			snprintf(t->why, sizeof(t->why),
+				 "permission denied (socket mode %04o, uid %u, gid %u; we are uid %u)",
+				 (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid,
+				 (unsigned)st.st_gid, (unsigned)geteuid());
+		else
+			snprintf(t->why, sizeof(t->why), "permission denied (on its directory)");
+		break;
+	case EAGAIN:
+		t->err = -LOCAL_EBROKER;
+		snprintf(t->why, sizeof(t->why), "busy: its backlog is full");
+		break;
+	default:
+		t->err = -LOCAL_EBROKER;
+		snprintf(t->why, sizeof(t->why), "%s", strerrordesc_np(e));
+	}
+	return t->err;
+}
+
+static void pause_backoff(uint64_t *delay_ms, uint64_t deadline_ns)
+{
+	uint64_t now = mono_ns(), pause_ns;
+	struct timespec ts;
+
+	pause_ns = *delay_ms * 1000000ull * (4 + (now >> 10) % 4) / 4; /* x1..x1.75 */
+	if (pause_ns > deadline_ns - now)
+		pause_ns = deadline_ns - now;
+	ts.tv_sec = (time_t)(pause_ns / 1000000000ull);
+	ts.tv_nsec = (long)(pause_ns % 1000000000ull);
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+	if (*delay_ms < BROKER_RETRY_MAX_MS)
+		*delay_ms = *delay_ms * 2 < BROKER_RETRY_MAX_MS ? *delay_ms * 2 : BROKER_RETRY_MAX_MS;
+}
+
+int broker_find(const char *path, char used[PATHS_LEN], uint64_t deadline_ns)
+{
+	struct lookup_report *r = &last_lookup;
+	uint64_t delay_ms = BROKER_RETRY_FIRST_MS;
+	struct paths_list l;
+	int err;
+
+	memset(r, 0, sizeof(*r));
+	err = paths_candidates(path, &l);
+	if (err)
+		return err;
+	r->given = l.given;
+	for (;;) {
+		int best = 0;
+		bool retry = true;
+		unsigned i;
+
+		r->n = l.n;
+		for (i = 0; i < l.n; i++) {
+			struct lookup_try *t = &r->tries[i];
+			const char *why = l.given ? NULL : paths_unsafe(l.path[i]);
+			int sock;
+
+			if (why) {
+				snprintf(t->path, sizeof(t->path), "%s", l.path[i]);
+				snprintf(t->why, sizeof(t->why), "not used: %s", why);
+				t->err = -LOCAL_EUNSAFE;
+			} else {
+				sock = try_connect(l.path[i], t);
+				if (sock >= 0) {
+					r->n = i + 1;
+					if (used)
+						snprintf(used, PATHS_LEN, "%s", l.path[i]);
+					return sock;
+				}
+			}
+			if (!best || severity(t->err) > severity(best))
+				best = t->err;
+			retry &= may_come(t->err);
+		}
+		if (!retry || mono_ns() >= deadline_ns)
+			return best;
+		r->waited = true;
+		pause_backoff(&delay_ms, deadline_ns);
+	}
+}
+
+int broker_lookup_text(char *buf, size_t size)
+{
+	const struct lookup_report *r = &last_lookup;
+	size_t off = 0;
+	unsigned i;
+
+	buf[0] = '\0';
+	for (i = 0; i < r->n && off < size; i++) {
+		int n = snprintf(buf + off, size - off, "%s%s: %s", i ? "; " : "", r->tries[i].path,
+				 r->tries[i].why);
+
+		if (n < 0)
+			break;
+		off += (size_t)n;
+	}
+	return r->n ? 0 : -ENOENT;
+}
+
+int broker_wait_default_ms(void)
+{
+	const char *env = getenv("SHMLOCK_BROKER_WAIT_MS");
+	char *end;
+	long v;
+
+	if (!env || !*env)
+		return BROKER_WAIT_DEFAULT_MS;
+	v = strtol(env, &end, 10);
+	if (*end || v < 0 || v > 3600000)
+		return BROKER_WAIT_DEFAULT_MS;
+	return (int)v;
+}
+
+/* One request and its reply on the connected @sock (closed here). */
+static int exchange(int sock, const void *req, size_t len, struct proto_reply *rep, int *fd)
+{
 	struct timeval tv = { .tv_sec = BROKER_REPLY_TIMEOUT_S };
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
@@ -144,16 +293,8 @@ int broker_call(const char *path, const void *req, size_t len, struct proto_repl
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 	struct cmsghdr *c;
 	ssize_t n;
-	int sock, err, got_fd = -1;
+	int err, got_fd = -1;
 
-	if (fd)
-		*fd = -1;
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(sa.sun_path, path);
-	sock = broker_connect(&sa, deadline_ns);
-	if (sock < 0)
-		return sock;
 	setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	if (send(sock, req, len, MSG_NOSIGNAL) != (ssize_t)len) {
 		err = -LOCAL_EBROKER;
@@ -181,6 +322,35 @@ out:
 	if (got_fd >= 0)
 		close(got_fd);
 	close(sock);
+	return err;
+}
+
+int broker_call_find(const char *path, char used[PATHS_LEN], const void *req, size_t len,
+		     struct proto_reply *rep, int *fd, uint64_t deadline_ns)
+{
+	int sock;
+
+	if (fd)
+		*fd = -1;
+	if (path && strlen(path) >= PATHS_LEN)
+		return -ENAMETOOLONG;
+	sock = broker_find(path, used, deadline_ns);
+	if (sock < 0)
+		return sock;
+	return exchange(sock, req, len, rep, fd);
+}
+
+int broker_call(const char *path, const void *req, size_t len, struct proto_reply *rep, int *fd,
+		uint64_t deadline_ns)
+{
+	int err = broker_call_find(path, NULL, req, len, rep, fd, deadline_ns);
+
+	/* The calls on an open session: the broker was found when it opened,
+	 * so whatever is at its path now, it is gone (a restart, a crash):
+	 * the contract of local_session_close() and the rest says so with
+	 * one code. */
+	if (severity(err) > 0)
+		err = -LOCAL_EBROKER;
 	return err;
 }
 
@@ -316,20 +486,14 @@ int local_session_open(const struct local_session_opts *opts, local_session **ou
 	if (!s)
 		return -ENOMEM;
 	pthread_mutex_init(&s->pending_lock, NULL);
-	if (opts->socket_path) {
-		if (strlen(opts->socket_path) >= sizeof(s->socket_path)) {
-			err = -ENAMETOOLONG;
-			goto fail;
-		}
-		strcpy(s->socket_path, opts->socket_path);
-	} else {
-		err = paths_socket(s->socket_path, sizeof(s->socket_path));
-		if (err)
-			goto fail;
+	if (opts->socket_path && strlen(opts->socket_path) >= sizeof(s->socket_path)) {
+		err = -ENAMETOOLONG;
+		goto fail;
 	}
-	wait_ms = opts->broker_wait_ms < 0 ? BROKER_WAIT_DEFAULT_MS : opts->broker_wait_ms;
-	err = broker_call(s->socket_path, &req, sizeof(req), &rep, &fd,
-			  wait_ms ? mono_ns() + (uint64_t)wait_ms * 1000000ull : 0);
+	wait_ms = opts->broker_wait_ms < 0 ? broker_wait_default_ms() : opts->broker_wait_ms;
+	/* The broker found is the one the session's later calls go to. */
+	err = broker_call_find(opts->socket_path, s->socket_path, &req, sizeof(req), &rep, &fd,
+			       wait_ms ? mono_ns() + (uint64_t)wait_ms * 1000000ull : 0);
 	if (err)
 		goto fail;
 	if (rep.status) {

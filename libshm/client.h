@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "keyops.h"
+#include "paths.h"
 #include "proto.h"
 
 /* One mapping per segment per process, shared by its sessions; unmapped only
@@ -46,14 +47,55 @@ struct local_session {
 /* 0 when @s may be used by this process: -EINVAL, -LOCAL_EFORKED otherwise. */
 int session_usable(const local_session *s);
 
+/* What one broker lookup found at each path it tried (for messages). */
+struct lookup_try {
+	char path[PATHS_LEN];
+	int err; /* 0 (connected) or the -LOCAL_E* code of this path */
+	char why[112];
+};
+struct lookup_report {
+	unsigned n;
+	bool given;  /* one path, given by the caller or $SHMLOCK_SOCKET */
+	bool waited; /* nothing answered at first: it retried */
+	struct lookup_try tries[PATHS_MAX];
+};
+
 /*
- * One request/reply exchange with the broker at @path. With @fd non-NULL, a
+ * Connect to the broker at @path, or (@path NULL) at the first of
+ * paths_candidates() that answers; @used (if non-NULL) receives the path.
+ * While every path is missing or refused (a broker starting or restarting),
+ * retries with backoff until @deadline_ns (0: try once). Returns the socket
+ * or the most telling outcome: -LOCAL_EACCESS, -LOCAL_ENOTSOCK,
+ * -LOCAL_EUNSAFE, -LOCAL_EREFUSED, -LOCAL_ENOSOCKET, -LOCAL_EBROKER.
+ */
+int broker_find(const char *path, char used[PATHS_LEN], uint64_t deadline_ns);
+/* This thread's last lookup; and as text, "PATH: why; PATH: why". */
+const struct lookup_report *broker_lookup_report(void);
+int broker_lookup_text(char *buf, size_t size);
+/* The wait for a broker when the caller sets none: $SHMLOCK_BROKER_WAIT_MS,
+ * else 5000. */
+int broker_wait_default_ms(void);
+
+/* broker_call() at broker_find(@path)'s broker, recorded in @used. */
+int broker_call_find(const char *path, char used[PATHS_LEN], const void *req, size_t len,
+		     struct proto_reply *rep, int *fd, uint64_t deadline_ns);
+
+/*
+ * One request/reply exchange with the broker at @path, the one an open
+ * session found (a lookup's outcome there is -LOCAL_EBROKER: it went away). With @fd non-NULL, a
  * descriptor passed with the reply is returned there (else -1).
- * Returns 0 (then rep->status holds the broker's verdict) or -LOCAL_EBROKER,
- * -LOCAL_EDENIED, -LOCAL_EVERSION, -LOCAL_EPROTO.
+ * Returns 0 (then rep->status holds the broker's verdict), a broker_find()
+ * error, or -LOCAL_EBROKER, -LOCAL_EVERSION, -LOCAL_EPROTO.
  */
 int broker_call(const char *path, const void *req, size_t len, struct proto_reply *rep, int *fd,
 		uint64_t deadline_ns);
+
+/* api_op.c: MSG_OP_BROKER, the broker's own facts (shmlock status). An
+ * older broker answers -LOCAL_EPROTO. */
+int op_broker_info(const char *socket_path, struct proto_op_broker *out);
+/* api_op.c: MSG_OP_LOCK_DELAY, who put @key in lock-delay: 0, or -ENOENT
+ * when it is in none the broker knows of. */
+int op_lock_delay(const char *socket_path, const char *key, struct proto_op_delay *out);
 
 /* api_sem.c: a released hold ends the local_enqueue() request it came from. */
 void api_drop_granted_pending(local_session *s, const char *key, size_t len, uint32_t key_idx);

@@ -23,6 +23,11 @@ static const char *const local_texts[LOCAL_ELAST - LOCAL_EBASE] = {
 	[LOCAL_ESTALE - LOCAL_EBASE] = "token is not a current hold of the key (stale)",
 	[LOCAL_EENQUEUED - LOCAL_EBASE] = "already queued or holding on this key",
 	[LOCAL_ENOTENQUEUED - LOCAL_EBASE] = "not queued on this key (wait without enqueue)",
+	[LOCAL_ENOSOCKET - LOCAL_EBASE] = "no broker: no socket at the paths tried",
+	[LOCAL_EREFUSED - LOCAL_EBASE] = "no broker listening on its socket (stale socket)",
+	[LOCAL_ENOTSOCK - LOCAL_EBASE] = "the broker's socket path is not a socket",
+	[LOCAL_EACCESS - LOCAL_EBASE] = "no permission to connect to the broker's socket",
+	[LOCAL_EUNSAFE - LOCAL_EBASE] = "broker socket in a directory other users could change",
 };
 
 const char *local_strerror(int err)

@@ -296,6 +296,10 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 		lease_note(seg, h);
 }
 
+/* J2 (issue 12, lock-delay visible): the broker's note of who caused it. */
+void (*key_delay_hook)(const struct seg_key *k, const struct seg_session *s, unsigned how,
+		       uint64_t until_ns);
+
 static void apply_loss_locked(struct segment *seg, struct seg_key *k, uint32_t slot, unsigned how)
 {
 	const struct seg_session *s = seg_session_at(seg, slot);
@@ -307,6 +311,8 @@ static void apply_loss_locked(struct segment *seg, struct seg_key *k, uint32_t s
 		until = mono_ns() + (uint64_t)s->lock_delay_ms * 1000000ull;
 		if (until > k->delay_until_ns)
 			k->delay_until_ns = until;
+		if (key_delay_hook)
+			key_delay_hook(k, s, how, until);
 	}
 	if ((how & REL_SESSION_END) && s->behavior == LOCAL_BEHAVIOR_DELETE)
 		key_set_value_locked(seg, k, NULL, 0);

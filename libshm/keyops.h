@@ -194,6 +194,15 @@ enum release_how {
 };
 
 /*
+ * Called (when set) each time a lost hold puts key @k in lock-delay until
+ * @until_ns, with the session that lost it: the broker keeps who it was, so
+ * that a waiter can be told why it waits (broker/delay_notes.c). NULL in
+ * clients. Under the key's mutex: must not block.
+ */
+extern void (*key_delay_hook)(const struct seg_key *k, const struct seg_session *s, unsigned how,
+			      uint64_t until_ns);
+
+/*
  * End hold @h. Hands the key to the next waiter when allowed; returns the
  * waiter node to wake after unlocking, or IDX_NONE.
  */

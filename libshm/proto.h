@@ -37,12 +37,14 @@ enum proto_type {
 	MSG_OP_HOLDERS = 13,  /* the key's holds from node cursor: proto_op_holder */
 	MSG_OP_SESSIONS = 14, /* session slots from cursor: proto_op_session */
 	MSG_OP_RESET = 15,    /* reset a quarantined key: no records */
+	MSG_OP_BROKER = 16,   /* the broker itself: one struct proto_op_broker */
+	MSG_OP_LOCK_DELAY = 17, /* why a key is in lock-delay: 0 or 1 proto_op_delay */
 	MSG_REPLY = 100,
 	MSG_OP_REPLY = 101,
 };
 
 #define MSG_OP_FIRST MSG_OP_STATS
-#define MSG_OP_LAST MSG_OP_RESET
+#define MSG_OP_LAST MSG_OP_LOCK_DELAY
 
 struct proto_hdr {
 	uint32_t magic;
@@ -150,6 +152,40 @@ struct proto_op_session {
 	char name[SEG_NAME_MAX];
 	uint32_t uid, ttl_ms, lock_delay_ms, behavior, holds, waiting, flags, state;
 	uint64_t ttl_remaining_ms;
+};
+
+/* MSG_OP_BROKER: what `shmlock status` shows of the broker (not of the
+ * client that asks). Strings are NUL-terminated; "" when off. */
+#define PROTO_BROKER_TCP_TLS 1u	    /* the TCP protocol speaks TLS */
+#define PROTO_BROKER_AUTH_TOKEN 2u  /* HTTP and TCP need the token */
+#define PROTO_BROKER_HTTP_ACTIVATED 4u /* an HTTP socket came from systemd */
+#define PROTO_BROKER_TCP_ACTIVATED 8u  /* a TCP socket came from systemd */
+#define PROTO_BROKER_CONTROL_ACTIVATED 16u /* the control socket came from systemd */
+struct proto_op_broker {
+	uint32_t size;
+	uint32_t seg_abi, proto_version, broker_pid;
+	uint64_t uptime_ms;
+	char version[40];
+	char socket_path[112];
+	char shm_name[256];
+	char http_listen[128];
+	char http_socket[112];
+	char tcp_listen[128];
+	uint32_t flags; /* PROTO_BROKER_* */
+	uint32_t reserved;
+};
+
+/* MSG_OP_LOCK_DELAY: the hold whose loss put the key in lock-delay. */
+#define PROTO_DELAY_LOST 1u	 /* REL_LOST */
+#define PROTO_DELAY_SESSION 2u	 /* REL_SESSION_END: its session ended */
+#define PROTO_DELAY_DIED 0x100u /* ... because its process died */
+struct proto_op_delay {
+	uint32_t size;
+	int32_t pid; /* the process that opened the session */
+	uint32_t how; /* PROTO_DELAY_* */
+	uint32_t reserved;
+	uint64_t remaining_ms;
+	char name[SEG_NAME_MAX];
 };
 
 struct proto_op_stats {

@@ -192,11 +192,11 @@ TEST(sessions, broker_unavailable, 10)
 	local_session_opts_init(&o);
 	o.socket_path = "/tmp/shmlock-test-nonexistent/sock";
 	o.broker_wait_ms = 0;
-	CHECK_RC(local_session_open(&o, &s), -LOCAL_EBROKER);
+	CHECK_RC(local_session_open(&o, &s), -LOCAL_ENOSOCKET);
 	/* With a wait: retried with backoff, then the same answer, on time. */
 	o.broker_wait_ms = 300;
 	t0 = now_ms();
-	CHECK_RC(local_session_open(&o, &s), -LOCAL_EBROKER);
+	CHECK_RC(local_session_open(&o, &s), -LOCAL_ENOSOCKET);
 	CHECK(now_ms() - t0 >= 300);
 	o.lock_delay_ms = 60001;
 	CHECK_RC(local_session_open(&o, &s), -EINVAL);

@@ -51,7 +51,9 @@ static int wait_for_broker(double seconds)
 	local_session *s;
 	int err;
 
-	while ((err = local_session_open(NULL, &s)) == -LOCAL_EBROKER && now_s() < end)
+	/* No socket yet, or one nobody listens on yet. */
+	while (((err = local_session_open(NULL, &s)) == -LOCAL_ENOSOCKET ||
+		err == -LOCAL_EREFUSED) && now_s() < end)
 		usleep(20000);
 	if (!err)
 		local_session_close(s);

@@ -40,12 +40,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case MSG_OP_HOLDERS:
 	case MSG_OP_SESSIONS:
 	case MSG_OP_RESET:
+	case MSG_OP_BROKER:
+	case MSG_OP_LOCK_DELAY:
 		/* A terminated key of a legal length without NUL, known flags;
 		 * one key for the requests that name one. */
 		if (req.op.key_len > LOCAL_KEY_MAX || req.op.key[req.op.key_len] ||
 		    memchr(req.op.key, '\0', req.op.key_len) || (req.op.flags & ~PROTO_OP_FLAGS) ||
 		    (type != MSG_OP_STATS && type != MSG_OP_KEYS && type != MSG_OP_SESSIONS &&
-		     !req.op.key_len))
+		     type != MSG_OP_BROKER && !req.op.key_len))
 			abort();
 		break;
 	default:

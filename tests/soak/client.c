@@ -102,7 +102,7 @@ static bool open_session(struct cl *c)
 		op_end(c);
 		if (rc == 0)
 			break;
-		if (rc != -LOCAL_EBROKER)
+		if (rc != -LOCAL_EBROKER && rc != -LOCAL_ENOSOCKET && rc != -LOCAL_EREFUSED)
 			VIOLATION(c, "session open: %s", local_strerror(rc));
 		/* The broker is down or restarting: lock operations of other
 		 * sessions go on without it; a new session must wait. */
