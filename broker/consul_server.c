@@ -454,12 +454,20 @@ static void agent_route(struct hreq *r, const char *rest)
 	if (!is_verb(r, "GET")) {
 		consul_reply_text(r, 405, "method %s not allowed", r->verb);
 	} else if (!strcmp(rest, "self")) {
+		char waits[16], watched[16], sessions[16];
+
+		/* Stats: as Consul's, strings; tests wait on blocking_queries. */
+		snprintf(waits, sizeof(waits), "%u", c->active_waits);
+		snprintf(watched, sizeof(watched), "%u", c->nwatch);
+		snprintf(sessions, sizeof(sessions), "%u", c->nsessions);
 		consul_reply(r, 200,
-			     json_pack("{s:{s:s, s:s, s:s, s:b, s:s}, s:{s:s, s:s, s:i, s:i}}",
+			     json_pack("{s:{s:s, s:s, s:s, s:b, s:s}, s:{s:s, s:s, s:i, s:i},"
+				       " s:{s:{s:s, s:s, s:s}}}",
 				       "Config", "Datacenter", "dc1", "NodeName", c->node, "Version",
 				       SHMLOCK_VERSION, "Server", 1, "Revision", "shmlock",
 				       "Member", "Name", c->node, "Addr", "127.0.0.1", "Port", 8301,
-				       "Status", 1));
+				       "Status", 1, "Stats", "shmlock", "blocking_queries", waits,
+				       "watched_keys", watched, "sessions", sessions));
 	} else {
 		consul_reply_text(r, 404, "Not Found");
 	}

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -66,6 +67,19 @@ void csessions_fini(struct consul *c)
 	}
 	free(c->by_slot);
 	c->by_slot = NULL;
+}
+
+/* A field of @j, its name matched without case, as Go's encoding/json
+ * (Consul's decoder) does: python-consul sends "name", "ttl", "lockdelay". */
+static json_t *jget(json_t *j, const char *name)
+{
+	const char *k;
+	json_t *v;
+
+	json_object_foreach(j, k, v)
+		if (!strcasecmp(k, name))
+			return v;
+	return NULL;
 }
 
 static void uuid_of(const uint8_t id[16], char out[CONSUL_UUID_LEN + 1])
@@ -171,7 +185,7 @@ json_t *consul_session_list_json(struct consul *c, const char *node)
 /* Check names: "serfHealth" is this node's one check. */
 static int check_list(struct hreq *r, json_t *j, const char *field, bool objects, json_t **out)
 {
-	json_t *v = json_object_get(j, field);
+	json_t *v = jget(j, field);
 	size_t i;
 	json_t *e;
 
@@ -183,7 +197,7 @@ static int check_list(struct hreq *r, json_t *j, const char *field, bool objects
 		return -1;
 	}
 	json_array_foreach(v, i, e) {
-		const char *name = objects ? json_string_value(json_object_get(e, "ID"))
+		const char *name = objects ? json_string_value(jget(e, "ID"))
 					   : json_string_value(e);
 
 		if (!name) {
@@ -264,21 +278,21 @@ static void create(struct hreq *r)
 	} else {
 		j = json_object();
 	}
-	if ((v = json_object_get(j, "Name")) && json_is_string(v))
+	if ((v = jget(j, "Name")) && json_is_string(v))
 		name = json_string_value(v);
-	if ((v = json_object_get(j, "Node")) && json_is_string(v) && json_string_length(v))
+	if ((v = jget(j, "Node")) && json_is_string(v) && json_string_length(v))
 		node = json_string_value(v);
 	if (node && strcmp(node, c->node)) {
 		consul_reply_text(r, 500, "Missing node registration");
 		goto out;
 	}
-	if ((v = json_object_get(j, "Behavior")) && json_is_string(v) && json_string_length(v))
+	if ((v = jget(j, "Behavior")) && json_is_string(v) && json_string_length(v))
 		behavior = json_string_value(v);
 	if (strcmp(behavior, "release") && strcmp(behavior, "delete")) {
 		consul_reply_text(r, 400, "Invalid Behavior setting '%s'", behavior);
 		goto out;
 	}
-	if ((v = json_object_get(j, "TTL")) && !json_is_null(v)) {
+	if ((v = jget(j, "TTL")) && !json_is_null(v)) {
 		int64_t ns = json_is_string(v) ? (json_string_length(v) ? consul_duration(
 								    json_string_value(v))
 							      : 0)
@@ -306,7 +320,7 @@ static void create(struct hreq *r)
 		consul_reply_text(r, 500, "out of memory");
 		goto out;
 	}
-	if (parse_lock_delay(r, json_object_get(j, "LockDelay"), &cs->lock_delay_ns))
+	if (parse_lock_delay(r, jget(j, "LockDelay"), &cs->lock_delay_ns))
 		goto out;
 	/* Checks and NodeChecks are one list here; neither given: the
 	 * default, serfHealth. */
