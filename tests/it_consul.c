@@ -965,3 +965,47 @@ TEST(consul, python_consul_client_runs_a_lock_and_leader_election, 40)
 		FAIL_AT("%s failed (status %d)", cmd, st);
 	broker_stop_clean(&b);
 }
+
+/* ---- broker restart ----------------------------------------------------- */
+
+TEST(consul, broker_restart_forgets_sessions_and_releases_their_locks, 30)
+{
+	struct broker_proc b;
+	struct local_acquire_opts o = { .timeout_ms = 5000 };
+	local_session *ls;
+	uint64_t tok, until;
+	char *s;
+
+	cstart(&b, NULL);
+	s = session_create("{\"Name\":\"r\",\"LockDelay\":\"1s\"}");
+	CHECK(put_bool(strf("/v1/kv/restart/k?acquire=%s", s), "v"));
+	CHECK(put_bool("/v1/kv/restart/plain", "p"));
+	/* a crash: the next broker ends the session as a dead client's */
+	broker_signal_wait(&b, SIGKILL);
+	broker_restart(&b);
+	connect_may_fail = true;
+	until = now_ms() + 5000;
+	while (call("GET", "/v1/status/leader", NULL)->status != 200) {
+		if (now_ms() > until)
+			FAIL_AT("the Consul API is not back");
+		usleep(10000);
+	}
+	connect_may_fail = false;
+	CHECK(json_array_size(js(call("GET", "/v1/session/list", NULL))) == 0);
+	CHECK_STATUS(call("GET", "/v1/kv/restart/plain", NULL), 404);
+	/* the lock is free again (after its lock-delay) */
+	ls = lsession(&b);
+	CHECK_OK(local_lock(ls, "restart/k", &o, &tok));
+	CHECK_OK(local_release(ls, "restart/k"));
+	local_session_close(ls);
+	/* a clean stop closes the sessions: their locks are free at once */
+	s = session_create("{\"Name\":\"r2\",\"LockDelay\":\"60s\"}");
+	CHECK(put_bool(strf("/v1/kv/restart/k?acquire=%s", s), "v"));
+	broker_signal_wait(&b, SIGTERM);
+	broker_restart(&b);
+	ls = lsession(&b);
+	o.timeout_ms = 0;
+	CHECK_OK(local_lock(ls, "restart/k", &o, &tok));
+	local_session_close(ls);
+	broker_stop_clean(&b);
+}
