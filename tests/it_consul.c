@@ -15,6 +15,7 @@
  */
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -1007,5 +1008,64 @@ TEST(consul, broker_restart_forgets_sessions_and_releases_their_locks, 30)
 	o.timeout_ms = 0;
 	CHECK_OK(local_lock(ls, "restart/k", &o, &tok));
 	local_session_close(ls);
+	broker_stop_clean(&b);
+}
+
+/* ---- socket activation ------------------------------------------------------- */
+
+TEST(consul, socket_activated_fd_named_consul, 20)
+{
+	struct broker_proc b;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
+	socklen_t len = sizeof(a);
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	uint64_t until;
+	char *s;
+	pid_t pid;
+
+	memset(&b, 0, sizeof(b));
+	snprintf(b.dir, sizeof(b.dir), "/tmp/it_consul.XXXXXX");
+	if (!mkdtemp(b.dir))
+		FAIL_AT("mkdtemp: %s", strerror(errno));
+	snprintf(b.sock, sizeof(b.sock), "%s/sock", b.dir);
+	snprintf(b.shm, sizeof(b.shm), "/it_consul_act_%d", (int)getpid());
+	snprintf(b.log, sizeof(b.log), "%s/log", b.dir);
+	/* the listening socket, as systemd would hold it for the unit */
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) || listen(lfd, 64) ||
+	    getsockname(lfd, (struct sockaddr *)&a, &len))
+		FAIL_AT("listen: %s", strerror(errno));
+	port = ntohs(a.sin_port);
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		char v[32];
+		int fd = open(b.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+		if (fd >= 0)
+			dup2(fd, 2);
+		dup2(lfd, 3);
+		setenv("LISTEN_FDS", "1", 1);
+		snprintf(v, sizeof(v), "%d", (int)getpid());
+		setenv("LISTEN_PID", v, 1);
+		setenv("LISTEN_FDNAMES", "consul", 1);
+		execl(getenv("SHMLOCK_BROKER_BIN"), "shmlockd", "--socket", b.sock, "--shm-name",
+		      b.shm, "--http-insecure-no-auth", (char *)NULL);
+		_exit(127);
+	}
+	b.pid = pid;
+	close(lfd);
+	connect_may_fail = true;
+	until = now_ms() + 5000;
+	while (call("GET", "/v1/status/leader", NULL)->status != 200) {
+		if (now_ms() > until)
+			FAIL_AT("the socket-activated Consul API does not answer");
+		usleep(10000);
+	}
+	connect_may_fail = false;
+	s = session_create("{\"Name\":\"activated\"}");
+	CHECK(put_bool(strf("/v1/kv/act/k?acquire=%s", s), "v"));
+	CHECK(!strcmp(kv_session("act/k"), s));
+	CHECK(broker_log_has(&b, "Consul-compatible API on socket-activated"));
 	broker_stop_clean(&b);
 }
