@@ -145,12 +145,11 @@ struct csession *consul_session_of_hex(struct consul *c, const char *hex, bool *
 
 static json_t *entry_json(struct consul *c, const struct csession *cs)
 {
-	char ttl[32] = "", delay_unused[32];
+	char ttl[32] = "";
 	json_t *checks = json_array(), *j;
 	size_t i;
 	json_t *v;
 
-	(void)delay_unused;
 	if (cs->ttl_s)
 		consul_format_duration(cs->ttl_s * 1000000000ull, ttl, sizeof(ttl));
 	json_array_foreach(cs->node_checks, i, v)
@@ -433,7 +432,7 @@ void consul_session_route(struct hreq *r, const char *rest)
 {
 	struct consul *c = r->h->consul;
 	struct csession *cs;
-	const char *id;
+	const char *id = NULL;
 	json_t *a;
 
 	if (!strcmp(rest, "create")) {
@@ -452,6 +451,8 @@ void consul_session_route(struct hreq *r, const char *rest)
 		consul_reply(r, 200, json_true());
 	} else if ((id = after(rest, "info/"))) {
 		if (!need(r, "GET"))
+			return;
+		if (consul_block(r, CW_SESSIONS, NULL, consul_sessions_view(c)))
 			return;
 		cs = consul_session_find(c, id);
 		a = json_array();

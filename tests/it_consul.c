@@ -742,8 +742,10 @@ TEST(consul, refuses_tcp_without_a_token, 20)
 	int st;
 
 	broker_start(&b, NULL);
+	broker_signal_wait(&b, SIGTERM);
 	st = broker_refuses(&b, ARGS("--consul-listen", "127.0.0.1:1"), 5000);
-	CHECK(st != 0);
+	CHECK_EQ(st, 1);
+	CHECK(broker_log_has(&b, "refusing to serve HTTP on TCP (127.0.0.1:1) without"));
 	broker_stop(&b);
 }
 
@@ -1067,5 +1069,157 @@ TEST(consul, socket_activated_fd_named_consul, 20)
 	CHECK(put_bool(strf("/v1/kv/act/k?acquire=%s", s), "v"));
 	CHECK(!strcmp(kv_session("act/k"), s));
 	CHECK(broker_log_has(&b, "Consul-compatible API on socket-activated"));
+	broker_stop_clean(&b);
+}
+
+/* ---- the references' curl commands, step by step --------------------------- */
+
+static char *id_of(const char *json)
+{
+	json_t *j = json_loads(json, 0, NULL);
+	const char *id = json_string_value(json_object_get(j, "ID"));
+
+	if (!id)
+		FAIL_AT("no ID in %s", json);
+	return strdup(id);
+}
+
+/* The first entry of a GET answer (a JSON array), or NULL. */
+static json_t *first(const char *json)
+{
+	return json_array_get(json_loads(json, 0, NULL), 0);
+}
+
+/*
+ * Reference 001 (sessions): a session with no health check is never
+ * released by a failure detector, only by destroy; the holder re-acquires
+ * to update the value (LockIndex unchanged); anyone holding the session ID
+ * may release (the operator's intervention); lock-delay 0 disables the
+ * delay; an invalid session fails the release.
+ */
+TEST(consul, reference_001_sessions_and_kv_integration, 20)
+{
+	struct broker_proc b;
+	char *base, *s, *t;
+	json_t *e;
+
+	cstart(&b, NULL);
+	base = strf("http://localhost:%d", port);
+	s = id_of(curl_cmd("-X PUT -d '{\"Name\": \"no-checks\", \"Checks\": [], "
+			   "\"LockDelay\": \"0s\"}' %s/v1/session/create", base));
+	t = id_of(curl_cmd("-X PUT -d '{\"Name\": \"other\"}' %s/v1/session/create", base));
+	CHECK(!strcmp(curl_cmd("-X PUT -d one '%s/v1/kv/ref1/k?acquire=%s'", base, s), "true"));
+	e = first(curl_cmd("%s/v1/kv/ref1/k", base));
+	CHECK_EQ(jint(e, "LockIndex"), 1);
+	/* the holder updates the contents without giving up the lock */
+	CHECK(!strcmp(curl_cmd("-X PUT -d two '%s/v1/kv/ref1/k?acquire=%s'", base, s), "true"));
+	e = first(curl_cmd("%s/v1/kv/ref1/k", base));
+	CHECK_EQ(jint(e, "LockIndex"), 1);
+	CHECK(!strcmp(json_string_value(json_object_get(e, "Value")), "dHdv"));
+	CHECK(!strcmp(curl_cmd("-X PUT -d three '%s/v1/kv/ref1/k?acquire=%s'", base, t),
+		      "false"));
+	/* released by whoever presents the session ID */
+	CHECK(!strcmp(curl_cmd("-X PUT '%s/v1/kv/ref1/k?release=%s'", base, s), "true"));
+	CHECK(!json_object_get(first(curl_cmd("%s/v1/kv/ref1/k", base)), "Session"));
+	/* an invalid session fails */
+	CHECK(strstr(curl_cmd("-X PUT '%s/v1/kv/ref1/k?release=%s'", base,
+			      "11111111-2222-3333-4444-555555555555"),
+		     "invalid session"));
+	/* destroy invalidates; with lock-delay 0 the key is free at once, and
+	 * the release bumped ModifyIndex */
+	CHECK(!strcmp(curl_cmd("-X PUT -d four '%s/v1/kv/ref1/k?acquire=%s'", base, s), "true"));
+	e = first(curl_cmd("%s/v1/kv/ref1/k", base));
+	{
+		long long mi = jint(e, "ModifyIndex");
+
+		CHECK(!strcmp(curl_cmd("-X PUT %s/v1/session/destroy/%s", base, s), "true"));
+		e = first(curl_cmd("%s/v1/kv/ref1/k", base));
+		CHECK(jint(e, "ModifyIndex") > mi && !json_object_get(e, "Session"));
+	}
+	CHECK(!strcmp(curl_cmd("-X PUT -d five '%s/v1/kv/ref1/k?acquire=%s'", base, t), "true"));
+	broker_stop_clean(&b);
+}
+
+/*
+ * Reference 000 (semaphore), its curl commands in order, with three
+ * contenders and a limit of 2: the third is refused a slot until a holder
+ * leaves and is pruned.
+ */
+TEST(consul, reference_000_semaphore_step_by_step, 20)
+{
+	struct broker_proc b;
+	char *base, *s[3], *body, *out;
+	json_t *all, *e, *lock;
+	long long mi = 0;
+	size_t i;
+	int k;
+
+	cstart(&b, NULL);
+	base = strf("http://localhost:%d", port);
+	for (k = 0; k < 3; k++) {
+		/* curl -X PUT -d '{"Name": "db-semaphore"}' .../v1/session/create */
+		s[k] = id_of(curl_cmd("-X PUT -d '{\"Name\": \"db-semaphore\", \"LockDelay\": "
+				      "\"0s\"}' %s/v1/session/create", base));
+		/* curl -X PUT -d <body> .../v1/kv/<prefix>/<session>?acquire=<session> */
+		CHECK(!strcmp(curl_cmd("-X PUT -d 'contender %d' "
+				       "'%s/v1/kv/service/db/lock/%s?acquire=%s'",
+				       k, base, s[k], s[k]),
+			      "true"));
+	}
+	/* curl -X PUT -d <body> .../v1/kv/<lock>?cas=0 */
+	body = strf("{\"Limit\": 2, \"Holders\": [\"%s\"]}", s[0]);
+	CHECK(!strcmp(curl_cmd("-X PUT -d '%s' '%s/v1/kv/service/db/lock/.lock?cas=0'", body,
+			       base),
+		      "true"));
+	/* a second contender's cas=0 fails: the .lock exists; it reads */
+	CHECK(!strcmp(curl_cmd("-X PUT -d '%s' '%s/v1/kv/service/db/lock/.lock?cas=0'", body,
+			       base),
+		      "false"));
+	for (k = 1; k < 3; k++) {
+		/* curl .../v1/kv/<prefix>?recurse */
+		out = curl_cmd("'%s/v1/kv/service/db/lock?recurse'", base);
+		all = json_loads(out, 0, NULL);
+		CHECK(json_array_size(all) == 4);
+		lock = NULL;
+		json_array_foreach(all, i, e) {
+			if (strstr(json_string_value(json_object_get(e, "Key")), ".lock")) {
+				mi = jint(e, "ModifyIndex");
+				lock = json_loads(curl_cmd("'%s/v1/kv/service/db/lock/.lock?raw'",
+							   base),
+						  0, NULL);
+			}
+		}
+		CHECK(lock);
+		if ((int)json_array_size(json_object_get(lock, "Holders")) >= 2) {
+			CHECK_EQ(k, 2); /* full: the third waits */
+			break;
+		}
+		json_array_append_new(json_object_get(lock, "Holders"), json_string(s[k]));
+		/* curl -X PUT -d <Updated Lock Body> .../v1/kv/<lock>?cas=<lock-modify-index> */
+		body = json_dumps(lock, JSON_COMPACT);
+		CHECK(!strcmp(curl_cmd("-X PUT -d '%s' '%s/v1/kv/service/db/lock/.lock?cas=%lld'",
+				       body, base, mi + 1),
+			      "false")); /* a stale index loses */
+		CHECK(!strcmp(curl_cmd("-X PUT -d '%s' '%s/v1/kv/service/db/lock/.lock?cas=%lld'",
+				       body, base, mi),
+			      "true"));
+	}
+	/* holder 0 leaves: its session is destroyed, its contender key released */
+	CHECK(!strcmp(curl_cmd("-X PUT %s/v1/session/destroy/%s", base, s[0]), "true"));
+	all = json_loads(curl_cmd("'%s/v1/kv/service/db/lock?recurse'", base), 0, NULL);
+	json_array_foreach(all, i, e) {
+		const char *key = json_string_value(json_object_get(e, "Key"));
+
+		if (strstr(key, s[0]))
+			CHECK(!json_object_get(e, "Session")); /* pruned by the next one */
+		if (strstr(key, ".lock"))
+			mi = jint(e, "ModifyIndex");
+	}
+	body = strf("{\"Limit\": 2, \"Holders\": [\"%s\", \"%s\"]}", s[1], s[2]);
+	CHECK(!strcmp(curl_cmd("-X PUT -d '%s' '%s/v1/kv/service/db/lock/.lock?cas=%lld'", body,
+			       base, mi),
+		      "true"));
+	out = curl_cmd("'%s/v1/kv/service/db/lock/.lock?raw'", base);
+	CHECK(strstr(out, s[2]) && !strstr(out, s[0]));
 	broker_stop_clean(&b);
 }
