@@ -52,6 +52,10 @@ void consul_request_done(struct hreq *r);
 void consul_doorbell(struct http *h);
 void consul_timer(struct http *h, uint32_t a, uint32_t b);
 void consul_drain(struct http *h);
+/* TAG_HTTP_HUP values with this bit: the client of blocking query (value
+ * & 0xffffffff) hung up. */
+#define CONSUL_HUP (1ull << 40)
+void consul_hangup(struct http *h, uint32_t slot);
 void consul_session_ended(struct broker *b, uint32_t slot);
 /* The token check of the HTTP API (http_server.c), constant time. */
 bool http_bearer_ok(const char *header, const char *token);

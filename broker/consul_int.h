@@ -60,6 +60,7 @@ struct cwait {
 	uint32_t gen;
 	enum cw_kind kind;
 	uint64_t index;
+	int fd; /* the client's socket, watched for a hang-up; -1: not */
 	char key[LOCAL_KEY_MAX + 1]; /* the key or prefix */
 };
 

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -261,6 +262,28 @@ static int32_t wait_slot(struct consul *c)
 	return (int32_t)c->nwaits++;
 }
 
+/* libmicrohttpd does not poll suspended connections: watch the socket for
+ * a hang-up (EPOLLRDHUP only), as the HTTP API's long polls do. */
+static void watch_hangup(struct consul *c, struct hreq *r, uint32_t slot)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	struct epoll_event ev = { .events = EPOLLRDHUP };
+	struct cwait *w = &c->waits[slot];
+
+	w->fd = ci ? ci->connect_fd : -1;
+	ev.data.u64 = TAG_HTTP_HUP | CONSUL_HUP | slot;
+	if (w->fd >= 0 && epoll_ctl(c->b->epfd, EPOLL_CTL_ADD, w->fd, &ev))
+		w->fd = -1; /* its deadline still ends it */
+}
+
+static void unwatch_hangup(struct consul *c, struct cwait *w)
+{
+	if (w->fd >= 0)
+		loop_unwatch_fd(c->b, w->fd);
+	w->fd = -1;
+}
+
 bool consul_block(struct hreq *r, enum cw_kind kind, const char *key, uint64_t view)
 {
 	struct consul *c = r->h->consul;
@@ -298,6 +321,7 @@ bool consul_block(struct hreq *r, enum cw_kind kind, const char *key, uint64_t v
 	snprintf(w->key, sizeof(w->key), "%s", key ? key : "");
 	cx(r)->waiter = slot;
 	c->active_waits++;
+	watch_hangup(c, r, (uint32_t)slot);
 	broker_schedule(c->b, mono_ns() + wait_ms * 1000000ull, TIMER_CONSUL_WAIT,
 			(uint32_t)slot, w->gen);
 	hreq_suspend(r);
@@ -313,6 +337,7 @@ static void wake(struct consul *c, uint32_t slot)
 	struct cwait *w = &c->waits[slot];
 	struct hreq *r = w->r;
 
+	unwatch_hangup(c, w);
 	w->r = NULL;
 	w->gen++;
 	c->active_waits--;
@@ -369,6 +394,18 @@ void consul_doorbell(struct http *h)
 		consul_changed(c);
 }
 
+void consul_hangup(struct http *h, uint32_t slot)
+{
+	struct consul *c = h->consul;
+
+	/* Answered into a closed socket: libmicrohttpd then closes it, and
+	 * the connection no longer counts against the limits. */
+	if (c && slot < c->nwaits && c->waits[slot].r) {
+		wake(c, slot);
+		consul_watch_update(c);
+	}
+}
+
 void consul_drain(struct http *h)
 {
 	struct consul *c = h->consul;
@@ -389,6 +426,7 @@ void consul_request_done(struct hreq *r)
 		return;
 	if (c && q->waiter >= 0 && (uint32_t)q->waiter < c->nwaits &&
 	    c->waits[q->waiter].r == r) {
+		unwatch_hangup(c, &c->waits[q->waiter]);
 		c->waits[q->waiter].r = NULL;
 		c->waits[q->waiter].gen++;
 		c->active_waits--;

@@ -807,7 +807,9 @@ void http_event(struct broker *b, uint64_t tag)
 
 	if (!h)
 		return;
-	if (TAG_KIND(tag) == TAG_HTTP_HUP)
+	if (TAG_KIND(tag) == TAG_HTTP_HUP && (TAG_VALUE(tag) & CONSUL_HUP))
+		consul_hangup(h, (uint32_t)TAG_VALUE(tag)); /* a blocking query's client */
+	else if (TAG_KIND(tag) == TAG_HTTP_HUP)
 		http_waiter_hangup(h, (uint32_t)TAG_VALUE(tag));
 	else if (TAG_VALUE(tag) < h->nd)
 		run_daemon(h, (unsigned)TAG_VALUE(tag));

@@ -1223,3 +1223,25 @@ TEST(consul, reference_000_semaphore_step_by_step, 20)
 	CHECK(strstr(out, s[2]) && !strstr(out, s[0]));
 	broker_stop_clean(&b);
 }
+
+TEST(consul, a_blocking_query_whose_client_hangs_up_ends_at_once, 20)
+{
+	struct broker_proc b;
+	uint64_t idx, until;
+	char *out;
+
+	cstart(&b, NULL);
+	CHECK(put_bool("/v1/kv/hup/k", "v"));
+	idx = call("GET", "/v1/kv/hup/k", NULL)->index;
+	/* curl gives up after 1 s of a 60 s wait */
+	out = strf("curl -s --max-time 1 'http://127.0.0.1:%d/v1/kv/hup/k?index=%llu&wait=60s' "
+		   ">/dev/null; true", port, (unsigned long long)idx);
+	CHECK_EQ(system(out), 0);
+	until = now_ms() + 5000;
+	while (stat_of("blocking_queries") != 0 || stat_of("watched_keys") != 0) {
+		if (now_ms() > until)
+			FAIL_AT("the abandoned blocking query is still suspended");
+		usleep(10000);
+	}
+	broker_stop_clean(&b);
+}
