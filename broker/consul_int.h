@@ -126,8 +126,9 @@ void consul_changed(struct consul *c);
 /* The query parameter @name: true if present; *val its decoded value ("" if
  * none) in @buf. */
 bool consul_arg(struct hreq *r, const char *name, char *buf, size_t size);
-/* Percent-decode @in (n bytes) into @out (size); -1 if malformed. */
-int consul_unescape(const char *in, size_t n, char *out, size_t size, size_t *out_len);
+/* Percent-decode @in (n bytes) into @out (size); -1 if malformed. @plus: a
+ * query string's '+' is a space (a path's is a '+'). */
+int consul_unescape(const char *in, size_t n, char *out, size_t size, size_t *out_len, bool plus);
 /* Start a blocking query if ?index= asks for one and the view is not past
  * it: true when @r was suspended (answered later). */
 bool consul_block(struct hreq *r, enum cw_kind kind, const char *key, uint64_t view_index);

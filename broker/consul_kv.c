@@ -270,7 +270,8 @@ static json_t *base64(const char *in, size_t n)
 static json_t *entry_json(const struct kv *e)
 {
 	json_t *j = json_pack("{s:I, s:s, s:I, s:o, s:I, s:I}", "LockIndex",
-			      (json_int_t)e->lock_index, "Key", e->key, "Flags", (json_int_t)e->flags,
+			      (json_int_t)e->lock_index, "Key", e->key, "Flags",
+			      (json_int_t)e->flags,
 			      "Value", e->len ? base64(e->val, e->len) : json_null(), "CreateIndex",
 			      (json_int_t)e->create, "ModifyIndex", (json_int_t)e->modify);
 
@@ -417,8 +418,10 @@ static void put(struct hreq *r, const char *key, size_t klen)
 		return;
 	}
 	if (r->body_len > CONSUL_VALUE_MAX) {
-		consul_reply_text(r, 413, "Request body(%zu bytes) too large, max size: %u bytes. "
-					  "See https://www.consul.io/docs/agent/options.html#kv_max_value_size.",
+		consul_reply_text(r, 413,
+				  "Request body(%zu bytes) too large, max size: %u bytes. See "
+				  "https://www.consul.io/docs/agent/"
+				  "options.html#kv_max_value_size.",
 				  r->body_len, CONSUL_VALUE_MAX);
 		return;
 	}
@@ -478,10 +481,7 @@ static void put(struct hreq *r, const char *key, size_t klen)
 		consul_reply_text(r, 500, "out of memory");
 		return;
 	}
-	if (has_flags)
-		e->flags = flags;
-	else if (!acquire && !release)
-		e->flags = 0; /* as Consul: a PUT without ?flags sets 0 */
+	e->flags = flags; /* as Consul: a PUT without ?flags (acquire, release too) sets 0 */
 	if (acquire && e->owner != cs) {
 		e->owner = cs;
 		e->foreign[0] = '\0';
@@ -556,7 +556,7 @@ void consul_kv_route(struct hreq *r, const char *rest)
 	char key[LOCAL_KEY_MAX + 1];
 	size_t klen = 0;
 
-	if (consul_unescape(rest, strlen(rest), key, sizeof(key), &klen)) {
+	if (consul_unescape(rest, strlen(rest), key, sizeof(key), &klen, false)) {
 		consul_reply_text(r, 400, "Invalid key: 0..%d bytes, percent-encoded, no NUL",
 				  LOCAL_KEY_MAX);
 		return;

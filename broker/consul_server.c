@@ -137,7 +137,8 @@ static int hexval(char ch)
 	return -1;
 }
 
-int consul_unescape(const char *in, size_t n, char *out, size_t size, size_t *out_len)
+int consul_unescape(const char *in, size_t n, char *out, size_t size, size_t *out_len,
+		    bool plus)
 {
 	size_t i, o = 0;
 
@@ -155,7 +156,7 @@ int consul_unescape(const char *in, size_t n, char *out, size_t size, size_t *ou
 				return -1;
 			ch = (char)(hi * 16 + lo);
 			i += 2;
-		} else if (ch == '+') {
+		} else if (ch == '+' && plus) {
 			ch = ' ';
 		}
 		if (ch == '\0' || o + 1 >= size)
@@ -176,7 +177,7 @@ bool consul_arg(struct hreq *r, const char *name, char *buf, size_t size)
 	if (MHD_lookup_connection_value_n(r->conn, MHD_GET_ARGUMENT_KIND, name, strlen(name), &v,
 					  &vlen) != MHD_YES)
 		return false;
-	if (!v || consul_unescape(v, vlen, buf, size, NULL))
+	if (!v || consul_unescape(v, vlen, buf, size, NULL, true))
 		buf[0] = '\0';
 	return true;
 }
@@ -292,7 +293,8 @@ bool consul_block(struct hreq *r, enum cw_kind kind, const char *key, uint64_t v
 	struct cwait *w;
 	int32_t slot;
 
-	if (cx(r)->woke || cx(r)->waiter >= 0 || r->h->draining || !consul_arg(r, "index", buf, sizeof(buf)))
+	if (cx(r)->woke || cx(r)->waiter >= 0 || r->h->draining ||
+	    !consul_arg(r, "index", buf, sizeof(buf)))
 		return false;
 	errno = 0;
 	want = strtoull(buf, &end, 10);
@@ -352,7 +354,8 @@ static void wake(struct consul *c, uint32_t slot)
 
 static uint64_t view_of(struct consul *c, const struct cwait *w)
 {
-	return w->kind == CW_SESSIONS ? consul_sessions_view(c) : consul_kv_view(c, w->kind, w->key);
+	return w->kind == CW_SESSIONS ? consul_sessions_view(c)
+				      : consul_kv_view(c, w->kind, w->key);
 }
 
 static void evaluate(struct consul *c)
@@ -501,7 +504,8 @@ static void agent_route(struct hreq *r, const char *rest)
 		consul_reply(r, 200,
 			     json_pack("{s:{s:s, s:s, s:s, s:b, s:s}, s:{s:s, s:s, s:i, s:i},"
 				       " s:{s:{s:s, s:s, s:s}}}",
-				       "Config", "Datacenter", "dc1", "NodeName", c->node, "Version",
+				       "Config", "Datacenter", "dc1", "NodeName", c->node,
+				       "Version",
 				       SHMLOCK_VERSION, "Server", 1, "Revision", "shmlock",
 				       "Member", "Name", c->node, "Addr", "127.0.0.1", "Port", 8301,
 				       "Status", 1, "Stats", "shmlock", "blocking_queries", waits,

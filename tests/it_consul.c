@@ -501,6 +501,10 @@ TEST(consul, kv_put_get_flags_cas_delete_recurse_keys_raw, 20)
 	CHECK(put_bool("/v1/kv/other", "o"));
 	CHECK(put_bool("/v1/kv/a%2Fb%20c", "escaped"));
 	CHECK(!strcmp(call("GET", "/v1/kv/a%2Fb%20c?raw", NULL)->body, "escaped"));
+	CHECK(put_bool("/v1/kv/plus+sign", "p")); /* a path's '+' is itself */
+	CHECK(!strcmp(json_string_value(json_object_get(kv_entry("plus+sign"), "Key")),
+		      "plus+sign"));
+	CHECK(!strcmp(call("DELETE", "/v1/kv/plus+sign", NULL)->body, "true"));
 	j = js(call("GET", "/v1/kv/app?recurse", NULL));
 	CHECK(json_array_size(j) == 3);
 	CHECK(!strcmp(json_string_value(json_object_get(json_array_get(j, 2), "Key")), "app/b/d"));
