@@ -120,6 +120,10 @@ void consul_reply_text(struct hreq *r, int status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void consul_reply_raw(struct hreq *r, const char *data, size_t len);
 void consul_set_index(struct hreq *r, uint64_t index);
+/* A JSON number for any uint64_t (Flags: `consul lock` uses values past
+ * INT64_MAX, which jansson's integers cannot hold): consul_reply() writes
+ * it unquoted. */
+json_t *consul_u64(uint64_t v);
 uint64_t consul_bump(struct consul *c);
 /* Something changed: evaluate the blocking queries once this turn is over. */
 void consul_changed(struct consul *c);

@@ -269,9 +269,9 @@ static json_t *base64(const char *in, size_t n)
 
 static json_t *entry_json(const struct kv *e)
 {
-	json_t *j = json_pack("{s:I, s:s, s:I, s:o, s:I, s:I}", "LockIndex",
+	json_t *j = json_pack("{s:I, s:s, s:o, s:o, s:I, s:I}", "LockIndex",
 			      (json_int_t)e->lock_index, "Key", e->key, "Flags",
-			      (json_int_t)e->flags,
+			      consul_u64(e->flags),
 			      "Value", e->len ? base64(e->val, e->len) : json_null(), "CreateIndex",
 			      (json_int_t)e->create, "ModifyIndex", (json_int_t)e->modify);
 
@@ -560,6 +560,16 @@ void consul_kv_route(struct hreq *r, const char *rest)
 		consul_reply_text(r, 400, "Invalid key: 0..%d bytes, percent-encoded, no NUL",
 				  LOCAL_KEY_MAX);
 		return;
+	}
+	if (!klen && strcmp(r->verb, "PUT")) {
+		char buf[8];
+		bool many = consul_arg(r, "recurse", buf, sizeof(buf)) ||
+			    (!strcmp(r->verb, "GET") && consul_arg(r, "keys", buf, sizeof(buf)));
+
+		if (!many) { /* all keys only with ?recurse or ?keys, as Consul */
+			consul_reply_text(r, 400, "Missing key name");
+			return;
+		}
 	}
 	if (!strcmp(r->verb, "GET"))
 		consul_kv_get(r, key, false);

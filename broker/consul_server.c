@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -33,10 +34,56 @@ static struct creq *cx(struct hreq *r)
 
 /* ---- answers ------------------------------------------------------------- */
 
+/* The marker of such a number: a string no request can contain, since it
+ * holds a random nonce of this process. */
+static char u64_nonce[17];
+
+static void nonce_init(void)
+{
+	uint64_t n = 0;
+
+	if (!u64_nonce[0]) {
+		if (getrandom(&n, sizeof(n), 0) != sizeof(n))
+			n = (uint64_t)mono_ns() * 0x9e3779b97f4a7c15ull;
+		snprintf(u64_nonce, sizeof(u64_nonce), "%016" PRIx64, n);
+	}
+}
+
+json_t *consul_u64(uint64_t v)
+{
+	char text[64];
+
+	if (v <= (uint64_t)INT64_MAX)
+		return json_integer((json_int_t)v);
+	nonce_init();
+	snprintf(text, sizeof(text), "\x01%s:%" PRIu64, u64_nonce, v);
+	return json_string(text);
+}
+
+/* "\u0001NONCE:DIGITS" (as json_dumps() writes the marker) -> DIGITS. */
+static void unquote_u64(char *s)
+{
+	char mark_json[40], *p, *end;
+	size_t mark;
+
+	if (!u64_nonce[0])
+		return;
+	snprintf(mark_json, sizeof(mark_json), "\"\\u0001%s:", u64_nonce);
+	mark = strlen(mark_json);
+	while (s && (p = strstr(s, mark_json)) && (end = strchr(p + mark, '"'))) {
+		size_t n = (size_t)(end - (p + mark));
+
+		memmove(p, p + mark, n);
+		memmove(p + n, end + 1, strlen(end + 1) + 1);
+		s = p + n;
+	}
+}
+
 void consul_reply(struct hreq *r, int status, json_t *body)
 {
 	free(r->reply);
 	r->reply = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+	unquote_u64(r->reply);
 	json_decref(body);
 	cx(r)->reply_len = r->reply ? strlen(r->reply) : 0;
 	cx(r)->ctype = "application/json";

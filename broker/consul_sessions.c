@@ -477,6 +477,9 @@ void consul_session_route(struct hreq *r, const char *rest)
 			return;
 		consul_set_index(r, consul_sessions_view(c));
 		consul_reply(r, 200, consul_session_list_json(c, strcmp(rest, "list") ? id : NULL));
+	} else if (!strcmp(rest, "destroy/") || !strcmp(rest, "info/") ||
+		   !strcmp(rest, "renew/") || !strcmp(rest, "node/")) {
+		consul_reply_text(r, 400, "Missing %s", strcmp(rest, "node/") ? "session" : "node");
 	} else {
 		consul_reply_text(r, 404, "Not Found");
 	}

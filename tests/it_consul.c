@@ -411,6 +411,8 @@ TEST(consul, sessions_create_info_list_node_renew_destroy, 20)
 	CHECK_STATUS(call("GET", "/v1/session/create", NULL), 405);
 	CHECK_STATUS(call("DELETE", strf("/v1/session/info/%s", id2), NULL), 405);
 	CHECK_STATUS(call("GET", "/v1/session/nothing", NULL), 404);
+	CHECK_STATUS(call("PUT", "/v1/session/destroy/", NULL), 400);
+	CHECK_STATUS(call("GET", "/v1/session/info/", NULL), 400);
 	CHECK_STATUS(call("GET", "/v1/nothing", NULL), 404);
 	CHECK(json_array_size(js(call("GET", "/v1/session/info/not-a-uuid", NULL))) == 0);
 	/* status and agent */
@@ -495,6 +497,10 @@ TEST(consul, kv_put_get_flags_cas_delete_recurse_keys_raw, 20)
 	e = kv_entry("app/a");
 	CHECK(jint(e, "ModifyIndex") > mi && jint(e, "CreateIndex") == mi);
 	CHECK_EQ(jint(e, "Flags"), 0);
+	/* `consul lock`'s semaphore flag is past INT64_MAX */
+	CHECK(put_bool("/v1/kv/app/f?flags=16210313421097356768", "f"));
+	CHECK(strstr(call("GET", "/v1/kv/app/f", NULL)->body, "\"Flags\":16210313421097356768,"));
+	CHECK(!strcmp(call("DELETE", "/v1/kv/app/f", NULL)->body, "true"));
 	CHECK(put_bool("/v1/kv/app/b/c?cas=0", ""));
 	CHECK(json_is_null(json_object_get(kv_entry("app/b/c"), "Value")));
 	CHECK(put_bool("/v1/kv/app/b/d", "d"));
@@ -527,6 +533,8 @@ TEST(consul, kv_put_get_flags_cas_delete_recurse_keys_raw, 20)
 	CHECK(!strcmp(call("DELETE", "/v1/kv/app/a", NULL)->body, "true"));
 	/* errors */
 	CHECK_STATUS(call("PUT", "/v1/kv/", "x"), 400);
+	CHECK_STATUS(call("GET", "/v1/kv/", NULL), 400);
+	CHECK_STATUS(call("DELETE", "/v1/kv/", NULL), 400);
 	CHECK_STATUS(call("PUT", "/v1/kv/k?flags=x", "x"), 400);
 	CHECK_STATUS(call("PUT", "/v1/kv/k?cas=-1", "x"), 400);
 	CHECK_STATUS(call("PUT", "/v1/kv/k?acquire=00000000-0000-0000-0000-000000000000", "x"),
