@@ -22,6 +22,7 @@
 #include <sys/epoll.h>
 #include <sys/random.h>
 #include <syslog.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -620,6 +621,22 @@ bool consul_conn(struct http *h, struct MHD_Connection *conn)
 	return ci && ci->daemon == h->d[h->consul->daemon];
 }
 
+/*
+ * The first index: the time in microseconds since the epoch. A restart
+ * forgets the KV store, and a client blocking with an index from before must
+ * see the index move at once, not wait out its wait (clients also reset on an
+ * index that goes backwards, but only once they have an answer). No broker
+ * makes a change per microsecond for long; and in microseconds the index
+ * stays below 2^53, exact in JavaScript clients.
+ */
+static uint64_t start_index(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 int consul_start(struct http *h, unsigned daemon)
 {
 	struct consul *c = calloc(1, sizeof(*c));
@@ -631,7 +648,8 @@ int consul_start(struct http *h, unsigned daemon)
 	c->h = h;
 	c->b = h->b;
 	c->daemon = (int)daemon;
-	c->index = 1;
+	c->index = start_index();
+	c->kv_index = c->kv_del_index = c->sess_index = c->index; /* the tables' */
 	if (h->b->opts.consul.node[0])
 		snprintf(c->node, sizeof(c->node), "%s", h->b->opts.consul.node);
 	else if (gethostname(c->node, sizeof(c->node) - 1))

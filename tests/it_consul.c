@@ -988,13 +988,14 @@ TEST(consul, broker_restart_forgets_sessions_and_releases_their_locks, 30)
 	struct broker_proc b;
 	struct local_acquire_opts o = { .timeout_ms = 5000 };
 	local_session *ls;
-	uint64_t tok, until;
+	uint64_t tok, until, before;
 	char *s;
 
 	cstart(&b, NULL);
 	s = session_create("{\"Name\":\"r\",\"LockDelay\":\"1s\"}");
 	CHECK(put_bool(strf("/v1/kv/restart/k?acquire=%s", s), "v"));
 	CHECK(put_bool("/v1/kv/restart/plain", "p"));
+	before = call("GET", "/v1/kv/restart/plain", NULL)->index;
 	/* a crash: the next broker ends the session as a dead client's */
 	broker_signal_wait(&b, SIGKILL);
 	broker_restart(&b);
@@ -1008,6 +1009,11 @@ TEST(consul, broker_restart_forgets_sessions_and_releases_their_locks, 30)
 	connect_may_fail = false;
 	CHECK(json_array_size(js(call("GET", "/v1/session/list", NULL))) == 0);
 	CHECK_STATUS(call("GET", "/v1/kv/restart/plain", NULL), 404);
+	/* the index never goes backwards: a blocking query from before the
+	 * restart is answered at once */
+	CHECK(call("GET", strf("/v1/kv/restart/plain?index=%llu&wait=30s",
+			       (unsigned long long)before),
+		   NULL)->index > before);
 	/* the lock is free again (after its lock-delay) */
 	ls = lsession(&b);
 	CHECK_OK(local_lock(ls, "restart/k", &o, &tok));
