@@ -251,7 +251,8 @@ model: deps
 # builds too (event loop, doorbell and liburcu threads). Each process logs
 # to $(O)/tsan.PID; any such file fails the run. The other lease tests
 # restart brokers in a loop and outrun their deadlines under TSan.
-TSAN_SUITES := locks unit watch leases/every_lease_of_a_storm_expires http
+TSAN_SUITES := locks unit watch leases/every_lease_of_a_storm_expires http \
+	consul/blocking_queries_woken_by_api_liblocal_and_cli
 test-tsan: $(TESTS) $(BROKER) $(if $(CLI_SRC),$(CLI))
 	@rm -f $(O)/tsan.*
 	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) SHMLOCK_CLI_BIN=$(abspath $(CLI)) \
@@ -367,6 +368,7 @@ INSTALLED_FILES := $(LIBDIR)/liblocal.so.$(VERSION) $(LIBDIR)/$(SONAME) $(LIBDIR
 	$(if $(CLI_SRC),$(BINDIR)/shmlock $(MANDIR)/man1/shmlock.1 $(COMPLETIONDIR)/shmlock) \
 	$(SYSTEMDUNITDIR)/shmlockd.service $(SYSTEMDUNITDIR)/shmlockd.socket \
 	$(SYSTEMDUNITDIR)/shmlockd-http.socket $(SYSTEMDUNITDIR)/shmlockd-tcp.socket \
+	$(SYSTEMDUNITDIR)/shmlockd-consul.socket \
 	$(SYSUSERSDIR)/shmlock.conf
 INSTALL_DIRS := $(sort $(dir $(INSTALLED_FILES)))
 # The directories install had to create are listed here (with DESTDIR), so
@@ -413,6 +415,7 @@ install-units:
 	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.service
 	install -m 0644 systemd/shmlockd.socket systemd/shmlockd-http.socket \
 		systemd/shmlockd-tcp.socket $(DESTDIR)$(SYSTEMDUNITDIR)/
+	install -m 0644 systemd/shmlockd-consul.socket $(DESTDIR)$(SYSTEMDUNITDIR)/
 	install -m 0644 systemd/shmlock.sysusers $(DESTDIR)$(SYSUSERSDIR)/shmlock.conf
 
 uninstall:

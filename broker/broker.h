@@ -17,6 +17,7 @@
 #include "proto.h"
 #include "http.h"
 #include "tcp.h"
+#include "consul.h"
 
 /* A per-event log line that may come in bursts (100 000 leases expiring
  * together): at most BLOG_BURST lines a second, then one line saying how
@@ -83,6 +84,7 @@ struct broker_opts {
 	uint32_t replace_wait_ms;
 	struct http_opts http;
 	struct tcp_opts tcp;
+	struct consul_opts consul; /* consul_*.c: the Consul-compatible API */
 };
 
 struct broker {

@@ -14,7 +14,8 @@
 #include "http.h"
 
 #define HTTP_BODY_MAX (1u << 20)
-#define HTTP_MAX_DAEMONS 3 /* --http-listen, --http-socket, socket-activated */
+/* --http-listen, --http-socket, socket-activated; + the Consul API's two */
+#define HTTP_MAX_DAEMONS 5
 /* Timer kinds of the HTTP API in the broker's heap. */
 #define TIMER_HTTP_TICK 32 /* periodic: run libmicrohttpd's timeouts, reap */
 #define TIMER_HTTP_WAIT 33 /* a = waiter slot, b = its generation */
@@ -101,6 +102,11 @@ struct hreq {
 	 * else 0: released if the answer never reaches the client
 	 * (http_grant_undelivered()). */
 	uint64_t grant_tok;
+	/* The Consul-compatible API (consul_server.c): its listener's
+	 * requests, their URL and state. */
+	bool consul;
+	char *url;
+	void *cx;
 };
 
 /* Fill @r's answer; the request is answered when the handler returns (or
@@ -228,6 +234,7 @@ struct http {
 	struct ipstat *ips[256];
 	uint32_t nips;
 	struct http_counters c;
+	struct consul *consul; /* consul_*.c; NULL when off */
 };
 
 

@@ -26,6 +26,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "clock.h"
+#include "consul_int.h"
 #include "http_int.h"
 
 extern const char openapi_json[];
@@ -243,6 +244,12 @@ static enum MHD_Result send_answer(struct hreq *r)
 /* ---- dispatch ------------------------------------------------------------ */
 
 /* Constant time in the length of the expected token. */
+static bool bearer_ok(const char *header, const char *token);
+bool http_bearer_ok(const char *header, const char *token) /* consul_server.c */
+{
+	return bearer_ok(header, token);
+}
+
 static bool bearer_ok(const char *header, const char *token)
 {
 	size_t n = strlen(token), i, got;
@@ -401,6 +408,10 @@ static void dispatch(struct hreq *r)
 			   "--http-cors-allowed-origins)");
 		return;
 	}
+	if (r->consul) { /* its own routes, token headers and answers */
+		consul_dispatch(r);
+		return;
+	}
 
 	if (r->method == M_OPTIONS && o->cors_origins[0] && r->rt.path_known &&
 	    MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
@@ -491,6 +502,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		snprintf(r->verb, sizeof(r->verb), "%s", method);
 		http_route_match(url, r->method, &r->rt);
 		client_ip(c, r->ip, sizeof(r->ip), &r->tcp);
+		if ((r->consul = consul_conn(h, c)) && !(r->url = strdup(url)))
+			return MHD_NO;
 		*ctx = r;
 		return MHD_YES;
 	}
@@ -526,7 +539,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return MHD_YES;
 	if (!r->answered)
 		hreq_error(r, 500, "internal", "no answer");
-	return send_answer(r);
+	return r->cx ? (enum MHD_Result)consul_send_answer(r) : send_answer(r);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
@@ -543,6 +556,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
 	if (r->grant_tok && why != MHD_REQUEST_TERMINATED_COMPLETED_OK)
 		http_grant_undelivered(r); /* before the session is let go */
 	http_session_done(r);
+	if (r->consul)
+		consul_request_done(r);
+	free(r->url);
 	if (r->answered)
 		http_metrics_note(h, r->method, r->rt.id, r->status, mono_ns() - r->start_ns);
 	free(r->body);
@@ -664,15 +680,15 @@ static int start_daemon(struct http *h, int fd)
  * local user, so it takes --http-insecure-no-auth to say so. The Unix
  * socket (mode 0660, --socket-group) needs no token.
  */
-static int check_auth_default(const struct http_opts *o, int act)
+static int check_auth_default(const struct http_opts *o, int act, const char *consul_listen)
 {
 	if (o->auth_token[0] || o->insecure_no_auth)
 		return 0;
-	if (o->listen[0] || (act >= 0 && is_tcp(act))) {
+	if (o->listen[0] || (act >= 0 && is_tcp(act)) || consul_listen[0]) {
 		blog(LOG_ERR, "refusing to serve HTTP on TCP (%s) without --auth-token or "
 		     "--auth-token-file: every local user could take and release any lock. "
 		     "Use --http-socket, or pass --http-insecure-no-auth to allow it",
-		     o->listen[0] ? o->listen : "socket-activated");
+		     o->listen[0] ? o->listen : consul_listen[0] ? consul_listen : "socket-activated");
 		return -EPERM;
 	}
 	return 0;
@@ -682,11 +698,15 @@ int http_start(struct broker *b)
 {
 	const struct http_opts *o = &b->opts.http;
 	int act = activated_stream_fd("http"), fd, err;
+	int cact = activated_stream_fd("consul"); /* the Consul API's listener */
+	const char *clisten = b->opts.consul.listen;
 	struct http *h;
 
-	if (!http_enabled(o) && act < 0)
+	if (!http_enabled(o) && act < 0 && !clisten[0] && cact < 0)
 		return 0;
-	err = check_auth_default(o, act);
+	err = check_auth_default(o, act, clisten);
+	if (!err && cact >= 0 && is_tcp(cact))
+		err = check_auth_default(o, cact, clisten);
 	if (err)
 		return err;
 	h = calloc(1, sizeof(*h));
@@ -714,9 +734,18 @@ int http_start(struct broker *b)
 		if ((err = start_daemon(h, fd)))
 			return err;
 	}
+	if (clisten[0] || cact >= 0) { /* the Consul API: one more daemon */
+		fd = cact >= 0 ? cact : listen_tcp_spec(clisten, "--consul-listen", "Consul API");
+		if (fd < 0)
+			return fd;
+		if ((err = start_daemon(h, fd)) || (err = consul_start(h, h->nd - 1)))
+			return err;
+	}
 	broker_schedule(b, mono_ns() + 250000000ull, TIMER_HTTP_TICK, 0, 0);
-	blog(LOG_INFO, "HTTP API on%s%s%s%s%s", o->listen[0] ? " " : "", o->listen,
-	     o->unix_path[0] ? " unix:" : "", o->unix_path, act >= 0 ? " (socket-activated)" : "");
+	if (http_enabled(o) || act >= 0) /* not when only the Consul API is on */
+		blog(LOG_INFO, "HTTP API on%s%s%s%s%s", o->listen[0] ? " " : "", o->listen,
+		     o->unix_path[0] ? " unix:" : "", o->unix_path,
+		     act >= 0 ? " (socket-activated)" : "");
 	if (!o->auth_token[0] && (o->listen[0] || (act >= 0 && is_tcp(act))))
 		blog(LOG_WARNING, "HTTP API on TCP without a token (--http-insecure-no-auth): "
 		     "every local user may take and release any lock");
@@ -731,6 +760,7 @@ void http_stop(struct broker *b)
 	if (!h)
 		return;
 	http_waiters_end(h, NULL, 503, "draining");
+	consul_stop(h);
 	for (i = 0; i < h->nd; i++)
 		MHD_run(h->d[i]); /* let resumed connections finish */
 	http_sessions_close_all(h);
@@ -740,6 +770,7 @@ void http_stop(struct broker *b)
 	}
 	if (h->unlink_unix)
 		unlink(b->opts.http.unix_path);
+	consul_free(h);
 	hsessions_fini(h);
 	http_ips_free(h);
 	free(h->waiters);
@@ -776,7 +807,9 @@ void http_event(struct broker *b, uint64_t tag)
 
 	if (!h)
 		return;
-	if (TAG_KIND(tag) == TAG_HTTP_HUP)
+	if (TAG_KIND(tag) == TAG_HTTP_HUP && (TAG_VALUE(tag) & CONSUL_HUP))
+		consul_hangup(h, (uint32_t)TAG_VALUE(tag)); /* a blocking query's client */
+	else if (TAG_KIND(tag) == TAG_HTTP_HUP)
 		http_waiter_hangup(h, (uint32_t)TAG_VALUE(tag));
 	else if (TAG_VALUE(tag) < h->nd)
 		run_daemon(h, (unsigned)TAG_VALUE(tag));
@@ -788,8 +821,10 @@ void http_event(struct broker *b, uint64_t tag)
 
 void http_doorbell(struct broker *b)
 {
-	if (b->http)
+	if (b->http) {
 		http_waiters_poll(b->http);
+		consul_doorbell(b->http);
+	}
 }
 
 void http_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
@@ -802,6 +837,10 @@ void http_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 		return;
 	if (kind == TIMER_HTTP_WAIT) {
 		http_waiter_due(h, a, b2);
+		return;
+	}
+	if (kind == TIMER_CONSUL_WAIT) {
+		consul_timer(h, a, b2);
 		return;
 	}
 	if (kind == TIMER_HTTP_RUN) {
@@ -833,6 +872,7 @@ bool http_draining(struct broker *b)
 		h->draining = true;
 		h->drain_deadline_ns = mono_ns() + DRAIN_NS;
 		http_waiters_end(h, NULL, 503, "draining");
+		consul_drain(h);
 		blog(LOG_INFO, "HTTP: draining (%u connection(s))", h->connections);
 	}
 	return h->connections == 0 || mono_ns() >= h->drain_deadline_ns;

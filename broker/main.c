@@ -94,13 +94,15 @@ static const struct option base_opts[] = {
 #define NBASE (sizeof(base_opts) / sizeof(base_opts[0]))
 
 /* base_opts, then the HTTP API's, the TCP protocol's, then the terminator. */
-static struct option long_opts[NBASE + HTTP_NOPTS + TCP_NOPTS + 1];
+static struct option long_opts[NBASE + HTTP_NOPTS + TCP_NOPTS + CONSUL_NOPTS + 1];
 
 static void build_opts(void)
 {
 	memcpy(long_opts, base_opts, sizeof(base_opts));
 	memcpy(long_opts + NBASE, http_long_opts, sizeof(http_long_opts));
 	memcpy(long_opts + NBASE + HTTP_NOPTS, tcp_long_opts, sizeof(tcp_long_opts));
+	memcpy(long_opts + NBASE + HTTP_NOPTS + TCP_NOPTS, consul_long_opts,
+	       sizeof(consul_long_opts)); /* the Consul API (consul_opts.c) */
 }
 
 static int parse_u32(const char *name, const char *s, uint32_t *out)
@@ -138,6 +140,7 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 	o->gc_idle_ms = 60000;
 	http_opts_default(&o->http);
 	tcp_opts_default(&o->tcp);
+	consul_opts_default(&o->consul);
 	build_opts();
 	paths_socket(o->socket_path, sizeof(o->socket_path));
 	paths_shm_name(o->shm_name, sizeof(o->shm_name));
@@ -228,6 +231,8 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 			fputs(http_usage_text, stdout);
 			fputs("\n", stdout);
 			fputs(tcp_usage_text, stdout);
+			fputs("\n", stdout);
+			fputs(consul_usage_text, stdout);
 			exit(0);
 		case 'V':
 			printf("shmlockd %s (segment ABI %u, protocol %u)\n", SHMLOCK_VERSION,
@@ -238,6 +243,8 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 				err = http_opt_parse(&o->http, c, optarg);
 			else if (c >= OPT_TCP_FIRST && c < OPT_TCP_LAST)
 				err = tcp_opt_parse(&o->tcp, c, optarg);
+			else if (c >= OPT_CONSUL_FIRST && c < OPT_CONSUL_LAST)
+				err = consul_opt_parse(&o->consul, c, optarg);
 			else
 				err = -1;
 		}

@@ -23,6 +23,8 @@ libjansson-dev libssl-dev"
 # the openssl tool, with which the TCP tests make their TLS certificates.
 TEST_PKGS="libcunit1-dev curl jq clang libclang-rt-14-dev systemd man-db spin valgrind \
 libcurl4-openssl-dev openssl"
+# python3-consul: a real Consul client against the Consul-compatible API (tests/it_consul.c).
+TEST_PKGS="$TEST_PKGS python3-consul"
 
 case "${1:-all}" in
 run) PKGS=$RUN_PKGS ;;

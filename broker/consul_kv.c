@@ -1,0 +1,582 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Consul's KV store (/v1/kv/...). Where things live (docs/architecture.md,
+ * "Consul-compatible API"):
+ *
+ * - Entries (key, value, flags, CreateIndex, ModifyIndex, LockIndex,
+ *   Session) live in the broker's memory, in one array sorted by key, so
+ *   that a prefix is one contiguous run for ?recurse, ?keys and blocking
+ *   queries. The segment keeps no plain data: its values belong to holds
+ *   and a key without holder or waiter is reclaimed.
+ * - A lock (?acquire=) is the segment's lock of the same name, taken by the
+ *   Consul session's segment session without waiting: one FIFO, one fencing
+ *   order with liblocal, the CLI, dflockd's HTTP and TCP clients. The value
+ *   is attached to the hold too, so local_info() shows it.
+ * - The Session of an entry is read back from the segment (kv_sync()): a
+ *   holder that is not a session of this API shows as its public id
+ *   ("s3g7"), and a hold lost elsewhere (an operator's force-release)
+ *   clears it. Each such change is a modification (ModifyIndex, and
+ *   LockIndex for a new holder), as it would be in Consul.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "consul_int.h"
+
+/* ---- the sorted table ---------------------------------------------------- */
+
+/* Index of the first entry >= @key (by bytes). */
+static size_t lower_bound(struct consul *c, const char *key)
+{
+	size_t lo = 0, hi = c->nents;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (strcmp(c->ents[mid]->key, key) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static struct kv *find(struct consul *c, const char *key)
+{
+	size_t i = lower_bound(c, key);
+
+	return i < c->nents && !strcmp(c->ents[i]->key, key) ? c->ents[i] : NULL;
+}
+
+static struct kv *insert(struct consul *c, const char *key, size_t len)
+{
+	size_t i = lower_bound(c, key);
+	struct kv *e;
+
+	if (c->nents == c->cap_ents) {
+		size_t cap = c->cap_ents ? c->cap_ents * 2 : 64;
+		struct kv **p = realloc(c->ents, cap * sizeof(*p));
+
+		if (!p)
+			return NULL;
+		c->ents = p;
+		c->cap_ents = cap;
+	}
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return NULL;
+	memcpy(e->key, key, len + 1);
+	e->key_len = len;
+	memmove(c->ents + i + 1, c->ents + i, (c->nents - i) * sizeof(*c->ents));
+	c->ents[i] = e;
+	c->nents++;
+	return e;
+}
+
+/* Remove entry @i; a lock held through this API is released with it. */
+static void remove_at(struct consul *c, size_t i)
+{
+	struct kv *e = c->ents[i];
+
+	if (e->owner) {
+		local_release(e->owner->ls, e->key);
+		c->h->maybe_granted = true;
+	}
+	memmove(c->ents + i, c->ents + i + 1, (c->nents - i - 1) * sizeof(*c->ents));
+	c->nents--;
+	free(e->val);
+	free(e);
+}
+
+static bool has_prefix(const struct kv *e, const char *prefix, size_t n)
+{
+	return !strncmp(e->key, prefix, n);
+}
+
+void consul_kv_prefix_keys(struct consul *c, const char *prefix,
+			   void (*cb)(struct consul *c, const char *key))
+{
+	size_t n = strlen(prefix), i;
+
+	for (i = lower_bound(c, prefix); i < c->nents && has_prefix(c->ents[i], prefix, n); i++)
+		cb(c, c->ents[i]->key);
+}
+
+void consul_kv_free(struct consul *c)
+{
+	size_t i;
+
+	for (i = 0; i < c->nents; i++) {
+		free(c->ents[i]->val);
+		free(c->ents[i]);
+	}
+	free(c->ents);
+	c->ents = NULL;
+	c->nents = c->cap_ents = 0;
+}
+
+/* ---- lock state from the segment ------------------------------------------ */
+
+struct holder_probe {
+	char id[LOCAL_SESSION_ID_LEN + 1];
+	bool any;
+};
+
+static int first_holder(const struct local_holder *hl, void *arg)
+{
+	struct holder_probe *p = arg;
+
+	snprintf(p->id, sizeof(p->id), "%s", hl->session);
+	p->any = true;
+	return 1;
+}
+
+/* Bring @e's Session in line with the segment's holder: true if it changed. */
+static bool kv_sync(struct consul *c, struct kv *e)
+{
+	struct holder_probe p = { .any = false };
+	struct csession *owner = NULL;
+	char foreign[sizeof(e->foreign)] = "";
+	int err = local_holders(c->self, e->key, first_holder, &p);
+
+	if (err < 0 && err != -ENOENT)
+		return false; /* a stalled key: look again next time */
+	if (p.any) {
+		bool live;
+		uint32_t slot;
+
+		owner = consul_session_of_hex(c, p.id, &live, &slot);
+		if (!owner && live) {
+			uint64_t sg = atomic_load(&c->b->seg.sessions[slot].state_gen);
+
+			session_public_id(slot, SESS_GEN(sg), foreign, sizeof(foreign));
+		}
+	}
+	if (owner == e->owner && !strcmp(foreign, e->foreign))
+		return false;
+	if (owner || foreign[0])
+		e->lock_index++;
+	e->owner = owner;
+	snprintf(e->foreign, sizeof(e->foreign), "%s", foreign);
+	e->modify = c->kv_index = consul_bump(c);
+	return true;
+}
+
+static void sync_range(struct consul *c, const char *prefix, bool exact)
+{
+	size_t n = strlen(prefix), i;
+	struct kv *e;
+
+	if (exact) {
+		if ((e = find(c, prefix)))
+			kv_sync(c, e);
+		return;
+	}
+	for (i = lower_bound(c, prefix); i < c->nents && has_prefix(c->ents[i], prefix, n); i++)
+		kv_sync(c, c->ents[i]);
+}
+
+bool consul_kv_sync_all(struct consul *c)
+{
+	bool any = false;
+	struct kv *e;
+	uint32_t i;
+
+	for (i = 0; i < c->nwatch; i++)
+		if ((e = find(c, c->watch[i].key)) && kv_sync(c, e))
+			any = true;
+	return any;
+}
+
+uint64_t consul_kv_view(struct consul *c, enum cw_kind kind, const char *key)
+{
+	size_t n = strlen(key), i;
+	uint64_t v = c->kv_del_index;
+	struct kv *e;
+
+	if (kind == CW_KEY) {
+		e = find(c, key);
+		v = e ? e->modify : c->kv_index;
+	} else {
+		for (i = lower_bound(c, key); i < c->nents && has_prefix(c->ents[i], key, n); i++)
+			if (c->ents[i]->modify > v)
+				v = c->ents[i]->modify;
+	}
+	return v ? v : 1;
+}
+
+void consul_kv_session_ended(struct consul *c, struct csession *cs)
+{
+	size_t i = 0;
+
+	while (i < c->nents) {
+		struct kv *e = c->ents[i];
+
+		if (e->owner != cs) {
+			i++;
+			continue;
+		}
+		e->owner = NULL; /* the sweep releases its hold */
+		if (cs->behavior_delete) {
+			remove_at(c, i);
+			c->kv_del_index = c->kv_index = consul_bump(c);
+		} else {
+			e->modify = c->kv_index = consul_bump(c);
+			i++;
+		}
+	}
+}
+
+/* ---- answers --------------------------------------------------------------- */
+
+static json_t *base64(const char *in, size_t n)
+{
+	static const char tab[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	size_t i, o = 0;
+	char *out = malloc((n + 2) / 3 * 4 + 1);
+	json_t *j;
+
+	if (!out)
+		return NULL;
+	for (i = 0; i + 2 < n; i += 3) {
+		uint32_t v = (uint32_t)(unsigned char)in[i] << 16 |
+			     (uint32_t)(unsigned char)in[i + 1] << 8 | (unsigned char)in[i + 2];
+
+		out[o++] = tab[v >> 18];
+		out[o++] = tab[(v >> 12) & 63];
+		out[o++] = tab[(v >> 6) & 63];
+		out[o++] = tab[v & 63];
+	}
+	if (i < n) {
+		uint32_t v = (uint32_t)(unsigned char)in[i] << 16;
+
+		if (i + 1 < n)
+			v |= (uint32_t)(unsigned char)in[i + 1] << 8;
+		out[o++] = tab[v >> 18];
+		out[o++] = tab[(v >> 12) & 63];
+		out[o++] = i + 1 < n ? tab[(v >> 6) & 63] : '=';
+		out[o++] = '=';
+	}
+	out[o] = '\0';
+	j = json_string(out);
+	free(out);
+	return j;
+}
+
+static json_t *entry_json(const struct kv *e)
+{
+	json_t *j = json_pack("{s:I, s:s, s:o, s:o, s:I, s:I}", "LockIndex",
+			      (json_int_t)e->lock_index, "Key", e->key, "Flags",
+			      consul_u64(e->flags),
+			      "Value", e->len ? base64(e->val, e->len) : json_null(), "CreateIndex",
+			      (json_int_t)e->create, "ModifyIndex", (json_int_t)e->modify);
+
+	if (!j) /* a key that is not UTF-8: JSON cannot say it */
+		return NULL;
+	if (e->owner)
+		json_object_set_new(j, "Session", json_string(e->owner->id));
+	else if (e->foreign[0])
+		json_object_set_new(j, "Session", json_string(e->foreign));
+	return j;
+}
+
+static void list_keys(struct hreq *r, struct consul *c, const char *prefix)
+{
+	char sep[64] = "";
+	size_t n = strlen(prefix), i, sn;
+	json_t *a = json_array(), *last = NULL;
+
+	consul_arg(r, "separator", sep, sizeof(sep));
+	sn = strlen(sep);
+	for (i = lower_bound(c, prefix); i < c->nents && has_prefix(c->ents[i], prefix, n); i++) {
+		const char *k = c->ents[i]->key, *s = sn ? strstr(k + n, sep) : NULL;
+		size_t len = s ? (size_t)(s - k) + sn : strlen(k);
+		json_t *v = json_stringn(k, len);
+
+		if (!v)
+			continue;
+		if (last && json_equal(last, v)) {
+			json_decref(v);
+			continue;
+		}
+		json_array_append_new(a, v);
+		last = v;
+	}
+	consul_set_index(r, consul_kv_view(c, CW_PREFIX, prefix));
+	if (!json_array_size(a)) {
+		json_decref(a);
+		consul_reply(r, 404, NULL);
+		return;
+	}
+	consul_reply(r, 200, a);
+}
+
+void consul_kv_get(struct hreq *r, const char *key, bool from_wait)
+{
+	struct consul *c = r->h->consul;
+	char buf[8];
+	bool recurse = consul_arg(r, "recurse", buf, sizeof(buf));
+	bool keys = consul_arg(r, "keys", buf, sizeof(buf));
+	size_t n = strlen(key), i;
+	enum cw_kind kind = recurse || keys ? CW_PREFIX : CW_KEY;
+	struct kv *e;
+	json_t *a;
+
+	(void)from_wait;
+	sync_range(c, key, kind == CW_KEY);
+	if (consul_block(r, kind, key, consul_kv_view(c, kind, key)))
+		return;
+	if (keys) {
+		list_keys(r, c, key);
+		return;
+	}
+	consul_set_index(r, consul_kv_view(c, kind, key));
+	if (kind == CW_KEY) {
+		e = find(c, key);
+		if (!e) {
+			consul_reply(r, 404, NULL);
+		} else if (consul_arg(r, "raw", buf, sizeof(buf))) {
+			consul_reply_raw(r, e->val ? e->val : "", e->len);
+		} else {
+			json_t *j = entry_json(e);
+
+			consul_reply(r, 200, j ? json_pack("[o]", j) : json_array());
+		}
+		return;
+	}
+	a = json_array();
+	for (i = lower_bound(c, key); i < c->nents && has_prefix(c->ents[i], key, n); i++) {
+		json_t *j = entry_json(c->ents[i]);
+
+		if (j)
+			json_array_append_new(a, j);
+	}
+	if (!json_array_size(a)) {
+		json_decref(a);
+		consul_reply(r, 404, NULL);
+		return;
+	}
+	consul_reply(r, 200, a);
+}
+
+/* ?name=N as an unsigned 64-bit number: 1 present and valid, 0 absent, -1
+ * malformed (answered). */
+static int arg_u64(struct hreq *r, const char *name, uint64_t *out)
+{
+	char buf[32], *end;
+
+	if (!consul_arg(r, name, buf, sizeof(buf)))
+		return 0;
+	errno = 0;
+	*out = strtoull(buf, &end, 10);
+	if (errno || !buf[0] || *end || buf[0] == '-') {
+		consul_reply_text(r, 400, "Invalid %s value: '%s'", name, buf);
+		return -1;
+	}
+	return 1;
+}
+
+static int set_value(struct kv *e, const char *val, size_t len)
+{
+	char *v = NULL;
+
+	if (len && !(v = malloc(len)))
+		return -ENOMEM;
+	if (len)
+		memcpy(v, val, len);
+	free(e->val);
+	e->val = v;
+	e->len = len;
+	return 0;
+}
+
+static void put(struct hreq *r, const char *key, size_t klen)
+{
+	struct consul *c = r->h->consul;
+	char acq[64], rel[64];
+	bool acquire = consul_arg(r, "acquire", acq, sizeof(acq));
+	bool release = consul_arg(r, "release", rel, sizeof(rel));
+	uint64_t flags = 0, cas = 0, tok = 0;
+	int has_flags = arg_u64(r, "flags", &flags), has_cas;
+	struct csession *cs = NULL;
+	struct kv *e;
+	bool created = false;
+	int err;
+
+	if (has_flags < 0 || (has_cas = arg_u64(r, "cas", &cas)) < 0)
+		return;
+	if (!klen) {
+		consul_reply_text(r, 400, "Missing key name");
+		return;
+	}
+	if (acquire && release) {
+		consul_reply_text(r, 400, "Conflicting flags: acquire=%s&release=%s", acq, rel);
+		return;
+	}
+	if (r->body_len > CONSUL_VALUE_MAX) {
+		consul_reply_text(r, 413,
+				  "Request body(%zu bytes) too large, max size: %u bytes. See "
+				  "https://www.consul.io/docs/agent/"
+				  "options.html#kv_max_value_size.",
+				  r->body_len, CONSUL_VALUE_MAX);
+		return;
+	}
+	if ((acquire || release) && !(cs = consul_session_find(c, acquire ? acq : rel))) {
+		consul_reply_text(r, 500, "invalid session \"%s\"", acquire ? acq : rel);
+		return;
+	}
+	if (r->h->draining && acquire) {
+		consul_reply_text(r, 503, "the broker is shutting down");
+		return;
+	}
+	e = find(c, key);
+	if (e)
+		kv_sync(c, e);
+	if (has_cas && (cas == 0 ? e != NULL : (!e || e->modify != cas))) {
+		consul_reply(r, 200, json_false());
+		return;
+	}
+	if (release && (!e || e->owner != cs)) {
+		consul_reply(r, 200, json_false());
+		return;
+	}
+	if (acquire && e && e->owner != cs && (e->owner || e->foreign[0])) {
+		consul_reply(r, 200, json_false());
+		return;
+	}
+	if (acquire && (!e || e->owner != cs)) {
+		/* Consul's acquire never waits: a try in the key's FIFO. */
+		struct local_acquire_opts o = { .timeout_ms = 0, .lease_ms = 0 };
+
+		if (r->body_len <= c->b->seg.caps.max_value) {
+			o.value = r->body;
+			o.value_len = r->body_len;
+		}
+		err = local_lock(cs->ls, key, &o, &tok);
+		if (err == -EBUSY || err == -ETIMEDOUT || err == -LOCAL_EKIND) {
+			/* held elsewhere, in lock-delay, or a semaphore */
+			consul_reply(r, 200, json_false());
+			return;
+		}
+		if (err) {
+			consul_reply_text(r, 500, "%s", local_strerror(err));
+			return;
+		}
+	}
+	if (!e) {
+		e = insert(c, key, klen);
+		if (!e) {
+			if (acquire)
+				local_release(cs->ls, key);
+			consul_reply_text(r, 500, "out of memory");
+			return;
+		}
+		created = true;
+	}
+	if (set_value(e, r->body, r->body_len)) {
+		consul_reply_text(r, 500, "out of memory");
+		return;
+	}
+	e->flags = flags; /* as Consul: a PUT without ?flags (acquire, release too) sets 0 */
+	if (acquire && e->owner != cs) {
+		e->owner = cs;
+		e->foreign[0] = '\0';
+		e->lock_index++;
+	} else if (acquire) {
+		/* Held already: Consul replaces the value, and so does the
+		 * segment (local_lock() again with the value). */
+		struct local_acquire_opts o = { .timeout_ms = 0 };
+
+		if (r->body_len <= c->b->seg.caps.max_value) {
+			o.value = r->body;
+			o.value_len = r->body_len;
+			local_lock(cs->ls, key, &o, &tok);
+		}
+	}
+	if (release) {
+		local_release(cs->ls, key);
+		c->h->maybe_granted = true;
+		e->owner = NULL;
+	}
+	e->modify = c->kv_index = consul_bump(c);
+	if (created)
+		e->create = e->modify;
+	consul_changed(c);
+	consul_reply(r, 200, json_true());
+}
+
+static void del(struct hreq *r, const char *key)
+{
+	struct consul *c = r->h->consul;
+	char buf[8];
+	bool recurse = consul_arg(r, "recurse", buf, sizeof(buf));
+	size_t n = strlen(key), i;
+	uint64_t cas = 0;
+	int has_cas = arg_u64(r, "cas", &cas);
+	struct kv *e;
+	bool any = false;
+
+	if (has_cas < 0)
+		return;
+	if (recurse && has_cas) {
+		consul_reply_text(r, 400, "Conflicting flags: cas=%" PRIu64 "&recurse", cas);
+		return;
+	}
+	if (recurse) {
+		i = lower_bound(c, key);
+		while (i < c->nents && has_prefix(c->ents[i], key, n)) {
+			remove_at(c, i);
+			any = true;
+		}
+	} else if ((e = find(c, key))) {
+		kv_sync(c, e);
+		if (has_cas && e->modify != cas) {
+			consul_reply(r, 200, json_false());
+			return;
+		}
+		remove_at(c, lower_bound(c, key));
+		any = true;
+	} else if (has_cas && cas != 0) {
+		consul_reply(r, 200, json_false());
+		return;
+	}
+	if (any) {
+		c->kv_del_index = c->kv_index = consul_bump(c);
+		consul_changed(c);
+	}
+	consul_reply(r, 200, json_true());
+}
+
+void consul_kv_route(struct hreq *r, const char *rest)
+{
+	char key[LOCAL_KEY_MAX + 1];
+	size_t klen = 0;
+
+	if (consul_unescape(rest, strlen(rest), key, sizeof(key), &klen, false)) {
+		consul_reply_text(r, 400, "Invalid key: 0..%d bytes, percent-encoded, no NUL",
+				  LOCAL_KEY_MAX);
+		return;
+	}
+	if (!klen && strcmp(r->verb, "PUT")) {
+		char buf[8];
+		bool many = consul_arg(r, "recurse", buf, sizeof(buf)) ||
+			    (!strcmp(r->verb, "GET") && consul_arg(r, "keys", buf, sizeof(buf)));
+
+		if (!many) { /* all keys only with ?recurse or ?keys, as Consul */
+			consul_reply_text(r, 400, "Missing key name");
+			return;
+		}
+	}
+	if (!strcmp(r->verb, "GET"))
+		consul_kv_get(r, key, false);
+	else if (!strcmp(r->verb, "PUT"))
+		put(r, key, klen);
+	else if (!strcmp(r->verb, "DELETE"))
+		del(r, key);
+	else
+		consul_reply_text(r, 405, "method %s not allowed", r->verb);
+}

@@ -1,0 +1,486 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Consul sessions (/v1/session/...): each a real segment session the broker
+ * opens in its own name, as HTTP sessions are, so that a key acquired with
+ * one is held in the segment by it: liblocal, the CLI and the other APIs
+ * see that holder, queue behind it in the same FIFO, and its loss (destroy,
+ * TTL expiry) releases the key with the session's lock-delay.
+ *
+ * The Consul ID is the segment session's id written as a UUID. TTL: the
+ * segment session's TTL is twice the one asked for, as Consul's servers
+ * invalidate a session only after twice its TTL without a renew. Checks:
+ * the only check this node has is "serfHealth" (the broker itself); the
+ * default list is that, an empty list means no check at all, and a session
+ * needs no process check either way (it is the broker's own).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "consul_int.h"
+#include "procinfo.h"
+#include "seg_flags.h"
+
+#define TTL_MAX_S 86400u
+#define LOCK_DELAY_MAX_NS 60000000000ull
+#define LOCK_DELAY_DEFAULT_NS 15000000000ull
+
+static uint64_t broker_start_time;
+
+int csessions_init(struct consul *c)
+{
+	struct proto_open req;
+	struct proto_reply rep;
+	int err;
+
+	c->by_slot = calloc(c->b->seg.caps.max_sessions, sizeof(*c->by_slot));
+	if (!c->by_slot)
+		return -ENOMEM;
+	proc_start_time(getpid(), &broker_start_time);
+	/* The broker's own session for this API: it watches keys for the
+	 * blocking queries and inspects holders. */
+	memset(&req, 0, sizeof(req));
+	memset(&rep, 0, sizeof(rep));
+	snprintf(req.name, sizeof(req.name), "consul:watch");
+	req.flags = SESS_FLAG_HTTP;
+	req.start_time = broker_start_time;
+	err = session_open(c->b, &req, -1, getpid(), getuid(), broker_start_time, &rep);
+	if (err)
+		return err;
+	c->self_slot = rep.slot;
+	c->self = session_inproc_new(&c->b->seg, (struct owner){ rep.slot, rep.gen }, rep.id);
+	return c->self ? 0 : -ENOMEM;
+}
+
+void csessions_fini(struct consul *c)
+{
+	if (c->self) {
+		session_end_slot(c->b, c->self_slot, false, "closed (broker shutdown)");
+		session_inproc_free(c->self);
+		c->self = NULL;
+	}
+	free(c->by_slot);
+	c->by_slot = NULL;
+}
+
+/* A field of @j, its name matched without case, as Go's encoding/json
+ * (Consul's decoder) does: python-consul sends "name", "ttl", "lockdelay". */
+static json_t *jget(json_t *j, const char *name)
+{
+	const char *k;
+	json_t *v;
+
+	json_object_foreach(j, k, v)
+		if (!strcasecmp(k, name))
+			return v;
+	return NULL;
+}
+
+static void uuid_of(const uint8_t id[16], char out[CONSUL_UUID_LEN + 1])
+{
+	char hex[33];
+
+	hex_encode(id, 16, hex);
+	snprintf(out, CONSUL_UUID_LEN + 1, "%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8, hex + 12,
+		 hex + 16, hex + 20);
+}
+
+/* The 16 bytes of a session ID written as a UUID (or as 32 hex digits). */
+static int parse_uuid(const char *s, uint8_t id[16])
+{
+	char hex[33];
+	size_t i, o = 0, n = strlen(s);
+
+	if (n != 36 && n != 32)
+		return -1;
+	for (i = 0; i < n; i++) {
+		if (n == 36 && (i == 8 || i == 13 || i == 18 || i == 23)) {
+			if (s[i] != '-')
+				return -1;
+			continue;
+		}
+		hex[o++] = (char)(s[i] >= 'A' && s[i] <= 'F' ? s[i] - 'A' + 'a' : s[i]);
+	}
+	hex[o] = '\0';
+	return o == 32 ? hex_decode(hex, id, 16) : -1;
+}
+
+static struct csession *by_slot_live(struct consul *c, uint32_t slot)
+{
+	struct csession *cs;
+
+	if (slot == IDX_NONE || slot >= c->b->seg.caps.max_sessions || !(cs = c->by_slot[slot]))
+		return NULL;
+	return session_is(&c->b->seg, (struct owner){ cs->slot, cs->gen }) ? cs : NULL;
+}
+
+struct csession *consul_session_find(struct consul *c, const char *uuid)
+{
+	uint8_t id[16];
+
+	if (parse_uuid(uuid, id))
+		return NULL;
+	return by_slot_live(c, session_slot_of(c->b, id));
+}
+
+struct csession *consul_session_of_hex(struct consul *c, const char *hex, bool *live,
+				       uint32_t *slot)
+{
+	uint8_t id[16];
+
+	*live = false;
+	*slot = IDX_NONE;
+	if (strlen(hex) != 32 || hex_decode(hex, id, 16))
+		return NULL;
+	*slot = session_slot_of(c->b, id);
+	*live = *slot != IDX_NONE;
+	return *live ? by_slot_live(c, *slot) : NULL;
+}
+
+static json_t *entry_json(struct consul *c, const struct csession *cs)
+{
+	char ttl[32] = "";
+	json_t *checks = json_array(), *j;
+	size_t i;
+	json_t *v;
+
+	if (cs->ttl_s)
+		consul_format_duration(cs->ttl_s * 1000000000ull, ttl, sizeof(ttl));
+	json_array_foreach(cs->node_checks, i, v)
+		json_array_append(checks, v);
+	j = json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:O, s:O, s:o, s:I, s:I}", "ID", cs->id,
+		      "Name", cs->name, "Node", c->node, "LockDelay", (json_int_t)cs->lock_delay_ns,
+		      "Behavior", cs->behavior_delete ? "delete" : "release", "TTL", ttl,
+		      "NodeChecks", cs->node_checks, "ServiceChecks", cs->service_checks, "Checks",
+		      checks, "CreateIndex", (json_int_t)cs->create_index, "ModifyIndex",
+		      (json_int_t)cs->modify_index);
+	return j;
+}
+
+uint64_t consul_sessions_view(struct consul *c)
+{
+	return c->sess_index ? c->sess_index : 1;
+}
+
+json_t *consul_session_list_json(struct consul *c, const char *node)
+{
+	json_t *a = json_array();
+	uint32_t i;
+
+	if (node && strcmp(node, c->node))
+		return a;
+	for (i = 0; i < c->b->seg.caps.max_sessions; i++)
+		if (by_slot_live(c, i))
+			json_array_append_new(a, entry_json(c, c->by_slot[i]));
+	return a;
+}
+
+/* Check names: "serfHealth" is this node's one check. */
+static int check_list(struct hreq *r, json_t *j, const char *field, bool objects, json_t **out)
+{
+	json_t *v = jget(j, field);
+	size_t i;
+	json_t *e;
+
+	*out = NULL;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_array(v)) {
+		consul_reply_text(r, 400, "Request decode failed: %s must be a list", field);
+		return -1;
+	}
+	json_array_foreach(v, i, e) {
+		const char *name = objects ? json_string_value(jget(e, "ID"))
+					   : json_string_value(e);
+
+		if (!name) {
+			consul_reply_text(r, 400, "Request decode failed: malformed %s", field);
+			return -1;
+		}
+		if (objects || strcmp(name, "serfHealth")) {
+			consul_reply_text(r, 500, "Missing check '%s' registration", name);
+			return -1;
+		}
+	}
+	*out = json_incref(v);
+	return 0;
+}
+
+static int parse_lock_delay(struct hreq *r, json_t *v, uint64_t *ns)
+{
+	if (!v || json_is_null(v)) {
+		*ns = LOCK_DELAY_DEFAULT_NS;
+		return 0;
+	}
+	if (json_is_integer(v) && json_integer_value(v) >= 0) {
+		json_int_t n = json_integer_value(v);
+
+		/* As Consul: a small number is seconds, a large one ns. */
+		*ns = n < 1000 ? (uint64_t)n * 1000000000ull : (uint64_t)n;
+	} else if (json_is_string(v)) {
+		int64_t d = consul_duration(json_string_value(v));
+
+		if (d < 0) {
+			consul_reply_text(r, 400, "Request decode failed: invalid LockDelay");
+			return -1;
+		}
+		*ns = (uint64_t)d;
+	} else {
+		consul_reply_text(r, 400, "Request decode failed: invalid LockDelay");
+		return -1;
+	}
+	if (*ns > LOCK_DELAY_MAX_NS)
+		*ns = LOCK_DELAY_MAX_NS;
+	return 0;
+}
+
+static void free_cs(struct csession *cs)
+{
+	if (!cs)
+		return;
+	if (cs->ls)
+		session_inproc_free(cs->ls);
+	json_decref(cs->node_checks);
+	json_decref(cs->service_checks);
+	free(cs->name);
+	free(cs);
+}
+
+static void create(struct hreq *r)
+{
+	struct consul *c = r->h->consul;
+	struct http *h = r->h;
+	const struct http_opts *o = &h->b->opts.http;
+	struct ipstat *ip = http_ip(h, r->ip);
+	json_t *j = NULL, *checks = NULL, *nchecks = NULL, *schecks = NULL, *v;
+	const char *name = "", *behavior = "release", *node = NULL;
+	struct csession *cs = NULL;
+	struct proto_open req;
+	struct proto_reply rep;
+	json_error_t e;
+	uint64_t ttl_s = 0;
+	int err;
+
+	if (r->body_len) {
+		j = json_loadb(r->body, r->body_len, 0, &e);
+		if (!j || !json_is_object(j)) {
+			consul_reply_text(r, 400, "Request decode failed: %s",
+					  j ? "not an object" : e.text);
+			goto out;
+		}
+	} else {
+		j = json_object();
+	}
+	if ((v = jget(j, "Name")) && json_is_string(v))
+		name = json_string_value(v);
+	if ((v = jget(j, "Node")) && json_is_string(v) && json_string_length(v))
+		node = json_string_value(v);
+	if (node && strcmp(node, c->node)) {
+		consul_reply_text(r, 500, "Missing node registration");
+		goto out;
+	}
+	if ((v = jget(j, "Behavior")) && json_is_string(v) && json_string_length(v))
+		behavior = json_string_value(v);
+	if (strcmp(behavior, "release") && strcmp(behavior, "delete")) {
+		consul_reply_text(r, 400, "Invalid Behavior setting '%s'", behavior);
+		goto out;
+	}
+	if ((v = jget(j, "TTL")) && !json_is_null(v)) {
+		int64_t ns = json_is_string(v) ? (json_string_length(v) ? consul_duration(
+								    json_string_value(v))
+							      : 0)
+					       : -1;
+		uint32_t min = h->b->opts.consul.ttl_min_s;
+
+		if (ns < 0) {
+			consul_reply_text(r, 400, "Request decode failed: invalid TTL");
+			goto out;
+		}
+		ttl_s = (uint64_t)ns / 1000000000ull;
+		if (ns && (ns % 1000000000ll || ttl_s < min || ttl_s > TTL_MAX_S)) {
+			consul_reply_text(r, 400,
+					  "Invalid Session TTL '%" PRId64 "', must be between "
+					  "[%us=24h0m0s]", ns, min);
+			goto out;
+		}
+	}
+	if (check_list(r, j, "Checks", false, &checks) ||
+	    check_list(r, j, "NodeChecks", false, &nchecks) ||
+	    check_list(r, j, "ServiceChecks", true, &schecks))
+		goto out;
+	cs = calloc(1, sizeof(*cs));
+	if (!cs || !(cs->name = strdup(name))) {
+		consul_reply_text(r, 500, "out of memory");
+		goto out;
+	}
+	if (parse_lock_delay(r, jget(j, "LockDelay"), &cs->lock_delay_ns))
+		goto out;
+	/* Checks and NodeChecks are one list here; neither given: the
+	 * default, serfHealth. */
+	if (checks && nchecks) {
+		json_array_extend(checks, nchecks);
+		cs->node_checks = json_incref(checks);
+	} else if (checks || nchecks) {
+		cs->node_checks = json_incref(checks ? checks : nchecks);
+	} else {
+		cs->node_checks = json_pack("[s]", "serfHealth");
+	}
+	cs->service_checks = schecks ? json_incref(schecks) : json_null();
+	cs->ttl_s = ttl_s;
+	cs->behavior_delete = !strcmp(behavior, "delete");
+	if (h->draining) {
+		consul_reply_text(r, 503, "the broker is shutting down");
+		goto out;
+	}
+	if (c->nsessions >= http_sessions_cap(h)) {
+		consul_reply_text(r, 500, "%u sessions open: this API's share of the session "
+					  "table (--http-max-sessions)", c->nsessions);
+		goto out;
+	}
+	if (!ip || (o->max_sessions_per_ip && ip->sessions >= o->max_sessions_per_ip)) {
+		consul_reply_text(r, 429, "%s has too many sessions open "
+					  "(--http-max-sessions-per-ip)", r->ip);
+		goto out;
+	}
+	memset(&req, 0, sizeof(req));
+	memset(&rep, 0, sizeof(rep));
+	snprintf(req.name, sizeof(req.name), "consul:%.55s", name);
+	req.flags = SESS_FLAG_HTTP;
+	req.start_time = broker_start_time;
+	req.ttl_ms = (uint32_t)(ttl_s * 2000u);
+	req.lock_delay_ms = (uint32_t)(cs->lock_delay_ns / 1000000u);
+	req.behavior = cs->behavior_delete ? LOCAL_BEHAVIOR_DELETE : LOCAL_BEHAVIOR_RELEASE;
+	err = session_open(h->b, &req, -1, getpid(), getuid(), broker_start_time, &rep);
+	if (!err && !(cs->ls = session_inproc_new(&h->b->seg, (struct owner){ rep.slot, rep.gen },
+						  rep.id))) {
+		session_end_slot(h->b, rep.slot, false, "closed (out of memory)");
+		err = -ENOMEM;
+	}
+	if (err) {
+		consul_reply_text(r, 500, "%s", local_strerror(err));
+		goto out;
+	}
+	cs->slot = rep.slot;
+	cs->gen = rep.gen;
+	uuid_of(rep.id, cs->id);
+	snprintf(cs->ip, sizeof(cs->ip), "%s", r->ip);
+	cs->create_index = cs->modify_index = c->sess_index = consul_bump(c);
+	c->by_slot[cs->slot] = cs;
+	c->nsessions++;
+	ip->sessions++;
+	consul_changed(c);
+	consul_reply(r, 200, json_pack("{s:s}", "ID", cs->id));
+	cs = NULL;
+out:
+	free_cs(cs);
+	json_decref(checks);
+	json_decref(nchecks);
+	json_decref(schecks);
+	json_decref(j);
+}
+
+void consul_session_ended(struct broker *b, uint32_t slot)
+{
+	struct consul *c = b->http ? b->http->consul : NULL;
+	struct csession *cs;
+	struct ipstat *ip;
+
+	if (!c || !c->by_slot || slot >= b->seg.caps.max_sessions || !(cs = c->by_slot[slot]))
+		return;
+	c->by_slot[slot] = NULL;
+	c->nsessions--;
+	ip = http_ip(c->h, cs->ip);
+	if (ip && ip->sessions)
+		ip->sessions--;
+	consul_kv_session_ended(c, cs); /* behavior release or delete */
+	c->sess_index = consul_bump(c);
+	consul_changed(c);
+	free_cs(cs);
+}
+
+void consul_sessions_close_all(struct consul *c)
+{
+	uint32_t i;
+
+	for (i = 0; c->by_slot && i < c->b->seg.caps.max_sessions; i++)
+		if (c->by_slot[i])
+			session_end_slot(c->b, i, false, "closed (broker shutdown)");
+}
+
+static bool need(struct hreq *r, const char *verb)
+{
+	if (!strcmp(r->verb, verb))
+		return true;
+	consul_reply_text(r, 405, "method %s not allowed", r->verb);
+	return false;
+}
+
+static const char *after(const char *rest, const char *prefix)
+{
+	size_t n = strlen(prefix);
+
+	return !strncmp(rest, prefix, n) && rest[n] && !strchr(rest + n, '/') ? rest + n : NULL;
+}
+
+void consul_session_route(struct hreq *r, const char *rest)
+{
+	struct consul *c = r->h->consul;
+	struct csession *cs;
+	const char *id = NULL;
+	json_t *a;
+
+	if (!strcmp(rest, "create")) {
+		if (need(r, "PUT"))
+			create(r);
+	} else if ((id = after(rest, "destroy/"))) {
+		if (!need(r, "PUT"))
+			return;
+		cs = consul_session_find(c, id);
+		/* Destroying invalidates: the session's keys get its
+		 * lock-delay, as in Consul. */
+		if (cs) {
+			session_end_slot(c->b, cs->slot, true, "destroyed over the Consul API");
+			r->h->maybe_granted = true;
+		}
+		consul_reply(r, 200, json_true());
+	} else if ((id = after(rest, "info/"))) {
+		if (!need(r, "GET"))
+			return;
+		if (consul_block(r, CW_SESSIONS, NULL, consul_sessions_view(c)))
+			return;
+		cs = consul_session_find(c, id);
+		a = json_array();
+		if (cs)
+			json_array_append_new(a, entry_json(c, cs));
+		consul_set_index(r, consul_sessions_view(c));
+		consul_reply(r, 200, a);
+	} else if ((id = after(rest, "renew/"))) {
+		if (!need(r, "PUT"))
+			return;
+		cs = consul_session_find(c, id);
+		if (!cs || local_session_renew(cs->ls)) {
+			consul_reply_text(r, 404, "Session id '%s' not found", id);
+			return;
+		}
+		consul_set_index(r, consul_sessions_view(c));
+		consul_reply(r, 200, json_pack("[o]", entry_json(c, cs)));
+	} else if (!strcmp(rest, "list") || (id = after(rest, "node/"))) {
+		if (!need(r, "GET"))
+			return;
+		if (consul_block(r, CW_SESSIONS, NULL, consul_sessions_view(c)))
+			return;
+		consul_set_index(r, consul_sessions_view(c));
+		consul_reply(r, 200, consul_session_list_json(c, strcmp(rest, "list") ? id : NULL));
+	} else if (!strcmp(rest, "destroy/") || !strcmp(rest, "info/") ||
+		   !strcmp(rest, "renew/") || !strcmp(rest, "node/")) {
+		consul_reply_text(r, 400, "Missing %s", strcmp(rest, "node/") ? "session" : "node");
+	} else {
+		consul_reply_text(r, 404, "Not Found");
+	}
+}
