@@ -61,6 +61,30 @@ static void drop_hold(struct tconn *c, const char *key)
 		*h = c->holds[--c->nholds];
 }
 
+/*
+ * Salts from the kernel's CSPRNG, drawn SALT_POOL at a time: one
+ * getrandom() per grant was a system call on every acquire. The pool is
+ * process memory of the broker only, and each salt is used once.
+ */
+#define SALT_POOL 128
+
+static uint64_t next_salt(void)
+{
+	static uint64_t pool[SALT_POOL];
+	static unsigned left;
+	uint64_t v;
+
+	if (!left) {
+		if (getrandom(pool, sizeof(pool), 0) == (ssize_t)sizeof(pool))
+			left = SALT_POOL;
+		else /* never: getrandom() of 1 KiB does not fail once seeded */
+			return mono_ns() ^ ((uint64_t)rand() << 32);
+	}
+	v = pool[--left];
+	pool[left] = 0; /* a used salt does not linger */
+	return v;
+}
+
 /* Record the hold of @key with @fence; its salt (kept if the same grant). */
 static int note_hold(struct tconn *c, const char *key, uint64_t fence, uint64_t *salt)
 {
@@ -84,8 +108,7 @@ static int note_hold(struct tconn *c, const char *key, uint64_t fence, uint64_t 
 		copy_key(h->key, key);
 	}
 	h->fence = fence;
-	if (getrandom(&h->salt, sizeof(h->salt), 0) != sizeof(h->salt))
-		h->salt = mono_ns() ^ ((uint64_t)rand() << 32); /* never: 8 bytes do not fail */
+	h->salt = next_salt();
 	*salt = h->salt;
 	return 0;
 }
@@ -266,6 +289,17 @@ static void reply_waited(struct tcp *t, struct tconn *c, const char *key, int er
 
 static uint32_t wgens;
 
+/* Out of the queue of @key before the wait was recorded (no memory). */
+static void tcp_wait_cancel_key(struct tcp *t, struct tconn *c, const char *key)
+{
+	uint64_t tok;
+
+	if (api_pending_poll(c->ls, key, true, &tok) == 0) {
+		local_release(c->ls, key);
+		t->maybe_granted = true;
+	}
+}
+
 static void wait_begin(struct tcp *t, struct tconn *c, const char *key, int64_t timeout_s,
 		       uint32_t lease_s, bool two_phase)
 {
@@ -286,12 +320,18 @@ static void wait_begin(struct tcp *t, struct tconn *c, const char *key, int64_t 
 		reply_error(c, "wait", err);
 		return;
 	}
+	if (tcp_wait_add(t, c)) {
+		tcp_wait_cancel_key(t, c, key);
+		tcp_reply(c, "error");
+		return;
+	}
 	c->waiting = true;
 	c->wgen = ++wgens;
 	c->wtwo_phase = two_phase;
 	c->wlease_s = lease_s;
 	copy_key(c->wkey, key);
-	t->waiting++;
+	if (api_pending_word(c->ls, key, &c->wword, &c->wwaiting))
+		c->wword = NULL;
 	broker_schedule(t->b, mono_ns() + (uint64_t)timeout_s * 1000000000ull, TIMER_TCP_WAIT,
 			c->slot, c->wgen);
 }
@@ -304,7 +344,7 @@ bool tcp_wait_poll(struct tcp *t, struct tconn *c, bool cancel)
 	if (err == -EAGAIN)
 		return false;
 	c->waiting = false;
-	t->waiting--;
+	tcp_wait_del(t, c);
 	reply_waited(t, c, c->wkey, err, tok, c->wlease_s, c->wtwo_phase);
 	return true;
 }
@@ -322,7 +362,7 @@ void tcp_wait_cancel(struct tcp *t, struct tconn *c)
 		t->maybe_granted = true;
 	}
 	c->waiting = false;
-	t->waiting--;
+	tcp_wait_del(t, c);
 }
 
 /* ---- the commands ------------------------------------------------------------------- */

@@ -190,6 +190,26 @@ int api_pending_arm(local_session *s, const char *key)
 	return err;
 }
 
+int api_pending_word(local_session *s, const char *key, _Atomic uint64_t **word,
+		     uint64_t *waiting)
+{
+	struct pending *p;
+	size_t len;
+	int err;
+
+	err = api_enter(s, key, &len);
+	if (err)
+		return err;
+	pthread_mutex_lock(&s->pending_lock);
+	p = *find_pending(s, key, len);
+	if (p) {
+		*word = &s->seg->nodes[p->node].word;
+		*waiting = NODE_PACK(NODE_WAITING, s->who.slot, p->key_idx);
+	}
+	pthread_mutex_unlock(&s->pending_lock);
+	return p ? 0 : -LOCAL_ENOTENQUEUED;
+}
+
 int api_pending_poll(local_session *s, const char *key, bool cancel, uint64_t *token)
 {
 	struct pending *p;
