@@ -244,6 +244,26 @@ static void reply_error(struct tconn *c, const char *what, int err)
 	tcp_reply(c, "error");
 }
 
+/* "<word> <token> <lease>" without vsnprintf(): every acquire answers so. */
+static void reply_word_token(struct tconn *c, const char *word, const char *token, uint32_t lease)
+{
+	char line[64], num[12];
+	size_t wl = strlen(word), n = 0, k = sizeof(num);
+
+	do
+		num[--k] = (char)('0' + lease % 10);
+	while ((lease /= 10));
+	memcpy(line, word, wl);
+	n = wl;
+	line[n++] = ' ';
+	memcpy(line + n, token, 32);
+	n += 32;
+	line[n++] = ' ';
+	memcpy(line + n, num + k, sizeof(num) - k);
+	n += sizeof(num) - k;
+	tcp_reply_text(c, line, n);
+}
+
 static void reply_grant(struct tconn *c, const char *word, const char *key, uint64_t fence,
 			uint32_t lease_s)
 {
@@ -256,7 +276,7 @@ static void reply_grant(struct tconn *c, const char *word, const char *key, uint
 		return;
 	}
 	tcp_format_token(fence, salt, text);
-	tcp_reply(c, "%s %s %u", word, text, lease_s);
+	reply_word_token(c, word, text, lease_s);
 }
 
 /* The outcome of a wait: granted (@err 0, token @tok), timed out, failed. */

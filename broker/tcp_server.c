@@ -207,6 +207,10 @@ void tcp_reply(struct tconn *c, const char *fmt, ...)
 	va_list ap;
 	int n;
 
+	if (!strchr(fmt, '%')) { /* "ok", "timeout", ...: no vsnprintf() */
+		tcp_reply_text(c, fmt, strlen(fmt));
+		return;
+	}
 	va_start(ap, fmt);
 	n = vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);

@@ -17,9 +17,15 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <arpa/inet.h>
 
 #include "common.h"
 #include "netdrv.h"
@@ -95,6 +101,70 @@ static const struct net_proto tcp_proto = {
 	.close = tcp_close,
 };
 
+/*
+ * The floor: a server of a few lines on the same epoll, recv() and send()
+ * pattern as the broker's (level-triggered, one recv per readable socket,
+ * one send per answer) that answers every request without doing anything
+ * ("ok <32 zeros> 33" to an acquire, "ok" to the rest). Its CPU per op is
+ * what the kernel charges any server for this traffic on this machine
+ * (system calls, loopback TCP, waking the client, being woken): the part
+ * of the broker's figure that no server code can remove.
+ */
+static int floor_fd;
+
+static int floor_main(int idx)
+{
+	static const char tok[] = "ok 00000000000000000000000000000000 33\n";
+	struct epoll_event ev = { .events = EPOLLIN }, evs[64];
+	int ep = epoll_create1(EPOLL_CLOEXEC), n, i;
+	static char pend[65536][2]; /* per fd: the first letter, lines seen */
+
+	(void)idx;
+	ev.data.fd = floor_fd;
+	if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, floor_fd, &ev))
+		return -1;
+	for (;;) {
+		n = epoll_wait(ep, evs, 64, -1);
+		for (i = 0; i < n; i++) {
+			int fd = evs[i].data.fd;
+			char buf[4096];
+			ssize_t r;
+
+			if (fd == floor_fd) {
+				int c = accept4(floor_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+				int one = 1;
+
+				if (c < 0 || c >= 65536) {
+					if (c >= 0)
+						close(c);
+					continue;
+				}
+				setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+				ev.data.fd = c;
+				epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev);
+				pend[c][0] = pend[c][1] = 0;
+				continue;
+			}
+			r = recv(fd, buf, sizeof(buf), 0);
+			if (r <= 0) {
+				close(fd);
+				continue;
+			}
+			for (ssize_t k = 0; k < r; k++) {
+				if (!pend[fd][1] && !pend[fd][0])
+					pend[fd][0] = buf[k];
+				if (buf[k] != '\n' || ++pend[fd][1] < 3)
+					continue;
+				if (pend[fd][0] == 'l')
+					send(fd, tok, sizeof(tok) - 1, MSG_NOSIGNAL);
+				else
+					send(fd, "ok\n", 3, MSG_NOSIGNAL);
+				pend[fd][0] = pend[fd][1] = 0;
+			}
+		}
+	}
+}
+
 static void wait_tcp_up(void)
 {
 	uint64_t deadline = now_ns() + STEP_TIMEOUT_MS * NSEC_PER_MSEC;
@@ -120,6 +190,31 @@ static void wait_tcp_up(void)
 	}
 }
 
+/* The floor runs (own keys), against floor_main() in a child of ours. */
+static int run_floor(struct net_run *out)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int i, n = 0;
+	pid_t pid;
+
+	floor_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (floor_fd < 0 || bind(floor_fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    getsockname(floor_fd, (struct sockaddr *)&sa, &len) || listen(floor_fd, 512))
+		fatal("floor server socket: %s", strerror(errno));
+	tcp_port = ntohs(sa.sin_port);
+	pid = spawn(floor_main, 0);
+	close(floor_fd);
+	for (i = 0; i < net_nclients; i++)
+		if (net_wanted(net_clients[i], false))
+			net_run_config(&tcp_proto, pid, net_clients[i], false, TCP_RUN_NS, NULL,
+				       &out[n++]);
+	kill(pid, SIGKILL);
+	reap(pid, STEP_TIMEOUT_MS);
+	return n;
+}
+
 static void stop_with_log(void)
 {
 	broker_stop(&tb, true);
@@ -129,7 +224,8 @@ void bench_tcp(void)
 {
 	/* No token: the bench's own loopback broker, for the duration of the run. */
 	const char *extra[4] = { "--tcp-listen", NULL, "--tcp-insecure-no-auth", NULL };
-	struct net_run runs[2 * 8];
+	struct net_run runs[2 * 8], floor[8];
+	int nfloor;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	char listen[32];
 	int i, s, nruns = 0;
@@ -145,6 +241,7 @@ void bench_tcp(void)
 				net_run_config(&tcp_proto, tb.pid, net_clients[i], s, TCP_RUN_NS,
 					       stop_with_log, &runs[nruns++]);
 	broker_stop(&tb, false);
+	nfloor = run_floor(floor);
 
 	printf("\n11. dflockd's TCP protocol: acquire+release on TCP 127.0.0.1\n");
 	printf("   (own broker: --tcp-listen %s; one op = \"l <key> <timeout>\" ->\n"
@@ -160,6 +257,11 @@ void bench_tcp(void)
 	net_print_header(true);
 	for (i = 0; i < nruns; i++)
 		net_print_row("", &runs[i], true);
+	for (i = 0; i < nfloor; i++)
+		net_print_row("floor", &floor[i], true);
+	if (nfloor)
+		printf("  (floor: a server that answers without doing anything, on the same\n"
+		       "  system calls per request: the kernel's share of the broker's figure)\n");
 	printf("  dflockd v1.10 measured on this machine with its own Go client: ~11k ops/s\n"
 	       "  for 1 client, 25-39k for 10-200 clients on own keys, 14k on one key, at\n"
 	       "  26-67 us of server CPU per op (issue 14); the target here is <= 10 us of\n"
