@@ -455,6 +455,12 @@ static void dispatch(struct hreq *r)
 	}
 }
 
+/* What a connection keeps across its requests (MHD's socket context). */
+struct hconn {
+	char ip[64];
+	bool tcp;
+};
+
 static void client_ip(struct MHD_Connection *c, char *out, size_t size, bool *tcp)
 {
 	const union MHD_ConnectionInfo *ci =
@@ -477,6 +483,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 {
 	struct http *h = cls;
 	struct hreq *r = *ctx;
+	const union MHD_ConnectionInfo *hc;
 
 	(void)version;
 	if (!r) {
@@ -490,7 +497,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		r->method = http_method_of(method);
 		snprintf(r->verb, sizeof(r->verb), "%s", method);
 		http_route_match(url, r->method, &r->rt);
-		client_ip(c, r->ip, sizeof(r->ip), &r->tcp);
+		hc = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+		if (hc && hc->socket_context) {
+			const struct hconn *k = hc->socket_context;
+
+			memcpy(r->ip, k->ip, sizeof(r->ip));
+			r->tcp = k->tcp;
+		} else {
+			client_ip(c, r->ip, sizeof(r->ip), &r->tcp);
+		}
 		*ctx = r;
 		return MHD_YES;
 	}
@@ -556,12 +571,21 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx
 {
 	struct http *h = cls;
 
-	(void)c;
-	(void)socket_ctx;
-	if (what == MHD_CONNECTION_NOTIFY_STARTED)
+	if (what == MHD_CONNECTION_NOTIFY_STARTED) {
+		struct hconn *hc = malloc(sizeof(*hc));
+
+		/* The peer's address, formatted once for the connection's
+		 * requests (NULL: each request formats it). */
+		if (hc)
+			client_ip(c, hc->ip, sizeof(hc->ip), &hc->tcp);
+		*socket_ctx = hc;
 		h->connections++;
-	else if (h->connections)
-		h->connections--;
+	} else {
+		free(*socket_ctx);
+		*socket_ctx = NULL;
+		if (h->connections)
+			h->connections--;
+	}
 }
 
 /* Keep percent-escapes: a key's "%2F" must not split the path. */
@@ -628,6 +652,16 @@ static unsigned max_connections(const struct http_opts *o)
 	return (unsigned)(n < 16 ? 16 : n > 16384 ? 16384 : n);
 }
 
+/*
+ * Each connection's memory pool (request line and headers, the answer's
+ * headers). libmicrohttpd zeroes what a request used of it when the next
+ * one starts, and its read buffer grows to most of the pool: at its default
+ * of 32 KiB that memset was the largest single cost of a request. 16 KiB
+ * still takes request headers of about 8 KiB (a larger head is answered
+ * 431).
+ */
+#define HTTP_CONN_MEMORY (16 * 1024)
+
 static int start_daemon(struct http *h, int fd)
 {
 	const struct http_opts *o = &h->b->opts.http;
@@ -646,7 +680,9 @@ static int start_daemon(struct http *h, int fd)
 			     MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
 			     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->connection_timeout_s,
 			     MHD_OPTION_CONNECTION_LIMIT, max,
-			     MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_END);
+			     MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
+			     MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
+			     MHD_OPTION_END);
 	if (!d)
 		return -EINVAL;
 	h->d[i] = d;
