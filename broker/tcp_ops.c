@@ -323,8 +323,9 @@ static void tcp_wait_cancel_key(struct tcp *t, struct tconn *c, const char *key)
 static void wait_begin(struct tcp *t, struct tconn *c, const char *key, int64_t timeout_s,
 		       uint32_t lease_s, bool two_phase)
 {
-	uint64_t tok = 0;
-	int err = api_pending_arm(c->ls, key);
+	_Atomic uint64_t *word = NULL;
+	uint64_t tok = 0, waiting = 0;
+	int err = api_pending_arm_word(c->ls, key, &word, &waiting);
 
 	if (err == 1 || (!err && timeout_s == 0)) {
 		/* Granted already, or a wait of 0: answer now. */
@@ -350,8 +351,8 @@ static void wait_begin(struct tcp *t, struct tconn *c, const char *key, int64_t 
 	c->wtwo_phase = two_phase;
 	c->wlease_s = lease_s;
 	copy_key(c->wkey, key);
-	if (api_pending_word(c->ls, key, &c->wword, &c->wwaiting))
-		c->wword = NULL;
+	c->wword = word;
+	c->wwaiting = waiting;
 	broker_schedule(t->b, mono_ns() + (uint64_t)timeout_s * 1000000000ull, TIMER_TCP_WAIT,
 			c->slot, c->wgen);
 }

@@ -89,20 +89,8 @@ static void print_machine(void)
 static bool section(int n)
 {
 	const char *only = getenv("SHMLOCK_BENCH_ONLY");
-	char *end;
 
-	if (!only || !*only)
-		return true;
-	while (*only) {
-		long v = strtol(only, &end, 10);
-
-		if (end == only)
-			end++; /* skip a separator */
-		else if (v == n)
-			return true;
-		only = end;
-	}
-	return false;
+	return !only || !*only || number_listed(only, n);
 }
 
 int main(void)

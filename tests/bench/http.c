@@ -31,7 +31,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -351,32 +350,20 @@ static const struct net_proto curl_proto = {
 
 /* ---- the broker ---------------------------------------------------------- */
 
-/* Until GET /health answers 200 (the HTTP API starts after the socket). */
-static void wait_http_up(void)
+/* GET /health answers 200 (the HTTP API starts after the socket). */
+static bool http_up(int port, char *err, size_t size)
 {
 	static const char req[] = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
-	uint64_t deadline = now_ns() + STEP_TIMEOUT_MS * NSEC_PER_MSEC;
 	struct client cl;
 	int status;
 
-	for (;;) {
-		memset(&cl, 0, sizeof(cl));
-		cl.c.fd = -1;
-		status = net_connect(&cl.c, http_port) ? -1 : raw_exchange(&cl, req, sizeof(req) - 1);
-		if (cl.c.fd >= 0)
-			close(cl.c.fd);
-		if (status == 200)
-			return;
-		if (waitpid(hb.pid, &status, WNOHANG) == hb.pid) {
-			hb.pid = 0;
-			broker_stop(&hb, true);
-			fatal("HTTP broker exited at start (status 0x%x)", status);
-		}
-		if (now_ns() > deadline)
-			fatal("HTTP API on 127.0.0.1:%d did not answer in %d ms: %s", http_port,
-			      STEP_TIMEOUT_MS, cl.c.err);
-		sleep_ns(2 * NSEC_PER_MSEC);
-	}
+	memset(&cl, 0, sizeof(cl));
+	cl.c.fd = -1;
+	status = net_connect(&cl.c, port) ? -1 : raw_exchange(&cl, req, sizeof(req) - 1);
+	if (cl.c.fd >= 0)
+		close(cl.c.fd);
+	snprintf(err, size, "%s", cl.c.err);
+	return status == 200;
 }
 
 static void stop_with_log(void)
@@ -397,7 +384,7 @@ void bench_http(void)
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", http_port);
 	extra[1] = listen;
 	broker_start(&hb, "http", extra);
-	wait_http_up();
+	net_wait_up(&hb, "HTTP API", http_port, http_up);
 	if (curl_global_init(CURL_GLOBAL_DEFAULT))
 		fatal("curl_global_init failed");
 	for (s = 0; s < 2; s++)

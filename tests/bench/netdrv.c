@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -93,26 +94,36 @@ void net_key(const struct net_client *c, const char *prefix, char *out, size_t s
 		snprintf(out, size, "%s-%d", prefix, c->idx);
 }
 
+void net_wait_up(struct broker *b, const char *what, int port,
+		 bool (*up)(int port, char *err, size_t size))
+{
+	uint64_t deadline = now_ns() + STEP_TIMEOUT_MS * NSEC_PER_MSEC;
+	char err[200] = "";
+	int status;
+
+	while (!up(port, err, sizeof(err))) {
+		if (waitpid(b->pid, &status, WNOHANG) == b->pid) {
+			b->pid = 0;
+			broker_stop(b, true);
+			fatal("%s broker exited at start (status 0x%x)", what, status);
+		}
+		if (now_ns() > deadline) {
+			broker_stop(b, true);
+			fatal("%s on 127.0.0.1:%d did not answer in %d ms: %s", what, port,
+			      STEP_TIMEOUT_MS, err);
+		}
+		sleep_ns(2 * NSEC_PER_MSEC);
+	}
+}
+
 bool net_wanted(int n, bool shared)
 {
 	const char *counts = getenv("SHMLOCK_BENCH_NET_CLIENTS");
 	const char *keys = getenv("SHMLOCK_BENCH_NET_KEYS");
-	char *end;
 
 	if (keys && *keys && strcmp(keys, shared ? "shared" : "own"))
 		return false;
-	if (!counts || !*counts)
-		return true;
-	while (*counts) {
-		long v = strtol(counts, &end, 10);
-
-		if (end == counts)
-			end++; /* skip a separator */
-		else if (v == n)
-			return true;
-		counts = end;
-	}
-	return false;
+	return !counts || !*counts || number_listed(counts, n);
 }
 
 static double self_cpu_us(void)

@@ -71,6 +71,16 @@ int net_send_all(struct net_client *c, const char *buf, size_t len);
 /* The key of @c: "<prefix>-<idx>", or "<prefix>-shared". */
 void net_key(const struct net_client *c, const char *prefix, char *out, size_t size);
 
+struct broker;
+
+/*
+ * Until @up() says the broker @b answers on @port (a TCP service it starts
+ * after its socket); fatal (with its log) if it exits or takes longer than
+ * STEP_TIMEOUT_MS. @up() may leave a reason in @err.
+ */
+void net_wait_up(struct broker *b, const char *what, int port,
+		 bool (*up)(int port, char *err, size_t size));
+
 /*
  * Run @n clients of @p against the broker @broker_pid for @run_ns: open
  * each, warm up, barrier, time, close. A client error is fatal (the broker

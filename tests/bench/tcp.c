@@ -22,7 +22,6 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
@@ -165,29 +164,17 @@ static int floor_main(int idx)
 	}
 }
 
-static void wait_tcp_up(void)
+static bool tcp_up(int port, char *err, size_t size)
 {
-	uint64_t deadline = now_ns() + STEP_TIMEOUT_MS * NSEC_PER_MSEC;
 	struct net_client c;
 
-	for (;;) {
-		int status;
-
-		memset(&c, 0, sizeof(c));
-		if (!net_connect(&c, tcp_port)) {
-			close(c.fd);
-			return;
-		}
-		if (waitpid(tb.pid, &status, WNOHANG) == tb.pid) {
-			tb.pid = 0;
-			broker_stop(&tb, true);
-			fatal("TCP broker exited at start (status 0x%x)", status);
-		}
-		if (now_ns() > deadline)
-			fatal("TCP protocol on 127.0.0.1:%d did not answer in %d ms", tcp_port,
-			      STEP_TIMEOUT_MS);
-		sleep_ns(2 * NSEC_PER_MSEC);
+	memset(&c, 0, sizeof(c));
+	if (net_connect(&c, port)) {
+		snprintf(err, size, "%s", c.err);
+		return false;
 	}
+	close(c.fd);
+	return true;
 }
 
 /* The floor runs (own keys), against floor_main() in a child of ours. */
@@ -234,7 +221,7 @@ void bench_tcp(void)
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", tcp_port);
 	extra[1] = listen;
 	broker_start(&tb, "tcp", extra);
-	wait_tcp_up();
+	net_wait_up(&tb, "TCP protocol", tcp_port, tcp_up);
 	for (s = 0; s < 2; s++)
 		for (i = 0; i < net_nclients; i++)
 			if (net_wanted(net_clients[i], s))
