@@ -211,7 +211,7 @@ struct http {
 	bool unlink_unix;
 	unsigned nd;
 	bool draining;
-	bool run_pending; /* a TIMER_HTTP_RUN is in the heap */
+	bool run_pending; /* run the daemons at the end of the loop's turn */
 	uint64_t drain_deadline_ns;
 	uint32_t connections;
 	/* sessions, indexed by segment slot */

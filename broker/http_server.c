@@ -143,17 +143,17 @@ json_t *hreq_json(struct hreq *r)
 }
 
 /*
- * Run the daemons from the loop soon (a timer due now). libmicrohttpd takes
- * up a resumed connection, or work its own epoll will not signal again (see
- * run_daemon()), only when it runs; in external polling mode it has no
- * channel of its own to wake the loop with.
+ * Run the daemons from the loop soon: at the end of this turn of the loop
+ * (http_run_due(), from loop.c), which then polls its fds without sleeping.
+ * libmicrohttpd takes up a resumed connection, or work its own epoll will
+ * not signal again (see run_daemon()), only when it runs; in external
+ * polling mode it has no channel of its own to wake the loop with. (A
+ * timer due now did this before: a timerfd_settime(), a sleep until the
+ * timer's interrupt and a read per long poll answered.)
  */
 static void run_soon(struct http *h)
 {
-	if (!h->run_pending) {
-		h->run_pending = true;
-		broker_schedule(h->b, mono_ns(), TIMER_HTTP_RUN, 0, 0);
-	}
+	h->run_pending = true;
 }
 
 void hreq_suspend(struct hreq *r)
@@ -822,6 +822,34 @@ void http_event(struct broker *b, uint64_t tag)
 	}
 }
 
+static void run_all(struct http *h)
+{
+	unsigned i;
+
+	for (i = 0; i < h->nd; i++)
+		run_daemon(h, i);
+	if (h->maybe_granted) { /* as after an event */
+		h->maybe_granted = false;
+		http_waiters_poll(h);
+	}
+}
+
+bool http_run_due(struct broker *b)
+{
+	struct http *h = b->http;
+
+	if (!h || !h->run_pending)
+		return false;
+	h->run_pending = false;
+	run_all(h);
+	return true;
+}
+
+bool http_run_pending(struct broker *b)
+{
+	return b->http && b->http->run_pending;
+}
+
 void http_doorbell(struct broker *b)
 {
 	if (b->http)
@@ -840,14 +868,9 @@ void http_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 		http_waiter_due(h, a, b2);
 		return;
 	}
-	if (kind == TIMER_HTTP_RUN) {
+	if (kind == TIMER_HTTP_RUN) { /* none scheduled now: see run_soon() */
 		h->run_pending = false;
-		for (i = 0; i < h->nd; i++)
-			run_daemon(h, i);
-		if (h->maybe_granted) { /* as after an event */
-			h->maybe_granted = false;
-			http_waiters_poll(h);
-		}
+		run_all(h);
 		return;
 	}
 	for (i = 0; i < h->nd; i++)

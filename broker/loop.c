@@ -389,8 +389,9 @@ static void drain_requests(struct broker *b)
 
 /*
  * Rings made by the broker itself (seg.ring_local): leases its in-process
- * sessions took and grants to waiters it armed. They are handled here, at
- * the end of the turn that made them, as the eventfd of the doorbell thread
+ * sessions took and grants to waiters it armed; and HTTP daemons to run
+ * for answers resumed. They are handled here, at the end of the turn that
+ * made them, as the eventfd of the doorbell thread
  * would be, without a futex wake, an eventfd write and read and one more
  * epoll turn per ring. What this handling does may ring again (a resumed
  * connection takes a lease): a few rounds, then the next turn does not
@@ -400,13 +401,21 @@ static bool local_rings(struct broker *b)
 {
 	int round;
 
-	for (round = 0; round < 4 && b->seg.rung_local; round++) {
-		b->seg.rung_local = false;
-		leases_collect(b);
-		http_doorbell(b);
-		tcp_doorbell(b);
+	for (round = 0; round < 4; round++) {
+		bool rung = b->seg.rung_local;
+
+		if (rung) {
+			b->seg.rung_local = false;
+			leases_collect(b);
+			http_doorbell(b);
+			tcp_doorbell(b);
+		}
+		/* HTTP answers resumed in this turn (libmicrohttpd sends them
+		 * only when it runs). */
+		if (!http_run_due(b) && !rung)
+			break;
 	}
-	return b->seg.rung_local;
+	return b->seg.rung_local || http_run_pending(b);
 }
 
 int loop_run(struct broker *b)
