@@ -154,6 +154,10 @@ struct hwaiter {
 	uint32_t lease_s;
 	bool sem;
 	char key[LOCAL_KEY_MAX + 1];
+	/* J5: its lock word and that word's value while it waits (NULL:
+	 * unknown), so that a doorbell skips it with one load. */
+	_Atomic uint64_t *word;
+	uint64_t waiting;
 };
 
 void http_lock_op(struct hreq *r);
