@@ -652,16 +652,6 @@ static unsigned max_connections(const struct http_opts *o)
 	return (unsigned)(n < 16 ? 16 : n > 16384 ? 16384 : n);
 }
 
-/*
- * Each connection's memory pool (request line and headers, the answer's
- * headers). libmicrohttpd zeroes what a request used of it when the next
- * one starts, and its read buffer grows to most of the pool: at its default
- * of 32 KiB that memset was the largest single cost of a request. 16 KiB
- * still takes request headers of about 8 KiB (a larger head is answered
- * 431).
- */
-#define HTTP_CONN_MEMORY (16 * 1024)
-
 static int start_daemon(struct http *h, int fd)
 {
 	const struct http_opts *o = &h->b->opts.http;
@@ -680,9 +670,7 @@ static int start_daemon(struct http *h, int fd)
 			     MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
 			     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->connection_timeout_s,
 			     MHD_OPTION_CONNECTION_LIMIT, max,
-			     MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
-			     MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
-			     MHD_OPTION_END);
+			     MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_END);
 	if (!d)
 		return -EINVAL;
 	h->d[i] = d;
