@@ -486,13 +486,11 @@ void tcp_event(struct broker *b, uint64_t tag, uint32_t events)
 		after_turn(t);
 		return;
 	}
-	if (c->waiting) {
-		/* Input during a wait (EPOLLIN stays on while waiting): it is
-		 * read when the wait ends; until then, stop hearing of it. */
+	/* Input during a wait (EPOLLIN stays on while waiting): it is read
+	 * when the wait ends; until then, stop hearing of it (conn_settle()
+	 * below, which also writes what is owed). */
+	if (c->waiting && (events & EPOLLIN))
 		c->wait_input = true;
-		tcp_conn_update(t, c);
-		return;
-	}
 	/* Read whatever the event: TLS may have plaintext decrypted already,
 	 * or a read may have waited for the socket to take a write. */
 	conn_read(t, c);
