@@ -245,6 +245,8 @@ void broker_schedule(struct broker *b, uint64_t at_ns, uint32_t kind, uint32_t a
 int leases_start(struct broker *b);
 void leases_stop(struct broker *b);
 void leases_drain(struct broker *b);
+/* The lease bitmap into the heap, without the eventfd (rings of our own). */
+void leases_collect(struct broker *b);
 void lease_due(struct broker *b, uint32_t node, uint64_t at);
 
 /* notify.c: sd_notify(3) readiness, STATUS=, WATCHDOG=1 and the fd store. */

@@ -160,6 +160,10 @@ struct hwaiter {
 	uint32_t lease_s;
 	bool sem;
 	char key[LOCAL_KEY_MAX + 1];
+	/* J5: its lock word and that word's value while it waits (NULL:
+	 * unknown), so that a doorbell skips it with one load. */
+	_Atomic uint64_t *word;
+	uint64_t waiting;
 };
 
 void http_lock_op(struct hreq *r);
@@ -217,7 +221,7 @@ struct http {
 	bool unlink_unix;
 	unsigned nd;
 	bool draining;
-	bool run_pending; /* a TIMER_HTTP_RUN is in the heap */
+	bool run_pending; /* run the daemons at the end of the loop's turn */
 	uint64_t drain_deadline_ns;
 	uint32_t connections;
 	/* sessions, indexed by segment slot */

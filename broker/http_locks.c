@@ -234,8 +234,11 @@ static bool poll_one(struct http *h, uint32_t slot, bool cancel)
 {
 	struct hwaiter *w = &h->waiters[slot];
 	uint64_t tok = 0;
-	int err = api_pending_poll(w->sess->ls, w->key, cancel, &tok);
+	int err;
 
+	if (!cancel && w->word && atomic_load(w->word) == w->waiting)
+		return false; /* J5: still queued, seen without a poll */
+	err = api_pending_poll(w->sess->ls, w->key, cancel, &tok);
 	if (err == -EAGAIN)
 		return false;
 	if (!err && hung_up(w)) {
@@ -266,7 +269,9 @@ static void wait_begin(struct hreq *r, struct hsession *hs, json_int_t timeout_s
 	struct hwaiter *w;
 	uint64_t tok = 0;
 	int32_t slot;
-	int err = api_pending_arm(hs->ls, r->rt.param);
+	_Atomic uint64_t *word = NULL;
+	uint64_t waiting = 0;
+	int err = api_pending_arm_word(hs->ls, r->rt.param, &word, &waiting);
 
 	if (err == 1 || (!err && timeout_s == 0)) {
 		/* Granted already, or a wait of 0: answer now. */
@@ -292,6 +297,8 @@ static void wait_begin(struct hreq *r, struct hsession *hs, json_int_t timeout_s
 	w = &h->waiters[slot];
 	w->req = r;
 	w->sess = hs;
+	w->word = word;
+	w->waiting = waiting;
 	w->lease_s = (uint32_t)lease_s;
 	w->deadline_ns = mono_ns() + (uint64_t)timeout_s * 1000000000ull;
 	memcpy(w->key, r->rt.param, r->rt.param_len + 1);

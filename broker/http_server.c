@@ -144,17 +144,17 @@ json_t *hreq_json(struct hreq *r)
 }
 
 /*
- * Run the daemons from the loop soon (a timer due now). libmicrohttpd takes
- * up a resumed connection, or work its own epoll will not signal again (see
- * run_daemon()), only when it runs; in external polling mode it has no
- * channel of its own to wake the loop with.
+ * Run the daemons from the loop soon: at the end of this turn of the loop
+ * (http_run_due(), from loop.c), which then polls its fds without sleeping.
+ * libmicrohttpd takes up a resumed connection, or work its own epoll will
+ * not signal again (see run_daemon()), only when it runs; in external
+ * polling mode it has no channel of its own to wake the loop with. (A
+ * timer due now did this before: a timerfd_settime(), a sleep until the
+ * timer's interrupt and a read per long poll answered.)
  */
 static void run_soon(struct http *h)
 {
-	if (!h->run_pending) {
-		h->run_pending = true;
-		broker_schedule(h->b, mono_ns(), TIMER_HTTP_RUN, 0, 0);
-	}
+	h->run_pending = true;
 }
 
 void hreq_suspend(struct hreq *r)
@@ -466,6 +466,12 @@ static void dispatch(struct hreq *r)
 	}
 }
 
+/* What a connection keeps across its requests (MHD's socket context). */
+struct hconn {
+	char ip[64];
+	bool tcp;
+};
+
 static void client_ip(struct MHD_Connection *c, char *out, size_t size, bool *tcp)
 {
 	const union MHD_ConnectionInfo *ci =
@@ -488,6 +494,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 {
 	struct http *h = cls;
 	struct hreq *r = *ctx;
+	const union MHD_ConnectionInfo *hc;
 
 	(void)version;
 	if (!r) {
@@ -501,7 +508,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		r->method = http_method_of(method);
 		snprintf(r->verb, sizeof(r->verb), "%s", method);
 		http_route_match(url, r->method, &r->rt);
-		client_ip(c, r->ip, sizeof(r->ip), &r->tcp);
+		hc = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+		if (hc && hc->socket_context) {
+			const struct hconn *k = hc->socket_context;
+
+			memcpy(r->ip, k->ip, sizeof(r->ip));
+			r->tcp = k->tcp;
+		} else {
+			client_ip(c, r->ip, sizeof(r->ip), &r->tcp);
+		}
 		if ((r->consul = consul_conn(h, c)) && !(r->url = strdup(url)))
 			return MHD_NO;
 		*ctx = r;
@@ -572,12 +587,21 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx
 {
 	struct http *h = cls;
 
-	(void)c;
-	(void)socket_ctx;
-	if (what == MHD_CONNECTION_NOTIFY_STARTED)
+	if (what == MHD_CONNECTION_NOTIFY_STARTED) {
+		struct hconn *hc = malloc(sizeof(*hc));
+
+		/* The peer's address, formatted once for the connection's
+		 * requests (NULL: each request formats it). */
+		if (hc)
+			client_ip(c, hc->ip, sizeof(hc->ip), &hc->tcp);
+		*socket_ctx = hc;
 		h->connections++;
-	else if (h->connections)
-		h->connections--;
+	} else {
+		free(*socket_ctx);
+		*socket_ctx = NULL;
+		if (h->connections)
+			h->connections--;
+	}
 }
 
 /* Keep percent-escapes: a key's "%2F" must not split the path. */
@@ -819,6 +843,34 @@ void http_event(struct broker *b, uint64_t tag)
 	}
 }
 
+static void run_all(struct http *h)
+{
+	unsigned i;
+
+	for (i = 0; i < h->nd; i++)
+		run_daemon(h, i);
+	if (h->maybe_granted) { /* as after an event */
+		h->maybe_granted = false;
+		http_waiters_poll(h);
+	}
+}
+
+bool http_run_due(struct broker *b)
+{
+	struct http *h = b->http;
+
+	if (!h || !h->run_pending)
+		return false;
+	h->run_pending = false;
+	run_all(h);
+	return true;
+}
+
+bool http_run_pending(struct broker *b)
+{
+	return b->http && b->http->run_pending;
+}
+
 void http_doorbell(struct broker *b)
 {
 	if (b->http) {
@@ -843,14 +895,9 @@ void http_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 		consul_timer(h, a, b2);
 		return;
 	}
-	if (kind == TIMER_HTTP_RUN) {
+	if (kind == TIMER_HTTP_RUN) { /* none scheduled now: see run_soon() */
 		h->run_pending = false;
-		for (i = 0; i < h->nd; i++)
-			run_daemon(h, i);
-		if (h->maybe_granted) { /* as after an event */
-			h->maybe_granted = false;
-			http_waiters_poll(h);
-		}
+		run_all(h);
 		return;
 	}
 	for (i = 0; i < h->nd; i++)

@@ -125,13 +125,23 @@ void leases_stop(struct broker *b)
 
 void leases_drain(struct broker *b)
 {
-	uint32_t words = (b->seg.nnodes + 63) / 64, w;
 	uint64_t count;
 
 	if (read(b->lease_efd, &count, sizeof(count)) < 0 && errno != EAGAIN)
 		blog(LOG_WARNING, "lease eventfd: %s", strerror(errno));
+	leases_collect(b);
+}
+
+void leases_collect(struct broker *b)
+{
+	uint32_t words = (b->seg.nnodes + 63) / 64, w;
+
 	for (w = 0; w < words; w++) {
-		uint64_t bits = atomic_exchange(&b->seg.lease_bits[w], 0);
+		/* A load first: most words are 0, and a locked exchange on each
+		 * would cost more than the rest of a turn. */
+		uint64_t bits = atomic_load_explicit(&b->seg.lease_bits[w], memory_order_relaxed)
+					? atomic_exchange(&b->seg.lease_bits[w], 0)
+					: 0;
 
 		while (bits) {
 			uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);

@@ -396,6 +396,37 @@ static void drain_requests(struct broker *b)
 	}
 }
 
+/*
+ * Rings made by the broker itself (seg.ring_local): leases its in-process
+ * sessions took and grants to waiters it armed; and HTTP daemons to run
+ * for answers resumed. They are handled here, at the end of the turn that
+ * made them, as the eventfd of the doorbell thread
+ * would be, without a futex wake, an eventfd write and read and one more
+ * epoll turn per ring. What this handling does may ring again (a resumed
+ * connection takes a lease): a few rounds, then the next turn does not
+ * sleep.
+ */
+static bool local_rings(struct broker *b)
+{
+	int round;
+
+	for (round = 0; round < 4; round++) {
+		bool rung = b->seg.rung_local;
+
+		if (rung) {
+			b->seg.rung_local = false;
+			leases_collect(b);
+			http_doorbell(b);
+			tcp_doorbell(b);
+		}
+		/* HTTP answers resumed in this turn (libmicrohttpd sends them
+		 * only when it runs). */
+		if (!http_run_due(b) && !rung)
+			break;
+	}
+	return b->seg.rung_local || http_run_pending(b);
+}
+
 int loop_run(struct broker *b)
 {
 	struct epoll_event ev[64];
@@ -417,14 +448,17 @@ int loop_run(struct broker *b)
 		err = tcp_start(b);
 	if (err)
 		return err;
+	b->seg.ring_local = true; /* from here on the loop sees its own rings */
 	notify_ready(b); /* READY=1: segment attached, sessions re-adopted */
 	blog(LOG_INFO, "ready on %s, segment %s",
 	     b->listen_owned ? b->opts.socket_path : "the socket-activated socket",
 	     b->opts.shm_name);
 	/* Stopping waits for the HTTP API to drain (bounded by http.c). */
 	while (!b->stopping || !http_draining(b)) {
+		bool more = local_rings(b);
+
 		arm_timer(b);
-		n = epoll_wait(b->epfd, ev, 64, b->stopping ? 20 : -1);
+		n = epoll_wait(b->epfd, ev, 64, more ? 0 : b->stopping ? 20 : -1);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -467,6 +501,7 @@ int loop_run(struct broker *b)
 	}
 	notify_stopping(b);
 	drain_requests(b);
+	local_rings(b);
 	tcp_stop(b);
 	http_stop(b);
 	leases_stop(b);

@@ -51,6 +51,12 @@ struct tconn {
 	bool waiting;
 	uint32_t wgen;
 	bool wtwo_phase; /* a w/sw (reply "ok" either way, but lease reset) */
+	bool wait_input; /* bytes came while waiting: EPOLLIN is off until it ends */
+	uint32_t widx;	 /* in tcp->waitv */
+	/* The waiter's lock word and its value while it waits (NULL: unknown,
+	 * poll): a doorbell skips the waiters still queued with one load. */
+	_Atomic uint64_t *wword;
+	uint64_t wwaiting;
 	uint32_t wlease_s;
 	char wkey[LOCAL_KEY_MAX + 1];
 	struct tcp_hold *holds;
@@ -69,7 +75,9 @@ struct tcp {
 	uint32_t nconns, cap_conns, live;
 	uint32_t max_conns;
 	uint64_t next_id;
-	uint32_t waiting;
+	uint32_t waiting;     /* connections in a wait: waitv[0..waiting) */
+	struct tconn **waitv; /* so that a doorbell visits only those */
+	uint32_t cap_waitv;
 	local_session *observer; /* stats */
 	bool maybe_granted;	 /* we released something: poll our waiters */
 	bool draining;
@@ -80,6 +88,9 @@ struct tcp {
 void tcp_reply(struct tconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void tcp_reply_text(struct tconn *c, const char *text, size_t len);
 void tcp_conn_update(struct tcp *t, struct tconn *c);
+/* @c starts / ends a wait (tcp_ops.c sets c->waiting around these). */
+int tcp_wait_add(struct tcp *t, struct tconn *c);
+void tcp_wait_del(struct tcp *t, struct tconn *c);
 /* @c's wait is over (answered): serve what it sent meanwhile. */
 void tcp_resume(struct tcp *t, struct tconn *c);
 

@@ -61,6 +61,30 @@ static void drop_hold(struct tconn *c, const char *key)
 		*h = c->holds[--c->nholds];
 }
 
+/*
+ * Salts from the kernel's CSPRNG, drawn SALT_POOL at a time: one
+ * getrandom() per grant was a system call on every acquire. The pool is
+ * process memory of the broker only, and each salt is used once.
+ */
+#define SALT_POOL 128
+
+static uint64_t next_salt(void)
+{
+	static uint64_t pool[SALT_POOL];
+	static unsigned left;
+	uint64_t v;
+
+	if (!left) {
+		if (getrandom(pool, sizeof(pool), 0) == (ssize_t)sizeof(pool))
+			left = SALT_POOL;
+		else /* never: getrandom() of 1 KiB does not fail once seeded */
+			return mono_ns() ^ ((uint64_t)rand() << 32);
+	}
+	v = pool[--left];
+	pool[left] = 0; /* a used salt does not linger */
+	return v;
+}
+
 /* Record the hold of @key with @fence; its salt (kept if the same grant). */
 static int note_hold(struct tconn *c, const char *key, uint64_t fence, uint64_t *salt)
 {
@@ -84,8 +108,7 @@ static int note_hold(struct tconn *c, const char *key, uint64_t fence, uint64_t 
 		copy_key(h->key, key);
 	}
 	h->fence = fence;
-	if (getrandom(&h->salt, sizeof(h->salt), 0) != sizeof(h->salt))
-		h->salt = mono_ns() ^ ((uint64_t)rand() << 32); /* never: 8 bytes do not fail */
+	h->salt = next_salt();
 	*salt = h->salt;
 	return 0;
 }
@@ -221,6 +244,26 @@ static void reply_error(struct tconn *c, const char *what, int err)
 	tcp_reply(c, "error");
 }
 
+/* "<word> <token> <lease>" without vsnprintf(): every acquire answers so. */
+static void reply_word_token(struct tconn *c, const char *word, const char *token, uint32_t lease)
+{
+	char line[64], num[12];
+	size_t wl = strlen(word), n = 0, k = sizeof(num);
+
+	do
+		num[--k] = (char)('0' + lease % 10);
+	while ((lease /= 10));
+	memcpy(line, word, wl);
+	n = wl;
+	line[n++] = ' ';
+	memcpy(line + n, token, 32);
+	n += 32;
+	line[n++] = ' ';
+	memcpy(line + n, num + k, sizeof(num) - k);
+	n += sizeof(num) - k;
+	tcp_reply_text(c, line, n);
+}
+
 static void reply_grant(struct tconn *c, const char *word, const char *key, uint64_t fence,
 			uint32_t lease_s)
 {
@@ -233,7 +276,7 @@ static void reply_grant(struct tconn *c, const char *word, const char *key, uint
 		return;
 	}
 	tcp_format_token(fence, salt, text);
-	tcp_reply(c, "%s %s %u", word, text, lease_s);
+	reply_word_token(c, word, text, lease_s);
 }
 
 /* The outcome of a wait: granted (@err 0, token @tok), timed out, failed. */
@@ -266,11 +309,23 @@ static void reply_waited(struct tcp *t, struct tconn *c, const char *key, int er
 
 static uint32_t wgens;
 
+/* Out of the queue of @key before the wait was recorded (no memory). */
+static void tcp_wait_cancel_key(struct tcp *t, struct tconn *c, const char *key)
+{
+	uint64_t tok;
+
+	if (api_pending_poll(c->ls, key, true, &tok) == 0) {
+		local_release(c->ls, key);
+		t->maybe_granted = true;
+	}
+}
+
 static void wait_begin(struct tcp *t, struct tconn *c, const char *key, int64_t timeout_s,
 		       uint32_t lease_s, bool two_phase)
 {
-	uint64_t tok = 0;
-	int err = api_pending_arm(c->ls, key);
+	_Atomic uint64_t *word = NULL;
+	uint64_t tok = 0, waiting = 0;
+	int err = api_pending_arm_word(c->ls, key, &word, &waiting);
 
 	if (err == 1 || (!err && timeout_s == 0)) {
 		/* Granted already, or a wait of 0: answer now. */
@@ -286,12 +341,18 @@ static void wait_begin(struct tcp *t, struct tconn *c, const char *key, int64_t 
 		reply_error(c, "wait", err);
 		return;
 	}
+	if (tcp_wait_add(t, c)) {
+		tcp_wait_cancel_key(t, c, key);
+		tcp_reply(c, "error");
+		return;
+	}
 	c->waiting = true;
 	c->wgen = ++wgens;
 	c->wtwo_phase = two_phase;
 	c->wlease_s = lease_s;
 	copy_key(c->wkey, key);
-	t->waiting++;
+	c->wword = word;
+	c->wwaiting = waiting;
 	broker_schedule(t->b, mono_ns() + (uint64_t)timeout_s * 1000000000ull, TIMER_TCP_WAIT,
 			c->slot, c->wgen);
 }
@@ -304,7 +365,7 @@ bool tcp_wait_poll(struct tcp *t, struct tconn *c, bool cancel)
 	if (err == -EAGAIN)
 		return false;
 	c->waiting = false;
-	t->waiting--;
+	tcp_wait_del(t, c);
 	reply_waited(t, c, c->wkey, err, tok, c->wlease_s, c->wtwo_phase);
 	return true;
 }
@@ -322,7 +383,7 @@ void tcp_wait_cancel(struct tcp *t, struct tconn *c)
 		t->maybe_granted = true;
 	}
 	c->waiting = false;
-	t->waiting--;
+	tcp_wait_del(t, c);
 }
 
 /* ---- the commands ------------------------------------------------------------------- */

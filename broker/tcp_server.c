@@ -156,6 +156,7 @@ void tcp_stop(struct broker *b)
 	session_inproc_free(t->observer);
 	tcp_tls_fini(t);
 	free(t->conns);
+	free(t->waitv);
 	free(t);
 	b->tcp = NULL;
 }
@@ -206,6 +207,10 @@ void tcp_reply(struct tconn *c, const char *fmt, ...)
 	va_list ap;
 	int n;
 
+	if (!strchr(fmt, '%')) { /* "ok", "timeout", ...: no vsnprintf() */
+		tcp_reply_text(c, fmt, strlen(fmt));
+		return;
+	}
 	va_start(ap, fmt);
 	n = vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
@@ -218,7 +223,12 @@ void tcp_conn_update(struct tcp *t, struct tconn *c)
 	struct epoll_event ev = { .data.u64 = conn_tag(c) };
 
 	ev.events = EPOLLRDHUP;
-	if (!c->waiting && !c->eof && !c->closing && c->out_len < TCP_OUT_HIGH)
+	/* A wait leaves EPOLLIN on: most clients send nothing until it is
+	 * answered, and two epoll_ctl() per wait are what it would cost to
+	 * switch it off and on. Only input that comes meanwhile turns it off
+	 * (tcp_event()), until the wait ends. */
+	if ((!c->waiting || ((c->events & EPOLLIN) && !c->wait_input)) && !c->eof &&
+	    !c->closing && c->out_len < TCP_OUT_HIGH)
 		ev.events |= EPOLLIN;
 	if (c->out_len || c->tls_want_write)
 		ev.events |= EPOLLOUT;
@@ -296,6 +306,8 @@ static void conn_settle(struct tcp *t, struct tconn *c)
 
 static void conn_read(struct tcp *t, struct tconn *c)
 {
+	bool short_read;
+
 	while (!c->waiting && !c->eof && !c->closing) {
 		long n;
 
@@ -310,9 +322,13 @@ static void conn_read(struct tcp *t, struct tconn *c)
 		}
 		if (memchr(c->in + c->in_len, '\n', (size_t)n))
 			c->line_since_ns = mono_ns();
+		short_read = !c->ssl && (size_t)n < sizeof(c->in) - c->in_len;
 		c->in_len += (size_t)n;
 		serve_buffered(t, c);
-		if (c->waiting || c->closing || c->out_len >= TCP_OUT_HIGH)
+		/* A short read on a plain socket took all there was: no second
+		 * recv() just to hear EAGAIN (the epoll is level-triggered, so
+		 * what comes later is reported again). TLS may hold records. */
+		if (short_read || c->waiting || c->closing || c->out_len >= TCP_OUT_HIGH)
 			break;
 	}
 	serve_buffered(t, c);
@@ -321,8 +337,39 @@ static void conn_read(struct tcp *t, struct tconn *c)
 void tcp_resume(struct tcp *t, struct tconn *c)
 {
 	c->line_since_ns = mono_ns();
-	conn_read(t, c); /* what came meanwhile (TLS may hold some decrypted) */
+	/* What came meanwhile: on a plain socket only if an event said so
+	 * (EPOLLIN stayed on otherwise, and is level-triggered); TLS may hold
+	 * records decrypted already. */
+	if (c->wait_input || c->ssl)
+		conn_read(t, c);
+	else
+		serve_buffered(t, c);
+	c->wait_input = false;
 	conn_settle(t, c);
+}
+
+int tcp_wait_add(struct tcp *t, struct tconn *c)
+{
+	if (t->waiting == t->cap_waitv) {
+		uint32_t cap = t->cap_waitv ? t->cap_waitv * 2 : 64;
+		struct tconn **v = realloc(t->waitv, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		t->waitv = v;
+		t->cap_waitv = cap;
+	}
+	c->widx = t->waiting;
+	t->waitv[t->waiting++] = c;
+	return 0;
+}
+
+void tcp_wait_del(struct tcp *t, struct tconn *c)
+{
+	struct tconn *last = t->waitv[--t->waiting];
+
+	t->waitv[c->widx] = last;
+	last->widx = c->widx;
 }
 
 static int32_t free_slot(struct tcp *t)
@@ -406,14 +453,15 @@ static void conn_accept(struct tcp *t, int lfd)
 	}
 }
 
-/* A release of ours may have granted a waiter of ours, or of HTTP's. */
+/* A release of ours may have granted a waiter of ours, or of HTTP's: poll
+ * them once at the end of the loop's turn (loop.c, local_rings()), not
+ * after each request, so that a turn serving many connections polls once. */
 static void after_turn(struct tcp *t)
 {
 	if (!t->maybe_granted)
 		return;
 	t->maybe_granted = false;
-	tcp_doorbell(t->b);
-	http_doorbell(t->b);
+	t->b->seg.rung_local = true;
 }
 
 void tcp_event(struct broker *b, uint64_t tag, uint32_t events)
@@ -438,6 +486,11 @@ void tcp_event(struct broker *b, uint64_t tag, uint32_t events)
 		after_turn(t);
 		return;
 	}
+	/* Input during a wait (EPOLLIN stays on while waiting): it is read
+	 * when the wait ends; until then, stop hearing of it (conn_settle()
+	 * below, which also writes what is owed). */
+	if (c->waiting && (events & EPOLLIN))
+		c->wait_input = true;
 	/* Read whatever the event: TLS may have plaintext decrypted already,
 	 * or a read may have waited for the socket to take a write. */
 	conn_read(t, c);
@@ -454,11 +507,21 @@ void tcp_doorbell(struct broker *b)
 
 	if (!t)
 		return;
-	for (i = 0; i < t->nconns && t->waiting; i++) {
-		struct tconn *c = t->conns[i];
+	/* Only the connections that wait, and of those only the ones whose
+	 * lock word moved: one load each. A resumed one leaves waitv (the
+	 * last takes its place, so i stays) and may start a new wait (at the
+	 * end, still queued: skipped). */
+	for (i = 0; i < t->waiting;) {
+		struct tconn *c = t->waitv[i];
 
-		if (c && c->waiting && tcp_wait_poll(t, c, false))
+		if (c->wword && atomic_load(c->wword) == c->wwaiting) {
+			i++;
+			continue;
+		}
+		if (tcp_wait_poll(t, c, false))
 			tcp_resume(t, c);
+		else
+			i++;
 	}
 	if (t->maybe_granted) {
 		t->maybe_granted = false;

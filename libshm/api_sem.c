@@ -175,6 +175,12 @@ void api_drop_granted_pending(local_session *s, const char *key, size_t len, uin
 
 int api_pending_arm(local_session *s, const char *key)
 {
+	return api_pending_arm_word(s, key, NULL, NULL);
+}
+
+int api_pending_arm_word(local_session *s, const char *key, _Atomic uint64_t **word,
+			 uint64_t *waiting)
+{
 	struct pending *p;
 	size_t len;
 	int err;
@@ -186,6 +192,10 @@ int api_pending_arm(local_session *s, const char *key)
 	p = *find_pending(s, key, len);
 	err = !p ? -LOCAL_ENOTENQUEUED
 		 : waiter_arm_doorbell(s->seg, p->node, p->key_idx, s->who) ? 0 : 1;
+	if (p && word) {
+		*word = &s->seg->nodes[p->node].word;
+		*waiting = NODE_PACK(NODE_WAITING, s->who.slot, p->key_idx);
+	}
 	pthread_mutex_unlock(&s->pending_lock);
 	return err;
 }

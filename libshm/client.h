@@ -106,6 +106,11 @@ void api_drop_granted_pending(local_session *s, const char *key, size_t len, uin
  * as waiter_poll(); the request stays pending only on -EAGAIN. */
 int api_pending_arm(local_session *s, const char *key);
 int api_pending_poll(local_session *s, const char *key, bool cancel, uint64_t *token);
+/* J5 (broker/tcp_ops.c): api_pending_arm(), and the request's lock word and
+ * its value while it still waits, so that a doorbell tells its rung waiters
+ * from the others with one load each instead of a poll each. */
+int api_pending_arm_word(local_session *s, const char *key, _Atomic uint64_t **word,
+			 uint64_t *waiting);
 
 /* client.c: a session object over a slot the broker opened for itself in
  * its own mapping (HTTP sessions): no socket, nothing to unmap. */

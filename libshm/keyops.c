@@ -385,7 +385,7 @@ void waiter_wake(struct segment *seg, uint32_t n)
 	if (was == NODE_FUTEX_PARKED)
 		futex_wake(&node->futex, 1);
 	else if (was == NODE_FUTEX_DOORBELL)
-		broker_ring(seg->hdr);
+		seg_ring(seg); /* J5: the broker's own grants need no futex wake */
 }
 
 /* Take a grant: the hold is ours once the waiter node is freed. */

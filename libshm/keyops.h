@@ -273,6 +273,8 @@ uint64_t lease_deadline(uint32_t lease_ms);
 void lease_note(struct segment *seg, uint32_t node);
 /* Wake the broker's doorbell thread (lease notes, grants to HTTP waiters). */
 void broker_ring(struct seg_header *h);
+/* Ring the broker from @seg's process: a flag only in the broker itself. */
+void seg_ring(struct segment *seg);
 
 /* ---- lock-free fast path (fastpath.c) ---------------------------------- */
 

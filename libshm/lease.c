@@ -23,10 +23,18 @@ void broker_ring(struct seg_header *h)
 		futex_wake(&h->broker_doorbell, 1);
 }
 
+void seg_ring(struct segment *seg)
+{
+	if (seg->ring_local)
+		seg->rung_local = true; /* the broker's loop looks before it sleeps */
+	else
+		broker_ring(seg->hdr);
+}
+
 void lease_note(struct segment *seg, uint32_t node)
 {
 	atomic_fetch_or(&seg->lease_bits[node / 64], 1ull << (node % 64));
-	broker_ring(seg->hdr);
+	seg_ring(seg);
 }
 
 uint64_t lease_deadline(uint32_t lease_ms)

@@ -356,6 +356,13 @@ struct segment {
 	 * (then a waiter may judge an owner dead itself; see lockword.h). */
 	uint32_t lock_self;
 	bool lock_judge;
+	/* The broker's own mapping (broker/loop.c): a ring this process makes
+	 * (a lease its in-process sessions took, a grant to a waiter it armed)
+	 * only sets rung_local, which the loop handles at the end of its turn,
+	 * instead of a futex wake of its own doorbell thread and an eventfd
+	 * round trip per ring. Clients leave ring_local false. */
+	bool ring_local;
+	bool rung_local;
 };
 
 #define INDEX_TOMB UINT32_MAX

@@ -18,16 +18,20 @@
  *      a plain futex wake-up (watch.c);
  *   7. the broker's cost of expiring 100 000 leases that fall due together,
  *      with a broker of its own (leases.c).
- *   8. HTTP API acquire+release ops/s and latency for 1, 10 and 50 keep-alive
- *      clients, with a broker of its own on --http-listen (http.c).
+ *   8. HTTP API acquire+release ops/s, latency and broker CPU per op for 1,
+ *      10, 50 and 200 keep-alive clients on keys of their own and on one
+ *      shared key, with a broker of its own on --http-listen (http.c);
  *   9. scaling with cores: N processes each locking its own key, for N = 1,
  *      2 and every online CPU, next to robust mutexes (scale.c);
  *  10. flat cost: uncontended lock+release with 10^3, 10^5 and 10^6 live
  *      keys, 10^4 sessions and 10^4 waiters on other keys, with a broker of
  *      its own with raised caps (flat.c).
  *  11. dflockd's TCP protocol acquire+release ops/s, latency and broker CPU
- *      per op for 1, 10 and 50 clients, with a broker of its own on
- *      --tcp-listen (tcp.c).
+ *      per op for 1, 10, 50 and 200 clients on keys of their own and on one
+ *      shared key, with a broker of its own on --tcp-listen, next to a
+ *      do-nothing server on the same system calls (tcp.c). Sections 8 and
+ *      11 share their client driver (netdrv.c); $SHMLOCK_BENCH_NET_CLIENTS
+ *      ("1,200") and $SHMLOCK_BENCH_NET_KEYS ("own", "shared") narrow them.
  *
  * $SHMLOCK_BENCH_ONLY, a list of section numbers ("1,4"), runs only those
  * (for repeated measurements of one path); unset, every section runs.
@@ -89,20 +93,8 @@ static void print_machine(void)
 static bool section(int n)
 {
 	const char *only = getenv("SHMLOCK_BENCH_ONLY");
-	char *end;
 
-	if (!only || !*only)
-		return true;
-	while (*only) {
-		long v = strtol(only, &end, 10);
-
-		if (end == only)
-			end++; /* skip a separator */
-		else if (v == n)
-			return true;
-		only = end;
-	}
-	return false;
+	return !only || !*only || number_listed(only, n);
 }
 
 int main(void)

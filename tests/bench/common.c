@@ -656,6 +656,22 @@ long count_syscalls(int (*setup)(void **arg), op_loop fn, uint64_t n, int *first
 }
 
 /* utime + stime of every thread of @pid, in ms (clock-tick resolution). */
+bool number_listed(const char *list, long n)
+{
+	char *end;
+
+	while (*list) {
+		long v = strtol(list, &end, 10);
+
+		if (end == list)
+			end++; /* skip a separator */
+		else if (v == n)
+			return true;
+		list = end;
+	}
+	return false;
+}
+
 double proc_cpu_ms(pid_t pid)
 {
 	unsigned long long utime, stime;

@@ -86,6 +86,9 @@ void print_summary(void);
 /* utime + stime of every thread of @pid, in ms (clock-tick resolution). */
 double proc_cpu_ms(pid_t pid);
 
+/* Is @n in @list, numbers with any separators ("1,4", "10 200")? */
+bool number_listed(const char *list, long n);
+
 /* ---- the broker ---------------------------------------------------------- */
 
 /* Start shmlockd with its own socket and segment (@tag makes the names
