@@ -19,6 +19,7 @@
 #define TIMER_HTTP_TICK 32 /* periodic: run libmicrohttpd's timeouts, reap */
 #define TIMER_HTTP_WAIT 33 /* a = waiter slot, b = its generation */
 #define TIMER_HTTP_RUN 34  /* now: run libmicrohttpd (see run_soon()) */
+#define TIMER_HTTP_DELAY 35 /* a = delayed answer slot, b = its generation */
 
 /* ---- routes (http_routes.c) --------------------------------------------- */
 
@@ -63,6 +64,8 @@ struct route_match {
 	char param[LOCAL_KEY_MAX + 1]; /* the decoded {key} or {id} */
 	size_t param_len;
 	bool bad_param;		/* malformed key (400) */
+	bool open_path;		/* the path of an open route, any method: no token */
+	bool probe_path;	/* /health or /ready, any method: no rate limit */
 };
 
 enum http_method http_method_of(const char *m);
@@ -101,6 +104,8 @@ struct hreq {
 	 * else 0: released if the answer never reaches the client
 	 * (http_grant_undelivered()). */
 	uint64_t grant_tok;
+	/* A suspended answer that waits out a delay (a 401), else -1. */
+	int32_t delayed;
 };
 
 /* Fill @r's answer; the request is answered when the handler returns (or
@@ -166,7 +171,20 @@ void http_waiters_end(struct http *h, struct hsession *sess, int status, const c
 void http_waiter_drop(struct hreq *r);
 /* @r's answer carried a grant that did not reach its client: release it. */
 void http_grant_undelivered(struct hreq *r);
-void http_format_token(uint64_t token, char out[21]);
+/* dflockd's token shape: 16 hex of fencing token, 16 of salt (tcp.h). */
+void http_format_token(const struct http *h, const struct hsession *hs, uint64_t fence,
+		       char out[33]);
+void http_token_key_init(struct http *h);
+
+/* ---- authentication and delayed answers (http_auth.c) --------------------- */
+
+/* The request may pass (no token configured, or the right one); else it is
+ * answered 401, after a delay, and false. */
+bool http_auth_check(struct hreq *r);
+void http_delayed_due(struct http *h, uint32_t slot, uint32_t gen);
+/* Send every delayed answer now (shutdown). */
+void http_delayed_flush(struct http *h);
+void http_delayed_forget(struct hreq *r);
 
 /* ---- stats and metrics (http_stats.c) ----------------------------------- */
 
@@ -227,6 +245,12 @@ struct http {
 	/* per-IP records: a small chained hash */
 	struct ipstat *ips[256];
 	uint32_t nips;
+	/* Answers held back (a 401's delay), and their generations. */
+	struct hreq **delayed;
+	uint32_t *delayed_gen;
+	uint32_t ndelayed;
+	/* Keys the token salts from (http_format_token()). */
+	uint64_t token_key[2];
 	struct http_counters c;
 };
 

@@ -22,40 +22,90 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "http_int.h"
+#include "tcp.h"
 
-/* Timeouts and leases in seconds, as dflockd takes them; bounded so that
- * their milliseconds fit the library's types. */
-#define TIMEOUT_MAX_S (INT32_MAX / 1000)
+/* Durations in seconds, as dflockd takes them: 0 up to the largest Go
+ * time.Duration in seconds. Waits that long are broker timers (a u64 of
+ * nanoseconds holds them); a lease is cut to what liblocal keeps (u32 ms). */
+#define DURATION_MAX_S (INT64_MAX / 1000000000)
 #define LEASE_MAX_S (UINT32_MAX / 1000)
 
 struct op_args {
 	json_int_t timeout_s, lease_s, limit;
-	char token[32]; /* as sent; validated by parse_token() */
+	char token[64]; /* as sent (longer ones are cut: no token of ours) */
 };
 
-void http_format_token(uint64_t token, char out[21])
+/* ---- tokens ------------------------------------------------------------------ */
+
+/*
+ * dflockd's token is 32 hex digits, and its client reads the first 16 as a
+ * big-endian fencing number: ours is the hold's fencing token, then 16 hex
+ * of salt so that tokens cannot be guessed from the (public, increasing)
+ * fence. The salt is not stored: it is SipHash-2-4, under a key drawn at
+ * start, of the fence and the holder session's slot and generation, so a
+ * token names one grant to one session. The encoding is the TCP protocol's
+ * (tcp_format_token()).
+ */
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                           \
+	do {                                                                               \
+		v0 += v1, v1 = ROTL(v1, 13), v1 ^= v0, v0 = ROTL(v0, 32);                  \
+		v2 += v3, v3 = ROTL(v3, 16), v3 ^= v2;                                     \
+		v0 += v3, v3 = ROTL(v3, 21), v3 ^= v0;                                     \
+		v2 += v1, v1 = ROTL(v1, 17), v1 ^= v2, v2 = ROTL(v2, 32);                  \
+	} while (0)
+
+static uint64_t siphash2(const uint64_t k[2], uint64_t m0, uint64_t m1)
 {
-	/* Zero-padded: tokens compare as strings as they do as numbers. */
-	snprintf(out, 21, "%020" PRIu64, token);
+	uint64_t v0 = k[0] ^ 0x736f6d6570736575ull, v1 = k[1] ^ 0x646f72616e646f6dull;
+	uint64_t v2 = k[0] ^ 0x6c7967656e657261ull, v3 = k[1] ^ 0x7465646279746573ull;
+	uint64_t m[3] = { m0, m1, (uint64_t)16 << 56 };
+	int i;
+
+	for (i = 0; i < 3; i++) {
+		v3 ^= m[i];
+		SIPROUND;
+		SIPROUND;
+		v0 ^= m[i];
+	}
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
 }
 
-static bool parse_token(const char *s, uint64_t *out)
+void http_token_key_init(struct http *h)
 {
-	size_t n = strlen(s), i;
-	uint64_t v = 0;
-
-	if (!n || n > 20)
-		return false;
-	for (i = 0; i < n; i++) {
-		if (s[i] < '0' || s[i] > '9' || v > (UINT64_MAX - (uint64_t)(s[i] - '0')) / 10)
-			return false;
-		v = v * 10 + (uint64_t)(s[i] - '0');
+	if (getrandom(h->token_key, sizeof(h->token_key), 0) != sizeof(h->token_key)) {
+		/* never for 16 bytes; still, not a fixed key */
+		h->token_key[0] = mono_ns() ^ (uint64_t)getpid() << 32;
+		h->token_key[1] = h->token_key[0] * 0x9e3779b97f4a7c15ull;
 	}
-	*out = v;
-	return true;
+}
+
+static uint64_t salt_of(const struct http *h, const struct hsession *hs, uint64_t fence)
+{
+	return siphash2(h->token_key, fence, (uint64_t)hs->slot << 32 | hs->gen);
+}
+
+void http_format_token(const struct http *h, const struct hsession *hs, uint64_t fence,
+		       char out[33])
+{
+	tcp_format_token(fence, salt_of(h, hs, fence), out);
+}
+
+/* dflockd refuses only an empty token or one with a blank (400); any other
+ * that is not the holder's is 404 not_held. */
+static bool token_acceptable(const char *s)
+{
+	return *s && !strpbrk(s, " \t\r\n");
 }
 
 static bool is_sem(enum http_route rt)
@@ -110,11 +160,18 @@ static bool parse_args(struct hreq *r, struct op_args *a)
 	}
 	if (bad) {
 		hreq_error(r, 400, "bad_request", "%s", e.text);
-	} else if (a->timeout_s < 0 || a->timeout_s > TIMEOUT_MAX_S) {
-		hreq_error(r, 400, "bad_request", "timeout out of range 0..%d s", TIMEOUT_MAX_S);
+	} else if ((r->rt.id == R_LOCK_RELEASE || r->rt.id == R_SEM_RELEASE ||
+		    r->rt.id == R_LOCK_RENEW || r->rt.id == R_SEM_RENEW) &&
+		   !token_acceptable(token)) {
+		hreq_error(r, 400, "bad_request", "token required, without blanks");
 		bad = 1;
-	} else if (a->lease_s < 0 || a->lease_s > (json_int_t)LEASE_MAX_S) {
-		hreq_error(r, 400, "bad_request", "lease_ttl_s out of range 0..%u s", LEASE_MAX_S);
+	} else if (a->timeout_s < 0 || a->timeout_s > (json_int_t)DURATION_MAX_S) {
+		hreq_error(r, 400, "bad_request", "timeout out of range 0..%lld s",
+			   (long long)DURATION_MAX_S);
+		bad = 1;
+	} else if (a->lease_s < 0 || a->lease_s > (json_int_t)DURATION_MAX_S) {
+		hreq_error(r, 400, "bad_request", "lease_ttl_s out of range 0..%lld s",
+			   (long long)DURATION_MAX_S);
 		bad = 1;
 	} else if (a->limit < 1 || a->limit > (json_int_t)UINT32_MAX) {
 		hreq_error(r, 400, "bad_request", "limit out of range 1..%u", UINT32_MAX);
@@ -122,16 +179,19 @@ static bool parse_args(struct hreq *r, struct op_args *a)
 	}
 	if (!bad && a->lease_s == 0)
 		a->lease_s = r->h->b->opts.http.default_lease_s;
+	if (a->lease_s > (json_int_t)LEASE_MAX_S)
+		a->lease_s = LEASE_MAX_S; /* 49 days: what a hold's lease can be */
 	snprintf(a->token, sizeof(a->token), "%s", token); /* @token lives in @j */
 	json_decref(j);
 	return !bad;
 }
 
-static void reply_granted(struct hreq *r, const char *status, uint64_t token, json_int_t lease_s)
+static void reply_granted(struct hreq *r, struct hsession *hs, const char *status, uint64_t token,
+			  json_int_t lease_s)
 {
-	char text[21];
+	char text[33];
 
-	http_format_token(token, text);
+	http_format_token(r->h, hs, token, text);
 	r->h->c.grants++;
 	hreq_reply_json(r, 200, json_pack("{s:s, s:s, s:I}", "status", status, "token", text,
 					  "lease_ttl_s", lease_s));
@@ -176,7 +236,7 @@ static void reply_promoted(struct hreq *r, struct hsession *hs, const char *key,
 
 	if (!err && now_tok == tok) {
 		r->grant_tok = tok; /* new: taken back if the answer is lost */
-		reply_granted(r, "ok", tok, lease_left_s(hs, key));
+		reply_granted(r, hs, "ok", tok, lease_left_s(hs, key));
 	} else if (err == -LOCAL_ESESSION)
 		hreq_local_error(r, err);
 	else /* taking the grant forgot the expiry record: it can only be that */
@@ -399,7 +459,7 @@ static void acquire(struct hreq *r, struct hsession *hs, const struct op_args *a
 		err = limit ? local_sem_acquire(hs->ls, key, limit, &o, &tok)
 			    : local_lock(hs->ls, key, &o, &tok);
 		if (!err) /* the hold's lease: a re-acquire keeps the old one */
-			reply_granted(r, "ok", tok, lease_left_s(hs, key));
+			reply_granted(r, hs, "ok", tok, lease_left_s(hs, key));
 		else if (err == -EBUSY || err == -ETIMEDOUT) /* held, or its mutex stalled */
 			reply_timeout(r);
 		else
@@ -409,7 +469,7 @@ static void acquire(struct hreq *r, struct hsession *hs, const struct op_args *a
 	err = local_enqueue(hs->ls, key, limit, &o, &granted, &tok);
 	if (err == -LOCAL_EENQUEUED && !two_phase && local_held(hs->ls, key, &tok) == 0) {
 		/* Holding it already: as liblocal, the same hold and token. */
-		reply_granted(r, "ok", tok, lease_left_s(hs, key));
+		reply_granted(r, hs, "ok", tok, lease_left_s(hs, key));
 		return;
 	}
 	if (err == -ETIMEDOUT && !two_phase) {
@@ -417,7 +477,7 @@ static void acquire(struct hreq *r, struct hsession *hs, const struct op_args *a
 	} else if (err) {
 		hreq_local_error(r, err);
 	} else if (granted) {
-		reply_granted(r, two_phase ? "acquired" : "ok", tok, a->lease_s);
+		reply_granted(r, hs, two_phase ? "acquired" : "ok", tok, a->lease_s);
 	} else if (two_phase) {
 		hreq_reply_json(r, 200, json_pack("{s:s}", "status", "queued"));
 	} else {
@@ -427,14 +487,15 @@ static void acquire(struct hreq *r, struct hsession *hs, const struct op_args *a
 
 /* Our hold of the key with exactly this token, or the reason it is not.
  * The route's kind must be the key's, as for acquires. */
-static int own_token(struct hsession *hs, const char *key, const char *text, bool sem)
+static int own_token(struct http *h, struct hsession *hs, const char *key, const char *text,
+		     bool sem)
 {
 	static struct local_key_info ki; /* large; the loop is one thread */
-	uint64_t want, tok = 0;
+	uint64_t fence, salt, tok = 0;
 	int err;
 
-	if (!parse_token(text, &want))
-		return -EINVAL;
+	if (!tcp_parse_token(text, &fence, &salt))
+		return -LOCAL_ENOTHELD; /* no token of ours: dflockd's "not held" */
 	err = local_info(hs->ls, key, &ki);
 	if (err)
 		return err;
@@ -443,7 +504,17 @@ static int own_token(struct hsession *hs, const char *key, const char *text, boo
 	err = local_held(hs->ls, key, &tok);
 	if (err)
 		return err;
-	return tok == want ? 0 : -LOCAL_ENOTHELD;
+	return tok == fence && salt == salt_of(h, hs, fence) ? 0 : -LOCAL_ENOTHELD;
+}
+
+/* dflockd answers a release or renew that finds no such hold 404 not_held,
+ * whatever the reason; --http-extensions says which (409 lease_expired, 409
+ * limit_mismatch). */
+static int release_error(const struct http *h, int err)
+{
+	if (!h->b->opts.http.extensions && (err == -LOCAL_EEXPIRED || err == -LOCAL_EKIND))
+		return -LOCAL_ENOTHELD;
+	return err;
 }
 
 void http_lock_op(struct hreq *r)
@@ -482,26 +553,22 @@ void http_lock_op(struct hreq *r)
 		return;
 	case R_LOCK_RELEASE:
 	case R_SEM_RELEASE:
-		err = own_token(hs, r->rt.param, a.token, is_sem(r->rt.id));
+		err = own_token(r->h, hs, r->rt.param, a.token, is_sem(r->rt.id));
 		if (!err)
 			err = local_release(hs->ls, r->rt.param);
 		r->h->maybe_granted = true;
-		if (err == -EINVAL)
-			hreq_error(r, 400, "bad_request", "token must be a decimal string");
-		else if (err)
-			hreq_local_error(r, err);
+		if (err)
+			hreq_local_error(r, release_error(r->h, err));
 		else
 			hreq_reply_json(r, 204, NULL);
 		return;
 	case R_LOCK_RENEW:
 	case R_SEM_RENEW:
-		err = own_token(hs, r->rt.param, a.token, is_sem(r->rt.id));
+		err = own_token(r->h, hs, r->rt.param, a.token, is_sem(r->rt.id));
 		if (!err)
 			err = local_renew(hs->ls, r->rt.param, (uint32_t)a.lease_s * 1000, &left_ms);
-		if (err == -EINVAL)
-			hreq_error(r, 400, "bad_request", "token must be a decimal string");
-		else if (err)
-			hreq_local_error(r, err);
+		if (err)
+			hreq_local_error(r, release_error(r->h, err));
 		else
 			hreq_reply_json(r, 200, json_pack("{s:I}", "remaining_s",
 							  (json_int_t)((left_ms + 999) / 1000)));

@@ -97,23 +97,17 @@ void http_sessions_create(struct hreq *r)
 	struct proto_reply rep;
 	struct hsession *hs;
 	char id[LOCAL_SESSION_ID_LEN + 1];
-	json_t *j = hreq_json(r);
 	int err;
 
-	if (!j)
-		return;
-	if (json_object_size(j)) {
-		json_decref(j);
-		hreq_error(r, 400, "bad_request", "POST /v1/sessions takes no fields");
-		return;
-	}
-	json_decref(j);
+	/* The body, if any, is not read: dflockd ignores it. */
 	if (h->draining) {
 		hreq_error(r, 503, "draining", "the broker is shutting down");
 		return;
 	}
 	if (h->nsessions >= http_sessions_cap(h)) {
-		hreq_error(r, 503, "max_http_sessions",
+		/* dflockd's code for its HTTP session cap; shmlock's own name
+		 * with --http-extensions. */
+		hreq_error(r, 503, o->extensions ? "max_http_sessions" : "max_sessions",
 			   "%u HTTP sessions open: HTTP's share of the session table "
 			   "(--http-max-sessions)", h->nsessions);
 		return;
