@@ -269,9 +269,7 @@ static void serve_plain(struct hreq *r)
 		break;
 	case R_READY:
 		if (r->h->draining)
-			hreq_reply_json(r, 503, json_pack("{s:s, s:s, s:s}", "status", "draining",
-							  "error", "draining", "detail",
-							  "the broker is shutting down"));
+			hreq_reply_json(r, 503, json_pack("{s:s}", "status", "draining"));
 		else
 			hreq_reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
 		break;
