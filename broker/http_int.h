@@ -123,8 +123,18 @@ json_t *hreq_json(struct hreq *r);
 
 /* ---- sessions (http_sessions.c) ----------------------------------------- */
 
+/* An /enqueue of the session whose /wait has not come yet (dflockd's
+ * two-phase record): its lease, and the token if granted at once. */
+struct henq {
+	char key[LOCAL_KEY_MAX + 1];
+	uint32_t lease_s;
+	uint64_t tok; /* 0: queued */
+};
+
 struct hsession {
 	local_session *ls;
+	struct henq *enqs;
+	uint32_t nenqs;
 	uint32_t slot, gen;
 	uint64_t last_seen_ns;
 	uint32_t inflight;
@@ -157,6 +167,7 @@ struct hwaiter {
 	int fd; /* the connection's socket, watched for hang-up */
 	uint64_t deadline_ns;
 	uint32_t lease_s;
+	bool two_phase; /* a /wait: the lease restarts at the answer */
 	bool sem;
 	char key[LOCAL_KEY_MAX + 1];
 };

@@ -228,15 +228,20 @@ static json_int_t lease_left_s(struct hsession *hs, const char *key)
 }
 
 /* A queued request was granted: answer with its token, unless its lease
- * ran out before anyone looked (dflockd's 409 lease_expired). */
-static void reply_promoted(struct hreq *r, struct hsession *hs, const char *key, uint64_t tok)
+ * ran out before anyone looked (dflockd's 409 lease_expired). As dflockd,
+ * the answer names the lease asked for, which ran from the grant; a /wait
+ * (@two_phase) starts it again at the answer. */
+static void reply_promoted(struct hreq *r, struct hsession *hs, const char *key, uint64_t tok,
+			   uint32_t lease_s, bool two_phase)
 {
-	uint64_t now_tok = 0;
+	uint64_t now_tok = 0, left_ms;
 	int err = local_held(hs->ls, key, &now_tok);
 
+	if (!err && now_tok == tok && two_phase)
+		err = local_renew(hs->ls, key, lease_s * 1000, &left_ms);
 	if (!err && now_tok == tok) {
 		r->grant_tok = tok; /* new: taken back if the answer is lost */
-		reply_granted(r, hs, "ok", tok, lease_left_s(hs, key));
+		reply_granted(r, hs, "ok", tok, lease_s);
 	} else if (err == -LOCAL_ESESSION)
 		hreq_local_error(r, err);
 	else /* taking the grant forgot the expiry record: it can only be that */
@@ -306,7 +311,7 @@ static bool poll_one(struct http *h, uint32_t slot, bool cancel)
 		h->c.canceled++;
 		hreq_error(w->req, 408, "client_canceled", "the client went away");
 	} else if (!err)
-		reply_promoted(w->req, w->sess, w->key, tok);
+		reply_promoted(w->req, w->sess, w->key, tok, w->lease_s, w->two_phase);
 	else if (err == -ETIMEDOUT)
 		reply_timeout(w->req);
 	else
@@ -318,7 +323,7 @@ static bool poll_one(struct http *h, uint32_t slot, bool cancel)
 /* Answer @r later: its queued request (already local_enqueue()d) is
  * granted, times out at @timeout_s, or its client goes away. */
 static void wait_begin(struct hreq *r, struct hsession *hs, json_int_t timeout_s,
-		       json_int_t lease_s)
+		       json_int_t lease_s, bool two_phase)
 {
 	struct http *h = r->h;
 	const union MHD_ConnectionInfo *ci;
@@ -332,7 +337,7 @@ static void wait_begin(struct hreq *r, struct hsession *hs, json_int_t timeout_s
 		/* Granted already, or a wait of 0: answer now. */
 		err = api_pending_poll(hs->ls, r->rt.param, true, &tok);
 		if (!err)
-			reply_promoted(r, hs, r->rt.param, tok);
+			reply_promoted(r, hs, r->rt.param, tok, (uint32_t)lease_s, two_phase);
 		else if (err == -ETIMEDOUT)
 			reply_timeout(r);
 		else
@@ -353,6 +358,7 @@ static void wait_begin(struct hreq *r, struct hsession *hs, json_int_t timeout_s
 	w->req = r;
 	w->sess = hs;
 	w->lease_s = (uint32_t)lease_s;
+	w->two_phase = two_phase;
 	w->deadline_ns = mono_ns() + (uint64_t)timeout_s * 1000000000ull;
 	memcpy(w->key, r->rt.param, r->rt.param_len + 1);
 	ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -437,6 +443,64 @@ void http_waiter_drop(struct hreq *r)
 
 /* ---- the operations ---------------------------------------------------------- */
 
+/* ---- dflockd's two-phase record: what /enqueue said, for /wait --------------- */
+
+static struct henq *enq_find(struct hsession *hs, const char *key)
+{
+	uint32_t i;
+
+	for (i = 0; i < hs->nenqs; i++)
+		if (!strcmp(hs->enqs[i].key, key))
+			return &hs->enqs[i];
+	return NULL;
+}
+
+static void enq_drop(struct hsession *hs, const char *key)
+{
+	struct henq *e = enq_find(hs, key);
+
+	if (e)
+		*e = hs->enqs[--hs->nenqs];
+}
+
+/* Remember an /enqueue; out of memory, /wait falls back to the default
+ * lease (and, after "acquired", to 409 not_enqueued). */
+static void enq_note(struct hsession *hs, const char *key, uint32_t lease_s, uint64_t tok)
+{
+	struct henq *e = enq_find(hs, key);
+
+	if (!e) {
+		struct henq *n = realloc(hs->enqs, (hs->nenqs + 1) * sizeof(*n));
+
+		if (!n)
+			return;
+		hs->enqs = n;
+		e = &n[hs->nenqs++];
+		snprintf(e->key, sizeof(e->key), "%s", key);
+	}
+	e->lease_s = lease_s;
+	e->tok = tok;
+}
+
+/* /wait after /enqueue answered "acquired": dflockd's "ok" with the same
+ * token, its lease started again; 409 lease_expired if it ran out. */
+static void wait_acquired(struct hreq *r, struct hsession *hs, const struct henq *e)
+{
+	uint64_t now_tok = 0, left_ms;
+	int err = local_held(hs->ls, r->rt.param, &now_tok);
+
+	if (!err && now_tok != e->tok)
+		err = -LOCAL_EEXPIRED; /* another grant since: this one is gone */
+	if (!err)
+		err = local_renew(hs->ls, r->rt.param, e->lease_s * 1000, &left_ms);
+	if (!err)
+		reply_granted(r, hs, "ok", e->tok, e->lease_s);
+	else if (err == -LOCAL_ENOTHELD)
+		hreq_local_error(r, -LOCAL_EEXPIRED);
+	else
+		hreq_local_error(r, err);
+}
+
 static bool waiting_on(struct http *h, struct hsession *hs, const char *key)
 {
 	uint32_t i;
@@ -477,11 +541,14 @@ static void acquire(struct hreq *r, struct hsession *hs, const struct op_args *a
 	} else if (err) {
 		hreq_local_error(r, err);
 	} else if (granted) {
+		if (two_phase)
+			enq_note(hs, key, (uint32_t)a->lease_s, tok);
 		reply_granted(r, hs, two_phase ? "acquired" : "ok", tok, a->lease_s);
 	} else if (two_phase) {
+		enq_note(hs, key, (uint32_t)a->lease_s, 0);
 		hreq_reply_json(r, 200, json_pack("{s:s}", "status", "queued"));
 	} else {
-		wait_begin(r, hs, a->timeout_s, a->lease_s);
+		wait_begin(r, hs, a->timeout_s, a->lease_s, false);
 	}
 }
 
@@ -520,6 +587,7 @@ static int release_error(const struct http *h, int err)
 void http_lock_op(struct hreq *r)
 {
 	struct hsession *hs;
+	struct henq *e;
 	struct op_args a;
 	uint64_t left_ms = 0;
 	int err;
@@ -546,16 +614,28 @@ void http_lock_op(struct hreq *r)
 		return;
 	case R_LOCK_WAIT:
 	case R_SEM_WAIT:
-		if (waiting_on(r->h, hs, r->rt.param))
+		e = enq_find(hs, r->rt.param);
+		if (e) {
+			struct henq rec = *e;
+
+			enq_drop(hs, r->rt.param); /* a /wait consumes it, whatever comes */
+			if (rec.tok)
+				wait_acquired(r, hs, &rec);
+			else
+				wait_begin(r, hs, a.timeout_s, rec.lease_s, true);
+		} else if (waiting_on(r->h, hs, r->rt.param)) {
 			hreq_local_error(r, -LOCAL_ENOTENQUEUED); /* another /wait has it */
-		else
-			wait_begin(r, hs, a.timeout_s, 0);
+		} else {
+			wait_begin(r, hs, a.timeout_s, a.lease_s, true);
+		}
 		return;
 	case R_LOCK_RELEASE:
 	case R_SEM_RELEASE:
 		err = own_token(r->h, hs, r->rt.param, a.token, is_sem(r->rt.id));
 		if (!err)
 			err = local_release(hs->ls, r->rt.param);
+		if (!err)
+			enq_drop(hs, r->rt.param);
 		r->h->maybe_granted = true;
 		if (err)
 			hreq_local_error(r, release_error(r->h, err));

@@ -50,6 +50,7 @@ static void detach(struct http *h, struct hsession *hs)
 	}
 	if (!hs->inflight) {
 		session_inproc_free(hs->ls);
+		free(hs->enqs);
 		free(hs);
 	}
 }

@@ -1022,13 +1022,21 @@ TEST(http, lock_enqueue_acquired_queued_and_wait, 20)
 	CHECK_STR(key_info(holder, "enq/free")->holder_session, a);
 	/* Holding it: already enqueued. */
 	CHECK_ERROR(op(&h.ux, a, "locks", "enq/free", "enqueue", "{}"), 409, "already_enqueued");
-	/* A wait after an immediate grant has nothing to wait for, or returns the hold. */
+	/* A wait after an immediate grant: dflockd's "ok" with the same token
+	 * and the enqueue's lease; it uses the enqueue up. */
 	c = op(&h.ux, a, "locks", "enq/free", "wait", "{\"timeout_s\":0}");
-	if (c->status == 200)
-		CHECK_STR(jstr(c, "token"), ta);
-	else
-		CHECK_ERROR(c, 409, "not_enqueued");
+	CHECK_OUTCOME(c, "ok");
+	CHECK_STR(jstr(c, "token"), ta);
+	CHECK_EQ(jint(c, "lease_ttl_s"), 12);
+	CHECK_ERROR(op(&h.ux, a, "locks", "enq/free", "wait", "{\"timeout_s\":0}"), 409,
+		    "not_enqueued");
 	release_ok(&h.ux, a, "locks", "enq/free", ta);
+	/* Released after "acquired": nothing left to wait for. */
+	c = op(&h.ux, a, "locks", "enq/free", "enqueue", "{}");
+	CHECK_OUTCOME(c, "acquired");
+	release_ok(&h.ux, a, "locks", "enq/free", jstr(c, "token"));
+	CHECK_ERROR(op(&h.ux, a, "locks", "enq/free", "wait", "{\"timeout_s\":0}"), 409,
+		    "not_enqueued");
 
 	/* A held key: queued, then a wait that the release answers. */
 	CHECK_OK(local_lock(holder, "enq/k", NULL, &th));
@@ -1068,6 +1076,45 @@ TEST(http, lock_enqueue_acquired_queued_and_wait, 20)
 	CHECK_OUTCOME(c, "ok");
 	CHECK(tok_num(jstr(c, "token")) > th);
 	CHECK_EQ(key_info(holder, "enq/k")->token, tok_num(jstr(c, "token")));
+	hb_stop(&h);
+}
+
+/*
+ * dflockd's /wait answers the lease /enqueue asked for and starts it again
+ * at the answer (the grant's lease ran meanwhile): a client that waited late
+ * still gets its whole lease.
+ */
+TEST(http, wait_restarts_the_enqueued_lease, 20)
+{
+	struct hbroker h;
+	local_session *holder;
+	struct call *c;
+	uint64_t left = 0;
+	char *s;
+
+	hb_start(&h, false, NULL);
+	holder = open_session(&h.b, "holder", 0, 0);
+	s = session_new(&h.ux);
+	CHECK_OK(local_lock(holder, "wl/k", NULL, NULL));
+	CHECK_OUTCOME(op(&h.ux, s, "locks", "wl/k", "enqueue", "{\"lease_ttl_s\":3}"), "queued");
+	CHECK_OK(local_release(holder, "wl/k")); /* granted now; its 3 s run */
+	if (!WAIT_FOR((local_holders(holder, "wl/k", lease_of, &left), left < 1900), 5000))
+		FAIL_AT("the grant's lease did not run");
+	c = op(&h.ux, s, "locks", "wl/k", "wait", "{\"timeout_s\":5}");
+	CHECK_OUTCOME(c, "ok");
+	CHECK_EQ(jint(c, "lease_ttl_s"), 3);
+	CHECK_EQ(local_holders(holder, "wl/k", lease_of, &left), 1);
+	CHECK(left > 2000); /* started again */
+	/* The same after an immediate grant. */
+	CHECK_OUTCOME(op(&h.ux, s, "locks", "wl/free", "enqueue", "{\"lease_ttl_s\":3}"),
+		      "acquired");
+	if (!WAIT_FOR((local_holders(holder, "wl/free", lease_of, &left), left < 1900), 5000))
+		FAIL_AT("the grant's lease did not run");
+	c = op(&h.ux, s, "locks", "wl/free", "wait", "{\"timeout_s\":0}");
+	CHECK_OUTCOME(c, "ok");
+	CHECK_EQ(jint(c, "lease_ttl_s"), 3);
+	CHECK_EQ(local_holders(holder, "wl/free", lease_of, &left), 1);
+	CHECK(left > 2000);
 	hb_stop(&h);
 }
 
@@ -2984,8 +3031,9 @@ TEST(http, durations_range_as_dflockds, 20)
 		    400, "bad_request");
 	CHECK_OUTCOME(op(&h.ux, s, "locks", "dur/q", "enqueue", "{\"lease_ttl_s\":3000000000}"),
 		      "acquired");
-	CHECK_ERROR(op(&h.ux, s, "locks", "dur/q", "wait", "{\"timeout_s\":9223372036}"), 409,
-		    "not_enqueued");
+	c = op(&h.ux, s, "locks", "dur/q", "wait", "{\"timeout_s\":9223372036}");
+	CHECK_OUTCOME(c, "ok");
+	CHECK_EQ(jint(c, "lease_ttl_s"), 4294967);
 	CHECK_ERROR(op(&h.ux, s, "locks", "dur/q", "wait", "{\"timeout_s\":9223372037}"), 400,
 		    "bad_request");
 	hb_stop(&h);
