@@ -160,9 +160,11 @@ void http_route_match(const char *path, enum http_method m, struct route_match *
 		/* dflockd exempts these by path, whatever the method. */
 		out->open_path |= d->open;
 		out->probe_path |= d->id == R_HEALTH || d->id == R_READY;
-		if (used + 10 < sizeof(out->allow) && !strstr(out->allow, method_names[d->method]))
-			used += (size_t)snprintf(out->allow + used, sizeof(out->allow) - used, "%s%s",
-						 used ? ", " : "", method_names[d->method]);
+		/* A GET route answers HEAD too (as Go's ServeMux, dflockd's). */
+		if (used + 16 < sizeof(out->allow) && !strstr(out->allow, method_names[d->method]))
+			used += (size_t)snprintf(out->allow + used, sizeof(out->allow) - used, "%s%s%s",
+						 used ? ", " : "", method_names[d->method],
+						 d->method == M_GET ? ", HEAD" : "");
 		if (d->method != m || out->id != R_NONE)
 			continue;
 		out->id = d->id;

@@ -219,14 +219,11 @@ static void add_cors(struct hreq *r, struct MHD_Response *resp)
 	} else { /* allowed by "*": as dflockd, "*" (no credentials sent) */
 		MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
 	}
-	if (r->method == M_OPTIONS) {
-		MHD_add_response_header(resp, "Access-Control-Allow-Methods",
-					"GET, POST, DELETE, OPTIONS");
-		MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-					"Authorization, Content-Type, X-Dflockd-Session, "
-					"X-Shmlock-Session");
-		MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
-	}
+	/* On every answer to an allowed origin, as dflockd. */
+	MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+	MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+				"Authorization, Content-Type, X-Dflockd-Session, X-Shmlock-Session");
+	MHD_add_response_header(resp, "Access-Control-Max-Age", "300");
 }
 
 static enum MHD_Result send_answer(struct hreq *r)
@@ -403,10 +400,10 @@ static void dispatch(struct hreq *r)
 		return;
 	}
 
-	if (r->method == M_OPTIONS && o->cors_origins[0] && r->rt.path_known &&
+	if (r->method == M_OPTIONS && o->cors_origins[0] &&
 	    MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
 					"Access-Control-Request-Method")) {
-		hreq_reply_json(r, 204, NULL); /* CORS preflight */
+		hreq_reply_json(r, 204, NULL); /* CORS preflight, any path (dflockd) */
 		return;
 	}
 	/* dflockd's order: rate limit, then token, then route. */
@@ -488,7 +485,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		r->delayed = -1;
 		r->method = http_method_of(method);
 		snprintf(r->verb, sizeof(r->verb), "%s", method);
-		http_route_match(url, r->method, &r->rt);
+		/* HEAD is GET without the body (libmicrohttpd drops it). */
+		http_route_match(url, strcmp(method, "HEAD") ? r->method : M_GET, &r->rt);
 		client_ip(c, r->ip, sizeof(r->ip), &r->tcp);
 		*ctx = r;
 		return MHD_YES;

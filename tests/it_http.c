@@ -261,6 +261,8 @@ static struct call *call_setup(bool own, const struct api *a, const char *method
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->hdrs);
 	if (!strcmp(method, "GET")) {
 		curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+	} else if (!strcmp(method, "HEAD")) {
+		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
 	} else {
 		if (strcmp(method, "POST"))
 			curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
@@ -1736,12 +1738,13 @@ TEST(http, cors_is_off_by_default_and_answers_allowed_origins, 20)
 	CHECK_STATUS(c, 204);
 	CHECK(!strcmp(c->acao, "https://app.example"));
 	CHECK(strstr(c->acam, "POST") != NULL);
-	/* ... but not on an unknown one. */
-	CHECK_ERROR(req(&pre, "OPTIONS", "/v1/nothing", NULL, NULL), 404, "not_found");
+	/* ... and, as dflockd, on any path. */
+	CHECK_STATUS(req(&pre, "OPTIONS", "/v1/nothing", NULL, NULL), 204);
 	/* Answers to an allowed origin carry it; others do not. */
 	c = req(&good, "GET", "/health", NULL, NULL);
 	CHECK_STATUS(c, 200);
 	CHECK(!strcmp(c->acao, "https://app.example"));
+	CHECK(strstr(c->acam, "DELETE") != NULL); /* on every answer, as dflockd */
 	c = req(&bad, "GET", "/health", NULL, NULL);
 	CHECK_STATUS(c, 200);
 	CHECK_EQ(c->acao[0], '\0');
@@ -1800,10 +1803,14 @@ TEST(http, unknown_routes_are_404_and_wrong_methods_405_with_allow, 20)
 	CHECK_STR(c->allow, "POST");
 	c = req(&h.ux, "POST", "/health", NULL, NULL);
 	CHECK_ERROR(c, 405, "method_not_allowed");
-	CHECK_STR(c->allow, "GET");
+	CHECK_STR(c->allow, "GET, HEAD");
 	c = req(&h.ux, "DELETE", "/v1/stats", NULL, NULL);
 	CHECK_ERROR(c, 405, "method_not_allowed");
-	CHECK_STR(c->allow, "GET");
+	CHECK_STR(c->allow, "GET, HEAD");
+	/* HEAD is GET without a body (Go's ServeMux answers it so for dflockd). */
+	c = req(&h.ux, "HEAD", "/v1/stats", NULL, NULL);
+	CHECK_STATUS(c, 200);
+	CHECK_EQ(c->len, 0);
 	c = req(&h.ux, "GET", strf("/v1/sessions/%s", s), NULL, NULL);
 	CHECK_ERROR(c, 405, "method_not_allowed");
 	CHECK_STR(c->allow, "DELETE");
