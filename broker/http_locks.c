@@ -592,10 +592,9 @@ void http_lock_op(struct hreq *r)
 	uint64_t left_ms = 0;
 	int err;
 
-	if (!parse_args(r, &a))
-		return;
+	/* dflockd's order: the session, then the body. */
 	hs = http_session_of(r);
-	if (!hs)
+	if (!hs || !parse_args(r, &a))
 		return;
 	if (r->h->draining && r->rt.id != R_LOCK_RELEASE && r->rt.id != R_SEM_RELEASE &&
 	    r->rt.id != R_LOCK_RENEW && r->rt.id != R_SEM_RENEW) {

@@ -213,15 +213,13 @@ struct hsession *http_session_of(struct hreq *r)
 
 	if (!text)
 		text = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Shmlock-Session");
-	if (!text) {
+	if (!text || !*text) {
 		hreq_error(r, 400, "bad_request", "missing X-Dflockd-Session header");
 		return NULL;
 	}
+	/* A malformed id in the header names no session: 410, as dflockd
+	 * (in the path it is 400, as there). */
 	hs = lookup(r->h, text, &malformed);
-	if (!hs && malformed) {
-		hreq_error(r, 400, "bad_request", "a session id is 32 hex digits");
-		return NULL;
-	}
 	if (!hs) {
 		hreq_error(r, 410, "session_gone", "no live HTTP session %.40s", text);
 		return NULL;
@@ -243,6 +241,7 @@ void http_session_done(struct hreq *r)
 	hs->last_seen_ns = mono_ns();
 	if (!hs->inflight && r->h->by_slot[hs->slot] != hs) {
 		session_inproc_free(hs->ls); /* ended while in flight */
+		free(hs->enqs);
 		free(hs);
 	}
 }

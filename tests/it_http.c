@@ -1894,8 +1894,11 @@ TEST(http, gone_sessions_are_410, 30)
 	holder = open_session(&h.b, "holder", 0, 0);
 	CHECK_ERROR(lock_acquire(&h.ux, "0123456789abcdef0123456789abcdef", "g/k", 0), 410,
 		    "session_gone");
-	/* A malformed id is bad input (400), not a gone session. */
-	CHECK_ERROR(lock_acquire(&h.ux, "not-a-session", "g/k", 0), 400, "bad_request");
+	/* A malformed id in the header names no session: 410, as dflockd. */
+	CHECK_ERROR(lock_acquire(&h.ux, "not-a-session", "g/k", 0), 410, "session_gone");
+	/* The session is looked at before the body, as dflockd. */
+	CHECK_ERROR(op(&h.ux, "0123456789abcdef0123456789abcdef", "locks", "g/k", NULL, "{bad"), 410,
+		    "session_gone");
 	/* A liblocal session's id is not an HTTP session. */
 	CHECK_ERROR(lock_acquire(&h.ux, local_session_id(obs), "g/k", 0), 410, "session_gone");
 	/* Deleted. */
