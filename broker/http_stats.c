@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * GET /v1/stats (dflockd's snapshot plus shmlock's own fields) and
+ * GET /v1/stats (dflockd's snapshot; shmlock's own fields with
+ * --http-extensions) and
  * GET /metrics (Prometheus text exposition), and the request counters
  * behind the latter. Both read the segment, so they show liblocal's holds
  * and waiters as well as HTTP's.
@@ -99,9 +100,10 @@ static void append_key(json_t *arr, json_t *entry, bool encoded)
 /*
  * A session id is a capability: with it one can re-acquire (and so learn
  * the token of) a hold, release it, or close the session. What stats shows
- * (with --http-extensions, as "owner") is the holder's public id "s<slot>g<generation>": it names the session
- * as long as it lives, is never reused for another (the generation moves
- * on), and opens nothing. "" when the holder is gone meanwhile.
+ * (with --http-extensions, as "owner") is the holder's public id
+ * "s<slot>g<generation>": it names the session as long as it lives, is never
+ * reused for another (the generation moves on), and opens nothing. "" when
+ * the holder is gone meanwhile.
  */
 static void public_id(struct broker *b, const char *hex, char *out, size_t size)
 {
