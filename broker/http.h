@@ -32,8 +32,8 @@ struct http_opts {
 	uint32_t max_connections_per_ip; /* 0: half of max_connections (TCP) */
 	uint32_t connection_timeout_s;	 /* idle or unfinished request */
 	/* shmlock's own answers where they say more than dflockd's (stats
-	 * extras, 409 lease_expired/limit_mismatch on release and renew);
-	 * off: dflockd's exactly. */
+	 * extras, 409 lease_expired/limit_mismatch on release and renew,
+	 * strict bodies); off: dflockd's exactly. */
 	bool extensions;
 };
 

@@ -120,20 +120,24 @@ static bool parse_args(struct hreq *r, struct op_args *a)
 	json_error_t e;
 	json_t *j = hreq_json(r);
 	const char *token = "";
+	bool strict = r->h->b->opts.http.extensions;
 	int bad = 0;
 
 	memset(a, 0, sizeof(*a));
-	a->limit = 1;
+	/* dflockd (Go's decoder) reads a missing number as 0 (a limit of 0 is
+	 * then refused); with --http-extensions a missing one is 400. */
+	a->limit = r->rt.id == R_SEM || r->rt.id == R_SEM_ENQUEUE ? 0 : 1;
 	if (!j)
 		return false;
 	switch (r->rt.id) {
 	case R_LOCK:
-		bad = json_unpack_ex(j, &e, 0, "{s:I, s?I !}", "acquire_timeout_s", &a->timeout_s,
-				     "lease_ttl_s", &a->lease_s);
+		bad = json_unpack_ex(j, &e, 0, strict ? "{s:I, s?I !}" : "{s?I, s?I !}",
+				     "acquire_timeout_s", &a->timeout_s, "lease_ttl_s", &a->lease_s);
 		break;
 	case R_SEM:
-		bad = json_unpack_ex(j, &e, 0, "{s:I, s:I, s?I !}", "acquire_timeout_s",
-				     &a->timeout_s, "limit", &a->limit, "lease_ttl_s", &a->lease_s);
+		bad = json_unpack_ex(j, &e, 0, strict ? "{s:I, s:I, s?I !}" : "{s?I, s?I, s?I !}",
+				     "acquire_timeout_s", &a->timeout_s, "limit", &a->limit,
+				     "lease_ttl_s", &a->lease_s);
 		break;
 	case R_LOCK_RELEASE:
 	case R_SEM_RELEASE:
@@ -148,12 +152,13 @@ static bool parse_args(struct hreq *r, struct op_args *a)
 		bad = json_unpack_ex(j, &e, 0, "{s?I !}", "lease_ttl_s", &a->lease_s);
 		break;
 	case R_SEM_ENQUEUE:
-		bad = json_unpack_ex(j, &e, 0, "{s:I, s?I !}", "limit", &a->limit, "lease_ttl_s",
-				     &a->lease_s);
+		bad = json_unpack_ex(j, &e, 0, strict ? "{s:I, s?I !}" : "{s?I, s?I !}", "limit",
+				     &a->limit, "lease_ttl_s", &a->lease_s);
 		break;
 	case R_LOCK_WAIT:
 	case R_SEM_WAIT:
-		bad = json_unpack_ex(j, &e, 0, "{s:I !}", "timeout_s", &a->timeout_s);
+		bad = json_unpack_ex(j, &e, 0, strict ? "{s:I !}" : "{s?I !}", "timeout_s",
+				     &a->timeout_s);
 		break;
 	default:
 		break;
@@ -174,7 +179,7 @@ static bool parse_args(struct hreq *r, struct op_args *a)
 			   (long long)DURATION_MAX_S);
 		bad = 1;
 	} else if (a->limit < 1 || a->limit > (json_int_t)UINT32_MAX) {
-		hreq_error(r, 400, "bad_request", "limit out of range 1..%u", UINT32_MAX);
+		hreq_error(r, 400, "bad_request", "limit must be 1..%u", UINT32_MAX);
 		bad = 1;
 	}
 	if (!bad && a->lease_s == 0)

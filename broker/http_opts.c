@@ -56,7 +56,7 @@ const char http_usage_text[] =
 	"                          unfinished request this long (default 30)\n"
 	"  --http-extensions       shmlock's own answers where they say more than\n"
 	"                          dflockd's (stats extras, 409 lease_expired on\n"
-	"                          release/renew); default: dflockd's exactly\n";
+	"                          release/renew, strict bodies); default: dflockd's\n";
 
 void http_opts_default(struct http_opts *o)
 {

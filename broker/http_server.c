@@ -121,7 +121,10 @@ void hreq_local_error(struct hreq *r, int err)
 json_t *hreq_json(struct hreq *r)
 {
 	json_error_t e;
-	json_t *j;
+	json_t *j, *v;
+	const char *name;
+	void *tmp;
+	bool strict;
 
 	if (r->body_too_large) {
 		hreq_error(r, 400, "bad_request", "request body over %u bytes", HTTP_BODY_MAX);
@@ -129,7 +132,10 @@ json_t *hreq_json(struct hreq *r)
 	}
 	if (!r->body_len)
 		return json_object();
-	j = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &e);
+	/* dflockd (Go's decoder) takes the last of duplicate members, and
+	 * null as absent; shmlock refuses both with --http-extensions. */
+	strict = r->h->b->opts.http.extensions;
+	j = json_loadb(r->body, r->body_len, strict ? JSON_REJECT_DUPLICATES : 0, &e);
 	if (!j) {
 		hreq_error(r, 400, "bad_request", "malformed JSON: %s", e.text);
 		return NULL;
@@ -139,6 +145,10 @@ json_t *hreq_json(struct hreq *r)
 		hreq_error(r, 400, "bad_request", "the body must be a JSON object");
 		return NULL;
 	}
+	if (!strict)
+		json_object_foreach_safe(j, tmp, name, v)
+			if (json_is_null(v))
+				json_object_del(j, name);
 	return j;
 }
 
