@@ -25,6 +25,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "client.h" /* hex_decode() */
 #include "clock.h"
 #include "http_int.h"
 #include "tcp.h"
@@ -557,16 +558,50 @@ static void acquire(struct hreq *r, struct hsession *hs, const struct op_args *a
 	}
 }
 
-/* Our hold of the key with exactly this token, or the reason it is not.
- * The route's kind must be the key's, as for acquires. */
-static int own_token(struct http *h, struct hsession *hs, const char *key, const char *text,
-		     bool sem)
+/* The HTTP holder of @key whose token is (@fence, @salt), if any. */
+struct token_probe {
+	struct http *h;
+	uint64_t fence, salt;
+	struct hsession *found;
+};
+
+static int match_holder(const struct local_holder *hl, void *arg)
+{
+	struct token_probe *p = arg;
+	struct broker *b = p->h->b;
+	struct hsession *o;
+	uint8_t id[16];
+	uint32_t slot;
+
+	if (hl->token != p->fence || strlen(hl->session) != LOCAL_SESSION_ID_LEN ||
+	    hex_decode(hl->session, id, sizeof(id)))
+		return 0;
+	slot = session_slot_of(b, id);
+	if (slot == IDX_NONE || slot >= b->seg.caps.max_sessions)
+		return 0;
+	o = p->h->by_slot[slot];
+	if (!o || salt_of(p->h, o, p->fence) != p->salt)
+		return 0;
+	p->found = o;
+	return 1;
+}
+
+/*
+ * The hold of @key that this token names, into *@holder, or the reason
+ * there is none. The route's kind must be the key's, as for acquires. As in
+ * dflockd, a token is a bearer capability: the hold of another HTTP session
+ * is released or renewed by it too (with --http-extensions, only the
+ * requesting session's own).
+ */
+static int token_holder(struct http *h, struct hsession *hs, const char *key, const char *text,
+			bool sem, struct hsession **holder)
 {
 	static struct local_key_info ki; /* large; the loop is one thread */
-	uint64_t fence, salt, tok = 0;
+	struct token_probe p = { h, 0, 0, NULL };
+	uint64_t tok = 0;
 	int err;
 
-	if (!tcp_parse_token(text, &fence, &salt))
+	if (!tcp_parse_token(text, &p.fence, &p.salt))
 		return -LOCAL_ENOTHELD; /* no token of ours: dflockd's "not held" */
 	err = local_info(hs->ls, key, &ki);
 	if (err)
@@ -574,9 +609,16 @@ static int own_token(struct http *h, struct hsession *hs, const char *key, const
 	if (ki.kind != LOCAL_KIND_NONE && ki.kind != (sem ? LOCAL_KIND_SEMAPHORE : LOCAL_KIND_LOCK))
 		return -LOCAL_EKIND;
 	err = local_held(hs->ls, key, &tok);
-	if (err)
-		return err;
-	return tok == fence && salt == salt_of(h, hs, fence) ? 0 : -LOCAL_ENOTHELD;
+	if (!err && tok == p.fence && p.salt == salt_of(h, hs, p.fence)) {
+		*holder = hs;
+		return 0;
+	}
+	if (!h->b->opts.http.extensions && local_holders(hs->ls, key, match_holder, &p) == 1 &&
+	    p.found) {
+		*holder = p.found;
+		return 0;
+	}
+	return err && err != -LOCAL_ENOTHELD ? err : -LOCAL_ENOTHELD;
 }
 
 /* dflockd answers a release or renew that finds no such hold 404 not_held,
@@ -591,7 +633,7 @@ static int release_error(const struct http *h, int err)
 
 void http_lock_op(struct hreq *r)
 {
-	struct hsession *hs;
+	struct hsession *hs, *holder = NULL;
 	struct henq *e;
 	struct op_args a;
 	uint64_t left_ms = 0;
@@ -635,11 +677,11 @@ void http_lock_op(struct hreq *r)
 		return;
 	case R_LOCK_RELEASE:
 	case R_SEM_RELEASE:
-		err = own_token(r->h, hs, r->rt.param, a.token, is_sem(r->rt.id));
+		err = token_holder(r->h, hs, r->rt.param, a.token, is_sem(r->rt.id), &holder);
 		if (!err)
-			err = local_release(hs->ls, r->rt.param);
+			err = local_release(holder->ls, r->rt.param);
 		if (!err)
-			enq_drop(hs, r->rt.param);
+			enq_drop(holder, r->rt.param);
 		r->h->maybe_granted = true;
 		if (err)
 			hreq_local_error(r, release_error(r->h, err));
@@ -648,9 +690,10 @@ void http_lock_op(struct hreq *r)
 		return;
 	case R_LOCK_RENEW:
 	case R_SEM_RENEW:
-		err = own_token(r->h, hs, r->rt.param, a.token, is_sem(r->rt.id));
+		err = token_holder(r->h, hs, r->rt.param, a.token, is_sem(r->rt.id), &holder);
 		if (!err)
-			err = local_renew(hs->ls, r->rt.param, (uint32_t)a.lease_s * 1000, &left_ms);
+			err = local_renew(holder->ls, r->rt.param, (uint32_t)a.lease_s * 1000,
+					  &left_ms);
 		if (err)
 			hreq_local_error(r, release_error(r->h, err));
 		else

@@ -876,13 +876,13 @@ TEST(http, lock_try_acquire_release_and_tokens, 20)
 	d = lock_acquire(&h.ux, s1, "try/k", 5);
 	CHECK_OUTCOME(d, "ok");
 	CHECK_STR(jstr(d, "token"), t1);
-	/* Only the holder's token releases. */
-	CHECK_ERROR(op(&h.ux, s2, "locks", "try/k", "release", strf("{\"token\":\"%s\"}", t1)),
-		    404, "not_held");
+	/* Only the holder's token releases; as in dflockd, it is a bearer
+	 * capability: any session presenting it may (see also
+	 * http/extensions_make_release_and_renew_stricter). */
 	CHECK_ERROR(op(&h.ux, s1, "locks", "try/k", "release", "{\"token\":\"1\"}"), 404,
 		    "not_held");
 	CHECK_EQ(HOLDERS(obs, "try/k"), 1);
-	release_ok(&h.ux, s1, "locks", "try/k", t1);
+	release_ok(&h.ux, s2, "locks", "try/k", t1);
 	CHECK_EQ(HOLDERS(obs, "try/k"), 0);
 	CHECK_ERROR(op(&h.ux, s1, "locks", "try/k", "release", strf("{\"token\":\"%s\"}", t1)),
 		    404, "not_held");
@@ -989,9 +989,11 @@ TEST(http, lock_renew_reports_remaining_seconds, 20)
 	CHECK(jint(c, "remaining_s") >= 32 && jint(c, "remaining_s") <= 33);
 	/* The token is unchanged by renewing. */
 	CHECK_EQ(key_info(obs, "renew/k")->token, tok_num(t));
-	/* Not the holder, not the token, not a token. */
-	CHECK_ERROR(op(&h.ux, other, "locks", "renew/k", "renew", strf("{\"token\":\"%s\"}", t)),
-		    404, "not_held");
+	/* Another session renews it with the token (a bearer capability, as in
+	 * dflockd); not the token, not a token: 404. */
+	c = op(&h.ux, other, "locks", "renew/k", "renew", strf("{\"token\":\"%s\"}", t));
+	CHECK_STATUS(c, 200);
+	CHECK_EQ(key_info(obs, "renew/k")->token, tok_num(t));
 	CHECK_ERROR(op(&h.ux, s, "locks", "renew/k", "renew", "{\"token\":\"42\"}"), 404,
 		    "not_held");
 	CHECK_ERROR(op(&h.ux, s, "locks", "renew/k", "renew", "{\"token\":\"12x\"}"), 404,
@@ -1200,9 +1202,9 @@ TEST(http, semaphore_endpoints_and_limits, 30)
 	       strf("{\"token\":\"%s\",\"lease_ttl_s\":40}", t2));
 	CHECK_STATUS(c, 200);
 	CHECK(jint(c, "remaining_s") >= 39 && jint(c, "remaining_s") <= 40);
-	CHECK_ERROR(op(&h.ux, s[3], "semaphores", "sem/k", "renew",
-		       strf("{\"token\":\"%s\"}", t2)),
-		    404, "not_held");
+	CHECK_STATUS(op(&h.ux, s[3], "semaphores", "sem/k", "renew",
+			strf("{\"token\":\"%s\"}", t2)),
+		     200); /* a bearer capability, as in dflockd */
 	/* Two-phase: queued, a wait that times out leaves the queue, then
 	 * one that a release answers. */
 	c = op(&h.ux, s[3], "semaphores", "sem/k", "enqueue", "{\"limit\":2}");
@@ -3066,13 +3068,14 @@ TEST(http, timeout_and_queued_answers_are_dflockds, 20)
 	hb_stop(&h);
 }
 
-/* --http-extensions: shmlock's more precise errors on release and renew. */
-TEST(http, lease_expired_on_release_is_opt_in, 30)
+/* --http-extensions: shmlock's more precise errors on release and renew,
+ * and a token that only its own session may use. */
+TEST(http, extensions_make_release_and_renew_stricter, 30)
 {
 	struct hbroker h;
 	local_session *obs;
 	struct call *c;
-	char *s, *t;
+	char *s, *s2, *t;
 
 	hb_start(&h, false, ARGS("--http-extensions"));
 	obs = open_session(&h.b, "obs", 0, 0);
@@ -3092,6 +3095,15 @@ TEST(http, lease_expired_on_release_is_opt_in, 30)
 	CHECK_ERROR(op(&h.ux, s, "semaphores", "x/kind", "release",
 		       strf("{\"token\":\"%s\"}", jstr(c, "token"))),
 		    409, "limit_mismatch");
+	/* Another session's token: not held by this session. */
+	t = strdup(jstr(c, "token"));
+	s2 = session_new(&h.ux);
+	CHECK_ERROR(op(&h.ux, s2, "locks", "x/kind", "release", strf("{\"token\":\"%s\"}", t)),
+		    404, "not_held");
+	CHECK_ERROR(op(&h.ux, s2, "locks", "x/kind", "renew", strf("{\"token\":\"%s\"}", t)),
+		    404, "not_held");
+	CHECK_EQ(HOLDERS(obs, "x/kind"), 1);
+	release_ok(&h.ux, s, "locks", "x/kind", t);
 	hb_stop(&h);
 }
 
