@@ -13,32 +13,11 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "clock.h"
 #include "http_int.h"
 
 #define AUTH_DELAY_NS 100000000ull /* 100 ms */
-
-/* Constant time in the length of the expected token. */
-static bool bearer_ok(const char *header, const char *token)
-{
-	size_t n = strlen(token), i, got;
-	unsigned char diff = 0;
-
-	if (!header || strncasecmp(header, "Bearer ", 7))
-		return false;
-	header += 7;
-	while (*header == ' ' || *header == '\t')
-		header++;
-	got = strlen(header);
-	while (got && (header[got - 1] == ' ' || header[got - 1] == '\t'))
-		got--;
-	diff = got != n;
-	for (i = 0; i < n; i++)
-		diff |= (unsigned char)(token[i] ^ (i < got ? header[i] : 0));
-	return diff == 0;
-}
 
 /* Hold @r's answer (already set) back until @at. */
 static void delay_answer(struct hreq *r, uint64_t at)
@@ -75,8 +54,8 @@ bool http_auth_check(struct hreq *r)
 	const char *token = r->h->b->opts.http.auth_token;
 
 	if (!token[0] || r->rt.open_path ||
-	    bearer_ok(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization"),
-		      token))
+	    http_bearer_ok(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization"),
+			   token))
 		return true;
 	hreq_error(r, 401, "unauthorized", "missing or wrong Authorization: Bearer token");
 	delay_answer(r, mono_ns() + AUTH_DELAY_NS);

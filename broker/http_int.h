@@ -100,12 +100,12 @@ struct hreq {
 	struct hsession *sess;
 	/* A waiting acquire: index in h->waiters, else -1. */
 	int32_t waiter;
+	/* A suspended answer that waits out a delay (a 401), else -1. */
+	int32_t delayed;
 	/* The token of a new grant of a queued request this answer carries,
 	 * else 0: released if the answer never reaches the client
 	 * (http_grant_undelivered()). */
 	uint64_t grant_tok;
-	/* A suspended answer that waits out a delay (a 401), else -1. */
-	int32_t delayed;
 };
 
 /* Fill @r's answer; the request is answered when the handler returns (or
@@ -189,6 +189,9 @@ void http_token_key_init(struct http *h);
 
 /* ---- authentication and delayed answers (http_auth.c) --------------------- */
 
+/* Authorization: Bearer @token, as dflockd checks it (http_server.c). */
+bool http_bearer_ok(const char *header, const char *token);
+
 /* The request may pass (no token configured, or the right one); else it is
  * answered 401, after a delay, and false. */
 bool http_auth_check(struct hreq *r);
@@ -250,18 +253,18 @@ struct http {
 	/* waiters */
 	struct hwaiter *waiters;
 	uint32_t nwaiters, cap_waiters, active_waiters;
-	/* A request of ours released something: our own waiters may have
-	 * been granted (without waiting for the doorbell thread). */
-	bool maybe_granted;
-	/* per-IP records: a small chained hash */
-	struct ipstat *ips[256];
-	uint32_t nips;
 	/* Answers held back (a 401's delay), and their generations. */
 	struct hreq **delayed;
 	uint32_t *delayed_gen;
 	uint32_t ndelayed;
 	/* Keys the token salts from (http_format_token()). */
 	uint64_t token_key[2];
+	/* A request of ours released something: our own waiters may have
+	 * been granted (without waiting for the doorbell thread). */
+	bool maybe_granted;
+	/* per-IP records: a small chained hash */
+	struct ipstat *ips[256];
+	uint32_t nips;
 	struct http_counters c;
 };
 

@@ -268,6 +268,34 @@ static enum MHD_Result send_answer(struct hreq *r)
 
 /* ---- dispatch ------------------------------------------------------------ */
 
+/* Constant time in the length of the expected token. */
+static bool bearer_ok(const char *header, const char *token);
+bool http_bearer_ok(const char *header, const char *token) /* consul_server.c */
+{
+	return bearer_ok(header, token);
+}
+
+static bool bearer_ok(const char *header, const char *token)
+{
+	size_t n = strlen(token), i, got;
+	unsigned char diff = 0;
+
+	/* As dflockd (RFC 7235): the scheme in any case, blanks around the
+	 * token dropped; the token itself compared exactly. */
+	if (!header || strncasecmp(header, "Bearer ", 7))
+		return false;
+	header += 7;
+	while (*header == ' ' || *header == '\t')
+		header++;
+	got = strlen(header);
+	while (got && (header[got - 1] == ' ' || header[got - 1] == '\t'))
+		got--;
+	diff = got != n;
+	for (i = 0; i < n; i++)
+		diff |= (unsigned char)(token[i] ^ (i < got ? header[i] : 0));
+	return diff == 0;
+}
+
 static void serve_plain(struct hreq *r)
 {
 	switch (r->rt.id) {
