@@ -767,8 +767,8 @@ void http_stop(struct broker *b)
 
 	if (!h)
 		return;
+	http_delayed_flush(h); /* 401s held back: answered now */
 	http_waiters_end(h, NULL, 503, "draining");
-	http_delayed_flush(h);
 	for (i = 0; i < h->nd; i++)
 		MHD_run(h->d[i]); /* let resumed connections finish */
 	http_sessions_close_all(h);
@@ -838,12 +838,12 @@ void http_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 
 	if (!h)
 		return;
-	if (kind == TIMER_HTTP_WAIT) {
-		http_waiter_due(h, a, b2);
-		return;
-	}
 	if (kind == TIMER_HTTP_DELAY) {
 		http_delayed_due(h, a, b2);
+		return;
+	}
+	if (kind == TIMER_HTTP_WAIT) {
+		http_waiter_due(h, a, b2);
 		return;
 	}
 	if (kind == TIMER_HTTP_RUN) {
