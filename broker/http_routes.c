@@ -41,6 +41,8 @@ enum http_method http_method_of(const char *m)
 {
 	int i;
 
+	if (!strcmp(m, "HEAD")) /* GET without the body (libmicrohttpd drops it) */
+		return M_GET;
 	for (i = 0; i < M_OTHER; i++)
 		if (!strcmp(m, method_names[i]))
 			return (enum http_method)i;

@@ -523,8 +523,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		r->delayed = -1;
 		r->method = http_method_of(method);
 		snprintf(r->verb, sizeof(r->verb), "%s", method);
-		/* HEAD is GET without the body (libmicrohttpd drops it). */
-		http_route_match(url, strcmp(method, "HEAD") ? r->method : M_GET, &r->rt);
+		http_route_match(url, r->method, &r->rt);
 		client_ip(c, r->ip, sizeof(r->ip), &r->tcp);
 		*ctx = r;
 		return MHD_YES;

@@ -308,7 +308,7 @@ static void prepare_requests(struct client *c)
 /* One acquire+release. */
 static int one_op(struct client *c)
 {
-	char token[48]; /* J4 (issue 14): tokens are dflockd's 32 hex digits now */
+	char token[32];
 	int status;
 
 	status = c->kind == KIND_RAW ? raw_exchange(c, c->acq, c->acq_len)
