@@ -31,6 +31,10 @@ struct http_opts {
 	uint32_t max_connections;     /* 0: from the fd limit */
 	uint32_t max_connections_per_ip; /* 0: half of max_connections (TCP) */
 	uint32_t connection_timeout_s;	 /* idle or unfinished request */
+	/* shmlock's own answers where they say more than dflockd's (stats
+	 * extras, 409 lease_expired/limit_mismatch on release and renew,
+	 * strict bodies); off: dflockd's exactly. */
+	bool extensions;
 };
 
 /* Option ids for getopt_long: main.c appends http_long_opts to its table. */
@@ -52,6 +56,7 @@ enum {
 	OPT_HTTP_MAX_CONNS,
 	OPT_HTTP_MAX_CONNS_PER_IP,
 	OPT_HTTP_CONN_TIMEOUT,
+	OPT_HTTP_EXTENSIONS,
 	OPT_HTTP_LAST,
 };
 #define HTTP_NOPTS (OPT_HTTP_LAST - OPT_HTTP_FIRST)

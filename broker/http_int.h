@@ -20,6 +20,7 @@
 #define TIMER_HTTP_TICK 32 /* periodic: run libmicrohttpd's timeouts, reap */
 #define TIMER_HTTP_WAIT 33 /* a = waiter slot, b = its generation */
 #define TIMER_HTTP_RUN 34  /* now: run libmicrohttpd (see run_soon()) */
+#define TIMER_HTTP_DELAY 35 /* a = delayed answer slot, b = its generation */
 
 /* ---- routes (http_routes.c) --------------------------------------------- */
 
@@ -64,6 +65,8 @@ struct route_match {
 	char param[LOCAL_KEY_MAX + 1]; /* the decoded {key} or {id} */
 	size_t param_len;
 	bool bad_param;		/* malformed key (400) */
+	bool open_path;		/* the path of an open route, any method: no token */
+	bool probe_path;	/* /health or /ready, any method: no rate limit */
 };
 
 enum http_method http_method_of(const char *m);
@@ -98,6 +101,8 @@ struct hreq {
 	struct hsession *sess;
 	/* A waiting acquire: index in h->waiters, else -1. */
 	int32_t waiter;
+	/* A suspended answer that waits out a delay (a 401), else -1. */
+	int32_t delayed;
 	/* The token of a new grant of a queued request this answer carries,
 	 * else 0: released if the answer never reaches the client
 	 * (http_grant_undelivered()). */
@@ -124,8 +129,18 @@ json_t *hreq_json(struct hreq *r);
 
 /* ---- sessions (http_sessions.c) ----------------------------------------- */
 
+/* An /enqueue of the session whose /wait has not come yet (dflockd's
+ * two-phase record): its lease, and the token if granted at once. */
+struct henq {
+	char key[LOCAL_KEY_MAX + 1];
+	uint32_t lease_s;
+	uint64_t tok; /* 0: queued */
+};
+
 struct hsession {
 	local_session *ls;
+	struct henq *enqs;
+	uint32_t nenqs;
 	uint32_t slot, gen;
 	uint64_t last_seen_ns;
 	uint32_t inflight;
@@ -158,6 +173,7 @@ struct hwaiter {
 	int fd; /* the connection's socket, watched for hang-up */
 	uint64_t deadline_ns;
 	uint32_t lease_s;
+	bool two_phase; /* a /wait: the lease restarts at the answer */
 	bool sem;
 	char key[LOCAL_KEY_MAX + 1];
 	/* J5: its lock word and that word's value while it waits (NULL:
@@ -176,7 +192,23 @@ void http_waiters_end(struct http *h, struct hsession *sess, int status, const c
 void http_waiter_drop(struct hreq *r);
 /* @r's answer carried a grant that did not reach its client: release it. */
 void http_grant_undelivered(struct hreq *r);
-void http_format_token(uint64_t token, char out[21]);
+/* dflockd's token shape: 16 hex of fencing token, 16 of salt (tcp.h). */
+void http_format_token(const struct http *h, const struct hsession *hs, uint64_t fence,
+		       char out[33]);
+void http_token_key_init(struct http *h);
+
+/* ---- authentication and delayed answers (http_auth.c) --------------------- */
+
+/* Authorization: Bearer @token, as dflockd checks it (http_server.c). */
+bool http_bearer_ok(const char *header, const char *token);
+
+/* The request may pass (no token configured, or the right one); else it is
+ * answered 401, after a delay, and false. */
+bool http_auth_check(struct hreq *r);
+void http_delayed_due(struct http *h, uint32_t slot, uint32_t gen);
+/* Send every delayed answer now (shutdown). */
+void http_delayed_flush(struct http *h);
+void http_delayed_forget(struct hreq *r);
 
 /* ---- stats and metrics (http_stats.c) ----------------------------------- */
 
@@ -231,6 +263,12 @@ struct http {
 	/* waiters */
 	struct hwaiter *waiters;
 	uint32_t nwaiters, cap_waiters, active_waiters;
+	/* Answers held back (a 401's delay), and their generations. */
+	struct hreq **delayed;
+	uint32_t *delayed_gen;
+	uint32_t ndelayed;
+	/* Keys the token salts from (http_format_token()). */
+	uint64_t token_key[2];
 	/* A request of ours released something: our own waiters may have
 	 * been granted (without waiting for the doorbell thread). */
 	bool maybe_granted;

@@ -22,40 +22,91 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
+#include <unistd.h>
 
+#include "client.h" /* hex_decode() */
 #include "clock.h"
 #include "http_int.h"
+#include "tcp.h"
 
-/* Timeouts and leases in seconds, as dflockd takes them; bounded so that
- * their milliseconds fit the library's types. */
-#define TIMEOUT_MAX_S (INT32_MAX / 1000)
+/* Durations in seconds, as dflockd takes them: 0 up to the largest Go
+ * time.Duration in seconds. Waits that long are broker timers (a u64 of
+ * nanoseconds holds them); a lease is cut to what liblocal keeps (u32 ms). */
+#define DURATION_MAX_S (INT64_MAX / 1000000000)
 #define LEASE_MAX_S (UINT32_MAX / 1000)
 
 struct op_args {
 	json_int_t timeout_s, lease_s, limit;
-	char token[32]; /* as sent; validated by parse_token() */
+	char token[64]; /* as sent (longer ones are cut: no token of ours) */
 };
 
-void http_format_token(uint64_t token, char out[21])
+/* ---- tokens ------------------------------------------------------------------ */
+
+/*
+ * dflockd's token is 32 hex digits, and its client reads the first 16 as a
+ * big-endian fencing number: ours is the hold's fencing token, then 16 hex
+ * of salt so that tokens cannot be guessed from the (public, increasing)
+ * fence. The salt is not stored: it is SipHash-2-4, under a key drawn at
+ * start, of the fence and the holder session's slot and generation, so a
+ * token names one grant to one session. The encoding is the TCP protocol's
+ * (tcp_format_token()).
+ */
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                           \
+	do {                                                                               \
+		v0 += v1, v1 = ROTL(v1, 13), v1 ^= v0, v0 = ROTL(v0, 32);                  \
+		v2 += v3, v3 = ROTL(v3, 16), v3 ^= v2;                                     \
+		v0 += v3, v3 = ROTL(v3, 21), v3 ^= v0;                                     \
+		v2 += v1, v1 = ROTL(v1, 17), v1 ^= v2, v2 = ROTL(v2, 32);                  \
+	} while (0)
+
+static uint64_t siphash2(const uint64_t k[2], uint64_t m0, uint64_t m1)
 {
-	/* Zero-padded: tokens compare as strings as they do as numbers. */
-	snprintf(out, 21, "%020" PRIu64, token);
+	uint64_t v0 = k[0] ^ 0x736f6d6570736575ull, v1 = k[1] ^ 0x646f72616e646f6dull;
+	uint64_t v2 = k[0] ^ 0x6c7967656e657261ull, v3 = k[1] ^ 0x7465646279746573ull;
+	uint64_t m[3] = { m0, m1, (uint64_t)16 << 56 };
+	int i;
+
+	for (i = 0; i < 3; i++) {
+		v3 ^= m[i];
+		SIPROUND;
+		SIPROUND;
+		v0 ^= m[i];
+	}
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
 }
 
-static bool parse_token(const char *s, uint64_t *out)
+void http_token_key_init(struct http *h)
 {
-	size_t n = strlen(s), i;
-	uint64_t v = 0;
-
-	if (!n || n > 20)
-		return false;
-	for (i = 0; i < n; i++) {
-		if (s[i] < '0' || s[i] > '9' || v > (UINT64_MAX - (uint64_t)(s[i] - '0')) / 10)
-			return false;
-		v = v * 10 + (uint64_t)(s[i] - '0');
+	if (getrandom(h->token_key, sizeof(h->token_key), 0) != sizeof(h->token_key)) {
+		/* never for 16 bytes; still, not a fixed key */
+		h->token_key[0] = mono_ns() ^ (uint64_t)getpid() << 32;
+		h->token_key[1] = h->token_key[0] * 0x9e3779b97f4a7c15ull;
 	}
-	*out = v;
-	return true;
+}
+
+static uint64_t salt_of(const struct http *h, const struct hsession *hs, uint64_t fence)
+{
+	return siphash2(h->token_key, fence, (uint64_t)hs->slot << 32 | hs->gen);
+}
+
+void http_format_token(const struct http *h, const struct hsession *hs, uint64_t fence,
+		       char out[33])
+{
+	tcp_format_token(fence, salt_of(h, hs, fence), out);
+}
+
+/* dflockd refuses only an empty token or one with a blank (400); any other
+ * that is not the holder's is 404 not_held. */
+static bool token_acceptable(const char *s)
+{
+	return *s && !strpbrk(s, " \t\r\n");
 }
 
 static bool is_sem(enum http_route rt)
@@ -70,20 +121,24 @@ static bool parse_args(struct hreq *r, struct op_args *a)
 	json_error_t e;
 	json_t *j = hreq_json(r);
 	const char *token = "";
+	bool strict = r->h->b->opts.http.extensions;
 	int bad = 0;
 
 	memset(a, 0, sizeof(*a));
-	a->limit = 1;
+	/* dflockd (Go's decoder) reads a missing number as 0 (a limit of 0 is
+	 * then refused); with --http-extensions a missing one is 400. */
+	a->limit = r->rt.id == R_SEM || r->rt.id == R_SEM_ENQUEUE ? 0 : 1;
 	if (!j)
 		return false;
 	switch (r->rt.id) {
 	case R_LOCK:
-		bad = json_unpack_ex(j, &e, 0, "{s:I, s?I !}", "acquire_timeout_s", &a->timeout_s,
-				     "lease_ttl_s", &a->lease_s);
+		bad = json_unpack_ex(j, &e, 0, strict ? "{s:I, s?I !}" : "{s?I, s?I !}",
+				     "acquire_timeout_s", &a->timeout_s, "lease_ttl_s", &a->lease_s);
 		break;
 	case R_SEM:
-		bad = json_unpack_ex(j, &e, 0, "{s:I, s:I, s?I !}", "acquire_timeout_s",
-				     &a->timeout_s, "limit", &a->limit, "lease_ttl_s", &a->lease_s);
+		bad = json_unpack_ex(j, &e, 0, strict ? "{s:I, s:I, s?I !}" : "{s?I, s?I, s?I !}",
+				     "acquire_timeout_s", &a->timeout_s, "limit", &a->limit,
+				     "lease_ttl_s", &a->lease_s);
 		break;
 	case R_LOCK_RELEASE:
 	case R_SEM_RELEASE:
@@ -98,40 +153,51 @@ static bool parse_args(struct hreq *r, struct op_args *a)
 		bad = json_unpack_ex(j, &e, 0, "{s?I !}", "lease_ttl_s", &a->lease_s);
 		break;
 	case R_SEM_ENQUEUE:
-		bad = json_unpack_ex(j, &e, 0, "{s:I, s?I !}", "limit", &a->limit, "lease_ttl_s",
-				     &a->lease_s);
+		bad = json_unpack_ex(j, &e, 0, strict ? "{s:I, s?I !}" : "{s?I, s?I !}", "limit",
+				     &a->limit, "lease_ttl_s", &a->lease_s);
 		break;
 	case R_LOCK_WAIT:
 	case R_SEM_WAIT:
-		bad = json_unpack_ex(j, &e, 0, "{s:I !}", "timeout_s", &a->timeout_s);
+		bad = json_unpack_ex(j, &e, 0, strict ? "{s:I !}" : "{s?I !}", "timeout_s",
+				     &a->timeout_s);
 		break;
 	default:
 		break;
 	}
 	if (bad) {
 		hreq_error(r, 400, "bad_request", "%s", e.text);
-	} else if (a->timeout_s < 0 || a->timeout_s > TIMEOUT_MAX_S) {
-		hreq_error(r, 400, "bad_request", "timeout out of range 0..%d s", TIMEOUT_MAX_S);
+	} else if ((r->rt.id == R_LOCK_RELEASE || r->rt.id == R_SEM_RELEASE ||
+		    r->rt.id == R_LOCK_RENEW || r->rt.id == R_SEM_RENEW) &&
+		   !token_acceptable(token)) {
+		hreq_error(r, 400, "bad_request", "token required, without blanks");
 		bad = 1;
-	} else if (a->lease_s < 0 || a->lease_s > (json_int_t)LEASE_MAX_S) {
-		hreq_error(r, 400, "bad_request", "lease_ttl_s out of range 0..%u s", LEASE_MAX_S);
+	} else if (a->timeout_s < 0 || a->timeout_s > (json_int_t)DURATION_MAX_S) {
+		hreq_error(r, 400, "bad_request", "timeout out of range 0..%lld s",
+			   (long long)DURATION_MAX_S);
+		bad = 1;
+	} else if (a->lease_s < 0 || a->lease_s > (json_int_t)DURATION_MAX_S) {
+		hreq_error(r, 400, "bad_request", "lease_ttl_s out of range 0..%lld s",
+			   (long long)DURATION_MAX_S);
 		bad = 1;
 	} else if (a->limit < 1 || a->limit > (json_int_t)UINT32_MAX) {
-		hreq_error(r, 400, "bad_request", "limit out of range 1..%u", UINT32_MAX);
+		hreq_error(r, 400, "bad_request", "limit must be 1..%u", UINT32_MAX);
 		bad = 1;
 	}
 	if (!bad && a->lease_s == 0)
 		a->lease_s = r->h->b->opts.http.default_lease_s;
+	if (a->lease_s > (json_int_t)LEASE_MAX_S)
+		a->lease_s = LEASE_MAX_S; /* 49 days: what a hold's lease can be */
 	snprintf(a->token, sizeof(a->token), "%s", token); /* @token lives in @j */
 	json_decref(j);
 	return !bad;
 }
 
-static void reply_granted(struct hreq *r, const char *status, uint64_t token, json_int_t lease_s)
+static void reply_granted(struct hreq *r, struct hsession *hs, const char *status, uint64_t token,
+			  json_int_t lease_s)
 {
-	char text[21];
+	char text[33];
 
-	http_format_token(token, text);
+	http_format_token(r->h, hs, token, text);
 	r->h->c.grants++;
 	hreq_reply_json(r, 200, json_pack("{s:s, s:s, s:I}", "status", status, "token", text,
 					  "lease_ttl_s", lease_s));
@@ -168,15 +234,20 @@ static json_int_t lease_left_s(struct hsession *hs, const char *key)
 }
 
 /* A queued request was granted: answer with its token, unless its lease
- * ran out before anyone looked (dflockd's 409 lease_expired). */
-static void reply_promoted(struct hreq *r, struct hsession *hs, const char *key, uint64_t tok)
+ * ran out before anyone looked (dflockd's 409 lease_expired). As dflockd,
+ * the answer names the lease asked for, which ran from the grant; a /wait
+ * (@two_phase) starts it again at the answer. */
+static void reply_promoted(struct hreq *r, struct hsession *hs, const char *key, uint64_t tok,
+			   uint32_t lease_s, bool two_phase)
 {
-	uint64_t now_tok = 0;
+	uint64_t now_tok = 0, left_ms;
 	int err = local_held(hs->ls, key, &now_tok);
 
+	if (!err && now_tok == tok && two_phase)
+		err = local_renew(hs->ls, key, lease_s * 1000, &left_ms);
 	if (!err && now_tok == tok) {
 		r->grant_tok = tok; /* new: taken back if the answer is lost */
-		reply_granted(r, "ok", tok, lease_left_s(hs, key));
+		reply_granted(r, hs, "ok", tok, lease_s);
 	} else if (err == -LOCAL_ESESSION)
 		hreq_local_error(r, err);
 	else /* taking the grant forgot the expiry record: it can only be that */
@@ -249,7 +320,7 @@ static bool poll_one(struct http *h, uint32_t slot, bool cancel)
 		h->c.canceled++;
 		hreq_error(w->req, 408, "client_canceled", "the client went away");
 	} else if (!err)
-		reply_promoted(w->req, w->sess, w->key, tok);
+		reply_promoted(w->req, w->sess, w->key, tok, w->lease_s, w->two_phase);
 	else if (err == -ETIMEDOUT)
 		reply_timeout(w->req);
 	else
@@ -261,7 +332,7 @@ static bool poll_one(struct http *h, uint32_t slot, bool cancel)
 /* Answer @r later: its queued request (already local_enqueue()d) is
  * granted, times out at @timeout_s, or its client goes away. */
 static void wait_begin(struct hreq *r, struct hsession *hs, json_int_t timeout_s,
-		       json_int_t lease_s)
+		       json_int_t lease_s, bool two_phase)
 {
 	struct http *h = r->h;
 	const union MHD_ConnectionInfo *ci;
@@ -277,7 +348,7 @@ static void wait_begin(struct hreq *r, struct hsession *hs, json_int_t timeout_s
 		/* Granted already, or a wait of 0: answer now. */
 		err = api_pending_poll(hs->ls, r->rt.param, true, &tok);
 		if (!err)
-			reply_promoted(r, hs, r->rt.param, tok);
+			reply_promoted(r, hs, r->rt.param, tok, (uint32_t)lease_s, two_phase);
 		else if (err == -ETIMEDOUT)
 			reply_timeout(r);
 		else
@@ -300,6 +371,7 @@ static void wait_begin(struct hreq *r, struct hsession *hs, json_int_t timeout_s
 	w->word = word;
 	w->waiting = waiting;
 	w->lease_s = (uint32_t)lease_s;
+	w->two_phase = two_phase;
 	w->deadline_ns = mono_ns() + (uint64_t)timeout_s * 1000000000ull;
 	memcpy(w->key, r->rt.param, r->rt.param_len + 1);
 	ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -384,6 +456,64 @@ void http_waiter_drop(struct hreq *r)
 
 /* ---- the operations ---------------------------------------------------------- */
 
+/* ---- dflockd's two-phase record: what /enqueue said, for /wait --------------- */
+
+static struct henq *enq_find(struct hsession *hs, const char *key)
+{
+	uint32_t i;
+
+	for (i = 0; i < hs->nenqs; i++)
+		if (!strcmp(hs->enqs[i].key, key))
+			return &hs->enqs[i];
+	return NULL;
+}
+
+static void enq_drop(struct hsession *hs, const char *key)
+{
+	struct henq *e = enq_find(hs, key);
+
+	if (e)
+		*e = hs->enqs[--hs->nenqs];
+}
+
+/* Remember an /enqueue; out of memory, /wait falls back to the default
+ * lease (and, after "acquired", to 409 not_enqueued). */
+static void enq_note(struct hsession *hs, const char *key, uint32_t lease_s, uint64_t tok)
+{
+	struct henq *e = enq_find(hs, key);
+
+	if (!e) {
+		struct henq *n = realloc(hs->enqs, (hs->nenqs + 1) * sizeof(*n));
+
+		if (!n)
+			return;
+		hs->enqs = n;
+		e = &n[hs->nenqs++];
+		snprintf(e->key, sizeof(e->key), "%s", key);
+	}
+	e->lease_s = lease_s;
+	e->tok = tok;
+}
+
+/* /wait after /enqueue answered "acquired": dflockd's "ok" with the same
+ * token, its lease started again; 409 lease_expired if it ran out. */
+static void wait_acquired(struct hreq *r, struct hsession *hs, const struct henq *e)
+{
+	uint64_t now_tok = 0, left_ms;
+	int err = local_held(hs->ls, r->rt.param, &now_tok);
+
+	if (!err && now_tok != e->tok)
+		err = -LOCAL_EEXPIRED; /* another grant since: this one is gone */
+	if (!err)
+		err = local_renew(hs->ls, r->rt.param, e->lease_s * 1000, &left_ms);
+	if (!err)
+		reply_granted(r, hs, "ok", e->tok, e->lease_s);
+	else if (err == -LOCAL_ENOTHELD)
+		hreq_local_error(r, -LOCAL_EEXPIRED);
+	else
+		hreq_local_error(r, err);
+}
+
 static bool waiting_on(struct http *h, struct hsession *hs, const char *key)
 {
 	uint32_t i;
@@ -406,7 +536,7 @@ static void acquire(struct hreq *r, struct hsession *hs, const struct op_args *a
 		err = limit ? local_sem_acquire(hs->ls, key, limit, &o, &tok)
 			    : local_lock(hs->ls, key, &o, &tok);
 		if (!err) /* the hold's lease: a re-acquire keeps the old one */
-			reply_granted(r, "ok", tok, lease_left_s(hs, key));
+			reply_granted(r, hs, "ok", tok, lease_left_s(hs, key));
 		else if (err == -EBUSY || err == -ETIMEDOUT) /* held, or its mutex stalled */
 			reply_timeout(r);
 		else
@@ -416,7 +546,7 @@ static void acquire(struct hreq *r, struct hsession *hs, const struct op_args *a
 	err = local_enqueue(hs->ls, key, limit, &o, &granted, &tok);
 	if (err == -LOCAL_EENQUEUED && !two_phase && local_held(hs->ls, key, &tok) == 0) {
 		/* Holding it already: as liblocal, the same hold and token. */
-		reply_granted(r, "ok", tok, lease_left_s(hs, key));
+		reply_granted(r, hs, "ok", tok, lease_left_s(hs, key));
 		return;
 	}
 	if (err == -ETIMEDOUT && !two_phase) {
@@ -424,46 +554,101 @@ static void acquire(struct hreq *r, struct hsession *hs, const struct op_args *a
 	} else if (err) {
 		hreq_local_error(r, err);
 	} else if (granted) {
-		reply_granted(r, two_phase ? "acquired" : "ok", tok, a->lease_s);
+		if (two_phase)
+			enq_note(hs, key, (uint32_t)a->lease_s, tok);
+		reply_granted(r, hs, two_phase ? "acquired" : "ok", tok, a->lease_s);
 	} else if (two_phase) {
+		enq_note(hs, key, (uint32_t)a->lease_s, 0);
 		hreq_reply_json(r, 200, json_pack("{s:s}", "status", "queued"));
 	} else {
-		wait_begin(r, hs, a->timeout_s, a->lease_s);
+		wait_begin(r, hs, a->timeout_s, a->lease_s, false);
 	}
 }
 
-/* Our hold of the key with exactly this token, or the reason it is not.
- * The route's kind must be the key's, as for acquires. */
-static int own_token(struct hsession *hs, const char *key, const char *text, bool sem)
+/* The HTTP holder of @key whose token is (@fence, @salt), if any. */
+struct token_probe {
+	struct http *h;
+	uint64_t fence, salt;
+	struct hsession *found;
+};
+
+static int match_holder(const struct local_holder *hl, void *arg)
+{
+	struct token_probe *p = arg;
+	struct broker *b = p->h->b;
+	struct hsession *o;
+	uint8_t id[16];
+	uint32_t slot;
+
+	if (hl->token != p->fence || strlen(hl->session) != LOCAL_SESSION_ID_LEN ||
+	    hex_decode(hl->session, id, sizeof(id)))
+		return 0;
+	slot = session_slot_of(b, id);
+	if (slot == IDX_NONE || slot >= b->seg.caps.max_sessions)
+		return 0;
+	o = p->h->by_slot[slot];
+	if (!o || salt_of(p->h, o, p->fence) != p->salt)
+		return 0;
+	p->found = o;
+	return 1;
+}
+
+/*
+ * The hold of @key that this token names, into *@holder, or the reason
+ * there is none. The route's kind must be the key's, as for acquires. As in
+ * dflockd, a token is a bearer capability: the hold of another HTTP session
+ * is released or renewed by it too (with --http-extensions, only the
+ * requesting session's own).
+ */
+static int token_holder(struct http *h, struct hsession *hs, const char *key, const char *text,
+			bool sem, struct hsession **holder)
 {
 	static struct local_key_info ki; /* large; the loop is one thread */
-	uint64_t want, tok = 0;
+	struct token_probe p = { h, 0, 0, NULL };
+	uint64_t tok = 0;
 	int err;
 
-	if (!parse_token(text, &want))
-		return -EINVAL;
+	if (!tcp_parse_token(text, &p.fence, &p.salt))
+		return -LOCAL_ENOTHELD; /* no token of ours: dflockd's "not held" */
 	err = local_info(hs->ls, key, &ki);
 	if (err)
 		return err;
 	if (ki.kind != LOCAL_KIND_NONE && ki.kind != (sem ? LOCAL_KIND_SEMAPHORE : LOCAL_KIND_LOCK))
 		return -LOCAL_EKIND;
 	err = local_held(hs->ls, key, &tok);
-	if (err)
-		return err;
-	return tok == want ? 0 : -LOCAL_ENOTHELD;
+	if (!err && tok == p.fence && p.salt == salt_of(h, hs, p.fence)) {
+		*holder = hs;
+		return 0;
+	}
+	if (!h->b->opts.http.extensions && local_holders(hs->ls, key, match_holder, &p) == 1 &&
+	    p.found) {
+		*holder = p.found;
+		return 0;
+	}
+	return err && err != -LOCAL_ENOTHELD ? err : -LOCAL_ENOTHELD;
+}
+
+/* dflockd answers a release or renew that finds no such hold 404 not_held,
+ * whatever the reason; --http-extensions says which (409 lease_expired, 409
+ * limit_mismatch). */
+static int release_error(const struct http *h, int err)
+{
+	if (!h->b->opts.http.extensions && (err == -LOCAL_EEXPIRED || err == -LOCAL_EKIND))
+		return -LOCAL_ENOTHELD;
+	return err;
 }
 
 void http_lock_op(struct hreq *r)
 {
-	struct hsession *hs;
+	struct hsession *hs, *holder = NULL;
+	struct henq *e;
 	struct op_args a;
 	uint64_t left_ms = 0;
 	int err;
 
-	if (!parse_args(r, &a))
-		return;
+	/* dflockd's order: the session, then the body. */
 	hs = http_session_of(r);
-	if (!hs)
+	if (!hs || !parse_args(r, &a))
 		return;
 	if (r->h->draining && r->rt.id != R_LOCK_RELEASE && r->rt.id != R_SEM_RELEASE &&
 	    r->rt.id != R_LOCK_RENEW && r->rt.id != R_SEM_RENEW) {
@@ -482,33 +667,42 @@ void http_lock_op(struct hreq *r)
 		return;
 	case R_LOCK_WAIT:
 	case R_SEM_WAIT:
-		if (waiting_on(r->h, hs, r->rt.param))
+		e = enq_find(hs, r->rt.param);
+		if (e) {
+			struct henq rec = *e;
+
+			enq_drop(hs, r->rt.param); /* a /wait consumes it, whatever comes */
+			if (rec.tok)
+				wait_acquired(r, hs, &rec);
+			else
+				wait_begin(r, hs, a.timeout_s, rec.lease_s, true);
+		} else if (waiting_on(r->h, hs, r->rt.param)) {
 			hreq_local_error(r, -LOCAL_ENOTENQUEUED); /* another /wait has it */
-		else
-			wait_begin(r, hs, a.timeout_s, 0);
+		} else {
+			wait_begin(r, hs, a.timeout_s, a.lease_s, true);
+		}
 		return;
 	case R_LOCK_RELEASE:
 	case R_SEM_RELEASE:
-		err = own_token(hs, r->rt.param, a.token, is_sem(r->rt.id));
+		err = token_holder(r->h, hs, r->rt.param, a.token, is_sem(r->rt.id), &holder);
 		if (!err)
-			err = local_release(hs->ls, r->rt.param);
+			err = local_release(holder->ls, r->rt.param);
+		if (!err)
+			enq_drop(holder, r->rt.param);
 		r->h->maybe_granted = true;
-		if (err == -EINVAL)
-			hreq_error(r, 400, "bad_request", "token must be a decimal string");
-		else if (err)
-			hreq_local_error(r, err);
+		if (err)
+			hreq_local_error(r, release_error(r->h, err));
 		else
 			hreq_reply_json(r, 204, NULL);
 		return;
 	case R_LOCK_RENEW:
 	case R_SEM_RENEW:
-		err = own_token(hs, r->rt.param, a.token, is_sem(r->rt.id));
+		err = token_holder(r->h, hs, r->rt.param, a.token, is_sem(r->rt.id), &holder);
 		if (!err)
-			err = local_renew(hs->ls, r->rt.param, (uint32_t)a.lease_s * 1000, &left_ms);
-		if (err == -EINVAL)
-			hreq_error(r, 400, "bad_request", "token must be a decimal string");
-		else if (err)
-			hreq_local_error(r, err);
+			err = local_renew(holder->ls, r->rt.param, (uint32_t)a.lease_s * 1000,
+					  &left_ms);
+		if (err)
+			hreq_local_error(r, release_error(r->h, err));
 		else
 			hreq_reply_json(r, 200, json_pack("{s:I}", "remaining_s",
 							  (json_int_t)((left_ms + 999) / 1000)));

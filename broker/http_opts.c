@@ -25,6 +25,7 @@ const struct option http_long_opts[HTTP_NOPTS] = {
 	{ "http-max-connections", required_argument, NULL, OPT_HTTP_MAX_CONNS },
 	{ "http-max-connections-per-ip", required_argument, NULL, OPT_HTTP_MAX_CONNS_PER_IP },
 	{ "http-connection-timeout", required_argument, NULL, OPT_HTTP_CONN_TIMEOUT },
+	{ "http-extensions", no_argument, NULL, OPT_HTTP_EXTENSIONS },
 };
 
 const char http_usage_text[] =
@@ -52,7 +53,10 @@ const char http_usage_text[] =
 	"  --http-max-connections-per-ip N  ... per TCP client address (default: half\n"
 	"                          of --http-max-connections)\n"
 	"  --http-connection-timeout SECONDS  close a connection idle or with an\n"
-	"                          unfinished request this long (default 30)\n";
+	"                          unfinished request this long (default 30)\n"
+	"  --http-extensions       shmlock's own answers where they say more than\n"
+	"                          dflockd's (stats extras, 409 lease_expired on\n"
+	"                          release/renew, strict bodies); default: dflockd's\n";
 
 void http_opts_default(struct http_opts *o)
 {
@@ -153,6 +157,9 @@ int http_opt_parse(struct http_opts *o, int opt, const char *arg)
 			      &o->max_connections_per_ip);
 	case OPT_HTTP_CONN_TIMEOUT:
 		return opt_number("http-connection-timeout", arg, 1, 86400, &o->connection_timeout_s);
+	case OPT_HTTP_EXTENSIONS:
+		o->extensions = true;
+		return 0;
 	}
 	return -1;
 }

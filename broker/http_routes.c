@@ -41,6 +41,8 @@ enum http_method http_method_of(const char *m)
 {
 	int i;
 
+	if (!strcmp(m, "HEAD")) /* GET without the body (libmicrohttpd drops it) */
+		return M_GET;
 	for (i = 0; i < M_OTHER; i++)
 		if (!strcmp(m, method_names[i]))
 			return (enum http_method)i;
@@ -84,7 +86,8 @@ static int hexval(char c)
 }
 
 /* Percent-decode one path segment into @out: 0, or -1 when malformed (a bad
- * escape, a NUL, empty, or longer than a key may be). */
+ * escape, a NUL, empty, or longer than a key may be; or, as dflockd has it,
+ * with a blank: space, tab, CR or LF). */
 static int decode_segment(const char *s, size_t n, char *out, size_t *out_len)
 {
 	size_t i, o = 0;
@@ -104,7 +107,8 @@ static int decode_segment(const char *s, size_t n, char *out, size_t *out_len)
 			c = (char)(hi * 16 + lo);
 			i += 2;
 		}
-		if (c == '\0' || o >= LOCAL_KEY_MAX)
+		if (c == '\0' || c == ' ' || c == '\t' || c == '\r' || c == '\n' ||
+		    o >= LOCAL_KEY_MAX)
 			return -1;
 		out[o++] = c;
 	}
@@ -155,9 +159,14 @@ void http_route_match(const char *path, enum http_method m, struct route_match *
 		if (!path_matches(path, d->pattern, &param, &n))
 			continue;
 		out->path_known = true;
-		if (used + 10 < sizeof(out->allow) && !strstr(out->allow, method_names[d->method]))
-			used += (size_t)snprintf(out->allow + used, sizeof(out->allow) - used, "%s%s",
-						 used ? ", " : "", method_names[d->method]);
+		/* dflockd exempts these by path, whatever the method. */
+		out->open_path |= d->open;
+		out->probe_path |= d->id == R_HEALTH || d->id == R_READY;
+		/* A GET route answers HEAD too (as Go's ServeMux, dflockd's). */
+		if (used + 16 < sizeof(out->allow) && !strstr(out->allow, method_names[d->method]))
+			used += (size_t)snprintf(out->allow + used, sizeof(out->allow) - used, "%s%s%s",
+						 used ? ", " : "", method_names[d->method],
+						 d->method == M_GET ? ", HEAD" : "");
 		if (d->method != m || out->id != R_NONE)
 			continue;
 		out->id = d->id;

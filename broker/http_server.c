@@ -122,7 +122,10 @@ void hreq_local_error(struct hreq *r, int err)
 json_t *hreq_json(struct hreq *r)
 {
 	json_error_t e;
-	json_t *j;
+	json_t *j, *v;
+	const char *name;
+	void *tmp;
+	bool strict;
 
 	if (r->body_too_large) {
 		hreq_error(r, 400, "bad_request", "request body over %u bytes", HTTP_BODY_MAX);
@@ -130,7 +133,10 @@ json_t *hreq_json(struct hreq *r)
 	}
 	if (!r->body_len)
 		return json_object();
-	j = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &e);
+	/* dflockd (Go's decoder) takes the last of duplicate members, and
+	 * null as absent; shmlock refuses both with --http-extensions. */
+	strict = r->h->b->opts.http.extensions;
+	j = json_loadb(r->body, r->body_len, strict ? JSON_REJECT_DUPLICATES : 0, &e);
 	if (!j) {
 		hreq_error(r, 400, "bad_request", "malformed JSON: %s", e.text);
 		return NULL;
@@ -140,6 +146,10 @@ json_t *hreq_json(struct hreq *r)
 		hreq_error(r, 400, "bad_request", "the body must be a JSON object");
 		return NULL;
 	}
+	if (!strict)
+		json_object_foreach_safe(j, tmp, name, v)
+			if (json_is_null(v))
+				json_object_del(j, name);
 	return j;
 }
 
@@ -176,7 +186,8 @@ void hreq_resume(struct hreq *r)
 	run_soon(r->h);
 }
 
-static bool origin_allowed(const struct http_opts *o, const char *origin)
+/* @origin is in the list (@any: or the list has "*"). */
+static bool origin_in(const struct http_opts *o, const char *origin, bool any)
 {
 	const char *p = o->cors_origins;
 	size_t n = strlen(origin);
@@ -186,12 +197,22 @@ static bool origin_allowed(const struct http_opts *o, const char *origin)
 
 		while (len && *p == ' ')
 			p++, len--;
-		if ((len == 1 && *p == '*') || (len == n && !strncmp(p, origin, n)))
+		if ((any && len == 1 && *p == '*') || (len == n && !strncmp(p, origin, n)))
 			return true;
 		p += len;
 		p += *p == ',';
 	}
 	return false;
+}
+
+static bool origin_allowed(const struct http_opts *o, const char *origin)
+{
+	return origin_in(o, origin, true);
+}
+
+static bool origin_listed(const struct http_opts *o, const char *origin)
+{
+	return origin_in(o, origin, false);
 }
 
 static void add_cors(struct hreq *r, struct MHD_Response *resp)
@@ -203,16 +224,17 @@ static void add_cors(struct hreq *r, struct MHD_Response *resp)
 	origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
 	if (!origin || !origin_allowed(&r->h->b->opts.http, origin))
 		return;
-	MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
-	MHD_add_response_header(resp, "Vary", "Origin");
-	if (r->method == M_OPTIONS) {
-		MHD_add_response_header(resp, "Access-Control-Allow-Methods",
-					"GET, POST, DELETE, OPTIONS");
-		MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-					"Authorization, Content-Type, X-Dflockd-Session, "
-					"X-Shmlock-Session");
-		MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+	if (origin_listed(&r->h->b->opts.http, origin)) {
+		MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
+		MHD_add_response_header(resp, "Vary", "Origin");
+	} else { /* allowed by "*": as dflockd, "*" (no credentials sent) */
+		MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
 	}
+	/* On every answer to an allowed origin, as dflockd. */
+	MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+	MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+				"Authorization, Content-Type, X-Dflockd-Session, X-Shmlock-Session");
+	MHD_add_response_header(resp, "Access-Control-Max-Age", "300");
 }
 
 static enum MHD_Result send_answer(struct hreq *r)
@@ -233,6 +255,10 @@ static enum MHD_Result send_answer(struct hreq *r)
 		MHD_add_response_header(resp, "Content-Type", type);
 	if (r->status == 405 && r->rt.allow[0])
 		MHD_add_response_header(resp, "Allow", r->rt.allow);
+	if (r->status == 401)
+		MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+	if (r->status == 429) /* a token is back in the bucket within a second */
+		MHD_add_response_header(resp, "Retry-After", "1");
 	if (r->h->draining)
 		MHD_add_response_header(resp, "Connection", "close");
 	add_cors(r, resp);
@@ -255,10 +281,16 @@ static bool bearer_ok(const char *header, const char *token)
 	size_t n = strlen(token), i, got;
 	unsigned char diff = 0;
 
-	if (!header || strncmp(header, "Bearer ", 7))
+	/* As dflockd (RFC 7235): the scheme in any case, blanks around the
+	 * token dropped; the token itself compared exactly. */
+	if (!header || strncasecmp(header, "Bearer ", 7))
 		return false;
 	header += 7;
+	while (*header == ' ' || *header == '\t')
+		header++;
 	got = strlen(header);
+	while (got && (header[got - 1] == ' ' || header[got - 1] == '\t'))
+		got--;
 	diff = got != n;
 	for (i = 0; i < n; i++)
 		diff |= (unsigned char)(token[i] ^ (i < got ? header[i] : 0));
@@ -273,11 +305,9 @@ static void serve_plain(struct hreq *r)
 		break;
 	case R_READY:
 		if (r->h->draining)
-			hreq_reply_json(r, 503, json_pack("{s:s, s:s, s:s}", "status", "draining",
-							  "error", "draining", "detail",
-							  "the broker is shutting down"));
+			hreq_reply_json(r, 503, json_pack("{s:s}", "status", "draining"));
 		else
-			hreq_reply_json(r, 200, json_pack("{s:s}", "status", "ready"));
+			hreq_reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
 		break;
 	case R_OPENAPI:
 		free(r->reply);
@@ -413,29 +443,26 @@ static void dispatch(struct hreq *r)
 		return;
 	}
 
-	if (r->method == M_OPTIONS && o->cors_origins[0] && r->rt.path_known &&
+	if (r->method == M_OPTIONS && o->cors_origins[0] &&
 	    MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
 					"Access-Control-Request-Method")) {
-		hreq_reply_json(r, 204, NULL); /* CORS preflight */
+		hreq_reply_json(r, 204, NULL); /* CORS preflight, any path (dflockd) */
 		return;
 	}
+	/* dflockd's order: rate limit, then token, then route. */
+	if (!r->rt.probe_path && !http_rate_allow(h, r->ip)) {
+		hreq_error(r, 429, "rate_limited", "over %u requests a second from %s",
+			   o->rate_per_ip, r->ip);
+		return;
+	}
+	if (!http_auth_check(r))
+		return;
 	if (r->rt.id == R_NONE) {
 		if (r->rt.path_known)
 			hreq_error(r, 405, "method_not_allowed", "%.16s is not allowed here (Allow: %s)",
 				   r->verb, r->rt.allow);
 		else
 			hreq_error(r, 404, "not_found", "no such route");
-		return;
-	}
-	if (!http_route_open(r->rt.id) && o->auth_token[0] &&
-	    !bearer_ok(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization"),
-		       o->auth_token)) {
-		hreq_error(r, 401, "unauthorized", "missing or wrong Authorization: Bearer token");
-		return;
-	}
-	if (r->rt.id != R_HEALTH && r->rt.id != R_READY && !http_rate_allow(h, r->ip)) {
-		hreq_error(r, 429, "rate_limited", "over %u requests a second from %s",
-			   o->rate_per_ip, r->ip);
 		return;
 	}
 	if (r->rt.bad_param) {
@@ -505,6 +532,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		r->conn = c;
 		r->start_ns = mono_ns();
 		r->waiter = -1;
+		r->delayed = -1;
 		r->method = http_method_of(method);
 		snprintf(r->verb, sizeof(r->verb), "%s", method);
 		http_route_match(url, r->method, &r->rt);
@@ -568,6 +596,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
 	if (!r)
 		return;
 	http_waiter_drop(r);
+	http_delayed_forget(r);
 	if (r->grant_tok && why != MHD_REQUEST_TERMINATED_COMPLETED_OK)
 		http_grant_undelivered(r); /* before the session is let go */
 	http_session_done(r);
@@ -738,6 +767,7 @@ int http_start(struct broker *b)
 		return -ENOMEM;
 	b->http = h;
 	h->b = b;
+	http_token_key_init(h);
 	err = hsessions_init(h);
 	if (err)
 		return err;
@@ -783,6 +813,7 @@ void http_stop(struct broker *b)
 
 	if (!h)
 		return;
+	http_delayed_flush(h); /* 401s held back: answered now */
 	http_waiters_end(h, NULL, 503, "draining");
 	consul_stop(h);
 	for (i = 0; i < h->nd; i++)
@@ -887,6 +918,10 @@ void http_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 
 	if (!h)
 		return;
+	if (kind == TIMER_HTTP_DELAY) {
+		http_delayed_due(h, a, b2);
+		return;
+	}
 	if (kind == TIMER_HTTP_WAIT) {
 		http_waiter_due(h, a, b2);
 		return;

@@ -50,6 +50,7 @@ static void detach(struct http *h, struct hsession *hs)
 	}
 	if (!hs->inflight) {
 		session_inproc_free(hs->ls);
+		free(hs->enqs);
 		free(hs);
 	}
 }
@@ -97,23 +98,17 @@ void http_sessions_create(struct hreq *r)
 	struct proto_reply rep;
 	struct hsession *hs;
 	char id[LOCAL_SESSION_ID_LEN + 1];
-	json_t *j = hreq_json(r);
 	int err;
 
-	if (!j)
-		return;
-	if (json_object_size(j)) {
-		json_decref(j);
-		hreq_error(r, 400, "bad_request", "POST /v1/sessions takes no fields");
-		return;
-	}
-	json_decref(j);
+	/* The body, if any, is not read: dflockd ignores it. */
 	if (h->draining) {
 		hreq_error(r, 503, "draining", "the broker is shutting down");
 		return;
 	}
 	if (h->nsessions >= http_sessions_cap(h)) {
-		hreq_error(r, 503, "max_http_sessions",
+		/* dflockd's code for its HTTP session cap; shmlock's own name
+		 * with --http-extensions. */
+		hreq_error(r, 503, o->extensions ? "max_http_sessions" : "max_sessions",
 			   "%u HTTP sessions open: HTTP's share of the session table "
 			   "(--http-max-sessions)", h->nsessions);
 		return;
@@ -218,15 +213,13 @@ struct hsession *http_session_of(struct hreq *r)
 
 	if (!text)
 		text = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Shmlock-Session");
-	if (!text) {
+	if (!text || !*text) {
 		hreq_error(r, 400, "bad_request", "missing X-Dflockd-Session header");
 		return NULL;
 	}
+	/* A malformed id in the header names no session: 410, as dflockd
+	 * (in the path it is 400, as there). */
 	hs = lookup(r->h, text, &malformed);
-	if (!hs && malformed) {
-		hreq_error(r, 400, "bad_request", "a session id is 32 hex digits");
-		return NULL;
-	}
 	if (!hs) {
 		hreq_error(r, 410, "session_gone", "no live HTTP session %.40s", text);
 		return NULL;
@@ -248,6 +241,7 @@ void http_session_done(struct hreq *r)
 	hs->last_seen_ns = mono_ns();
 	if (!hs->inflight && r->h->by_slot[hs->slot] != hs) {
 		session_inproc_free(hs->ls); /* ended while in flight */
+		free(hs->enqs);
 		free(hs);
 	}
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * GET /v1/stats (dflockd's snapshot plus shmlock's own fields) and
+ * GET /v1/stats (dflockd's snapshot; shmlock's own fields with
+ * --http-extensions) and
  * GET /metrics (Prometheus text exposition), and the request counters
  * behind the latter. Both read the segment, so they show liblocal's holds
  * and waiters as well as HTTP's.
@@ -99,9 +100,10 @@ static void append_key(json_t *arr, json_t *entry, bool encoded)
 /*
  * A session id is a capability: with it one can re-acquire (and so learn
  * the token of) a hold, release it, or close the session. What stats shows
- * is the holder's public id "s<slot>g<generation>": it names the session
- * as long as it lives, is never reused for another (the generation moves
- * on), and opens nothing. "" when the holder is gone meanwhile.
+ * (with --http-extensions, as "owner") is the holder's public id
+ * "s<slot>g<generation>": it names the session as long as it lives, is never
+ * reused for another (the generation moves on), and opens nothing. "" when
+ * the holder is gone meanwhile.
  */
 static void public_id(struct broker *b, const char *hex, char *out, size_t size)
 {
@@ -117,26 +119,51 @@ static void public_id(struct broker *b, const char *hex, char *out, size_t size)
 	session_public_id(slot, b->by_slot[slot]->gen, out, size);
 }
 
+/*
+ * dflockd's owner_conn_id is a number: here the holder's public id as one,
+ * generation * --max-sessions + slot + 1 (below 2^53, exact in any JSON
+ * library); 0 when nobody holds the key or its holder is gone meanwhile.
+ */
+static json_int_t owner_number(struct broker *b, const char *hex)
+{
+	uint8_t id[16];
+	uint32_t slot;
+
+	if (strlen(hex) != LOCAL_SESSION_ID_LEN || hex_decode(hex, id, sizeof(id)))
+		return 0;
+	slot = session_slot_of(b, id);
+	if (slot == IDX_NONE || slot >= b->seg.caps.max_sessions || !b->by_slot[slot])
+		return 0;
+	return (json_int_t)((uint64_t)b->by_slot[slot]->gen * b->seg.caps.max_sessions + slot + 1);
+}
+
 static int stats_key(const char *raw, const struct local_key_info *ki, void *arg)
 {
 	struct stats_walk *w = arg;
 	char buf[3 * LOCAL_KEY_MAX + 1];
-	bool enc;
+	bool enc, ext = w->h->b->opts.http.extensions;
 	const char *key = printable_key(raw, buf, sizeof(buf), &enc);
+	json_t *e;
 
-	if (ki->kind == LOCAL_KIND_LOCK && ki->holders) {
+	/* dflockd lists a key held or waited on, else as idle (idle_s: shmlock
+	 * keeps no idle time per key, 0). */
+	if (ki->kind == LOCAL_KIND_LOCK && (ki->holders || ki->waiters)) {
 		struct first_holder f = { "", 0 };
-		char pub[32];
 
-		local_holders(w->h->observer, raw, take_first, &f);
-		public_id(w->h->b, f.session, pub, sizeof(pub));
-		append_key(w->locks,
-			   json_pack("{s:s, s:s, s:f, s:i}", "key", key, "owner_conn_id", pub,
-				     "lease_expires_in_s", (double)f.lease_ms / 1000.0, "waiters",
-				     (json_int_t)ki->waiters),
-			   enc);
+		if (ki->holders)
+			local_holders(w->h->observer, raw, take_first, &f);
+		e = json_pack("{s:s, s:I, s:f, s:i}", "key", key, "owner_conn_id",
+			      owner_number(w->h->b, f.session), "lease_expires_in_s",
+			      (double)f.lease_ms / 1000.0, "waiters", (json_int_t)ki->waiters);
+		if (ext) {
+			char pub[32];
+
+			public_id(w->h->b, f.session, pub, sizeof(pub));
+			json_object_set_new(e, "owner", json_string(pub));
+		}
+		append_key(w->locks, e, enc);
 	} else if (ki->kind == LOCAL_KIND_LOCK) {
-		append_key(w->idle_locks, json_pack("{s:s}", "key", key), enc);
+		append_key(w->idle_locks, json_pack("{s:s, s:f}", "key", key, "idle_s", 0.0), enc);
 	} else if (ki->kind == LOCAL_KIND_SEMAPHORE && (ki->holders || ki->waiters)) {
 		append_key(w->sems,
 			   json_pack("{s:s, s:I, s:i, s:i}", "key", key, "limit",
@@ -144,8 +171,10 @@ static int stats_key(const char *raw, const struct local_key_info *ki, void *arg
 				     "waiters", (json_int_t)ki->waiters),
 			   enc);
 	} else if (ki->kind == LOCAL_KIND_SEMAPHORE) {
-		append_key(w->idle_sems,
-			   json_pack("{s:s, s:I}", "key", key, "limit", (json_int_t)ki->limit), enc);
+		e = json_pack("{s:s, s:f}", "key", key, "idle_s", 0.0);
+		if (ext)
+			json_object_set_new(e, "limit", json_integer((json_int_t)ki->limit));
+		append_key(w->idle_sems, e, enc);
 	}
 	return 0;
 }
@@ -178,6 +207,10 @@ void http_stats(struct hreq *r)
 	j = json_pack("{s:i, s:o, s:o, s:o, s:o}", "connections", (json_int_t)st.sessions, "locks",
 		      w.locks, "semaphores", w.sems, "idle_locks", w.idle_locks, "idle_semaphores",
 		      w.idle_sems);
+	if (!h->b->opts.http.extensions) { /* dflockd's fields, no more */
+		hreq_reply_json(r, 200, j);
+		return;
+	}
 	json_object_set_new(j, "sessions",
 			    json_pack("{s:i, s:i, s:i}", "total", (json_int_t)st.sessions, "http",
 				      (json_int_t)http_sessions_count(h), "local",

@@ -88,17 +88,22 @@ static void append_line(const char *path, const char *line)
 	close(fd);
 }
 
+/* The fencing token in an API token: its first 16 hex digits, big-endian,
+ * as dflockd's client reads them. */
 static uint64_t tok_num(const char *t)
 {
-	return strtoull(t, NULL, 10);
+	char hi[17] = "";
+
+	strncat(hi, t, 16);
+	return strtoull(hi, NULL, 16);
 }
 
-/* A token as the API sends it: 20 decimal digits, zero-padded. */
+/* A token as the API sends it: dflockd's 32 lowercase hex digits. */
 #define CHECK_TOKEN(t)                                                                    \
 	do {                                                                               \
 		const char *t_ = (t);                                                      \
-		if (!t_ || strlen(t_) != 20 || strspn(t_, "0123456789") != 20)            \
-			FAIL_AT("token %s%s%s is not 20 zero-padded decimal digits",        \
+		if (!t_ || strlen(t_) != 32 || strspn(t_, "0123456789abcdef") != 32)      \
+			FAIL_AT("token %s%s%s is not 32 lowercase hex digits",              \
 				t_ ? "\"" : "", t_ ? t_ : "NULL", t_ ? "\"" : "");           \
 	} while (0)
 
@@ -124,6 +129,8 @@ struct call {
 	char ctype[128];
 	char acao[128]; /* Access-Control-Allow-Origin */
 	char acam[128]; /* Access-Control-Allow-Methods */
+	char www[128];	/* WWW-Authenticate */
+	char retry[32]; /* Retry-After */
 	long status; /* 0: no answer (connection failed) */
 	CURLcode rc;
 	json_t *json; /* the body, when it is JSON */
@@ -202,7 +209,11 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
 		c->ctype[0] = '\0';
 		c->acao[0] = '\0';
 		c->acam[0] = '\0';
+		c->www[0] = '\0';
+		c->retry[0] = '\0';
 	}
+	header_copy(p, len, "WWW-Authenticate:", c->www, sizeof(c->www));
+	header_copy(p, len, "Retry-After:", c->retry, sizeof(c->retry));
 	header_copy(p, len, "Allow:", c->allow, sizeof(c->allow));
 	header_copy(p, len, "Access-Control-Allow-Origin:", c->acao, sizeof(c->acao));
 	header_copy(p, len, "Access-Control-Allow-Methods:", c->acam, sizeof(c->acam));
@@ -250,6 +261,8 @@ static struct call *call_setup(bool own, const struct api *a, const char *method
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->hdrs);
 	if (!strcmp(method, "GET")) {
 		curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+	} else if (!strcmp(method, "HEAD")) {
+		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
 	} else {
 		if (strcmp(method, "POST"))
 			curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
@@ -761,7 +774,7 @@ TEST(http, health_ready_and_openapi_on_both_transports, 20)
 		call_free(c);
 		c = req(a, "GET", "/ready", NULL, NULL);
 		CHECK_STATUS(c, 200);
-		CHECK_STR(jstr(c, "status"), "ready");
+		CHECK_STR(jstr(c, "status"), "ok"); /* dflockd's /ready body */
 		call_free(c);
 		c = req(a, "GET", "/v1/openapi.json", NULL, NULL);
 		CHECK_STATUS(c, 200);
@@ -825,8 +838,9 @@ TEST(http, sessions_create_ping_delete, 20)
 	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions/0123456789ABCDEF0123456789abcdeg/ping", NULL,
 			NULL),
 		    400, "bad_request");
-	/* POST /v1/sessions takes no fields. */
-	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, "{\"ttl\":5}"), 400, "bad_request");
+	/* POST /v1/sessions ignores its body, as dflockd does. */
+	CHECK_STATUS(req(&h.ux, "POST", "/v1/sessions", NULL, "{\"ttl\":5}"), 200);
+	CHECK_STATUS(req(&h.ux, "POST", "/v1/sessions", NULL, "not json at all"), 200);
 	CHECK_STATUS(req(&h.ux, "POST", "/v1/sessions", NULL, "{}"), 200);
 	c = req(&h.tcp, "DELETE", strf("/v1/sessions/%s", other), NULL, NULL);
 	CHECK_STATUS(c, 204);
@@ -862,13 +876,13 @@ TEST(http, lock_try_acquire_release_and_tokens, 20)
 	d = lock_acquire(&h.ux, s1, "try/k", 5);
 	CHECK_OUTCOME(d, "ok");
 	CHECK_STR(jstr(d, "token"), t1);
-	/* Only the holder's token releases. */
-	CHECK_ERROR(op(&h.ux, s2, "locks", "try/k", "release", strf("{\"token\":\"%s\"}", t1)),
-		    404, "not_held");
+	/* Only the holder's token releases; as in dflockd, it is a bearer
+	 * capability: any session presenting it may (see also
+	 * http/extensions_make_release_and_renew_stricter). */
 	CHECK_ERROR(op(&h.ux, s1, "locks", "try/k", "release", "{\"token\":\"1\"}"), 404,
 		    "not_held");
 	CHECK_EQ(HOLDERS(obs, "try/k"), 1);
-	release_ok(&h.ux, s1, "locks", "try/k", t1);
+	release_ok(&h.ux, s2, "locks", "try/k", t1);
 	CHECK_EQ(HOLDERS(obs, "try/k"), 0);
 	CHECK_ERROR(op(&h.ux, s1, "locks", "try/k", "release", strf("{\"token\":\"%s\"}", t1)),
 		    404, "not_held");
@@ -975,12 +989,16 @@ TEST(http, lock_renew_reports_remaining_seconds, 20)
 	CHECK(jint(c, "remaining_s") >= 32 && jint(c, "remaining_s") <= 33);
 	/* The token is unchanged by renewing. */
 	CHECK_EQ(key_info(obs, "renew/k")->token, tok_num(t));
-	/* Not the holder, not the token, not a token. */
-	CHECK_ERROR(op(&h.ux, other, "locks", "renew/k", "renew", strf("{\"token\":\"%s\"}", t)),
-		    404, "not_held");
+	/* Another session renews it with the token (a bearer capability, as in
+	 * dflockd); not the token, not a token: 404. */
+	c = op(&h.ux, other, "locks", "renew/k", "renew", strf("{\"token\":\"%s\"}", t));
+	CHECK_STATUS(c, 200);
+	CHECK_EQ(key_info(obs, "renew/k")->token, tok_num(t));
 	CHECK_ERROR(op(&h.ux, s, "locks", "renew/k", "renew", "{\"token\":\"42\"}"), 404,
 		    "not_held");
-	CHECK_ERROR(op(&h.ux, s, "locks", "renew/k", "renew", "{\"token\":\"12x\"}"), 400,
+	CHECK_ERROR(op(&h.ux, s, "locks", "renew/k", "renew", "{\"token\":\"12x\"}"), 404,
+		    "not_held");
+	CHECK_ERROR(op(&h.ux, s, "locks", "renew/k", "renew", "{\"token\":\"1 2\"}"), 400,
 		    "bad_request");
 	release_ok(&h.ux, s, "locks", "renew/k", t);
 	CHECK_ERROR(op(&h.ux, s, "locks", "renew/k", "renew", strf("{\"token\":\"%s\"}", t)), 404,
@@ -1008,13 +1026,21 @@ TEST(http, lock_enqueue_acquired_queued_and_wait, 20)
 	CHECK_STR(key_info(holder, "enq/free")->holder_session, a);
 	/* Holding it: already enqueued. */
 	CHECK_ERROR(op(&h.ux, a, "locks", "enq/free", "enqueue", "{}"), 409, "already_enqueued");
-	/* A wait after an immediate grant has nothing to wait for, or returns the hold. */
+	/* A wait after an immediate grant: dflockd's "ok" with the same token
+	 * and the enqueue's lease; it uses the enqueue up. */
 	c = op(&h.ux, a, "locks", "enq/free", "wait", "{\"timeout_s\":0}");
-	if (c->status == 200)
-		CHECK_STR(jstr(c, "token"), ta);
-	else
-		CHECK_ERROR(c, 409, "not_enqueued");
+	CHECK_OUTCOME(c, "ok");
+	CHECK_STR(jstr(c, "token"), ta);
+	CHECK_EQ(jint(c, "lease_ttl_s"), 12);
+	CHECK_ERROR(op(&h.ux, a, "locks", "enq/free", "wait", "{\"timeout_s\":0}"), 409,
+		    "not_enqueued");
 	release_ok(&h.ux, a, "locks", "enq/free", ta);
+	/* Released after "acquired": nothing left to wait for. */
+	c = op(&h.ux, a, "locks", "enq/free", "enqueue", "{}");
+	CHECK_OUTCOME(c, "acquired");
+	release_ok(&h.ux, a, "locks", "enq/free", jstr(c, "token"));
+	CHECK_ERROR(op(&h.ux, a, "locks", "enq/free", "wait", "{\"timeout_s\":0}"), 409,
+		    "not_enqueued");
 
 	/* A held key: queued, then a wait that the release answers. */
 	CHECK_OK(local_lock(holder, "enq/k", NULL, &th));
@@ -1054,6 +1080,45 @@ TEST(http, lock_enqueue_acquired_queued_and_wait, 20)
 	CHECK_OUTCOME(c, "ok");
 	CHECK(tok_num(jstr(c, "token")) > th);
 	CHECK_EQ(key_info(holder, "enq/k")->token, tok_num(jstr(c, "token")));
+	hb_stop(&h);
+}
+
+/*
+ * dflockd's /wait answers the lease /enqueue asked for and starts it again
+ * at the answer (the grant's lease ran meanwhile): a client that waited late
+ * still gets its whole lease.
+ */
+TEST(http, wait_restarts_the_enqueued_lease, 20)
+{
+	struct hbroker h;
+	local_session *holder;
+	struct call *c;
+	uint64_t left = 0;
+	char *s;
+
+	hb_start(&h, false, NULL);
+	holder = open_session(&h.b, "holder", 0, 0);
+	s = session_new(&h.ux);
+	CHECK_OK(local_lock(holder, "wl/k", NULL, NULL));
+	CHECK_OUTCOME(op(&h.ux, s, "locks", "wl/k", "enqueue", "{\"lease_ttl_s\":3}"), "queued");
+	CHECK_OK(local_release(holder, "wl/k")); /* granted now; its 3 s run */
+	if (!WAIT_FOR((local_holders(holder, "wl/k", lease_of, &left), left < 1900), 5000))
+		FAIL_AT("the grant's lease did not run");
+	c = op(&h.ux, s, "locks", "wl/k", "wait", "{\"timeout_s\":5}");
+	CHECK_OUTCOME(c, "ok");
+	CHECK_EQ(jint(c, "lease_ttl_s"), 3);
+	CHECK_EQ(local_holders(holder, "wl/k", lease_of, &left), 1);
+	CHECK(left > 2000); /* started again */
+	/* The same after an immediate grant. */
+	CHECK_OUTCOME(op(&h.ux, s, "locks", "wl/free", "enqueue", "{\"lease_ttl_s\":3}"),
+		      "acquired");
+	if (!WAIT_FOR((local_holders(holder, "wl/free", lease_of, &left), left < 1900), 5000))
+		FAIL_AT("the grant's lease did not run");
+	c = op(&h.ux, s, "locks", "wl/free", "wait", "{\"timeout_s\":0}");
+	CHECK_OUTCOME(c, "ok");
+	CHECK_EQ(jint(c, "lease_ttl_s"), 3);
+	CHECK_EQ(local_holders(holder, "wl/free", lease_of, &left), 1);
+	CHECK(left > 2000);
 	hb_stop(&h);
 }
 
@@ -1137,9 +1202,9 @@ TEST(http, semaphore_endpoints_and_limits, 30)
 	       strf("{\"token\":\"%s\",\"lease_ttl_s\":40}", t2));
 	CHECK_STATUS(c, 200);
 	CHECK(jint(c, "remaining_s") >= 39 && jint(c, "remaining_s") <= 40);
-	CHECK_ERROR(op(&h.ux, s[3], "semaphores", "sem/k", "renew",
-		       strf("{\"token\":\"%s\"}", t2)),
-		    404, "not_held");
+	CHECK_STATUS(op(&h.ux, s[3], "semaphores", "sem/k", "renew",
+			strf("{\"token\":\"%s\"}", t2)),
+		     200); /* a bearer capability, as in dflockd */
 	/* Two-phase: queued, a wait that times out leaves the queue, then
 	 * one that a release answers. */
 	c = op(&h.ux, s[3], "semaphores", "sem/k", "enqueue", "{\"limit\":2}");
@@ -1229,49 +1294,76 @@ static long long jget(json_t *o, const char *k)
 	return (long long)json_integer_value(v);
 }
 
+/* The scene of the stats tests: a held lock with a waiter, a semaphore with a
+ * holder, an idle lock and an idle semaphore. */
+static void stats_scene(struct hbroker *h, local_session *waiter, const char *s)
+{
+	struct call *c;
+	int granted = -1;
+
+	c = op(&h->ux, s, "locks", "st/lock", NULL, "{\"acquire_timeout_s\":0,\"lease_ttl_s\":30}");
+	CHECK_OUTCOME(c, "ok");
+	CHECK_OK(local_enqueue(waiter, "st/lock", 0, NULL, &granted, NULL));
+	CHECK_EQ(granted, 0);
+	CHECK_OUTCOME(op(&h->ux, s, "semaphores", "st/sem", NULL,
+			 "{\"acquire_timeout_s\":0,\"limit\":3}"),
+		      "ok");
+	c = lock_acquire(&h->ux, s, "st/idle", 0);
+	CHECK_OUTCOME(c, "ok");
+	release_ok(&h->ux, s, "locks", "st/idle", jstr(c, "token"));
+	c = op(&h->ux, s, "semaphores", "st/isem", NULL, "{\"acquire_timeout_s\":0,\"limit\":2}");
+	CHECK_OUTCOME(c, "ok");
+	release_ok(&h->ux, s, "semaphores", "st/isem", jstr(c, "token"));
+}
+
+/* @o has exactly the members of @names (NULL-terminated). */
+static void check_members(json_t *o, const char *const *names, const char *what)
+{
+	size_t n = 0;
+
+	for (; names[n]; n++)
+		if (!json_object_get(o, names[n]))
+			FAIL_AT("%s has no %s", what, names[n]);
+	if (json_object_size(o) != n)
+		FAIL_AT("%s has %zu members, dflockd's %zu", what, json_object_size(o), n);
+}
+
+/* By default /v1/stats is dflockd's, field for field and type for type:
+ * owner_conn_id a number, idle entries with idle_s, nothing more. */
 TEST(http, stats_shape, 20)
 {
+	static const char *const top[] = { "connections", "locks", "semaphores", "idle_locks",
+					   "idle_semaphores", NULL };
+	static const char *const lock[] = { "key", "owner_conn_id", "lease_expires_in_s",
+					    "waiters", NULL };
+	static const char *const sem[] = { "key", "limit", "holders", "waiters", NULL };
+	static const char *const idle[] = { "key", "idle_s", NULL };
 	struct hbroker h;
 	local_session *obs, *waiter;
 	struct call *c;
-	json_t *j, *e, *sess, *cap, *cnt;
-	char *s, *t;
-	int granted = -1;
+	json_t *j, *e;
+	char *s;
 	double lease;
 
 	hb_start(&h, false, NULL);
 	obs = open_session(&h.b, "obs", 0, 0);
 	waiter = open_session(&h.b, "waiter", 0, 0);
 	s = session_new(&h.ux);
-	/* A held lock with a waiter, a semaphore with a holder, an idle lock
-	 * and an idle semaphore. */
-	c = op(&h.ux, s, "locks", "st/lock", NULL, "{\"acquire_timeout_s\":0,\"lease_ttl_s\":30}");
-	CHECK_OUTCOME(c, "ok");
-	CHECK_OK(local_enqueue(waiter, "st/lock", 0, NULL, &granted, NULL));
-	CHECK_EQ(granted, 0);
-	CHECK_OUTCOME(op(&h.ux, s, "semaphores", "st/sem", NULL,
-			 "{\"acquire_timeout_s\":0,\"limit\":3}"),
-		      "ok");
-	c = lock_acquire(&h.ux, s, "st/idle", 0);
-	CHECK_OUTCOME(c, "ok");
-	release_ok(&h.ux, s, "locks", "st/idle", jstr(c, "token"));
-	c = op(&h.ux, s, "semaphores", "st/isem", NULL, "{\"acquire_timeout_s\":0,\"limit\":2}");
-	CHECK_OUTCOME(c, "ok");
-	t = strdup(jstr(c, "token"));
-	release_ok(&h.ux, s, "semaphores", "st/isem", t);
+	stats_scene(&h, waiter, s);
 
 	c = req(&h.ux, "GET", "/v1/stats", NULL, NULL);
 	CHECK_STATUS(c, 200);
 	j = c->json;
 	CHECK(json_is_object(j));
-	/* dflockd's fields. */
+	check_members(j, top, "stats");
 	CHECK_EQ(jget(j, "connections"), 3); /* 2 liblocal sessions + 1 HTTP */
 	e = by_key(json_object_get(j, "locks"), "st/lock");
 	if (!e)
 		FAIL_AT("st/lock not in locks: %s", c->out);
-	/* The holder's public id, not its session id (a capability). */
-	CHECK(is_public_id(json_string_value(json_object_get(e, "owner_conn_id"))));
-	CHECK(json_is_number(json_object_get(e, "lease_expires_in_s")));
+	check_members(e, lock, "a locks entry");
+	/* A number naming the holder (not its session id, a capability). */
+	CHECK(jget(e, "owner_conn_id") > 0);
+	CHECK(json_is_real(json_object_get(e, "lease_expires_in_s")));
 	lease = json_number_value(json_object_get(e, "lease_expires_in_s"));
 	CHECK(lease > 20 && lease <= 30);
 	CHECK_EQ(jget(e, "waiters"), 1);
@@ -1279,17 +1371,47 @@ TEST(http, stats_shape, 20)
 	e = by_key(json_object_get(j, "semaphores"), "st/sem");
 	if (!e)
 		FAIL_AT("st/sem not in semaphores: %s", c->out);
+	check_members(e, sem, "a semaphores entry");
 	CHECK_EQ(jget(e, "limit"), 3);
 	CHECK_EQ(jget(e, "holders"), 1);
 	CHECK_EQ(jget(e, "waiters"), 0);
-	CHECK(by_key(json_object_get(j, "idle_locks"), "st/idle"));
+	e = by_key(json_object_get(j, "idle_locks"), "st/idle");
+	if (!e)
+		FAIL_AT("st/idle not in idle_locks: %s", c->out);
+	check_members(e, idle, "an idle_locks entry");
+	CHECK(json_is_number(json_object_get(e, "idle_s")));
 	CHECK(!by_key(json_object_get(j, "idle_locks"), "st/lock"));
 	e = by_key(json_object_get(j, "idle_semaphores"), "st/isem");
 	if (!e)
 		FAIL_AT("st/isem not in idle_semaphores: %s", c->out);
-	CHECK_EQ(jget(e, "limit"), 2);
+	check_members(e, idle, "an idle_semaphores entry");
 	CHECK(!by_key(json_object_get(j, "idle_semaphores"), "st/sem"));
-	/* shmlock's own. */
+	CHECK_EQ(key_info(obs, "st/isem")->limit, 2);
+	hb_stop(&h);
+}
+
+/* --http-extensions: shmlock's own fields on top of dflockd's. */
+TEST(http, stats_extensions_are_opt_in, 20)
+{
+	struct hbroker h;
+	local_session *waiter;
+	struct call *c;
+	json_t *j, *e, *sess, *cap, *cnt;
+	char *s;
+
+	hb_start(&h, false, ARGS("--http-extensions"));
+	(void)open_session(&h.b, "obs", 0, 0);
+	waiter = open_session(&h.b, "waiter", 0, 0);
+	s = session_new(&h.ux);
+	stats_scene(&h, waiter, s);
+	c = req(&h.ux, "GET", "/v1/stats", NULL, NULL);
+	CHECK_STATUS(c, 200);
+	j = c->json;
+	e = by_key(json_object_get(j, "locks"), "st/lock");
+	CHECK(e && jget(e, "owner_conn_id") > 0);
+	CHECK(is_public_id(json_string_value(json_object_get(e, "owner"))));
+	e = by_key(json_object_get(j, "idle_semaphores"), "st/isem");
+	CHECK(e && jget(e, "limit") == 2);
 	sess = json_object_get(j, "sessions");
 	CHECK_EQ(jget(sess, "total"), 3);
 	CHECK_EQ(jget(sess, "http"), 1);
@@ -1297,19 +1419,13 @@ TEST(http, stats_shape, 20)
 	cap = json_object_get(j, "capacity");
 	CHECK_EQ(jget(cap, "max_keys"), 4096);
 	CHECK_EQ(jget(cap, "max_sessions"), 1024);
-	CHECK_EQ(jget(cap, "max_waiters"), 4096);
-	CHECK_EQ(jget(cap, "max_holds"), 4096);
 	CHECK_EQ(jget(cap, "keys"), 4);
 	CHECK_EQ(jget(cap, "holds"), 2);
 	CHECK_EQ(jget(cap, "waiters"), 1);
-	CHECK_EQ(jget(cap, "sessions"), 3);
 	cnt = json_object_get(j, "counters");
 	CHECK_EQ(jget(cnt, "grants"), 4);
-	CHECK_EQ(jget(cnt, "lease_expiries"), 0);
 	CHECK(json_is_integer(json_object_get(j, "http_connections")));
-	/* The same picture through liblocal. */
-	CHECK_EQ(WAITERS(obs, "st/lock"), 1);
-	CHECK_EQ(key_info(obs, "st/isem")->limit, 2);
+	CHECK(json_is_array(json_object_get(j, "quarantined_keys")));
 	hb_stop(&h);
 }
 
@@ -1338,12 +1454,11 @@ TEST(http, stats_and_metrics_never_show_session_ids, 20)
 	if (strstr(c->out, s) || strstr(c->out, local_session_id(ll)))
 		FAIL_AT("/v1/stats shows a session id: %s", c->out);
 	e = by_key(json_object_get(c->json, "locks"), "pub/http");
-	CHECK(e && is_public_id(json_string_value(json_object_get(e, "owner_conn_id"))));
-	snprintf(pub_http, sizeof(pub_http), "%s", json_string_value(json_object_get(e, "owner_conn_id")));
+	CHECK(e && jget(e, "owner_conn_id") > 0);
+	snprintf(pub_http, sizeof(pub_http), "%lld", jget(e, "owner_conn_id"));
 	e = by_key(json_object_get(c->json, "locks"), "pub/local");
-	CHECK(e && is_public_id(json_string_value(json_object_get(e, "owner_conn_id"))));
-	snprintf(pub_local, sizeof(pub_local), "%s",
-		 json_string_value(json_object_get(e, "owner_conn_id")));
+	CHECK(e && jget(e, "owner_conn_id") > 0);
+	snprintf(pub_local, sizeof(pub_local), "%lld", jget(e, "owner_conn_id"));
 	CHECK(strcmp(pub_http, pub_local) != 0);
 	m = metrics(&h.ux);
 	if (strstr(m, s) || strstr(m, local_session_id(ll)))
@@ -1459,16 +1574,10 @@ TEST(http, bad_requests_are_400, 30)
 		    "bad_request");
 	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, "{\"acquire_timeout_s\":0}{}"), 400,
 		    "bad_request");
-	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL,
-		       "{\"acquire_timeout_s\":0,\"acquire_timeout_s\":1}"),
-		    400, "bad_request");
 	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, "[0]"), 400, "bad_request");
-	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, "{}"), 400, "bad_request");
 	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, "{\"acquire_timeout_s\":\"5\"}"), 400,
 		    "bad_request");
 	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, "{\"acquire_timeout_s\":1.5}"), 400,
-		    "bad_request");
-	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, "{\"acquire_timeout_s\":null}"), 400,
 		    "bad_request");
 	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", NULL, "{\"acquire_timeout_s\":-1}"), 400,
 		    "bad_request");
@@ -1481,13 +1590,12 @@ TEST(http, bad_requests_are_400, 30)
 		    "bad_request");
 	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", "release", "{\"token\":7}"), 400,
 		    "bad_request");
-	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", "release", "{\"token\":\"abc\"}"), 400,
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", "release", "{\"token\":\"a\\tc\"}"), 400,
 		    "bad_request");
 	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", "release", "{\"token\":\"\"}"), 400,
 		    "bad_request");
-	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", "release",
-		       "{\"token\":\"123456789012345678901\"}"),
-		    400, "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", "release", "{\"token\":\" \"}"), 400,
+		    "bad_request");
 	/* A body over 1 MiB. */
 	big = malloc(n + 1);
 	CHECK(big);
@@ -1547,7 +1655,9 @@ TEST(http, auth_token_is_required_except_on_open_routes, 20)
 	basic.authz = "Basic s3cret-T0ken";
 	right = h.tcp;
 	right.authz = "Bearer s3cret-T0ken";
-	CHECK_ERROR(req(&none, "GET", "/v1/stats", NULL, NULL), 401, "unauthorized");
+	c = req(&none, "GET", "/v1/stats", NULL, NULL);
+	CHECK_ERROR(c, 401, "unauthorized");
+	CHECK_STR(c->www, "Bearer"); /* RFC 7235: a 401 names its scheme */
 	CHECK_ERROR(req(&wrong, "GET", "/v1/stats", NULL, NULL), 401, "unauthorized");
 	CHECK_ERROR(req(&basic, "GET", "/v1/stats", NULL, NULL), 401, "unauthorized");
 	CHECK_ERROR(req(&none, "GET", "/metrics", NULL, NULL), 401, "unauthorized");
@@ -1557,13 +1667,25 @@ TEST(http, auth_token_is_required_except_on_open_routes, 20)
 	CHECK_ERROR(req(&wrong, "POST", "/v1/sessions", NULL, NULL), 401, "unauthorized");
 	wrong.authz = "Bearer s3cret";
 	CHECK_ERROR(req(&wrong, "POST", "/v1/sessions", NULL, NULL), 401, "unauthorized");
+	/* As dflockd: the token is checked before the route, and the open
+	 * paths are open whatever the method. */
+	CHECK_ERROR(req(&none, "GET", "/v1/nothing", NULL, NULL), 401, "unauthorized");
+	CHECK_ERROR(req(&right, "GET", "/v1/nothing", NULL, NULL), 404, "not_found");
+	CHECK_ERROR(req(&none, "POST", "/health", NULL, NULL), 405, "method_not_allowed");
 	/* Open routes. */
 	CHECK_STATUS(req(&none, "GET", "/health", NULL, NULL), 200);
 	CHECK_STATUS(req(&none, "GET", "/ready", NULL, NULL), 200);
 	c = req(&none, "GET", "/v1/openapi.json", NULL, NULL);
 	CHECK_STATUS(c, 200);
 	CHECK(json_is_object(c->json));
-	/* The right token passes everywhere. */
+	/* The right token passes everywhere; "Bearer" in any case, blanks
+	 * around the token dropped (RFC 7235, and dflockd). */
+	basic.authz = "bearer s3cret-T0ken";
+	CHECK_STATUS(req(&basic, "GET", "/v1/stats", NULL, NULL), 200);
+	basic.authz = "BEARER   s3cret-T0ken  ";
+	CHECK_STATUS(req(&basic, "GET", "/v1/stats", NULL, NULL), 200);
+	basic.authz = "bearer S3CRET-T0KEN"; /* the token itself is exact */
+	CHECK_ERROR(req(&basic, "GET", "/v1/stats", NULL, NULL), 401, "unauthorized");
 	CHECK_STATUS(req(&right, "GET", "/v1/stats", NULL, NULL), 200);
 	CHECK_STATUS(req(&right, "GET", "/metrics", NULL, NULL), 200);
 	s = session_new(&right);
@@ -1612,12 +1734,13 @@ TEST(http, cors_is_off_by_default_and_answers_allowed_origins, 20)
 	CHECK_STATUS(c, 204);
 	CHECK(!strcmp(c->acao, "https://app.example"));
 	CHECK(strstr(c->acam, "POST") != NULL);
-	/* ... but not on an unknown one. */
-	CHECK_ERROR(req(&pre, "OPTIONS", "/v1/nothing", NULL, NULL), 404, "not_found");
+	/* ... and, as dflockd, on any path. */
+	CHECK_STATUS(req(&pre, "OPTIONS", "/v1/nothing", NULL, NULL), 204);
 	/* Answers to an allowed origin carry it; others do not. */
 	c = req(&good, "GET", "/health", NULL, NULL);
 	CHECK_STATUS(c, 200);
 	CHECK(!strcmp(c->acao, "https://app.example"));
+	CHECK(strstr(c->acam, "DELETE") != NULL); /* on every answer, as dflockd */
 	c = req(&bad, "GET", "/health", NULL, NULL);
 	CHECK_STATUS(c, 200);
 	CHECK_EQ(c->acao[0], '\0');
@@ -1629,7 +1752,7 @@ TEST(http, cors_is_off_by_default_and_answers_allowed_origins, 20)
 	bad = h.ux;
 	bad.hdr[0] = "Origin: https://anyone.example";
 	c = req(&bad, "GET", "/health", NULL, NULL);
-	CHECK(!strcmp(c->acao, "https://anyone.example"));
+	CHECK_STR(c->acao, "*"); /* dflockd's answer to "*" */
 	hb_stop(&h);
 }
 
@@ -1676,10 +1799,14 @@ TEST(http, unknown_routes_are_404_and_wrong_methods_405_with_allow, 20)
 	CHECK_STR(c->allow, "POST");
 	c = req(&h.ux, "POST", "/health", NULL, NULL);
 	CHECK_ERROR(c, 405, "method_not_allowed");
-	CHECK_STR(c->allow, "GET");
+	CHECK_STR(c->allow, "GET, HEAD");
 	c = req(&h.ux, "DELETE", "/v1/stats", NULL, NULL);
 	CHECK_ERROR(c, 405, "method_not_allowed");
-	CHECK_STR(c->allow, "GET");
+	CHECK_STR(c->allow, "GET, HEAD");
+	/* HEAD is GET without a body (Go's ServeMux answers it so for dflockd). */
+	c = req(&h.ux, "HEAD", "/v1/stats", NULL, NULL);
+	CHECK_STATUS(c, 200);
+	CHECK_EQ(c->len, 0);
 	c = req(&h.ux, "GET", strf("/v1/sessions/%s", s), NULL, NULL);
 	CHECK_ERROR(c, 405, "method_not_allowed");
 	CHECK_STR(c->allow, "DELETE");
@@ -1733,9 +1860,9 @@ TEST(http, conflicts_are_409, 30)
 	if (!WAIT_FOR(HOLDERS(holder, "c/lease") == 0, 5000))
 		FAIL_AT("a 1 s lease did not expire within 5 s");
 	CHECK_ERROR(op(&h.ux, b, "locks", "c/lease", "release", strf("{\"token\":\"%s\"}", t)),
-		    409, "lease_expired");
-	CHECK_ERROR(op(&h.ux, b, "locks", "c/lease", "renew", strf("{\"token\":\"%s\"}", t)), 409,
-		    "lease_expired");
+		    404, "not_held"); /* dflockd's; 409 with --http-extensions */
+	CHECK_ERROR(op(&h.ux, b, "locks", "c/lease", "renew", strf("{\"token\":\"%s\"}", t)), 404,
+		    "not_held");
 	/* The key went back to the pool: anyone may take it. */
 	CHECK_OUTCOME(lock_acquire(&h.ux, a, "c/lease", 0), "ok");
 	/* The same for a semaphore slot. */
@@ -1747,7 +1874,7 @@ TEST(http, conflicts_are_409, 30)
 		FAIL_AT("a 1 s semaphore lease did not expire within 5 s");
 	CHECK_ERROR(op(&h.ux, b, "semaphores", "c/slease", "release",
 		       strf("{\"token\":\"%s\"}", t)),
-		    409, "lease_expired");
+		    404, "not_held");
 	hb_stop(&h);
 }
 
@@ -1763,8 +1890,11 @@ TEST(http, gone_sessions_are_410, 30)
 	holder = open_session(&h.b, "holder", 0, 0);
 	CHECK_ERROR(lock_acquire(&h.ux, "0123456789abcdef0123456789abcdef", "g/k", 0), 410,
 		    "session_gone");
-	/* A malformed id is bad input (400), not a gone session. */
-	CHECK_ERROR(lock_acquire(&h.ux, "not-a-session", "g/k", 0), 400, "bad_request");
+	/* A malformed id in the header names no session: 410, as dflockd. */
+	CHECK_ERROR(lock_acquire(&h.ux, "not-a-session", "g/k", 0), 410, "session_gone");
+	/* The session is looked at before the body, as dflockd. */
+	CHECK_ERROR(op(&h.ux, "0123456789abcdef0123456789abcdef", "locks", "g/k", NULL, "{bad"), 410,
+		    "session_gone");
 	/* A liblocal session's id is not an HTTP session. */
 	CHECK_ERROR(lock_acquire(&h.ux, local_session_id(obs), "g/k", 0), 410, "session_gone");
 	/* Deleted. */
@@ -1814,7 +1944,10 @@ TEST(http, rate_limit_per_address_is_429, 20)
 	/* The readiness probes of hb_start() are exempt: the burst is whole. */
 	CHECK_STATUS(req(&h.tcp, "GET", "/v1/stats", NULL, NULL), 200);
 	CHECK_STATUS(req(&h.tcp, "GET", "/v1/stats", NULL, NULL), 200);
-	CHECK_ERROR(req(&h.tcp, "GET", "/v1/stats", NULL, NULL), 429, "rate_limited");
+	c = req(&h.tcp, "GET", "/v1/stats", NULL, NULL);
+	CHECK_ERROR(c, 429, "rate_limited");
+	CHECK_STR(c->retry, "1"); /* when to come back */
+	call_free(c);
 	CHECK_ERROR(req(&h.tcp, "POST", "/v1/sessions", NULL, NULL), 429, "rate_limited");
 	/* /health and /ready are never limited. */
 	for (i = 0; i < 5; i++) {
@@ -1843,10 +1976,10 @@ TEST(http, session_caps_are_503, 30)
 	/* --http-max-sessions */
 	hb_start(&h, false, ARGS("--http-max-sessions", "1"));
 	a = session_new(&h.ux);
-	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_http_sessions");
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_sessions");
 	CHECK_STATUS(req(&h.ux, "DELETE", strf("/v1/sessions/%s", a), NULL, NULL), 204);
 	a = session_new(&h.ux);
-	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_http_sessions");
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_sessions");
 	hb_stop(&h);
 
 	/* --http-max-sessions-per-ip: TCP clients on 127.0.0.1, Unix ones "local". */
@@ -1934,7 +2067,7 @@ TEST(http, sigterm_drains_waits_with_503_and_ready_turns_503, 30)
 	struct call *w, *c;
 	uint64_t t0;
 	int idle, status;
-	char *s;
+	char *s, *m = NULL;
 
 	hb_start(&h, false, NULL);
 	holder = open_session(&h.b, "holder", 0, 0);
@@ -1946,18 +2079,19 @@ TEST(http, sigterm_drains_waits_with_503_and_ready_turns_503, 30)
 	idle = raw_connect(&h.ux);
 	/* The broker has taken the idle connection in. */
 	c = NULL;
-	if (!WAIT_FOR((call_free(c), c = req(&h.ux, "GET", "/v1/stats", NULL, NULL),
-		       jint(c, "http_connections") >= 3),
+	if (!WAIT_FOR((free(m), m = metrics(&h.ux),
+		       metric(m, "shmlock_http_connections") >= 3),
 		      5000))
-		FAIL_AT("the idle connection was not accepted: %s", c->out);
+		FAIL_AT("the idle connection was not accepted: %s", m);
+	free(m);
 	t0 = now_ms();
 	kill(h.b.pid, SIGTERM);
 	if (!PUMP_UNTIL(w->done, 5000))
 		FAIL_AT("the wait in flight was not ended by SIGTERM");
 	CHECK_ERROR(w, 503, "draining");
 	c = req(&h.ux, "GET", "/ready", NULL, NULL);
-	CHECK(!error_mismatch(c, 503, "draining", false));
-	CHECK_STR(jstr(c, "status"), "draining");
+	CHECK_STATUS(c, 503);
+	CHECK_STR(c->out, "{\"status\":\"draining\"}"); /* dflockd's, exactly */
 	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "draining");
 	CHECK_STATUS(req(&h.ux, "GET", "/health", NULL, NULL), 200);
 	if (now_ms() - t0 >= 1000)
@@ -1973,7 +2107,14 @@ TEST(http, sigterm_drains_waits_with_503_and_ready_turns_503, 30)
 	hb_stop(&h);
 }
 
-TEST(http, tokens_are_zero_padded_and_grow_as_strings, 20)
+/*
+ * dflockd's tokens: 32 lowercase hex digits whose first 16 are a big-endian
+ * fencing number (dflockd's client reads it so): here the fencing token
+ * liblocal sees, so later grants on a key compare greater as strings and as
+ * numbers. The last 16 are a salt: a token with the right fence and another
+ * salt is not the holder's.
+ */
+TEST(http, tokens_are_dflockds_32_hex_with_the_fence_first, 20)
 {
 	struct hbroker h;
 	local_session *ll;
@@ -1993,7 +2134,20 @@ TEST(http, tokens_are_zero_padded_and_grow_as_strings, 20)
 		CHECK_OUTCOME(c, i % 2 ? "acquired" : "ok");
 		t = jstr(c, "token");
 		CHECK_TOKEN(t);
-		CHECK(t[0] == '0'); /* zero-padded to 20 digits */
+		CHECK_EQ(key_info(ll, key)->token, tok_num(t));
+		if (i < 3) { /* right fence, wrong salt: 404, and still held */
+			char forged[33];
+
+			snprintf(forged, sizeof(forged), "%.16s%016llx", t,
+				 (unsigned long long)strtoull(t + 16, NULL, 16) ^ 1);
+			CHECK_ERROR(op(&h.ux, s, "locks", key, "release",
+				       strf("{\"token\":\"%s\"}", forged)),
+				    404, "not_held");
+			CHECK_ERROR(op(&h.ux, s, "locks", key, "renew",
+				       strf("{\"token\":\"%s\"}", forged)),
+				    404, "not_held");
+			CHECK_EQ(key_info(ll, key)->token, tok_num(t));
+		}
 		/* Later grants on a key compare greater, as strings and as
 		 * numbers, and liblocal's grants on it rise with the broker's. */
 		if (prev[i % 3]) {
@@ -2097,12 +2251,12 @@ TEST(http, fifo_is_shared_by_http_liblocal_and_the_cli, 40)
 	if (!PUMP_UNTIL(h1->done, 5000))
 		FAIL_AT("HTTP waiter 1 was not granted");
 	CHECK_OUTCOME(h1, "ok");
-	append_line(log, strf("http1 %s", jstr(h1, "token")));
+	append_line(log, strf("http1 %llu", (unsigned long long)tok_num(jstr(h1, "token"))));
 	release_ok(&h.ux, s1, "locks", "fifo/k", jstr(h1, "token"));
 	if (!PUMP_UNTIL(h2->done, 10000))
 		FAIL_AT("HTTP waiter 2 was not granted");
 	CHECK_OUTCOME(h2, "ok");
-	append_line(log, strf("http2 %s", jstr(h2, "token")));
+	append_line(log, strf("http2 %llu", (unsigned long long)tok_num(jstr(h2, "token"))));
 	release_ok(&h.ux, s2, "locks", "fifo/k", jstr(h2, "token"));
 
 	status = child_wait(&lc, 5000);
@@ -2303,7 +2457,7 @@ TEST(http, a_grant_racing_a_hang_up_never_strands_the_key, 90)
 				FAIL_AT("round %d (%s): A was answered: %s", round, modes[mode], got);
 			p = strstr(got, "\"token\":\"");
 			CHECK(p);
-			p[9 + 20] = '\0';
+			p[9 + 32] = '\0';
 			CHECK_STR(key_info(holder, "race/k")->holder_session, sa);
 			release_ok(&h.ux, sa, "locks", "race/k", p + 9);
 			delivered++;
@@ -2706,7 +2860,7 @@ TEST(http, http_sessions_get_half_the_table_by_default, 30)
 	hb_start(&h, false, ARGS("--max-sessions", "4"));
 	session_new(&h.ux);
 	session_new(&h.ux);
-	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_http_sessions");
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_sessions");
 	ll[0] = open_session(&h.b, "ll0", 0, 0);
 	ll[1] = open_session(&h.b, "ll1", 0, 0);
 	local_session_close(ll[0]);
@@ -2717,7 +2871,7 @@ TEST(http, http_sessions_get_half_the_table_by_default, 30)
 	session_new(&h.ux);
 	session_new(&h.ux);
 	session_new(&h.ux);
-	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_http_sessions");
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_sessions");
 	ll[0] = open_session(&h.b, "ll0", 0, 0);
 	local_session_close(ll[0]);
 	hb_stop(&h);
@@ -2770,4 +2924,233 @@ TEST(http, silent_connections_are_capped_and_timed_out, 30)
 	for (i = 0; i < 4; i++)
 		close(fd[i]);
 	hb_stop(&h);
+}
+
+/*
+ * dflockd limits the rate before it checks the token: a client without the
+ * token is slowed down like any other (guessing costs requests), and a 401
+ * comes only after a delay, with WWW-Authenticate. The delay holds no thread
+ * and no other client back: others are served meanwhile.
+ */
+TEST(http, rate_limit_comes_before_the_token_and_401s_are_delayed, 30)
+{
+	struct hbroker h;
+	struct api none, right;
+	struct call *slow, *c;
+	uint64_t t0;
+
+	hb_start(&h, true,
+		 ARGS("--auth-token", "tok", "--http-rate-limit-per-ip", "1",
+		      "--http-rate-limit-burst", "2"));
+	none = h.tcp;
+	right = h.tcp;
+	right.authz = "Bearer tok";
+	/* A 401 comes after dflockd's delay, with WWW-Authenticate; others
+	 * (here a probe) are served meanwhile. */
+	t0 = now_ms();
+	slow = start(&none, "GET", "/v1/stats", NULL, NULL);
+	pump(20);
+	c = req(&none, "GET", "/ready", NULL, NULL);
+	CHECK_STATUS(c, 200);
+	call_free(c);
+	if (!PUMP_UNTIL(slow->done, 5000))
+		FAIL_AT("the delayed 401 never came");
+	CHECK_ERROR(slow, 401, "unauthorized");
+	CHECK_STR(slow->www, "Bearer");
+	/* A lower bound only: a slow machine makes it longer, never shorter. */
+	if (slow->done_ms - t0 < 90)
+		FAIL_AT("a 401 came after %llu ms, not after dflockd's delay",
+			(unsigned long long)(slow->done_ms - t0));
+	CHECK_ERROR(req(&none, "GET", "/v1/stats", NULL, NULL), 401, "unauthorized");
+	/* The bucket is empty: rate limited, token or not, before the token. */
+	c = req(&none, "GET", "/v1/stats", NULL, NULL);
+	CHECK_ERROR(c, 429, "rate_limited");
+	CHECK_STR(c->retry, "1");
+	call_free(c);
+	CHECK_ERROR(req(&right, "GET", "/v1/stats", NULL, NULL), 429, "rate_limited");
+	/* Probes are neither limited nor checked. */
+	CHECK_STATUS(req(&none, "GET", "/health", NULL, NULL), 200);
+	/* A rate, not a ban. */
+	c = NULL;
+	if (!WAIT_FOR((call_free(c), c = req(&right, "GET", "/v1/stats", NULL, NULL),
+		       c->status == 200),
+		      5000))
+		FAIL_AT("no token back in the bucket: %s", status_mismatch(c, 200));
+	call_free(c);
+	hb_stop(&h);
+}
+
+/* dflockd refuses keys with a blank (space, tab, CR, LF): 400. */
+TEST(http, keys_with_blanks_are_400, 20)
+{
+	static const char *const bad[] = { "a%20b", "a%09b", "a%0Ab", "a%0Db", "%20" };
+	struct hbroker h;
+	struct call *c;
+	char *s, key255[256];
+	size_t i;
+
+	hb_start(&h, false, NULL);
+	s = session_new(&h.ux);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		CHECK_ERROR(lock_acquire(&h.ux, s, bad[i], 0), 400, "bad_request");
+		CHECK_ERROR(op(&h.ux, s, "semaphores", bad[i], "enqueue", "{\"limit\":2}"), 400,
+			    "bad_request");
+	}
+	/* Other bytes are keys as they are, up to the segment's 255 bytes. */
+	c = lock_acquire(&h.ux, s, "a%2Bb%21~", 0);
+	CHECK_OUTCOME(c, "ok");
+	release_ok(&h.ux, s, "locks", "a%2Bb%21~", jstr(c, "token"));
+	memset(key255, 'k', 255);
+	key255[255] = '\0';
+	CHECK_OUTCOME(lock_acquire(&h.ux, s, key255, 0), "ok");
+	hb_stop(&h);
+}
+
+/* Durations as dflockd takes them: 0 up to 9223372036 s (a Go Duration);
+ * a lease above 49 days is cut to that. */
+TEST(http, durations_range_as_dflockds, 20)
+{
+	struct hbroker h;
+	struct call *c;
+	char *s;
+
+	hb_start(&h, false, NULL);
+	s = session_new(&h.ux);
+	c = op(&h.ux, s, "locks", "dur/k", NULL,
+	       "{\"acquire_timeout_s\":9223372036,\"lease_ttl_s\":9223372036}");
+	CHECK_OUTCOME(c, "ok");
+	CHECK_EQ(jint(c, "lease_ttl_s"), 4294967);
+	c = op(&h.ux, s, "locks", "dur/k", "renew",
+	       strf("{\"token\":\"%s\",\"lease_ttl_s\":9223372036}", jstr(c, "token")));
+	CHECK_STATUS(c, 200);
+	CHECK_EQ(jint(c, "remaining_s"), 4294967);
+	CHECK_ERROR(op(&h.ux, s, "locks", "dur/j", NULL, "{\"acquire_timeout_s\":9223372037}"),
+		    400, "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "dur/j", NULL,
+		       "{\"acquire_timeout_s\":0,\"lease_ttl_s\":9223372037}"),
+		    400, "bad_request");
+	CHECK_OUTCOME(op(&h.ux, s, "locks", "dur/q", "enqueue", "{\"lease_ttl_s\":3000000000}"),
+		      "acquired");
+	c = op(&h.ux, s, "locks", "dur/q", "wait", "{\"timeout_s\":9223372036}");
+	CHECK_OUTCOME(c, "ok");
+	CHECK_EQ(jint(c, "lease_ttl_s"), 4294967);
+	CHECK_ERROR(op(&h.ux, s, "locks", "dur/q", "wait", "{\"timeout_s\":9223372037}"), 400,
+		    "bad_request");
+	hb_stop(&h);
+}
+
+/* Timeout and queued answers carry dflockd's one field, nothing more. */
+TEST(http, timeout_and_queued_answers_are_dflockds, 20)
+{
+	struct hbroker h;
+	struct call *c;
+	char *s1, *s2;
+
+	hb_start(&h, false, NULL);
+	s1 = session_new(&h.ux);
+	s2 = session_new(&h.ux);
+	CHECK_OUTCOME(lock_acquire(&h.ux, s1, "tq/k", 0), "ok");
+	c = lock_acquire(&h.ux, s2, "tq/k", 0);
+	CHECK_OUTCOME(c, "timeout");
+	CHECK_STR(c->out, "{\"status\":\"timeout\"}");
+	c = op(&h.ux, s2, "locks", "tq/k", "enqueue", "{}");
+	CHECK_OUTCOME(c, "queued");
+	CHECK_STR(c->out, "{\"status\":\"queued\"}");
+	c = op(&h.ux, s2, "locks", "tq/k", "wait", "{\"timeout_s\":0}");
+	CHECK_OUTCOME(c, "timeout");
+	CHECK_STR(c->out, "{\"status\":\"timeout\"}");
+	hb_stop(&h);
+}
+
+/* --http-extensions: shmlock's more precise errors on release and renew,
+ * and a token that only its own session may use. */
+TEST(http, extensions_make_release_and_renew_stricter, 30)
+{
+	struct hbroker h;
+	local_session *obs;
+	struct call *c;
+	char *s, *s2, *t;
+
+	hb_start(&h, false, ARGS("--http-extensions"));
+	obs = open_session(&h.b, "obs", 0, 0);
+	s = session_new(&h.ux);
+	c = op(&h.ux, s, "locks", "x/lease", NULL, "{\"acquire_timeout_s\":0,\"lease_ttl_s\":1}");
+	CHECK_OUTCOME(c, "ok");
+	t = strdup(jstr(c, "token"));
+	if (!WAIT_FOR(HOLDERS(obs, "x/lease") == 0, 5000))
+		FAIL_AT("a 1 s lease did not expire within 5 s");
+	CHECK_ERROR(op(&h.ux, s, "locks", "x/lease", "release", strf("{\"token\":\"%s\"}", t)),
+		    409, "lease_expired");
+	CHECK_ERROR(op(&h.ux, s, "locks", "x/lease", "renew", strf("{\"token\":\"%s\"}", t)),
+		    409, "lease_expired");
+	/* A lock's token on the semaphore route of its key. */
+	c = lock_acquire(&h.ux, s, "x/kind", 0);
+	CHECK_OUTCOME(c, "ok");
+	CHECK_ERROR(op(&h.ux, s, "semaphores", "x/kind", "release",
+		       strf("{\"token\":\"%s\"}", jstr(c, "token"))),
+		    409, "limit_mismatch");
+	/* Another session's token: not held by this session. */
+	t = strdup(jstr(c, "token"));
+	s2 = session_new(&h.ux);
+	CHECK_ERROR(op(&h.ux, s2, "locks", "x/kind", "release", strf("{\"token\":\"%s\"}", t)),
+		    404, "not_held");
+	CHECK_ERROR(op(&h.ux, s2, "locks", "x/kind", "renew", strf("{\"token\":\"%s\"}", t)),
+		    404, "not_held");
+	CHECK_EQ(HOLDERS(obs, "x/kind"), 1);
+	release_ok(&h.ux, s, "locks", "x/kind", t);
+	hb_stop(&h);
+}
+
+/*
+ * dflockd's decoder (Go's encoding/json) reads a missing number or a null as
+ * 0 and takes the last of duplicate members; it refuses unknown members,
+ * fractions and strings, as shmlock does. --http-extensions is stricter:
+ * a missing required member, a null or a duplicate is 400.
+ */
+TEST(http, bodies_are_read_as_dflockd_reads_them, 20)
+{
+	struct hbroker h;
+	struct call *c;
+	char *s;
+	int strict;
+
+	for (strict = 0; strict < 2; strict++) {
+		hb_start(&h, false, strict ? ARGS("--http-extensions") : NULL);
+		s = session_new(&h.ux);
+		c = op(&h.ux, s, "locks", "body/k", NULL, "{}");
+		if (strict) {
+			CHECK_ERROR(c, 400, "bad_request");
+		} else {
+			CHECK_OUTCOME(c, "ok"); /* acquire_timeout_s 0: a try */
+			release_ok(&h.ux, s, "locks", "body/k", jstr(c, "token"));
+		}
+		c = op(&h.ux, s, "locks", "body/k", NULL,
+		       "{\"acquire_timeout_s\":null,\"lease_ttl_s\":null}");
+		if (strict) {
+			CHECK_ERROR(c, 400, "bad_request");
+		} else {
+			CHECK_OUTCOME(c, "ok");
+			CHECK_EQ(jint(c, "lease_ttl_s"), 33);
+			release_ok(&h.ux, s, "locks", "body/k", jstr(c, "token"));
+		}
+		c = op(&h.ux, s, "locks", "body/k", NULL,
+		       "{\"acquire_timeout_s\":0,\"lease_ttl_s\":5,\"lease_ttl_s\":7}");
+		if (strict) {
+			CHECK_ERROR(c, 400, "bad_request");
+		} else {
+			CHECK_OUTCOME(c, "ok");
+			CHECK_EQ(jint(c, "lease_ttl_s"), 7); /* the last one */
+			release_ok(&h.ux, s, "locks", "body/k", jstr(c, "token"));
+		}
+		/* A missing limit is 0: refused either way. */
+		CHECK_ERROR(op(&h.ux, s, "semaphores", "body/s", NULL, "{\"acquire_timeout_s\":0}"),
+			    400, "bad_request");
+		CHECK_ERROR(op(&h.ux, s, "semaphores", "body/s", "enqueue", "{}"), 400,
+			    "bad_request");
+		/* Unknown members and fractions: 400 either way. */
+		CHECK_ERROR(op(&h.ux, s, "locks", "body/k", NULL, "{\"acquire_timeout_s\":0.5}"), 400,
+			    "bad_request");
+		CHECK_ERROR(op(&h.ux, s, "locks", "body/k", NULL, "{\"x\":1}"), 400, "bad_request");
+		hb_stop(&h);
+	}
 }

@@ -392,7 +392,8 @@ TEST(operator, a_quarantined_key_is_listed_and_reset, 60)
 	static char out[65536];
 	struct broker_proc b;
 	char http_sock[160], line[64], *body, reply[1024], id[LOCAL_SESSION_ID_LEN + 1];
-	const char *extra[] = { "--http-socket", http_sock, NULL };
+	/* J4 (issue 14): quarantined_keys is a --http-extensions field of /v1/stats */
+	const char *extra[] = { "--http-socket", http_sock, "--http-extensions", NULL };
 	struct local_key_info ki;
 	struct waiter_arg wa;
 	local_session *a, *other, *obs;

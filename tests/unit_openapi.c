@@ -79,8 +79,8 @@ static json_t *load_doc(void)
 	if (!json_is_object(doc))
 		FAIL_AT("%s: not a JSON object", path);
 	version = json_string_value(json_object_get(doc, "openapi"));
-	if (!version || strncmp(version, "3.0.", 4))
-		FAIL_AT("%s: \"openapi\" is %s, expected 3.0.x", path,
+	if (!version || strncmp(version, "3.1.", 4))
+		FAIL_AT("%s: \"openapi\" is %s, expected 3.1.x (dflockd's)", path,
 			version ? version : "missing");
 	if (!json_is_object(json_object_get(doc, "paths")))
 		FAIL_AT("%s: no \"paths\" object", path);
@@ -297,4 +297,59 @@ TEST(openapi, path_parameters_are_declared, 10)
 	}
 	json_decref(doc);
 	CHECK_EQ(bad, 0);
+}
+
+/* Every local "$ref" of @node (and below) resolves in @doc. */
+static void refs_resolve(json_t *doc, json_t *node)
+{
+	const char *k;
+	json_t *v;
+	size_t i;
+
+	if (json_is_object(node)) {
+		if (json_is_string(json_object_get(node, "$ref")) && !deref(doc, node))
+			FAIL_AT("dangling $ref %s", json_string_value(json_object_get(node, "$ref")));
+		json_object_foreach(node, k, v)
+			refs_resolve(doc, v);
+	} else if (json_is_array(node)) {
+		json_array_foreach(node, i, v)
+			refs_resolve(doc, v);
+	}
+}
+
+/* Code generated from dflockd's document names its types after dflockd's
+ * components: ours must have the same names, and a server to talk to. */
+TEST(openapi, dflockd_component_names_and_a_server, 10)
+{
+	static const char *const schemas[] = {
+		"CreateSessionResponse", "AcquireRequest", "SemAcquireRequest", "AcquireResponse",
+		"ReleaseRequest",	 "RenewRequest",   "RenewResponse",	"EnqueueRequest",
+		"SemEnqueueRequest",	 "EnqueueResponse", "WaitRequest",	"WaitResponse",
+		"StatsResponse",	 "LockInfo",	   "SemInfo",		"IdleInfo",
+		"ErrorResponse",
+	};
+	static const char *const params[] = { "SessionHeader", "SessionIdPath", "KeyPath" };
+	static const char *const responses[] = { "Unauthorized", "BadRequest", "SessionGone",
+						 "CapacityExceeded" };
+	json_t *doc = load_doc(), *comp = json_object_get(doc, "components"), *servers;
+	size_t i;
+
+	for (i = 0; i < sizeof(schemas) / sizeof(schemas[0]); i++)
+		if (!json_is_object(json_object_get(json_object_get(comp, "schemas"), schemas[i])))
+			FAIL_AT("no components.schemas.%s", schemas[i]);
+	for (i = 0; i < sizeof(params) / sizeof(params[0]); i++)
+		if (!json_is_object(json_object_get(json_object_get(comp, "parameters"), params[i])))
+			FAIL_AT("no components.parameters.%s", params[i]);
+	for (i = 0; i < sizeof(responses) / sizeof(responses[0]); i++)
+		if (!json_is_object(
+			    json_object_get(json_object_get(comp, "responses"), responses[i])))
+			FAIL_AT("no components.responses.%s", responses[i]);
+	if (!json_is_object(json_object_get(json_object_get(comp, "securitySchemes"), "bearerAuth")))
+		FAIL_AT("no components.securitySchemes.bearerAuth");
+	servers = json_object_get(doc, "servers");
+	if (!json_is_array(servers) || !json_array_size(servers) ||
+	    !json_is_string(json_object_get(json_array_get(servers, 0), "url")))
+		FAIL_AT("no servers entry with a url");
+	refs_resolve(doc, doc);
+	json_decref(doc);
 }

@@ -27,7 +27,7 @@
  *
  * Checked (abort on failure): every answer is HTTP/1.x; an answer in JSON
  * has a documented status, is an object, an error one {"error": STRING,
- * "detail": STRING}, a token one 20 decimal digits; any other answer is an
+ * "detail": STRING}, a token one 32 lowercase hex digits; any other answer is an
  * empty 204, /metrics text, or one of libmicrohttpd's own refusals. When
  * the loop goes quiet, libmicrohttpd has nothing left to do (else a client
  * would wait for an unrelated event or the 250 ms tick). After each input:
@@ -62,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define PH_SESSION_A "SESSIONSESSIONSESSIONSESSIONSESS"
 #define PH_SESSION_B "SESSION2SESSION2SESSION2SESSION2"
-#define PH_TOKEN "TOKENTOKENTOKENTOKEN"
+#define PH_TOKEN "TOKENTOKENTOKENTOKENTOKENTOKENTO" /* 32: a token's length */
 #define CONN_SEP "\n--CONN--\n"
 #define FUZZ_TOKEN "fuzz-token"
 #define MAX_CONNS 4
@@ -210,11 +210,11 @@ static int run_due_timers(void)
 	return n;
 }
 
-/* Time passes: every wait's deadline fires now. Other timers stay. */
-static void fire_wait_deadlines(void)
+/* Time passes for the timers of @kind: they fire now. Others stay. */
+static size_t fire_timers_of(uint32_t kind)
 {
 	struct timer *v = NULL, t;
-	size_t n = 0, i;
+	size_t n = 0, i, fired = 0;
 
 	while (timer_peek(&B.timers, &t)) {
 		struct timer *p = realloc(v, (n + 1) * sizeof(*v));
@@ -226,11 +226,18 @@ static void fire_wait_deadlines(void)
 		timer_pop(&B.timers);
 	}
 	for (i = 0; i < n; i++)
-		if (v[i].kind == TIMER_HTTP_WAIT)
-			http_timer(&B, v[i].kind, v[i].a, v[i].b);
+		if (v[i].kind == kind)
+			http_timer(&B, v[i].kind, v[i].a, v[i].b), fired++;
 		else if (timer_add(&B.timers, v[i].at_ns, v[i].kind, v[i].a, v[i].b))
 			abort();
 	free(v);
+	return fired;
+}
+
+/* Time passes: every wait's deadline fires now. */
+static void fire_wait_deadlines(void)
+{
+	fire_timers_of(TIMER_HTTP_WAIT);
 }
 
 /* One turn of loop_run(): events, due timers, and the doorbell thread's
@@ -358,6 +365,17 @@ static void drive(struct conn *cs, int nc, bool until_eof)
 		check_idle(cs, nc);
 }
 
+/* drive(), and each time the loop is quiet with 401s held back (pipelined
+ * ones come one after the other), let their delay pass. */
+static void drive_delays(struct conn *cs, int nc, bool until_eof)
+{
+	int rounds = 0;
+
+	do
+		drive(cs, nc, until_eof);
+	while (fire_timers_of(TIMER_HTTP_DELAY) && ++rounds < MAX_ROUNDS);
+}
+
 static void client_send(struct conn *cs, int nc, struct conn *c, const char *p, size_t n)
 {
 	int stalls = 0;
@@ -393,8 +411,8 @@ static void replace_all(char *s, size_t n, const char *ph, const char *with)
 	}
 }
 
-/* The last "token":"DIGITS" in @c's answers, into @tok (20 digits). */
-static void last_token(const struct conn *c, char tok[21])
+/* The last "token":"HEX" in @c's answers, into @tok (32 hex digits). */
+static void last_token(const struct conn *c, char tok[33])
 {
 	static const char tag[] = "\"token\":\"";
 	const char *p = c->out, *end, *q;
@@ -404,8 +422,8 @@ static void last_token(const struct conn *c, char tok[21])
 	end = c->out + c->len;
 	while ((q = memmem(p, (size_t)(end - p), tag, sizeof(tag) - 1))) {
 		q += sizeof(tag) - 1;
-		if (end - q >= 20)
-			memcpy(tok, q, 20);
+		if (end - q >= 32)
+			memcpy(tok, q, 32);
 		p = q;
 	}
 }
@@ -457,15 +475,18 @@ static void check_json(int status, const char *body, size_t n)
 
 	if (!json_is_object(j))
 		fail("an answer in JSON that is not an object", body, n);
-	if (status >= 300) {
+	if (status == 503 && json_object_size(j) == 1 &&
+	    json_is_string(json_object_get(j, "status"))) {
+		/* /ready while draining: dflockd's {"status":"draining"} */
+	} else if (status >= 300) {
 		if (!json_is_string(json_object_get(j, "error")) ||
 		    !json_is_string(json_object_get(j, "detail")))
 			fail("an error answer without error and detail strings", body, n);
 	} else if ((v = json_object_get(j, "token"))) {
 		const char *t = json_string_value(v);
 
-		if (!t || strlen(t) != 20 || strspn(t, "0123456789") != 20)
-			fail("a token that is not 20 decimal digits", body, n);
+		if (!t || strlen(t) != 32 || strspn(t, "0123456789abcdef") != 32)
+			fail("a token that is not 32 lowercase hex digits", body, n);
 	}
 	json_decref(j);
 }
@@ -627,7 +648,7 @@ static void client_abort(struct conn *c)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct conn cs[MAX_CONNS];
-	char token[21] = "00000000000000000000", *buf, *stream[MAX_CONNS], *p, *end;
+	char token[33] = "00000000000000000000000000000000", *buf, *stream[MAX_CONNS], *p, *end;
 	size_t len[MAX_CONNS];
 	uint8_t cfg;
 	int nc = 0, i, k;
@@ -662,21 +683,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if ((cfg & CFG_ABORT) && k == nc - 1)
 			for (i = 0; i < k; i++) /* hang-ups and the last requests together */
 				client_abort(&cs[i]);
-		drive(cs, k + 1, false);
+		drive_delays(cs, k + 1, false);
 		for (i = 0; i <= k; i++)
 			last_token(&cs[i], token);
 	}
 	if (cfg & CFG_EXPIRE) {
 		fire_wait_deadlines();
-		drive(cs, nc, false);
+		drive_delays(cs, nc, false);
 	}
 	for (i = 0; i < nc; i++)
 		if (cs[i].fd >= 0)
 			shutdown(cs[i].fd, SHUT_WR);
-	drive(cs, nc, true);
+	drive_delays(cs, nc, true);
 	for (i = 0; i < nc; i++)
 		client_abort(&cs[i]);
-	drive(cs, nc, false);
+	drive_delays(cs, nc, false);
 	for (i = 0; i < nc; i++) {
 		if (verbose)
 			fprintf(stderr, "---- connection %d: %zu bytes%s\n%.*s\n", i, cs[i].len,
