@@ -391,7 +391,7 @@ static void acquire(struct hreq *r, struct hsession *hs, const struct op_args *a
 {
 	const char *key = r->rt.param;
 	uint32_t limit = is_sem(r->rt.id) ? (uint32_t)a->limit : 0;
-	struct local_acquire_opts o = { .timeout_ms = 0, .lease_ms = (uint32_t)a->lease_s * 1000 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .lease_ms = (uint32_t)a->lease_s * 1000);
 	uint64_t tok = 0;
 	int granted = 0, err;
 
@@ -429,7 +429,7 @@ static void acquire(struct hreq *r, struct hsession *hs, const struct op_args *a
  * The route's kind must be the key's, as for acquires. */
 static int own_token(struct hsession *hs, const char *key, const char *text, bool sem)
 {
-	static struct local_key_info ki; /* large; the loop is one thread */
+	static LOCAL_OPTS(local_key_info, ki); /* large; the loop is one thread */
 	uint64_t want, tok = 0;
 	int err;
 

@@ -169,7 +169,7 @@ void http_stats(struct hreq *r)
 {
 	struct http *h = r->h;
 	struct stats_walk w = { h, json_array(), json_array(), json_array(), json_array() };
-	struct local_stats st;
+	LOCAL_OPTS(local_stats, st);
 	json_t *j, *quarantined;
 
 	/* "", not NULL: liblocal memcmp()s the prefix (UB with NULL, even for 0 bytes). */
@@ -293,7 +293,7 @@ void http_metrics(struct hreq *r)
 {
 	struct http *h = r->h;
 	struct text t = { NULL, 0, 0 };
-	struct local_stats st;
+	LOCAL_OPTS(local_stats, st);
 
 	local_stats(h->observer, &st);
 	requests(&t, &h->c);

@@ -6,14 +6,25 @@
 
 #include "cli.h"
 
-/* local_key_info carries a 64 KiB value buffer: never on the stack. */
+/* A key's info with room for the largest value: 64 KiB, never on the stack. */
+struct info_buf {
+	struct local_key_info ki; /* first: freed through its address */
+	char value[LOCAL_VALUE_MAX];
+};
+
 static struct local_key_info *info_alloc(void)
 {
-	struct local_key_info *ki = malloc(sizeof(*ki));
+	struct info_buf *b = malloc(sizeof(*b));
 
-	if (!ki)
+	if (!b) {
 		errorf("out of memory");
-	return ki;
+		return NULL;
+	}
+	memset(&b->ki, 0, sizeof(b->ki));
+	b->ki.sz = sizeof(b->ki);
+	b->ki.value_buf = b->value;
+	b->ki.value_buf_size = sizeof(b->value);
+	return &b->ki;
 }
 
 static int one_key_args(const char *cmd, struct flag *flags, int argc, char **argv)
@@ -62,7 +73,7 @@ static int print_info(const char *key, const struct local_key_info *ki, unsigned
 {
 	static const char *const head[] = { "SESSION", "NAME", "PID", "TOKEN", "LEASE-LEFT" };
 	struct table *t = table_new(2, NULL);
-	char delay[32], *value = value_text(ki->value, ki->value_len);
+	char delay[32], *value = value_text(ki->value_buf, key_info_value_len(ki));
 	size_t i;
 
 	if (!t || !value) {
@@ -198,7 +209,8 @@ int cmd_leader(int argc, char **argv)
 		if (j && (json_set_text(j, "key", key) ||
 			  (led && (json_set_text(l, "session", ki->holder_session) ||
 				   json_set_text(l, "name", ki->holder_name) ||
-				   json_set_value(j, "value", ki->value, ki->value_len))))) {
+				   json_set_value(j, "value", ki->value_buf,
+						  key_info_value_len(ki)))))) {
 			json_decref(j);
 			j = NULL;
 		}
@@ -209,7 +221,7 @@ int cmd_leader(int argc, char **argv)
 		errorf("%s has no leader", key);
 	} else {
 		/* Escaped as everywhere: -json gives the value as it is. */
-		char *v = value_text(ki->value, ki->value_len);
+		char *v = value_text(ki->value_buf, key_info_value_len(ki));
 
 		if (v)
 			printf("%s\n", v);
@@ -250,7 +262,7 @@ static int print_change(const char *key, const struct local_key_info *ki, bool j
 	}
 	/* Quotes escaped too: a name must not close its field and forge the
 	 * next one. */
-	value = text_escape(ki->value, ki->value_len, ESC_QUOTE);
+	value = text_escape(ki->value_buf, key_info_value_len(ki), ESC_QUOTE);
 	session = text_escape(ki->holder_session, strlen(ki->holder_session), ESC_QUOTE);
 	name = text_escape(ki->holder_name, strlen(ki->holder_name), ESC_QUOTE);
 	if (!value || !session || !name) {

@@ -185,9 +185,10 @@ static void *acquire_main(void *arg)
 static void acquire_failed(struct run *r, int err)
 {
 	const struct lock_opts *o = r->o;
-	struct local_key_info *ki = malloc(sizeof(*ki));
+	LOCAL_OPTS(local_key_info, info); /* J3: sized; no value wanted */
+	struct local_key_info *ki = &info;
 	char buf[32];
-	bool known = ki && !local_info(r->s, o->key, ki);
+	bool known = !local_info(r->s, o->key, ki);
 
 	if (err == -ETIMEDOUT || err == -EBUSY) {
 		duration_format((uint64_t)o->timeout_ms, buf, sizeof(buf));
@@ -210,7 +211,6 @@ static void acquire_failed(struct run *r, int err)
 	} else {
 		errorf("cannot acquire %s: %s", o->key, local_strerror(err));
 	}
-	free(ki);
 }
 
 /*
@@ -226,7 +226,8 @@ static int acquire(struct run *r)
 		.s = r->s,
 		.key = o->key,
 		.limit = o->limit,
-		.opts = { .timeout_ms = o->timeout_ms, .lease_ms = o->lease_ms },
+		.opts = { .sz = sizeof(a.opts), /* J3: sized options */
+			  .timeout_ms = o->timeout_ms, .lease_ms = o->lease_ms },
 	};
 	pthread_t thread;
 	int err;

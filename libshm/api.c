@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "abi.h"
 #include "client.h"
 #include "clock.h"
 
@@ -98,17 +99,20 @@ int local_lock(local_session *s, const char *key, const struct local_acquire_opt
 	       uint64_t *token)
 {
 	struct acquire_req req = { .kind = LOCAL_KIND_LOCK, .limit = 1 };
+	struct local_acquire_opts copy;
 	int64_t timeout_ms = -1;
+	int err;
 
 	if (!s)
 		return -EINVAL;
+	err = abi_acquire_opts(&opts, &copy);
+	if (err)
+		return err;
 	if (opts) {
 		timeout_ms = opts->timeout_ms;
 		req.lease_ms = opts->lease_ms;
 		req.value = opts->value;
 		req.value_len = opts->value_len;
-		if (opts->value_len && !opts->value)
-			return -EINVAL;
 	}
 	req.who = s->who;
 	req.try_only = timeout_ms == 0;
@@ -174,11 +178,18 @@ static void describe_holder(const struct segment *seg, uint32_t slot, struct loc
 	out->holder_pid = ss->pid;
 }
 
+/* @out: a library-size struct whose sz, value_buf and value_buf_size are
+ * the caller's (abi_key_info_in()); the rest is filled here. */
 void api_fill_info_locked(struct segment *seg, struct seg_key *k, struct local_key_info *out)
 {
 	uint64_t vw, now;
+	size_t sz = out->sz, room = out->value_buf_size;
+	void *buf = out->value_buf;
 
-	memset(out, 0, offsetof(struct local_key_info, value));
+	memset(out, 0, sizeof(*out));
+	out->sz = sz;
+	out->value_buf = buf;
+	out->value_buf_size = room;
 	out->kind = (int)k->kind;
 	out->limit = k->limit;
 	out->holders = k->holders;
@@ -196,22 +207,27 @@ void api_fill_info_locked(struct segment *seg, struct seg_key *k, struct local_k
 	}
 	vw = atomic_load(&k->value_word);
 	out->value_len = VALUE_LEN(vw);
-	memcpy(out->value, seg_value_buf(seg, seg_key_index(seg, k), VALUE_SEL(vw)),
-	       out->value_len);
+	if (buf)
+		memcpy(buf, seg_value_buf(seg, seg_key_index(seg, k), VALUE_SEL(vw)),
+		       out->value_len < room ? out->value_len : room);
 }
 
 int local_info(local_session *s, const char *key, struct local_key_info *out)
 {
+	struct local_key_info full;
 	struct seg_key *k;
 	size_t len;
 	int err;
 
 	if (!out)
 		return -EINVAL;
+	err = abi_key_info_in(out, &full);
+	if (err)
+		return err;
 	err = api_enter(s, key, &len);
 	if (err)
 		return err;
-	memset(out, 0, offsetof(struct local_key_info, value));
+	abi_key_info_out(out, &full); /* a key that does not exist: all zero */
 	if (!session_is(s->seg, s->who))
 		return -LOCAL_ESESSION;
 	err = api_find_inspect(s, key, len, &k);
@@ -219,7 +235,8 @@ int local_info(local_session *s, const char *key, struct local_key_info *out)
 		return 0;
 	if (err)
 		return err;
-	api_fill_info_locked(s->seg, k, out);
+	api_fill_info_locked(s->seg, k, &full);
 	key_unlock(k);
+	abi_key_info_out(out, &full);
 	return 0;
 }
