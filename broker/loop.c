@@ -21,6 +21,7 @@
 #include "broker.h"
 #include "clock.h"
 #include "conns.h"
+#include "metrics.h" /* J3 */
 #include "operator.h"
 #include "procinfo.h"
 
@@ -322,6 +323,8 @@ static void handle_timers(struct broker *b)
 			conns_rearm(b);
 		else if (t.kind == TIMER_TCP_TICK || t.kind == TIMER_TCP_WAIT)
 			tcp_timer(b, t.kind, t.a, t.b);
+		else if (t.kind == TIMER_METRICS_TICK) /* J3: metrics listener */
+			metrics_timer(b);
 		else
 			http_timer(b, t.kind, t.a, t.b);
 	}
@@ -406,6 +409,8 @@ int loop_run(struct broker *b)
 		err = http_start(b);
 	if (!err)
 		err = tcp_start(b);
+	if (!err)
+		err = metrics_start(b); /* J3: metrics-only listener */
 	if (err)
 		return err;
 	notify_ready(b); /* READY=1: segment attached, sessions re-adopted */
@@ -449,6 +454,9 @@ int loop_run(struct broker *b)
 			case TAG_TCP:
 				tcp_event(b, tag, ev[i].events);
 				break;
+			case TAG_METRICS: /* J3 */
+				metrics_event(b);
+				break;
 			case TAG_HTTP:
 			case TAG_HTTP_HUP:
 				http_event(b, tag);
@@ -460,6 +468,7 @@ int loop_run(struct broker *b)
 	drain_requests(b);
 	tcp_stop(b);
 	http_stop(b);
+	metrics_stop(b); /* J3 */
 	leases_stop(b);
 	conns_fini(b);
 	return 0;

@@ -488,14 +488,22 @@ static int op_sessions(struct broker *b, const struct proto_op *req, struct page
 
 static int op_stats(struct broker *b, struct page *p)
 {
-	const struct segment *seg = &b->seg;
-	const struct seg_header *h = seg->hdr;
 	struct proto_op_stats *r = rec_add(p, sizeof(*r), PROTO_OP_PAGE);
-	uint64_t grants = 0, started;
-	uint32_t i;
 
 	if (!r)
 		return -ENOMEM;
+	operator_stats(b, r);
+	return 0;
+}
+
+/* Split out of op_stats() for /metrics (J3, broker/metrics_render.c). */
+void operator_stats(const struct broker *b, struct proto_op_stats *r)
+{
+	const struct segment *seg = &b->seg;
+	const struct seg_header *h = seg->hdr;
+	uint64_t grants = 0, started;
+	uint32_t i;
+
 	for (i = 0; i < seg->caps.max_sessions; i++)
 		r->sessions += SESS_STATE(atomic_load(&seg->sessions[i].state_gen)) == SESS_ACTIVE;
 	for (i = 0; i < seg->caps.max_keys; i++) {
@@ -534,7 +542,6 @@ static int op_stats(struct broker *b, struct page *p)
 	r->quarantined = atomic_load(&h->stats.quarantined);
 	r->sessions_opened = atomic_load(&h->stats.sessions_opened);
 	r->sessions_closed = atomic_load(&h->stats.sessions_closed);
-	return 0;
 }
 
 /* Reset every quarantined entry named @req->key; -ENOENT if there is none. */

@@ -6,6 +6,7 @@
 #include "abi.h"
 #include "client.h"
 #include "clock.h"
+#include "hist.h"
 
 /* Common entry checks: the session is ours and the key is well-formed. */
 int api_enter(local_session *s, const char *key, size_t *len)
@@ -33,6 +34,58 @@ int api_find_inspect(local_session *s, const char *key, size_t len, struct seg_k
 				 deadline_after_ms(API_INSPECT_LOCK_MS));
 }
 
+/*
+ * Metrics (J3): an acquire that queued counts its wait in the session's own
+ * slot; its hold is remembered here, in process memory, so that its
+ * release counts the hold time. Holds that never queued are not timed: the
+ * lock-free path reads no clock and writes nothing for metrics.
+ */
+static void note_waited(local_session *s, uint32_t key_idx, uint64_t tok, uint64_t now)
+{
+	uint32_t i, pick = 0;
+
+	pthread_mutex_lock(&s->pending_lock);
+	for (i = 0; i < 4; i++)
+		if (!s->waited[i].granted_ns || s->waited[i].granted_ns < s->waited[pick].granted_ns)
+			pick = i; /* an empty entry, or the oldest */
+	if (!s->waited[pick].granted_ns)
+		atomic_fetch_add_explicit(&s->nwaited, 1, memory_order_relaxed);
+	s->waited[pick] = (struct waited_hold){ key_idx, tok, now };
+	pthread_mutex_unlock(&s->pending_lock);
+}
+
+static void note_released(local_session *s, uint32_t key_idx, uint64_t tok)
+{
+	uint32_t i;
+
+	if (!atomic_load_explicit(&s->nwaited, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&s->pending_lock);
+	for (i = 0; i < 4; i++) {
+		struct waited_hold *w = &s->waited[i];
+
+		if (w->granted_ns && w->key_idx == key_idx && w->token == tok) {
+			hist_note(&s->seg->sessions[s->who.slot].hold_hist,
+				  mono_ns() - w->granted_ns);
+			w->granted_ns = 0;
+			atomic_fetch_sub_explicit(&s->nwaited, 1, memory_order_relaxed);
+		}
+	}
+	pthread_mutex_unlock(&s->pending_lock);
+}
+
+static void note_wait(local_session *s, int err, uint64_t since, uint32_t key_idx, uint64_t tok)
+{
+	uint64_t now;
+
+	if (err && err != -ETIMEDOUT)
+		return; /* the session ended, say: the slot may be another's now */
+	now = mono_ns();
+	hist_note(&s->seg->sessions[s->who.slot].wait_hist, now - since);
+	if (!err)
+		note_waited(s, key_idx, tok, now);
+}
+
 /* api_acquire() past the lock-free path: queue if need be, and wait. */
 static __attribute__((noinline)) int acquire_slow(local_session *s, const char *key,
 						  const struct acquire_req *req, int64_t timeout_ms,
@@ -58,9 +111,12 @@ static __attribute__((noinline)) int acquire_slow(local_session *s, const char *
 	err = key_acquire_locked(s->seg, k, req, &tok, &waiter, &s->hints);
 	key_idx = seg_key_index(s->seg, k);
 	key_unlock(k);
-	if (err == 1)
+	if (err == 1) {
+		uint64_t since = mono_ns();
+
 		err = waiter_wait(s->seg, waiter, key_idx, s->who, deadline, &tok);
-	else if (err == -EALREADY)
+		note_wait(s, err, since, key_idx, tok);
+	} else if (err == -EALREADY)
 		err = -LOCAL_EENQUEUED; /* another thread's request, or local_enqueue() */
 	if (!err) {
 		api_forget_expiry(s, key_idx);
@@ -123,6 +179,7 @@ static int release_slow(local_session *s, const char *key, size_t len)
 {
 	struct seg_key *k;
 	uint32_t h, wake, key_idx;
+	uint64_t tok;
 	int err;
 
 	err = keytab_find(s->seg, key, len, false, &k);
@@ -135,6 +192,7 @@ static int release_slow(local_session *s, const char *key, size_t len)
 		key_unlock(k);
 		return api_not_held(s, seg_key_index(s->seg, k), true);
 	}
+	tok = s->seg->nodes[h].token;
 	wake = key_release_hold_locked(s->seg, k, h, REL_VOLUNTARY);
 	key_idx = seg_key_index(s->seg, k);
 	/* Wake before unlocking: if we die in between, the mutex is left
@@ -144,6 +202,7 @@ static int release_slow(local_session *s, const char *key, size_t len)
 		waiter_wake(s->seg, wake);
 	key_unlock(k);
 	api_drop_granted_pending(s, key, len, key_idx);
+	note_released(s, key_idx, tok);
 	return 0;
 }
 

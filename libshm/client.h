@@ -41,6 +41,13 @@ struct local_session {
 	pthread_mutex_t pending_lock;
 	struct pending *pending;
 	_Atomic uint32_t npending; /* entries in pending: read without the lock */
+	/* J3 metrics (api.c): holds granted after a wait, so that their
+	 * release can time them; process memory, under pending_lock. */
+	struct waited_hold {
+		uint32_t key_idx;
+		uint64_t token, granted_ns; /* 0: empty */
+	} waited[4];
+	_Atomic uint32_t nwaited;
 };
 
 /* 0 when @s may be used by this process: -EINVAL, -LOCAL_EFORKED otherwise. */
