@@ -40,7 +40,8 @@ int api_find_inspect(local_session *s, const char *key, size_t len, struct seg_k
  * release counts the hold time. Holds that never queued are not timed: the
  * lock-free path reads no clock and writes nothing for metrics.
  */
-static void note_waited(local_session *s, uint32_t key_idx, uint64_t tok, uint64_t now)
+static void note_waited(local_session *s, const char *key, uint32_t key_idx, uint64_t tok,
+			uint64_t now)
 {
 	uint32_t i, pick = 0;
 
@@ -50,7 +51,7 @@ static void note_waited(local_session *s, uint32_t key_idx, uint64_t tok, uint64
 			pick = i; /* an empty entry, or the oldest */
 	if (!s->waited[pick].granted_ns)
 		atomic_fetch_add_explicit(&s->nwaited, 1, memory_order_relaxed);
-	s->waited[pick] = (struct waited_hold){ key_idx, tok, now };
+	s->waited[pick] = (struct waited_hold){ key_idx, key_hash(key, strlen(key)), tok, now };
 	pthread_mutex_unlock(&s->pending_lock);
 }
 
@@ -64,9 +65,12 @@ static void note_released(local_session *s, uint32_t key_idx, uint64_t tok)
 	for (i = 0; i < 4; i++) {
 		struct waited_hold *w = &s->waited[i];
 
-		if (w->granted_ns && w->key_idx == key_idx && w->token == tok) {
-			hist_note(&s->seg->sessions[s->who.slot].hold_hist,
-				  mono_ns() - w->granted_ns);
+		/* Any entry of the key ends with its release; only the
+		 * hold's own is timed (another is a hold lost meanwhile). */
+		if (w->granted_ns && w->key_idx == key_idx) {
+			if (w->token == tok)
+				hist_note(&s->seg->sessions[s->who.slot].hold_hist,
+					  mono_ns() - w->granted_ns);
 			w->granted_ns = 0;
 			atomic_fetch_sub_explicit(&s->nwaited, 1, memory_order_relaxed);
 		}
@@ -74,7 +78,25 @@ static void note_released(local_session *s, uint32_t key_idx, uint64_t tok)
 	pthread_mutex_unlock(&s->pending_lock);
 }
 
-static void note_wait(local_session *s, int err, uint64_t since, uint32_t key_idx, uint64_t tok)
+/* Is @key's hold one note_waited() remembered? Then its release takes the
+ * slow path, which times it. Process memory only: a relaxed load when none. */
+static bool waited_for(local_session *s, const char *key)
+{
+	uint32_t i, h;
+	bool hit = false;
+
+	if (!atomic_load_explicit(&s->nwaited, memory_order_relaxed))
+		return false;
+	h = key_hash(key, strnlen(key, LOCAL_KEY_MAX + 1));
+	pthread_mutex_lock(&s->pending_lock);
+	for (i = 0; i < 4 && !hit; i++)
+		hit = s->waited[i].granted_ns && s->waited[i].key_hash == h;
+	pthread_mutex_unlock(&s->pending_lock);
+	return hit;
+}
+
+static void note_wait(local_session *s, const char *key, int err, uint64_t since,
+		      uint32_t key_idx, uint64_t tok)
 {
 	uint64_t now;
 
@@ -83,7 +105,7 @@ static void note_wait(local_session *s, int err, uint64_t since, uint32_t key_id
 	now = mono_ns();
 	hist_note(&s->seg->sessions[s->who.slot].wait_hist, now - since);
 	if (!err)
-		note_waited(s, key_idx, tok, now);
+		note_waited(s, key, key_idx, tok, now);
 }
 
 /* api_acquire() past the lock-free path: queue if need be, and wait. */
@@ -115,7 +137,7 @@ static __attribute__((noinline)) int acquire_slow(local_session *s, const char *
 		uint64_t since = mono_ns();
 
 		err = waiter_wait(s->seg, waiter, key_idx, s->who, deadline, &tok);
-		note_wait(s, err, since, key_idx, tok);
+		note_wait(s, key, err, since, key_idx, tok);
 	} else if (err == -EALREADY)
 		err = -LOCAL_EENQUEUED; /* another thread's request, or local_enqueue() */
 	if (!err) {
@@ -217,7 +239,7 @@ int local_release(local_session *s, const char *key)
 		return err;
 	/* After a local_enqueue(), a release may end that request too. */
 	if (key && !atomic_load_explicit(&s->npending, memory_order_relaxed) &&
-	    fast_release(s->seg, key, s->who, &s->hints) == 0)
+	    !waited_for(s, key) && fast_release(s->seg, key, s->who, &s->hints) == 0)
 		return 0;
 	err = api_enter(s, key, &len);
 	if (err)
