@@ -68,6 +68,81 @@ static void rowu(struct table *t, const char *name, unsigned long long v)
 	row(t, name, buf);
 }
 
+/* ---- the queue: who waits, and for how long ---- */
+
+struct queue {
+	struct local_waiter *v;
+	size_t n, cap;
+};
+
+static int add_waiter(const struct local_waiter *w, void *arg)
+{
+	struct queue *q = arg;
+
+	if (q->n == q->cap) {
+		size_t cap = q->cap ? 2 * q->cap : 4;
+		struct local_waiter *v = realloc(q->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		q->v = v;
+		q->cap = cap;
+	}
+	q->v[q->n] = (struct local_waiter){ .sz = sizeof(struct local_waiter) };
+	/* What both our header and the library know. */
+	memcpy(&q->v[q->n], w, w->sz < sizeof(*w) ? w->sz : sizeof(*w));
+	q->n++;
+	return 0;
+}
+
+static json_t *queue_json(const struct queue *q)
+{
+	json_t *a = json_array();
+	size_t i;
+
+	for (i = 0; a && i < q->n; i++) {
+		const struct local_waiter *v = &q->v[i];
+		json_t *o = json_pack("{s:I, s:I, s:I}", "position", (json_int_t)v->position,
+				      "pid", (json_int_t)v->pid, "waiting_ms",
+				      (json_int_t)v->waiting_ms);
+
+		if (!o || json_set_text(o, "session", v->session) ||
+		    json_set_text(o, "name", v->name) || json_array_append_new(a, o)) {
+			json_decref(o);
+			json_decref(a);
+			return NULL;
+		}
+	}
+	return a;
+}
+
+static int print_queue(const struct queue *q)
+{
+	static const char *const head[] = { "QUEUED", "SESSION", "NAME", "PID", "WAITING" };
+	struct table *t;
+	size_t i;
+
+	if (!q->n)
+		return EXIT_OK;
+	t = table_new(5, head);
+	if (!t)
+		return EXIT_FAIL;
+	for (i = 0; i < q->n; i++) {
+		const struct local_waiter *v = &q->v[i];
+		char pos[16], pid[16], waited[32];
+		const char *cells[5] = { pos, v->session, v->name, pid, waited };
+
+		snprintf(pos, sizeof(pos), "%u", v->position);
+		snprintf(pid, sizeof(pid), v->pid ? "%d" : "-", (int)v->pid);
+		duration_format(v->waiting_ms, waited, sizeof(waited));
+		table_add(t, cells);
+	}
+	fputc('\n', stdout);
+	table_print(t, stdout);
+	table_free(t);
+	return EXIT_OK;
+}
+
 static int print_info(const char *key, const struct local_key_info *ki, unsigned kf,
 		      const struct holders *h)
 {
@@ -128,6 +203,7 @@ int cmd_info(int argc, char **argv)
 	struct cli_common c = { 0 };
 	struct flag flags[] = { CLI_FLAG_JSON(&c), CLI_FLAG_SOCKET(&c), CLI_FLAGS_END };
 	struct holders h = { 0 };
+	struct queue q = { 0 };
 	struct local_key_info *ki;
 	int r, err, rc = EXIT_FAIL;
 	unsigned kf = 0;
@@ -149,18 +225,32 @@ int cmd_info(int argc, char **argv)
 	}
 	if (ki->holders && holders_get_at(c.socket, argv[1], &h))
 		goto out;
+	/* Who waits, in queue order, and for how long. */
+	if (ki->waiters) {
+		err = local_admin_waiters(c.socket, argv[1], add_waiter, &q);
+		if (err) {
+			errorf("cannot list the requests queued on %s: %s", argv[1],
+			       local_strerror(err));
+			rc = exit_for(err);
+			goto out;
+		}
+	}
 	if (c.json) {
 		j = key_info_json(argv[1], ki, true);
 		if (j && (key_flags_json(j, kf) ||
-			  json_object_set_new(j, "holders", holders_json(&h)))) {
+			  json_object_set_new(j, "holders", holders_json(&h)) ||
+			  json_object_set_new(j, "queue", queue_json(&q)))) {
 			json_decref(j);
 			j = NULL;
 		}
 		rc = json_emit(j, false);
 	} else {
 		rc = print_info(argv[1], ki, kf, &h);
+		if (rc == EXIT_OK)
+			rc = print_queue(&q);
 	}
 out:
+	free(q.v);
 	holders_free(&h);
 	free(ki);
 	return rc;

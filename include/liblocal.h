@@ -443,6 +443,22 @@ LOCAL_API int local_admin_info(const char *socket_path, const char *key,
 LOCAL_API int local_admin_holders(const char *socket_path, const char *key,
 				  int (*cb)(const struct local_holder *h, void *arg), void *arg);
 
+/* One queued request for a key, as local_admin_waiters() reports it. */
+struct local_waiter {
+	size_t sz; /* filled in by liblocal */
+	char session[LOCAL_SESSION_ID_LEN + 1];
+	char name[64];
+	int32_t pid;
+	uint32_t position;   /* 1: the next to be granted */
+	uint64_t waiting_ms; /* how long it has been queued */
+};
+
+/* Call @cb for each request queued on @key, the next to be granted first
+ * (a snapshot, read without the key's mutex). Errors: also -LOCAL_EPROTO
+ * from a broker older than this call. */
+LOCAL_API int local_admin_waiters(const char *socket_path, const char *key,
+				  int (*cb)(const struct local_waiter *w, void *arg), void *arg);
+
 /* local_sessions() by the broker. */
 LOCAL_API int local_admin_sessions(const char *socket_path,
 				   int (*cb)(const struct local_session_info *si, void *arg),

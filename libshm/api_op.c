@@ -442,6 +442,90 @@ int local_admin_holders(const char *socket_path, const char *key,
 	return err;
 }
 
+static int by_position(const void *a, const void *b)
+{
+	uint64_t x = ((const struct proto_op_waiter *)a)->seq;
+	uint64_t y = ((const struct proto_op_waiter *)b)->seq;
+
+	return x < y ? -1 : x > y;
+}
+
+int local_admin_waiters(const char *socket_path, const char *key,
+			int (*cb)(const struct local_waiter *w, void *arg), void *arg)
+{
+	struct proto_op_waiter *v = NULL, *grown;
+	size_t n = 0, cap = 0, len, i;
+	struct proto_op_reply rep;
+	uint32_t cursor = 0, j;
+	struct op_conn c;
+	int err;
+
+	if (!cb)
+		return -EINVAL;
+	err = key_arg(key, &len, false);
+	if (err)
+		return err;
+	err = op_open(&c, socket_path);
+	if (err)
+		return err;
+	/* All pages first: the broker lists them in node order, the caller
+	 * wants them in queue order. */
+	while (!err) {
+		size_t off = sizeof(rep);
+
+		err = op_call(&c, MSG_OP_WAITERS, key, len, cursor, 0,
+			      sizeof(struct proto_op_waiter), &rep);
+		if (!err)
+			err = rep.status;
+		for (j = 0; !err && j < rep.count; j++) {
+			const char *raw = rec_next(&c, &off);
+			uint32_t size;
+
+			memcpy(&size, raw, sizeof(size));
+			if (size != sizeof(*v)) {
+				err = -LOCAL_EPROTO;
+				break;
+			}
+			if (n == cap) {
+				cap = cap ? 2 * cap : 16;
+				grown = realloc(v, cap * sizeof(*v));
+				if (!grown) {
+					err = -ENOMEM;
+					break;
+				}
+				v = grown;
+			}
+			memcpy(&v[n++], raw, sizeof(*v));
+		}
+		if (err || rep.next == PROTO_OP_END)
+			break;
+		if (rep.next <= cursor && cursor) {
+			err = -LOCAL_EPROTO;
+			break;
+		}
+		cursor = rep.next;
+	}
+	op_close(&c);
+	if (!err && n)
+		qsort(v, n, sizeof(*v), by_position);
+	for (i = 0; !err && i < n; i++) {
+		struct local_waiter w;
+
+		memset(&w, 0, sizeof(w));
+		w.sz = sizeof(w);
+		if (memcmp(v[i].session, (uint8_t[16]){ 0 }, sizeof(v[i].session)))
+			hex_encode(v[i].session, sizeof(v[i].session), w.session);
+		memcpy(w.name, v[i].name, sizeof(w.name));
+		w.name[sizeof(w.name) - 1] = '\0';
+		w.pid = v[i].pid;
+		w.position = (uint32_t)i + 1;
+		w.waiting_ms = v[i].waiting_ms;
+		err = cb(&w, arg);
+	}
+	free(v);
+	return err;
+}
+
 int local_admin_sessions(const char *socket_path,
 			 int (*cb)(const struct local_session_info *si, void *arg), void *arg)
 {

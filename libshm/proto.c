@@ -62,6 +62,7 @@ int proto_decode_request(const void *buf, size_t len, union proto_request *out)
 	case MSG_OP_HOLDERS:
 	case MSG_OP_SESSIONS:
 	case MSG_OP_RESET:
+	case MSG_OP_WAITERS:
 		if (len != sizeof(out->op))
 			return -LOCAL_EPROTO;
 		memcpy(&out->op, buf, len);
@@ -70,7 +71,8 @@ int proto_decode_request(const void *buf, size_t len, union proto_request *out)
 			return -LOCAL_EPROTO;
 		out->op.key[out->op.key_len] = '\0';
 		/* A key names one key. */
-		if ((type == MSG_OP_INFO || type == MSG_OP_HOLDERS || type == MSG_OP_RESET) &&
+		if ((type == MSG_OP_INFO || type == MSG_OP_HOLDERS || type == MSG_OP_RESET ||
+		     type == MSG_OP_WAITERS) &&
 		    !out->op.key_len)
 			return -LOCAL_EPROTO;
 		return type;

@@ -37,12 +37,13 @@ enum proto_type {
 	MSG_OP_HOLDERS = 13,  /* the key's holds from node cursor: proto_op_holder */
 	MSG_OP_SESSIONS = 14, /* session slots from cursor: proto_op_session */
 	MSG_OP_RESET = 15,    /* reset a quarantined key: no records */
+	MSG_OP_WAITERS = 16,  /* the key's queued requests from node cursor: proto_op_waiter */
 	MSG_REPLY = 100,
 	MSG_OP_REPLY = 101,
 };
 
 #define MSG_OP_FIRST MSG_OP_STATS
-#define MSG_OP_LAST MSG_OP_RESET
+#define MSG_OP_LAST MSG_OP_WAITERS
 
 struct proto_hdr {
 	uint32_t magic;
@@ -141,6 +142,15 @@ struct proto_op_holder {
 	uint8_t session[16];
 	char name[SEG_NAME_MAX];
 	uint64_t token, lease_remaining_ms;
+};
+
+struct proto_op_waiter {
+	uint32_t size;
+	int32_t pid;
+	uint8_t session[16];
+	char name[SEG_NAME_MAX];
+	uint64_t seq;	     /* arrival order within the key */
+	uint64_t waiting_ms; /* since it queued */
 };
 
 struct proto_op_session {

@@ -155,6 +155,9 @@ struct seg_node {
 	uint64_t token;	       /* HOLDING/GRANTED: the fencing token */
 	uint64_t lease_until_ns; /* 0: no lease */
 	uint32_t staged_len; /* NODE_WAITING: value to attach at the grant, + 1; 0: none */
+	/* NODE_WAITING: CLOCK_MONOTONIC in ms (low 32 bits) when it queued, for
+	 * `shmlock info` (J3); in the line's spare bytes, on the queueing path. */
+	uint32_t queued_ms;
 } __attribute__((aligned(64)));
 
 /* ---- keys ------------------------------------------------------------- */
