@@ -276,6 +276,13 @@ header-check:
 		$(CC) -std=c99 -Wall -Wextra -Werror -pedantic -Iinclude -x c -fsyntax-only -
 	@printf '#include <liblocal.h>\nint main() { return local_strerror(0) == nullptr; }\n' | \
 		$(CXX) -std=c++11 -Wall -Wextra -Werror -pedantic -Iinclude -x c++ -fsyntax-only -
+	@# The growable structs' macros, as C99 and C++11 programs use them (J3).
+	@printf '#include <liblocal.h>\nint main(void) { static LOCAL_OPTS(local_key_info, k);\n%s\n' \
+		'LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0); return LOCAL_HAS(&k, token) + (int)o.sz; }' | \
+		$(CC) -std=c99 -Wall -Wextra -Werror -pedantic -Iinclude -x c -fsyntax-only -
+	@printf '#include <liblocal.h>\nint main() { local_key_info k{}; k.sz = sizeof k;\n%s\n' \
+		'return LOCAL_HAS(&k, token) + (local_version() == nullptr); }' | \
+		$(CXX) -std=c++11 -Wall -Wextra -Werror -pedantic -Iinclude -x c++ -fsyntax-only -
 	@echo "  OK      include/liblocal.h compiles alone as C99 and C++11"
 
 # ---- fuzzing (clang libFuzzer, ASan+UBSan) --------------------------------

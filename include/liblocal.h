@@ -58,9 +58,12 @@ extern "C" {
  *    sz set to the bytes it filled: a field lies within them when
  *    LOCAL_HAS(ptr, field).
  * Written as LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0); a static or
- * const object takes the qualifier in front: static LOCAL_OPTS(...).
+ * const object takes the qualifier in front: static LOCAL_OPTS(...). C++
+ * (before C++20's designated initializers): `local_acquire_opts o{};
+ * o.sz = sizeof o;`, then the fields.
  */
-#define LOCAL_OPTS(TYPE, NAME, ...) struct TYPE NAME = { .sz = sizeof(struct TYPE), __VA_ARGS__ }
+#define LOCAL_OPTS(TYPE, ...) LOCAL_OPTS_(TYPE, __VA_ARGS__, )
+#define LOCAL_OPTS_(TYPE, NAME, ...) struct TYPE NAME = { .sz = sizeof(struct TYPE), __VA_ARGS__ }
 #define LOCAL_HAS(PTR, FIELD)                                                                  \
 	((PTR)->sz >= offsetof(__typeof__(*(PTR)), FIELD) + sizeof((PTR)->FIELD))
 
