@@ -6,13 +6,16 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "broker_fixture.h"
@@ -248,4 +251,67 @@ TEST(metrics, counters_and_histograms_move, 30)
 	CHECK(sample(m, "shmlock_wait_seconds_sum") > 0);
 	free(m);
 	broker_stop(&b);
+}
+
+/* A listening TCP socket on 127.0.0.1, as a service manager would pass it. */
+static int tcp_listener(int *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	CHECK(fd >= 0);
+	CHECK(!bind(fd, (struct sockaddr *)&a, sizeof(a)));
+	CHECK(!listen(fd, 16));
+	CHECK(!getsockname(fd, (struct sockaddr *)&a, &len));
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+TEST(metrics, socket_activated_metrics_fd, 30)
+{
+	const char *bin = getenv("SHMLOCK_BROKER_BIN");
+	char dir[] = "/tmp/shmlock-metrics-XXXXXX", sock[128], logf[128], keep[140], shm[64], *m;
+	int port, lfd, status;
+	pid_t pid;
+
+	if (!bin)
+		FAIL_AT("SHMLOCK_BROKER_BIN is not set (run through 'make test')");
+	CHECK(mkdtemp(dir));
+	snprintf(sock, sizeof(sock), "%s/sock", dir);
+	snprintf(logf, sizeof(logf), "%s/log", dir);
+	snprintf(keep, sizeof(keep), "%s.keep", sock);
+	snprintf(shm, sizeof(shm), "/shmlock-metrics-%d", (int)getpid());
+	lfd = tcp_listener(&port);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (!pid) {
+		char v[32];
+		int log = open(logf, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		if (log >= 0)
+			dup2(log, 2);
+		if (lfd != 3) {
+			dup2(lfd, 3);
+			close(lfd);
+		}
+		snprintf(v, sizeof(v), "%d", (int)getpid());
+		setenv("LISTEN_PID", v, 1);
+		setenv("LISTEN_FDS", "1", 1);
+		setenv("LISTEN_FDNAMES", "metrics", 1);
+		execl(bin, bin, "--socket", sock, "--shm-name", shm, "--destroy-segment-on-exit",
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(lfd);
+	m = scrape(port);
+	CHECK(strstr(m, "shmlock_build_info{version=\""));
+	free(m);
+	CHECK(!kill(pid, SIGTERM));
+	CHECK_EQ(waitpid(pid, &status, 0), pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	unlink(sock);
+	unlink(keep);
+	unlink(logf);
+	rmdir(dir);
 }
