@@ -363,7 +363,7 @@ COMPLETIONDIR  ?= $(PREFIX)/share/bash-completion/completions
 # Every function of the public header gets a man page link to liblocal(3),
 # so that `man local_lock` finds it.
 MAN3_LINKS := $(shell sed -n 's/^LOCAL_API [^\x28]*[ *]\(local_[a-z_0-9]*\)\x28.*/\1/p' \
-		include/liblocal.h)
+		include/liblocal.h) local_session_opts_init # J3: a macro now
 
 # What install writes, one path a line, without DESTDIR: uninstall removes
 # exactly these.
