@@ -95,8 +95,8 @@ static bool waited_for(local_session *s, const char *key)
 	return hit;
 }
 
-static void note_wait(local_session *s, const char *key, int err, uint64_t since,
-		      uint32_t key_idx, uint64_t tok)
+void api_note_wait(local_session *s, const char *key, int err, uint64_t since, uint32_t key_idx,
+		   uint64_t tok)
 {
 	uint64_t now;
 
@@ -137,7 +137,7 @@ static __attribute__((noinline)) int acquire_slow(local_session *s, const char *
 		uint64_t since = mono_ns();
 
 		err = waiter_wait(s->seg, waiter, key_idx, s->who, deadline, &tok);
-		note_wait(s, key, err, since, key_idx, tok);
+		api_note_wait(s, key, err, since, key_idx, tok);
 	} else if (err == -EALREADY)
 		err = -LOCAL_EENQUEUED; /* another thread's request, or local_enqueue() */
 	if (!err) {

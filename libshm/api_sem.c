@@ -133,6 +133,7 @@ int local_enqueue(local_session *s, const char *key, uint32_t limit,
 			*token = tok;
 		return 0;
 	}
+	p->queued_ns = mono_ns(); /* J3: metrics */
 	remember(s, p, key, len, waiter, key_idx);
 	return 0;
 }
@@ -152,6 +153,8 @@ int local_wait(local_session *s, const char *key, int64_t timeout_ms, uint64_t *
 	if (!p)
 		return -LOCAL_ENOTENQUEUED;
 	err = waiter_wait(s->seg, p->node, p->key_idx, s->who, deadline, &tok);
+	if (p->queued_ns) /* J3: metrics */
+		api_note_wait(s, key, err, p->queued_ns, p->key_idx, tok);
 	if (!err)
 		api_forget_expiry(s, p->key_idx);
 	free(p);
@@ -218,6 +221,8 @@ int api_pending_poll(local_session *s, const char *key, bool cancel, uint64_t *t
 		remember(s, p, key, len, p->node, p->key_idx); /* still queued */
 		return err;
 	}
+	if (p->queued_ns && (!err || cancel)) /* J3: metrics (a cancel gave up) */
+		api_note_wait(s, key, err ? -ETIMEDOUT : 0, p->queued_ns, p->key_idx, tok);
 	if (!err)
 		api_forget_expiry(s, p->key_idx);
 	free(p);

@@ -200,7 +200,7 @@ TEST(metrics, counters_and_histograms_move, 30)
 	double opened, closed, handoffs, waits, holds, wait_inf, hold_inf, timeouts;
 	pthread_t t;
 	char *m;
-	int port;
+	int port, granted = -1;
 
 	start_with_metrics(&b, &port, flags);
 	m = scrape(port);
@@ -230,6 +230,13 @@ TEST(metrics, counters_and_histograms_move, 30)
 	/* a queues behind c and gives up: a wait that timed out. */
 	CHECK_RC(local_lock(a, "m/k", &briefly, NULL), -ETIMEDOUT);
 	CHECK_OK(local_release(c, "m/k"));
+	/* Two-phase: c queues with local_enqueue(), is granted in local_wait(). */
+	CHECK_OK(local_lock(a, "m/2p", &try, NULL));
+	CHECK_OK(local_enqueue(c, "m/2p", 0, NULL, &granted, NULL));
+	CHECK_EQ(granted, 0);
+	CHECK_OK(local_release(a, "m/2p"));
+	CHECK_OK(local_wait(c, "m/2p", 10000, NULL));
+	CHECK_OK(local_release(c, "m/2p"));
 	CHECK_OK(local_session_close(a));
 	CHECK_OK(local_session_close(c));
 
@@ -238,11 +245,11 @@ TEST(metrics, counters_and_histograms_move, 30)
 	CHECK_EQ(sample(m, "shmlock_sessions_closed_total"), closed + 2);
 	CHECK(sample(m, "shmlock_handoffs_total") >= handoffs + 1);
 	CHECK(sample(m, "shmlock_timeouts_total") >= timeouts + 1);
-	/* Two waits (one granted, one timed out), one hold that had waited. */
-	CHECK_EQ(sample(m, "shmlock_wait_seconds_count"), waits + 2);
-	CHECK_EQ(sample(m, "shmlock_wait_seconds_bucket{le=\"+Inf\"}"), wait_inf + 2);
-	CHECK_EQ(sample(m, "shmlock_hold_seconds_count"), holds + 1);
-	CHECK_EQ(sample(m, "shmlock_hold_seconds_bucket{le=\"+Inf\"}"), hold_inf + 1);
+	/* Three waits (two granted, one timed out), two holds that had waited. */
+	CHECK_EQ(sample(m, "shmlock_wait_seconds_count"), waits + 3);
+	CHECK_EQ(sample(m, "shmlock_wait_seconds_bucket{le=\"+Inf\"}"), wait_inf + 3);
+	CHECK_EQ(sample(m, "shmlock_hold_seconds_count"), holds + 2);
+	CHECK_EQ(sample(m, "shmlock_hold_seconds_bucket{le=\"+Inf\"}"), hold_inf + 2);
 	/* Buckets are cumulative and end at the count. */
 	CHECK(sample(m, "shmlock_wait_seconds_bucket{le=\"0.0001\"}") <=
 	      sample(m, "shmlock_wait_seconds_bucket{le=\"300\"}"));
