@@ -37,7 +37,8 @@ enum proto_type {
 	MSG_OP_HOLDERS = 13,  /* the key's holds from node cursor: proto_op_holder */
 	MSG_OP_SESSIONS = 14, /* session slots from cursor: proto_op_session */
 	MSG_OP_RESET = 15,    /* reset a quarantined key: no records */
-	MSG_OP_WAITERS = 16,  /* the key's queued requests from node cursor: proto_op_waiter */
+	MSG_OP_WAITERS = 18,  /* the key's queued requests from node cursor: proto_op_waiter
+			       * (16 and 17: MSG_OP_BROKER, MSG_OP_LOCK_DELAY on main) */
 	MSG_REPLY = 100,
 	MSG_OP_REPLY = 101,
 };
