@@ -374,6 +374,7 @@ INSTALLED_FILES := $(LIBDIR)/liblocal.so.$(VERSION) $(LIBDIR)/$(SONAME) $(LIBDIR
 	$(if $(CLI_SRC),$(BINDIR)/shmlock $(MANDIR)/man1/shmlock.1 $(COMPLETIONDIR)/shmlock) \
 	$(SYSTEMDUNITDIR)/shmlockd.service $(SYSTEMDUNITDIR)/shmlockd.socket \
 	$(SYSTEMDUNITDIR)/shmlockd-http.socket $(SYSTEMDUNITDIR)/shmlockd-tcp.socket \
+	$(SYSTEMDUNITDIR)/shmlockd-metrics.socket \
 	$(SYSUSERSDIR)/shmlock.conf
 INSTALL_DIRS := $(sort $(dir $(INSTALLED_FILES)))
 # The directories install had to create are listed here (with DESTDIR), so
@@ -419,7 +420,8 @@ install-units:
 		> $(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.service
 	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.service
 	install -m 0644 systemd/shmlockd.socket systemd/shmlockd-http.socket \
-		systemd/shmlockd-tcp.socket $(DESTDIR)$(SYSTEMDUNITDIR)/
+		systemd/shmlockd-tcp.socket systemd/shmlockd-metrics.socket \
+		$(DESTDIR)$(SYSTEMDUNITDIR)/
 	install -m 0644 systemd/shmlock.sysusers $(DESTDIR)$(SYSUSERSDIR)/shmlock.conf
 
 uninstall:
