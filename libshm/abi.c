@@ -110,6 +110,10 @@ int abi_acquire_opts(const struct local_acquire_opts **opts, struct local_acquir
 
 	if (!in)
 		return 0;
+	/* A caller built with this header (the lock path's common case): its
+	 * struct is ours, used as it is, without a copy. */
+	if (in->sz == sizeof(*in))
+		return in->value_len && !in->value ? -EINVAL : 0;
 	memset(copy, 0, sizeof(*copy));
 	copy->timeout_ms = -1;
 	err = abi_opts_in(in, copy, sizeof(*copy));
