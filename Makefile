@@ -277,6 +277,13 @@ header-check:
 		$(CC) -std=c99 -Wall -Wextra -Werror -pedantic -Iinclude -x c -fsyntax-only -
 	@printf '#include <liblocal.h>\nint main() { return local_strerror(0) == nullptr; }\n' | \
 		$(CXX) -std=c++11 -Wall -Wextra -Werror -pedantic -Iinclude -x c++ -fsyntax-only -
+	@# The growable structs' macros, as C99 and C++11 programs use them (J3).
+	@printf '#include <liblocal.h>\nint main(void) { static LOCAL_OPTS(local_key_info, k);\n%s\n' \
+		'LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0); return LOCAL_HAS(&k, token) + (int)o.sz; }' | \
+		$(CC) -std=c99 -Wall -Wextra -Werror -pedantic -Iinclude -x c -fsyntax-only -
+	@printf '#include <liblocal.h>\nint main() { local_key_info k{}; k.sz = sizeof k;\n%s\n' \
+		'return LOCAL_HAS(&k, token) + (local_version() == nullptr); }' | \
+		$(CXX) -std=c++11 -Wall -Wextra -Werror -pedantic -Iinclude -x c++ -fsyntax-only -
 	@echo "  OK      include/liblocal.h compiles alone as C99 and C++11"
 
 # ---- fuzzing (clang libFuzzer, ASan+UBSan) --------------------------------
@@ -357,7 +364,7 @@ COMPLETIONDIR  ?= $(PREFIX)/share/bash-completion/completions
 # Every function of the public header gets a man page link to liblocal(3),
 # so that `man local_lock` finds it.
 MAN3_LINKS := $(shell sed -n 's/^LOCAL_API [^\x28]*[ *]\(local_[a-z_0-9]*\)\x28.*/\1/p' \
-		include/liblocal.h)
+		include/liblocal.h) local_session_opts_init # J3: a macro now
 
 # What install writes, one path a line, without DESTDIR: uninstall removes
 # exactly these.
@@ -369,6 +376,7 @@ INSTALLED_FILES := $(LIBDIR)/liblocal.so.$(VERSION) $(LIBDIR)/$(SONAME) $(LIBDIR
 	$(SYSTEMDUNITDIR)/shmlockd.service $(SYSTEMDUNITDIR)/shmlockd.socket \
 	$(SYSTEMDUNITDIR)/shmlockd-http.socket $(SYSTEMDUNITDIR)/shmlockd-tcp.socket \
 	$(SYSTEMDUNITDIR)/shmlockd-consul.socket \
+	$(SYSTEMDUNITDIR)/shmlockd-metrics.socket \
 	$(SYSUSERSDIR)/shmlock.conf
 INSTALL_DIRS := $(sort $(dir $(INSTALLED_FILES)))
 # The directories install had to create are listed here (with DESTDIR), so
@@ -414,7 +422,8 @@ install-units:
 		> $(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.service
 	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/shmlockd.service
 	install -m 0644 systemd/shmlockd.socket systemd/shmlockd-http.socket \
-		systemd/shmlockd-tcp.socket $(DESTDIR)$(SYSTEMDUNITDIR)/
+		systemd/shmlockd-tcp.socket systemd/shmlockd-metrics.socket \
+		$(DESTDIR)$(SYSTEMDUNITDIR)/
 	install -m 0644 systemd/shmlockd-consul.socket $(DESTDIR)$(SYSTEMDUNITDIR)/
 	install -m 0644 systemd/shmlock.sysusers $(DESTDIR)$(SYSUSERSDIR)/shmlock.conf
 

@@ -85,6 +85,7 @@ struct broker_opts {
 	struct http_opts http;
 	struct tcp_opts tcp;
 	struct consul_opts consul; /* consul_*.c: the Consul-compatible API */
+	char metrics_listen[128]; /* metrics.c: --metrics-listen; "" when off */
 };
 
 struct broker {
@@ -128,6 +129,8 @@ struct broker {
 	struct http *http;
 	/* tcp_*.c: NULL unless the TCP protocol is on */
 	struct tcp *tcp;
+	/* metrics.c: NULL unless the metrics-only listener is on */
+	struct metrics *metrics;
 };
 
 
@@ -279,6 +282,7 @@ void loop_unwatch_fd(struct broker *b, int fd);
 #define TAG_HTTP_HUP (8ull << 56) /* value: HTTP waiter slot */
 #define TAG_TCP_LISTEN (9ull << 56) /* value: TCP listener index */
 #define TAG_TCP (10ull << 56)	    /* value: generation << 32 | connection slot */
+#define TAG_METRICS (11ull << 56)   /* the metrics listener's libmicrohttpd (metrics.c) */
 #define TAG_KIND(t) ((t)&0xffull << 56)
 #define TAG_VALUE(t) ((t) & ((1ull << 56) - 1))
 

@@ -450,7 +450,7 @@ static void put(struct hreq *r, const char *key, size_t klen)
 	}
 	if (acquire && (!e || e->owner != cs)) {
 		/* Consul's acquire never waits: a try in the key's FIFO. */
-		struct local_acquire_opts o = { .timeout_ms = 0, .lease_ms = 0 };
+		LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .lease_ms = 0);
 
 		if (r->body_len <= c->b->seg.caps.max_value) {
 			o.value = r->body;
@@ -489,7 +489,7 @@ static void put(struct hreq *r, const char *key, size_t klen)
 	} else if (acquire) {
 		/* Held already: Consul replaces the value, and so does the
 		 * segment (local_lock() again with the value). */
-		struct local_acquire_opts o = { .timeout_ms = 0 };
+		LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0);
 
 		if (r->body_len <= c->b->seg.caps.max_value) {
 			o.value = r->body;

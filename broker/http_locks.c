@@ -528,7 +528,7 @@ static void acquire(struct hreq *r, struct hsession *hs, const struct op_args *a
 {
 	const char *key = r->rt.param;
 	uint32_t limit = is_sem(r->rt.id) ? (uint32_t)a->limit : 0;
-	struct local_acquire_opts o = { .timeout_ms = 0, .lease_ms = (uint32_t)a->lease_s * 1000 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .lease_ms = (uint32_t)a->lease_s * 1000);
 	uint64_t tok = 0;
 	int granted = 0, err;
 
@@ -603,7 +603,7 @@ static int match_holder(const struct local_holder *hl, void *arg)
 static int token_holder(struct http *h, struct hsession *hs, const char *key, const char *text,
 			bool sem, struct hsession **holder)
 {
-	static struct local_key_info ki; /* large; the loop is one thread */
+	static LOCAL_OPTS(local_key_info, ki); /* large; the loop is one thread */
 	struct token_probe p = { h, 0, 0, NULL };
 	uint64_t tok = 0;
 	int err;

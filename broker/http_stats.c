@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "http_int.h"
+#include "metrics.h"
 #include "operator.h"
 
 /* Status codes the API answers with, in the order of the counters. */
@@ -198,7 +199,7 @@ void http_stats(struct hreq *r)
 {
 	struct http *h = r->h;
 	struct stats_walk w = { h, json_array(), json_array(), json_array(), json_array() };
-	struct local_stats st;
+	LOCAL_OPTS(local_stats, st);
 	json_t *j, *quarantined;
 
 	/* "", not NULL: liblocal memcmp()s the prefix (UB with NULL, even for 0 bytes). */
@@ -242,68 +243,23 @@ void http_stats(struct hreq *r)
 
 /* ---- /metrics ------------------------------------------------------------------ */
 
-struct text {
-	char *p;
-	size_t len, cap;
-};
-
-static void put(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void put(struct text *t, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	for (;;) {
-		size_t room = t->cap - t->len;
-
-		va_start(ap, fmt);
-		n = vsnprintf(t->p ? t->p + t->len : NULL, t->p ? room : 0, fmt, ap);
-		va_end(ap);
-		if (n < 0)
-			return;
-		if (t->p && (size_t)n < room) {
-			t->len += (size_t)n;
-			return;
-		}
-		t->cap = (t->cap + (size_t)n + 1) * 2;
-		t->p = realloc(t->p, t->cap);
-		if (!t->p) {
-			t->cap = t->len = 0;
-			return;
-		}
-	}
-}
-
-static void gauge(struct text *t, const char *name, const char *help, uint64_t v)
-{
-	put(t, "# HELP %s %s\n# TYPE %s gauge\n%s %llu\n", name, help, name, name,
-	    (unsigned long long)v);
-}
-
-static void counter(struct text *t, const char *name, const char *help, uint64_t v)
-{
-	put(t, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
-	    (unsigned long long)v);
-}
-
 static void requests(struct text *t, const struct http_counters *c)
 {
 	int m, rt, s, i;
 
-	put(t, "# HELP shmlock_http_requests_total HTTP requests answered.\n"
+	text_put(t, "# HELP shmlock_http_requests_total HTTP requests answered.\n"
 	       "# TYPE shmlock_http_requests_total counter\n");
 	for (m = 0; m < M_COUNT; m++)
 		for (rt = 0; rt < R_COUNT; rt++)
 			for (s = 0; s < HTTP_STATUS_SLOTS; s++)
 				if (c->requests[m][rt][s])
-					put(t,
+					text_put(t,
 					    "shmlock_http_requests_total{method=\"%s\",route=\"%s\","
 					    "status=\"%d\"} %llu\n",
 					    http_method_name((enum http_method)m),
 					    http_route_name((enum http_route)rt), status_codes[s],
 					    (unsigned long long)c->requests[m][rt][s]);
-	put(t, "# HELP shmlock_http_request_duration_seconds Time from request to answer.\n"
+	text_put(t, "# HELP shmlock_http_request_duration_seconds Time from request to answer.\n"
 	       "# TYPE shmlock_http_request_duration_seconds histogram\n");
 	for (rt = 0; rt < R_COUNT; rt++) {
 		const char *name = http_route_name((enum http_route)rt);
@@ -311,10 +267,10 @@ static void requests(struct text *t, const struct http_counters *c)
 		if (!c->duration_count[rt])
 			continue;
 		for (i = 0; i < 12; i++)
-			put(t, "shmlock_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} "
+			text_put(t, "shmlock_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} "
 			       "%llu\n",
 			    name, buckets[i], (unsigned long long)c->duration_bucket[rt][i]);
-		put(t, "shmlock_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %llu\n"
+		text_put(t, "shmlock_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %llu\n"
 		       "shmlock_http_request_duration_seconds_sum{route=\"%s\"} %.9f\n"
 		       "shmlock_http_request_duration_seconds_count{route=\"%s\"} %llu\n",
 		    name, (unsigned long long)c->duration_count[rt], name, c->duration_sum[rt], name,
@@ -326,40 +282,21 @@ void http_metrics(struct hreq *r)
 {
 	struct http *h = r->h;
 	struct text t = { NULL, 0, 0 };
-	struct local_stats st;
 
-	local_stats(h->observer, &st);
 	requests(&t, &h->c);
-	gauge(&t, "shmlock_sessions", "Live sessions (all transports).", st.sessions);
-	gauge(&t, "shmlock_http_sessions", "Live HTTP sessions.", http_sessions_count(h));
-	gauge(&t, "shmlock_http_connections", "Open HTTP connections.", h->connections);
-	gauge(&t, "shmlock_http_waiting", "HTTP requests waiting for a grant.", h->active_waiters);
-	gauge(&t, "shmlock_holds", "Holds of locks and semaphore slots.", st.holds);
-	gauge(&t, "shmlock_waiters", "Queued requests.", st.waiters);
-	gauge(&t, "shmlock_keys", "Keys in the table.", st.keys);
-	gauge(&t, "shmlock_capacity_sessions", "--max-sessions.", st.max_sessions);
-	gauge(&t, "shmlock_capacity_keys", "--max-keys.", st.max_keys);
-	gauge(&t, "shmlock_capacity_holds", "--max-holds.", st.max_holds);
-	gauge(&t, "shmlock_capacity_waiters", "--max-waiters.", st.max_waiters);
-	counter(&t, "shmlock_grants_total", "Grants of any key, any transport.", st.grants);
-	counter(&t, "shmlock_timeouts_total", "Waits that timed out.", st.timeouts);
-	counter(&t, "shmlock_lease_expiries_total", "Holds ended by lease expiry.",
-		st.lease_expiries);
-	counter(&t, "shmlock_crash_cleanups_total", "Sessions cleaned up after their process died.",
-		st.crash_cleanups);
-	counter(&t, "shmlock_ttl_expiries_total", "Sessions ended by TTL expiry.", st.ttl_expiries);
-	gauge(&t, "shmlock_quarantined_keys",
-	      "Key entries quarantined as damaged now (shmlock reset KEY).",
-	      operator_quarantined(&h->b->seg, NULL, NULL));
-	counter(&t, "shmlock_quarantined_total", "Key entries found damaged and quarantined.",
-		st.quarantined);
-	counter(&t, "shmlock_http_grants_total", "Grants answered over HTTP.", h->c.grants);
-	counter(&t, "shmlock_http_timeouts_total", "HTTP acquires and waits that timed out.",
-		h->c.timeouts);
-	counter(&t, "shmlock_http_canceled_total", "HTTP waits ended by the client or shutdown.",
-		h->c.canceled);
-	counter(&t, "shmlock_http_sessions_reaped_total", "Idle HTTP sessions reaped.",
-		h->c.reaped);
+	/* The broker-wide part, as the metrics-only listener serves it. */
+	metrics_render_broker(h->b, &t);
+	text_gauge(&t, "shmlock_http_sessions", "Live HTTP sessions.", http_sessions_count(h));
+	text_gauge(&t, "shmlock_http_connections", "Open HTTP connections.", h->connections);
+	text_gauge(&t, "shmlock_http_waiting", "HTTP requests waiting for a grant.",
+		   h->active_waiters);
+	text_counter(&t, "shmlock_http_grants_total", "Grants answered over HTTP.", h->c.grants);
+	text_counter(&t, "shmlock_http_timeouts_total", "HTTP acquires and waits that timed out.",
+		     h->c.timeouts);
+	text_counter(&t, "shmlock_http_canceled_total",
+		     "HTTP waits ended by the client or shutdown.", h->c.canceled);
+	text_counter(&t, "shmlock_http_sessions_reaped_total", "Idle HTTP sessions reaped.",
+		     h->c.reaped);
 	free(r->reply);
 	r->reply = t.p;
 	r->status = t.p ? 200 : 500;

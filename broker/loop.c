@@ -21,6 +21,7 @@
 #include "broker.h"
 #include "clock.h"
 #include "conns.h"
+#include "metrics.h" /* J3 */
 #include "operator.h"
 #include "procinfo.h"
 
@@ -331,6 +332,8 @@ static void handle_timers(struct broker *b)
 			conns_rearm(b);
 		else if (t.kind == TIMER_TCP_TICK || t.kind == TIMER_TCP_WAIT)
 			tcp_timer(b, t.kind, t.a, t.b);
+		else if (t.kind == TIMER_METRICS_TICK) /* J3: metrics listener */
+			metrics_timer(b);
 		else
 			http_timer(b, t.kind, t.a, t.b);
 	}
@@ -446,6 +449,8 @@ int loop_run(struct broker *b)
 		err = http_start(b);
 	if (!err)
 		err = tcp_start(b);
+	if (!err)
+		err = metrics_start(b); /* J3: metrics-only listener */
 	if (err)
 		return err;
 	b->seg.ring_local = true; /* from here on the loop sees its own rings */
@@ -492,6 +497,9 @@ int loop_run(struct broker *b)
 			case TAG_TCP:
 				tcp_event(b, tag, ev[i].events);
 				break;
+			case TAG_METRICS: /* J3 */
+				metrics_event(b);
+				break;
 			case TAG_HTTP:
 			case TAG_HTTP_HUP:
 				http_event(b, tag);
@@ -504,6 +512,7 @@ int loop_run(struct broker *b)
 	local_rings(b);
 	tcp_stop(b);
 	http_stop(b);
+	metrics_stop(b); /* J3 */
 	leases_stop(b);
 	conns_fini(b);
 	return 0;

@@ -13,6 +13,7 @@
 #include "broker.h"
 #include "conns.h"
 #include "clock.h"
+#include "metrics.h" /* J3 */
 #include "paths.h"
 
 #ifndef SHMLOCK_VERSION
@@ -55,6 +56,9 @@ static const char usage_text[] =
 	"                          cannot inspect\n"
 	"  --replace-wait SECONDS  wait this long for the processes that still map\n"
 	"                          such a segment to exit (default 0)\n"
+	"  --metrics-listen [HOST:]PORT  serve GET /metrics (Prometheus text) and\n"
+	"                          nothing else on TCP (host default 127.0.0.1);\n"
+	"                          or a socket-activated fd named \"metrics\"\n"
 	"  --check                 validate the segment of the broker at --socket\n"
 	"                          read-only, report what is wrong and exit\n"
 	"                          (changes nothing)\n"
@@ -68,7 +72,7 @@ static const char usage_text[] =
 
 enum { OPT_SOCKET = 256, OPT_SHM, OPT_KEYS, OPT_SESSIONS, OPT_WAITERS, OPT_HOLDS, OPT_VALUE,
        OPT_LOG, OPT_DESTROY, OPT_FALLBACK, OPT_GC, OPT_CHECK, OPT_GROUP, OPT_ALLOW_UID,
-       OPT_ALLOW_GID, OPT_REPLACE, OPT_REPLACE_WAIT };
+       OPT_ALLOW_GID, OPT_REPLACE, OPT_REPLACE_WAIT, OPT_METRICS_LISTEN /* J3 */ };
 
 static const struct option base_opts[] = {
 	{ "socket", required_argument, NULL, OPT_SOCKET },
@@ -88,6 +92,7 @@ static const struct option base_opts[] = {
 	{ "check", no_argument, NULL, OPT_CHECK },
 	{ "replace-segment", no_argument, NULL, OPT_REPLACE },
 	{ "replace-wait", required_argument, NULL, OPT_REPLACE_WAIT },
+	{ "metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN }, /* J3 */
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 };
@@ -217,6 +222,14 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 		case OPT_REPLACE:
 			o->replace_segment = true;
 			break;
+		case OPT_METRICS_LISTEN: /* J3 */
+			if (strlen(optarg) >= sizeof(o->metrics_listen) || !optarg[0]) {
+				fprintf(stderr, "shmlockd: --metrics-listen: [HOST:]PORT expected\n");
+				err = -1;
+				break;
+			}
+			strcpy(o->metrics_listen, optarg);
+			break;
 		case OPT_REPLACE_WAIT:
 			err = parse_u32("replace-wait", optarg, &o->replace_wait_ms);
 			if (!err && o->replace_wait_ms > 86400) {
@@ -327,6 +340,7 @@ int main(int argc, char **argv)
 	 * must not outlive the segment's mapping. Both calls are idempotent. */
 	tcp_stop(&b);
 	http_stop(&b);
+	metrics_stop(&b); /* J3 */
 	leases_stop(&b);
 	conns_fini(&b); /* idempotent too */
 	listen_teardown(&b);

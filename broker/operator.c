@@ -147,6 +147,52 @@ static int add_holder(const struct segment *seg, uint32_t i, uint64_t now, struc
 	return 0;
 }
 
+/* A queued request (J3, `shmlock info`): read without the key's mutex, as
+ * a snapshot; the client puts them in arrival order. */
+static int add_waiter(const struct segment *seg, uint32_t i, uint32_t now_ms, struct page *p)
+{
+	const struct seg_node *n = &seg->nodes[i];
+	const struct seg_session *s = seg_session_at(seg, NODE_SESSION(atomic_load(&n->word)));
+	struct proto_op_waiter *r = rec_add(p, sizeof(*r), PROTO_OP_PAGE);
+
+	if (!r)
+		return -ENOSPC;
+	if (s) {
+		memcpy(r->session, s->id, sizeof(r->session));
+		memcpy(r->name, s->name, sizeof(r->name));
+		r->name[sizeof(r->name) - 1] = '\0';
+		r->pid = s->pid;
+	}
+	r->seq = n->seq;
+	r->waiting_ms = (uint32_t)(now_ms - n->queued_ms); /* wraps every 49 days: fine */
+	return 0;
+}
+
+static uint32_t find_entry(const struct segment *seg, const char *key, size_t len);
+
+static int op_waiters(struct broker *b, const struct proto_op *req, struct page *p,
+		      uint32_t *next)
+{
+	struct segment *seg = &b->seg;
+	uint32_t idx = find_entry(seg, req->key, req->key_len), i;
+	uint32_t now_ms = (uint32_t)(mono_ns() / 1000000);
+
+	*next = PROTO_OP_END;
+	if (idx == IDX_NONE)
+		return 0;
+	for (i = req->cursor; i < seg->nnodes; i++) {
+		uint64_t w = atomic_load(&seg->nodes[i].word);
+
+		if (NODE_STATE(w) != NODE_WAITING || NODE_KEY(w) != idx)
+			continue;
+		if (add_waiter(seg, i, now_ms, p)) {
+			*next = i;
+			break;
+		}
+	}
+	return 0;
+}
+
 /* What a key record carries besides the key's state. */
 #define WANT_VALUE 1u
 #define WANT_HOLDERS 2u
@@ -536,14 +582,22 @@ static int op_broker(struct broker *b, struct page *p)
 
 static int op_stats(struct broker *b, struct page *p)
 {
-	const struct segment *seg = &b->seg;
-	const struct seg_header *h = seg->hdr;
 	struct proto_op_stats *r = rec_add(p, sizeof(*r), PROTO_OP_PAGE);
-	uint64_t grants = 0, started;
-	uint32_t i;
 
 	if (!r)
 		return -ENOMEM;
+	operator_stats(b, r);
+	return 0;
+}
+
+/* Split out of op_stats() for /metrics (J3, broker/metrics_render.c). */
+void operator_stats(const struct broker *b, struct proto_op_stats *r)
+{
+	const struct segment *seg = &b->seg;
+	const struct seg_header *h = seg->hdr;
+	uint64_t grants = 0, started;
+	uint32_t i;
+
 	for (i = 0; i < seg->caps.max_sessions; i++)
 		r->sessions += SESS_STATE(atomic_load(&seg->sessions[i].state_gen)) == SESS_ACTIVE;
 	for (i = 0; i < seg->caps.max_keys; i++) {
@@ -582,7 +636,6 @@ static int op_stats(struct broker *b, struct page *p)
 	r->quarantined = atomic_load(&h->stats.quarantined);
 	r->sessions_opened = atomic_load(&h->stats.sessions_opened);
 	r->sessions_closed = atomic_load(&h->stats.sessions_closed);
-	return 0;
 }
 
 /* Reset every quarantined entry named @req->key; -ENOENT if there is none. */
@@ -660,6 +713,9 @@ void operator_serve(struct broker *b, int conn, int type, const struct proto_op 
 			break;
 		case MSG_OP_SESSIONS:
 			err = op_sessions(b, req, &p, &rep.next);
+			break;
+		case MSG_OP_WAITERS: /* J3 */
+			err = op_waiters(b, req, &p, &rep.next);
 			break;
 		case MSG_OP_RESET:
 			err = op_reset(b, req, &cred);

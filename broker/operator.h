@@ -31,4 +31,7 @@ uint32_t operator_quarantined(const struct segment *seg,
 			      int (*cb)(uint32_t idx, const char *name, size_t len, void *arg),
 			      void *arg);
 
+/* What MSG_OP_STATS answers (local_admin_stats()), into @r (zeroed). */
+void operator_stats(const struct broker *b, struct proto_op_stats *r);
+
 #endif

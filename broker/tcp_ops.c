@@ -392,7 +392,7 @@ static void acquire(struct tcp *t, struct tconn *c, const struct tcp_req *r, boo
 {
 	uint32_t lease_s = r->lease_s ? (uint32_t)r->lease_s : default_lease(t);
 	uint32_t limit = r->limit > 1 ? (uint32_t)r->limit : 0; /* a limit of 1 is a lock */
-	struct local_acquire_opts o = { .timeout_ms = 0, .lease_ms = lease_s * 1000 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .lease_ms = lease_s * 1000);
 	struct tcp_enq *e;
 	uint64_t tok = 0;
 	int granted = 0, err = conn_session(t, c);

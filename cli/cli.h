@@ -225,6 +225,8 @@ const char *key_kind_text(int kind, unsigned key_flags);
 int key_flags_json(json_t *j, unsigned key_flags);
 /* Everything local_info() tells, as JSON (without the holders). */
 json_t *key_info_json(const char *key, const struct local_key_info *ki, bool with_value);
+/* The bytes of the value ki->value_buf received (0 without a buffer). */
+size_t key_info_value_len(const struct local_key_info *ki);
 
 /* ---- the commands ---- */
 

@@ -84,6 +84,13 @@ json_t *holders_json(const struct holders *h)
 	return a;
 }
 
+size_t key_info_value_len(const struct local_key_info *ki)
+{
+	if (!ki->value_buf)
+		return 0;
+	return ki->value_len < ki->value_buf_size ? ki->value_len : ki->value_buf_size;
+}
+
 json_t *key_info_json(const char *key, const struct local_key_info *ki, bool with_value)
 {
 	json_t *j = json_pack(
@@ -96,7 +103,7 @@ json_t *key_info_json(const char *key, const struct local_key_info *ki, bool wit
 
 	if (j && (json_set_text(j, "key", key) ||
 		  (with_value &&
-		   json_set_value(j, "value", ki->value, ki->value_len)))) {
+		   json_set_value(j, "value", ki->value_buf, key_info_value_len(ki))))) {
 		json_decref(j);
 		return NULL;
 	}

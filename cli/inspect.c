@@ -10,7 +10,7 @@
 
 #define STR_(x)		 #x
 #define STR(x)		 STR_(x)
-#define LIBLOCAL_VERSION STR(LOCAL_VERSION_MAJOR) "." STR(LOCAL_VERSION_MINOR)
+#define LIBLOCAL_VERSION local_version() /* the library run with, not built with */
 
 static void row2(struct table *t, const char *name, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -227,7 +227,7 @@ int cmd_status(int argc, char **argv)
 	struct flag flags[] = { CLI_FLAG_JSON(&c), CLI_FLAG_SOCKET(&c), CLI_FLAGS_END };
 	struct names q = { NULL, 0 };
 	struct proto_op_broker bi;
-	struct local_stats st;
+	LOCAL_OPTS(local_stats, st);
 	uint32_t nq = 0;
 	int nargs, r, err, rc;
 	bool have_bi;
@@ -259,7 +259,7 @@ int cmd_status(int argc, char **argv)
 
 struct key_row {
 	char *name;
-	struct local_key_info ki; /* without the value: see collect_key() */
+	struct local_key_info ki; /* callbacks get no value: its length only */
 	unsigned flags;		  /* LOCAL_KEY_* */
 	struct holders h;
 };
@@ -288,8 +288,8 @@ static int collect_key(const char *key, const struct local_key_info *ki, unsigne
 	r->name = strdup(key);
 	if (!r->name)
 		return -ENOMEM;
-	/* The value buffer is 64 KiB: copy only the fields before it. */
-	memcpy(&r->ki, ki, offsetof(struct local_key_info, value));
+	/* What both our header and the library know; the rest stays zero. */
+	memcpy(&r->ki, ki, ki->sz < sizeof(r->ki) ? ki->sz : sizeof(r->ki));
 	r->flags = kf;
 	l->n++;
 	return 0;

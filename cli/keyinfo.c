@@ -6,14 +6,25 @@
 
 #include "cli.h"
 
-/* local_key_info carries a 64 KiB value buffer: never on the stack. */
+/* A key's info with room for the largest value: 64 KiB, never on the stack. */
+struct info_buf {
+	struct local_key_info ki; /* first: freed through its address */
+	char value[LOCAL_VALUE_MAX];
+};
+
 static struct local_key_info *info_alloc(void)
 {
-	struct local_key_info *ki = malloc(sizeof(*ki));
+	struct info_buf *b = malloc(sizeof(*b));
 
-	if (!ki)
+	if (!b) {
 		errorf("out of memory");
-	return ki;
+		return NULL;
+	}
+	memset(&b->ki, 0, sizeof(b->ki));
+	b->ki.sz = sizeof(b->ki);
+	b->ki.value_buf = b->value;
+	b->ki.value_buf_size = sizeof(b->value);
+	return &b->ki;
 }
 
 static int one_key_args(const char *cmd, struct flag *flags, int argc, char **argv)
@@ -57,12 +68,87 @@ static void rowu(struct table *t, const char *name, unsigned long long v)
 	row(t, name, buf);
 }
 
+/* ---- the queue: who waits, and for how long ---- */
+
+struct queue {
+	struct local_waiter *v;
+	size_t n, cap;
+};
+
+static int add_waiter(const struct local_waiter *w, void *arg)
+{
+	struct queue *q = arg;
+
+	if (q->n == q->cap) {
+		size_t cap = q->cap ? 2 * q->cap : 4;
+		struct local_waiter *v = realloc(q->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		q->v = v;
+		q->cap = cap;
+	}
+	q->v[q->n] = (struct local_waiter){ .sz = sizeof(struct local_waiter) };
+	/* What both our header and the library know. */
+	memcpy(&q->v[q->n], w, w->sz < sizeof(*w) ? w->sz : sizeof(*w));
+	q->n++;
+	return 0;
+}
+
+static json_t *queue_json(const struct queue *q)
+{
+	json_t *a = json_array();
+	size_t i;
+
+	for (i = 0; a && i < q->n; i++) {
+		const struct local_waiter *v = &q->v[i];
+		json_t *o = json_pack("{s:I, s:I, s:I}", "position", (json_int_t)v->position,
+				      "pid", (json_int_t)v->pid, "waiting_ms",
+				      (json_int_t)v->waiting_ms);
+
+		if (!o || json_set_text(o, "session", v->session) ||
+		    json_set_text(o, "name", v->name) || json_array_append_new(a, o)) {
+			json_decref(o);
+			json_decref(a);
+			return NULL;
+		}
+	}
+	return a;
+}
+
+static int print_queue(const struct queue *q)
+{
+	static const char *const head[] = { "QUEUED", "SESSION", "NAME", "PID", "WAITING" };
+	struct table *t;
+	size_t i;
+
+	if (!q->n)
+		return EXIT_OK;
+	t = table_new(5, head);
+	if (!t)
+		return EXIT_FAIL;
+	for (i = 0; i < q->n; i++) {
+		const struct local_waiter *v = &q->v[i];
+		char pos[16], pid[16], waited[32];
+		const char *cells[5] = { pos, v->session, v->name, pid, waited };
+
+		snprintf(pos, sizeof(pos), "%u", v->position);
+		snprintf(pid, sizeof(pid), v->pid ? "%d" : "-", (int)v->pid);
+		duration_format(v->waiting_ms, waited, sizeof(waited));
+		table_add(t, cells);
+	}
+	fputc('\n', stdout);
+	table_print(t, stdout);
+	table_free(t);
+	return EXIT_OK;
+}
+
 static int print_info(const char *key, const struct local_key_info *ki, unsigned kf,
 		      const struct holders *h)
 {
 	static const char *const head[] = { "SESSION", "NAME", "PID", "TOKEN", "LEASE-LEFT" };
 	struct table *t = table_new(2, NULL);
-	char delay[32], *value = value_text(ki->value, ki->value_len);
+	char delay[32], *value = value_text(ki->value_buf, key_info_value_len(ki));
 	size_t i;
 
 	if (!t || !value) {
@@ -117,6 +203,7 @@ int cmd_info(int argc, char **argv)
 	struct cli_common c = { 0 };
 	struct flag flags[] = { CLI_FLAG_JSON(&c), CLI_FLAG_SOCKET(&c), CLI_FLAGS_END };
 	struct holders h = { 0 };
+	struct queue q = { 0 };
 	struct local_key_info *ki;
 	int r, err, rc = EXIT_FAIL;
 	unsigned kf = 0;
@@ -138,18 +225,32 @@ int cmd_info(int argc, char **argv)
 	}
 	if (ki->holders && holders_get_at(c.socket, argv[1], &h))
 		goto out;
+	/* Who waits, in queue order, and for how long. */
+	if (ki->waiters) {
+		err = local_admin_waiters(c.socket, argv[1], add_waiter, &q);
+		if (err) {
+			errorf("cannot list the requests queued on %s: %s", argv[1],
+			       local_strerror(err));
+			rc = exit_for(err);
+			goto out;
+		}
+	}
 	if (c.json) {
 		j = key_info_json(argv[1], ki, true);
 		if (j && (key_flags_json(j, kf) ||
-			  json_object_set_new(j, "holders", holders_json(&h)))) {
+			  json_object_set_new(j, "holders", holders_json(&h)) ||
+			  json_object_set_new(j, "queue", queue_json(&q)))) {
 			json_decref(j);
 			j = NULL;
 		}
 		rc = json_emit(j, false);
 	} else {
 		rc = print_info(argv[1], ki, kf, &h);
+		if (rc == EXIT_OK)
+			rc = print_queue(&q);
 	}
 out:
+	free(q.v);
 	holders_free(&h);
 	free(ki);
 	return rc;
@@ -198,7 +299,8 @@ int cmd_leader(int argc, char **argv)
 		if (j && (json_set_text(j, "key", key) ||
 			  (led && (json_set_text(l, "session", ki->holder_session) ||
 				   json_set_text(l, "name", ki->holder_name) ||
-				   json_set_value(j, "value", ki->value, ki->value_len))))) {
+				   json_set_value(j, "value", ki->value_buf,
+						  key_info_value_len(ki)))))) {
 			json_decref(j);
 			j = NULL;
 		}
@@ -209,7 +311,7 @@ int cmd_leader(int argc, char **argv)
 		errorf("%s has no leader", key);
 	} else {
 		/* Escaped as everywhere: -json gives the value as it is. */
-		char *v = value_text(ki->value, ki->value_len);
+		char *v = value_text(ki->value_buf, key_info_value_len(ki));
 
 		if (v)
 			printf("%s\n", v);
@@ -250,7 +352,7 @@ static int print_change(const char *key, const struct local_key_info *ki, bool j
 	}
 	/* Quotes escaped too: a name must not close its field and forge the
 	 * next one. */
-	value = text_escape(ki->value, ki->value_len, ESC_QUOTE);
+	value = text_escape(ki->value_buf, key_info_value_len(ki), ESC_QUOTE);
 	session = text_escape(ki->holder_session, strlen(ki->holder_session), ESC_QUOTE);
 	name = text_escape(ki->holder_name, strlen(ki->holder_name), ESC_QUOTE);
 	if (!value || !session || !name) {

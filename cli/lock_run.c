@@ -209,9 +209,10 @@ static void delay_text(const struct run *r, const char *key, char *buf, size_t s
 static void acquire_failed(struct run *r, int err)
 {
 	const struct lock_opts *o = r->o;
-	struct local_key_info *ki = malloc(sizeof(*ki));
+	LOCAL_OPTS(local_key_info, info); /* J3: sized; no value wanted */
+	struct local_key_info *ki = &info;
 	char buf[32];
-	bool known = ki && !local_info(r->s, o->key, ki);
+	bool known = !local_info(r->s, o->key, ki);
 
 	if (err == -ETIMEDOUT || err == -EBUSY) {
 		char delay[200];
@@ -238,7 +239,6 @@ static void acquire_failed(struct run *r, int err)
 	} else {
 		errorf("cannot acquire %s: %s", o->key, local_strerror(err));
 	}
-	free(ki);
 }
 
 /*
@@ -254,7 +254,8 @@ static int acquire(struct run *r)
 		.s = r->s,
 		.key = o->key,
 		.limit = o->limit,
-		.opts = { .timeout_ms = o->timeout_ms, .lease_ms = o->lease_ms },
+		.opts = { .sz = sizeof(a.opts), /* J3: sized options */
+			  .timeout_ms = o->timeout_ms, .lease_ms = o->lease_ms },
 	};
 	pthread_t thread;
 	int err;

@@ -66,7 +66,7 @@ static int check(struct monitor *m)
 static void *monitor_main(void *arg)
 {
 	struct monitor *m = arg;
-	struct local_key_info *ki = malloc(sizeof(*ki)); /* 64 KiB: not on our stack */
+	struct local_key_info *ki = calloc(1, sizeof(*ki));
 	uint64_t index = 0;
 	uint32_t failures = 0;
 	int r;
@@ -75,6 +75,7 @@ static void *monitor_main(void *arg)
 		lost(m, -ENOMEM);
 		return NULL;
 	}
+	ki->sz = sizeof(*ki); /* J3: sized struct; no value wanted */
 	for (;;) {
 		/* The check follows the index it waits from: a change after
 		 * the check wakes the watch, one before it is seen by it. */

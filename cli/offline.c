@@ -18,6 +18,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "abi.h" /* J3: sized structs */
 #include "cli.h"
 #include "client.h"
 #include "clock.h"
@@ -139,6 +140,7 @@ static int offline_stats(const char *socket, struct local_stats *st, uint32_t *n
 		return err;
 	s = &seg->hdr->stats;
 	memset(st, 0, sizeof(*st));
+	st->sz = sizeof(*st); /* J3: the CLI's own struct, of this header's size */
 	*nq = 0;
 	for (i = 0; i < seg->caps.max_sessions; i++)
 		st->sessions += SESS_STATE(atomic_load(&seg->sessions[i].state_gen)) == SESS_ACTIVE;
@@ -192,6 +194,7 @@ static int offline_holders(struct segment *seg, struct seg_key *k, const char *n
 		if (!s || !seg_node_is_hold(seg, i, w))
 			continue;
 		memset(&h, 0, sizeof(h));
+		h.sz = sizeof(h);
 		hex_encode(s->id, sizeof(s->id), h.session);
 		memcpy(h.name, s->name, sizeof(h.name));
 		h.name[sizeof(h.name) - 1] = '\0';
@@ -208,7 +211,7 @@ static int offline_keys(const char *socket, const char *prefix, unsigned flags,
 			int (*holder_cb)(const char *, const struct local_holder *, void *),
 			void *arg)
 {
-	struct local_key_info *ki = malloc(sizeof(*ki));
+	struct local_key_info *ki = calloc(1, sizeof(*ki)); /* J3: sized, no value */
 	size_t plen = prefix ? strlen(prefix) : 0;
 	struct offline o;
 	uint32_t i;
@@ -216,6 +219,7 @@ static int offline_keys(const char *socket, const char *prefix, unsigned flags,
 
 	if (!ki)
 		return -ENOMEM;
+	ki->sz = sizeof(*ki);
 	err = offline_open(socket, &o);
 	if (err) {
 		free(ki);
@@ -249,13 +253,16 @@ static int offline_info(const char *socket, const char *key, struct local_key_in
 			unsigned *kf)
 {
 	size_t len = strlen(key);
+	struct local_key_info full; /* J3: the caller's size and value buffer */
 	struct offline o;
 	uint32_t i;
-	int err = offline_open(socket, &o);
+	int err = abi_key_info_in(ki, &full);
 
 	if (err)
 		return err;
-	memset(ki, 0, offsetof(struct local_key_info, value));
+	err = offline_open(socket, &o);
+	if (err)
+		return err;
 	*kf = 0;
 	for (i = 0; i < o.seg.caps.max_keys; i++) {
 		struct seg_key *k = &o.seg.keys[i];
@@ -267,10 +274,11 @@ static int offline_info(const char *socket, const char *key, struct local_key_in
 		if (state == KEY_QUARANTINED)
 			*kf |= LOCAL_KEY_QUARANTINED;
 		else
-			api_fill_info_locked(&o.seg, k, ki);
+			api_fill_info_locked(&o.seg, k, &full);
 		break;
 	}
 	offline_close(&o);
+	abi_key_info_out(ki, &full);
 	return 0;
 }
 

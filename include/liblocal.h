@@ -37,7 +37,35 @@ extern "C" {
 #endif
 
 #define LOCAL_VERSION_MAJOR 0
-#define LOCAL_VERSION_MINOR 1
+#define LOCAL_VERSION_MINOR 2
+
+/*
+ * Growable structs. Every struct that crosses this API starts with
+ * `size_t sz`, the size of the struct as the caller's copy of this header
+ * declares it, so that a later liblocal can add fields at the end without
+ * breaking programs built against an earlier header (libbpf's OPTS pattern):
+ *  - a struct the caller passes in (options) or has filled in (local_info(),
+ *    local_watch(), local_stats(), ...) must have sz set: declare it with
+ *    LOCAL_OPTS(), which sets sz and zeroes the rest. sz 0 (or smaller than
+ *    sz itself) fails with -EINVAL;
+ *  - fields beyond the caller's sz are neither read (options take their
+ *    defaults) nor written;
+ *  - a caller built against a newer header than the library passes a larger
+ *    sz: the bytes beyond what the library knows must be zero (an option it
+ *    cannot honour is never silently ignored), or the call fails with
+ *    -E2BIG; in a struct filled in, those bytes are left as they are;
+ *  - a struct liblocal fills in (including those handed to callbacks) has
+ *    sz set to the bytes it filled: a field lies within them when
+ *    LOCAL_HAS(ptr, field).
+ * Written as LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0); a static or
+ * const object takes the qualifier in front: static LOCAL_OPTS(...). C++
+ * (before C++20's designated initializers): `local_acquire_opts o{};
+ * o.sz = sizeof o;`, then the fields.
+ */
+#define LOCAL_OPTS(TYPE, ...) LOCAL_OPTS_(TYPE, __VA_ARGS__, )
+#define LOCAL_OPTS_(TYPE, NAME, ...) struct TYPE NAME = { .sz = sizeof(struct TYPE), __VA_ARGS__ }
+#define LOCAL_HAS(PTR, FIELD)                                                                  \
+	((PTR)->sz >= offsetof(__typeof__(*(PTR)), FIELD) + sizeof((PTR)->FIELD))
 
 /* The largest key, in bytes (keys are 1..LOCAL_KEY_MAX bytes, no NUL). */
 #define LOCAL_KEY_MAX 255
@@ -101,6 +129,7 @@ enum local_kind {
 typedef struct local_session local_session;
 
 struct local_session_opts {
+	size_t sz;		 /* sizeof(struct local_session_opts): LOCAL_OPTS() */
 	const char *socket_path; /* NULL: $SHMLOCK_SOCKET, then the lookup order */
 	const char *name;	 /* NULL: the program's name */
 	uint32_t ttl_ms;	 /* 0: no TTL */
@@ -113,9 +142,12 @@ struct local_session_opts {
 
 /*
  * Initialise @opts to the defaults (what passing NULL means): socket from the
- * environment, the program's name, no TTL, 15 s lock-delay, behavior release.
+ * environment, the program's name, no TTL, 15 s lock-delay, behavior release;
+ * sets opts->sz to @sz. Called through local_session_opts_init(opts), which
+ * passes sizeof(*opts) as the caller's header knows it.
  */
-LOCAL_API void local_session_opts_init(struct local_session_opts *opts);
+LOCAL_API void local_session_opts_init_sz(struct local_session_opts *opts, size_t sz);
+#define local_session_opts_init(opts) local_session_opts_init_sz((opts), sizeof(*(opts)))
 
 /*
  * Open a session with the broker. Blocks for one round trip on the broker's
@@ -127,8 +159,9 @@ LOCAL_API void local_session_opts_init(struct local_session_opts *opts);
  * held: -LOCAL_ENOSOCKET, -LOCAL_EREFUSED (the two waited on),
  * -LOCAL_ENOTSOCK, -LOCAL_EACCESS, -LOCAL_EUNSAFE; -LOCAL_EBROKER (the
  * exchange failed), -LOCAL_EVERSION, -LOCAL_EMAXSESSIONS, -LOCAL_EDENIED
- * (refused by the broker), -EINVAL (bad options:
- * lock_delay_ms over 60000, unknown behavior or flags), -ENOMEM.
+ * (refused by the broker), -EINVAL (bad options: lock_delay_ms over 60000,
+ * unknown behavior or flags, sz unset), -E2BIG (opts from a newer header set
+ * a field this library does not know), -ENOMEM.
  */
 LOCAL_API int local_session_open(const struct local_session_opts *opts,
 				 local_session **out);
@@ -167,6 +200,7 @@ LOCAL_API int local_session_renew(local_session *s);
 LOCAL_API const char *local_session_id(const local_session *s);
 
 struct local_acquire_opts {
+	size_t sz;	    /* sizeof(struct local_acquire_opts): LOCAL_OPTS() */
 	int64_t timeout_ms; /* <0: forever, 0: try once, >0: wait at most */
 	uint32_t lease_ms;  /* 0: no lease (see liblocal(3)) */
 	const void *value;  /* attached to the hold (leader info); may be NULL */
@@ -185,7 +219,8 @@ struct local_acquire_opts {
  * Re-acquiring a lock the session already holds succeeds at once, keeps the
  * token and replaces the value (when @opts->value is non-NULL).
  * Errors: -EBUSY (try found it held or in lock-delay), -ETIMEDOUT,
- * -EINVAL (empty key), -ENAMETOOLONG (key over 255 bytes), -LOCAL_EKIND,
+ * -EINVAL (empty key; @opts->sz unset), -E2BIG (@opts from a newer header
+ * sets a field this library does not know), -ENAMETOOLONG (key over 255 bytes), -LOCAL_EKIND,
  * -LOCAL_EVALUESIZE, -LOCAL_EMAXKEYS, -LOCAL_EMAXHOLDS, -LOCAL_EMAXWAITERS,
  * -LOCAL_ESESSION, -LOCAL_EFORKED, -LOCAL_ECORRUPT.
  */
@@ -202,7 +237,8 @@ LOCAL_API int local_lock(local_session *s, const char *key,
 LOCAL_API int local_release(local_session *s, const char *key);
 
 struct local_key_info {
-	int kind; /* enum local_kind */
+	size_t sz; /* sizeof(struct local_key_info): LOCAL_OPTS() */
+	int kind;  /* enum local_kind */
 	uint32_t limit, holders, waiters;
 	uint64_t token; /* the current (lock) holder's fencing token; 0 if free */
 	uint64_t lock_index;   /* number of acquisitions of this key */
@@ -211,14 +247,19 @@ struct local_key_info {
 	char holder_session[LOCAL_SESSION_ID_LEN + 1]; /* "" when free */
 	char holder_name[64];
 	int32_t holder_pid; /* 0 when free or not bound to a process */
-	size_t value_len;
-	char value[LOCAL_VALUE_MAX]; /* the value attached by the last holder */
+	size_t value_len;   /* the length of the value attached by the last holder */
+	/* In: where to copy that value (NULL: not copied) and its room. At most
+	 * value_buf_size bytes are copied; value_len > value_buf_size says the
+	 * copy was cut short. Callbacks (local_keys(), ...) get no value. */
+	void *value_buf;
+	size_t value_buf_size;
 };
 
 /*
- * Describe @key. A key that does not exist is reported with kind
- * LOCAL_KIND_NONE and returns 0. Errors: -EINVAL, -ENAMETOOLONG,
- * -LOCAL_ESESSION, -LOCAL_ECORRUPT.
+ * Describe @key, and copy its value to out->value_buf (if set). A key that
+ * does not exist is reported with kind LOCAL_KIND_NONE and returns 0.
+ * Errors: -EINVAL (also out->sz unset), -ENAMETOOLONG, -LOCAL_ESESSION,
+ * -LOCAL_ECORRUPT.
  */
 LOCAL_API int local_info(local_session *s, const char *key, struct local_key_info *out);
 
@@ -299,6 +340,7 @@ LOCAL_API int local_check_token(local_session *s, const char *key, uint64_t toke
 
 /* One holder of a key, as local_holders() reports it. */
 struct local_holder {
+	size_t sz; /* filled in by liblocal */
 	char session[LOCAL_SESSION_ID_LEN + 1];
 	char name[64];
 	int32_t pid;
@@ -312,12 +354,14 @@ LOCAL_API int local_holders(local_session *s, const char *key,
 			    int (*cb)(const struct local_holder *h, void *arg), void *arg);
 
 /* Call @cb for each existing key starting with @prefix (NULL or "": all),
- * with its name and a snapshot of its state. */
+ * with its name and a snapshot of its state (without the value: @ki->value_len
+ * is its length; local_info() copies it). */
 LOCAL_API int local_keys(local_session *s, const char *prefix,
 			 int (*cb)(const char *key, const struct local_key_info *ki, void *arg),
 			 void *arg);
 
 struct local_session_info {
+	size_t sz; /* filled in by liblocal */
 	char id[LOCAL_SESSION_ID_LEN + 1];
 	char name[64];
 	int32_t pid;	/* 0: no process check */
@@ -335,6 +379,7 @@ LOCAL_API int local_sessions(local_session *s,
 			     int (*cb)(const struct local_session_info *si, void *arg), void *arg);
 
 struct local_stats {
+	size_t sz; /* sizeof(struct local_stats): LOCAL_OPTS() */
 	uint32_t broker_pid;
 	uint64_t uptime_ms; /* since the segment was created */
 	uint32_t sessions, keys, holds, waiters;
@@ -402,7 +447,8 @@ LOCAL_API int local_admin_keys(const char *socket_path, const char *prefix, unsi
 						void *arg),
 			       void *arg);
 
-/* local_info() by the broker, with *key_flags (if non-NULL) LOCAL_KEY_*.
+/* local_info() by the broker (the value included, as far as out->value_buf
+ * has room), with *key_flags (if non-NULL) LOCAL_KEY_*.
  * A key that does not exist: kind LOCAL_KIND_NONE, and 0. */
 LOCAL_API int local_admin_info(const char *socket_path, const char *key,
 			       struct local_key_info *out, unsigned *key_flags);
@@ -411,6 +457,22 @@ LOCAL_API int local_admin_info(const char *socket_path, const char *key,
  * stalled key), quarantined keys included. */
 LOCAL_API int local_admin_holders(const char *socket_path, const char *key,
 				  int (*cb)(const struct local_holder *h, void *arg), void *arg);
+
+/* One queued request for a key, as local_admin_waiters() reports it. */
+struct local_waiter {
+	size_t sz; /* filled in by liblocal */
+	char session[LOCAL_SESSION_ID_LEN + 1];
+	char name[64];
+	int32_t pid;
+	uint32_t position;   /* 1: the next to be granted */
+	uint64_t waiting_ms; /* how long it has been queued */
+};
+
+/* Call @cb for each request queued on @key, the next to be granted first
+ * (a snapshot, read without the key's mutex). Errors: also -LOCAL_EPROTO
+ * from a broker older than this call. */
+LOCAL_API int local_admin_waiters(const char *socket_path, const char *key,
+				  int (*cb)(const struct local_waiter *w, void *arg), void *arg);
 
 /* local_sessions() by the broker. */
 LOCAL_API int local_admin_sessions(const char *socket_path,
@@ -440,6 +502,13 @@ LOCAL_API int local_admin_reset(const char *socket_path, const char *key);
  * LOCAL_E*). Never NULL; the string is static.
  */
 LOCAL_API const char *local_strerror(int err);
+
+/*
+ * The version of the liblocal a program runs with ("0.2.0"), which may be
+ * later than the LOCAL_VERSION_MAJOR.LOCAL_VERSION_MINOR it was built with.
+ * Never NULL; the string is static.
+ */
+LOCAL_API const char *local_version(void);
 
 #ifdef __cplusplus
 }

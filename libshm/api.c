@@ -3,8 +3,10 @@
 #include <errno.h>
 #include <string.h>
 
+#include "abi.h"
 #include "client.h"
 #include "clock.h"
+#include "hist.h"
 
 /* Common entry checks: the session is ours and the key is well-formed. */
 int api_enter(local_session *s, const char *key, size_t *len)
@@ -32,6 +34,80 @@ int api_find_inspect(local_session *s, const char *key, size_t len, struct seg_k
 				 deadline_after_ms(API_INSPECT_LOCK_MS));
 }
 
+/*
+ * Metrics (J3): an acquire that queued counts its wait in the session's own
+ * slot; its hold is remembered here, in process memory, so that its
+ * release counts the hold time. Holds that never queued are not timed: the
+ * lock-free path reads no clock and writes nothing for metrics.
+ */
+static void note_waited(local_session *s, const char *key, uint32_t key_idx, uint64_t tok,
+			uint64_t now)
+{
+	uint32_t i, pick = 0;
+
+	pthread_mutex_lock(&s->pending_lock);
+	for (i = 0; i < 4; i++)
+		if (!s->waited[i].granted_ns || s->waited[i].granted_ns < s->waited[pick].granted_ns)
+			pick = i; /* an empty entry, or the oldest */
+	if (!s->waited[pick].granted_ns)
+		atomic_fetch_add_explicit(&s->nwaited, 1, memory_order_relaxed);
+	s->waited[pick] = (struct waited_hold){ key_idx, key_hash(key, strlen(key)), tok, now };
+	pthread_mutex_unlock(&s->pending_lock);
+}
+
+static void note_released(local_session *s, uint32_t key_idx, uint64_t tok)
+{
+	uint32_t i;
+
+	if (!atomic_load_explicit(&s->nwaited, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&s->pending_lock);
+	for (i = 0; i < 4; i++) {
+		struct waited_hold *w = &s->waited[i];
+
+		/* Any entry of the key ends with its release; only the
+		 * hold's own is timed (another is a hold lost meanwhile). */
+		if (w->granted_ns && w->key_idx == key_idx) {
+			if (w->token == tok)
+				hist_note(&s->seg->sessions[s->who.slot].hold_hist,
+					  mono_ns() - w->granted_ns);
+			w->granted_ns = 0;
+			atomic_fetch_sub_explicit(&s->nwaited, 1, memory_order_relaxed);
+		}
+	}
+	pthread_mutex_unlock(&s->pending_lock);
+}
+
+/* Is @key's hold one note_waited() remembered? Then its release takes the
+ * slow path, which times it. Process memory only: a relaxed load when none. */
+static bool waited_for(local_session *s, const char *key)
+{
+	uint32_t i, h;
+	bool hit = false;
+
+	if (!atomic_load_explicit(&s->nwaited, memory_order_relaxed))
+		return false;
+	h = key_hash(key, strnlen(key, LOCAL_KEY_MAX + 1));
+	pthread_mutex_lock(&s->pending_lock);
+	for (i = 0; i < 4 && !hit; i++)
+		hit = s->waited[i].granted_ns && s->waited[i].key_hash == h;
+	pthread_mutex_unlock(&s->pending_lock);
+	return hit;
+}
+
+void api_note_wait(local_session *s, const char *key, int err, uint64_t since, uint32_t key_idx,
+		   uint64_t tok)
+{
+	uint64_t now;
+
+	if (err && err != -ETIMEDOUT)
+		return; /* the session ended, say: the slot may be another's now */
+	now = mono_ns();
+	hist_note(&s->seg->sessions[s->who.slot].wait_hist, now - since);
+	if (!err)
+		note_waited(s, key, key_idx, tok, now);
+}
+
 /* api_acquire() past the lock-free path: queue if need be, and wait. */
 static __attribute__((noinline)) int acquire_slow(local_session *s, const char *key,
 						  const struct acquire_req *req, int64_t timeout_ms,
@@ -57,9 +133,12 @@ static __attribute__((noinline)) int acquire_slow(local_session *s, const char *
 	err = key_acquire_locked(s->seg, k, req, &tok, &waiter, &s->hints);
 	key_idx = seg_key_index(s->seg, k);
 	key_unlock(k);
-	if (err == 1)
+	if (err == 1) {
+		uint64_t since = mono_ns();
+
 		err = waiter_wait(s->seg, waiter, key_idx, s->who, deadline, &tok);
-	else if (err == -EALREADY)
+		api_note_wait(s, key, err, since, key_idx, tok);
+	} else if (err == -EALREADY)
 		err = -LOCAL_EENQUEUED; /* another thread's request, or local_enqueue() */
 	if (!err) {
 		api_forget_expiry(s, key_idx);
@@ -98,17 +177,20 @@ int local_lock(local_session *s, const char *key, const struct local_acquire_opt
 	       uint64_t *token)
 {
 	struct acquire_req req = { .kind = LOCAL_KIND_LOCK, .limit = 1 };
+	struct local_acquire_opts copy;
 	int64_t timeout_ms = -1;
+	int err;
 
 	if (!s)
 		return -EINVAL;
+	err = abi_acquire_opts(&opts, &copy);
+	if (err)
+		return err;
 	if (opts) {
 		timeout_ms = opts->timeout_ms;
 		req.lease_ms = opts->lease_ms;
 		req.value = opts->value;
 		req.value_len = opts->value_len;
-		if (opts->value_len && !opts->value)
-			return -EINVAL;
 	}
 	req.who = s->who;
 	req.try_only = timeout_ms == 0;
@@ -119,6 +201,7 @@ static int release_slow(local_session *s, const char *key, size_t len)
 {
 	struct seg_key *k;
 	uint32_t h, wake, key_idx;
+	uint64_t tok;
 	int err;
 
 	err = keytab_find(s->seg, key, len, false, &k);
@@ -131,6 +214,7 @@ static int release_slow(local_session *s, const char *key, size_t len)
 		key_unlock(k);
 		return api_not_held(s, seg_key_index(s->seg, k), true);
 	}
+	tok = s->seg->nodes[h].token;
 	wake = key_release_hold_locked(s->seg, k, h, REL_VOLUNTARY);
 	key_idx = seg_key_index(s->seg, k);
 	/* Wake before unlocking: if we die in between, the mutex is left
@@ -140,6 +224,7 @@ static int release_slow(local_session *s, const char *key, size_t len)
 		waiter_wake(s->seg, wake);
 	key_unlock(k);
 	api_drop_granted_pending(s, key, len, key_idx);
+	note_released(s, key_idx, tok);
 	return 0;
 }
 
@@ -154,7 +239,7 @@ int local_release(local_session *s, const char *key)
 		return err;
 	/* After a local_enqueue(), a release may end that request too. */
 	if (key && !atomic_load_explicit(&s->npending, memory_order_relaxed) &&
-	    fast_release(s->seg, key, s->who, &s->hints) == 0)
+	    !waited_for(s, key) && fast_release(s->seg, key, s->who, &s->hints) == 0)
 		return 0;
 	err = api_enter(s, key, &len);
 	if (err)
@@ -174,11 +259,18 @@ static void describe_holder(const struct segment *seg, uint32_t slot, struct loc
 	out->holder_pid = ss->pid;
 }
 
+/* @out: a library-size struct whose sz, value_buf and value_buf_size are
+ * the caller's (abi_key_info_in()); the rest is filled here. */
 void api_fill_info_locked(struct segment *seg, struct seg_key *k, struct local_key_info *out)
 {
 	uint64_t vw, now;
+	size_t sz = out->sz, room = out->value_buf_size;
+	void *buf = out->value_buf;
 
-	memset(out, 0, offsetof(struct local_key_info, value));
+	memset(out, 0, sizeof(*out));
+	out->sz = sz;
+	out->value_buf = buf;
+	out->value_buf_size = room;
 	out->kind = (int)k->kind;
 	out->limit = k->limit;
 	out->holders = k->holders;
@@ -196,22 +288,27 @@ void api_fill_info_locked(struct segment *seg, struct seg_key *k, struct local_k
 	}
 	vw = atomic_load(&k->value_word);
 	out->value_len = VALUE_LEN(vw);
-	memcpy(out->value, seg_value_buf(seg, seg_key_index(seg, k), VALUE_SEL(vw)),
-	       out->value_len);
+	if (buf)
+		memcpy(buf, seg_value_buf(seg, seg_key_index(seg, k), VALUE_SEL(vw)),
+		       out->value_len < room ? out->value_len : room);
 }
 
 int local_info(local_session *s, const char *key, struct local_key_info *out)
 {
+	struct local_key_info full;
 	struct seg_key *k;
 	size_t len;
 	int err;
 
 	if (!out)
 		return -EINVAL;
+	err = abi_key_info_in(out, &full);
+	if (err)
+		return err;
 	err = api_enter(s, key, &len);
 	if (err)
 		return err;
-	memset(out, 0, offsetof(struct local_key_info, value));
+	abi_key_info_out(out, &full); /* a key that does not exist: all zero */
 	if (!session_is(s->seg, s->who))
 		return -LOCAL_ESESSION;
 	err = api_find_inspect(s, key, len, &k);
@@ -219,7 +316,8 @@ int local_info(local_session *s, const char *key, struct local_key_info *out)
 		return 0;
 	if (err)
 		return err;
-	api_fill_info_locked(s->seg, k, out);
+	api_fill_info_locked(s->seg, k, &full);
 	key_unlock(k);
+	abi_key_info_out(out, &full);
 	return 0;
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi.h"
 #include "client.h"
 #include "clock.h"
 
@@ -53,6 +54,7 @@ int local_holders(local_session *s, const char *key,
 	     i = s->seg->nodes[i].next) {
 		const struct seg_node *node = &s->seg->nodes[i];
 
+		v[n].sz = sizeof(v[n]);
 		session_label(s->seg, NODE_SESSION(atomic_load(&node->word)), v[n].session,
 			      v[n].name, &v[n].pid);
 		v[n].token = node->token;
@@ -73,7 +75,7 @@ int local_keys(local_session *s, const char *prefix,
 	       int (*cb)(const char *key, const struct local_key_info *ki, void *arg), void *arg)
 {
 	size_t plen = prefix ? strnlen(prefix, LOCAL_KEY_MAX + 1) : 0;
-	struct local_key_info *info;
+	struct local_key_info info = { .sz = sizeof(info) }; /* no value: value_buf NULL */
 	char name[LOCAL_KEY_MAX + 1];
 	uint64_t deadline = deadline_after_ms(API_INSPECT_LOCK_MS);
 	uint32_t i;
@@ -84,9 +86,6 @@ int local_keys(local_session *s, const char *prefix,
 	err = session_usable(s);
 	if (err)
 		return err;
-	info = malloc(sizeof(*info));
-	if (!info)
-		return -ENOMEM;
 	for (i = 0; i < s->seg->caps.max_keys && !err; i++) {
 		struct seg_key *k = &s->seg->keys[i];
 
@@ -101,13 +100,12 @@ int local_keys(local_session *s, const char *prefix,
 			key_unlock(k);
 			continue;
 		}
-		api_fill_info_locked(s->seg, k, info);
+		api_fill_info_locked(s->seg, k, &info);
 		memcpy(name, k->key, k->key_len);
 		name[k->key_len] = '\0';
 		key_unlock(k);
-		err = cb(name, info, arg);
+		err = cb(name, &info, arg);
 	}
-	free(info);
 	return err;
 }
 
@@ -146,6 +144,7 @@ int local_sessions(local_session *s, int (*cb)(const struct local_session_info *
 		if (SESS_STATE(atomic_load(&ss->state_gen)) != SESS_ACTIVE)
 			continue;
 		memset(&si, 0, sizeof(si));
+		si.sz = sizeof(si);
 		session_label(seg, i, si.id, si.name, &si.pid);
 		si.uid = ss->uid;
 		si.ttl_ms = ss->ttl_ms;
@@ -163,22 +162,39 @@ int local_sessions(local_session *s, int (*cb)(const struct local_session_info *
 	return err;
 }
 
+static int stats_fill(local_session *s, struct local_stats *out);
+
 int local_stats(local_session *s, struct local_stats *out)
+{
+	struct local_stats full;
+	size_t n;
+	int err;
+
+	if (!out)
+		return -EINVAL;
+	err = abi_size(out, sizeof(full), &n);
+	if (err)
+		return err;
+	err = session_usable(s);
+	if (err)
+		return err;
+	memset(&full, 0, sizeof(full));
+	err = stats_fill(s, &full);
+	full.sz = n;
+	if (!err)
+		memcpy(out, &full, n);
+	return err;
+}
+
+static int stats_fill(local_session *s, struct local_stats *out)
 {
 	const struct seg_header *h;
 	struct segment *seg;
 	uint64_t grants = 0, started;
 	uint32_t i;
-	int err;
 
-	if (!out)
-		return -EINVAL;
-	err = session_usable(s);
-	if (err)
-		return err;
 	seg = s->seg;
 	h = seg->hdr;
-	memset(out, 0, sizeof(*out));
 	for (i = 0; i < seg->caps.max_sessions; i++)
 		if (SESS_STATE(atomic_load(&seg->sessions[i].state_gen)) == SESS_ACTIVE)
 			out->sessions++;

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "abi.h"
 #include "client.h"
 #include "clock.h"
 #include "paths.h"
@@ -145,7 +146,15 @@ static int key_from(const char *raw, struct local_key_info *ki, char *name, unsi
 	    r.kind > LOCAL_KIND_SEMAPHORE ||
 	    (r.flags & ~(PROTO_KEY_QUARANTINED | PROTO_KEY_BUSY | PROTO_KEY_MORE_HOLDERS)))
 		return -LOCAL_EPROTO;
-	memset(ki, 0, offsetof(struct local_key_info, value));
+	{
+		size_t sz = ki->sz, room = ki->value_buf_size;
+		void *buf = ki->value_buf;
+
+		memset(ki, 0, sizeof(*ki));
+		ki->sz = sz;
+		ki->value_buf = buf;
+		ki->value_buf_size = room;
+	}
 	ki->kind = r.kind;
 	ki->limit = r.limit;
 	ki->holders = r.holders;
@@ -160,9 +169,10 @@ static int key_from(const char *raw, struct local_key_info *ki, char *name, unsi
 		ki->holder_name[sizeof(ki->holder_name) - 1] = '\0';
 		ki->holder_pid = r.holder_pid;
 	}
-	ki->value_len = with_value ? r.value_len : r.value_total;
-	if (with_value)
-		memcpy(ki->value, raw + sizeof(r) + r.key_len, r.value_len);
+	ki->value_len = r.value_total;
+	if (with_value && ki->value_buf)
+		memcpy(ki->value_buf, raw + sizeof(r) + r.key_len,
+		       r.value_len < ki->value_buf_size ? r.value_len : ki->value_buf_size);
 	memcpy(name, raw + sizeof(r), r.key_len);
 	name[r.key_len] = '\0';
 	*flags = r.flags; /* PROTO_KEY_* are LOCAL_KEY_*, and MORE_HOLDERS */
@@ -176,6 +186,7 @@ static void holder_from(const char *raw, struct local_holder *h)
 
 	memcpy(&r, raw, sizeof(r));
 	memset(h, 0, sizeof(*h));
+	h->sz = sizeof(*h);
 	hex_encode(r.session, sizeof(r.session), h->session);
 	memcpy(h->name, r.name, sizeof(h->name));
 	h->name[sizeof(h->name) - 1] = '\0';
@@ -201,16 +212,22 @@ _Static_assert(PROTO_KEY_QUARANTINED == LOCAL_KEY_QUARANTINED &&
 		       PROTO_KEY_BUSY == LOCAL_KEY_BUSY,
 	       "key flags travel as they are");
 
-int local_admin_stats(const char *socket_path, struct local_stats *out,
+int local_admin_stats(const char *socket_path, struct local_stats *out_caller,
 		      uint32_t *quarantined_keys)
 {
+	struct local_stats *out = out_caller;
 	struct proto_op_reply rep;
 	struct proto_op_stats r;
+	struct local_stats full;
 	struct op_conn c;
+	size_t n;
 	int err;
 
 	if (!out)
 		return -EINVAL;
+	err = abi_size(out, sizeof(full), &n);
+	if (err)
+		return err;
 	err = op_open(&c, socket_path);
 	if (err)
 		return err;
@@ -221,6 +238,7 @@ int local_admin_stats(const char *socket_path, struct local_stats *out,
 		err = -LOCAL_EPROTO;
 	if (!err) {
 		memcpy(&r, c.buf + sizeof(rep), sizeof(r));
+		out = &full;
 		memset(out, 0, sizeof(*out));
 		out->broker_pid = r.broker_pid;
 		out->uptime_ms = r.uptime_ms;
@@ -245,6 +263,8 @@ int local_admin_stats(const char *socket_path, struct local_stats *out,
 		out->sessions_closed = r.sessions_closed;
 		if (quarantined_keys)
 			*quarantined_keys = r.quarantined_keys;
+		full.sz = n;
+		memcpy(out_caller, &full, n);
 	}
 	op_close(&c);
 	return err;
@@ -309,7 +329,7 @@ int local_admin_keys(const char *socket_path, const char *prefix, unsigned flags
 		     int (*holder_cb)(const char *key, const struct local_holder *h, void *arg),
 		     void *arg)
 {
-	struct local_key_info *ki = NULL;
+	struct local_key_info kinfo = { .sz = sizeof(kinfo) }, *ki = &kinfo;
 	char name[LOCAL_KEY_MAX + 1];
 	struct proto_op_reply rep;
 	uint32_t cursor = 0, i;
@@ -325,9 +345,6 @@ int local_admin_keys(const char *socket_path, const char *prefix, unsigned flags
 	err = op_open(&c, socket_path);
 	if (err)
 		return err;
-	ki = malloc(sizeof(*ki));
-	if (!ki)
-		err = -ENOMEM;
 	while (!err) {
 		size_t off = sizeof(rep);
 
@@ -374,7 +391,6 @@ int local_admin_keys(const char *socket_path, const char *prefix, unsigned flags
 		}
 		cursor = rep.next;
 	}
-	free(ki);
 	op_close(&c);
 	return err;
 }
@@ -383,6 +399,7 @@ int local_admin_info(const char *socket_path, const char *key, struct local_key_
 		     unsigned *key_flags)
 {
 	char name[LOCAL_KEY_MAX + 1];
+	struct local_key_info full;
 	struct proto_op_reply rep;
 	struct op_conn c;
 	unsigned kf = 0;
@@ -392,6 +409,9 @@ int local_admin_info(const char *socket_path, const char *key, struct local_key_
 
 	if (!out)
 		return -EINVAL;
+	err = abi_key_info_in(out, &full);
+	if (err)
+		return err;
 	err = key_arg(key, &len, false);
 	if (err)
 		return err;
@@ -404,9 +424,11 @@ int local_admin_info(const char *socket_path, const char *key, struct local_key_
 	if (!err && rep.count != 1)
 		err = -LOCAL_EPROTO;
 	if (!err)
-		err = key_from(c.buf + sizeof(rep), out, name, &kf, &nh, true);
+		err = key_from(c.buf + sizeof(rep), &full, name, &kf, &nh, true);
 	if (!err && nh)
 		err = -LOCAL_EPROTO;
+	if (!err)
+		abi_key_info_out(out, &full);
 	if (!err && key_flags)
 		*key_flags = kf;
 	op_close(&c);
@@ -455,6 +477,90 @@ int local_admin_holders(const char *socket_path, const char *key,
 	return err;
 }
 
+static int by_position(const void *a, const void *b)
+{
+	uint64_t x = ((const struct proto_op_waiter *)a)->seq;
+	uint64_t y = ((const struct proto_op_waiter *)b)->seq;
+
+	return x < y ? -1 : x > y;
+}
+
+int local_admin_waiters(const char *socket_path, const char *key,
+			int (*cb)(const struct local_waiter *w, void *arg), void *arg)
+{
+	struct proto_op_waiter *v = NULL, *grown;
+	size_t n = 0, cap = 0, len, i;
+	struct proto_op_reply rep;
+	uint32_t cursor = 0, j;
+	struct op_conn c;
+	int err;
+
+	if (!cb)
+		return -EINVAL;
+	err = key_arg(key, &len, false);
+	if (err)
+		return err;
+	err = op_open(&c, socket_path);
+	if (err)
+		return err;
+	/* All pages first: the broker lists them in node order, the caller
+	 * wants them in queue order. */
+	while (!err) {
+		size_t off = sizeof(rep);
+
+		err = op_call(&c, MSG_OP_WAITERS, key, len, cursor, 0,
+			      sizeof(struct proto_op_waiter), &rep);
+		if (!err)
+			err = rep.status;
+		for (j = 0; !err && j < rep.count; j++) {
+			const char *raw = rec_next(&c, &off);
+			uint32_t size;
+
+			memcpy(&size, raw, sizeof(size));
+			if (size != sizeof(*v)) {
+				err = -LOCAL_EPROTO;
+				break;
+			}
+			if (n == cap) {
+				cap = cap ? 2 * cap : 16;
+				grown = realloc(v, cap * sizeof(*v));
+				if (!grown) {
+					err = -ENOMEM;
+					break;
+				}
+				v = grown;
+			}
+			memcpy(&v[n++], raw, sizeof(*v));
+		}
+		if (err || rep.next == PROTO_OP_END)
+			break;
+		if (rep.next <= cursor && cursor) {
+			err = -LOCAL_EPROTO;
+			break;
+		}
+		cursor = rep.next;
+	}
+	op_close(&c);
+	if (!err && n)
+		qsort(v, n, sizeof(*v), by_position);
+	for (i = 0; !err && i < n; i++) {
+		struct local_waiter w;
+
+		memset(&w, 0, sizeof(w));
+		w.sz = sizeof(w);
+		if (memcmp(v[i].session, (uint8_t[16]){ 0 }, sizeof(v[i].session)))
+			hex_encode(v[i].session, sizeof(v[i].session), w.session);
+		memcpy(w.name, v[i].name, sizeof(w.name));
+		w.name[sizeof(w.name) - 1] = '\0';
+		w.pid = v[i].pid;
+		w.position = (uint32_t)i + 1;
+		w.waiting_ms = v[i].waiting_ms;
+		err = cb(&w, arg);
+	}
+	free(v);
+	return err;
+}
+
 int local_admin_sessions(const char *socket_path,
 			 int (*cb)(const struct local_session_info *si, void *arg), void *arg)
 {
@@ -481,6 +587,7 @@ int local_admin_sessions(const char *socket_path,
 
 			memcpy(&r, rec_next(&c, &off), sizeof(r));
 			memset(&si, 0, sizeof(si));
+			si.sz = sizeof(si);
 			hex_encode(r.id, sizeof(r.id), si.id);
 			memcpy(si.name, r.name, sizeof(si.name));
 			si.name[sizeof(si.name) - 1] = '\0';

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi.h" /* J3: sized options */
 #include "client.h"
 #include "clock.h"
 
@@ -24,9 +25,14 @@ static void req_from_opts(struct acquire_req *req, local_session *s, uint32_t li
 int local_sem_acquire(local_session *s, const char *key, uint32_t limit,
 		      const struct local_acquire_opts *opts, uint64_t *token)
 {
+	struct local_acquire_opts copy; /* J3: sized options, checked in abi.c */
 	struct acquire_req req;
-	int64_t timeout_ms = opts ? opts->timeout_ms : -1;
+	int64_t timeout_ms;
+	int err = abi_acquire_opts(&opts, &copy);
 
+	if (err)
+		return err;
+	timeout_ms = opts ? opts->timeout_ms : -1;
 	if (!s || limit < 1 || (opts && opts->value_len && !opts->value))
 		return -EINVAL;
 	req_from_opts(&req, s, limit, opts);
@@ -78,6 +84,7 @@ int local_enqueue(local_session *s, const char *key, uint32_t limit,
 		  const struct local_acquire_opts *opts, int *granted, uint64_t *token)
 {
 	uint32_t waiter = IDX_NONE, key_idx;
+	struct local_acquire_opts copy; /* J3: sized options, checked in abi.c */
 	struct acquire_req req;
 	struct pending *p;
 	struct seg_key *k;
@@ -85,6 +92,9 @@ int local_enqueue(local_session *s, const char *key, uint32_t limit,
 	size_t len;
 	int err;
 
+	err = abi_acquire_opts(&opts, &copy);
+	if (err)
+		return err;
 	if (!granted || (opts && opts->value_len && !opts->value))
 		return -EINVAL;
 	err = api_enter(s, key, &len);
@@ -123,6 +133,7 @@ int local_enqueue(local_session *s, const char *key, uint32_t limit,
 			*token = tok;
 		return 0;
 	}
+	p->queued_ns = mono_ns(); /* J3: metrics */
 	remember(s, p, key, len, waiter, key_idx);
 	return 0;
 }
@@ -142,6 +153,8 @@ int local_wait(local_session *s, const char *key, int64_t timeout_ms, uint64_t *
 	if (!p)
 		return -LOCAL_ENOTENQUEUED;
 	err = waiter_wait(s->seg, p->node, p->key_idx, s->who, deadline, &tok);
+	if (p->queued_ns) /* J3: metrics */
+		api_note_wait(s, key, err, p->queued_ns, p->key_idx, tok);
 	if (!err)
 		api_forget_expiry(s, p->key_idx);
 	free(p);
@@ -218,6 +231,8 @@ int api_pending_poll(local_session *s, const char *key, bool cancel, uint64_t *t
 		remember(s, p, key, len, p->node, p->key_idx); /* still queued */
 		return err;
 	}
+	if (p->queued_ns && (!err || cancel)) /* J3: metrics (a cancel gave up) */
+		api_note_wait(s, key, err ? -ETIMEDOUT : 0, p->queued_ns, p->key_idx, tok);
 	if (!err)
 		api_forget_expiry(s, p->key_idx);
 	free(p);

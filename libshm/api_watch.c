@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "abi.h"
 #include "client.h"
 #include "clock.h"
 #include "crashpoint.h"
@@ -138,6 +139,7 @@ int local_watch(local_session *s, const char *key, uint64_t after_index, int64_t
 		struct local_key_info *out)
 {
 	uint64_t deadline = timeout_ms >= 0 ? deadline_after_ms(timeout_ms) : 0, idx, wake_by;
+	struct local_key_info full;
 	struct seg_key *k;
 	uint32_t node;
 	size_t len;
@@ -145,6 +147,9 @@ int local_watch(local_session *s, const char *key, uint64_t after_index, int64_t
 
 	if (!out)
 		return -EINVAL;
+	err = abi_key_info_in(out, &full);
+	if (err)
+		return err;
 	err = api_enter(s, key, &len);
 	if (err)
 		return err;
@@ -179,9 +184,10 @@ int local_watch(local_session *s, const char *key, uint64_t after_index, int64_t
 	}
 	/* Describe it while still a watcher: the entry cannot be reclaimed. */
 	if (key_lock(s->seg, k) == 0) {
-		api_fill_info_locked(s->seg, k, out);
+		api_fill_info_locked(s->seg, k, &full);
 		watch_end(s->seg, k, s, node);
 		key_unlock(k);
+		abi_key_info_out(out, &full);
 	}
 	return err;
 }

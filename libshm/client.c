@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "abi.h" /* J3: sized options */
 #include "client.h"
 #include "lockword.h"
 #include "clock.h"
@@ -428,13 +429,7 @@ static void mapping_put(struct mapping *m)
 	pthread_mutex_unlock(&maps_lock);
 }
 
-void local_session_opts_init(struct local_session_opts *o)
-{
-	memset(o, 0, sizeof(*o));
-	o->lock_delay_ms = -1;
-	o->behavior = LOCAL_BEHAVIOR_RELEASE;
-	o->broker_wait_ms = -1;
-}
+/* local_session_opts_init(): abi.c (J3, sized options). */
 
 static int build_open(const struct local_session_opts *o, struct proto_open *req)
 {
@@ -466,7 +461,7 @@ static void lock_identity_set(struct segment *seg, const struct seg_session *slo
 
 int local_session_open(const struct local_session_opts *opts, local_session **out)
 {
-	struct local_session_opts defaults;
+	struct local_session_opts copy; /* J3: sized options, checked in abi.c */
 	struct proto_reply rep;
 	struct proto_open req;
 	local_session *s;
@@ -475,10 +470,9 @@ int local_session_open(const struct local_session_opts *opts, local_session **ou
 	if (!out)
 		return -EINVAL;
 	pthread_once(&atfork_once, register_atfork);
-	if (!opts) {
-		local_session_opts_init(&defaults);
-		opts = &defaults;
-	}
+	err = abi_session_opts(&opts, &copy);
+	if (err)
+		return err;
 	err = build_open(opts, &req);
 	if (err)
 		return err;

@@ -27,6 +27,7 @@ struct pending {
 	struct pending *next;
 	uint32_t node, key_idx;
 	size_t len;
+	uint64_t queued_ns; /* J3 metrics: when it queued (0: granted at once) */
 	char key[LOCAL_KEY_MAX + 1];
 };
 
@@ -42,6 +43,13 @@ struct local_session {
 	pthread_mutex_t pending_lock;
 	struct pending *pending;
 	_Atomic uint32_t npending; /* entries in pending: read without the lock */
+	/* J3 metrics (api.c): holds granted after a wait, so that their
+	 * release can time them; process memory, under pending_lock. */
+	struct waited_hold {
+		uint32_t key_idx, key_hash;
+		uint64_t token, granted_ns; /* 0: empty */
+	} waited[4];
+	_Atomic uint32_t nwaited;
 };
 
 /* 0 when @s may be used by this process: -EINVAL, -LOCAL_EFORKED otherwise. */
@@ -140,6 +148,10 @@ int api_not_held(local_session *s, uint32_t key_idx, bool consume);
 /* A new grant of @key_idx: an older expiry of it is no longer news. */
 void api_forget_expiry(local_session *s, uint32_t key_idx);
 void api_fill_info_locked(struct segment *seg, struct seg_key *k, struct local_key_info *out);
+/* Metrics (J3): a wait that began at @since ended with @err (0: granted
+ * @tok; -ETIMEDOUT: given up); counted in the session's slot. */
+void api_note_wait(local_session *s, const char *key, int err, uint64_t since, uint32_t key_idx,
+		   uint64_t tok);
 
 void hex_encode(const uint8_t *in, size_t n, char *out);
 int hex_decode(const char *in, uint8_t *out, size_t n);

@@ -200,6 +200,7 @@ static int enqueue_locked(struct segment *seg, struct seg_key *k, const struct a
 	}
 	node->hold = IDX_NONE;
 	node->token = 0;
+	node->queued_ms = (uint32_t)(mono_ns() / 1000000); /* J3: shmlock info's wait time */
 	node->next = IDX_NONE;
 	node->prev = k->q_tail;
 	atomic_store(&node->futex, NODE_FUTEX_IDLE);

@@ -64,6 +64,7 @@ int proto_decode_request(const void *buf, size_t len, union proto_request *out)
 	case MSG_OP_RESET:
 	case MSG_OP_BROKER:
 	case MSG_OP_LOCK_DELAY:
+	case MSG_OP_WAITERS:
 		if (len != sizeof(out->op))
 			return -LOCAL_EPROTO;
 		memcpy(&out->op, buf, len);
@@ -73,7 +74,8 @@ int proto_decode_request(const void *buf, size_t len, union proto_request *out)
 		out->op.key[out->op.key_len] = '\0';
 		/* A key names one key. */
 		if ((type == MSG_OP_INFO || type == MSG_OP_HOLDERS || type == MSG_OP_RESET ||
-		     type == MSG_OP_LOCK_DELAY) &&
+		     type == MSG_OP_LOCK_DELAY ||
+		     type == MSG_OP_WAITERS) &&
 		    !out->op.key_len)
 			return -LOCAL_EPROTO;
 		return type;

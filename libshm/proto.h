@@ -39,12 +39,13 @@ enum proto_type {
 	MSG_OP_RESET = 15,    /* reset a quarantined key: no records */
 	MSG_OP_BROKER = 16,   /* the broker itself: one struct proto_op_broker */
 	MSG_OP_LOCK_DELAY = 17, /* why a key is in lock-delay: 0 or 1 proto_op_delay */
+	MSG_OP_WAITERS = 18,  /* the key's queued requests from node cursor: proto_op_waiter */
 	MSG_REPLY = 100,
 	MSG_OP_REPLY = 101,
 };
 
 #define MSG_OP_FIRST MSG_OP_STATS
-#define MSG_OP_LAST MSG_OP_LOCK_DELAY
+#define MSG_OP_LAST MSG_OP_WAITERS
 
 struct proto_hdr {
 	uint32_t magic;
@@ -143,6 +144,15 @@ struct proto_op_holder {
 	uint8_t session[16];
 	char name[SEG_NAME_MAX];
 	uint64_t token, lease_remaining_ms;
+};
+
+struct proto_op_waiter {
+	uint32_t size;
+	int32_t pid;
+	uint8_t session[16];
+	char name[SEG_NAME_MAX];
+	uint64_t seq;	     /* arrival order within the key */
+	uint64_t waiting_ms; /* since it queued */
 };
 
 struct proto_op_session {

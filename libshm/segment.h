@@ -36,7 +36,7 @@
  * has a cache line of its own.
  * 5: key entries are placed by hash (keytab.c); KEY_FREED marks a free
  * entry that was used. */
-#define SEG_ABI 5u
+#define SEG_ABI 6u /* 6: session slots carry wait/hold histograms (J3, metrics) */
 
 #define SEG_NAME_MAX 64 /* session name, including the NUL */
 #define SESS_EXPIRED_SLOTS 8
@@ -53,6 +53,20 @@ enum seg_session_state {
 #define SESS_STATE(sg) ((uint32_t)((sg)&0xff))
 #define SESS_GEN(sg) ((uint32_t)((sg) >> 32))
 #define SESS_PACK(state, gen) (((uint64_t)(gen) << 32) | (uint64_t)(state))
+
+/*
+ * A histogram of durations (J3, metrics): kept in the session slot of the
+ * process that measured them, never in a line other sessions write, and
+ * never reset when the slot is reused, so the broker's sum over all slots
+ * at scrape counts every session that ever ran. bucket[i]: durations in
+ * (hist_bounds_us[i - 1], hist_bounds_us[i]]; longer ones only in count.
+ */
+#define SEG_HIST_BUCKETS 12
+struct seg_hist {
+	_Atomic uint64_t count;
+	_Atomic uint64_t sum_us;
+	_Atomic uint64_t bucket[SEG_HIST_BUCKETS];
+};
 
 struct seg_session {
 	/* {generation, state}: the one word a client checks under a key mutex
@@ -80,6 +94,10 @@ struct seg_session {
 		uint32_t pad;
 		uint64_t token;
 	} expired[SESS_EXPIRED_SLOTS];
+	/* Written only by the session's own process, on the contended path
+	 * (libshm/hist.c); read by the broker's /metrics. */
+	struct seg_hist wait_hist; /* acquires that queued: until granted or given up */
+	struct seg_hist hold_hist; /* holds that had queued: grant to release */
 } __attribute__((aligned(64)));
 
 /* ---- nodes ------------------------------------------------------------ */
@@ -137,6 +155,9 @@ struct seg_node {
 	uint64_t token;	       /* HOLDING/GRANTED: the fencing token */
 	uint64_t lease_until_ns; /* 0: no lease */
 	uint32_t staged_len; /* NODE_WAITING: value to attach at the grant, + 1; 0: none */
+	/* NODE_WAITING: CLOCK_MONOTONIC in ms (low 32 bits) when it queued, for
+	 * `shmlock info` (J3); in the line's spare bytes, on the queueing path. */
+	uint32_t queued_ms;
 } __attribute__((aligned(64)));
 
 /* ---- keys ------------------------------------------------------------- */

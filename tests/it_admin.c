@@ -17,7 +17,7 @@
 
 static struct local_key_info *info_of(local_session *s, const char *key)
 {
-	static struct local_key_info info;
+	static LOCAL_OPTS(local_key_info, info);
 
 	CHECK_OK(local_info(s, key, &info));
 	return &info;
@@ -155,7 +155,7 @@ TEST(admin, force_release_of_every_holder, 20)
 	CHECK_RC(local_held(d, "adm/sem3", NULL), -LOCAL_ENOTHELD);
 	/* No lock-delay (0 for both): free at once. */
 	CHECK_OK(local_sem_acquire(obs, "adm/sem3", 3,
-				   &(struct local_acquire_opts){ .timeout_ms = 0 }, NULL));
+				   &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL));
 	CHECK_EQ(segment_violations(obs), 0);
 	CHECK(WAIT_SESSIONS(obs, 4, 5000));
 	broker_stop(&b);
@@ -282,7 +282,7 @@ TEST(admin, session_destroy_releases_and_wakes, 20)
 
 struct key_seen {
 	char names[16][64];
-	struct local_key_info info[16]; /* without their values */
+	struct local_key_info info[16]; /* callbacks give no value */
 	unsigned n;
 	int stop_with;
 };
@@ -293,7 +293,7 @@ static int collect_key(const char *key, const struct local_key_info *ki, void *a
 
 	if (ks->n < 16) {
 		snprintf(ks->names[ks->n], sizeof(ks->names[0]), "%s", key);
-		memcpy(&ks->info[ks->n], ki, offsetof(struct local_key_info, value));
+		ks->info[ks->n] = *ki;
 	}
 	ks->n++;
 	return ks->stop_with;
@@ -317,7 +317,7 @@ static const struct local_key_info *key_listed(struct key_seen *ks, const char *
 
 TEST(admin, keys_with_and_without_prefix, 20)
 {
-	struct local_acquire_opts v = { .timeout_ms = 0, .value = "12345", .value_len = 5 };
+	LOCAL_OPTS(local_acquire_opts, v, .timeout_ms = 0, .value = "12345", .value_len = 5);
 	struct broker_proc b;
 	struct key_seen *ks = calloc(1, sizeof(*ks));
 	const struct local_key_info *ki;
@@ -473,7 +473,7 @@ static int collect_holder(const struct local_holder *h, void *arg)
 
 TEST(admin, holders_of_a_semaphore, 20)
 {
-	struct local_acquire_opts leased = { .timeout_ms = 0, .lease_ms = 10000 };
+	LOCAL_OPTS(local_acquire_opts, leased, .timeout_ms = 0, .lease_ms = 10000);
 	struct broker_proc b;
 	struct holder_seen hs = { .n = 0 };
 	local_session *s[3], *obs;
@@ -539,8 +539,9 @@ TEST(admin, stats_counters_move, 20)
 	static const char *const flags[] = { "--max-keys", "64", "--max-sessions", "16",
 					     "--max-holds", "32", "--max-waiters", "48",
 					     "--max-value", "100", NULL };
-	struct local_acquire_opts timed = { .timeout_ms = 20 };
-	struct local_stats s0, s1;
+	LOCAL_OPTS(local_acquire_opts, timed, .timeout_ms = 20);
+	LOCAL_OPTS(local_stats, s0);
+	LOCAL_OPTS(local_stats, s1);
 	struct broker_proc b;
 	local_session *a, *c, *mortal, *obs;
 	struct child crasher;
@@ -575,7 +576,7 @@ TEST(admin, stats_counters_move, 20)
 	CHECK(s1.uptime_ms >= s0.uptime_ms);
 	/* A lease expiry. */
 	s0 = s1;
-	CHECK_OK(local_lock(a, "st/lease", &(struct local_acquire_opts){ .timeout_ms = 0,
+	CHECK_OK(local_lock(a, "st/lease", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0,
 									.lease_ms = 50 },
 			    &tok));
 	CHECK(WAIT_FOR(local_check_token(obs, "st/lease", tok) == -LOCAL_ESTALE, 5000));
@@ -628,7 +629,8 @@ static int key_exists(local_session *s, const char *key)
 TEST(admin, gc_idle_reclaims_idle_keys, 20)
 {
 	static const char *const flags[] = { "--gc-idle", "1", NULL };
-	struct local_stats st0, st1;
+	LOCAL_OPTS(local_stats, st0);
+	LOCAL_OPTS(local_stats, st1);
 	struct broker_proc b;
 	local_session *a;
 	uint64_t t1 = 0, t2 = 0;
@@ -657,7 +659,7 @@ TEST(admin, gc_idle_reclaims_idle_keys, 20)
 static void delete_child(void *p, int in, int out)
 {
 	const struct broker_proc *b = p;
-	struct local_acquire_opts v = { .timeout_ms = 0, .value = "leader-x", .value_len = 8 };
+	LOCAL_OPTS(local_acquire_opts, v, .timeout_ms = 0, .value = "leader-x", .value_len = 8);
 	struct local_session_opts o;
 	local_session *s;
 	char buf[8];

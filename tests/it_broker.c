@@ -39,7 +39,7 @@ static void holder(void *p, int in, int out)
 
 static struct local_key_info key_info(local_session *s, const char *key)
 {
-	struct local_key_info info;
+	LOCAL_OPTS(local_key_info, info);
 
 	CHECK_OK(local_info(s, key, &info));
 	return info;
@@ -263,7 +263,7 @@ TEST(broker, second_broker_on_the_segment_refuses_and_removes_nothing, 20)
 /* Child: stop (SIGSTOP) inside the key mutex while queueing on the key. */
 static void stalled_locker(void *p, int in, int out)
 {
-	struct local_acquire_opts timed = { .timeout_ms = 100 };
+	LOCAL_OPTS(local_acquire_opts, timed, .timeout_ms = 100);
 	const struct role *r = p;
 	local_session *s;
 	char buf[8], num[8];
@@ -318,7 +318,7 @@ TEST(broker, a_stopped_client_in_a_critical_section_does_not_stall_the_broker, 3
 /* Child: stop in the lock-free acquire, right after claiming its node. */
 static void stalled_fast_locker(void *p, int in, int out)
 {
-	struct local_acquire_opts try = { .timeout_ms = 0 };
+	LOCAL_OPTS(local_acquire_opts, try, .timeout_ms = 0);
 	const struct role *r = p;
 	local_session *s;
 	char buf[8], num[8];

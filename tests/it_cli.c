@@ -187,21 +187,21 @@ static bool pid_gone(pid_t pid)
 
 static uint32_t holders_of(local_session *s, const char *key)
 {
-	static struct local_key_info info;
+	static LOCAL_OPTS(local_key_info, info);
 
 	return local_info(s, key, &info) ? 999 : info.holders;
 }
 
 static pid_t holder_pid_of(local_session *s, const char *key)
 {
-	static struct local_key_info info;
+	static LOCAL_OPTS(local_key_info, info);
 
 	return local_info(s, key, &info) ? -1 : info.holder_pid;
 }
 
 static uint32_t waiters_of(local_session *s, const char *key)
 {
-	static struct local_key_info info;
+	static LOCAL_OPTS(local_key_info, info);
 
 	return local_info(s, key, &info) ? 999 : info.waiters;
 }
@@ -750,7 +750,7 @@ static void signal_stops_group(int sig)
 	CHECK(pid_gone(child) && pid_gone(grandchild));
 	/* A release, not a loss: no lock-delay for the next holder. */
 	CHECK_EQ(holders_of(obs, "svc"), 0);
-	CHECK_OK(local_lock(obs, "svc", &(struct local_acquire_opts){ .timeout_ms = 0 }, NULL));
+	CHECK_OK(local_lock(obs, "svc", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL));
 	broker_stop(&b);
 }
 
@@ -1130,7 +1130,7 @@ TEST(cli, kind_and_limit_conflicts, 20)
 TEST(cli, json_is_exact, 30)
 {
 	static char out[OUT_MAX], err[OUT_MAX];
-	struct local_acquire_opts v = { .timeout_ms = -1, .value = "\xff\xfe:1\"x", .value_len = 6 };
+	LOCAL_OPTS(local_acquire_opts, v, .timeout_ms = -1, .value = "\xff\xfe:1\"x", .value_len = 6);
 	struct broker_proc b;
 	local_session *s;
 	uint64_t token = 0;
@@ -1179,7 +1179,7 @@ TEST(cli, inspection_json_parses, 30)
 	static char out[OUT_MAX], err[OUT_MAX];
 	struct broker_proc b;
 	local_session *s;
-	struct local_acquire_opts v = { .timeout_ms = -1, .value = "10.0.0.1:80", .value_len = 11 };
+	LOCAL_OPTS(local_acquire_opts, v, .timeout_ms = -1, .value = "10.0.0.1:80", .value_len = 11);
 
 	use_broker(&b);
 	s = open_session(&b, "inspected", 0, 0);
@@ -1245,9 +1245,9 @@ static void check_clean(const char *what, const char *text)
 TEST(cli, hostile_names_are_escaped, 30)
 {
 	static char out[OUT_MAX], err[OUT_MAX];
-	struct local_acquire_opts v = { .timeout_ms = -1,
+	LOCAL_OPTS(local_acquire_opts, v, .timeout_ms = -1,
 					 .value = EVIL_VALUE,
-					 .value_len = sizeof(EVIL_VALUE) - 1 };
+					 .value_len = sizeof(EVIL_VALUE) - 1);
 	struct broker_proc b;
 	local_session *s;
 
@@ -1336,7 +1336,7 @@ TEST(cli, watch_prints_each_change, 20)
 	CHECK_JQ(line, ".holder_count == 0");
 	CHECK_OK(local_lock(
 		s, "w/key",
-		&(struct local_acquire_opts){ .timeout_ms = -1, .value = "v1", .value_len = 2 },
+		&(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = -1, .value = "v1", .value_len = 2 },
 		NULL));
 	CHECK_OK(child_read(&c, line, sizeof(line), 5000));
 	CHECK_JQ(line, ".holder_count == 1 and .value == \"v1\" and .holder.name == \"changer\"");

@@ -556,8 +556,9 @@ TEST(consul, kv_put_get_flags_cas_delete_recurse_keys_raw, 20)
 TEST(consul, kv_lock_is_the_segment_lock, 20)
 {
 	struct broker_proc b;
-	struct local_acquire_opts o = { .timeout_ms = 0 };
-	static struct local_key_info ki;
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0);
+	static char value[64];
+	static LOCAL_OPTS(local_key_info, ki, .value_buf = value, .value_buf_size = sizeof(value));
 	local_session *ls;
 	char *s1, *s2;
 	uint64_t tok;
@@ -580,7 +581,7 @@ TEST(consul, kv_lock_is_the_segment_lock, 20)
 	CHECK_RC(local_lock(ls, "svc/leader", &o, &tok), -EBUSY);
 	CHECK_OK(local_info(ls, "svc/leader", &ki));
 	CHECK_EQ(ki.holders, 1);
-	CHECK(ki.value_len == 7 && !memcmp(ki.value, "node-a2", 7));
+	CHECK(ki.value_len == 7 && !memcmp(value, "node-a2", 7));
 	CHECK(put_bool(strf("/v1/kv/svc/leader?release=%s", s1), ""));
 	CHECK(!json_object_get(kv_entry("svc/leader"), "Session"));
 	/* now liblocal holds it: Consul's acquire is refused, the entry
@@ -628,7 +629,7 @@ TEST(consul, behavior_release_and_delete_on_destroy, 20)
 TEST(consul, blocking_queries_woken_by_api_liblocal_and_cli, 30)
 {
 	struct broker_proc b;
-	struct local_acquire_opts o = { .timeout_ms = 0 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0);
 	const char *cli = getenv("SHMLOCK_CLI_BIN");
 	local_session *ls;
 	struct resp *r;
@@ -986,7 +987,7 @@ TEST(consul, python_consul_client_runs_a_lock_and_leader_election, 40)
 TEST(consul, broker_restart_forgets_sessions_and_releases_their_locks, 30)
 {
 	struct broker_proc b;
-	struct local_acquire_opts o = { .timeout_ms = 5000 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 5000);
 	local_session *ls;
 	uint64_t tok, until, before;
 	char *s;

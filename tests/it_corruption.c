@@ -52,7 +52,7 @@ struct req {
 static int acquire(local_session *s, const char *key, uint32_t limit, int timeout_ms,
 		   uint64_t *tok)
 {
-	struct local_acquire_opts o = { .timeout_ms = timeout_ms };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = timeout_ms);
 
 	return limit ? local_sem_acquire(s, key, limit, &o, tok) : local_lock(s, key, &o, tok);
 }
@@ -107,7 +107,7 @@ static void end_child(struct child *c)
 
 static uint32_t waiters_of(local_session *s, const char *key)
 {
-	struct local_key_info ki;
+	LOCAL_OPTS(local_key_info, ki);
 
 	CHECK_OK(local_info(s, key, &ki));
 	return ki.waiters;
@@ -225,7 +225,7 @@ TEST(corruption, list_heads_out_of_range, 30)
 	struct broker_proc b;
 	struct req rh = { &b, "c/sem", 2, 0 }, rw = { &b, "c/sem", 2, 10000 };
 	local_session *obs, *x;
-	struct local_stats st;
+	LOCAL_OPTS(local_stats, st);
 	struct child h, w;
 	struct seg_key *k;
 	uint64_t repairs;
@@ -488,7 +488,7 @@ TEST(corruption, random_bytes_over_a_key_entry, 60)
 {
 	struct broker_proc b;
 	local_session *obs, *a, *w, *c;
-	struct local_stats st;
+	LOCAL_OPTS(local_stats, st);
 	struct seg_key *k, saved;
 	int round, granted;
 	uint32_t limit;
@@ -630,7 +630,7 @@ TEST(corruption, node_names_a_bogus_session, 30)
 TEST(corruption, lock_delay_beyond_the_maximum, 30)
 {
 	struct broker_proc b;
-	struct local_key_info ki;
+	LOCAL_OPTS(local_key_info, ki);
 	struct seg_key *k;
 	local_session *obs;
 	int rc;

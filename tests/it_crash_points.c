@@ -100,7 +100,7 @@ static void crasher_child(void *p, int in, int out)
 	s = open_session(a->b, "crasher", 0, 0);
 	say(out, "open");
 	while (!hear(in, cmd, sizeof(cmd))) {
-		struct local_acquire_opts o = { .timeout_ms = -1 };
+		LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = -1);
 		uint64_t tok = 0;
 		int r;
 
@@ -112,7 +112,7 @@ static void crasher_child(void *p, int in, int out)
 		}
 		if (!strcmp(cmd, "info") || !strcmp(cmd, "seminfo")) {
 			/* Takes the key mutex, as any mutex-path call would. */
-			static struct local_key_info ii; /* 64 KiB: not on the stack */
+			static LOCAL_OPTS(local_key_info, ii);
 
 			say(out, "info %d", local_info(s, cmd[0] == 's' ? SEM_KEY : KEY, &ii));
 			continue;
@@ -120,7 +120,7 @@ static void crasher_child(void *p, int in, int out)
 		if (!strcmp(cmd, "watch")) {
 			/* Watch for the next change of the key (the observer
 			 * makes it), with a timeout so that it returns. */
-			static struct local_key_info wi; /* 64 KiB: not on the stack */
+			static LOCAL_OPTS(local_key_info, wi);
 			uint64_t idx = 0;
 
 			if (!local_info(s, KEY, &wi))
@@ -194,7 +194,8 @@ struct world {
 
 static struct local_key_info *key_info(local_session *s)
 {
-	static struct local_key_info info; /* 64 KiB of value: not on the stack */
+	static char value[LOCAL_VALUE_MAX];
+	static LOCAL_OPTS(local_key_info, info, .value_buf = value, .value_buf_size = sizeof(value));
 
 	CP_CHECK_OK(local_info(s, KEY, &info));
 	return &info;
@@ -202,7 +203,7 @@ static struct local_key_info *key_info(local_session *s)
 
 static unsigned waiters_of(local_session *s)
 {
-	static struct local_key_info info;
+	static LOCAL_OPTS(local_key_info, info);
 
 	return local_info(s, KEY, &info) ? ~0u : info.waiters;
 }
@@ -385,7 +386,7 @@ static void wait_sessions(struct world *w, unsigned live)
 /* The observer takes the key (@try: must be free now) and checks the token. */
 static void obs_take(struct world *w, bool try)
 {
-	struct local_acquire_opts o = { .timeout_ms = try ? 0 : -1 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = try ? 0 : -1);
 	uint64_t tok = 0;
 
 	CP_CHECK_OK(local_lock(w->obs, KEY, &o, &tok));
@@ -466,8 +467,8 @@ static void scenario_fast_path(struct world *w)
  * the old one or the new one, whole. */
 static void scenario_value(struct world *w)
 {
-	struct local_acquire_opts o = { .timeout_ms = 0, .value = OLD_VALUE,
-					.value_len = strlen(OLD_VALUE) };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .value = OLD_VALUE,
+					.value_len = strlen(OLD_VALUE));
 	struct local_key_info *info;
 	uint64_t tok = 0;
 
@@ -479,12 +480,12 @@ static void scenario_value(struct world *w)
 	wait_sessions(w, 1);
 	CP_CHECK_EQ(segment_violations(w->obs), 0);
 	info = key_info(w->obs);
-	if (!(info->value_len == strlen(OLD_VALUE) && !memcmp(info->value, OLD_VALUE,
+	if (!(info->value_len == strlen(OLD_VALUE) && !memcmp((char *)info->value_buf, OLD_VALUE,
 							       info->value_len)) &&
-	    !(info->value_len == strlen(NEW_VALUE) && !memcmp(info->value, NEW_VALUE,
+	    !(info->value_len == strlen(NEW_VALUE) && !memcmp((char *)info->value_buf, NEW_VALUE,
 							       info->value_len)))
 		CP_FAIL("torn value: %zu bytes \"%.*s\"", info->value_len,
-			(int)(info->value_len < 64 ? info->value_len : 64), info->value);
+			(int)(info->value_len < 64 ? info->value_len : 64), (char *)info->value_buf);
 	check_free_then_handover(w);
 }
 
@@ -766,7 +767,7 @@ static void scenario_adopted(struct world *w)
 /* The observer takes one slot of the semaphore; checks the token. */
 static void obs_sem_take(struct world *w)
 {
-	struct local_acquire_opts o = { .timeout_ms = 0 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0);
 	uint64_t tok = 0;
 
 	CP_CHECK_OK(local_sem_acquire(w->obs, SEM_KEY, SEM_LIMIT, &o, &tok));
@@ -784,8 +785,8 @@ static void obs_sem_take(struct world *w)
  */
 static void scenario_sem_listed(struct world *w)
 {
-	static struct local_key_info si;
-	struct local_acquire_opts o = { .timeout_ms = 0 };
+	static LOCAL_OPTS(local_key_info, si);
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0);
 	local_session *more[SEM_LIMIT];
 	int i;
 

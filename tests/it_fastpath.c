@@ -15,7 +15,7 @@
 #include "harness.h"
 #include "invariants.h"
 
-static const struct local_acquire_opts try_once = { .timeout_ms = 0 };
+static const LOCAL_OPTS(local_acquire_opts, try_once, .timeout_ms = 0);
 
 /* The fast word of @key's entry (0 when there is no such entry). */
 static uint64_t fast_word(local_session *s, const char *key)
@@ -53,7 +53,7 @@ static uint32_t named_state(local_session *s, const char *key)
 
 static struct local_key_info *info_of(local_session *s, const char *key)
 {
-	static struct local_key_info info; /* 64 KiB of value: not on the stack */
+	static LOCAL_OPTS(local_key_info, info);
 
 	CHECK_OK(local_info(s, key, &info));
 	return &info;
@@ -66,7 +66,8 @@ static struct local_key_info *info_of(local_session *s, const char *key)
  */
 TEST(fastpath, counters_count_lock_free_operations, 20)
 {
-	struct local_stats st0, st1;
+	LOCAL_OPTS(local_stats, st0);
+	LOCAL_OPTS(local_stats, st1);
 	struct broker_proc b;
 	uint64_t li, mi;
 	local_session *a;
@@ -115,7 +116,7 @@ static int count_holds(const struct local_session_info *si, void *arg)
 
 TEST(fastpath, lock_free_holds_are_holds, 20)
 {
-	struct local_stats st;
+	LOCAL_OPTS(local_stats, st);
 	struct broker_proc b;
 	local_session *a;
 	uint32_t holds = 0;
@@ -241,7 +242,7 @@ struct watch_arg {
 	local_session *s;
 	uint64_t after;
 	int rc;
-	struct local_key_info out;
+	struct local_key_info out; /* .sz set by the caller */
 };
 
 static void *watch_thread(void *p)
@@ -260,7 +261,7 @@ static void *watch_thread(void *p)
 TEST(fastpath, watched_key_takes_the_mutex_path, 20)
 {
 	struct broker_proc b;
-	struct watch_arg w;
+	struct watch_arg w = { .out = { .sz = sizeof(w.out) } };
 	local_session *a;
 	pthread_t t;
 

@@ -267,7 +267,7 @@ static int try_key(const struct broker_proc *b)
 	rc = local_session_open(&o, &s);
 	if (rc)
 		return rc;
-	rc = local_lock(s, "files/k", &(struct local_acquire_opts){ .timeout_ms = 0 }, NULL);
+	rc = local_lock(s, "files/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL);
 	local_session_close(s);
 	return rc;
 }

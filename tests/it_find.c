@@ -168,7 +168,7 @@ TEST(find, each_outcome_has_its_own_code, 30)
 {
 	struct broker_proc b;
 	char path[200], report[1024];
-	struct local_stats st;
+	LOCAL_OPTS(local_stats, st);
 	int fd;
 
 	broker_start(&b, NULL);
@@ -453,7 +453,7 @@ TEST(find, inspection_works_read_only_while_the_broker_is_down, 40)
 	CHECK_HAS(out, "\"broker_pid\": 0");
 	/* Nothing was changed: the hold is still ours to release. */
 	CHECK_OK(local_release(s, "ro/k"));
-	CHECK_OK(local_lock(s, "ro/k", &(struct local_acquire_opts){ .timeout_ms = 0 }, NULL));
+	CHECK_OK(local_lock(s, "ro/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL));
 	local_session_close(s);
 	broker_stop(&b);
 }

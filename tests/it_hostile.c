@@ -82,7 +82,7 @@ static struct seg_key *entry_of(local_session *s, const char *key)
  * test after its own 5 s bound) and takes a key nobody touched. */
 static void broker_answers(const struct broker_proc *b)
 {
-	struct local_acquire_opts o = { .timeout_ms = 5000 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 5000);
 	local_session *s = open_session(b, "prober", 0, 0);
 
 	CHECK_OK(local_lock(s, "untouched/probe", &o, NULL));
@@ -100,7 +100,7 @@ TEST(hostile, garbage_in_lock_words_is_survived_and_recovered, 60)
 {
 	static const uint32_t patterns[] = { 0x41414141u, 0x01414141u, 0xffffffffu,
 					     0x80000000u, 0x3fffffffu };
-	struct local_acquire_opts o = { .timeout_ms = 5000 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 5000);
 	struct broker_proc b;
 	local_session *a, *v;
 	struct seg_key *k;
@@ -155,7 +155,7 @@ static void index_filler(void *p, int in, int out)
 TEST(hostile, an_index_kept_full_does_not_hang_the_broker, 60)
 {
 	static const char *const gc[] = { "--max-keys", "64", "--gc-idle", "1", NULL };
-	struct local_acquire_opts o = { .timeout_ms = 5000 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 5000);
 	struct broker_proc b;
 	struct child f;
 	local_session *v;
@@ -177,7 +177,7 @@ TEST(hostile, an_index_kept_full_does_not_hang_the_broker, 60)
 	child_wait(&f, 5000);
 	broker_answers(&b);
 	/* The index is all tombstones now: lookups fall back to the entries. */
-	CHECK_RC(local_lock(v, "held", &(struct local_acquire_opts){ .timeout_ms = 0 }, NULL), 0);
+	CHECK_RC(local_lock(v, "held", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL), 0);
 	CHECK_OK(local_release(v, "held"));
 	CHECK_OK(local_lock(v, "idle/after", &o, NULL));
 	CHECK_EQ(segment_violations(v), 0);
@@ -193,7 +193,7 @@ TEST(hostile, an_index_kept_full_does_not_hang_the_broker, 60)
  */
 static void many_holder(void *p, int in, int out)
 {
-	struct local_acquire_opts o = { .timeout_ms = 5000 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 5000);
 	local_session *s = open_session(p, "many", 0, 0);
 	char name[32], buf[8];
 	int i;
@@ -233,7 +233,7 @@ TEST(hostile, a_thousand_stalled_keys_do_not_stall_the_broker, 90)
 	CHECK_EQ(live_sessions(obs), 2); /* obs, and the dead one still closing */
 	end_process(stopped); /* the owner is gone: its words are repaired */
 	CHECK(WAIT_SESSIONS(obs, 1, 30000));
-	CHECK_OK(local_lock(obs, "many/999", &(struct local_acquire_opts){ .timeout_ms = 5000 },
+	CHECK_OK(local_lock(obs, "many/999", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 5000 },
 			    NULL));
 	CHECK_EQ(segment_violations(obs), 0);
 	broker_stop(&b);
@@ -254,7 +254,8 @@ static int count_key(const char *key, const struct local_key_info *ki, void *arg
 
 TEST(hostile, deadlines_hold_against_a_stopped_lock_owner, 60)
 {
-	struct local_acquire_opts timed = { .timeout_ms = 300 }, try = { .timeout_ms = 0 };
+	LOCAL_OPTS(local_acquire_opts, timed, .timeout_ms = 300);
+	LOCAL_OPTS(local_acquire_opts, try, .timeout_ms = 0);
 	struct broker_proc b;
 	local_session *v;
 	struct seg_key *k;
@@ -276,7 +277,7 @@ TEST(hostile, deadlines_hold_against_a_stopped_lock_owner, 60)
 	t0 = now_ms();
 	CHECK_RC(local_lock(v, "d/k", &timed, NULL), -ETIMEDOUT);
 	CHECK_RC(local_lock(v, "d/k", &try, NULL), -EBUSY);
-	CHECK_RC(local_info(v, "d/k", &(struct local_key_info){ 0 }), -ETIMEDOUT);
+	CHECK_RC(local_info(v, "d/k", &(struct local_key_info){ .sz = sizeof(struct local_key_info) }), -ETIMEDOUT);
 	CHECK_OK(local_keys(v, "d/", count_key, &n));
 	CHECK_EQ(n, 1); /* d/other listed; the stuck key left out */
 	/* Bounds, not speeds: each call above waits at most about a second. */
@@ -288,8 +289,8 @@ TEST(hostile, deadlines_hold_against_a_stopped_lock_owner, 60)
 	broker_answers(&b); /* its key exists: no table lock needed */
 
 	end_process(stopped); /* gone: the next taker repairs both */
-	CHECK_OK(local_lock(v, "d/k", &(struct local_acquire_opts){ .timeout_ms = 5000 }, NULL));
-	CHECK_OK(local_lock(v, "d/new", &(struct local_acquire_opts){ .timeout_ms = 5000 }, NULL));
+	CHECK_OK(local_lock(v, "d/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 5000 }, NULL));
+	CHECK_OK(local_lock(v, "d/new", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 5000 }, NULL));
 	CHECK_EQ(segment_violations(v), 0);
 	broker_stop(&b);
 }
@@ -303,7 +304,7 @@ TEST(hostile, a_key_hidden_from_the_index_keeps_one_holder, 30)
 {
 	struct broker_proc b;
 	local_session *a, *v;
-	struct local_key_info ki;
+	LOCAL_OPTS(local_key_info, ki);
 	uint32_t i, idx, found = 0;
 	struct seg_key *k;
 
@@ -319,7 +320,7 @@ TEST(hostile, a_key_hidden_from_the_index_keeps_one_holder, 30)
 			found++;
 		}
 	CHECK_EQ(found, 1);
-	CHECK_RC(local_lock(a, "dup/k", &(struct local_acquire_opts){ .timeout_ms = 0 }, NULL),
+	CHECK_RC(local_lock(a, "dup/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL),
 		 -EBUSY);
 	for (i = 0, found = 0; i < a->seg->caps.max_keys; i++)
 		found += atomic_load(&a->seg->keys[i].state) == KEY_USED &&
@@ -328,7 +329,7 @@ TEST(hostile, a_key_hidden_from_the_index_keeps_one_holder, 30)
 	CHECK_OK(local_info(a, "dup/k", &ki));
 	CHECK_EQ(ki.holders, 1);
 	CHECK_OK(local_release(v, "dup/k"));
-	CHECK_OK(local_lock(a, "dup/k", &(struct local_acquire_opts){ .timeout_ms = 0 }, NULL));
+	CHECK_OK(local_lock(a, "dup/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL));
 	CHECK_EQ(segment_violations(a), 0);
 	broker_stop(&b);
 }
@@ -351,8 +352,8 @@ struct worker {
 static void chaos_worker(void *p, int in, int out)
 {
 	const struct worker *w = p;
-	struct local_acquire_opts o = { .timeout_ms = 50 };
-	struct local_key_info ki;
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 50);
+	LOCAL_OPTS(local_key_info, ki);
 	local_session *s = NULL;
 	struct local_session_opts so;
 	char key[32], buf[8];

@@ -270,7 +270,7 @@ TEST(hostile_net, close_by_id_is_checked_against_the_allow_lists, 30)
 	CHECK_EQ(close_as_nobody(&b, id), 3);
 	CHECK_EQ(local_sessions(victim, find_id, hex), 1); /* still there */
 	{
-		struct local_key_info ki;
+		LOCAL_OPTS(local_key_info, ki);
 
 		CHECK_OK(local_info(victim, "hostile/held", &ki));
 		CHECK_EQ(ki.holders, 1);
@@ -324,7 +324,7 @@ TEST(hostile_net, names_cannot_forge_log_lines, 30)
 	static const char *const flags[] = { "--log-level", "debug", NULL };
 	static const char name[] = "evil\x1b[2J\nshmlockd: error: FORGED NAME";
 	static const char key[] = "k\x1b]0;pwned\x07\nshmlockd: error: FORGED KEY";
-	struct local_acquire_opts ao = { .timeout_ms = 0, .lease_ms = 50 };
+	LOCAL_OPTS(local_acquire_opts, ao, .timeout_ms = 0, .lease_ms = 50);
 	struct broker_proc b;
 	local_session *s;
 

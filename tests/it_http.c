@@ -69,7 +69,7 @@ static char *strf(const char *fmt, ...)
 
 static struct local_key_info *key_info(local_session *s, const char *key)
 {
-	static struct local_key_info info;
+	static LOCAL_OPTS(local_key_info, info);
 
 	CHECK_OK(local_info(s, key, &info));
 	return &info;
@@ -2403,7 +2403,7 @@ TEST(http, a_grant_racing_a_hang_up_never_strands_the_key, 90)
 	static const char *const modes[4] = { "hang-up, grant", "grant, hang-up",
 					       "stopped: grant, hang-up",
 					       "stopped: hang-up, grant" };
-	struct local_acquire_opts try0 = { .timeout_ms = 0 };
+	LOCAL_OPTS(local_acquire_opts, try0, .timeout_ms = 0);
 	struct hbroker h;
 	local_session *holder, *b;
 	int round, delivered = 0, canceled = 0, granted = -1;
@@ -2513,7 +2513,7 @@ TEST(http, a_grant_racing_a_hang_up_never_strands_the_key, 90)
 /* Child: stop (SIGSTOP) inside the key mutex of stall/k while queueing. */
 static void stalled_in_mutex(void *p, int in, int out)
 {
-	struct local_acquire_opts timed = { .timeout_ms = 100 };
+	LOCAL_OPTS(local_acquire_opts, timed, .timeout_ms = 100);
 	const struct broker_proc *b = p;
 	local_session *s;
 	char buf[8], num[8];

@@ -20,17 +20,26 @@
  * scheduling slack for a loaded two-core machine. */
 #define LATE_MS 500
 
+/* An info with room for the largest value, freed through its address. */
+struct info_with_value {
+	struct local_key_info ki;
+	char value[LOCAL_VALUE_MAX];
+};
+
 static struct local_key_info *new_info(void)
 {
-	struct local_key_info *i = malloc(sizeof(*i)); /* 64 KiB: not on the stack */
+	struct info_with_value *b = calloc(1, sizeof(*b));
 
-	CHECK(i);
-	return i;
+	CHECK(b);
+	b->ki.sz = sizeof(b->ki);
+	b->ki.value_buf = b->value;
+	b->ki.value_buf_size = sizeof(b->value);
+	return &b->ki;
 }
 
 static struct local_key_info *info_of(local_session *s, const char *key)
 {
-	static struct local_key_info info;
+	static LOCAL_OPTS(local_key_info, info);
 
 	CHECK_OK(local_info(s, key, &info));
 	return &info;
@@ -151,7 +160,7 @@ static void end_child(struct child *c)
 TEST(leases, expiry_on_time_hands_over_in_fifo_order, 20)
 {
 	enum { LEASE = 800 };
-	struct local_acquire_opts o = { .timeout_ms = 0, .lease_ms = LEASE };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .lease_ms = LEASE);
 	struct waiter_arg wa[2];
 	struct broker_proc b;
 	struct child w[2];
@@ -198,7 +207,7 @@ TEST(leases, expiry_on_time_hands_over_in_fifo_order, 20)
 
 TEST(leases, semaphore_slot_expires_alone, 20)
 {
-	struct local_acquire_opts leased = { .timeout_ms = 0, .lease_ms = 200 };
+	LOCAL_OPTS(local_acquire_opts, leased, .timeout_ms = 0, .lease_ms = 200);
 	struct broker_proc b;
 	local_session *a, *c, *obs;
 	uint64_t before, after, seen, ta = 0, tc = 0;
@@ -226,7 +235,7 @@ TEST(leases, semaphore_slot_expires_alone, 20)
 TEST(leases, lock_delay_applies_after_expiry, 20)
 {
 	enum { LEASE = 200, DELAY = 400 };
-	struct local_acquire_opts o = { .timeout_ms = 0, .lease_ms = LEASE };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .lease_ms = LEASE);
 	struct waiter_arg wa = { NULL, "lease/delay", 0 };
 	struct local_key_info *info;
 	struct broker_proc b;
@@ -263,7 +272,7 @@ TEST(leases, lock_delay_applies_after_expiry, 20)
 TEST(leases, renew_keeps_the_hold, 20)
 {
 	enum { LEASE = 200 };
-	struct local_acquire_opts o = { .timeout_ms = 0, .lease_ms = LEASE };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .lease_ms = LEASE);
 	struct broker_proc b;
 	local_session *h, *obs;
 	uint64_t rem = 0, tok = 0, tok2 = 0, end, last, seen;
@@ -294,7 +303,7 @@ TEST(leases, renew_keeps_the_hold, 20)
 	CHECK(seen >= last + 2 * LEASE);
 	CHECK(seen < last + 2 * LEASE + LATE_MS);
 	/* A shorter lease takes effect at once too. */
-	CHECK_OK(local_lock(h, "lease/short", &(struct local_acquire_opts){ .timeout_ms = 0,
+	CHECK_OK(local_lock(h, "lease/short", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0,
 									  .lease_ms = 60000 },
 			    &tok));
 	last = now_ms();
@@ -321,7 +330,7 @@ static int lease_left(const struct local_holder *hd, void *arg)
 TEST(leases, calls_after_expiry_say_expired, 20)
 {
 	static const char *const keys[] = { "exp/renew", "exp/release", "exp/held" };
-	struct local_acquire_opts o = { .timeout_ms = 0, .lease_ms = 100 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .lease_ms = 100);
 	struct broker_proc b;
 	local_session *h, *obs;
 	uint64_t tok[3], left = 0;
@@ -359,7 +368,7 @@ TEST(leases, calls_after_expiry_say_expired, 20)
  */
 TEST(leases, expiry_is_not_reported_for_a_later_hold, 20)
 {
-	struct local_acquire_opts o = { .timeout_ms = 0, .lease_ms = 100 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .lease_ms = 100);
 	struct broker_proc b;
 	local_session *h, *obs;
 	uint64_t tok = 0, tok2 = 0;
@@ -408,7 +417,7 @@ TEST(leases, renew_without_a_lease, 20)
 /* A queued request's lease starts at its grant, not at its enqueue. */
 TEST(leases, lease_starts_at_the_grant, 20)
 {
-	struct local_acquire_opts leased = { .timeout_ms = 0, .lease_ms = 300 };
+	LOCAL_OPTS(local_acquire_opts, leased, .timeout_ms = 0, .lease_ms = 300);
 	struct broker_proc b;
 	local_session *h, *w, *obs;
 	uint64_t granted_at, seen, tok = 0;
@@ -437,7 +446,7 @@ TEST(leases, lease_starts_at_the_grant, 20)
 TEST(leases, leases_survive_a_broker_restart, 30)
 {
 	enum { LEASE = 2500, DOWN_LEASE = 200 };
-	struct local_acquire_opts o = { .timeout_ms = 0, .lease_ms = LEASE };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .lease_ms = LEASE);
 	struct waiter_arg wa = { NULL, "restart/k", 0 };
 	struct broker_proc b;
 	struct child w;
@@ -456,7 +465,7 @@ TEST(leases, leases_survive_a_broker_restart, 30)
 	/* A lease taken while no broker runs: the bitmap keeps the note. */
 	down_at = now_ms();
 	CHECK_OK(local_lock(h, "restart/down",
-			    &(struct local_acquire_opts){ .timeout_ms = 0, .lease_ms = DOWN_LEASE },
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0, .lease_ms = DOWN_LEASE },
 			    &tok_down));
 	broker_restart(&b);
 	up_at = now_ms();
@@ -484,7 +493,7 @@ TEST(leases, leases_survive_a_broker_restart, 30)
 TEST(leases, expiry_is_not_reported_for_another_key, 20)
 {
 	static const char *const flags[] = { "--max-keys", "1", NULL };
-	struct local_acquire_opts o = { .timeout_ms = 0, .lease_ms = 100 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .lease_ms = 100);
 	struct broker_proc b;
 	local_session *h;
 	uint64_t tok = 0;
@@ -511,7 +520,7 @@ TEST(leases, expiry_is_not_reported_for_another_key, 20)
 TEST(leases, lease_taken_right_after_broker_start_expires, 30)
 {
 	enum { ROUNDS = 30, LEASE = 20, WAIT = 1000 };
-	struct local_acquire_opts o = { .timeout_ms = 0, .lease_ms = LEASE };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .lease_ms = LEASE);
 	unsigned missed = 0, round;
 	struct broker_proc b;
 	local_session *s;
@@ -541,7 +550,7 @@ struct storm_arg {
 static void *lease_storm(void *p)
 {
 	struct storm_arg *a = p;
-	struct local_acquire_opts o = { .timeout_ms = 0, .lease_ms = 2 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .lease_ms = 2);
 	local_session *s = open_session(a->b, "storm", 0, 0);
 	uint64_t tok = 0;
 	char key[32];

@@ -33,7 +33,7 @@ TEST(locks, session_ids_are_unique_hex, 20)
 
 TEST(locks, lock_try_release_and_tokens, 20)
 {
-	struct local_acquire_opts try = { .timeout_ms = 0 };
+	LOCAL_OPTS(local_acquire_opts, try, .timeout_ms = 0);
 	struct broker_proc b;
 	local_session *a, *c;
 	uint64_t t1 = 0, t2 = 0, t3 = 0, t4 = 0;
@@ -65,8 +65,8 @@ TEST(locks, lock_try_release_and_tokens, 20)
 
 TEST(locks, timed_acquire_times_out, 20)
 {
-	struct local_acquire_opts timed = { .timeout_ms = 100 };
-	struct local_key_info info;
+	LOCAL_OPTS(local_acquire_opts, timed, .timeout_ms = 100);
+	LOCAL_OPTS(local_key_info, info);
 	struct broker_proc b;
 	local_session *a, *c;
 	uint64_t t0;
@@ -87,7 +87,7 @@ TEST(locks, timed_acquire_times_out, 20)
 
 TEST(locks, bad_arguments, 20)
 {
-	struct local_acquire_opts big = { .timeout_ms = 0, .value = "", .value_len = 4096 };
+	LOCAL_OPTS(local_acquire_opts, big, .timeout_ms = 0, .value = "", .value_len = 4096);
 	char long_key[LOCAL_KEY_MAX + 2];
 	struct broker_proc b;
 	local_session *a;
@@ -109,8 +109,9 @@ TEST(locks, bad_arguments, 20)
 
 TEST(locks, value_and_info, 20)
 {
-	struct local_acquire_opts o = { .timeout_ms = 0, .value = "node-1", .value_len = 6 };
-	struct local_key_info info;
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .value = "node-1", .value_len = 6);
+	char value[16];
+	LOCAL_OPTS(local_key_info, info, .value_buf = value, .value_buf_size = sizeof(value));
 	struct broker_proc b;
 	local_session *a;
 	uint64_t tok;
@@ -129,7 +130,7 @@ TEST(locks, value_and_info, 20)
 	CHECK(!strcmp(info.holder_name, "leader-a"));
 	CHECK_EQ(info.holder_pid, getpid());
 	CHECK_EQ(info.value_len, 6);
-	CHECK(!memcmp(info.value, "node-1", 6));
+	CHECK(!memcmp((char *)info.value_buf, "node-1", 6));
 	/* Re-acquire replaces the value, keeps the token. */
 	o.value = "node-1b";
 	o.value_len = 7;
@@ -175,7 +176,7 @@ static void queue_child(void *p, int in, int out)
 
 static unsigned waiters_of(local_session *s, const char *key)
 {
-	struct local_key_info info;
+	LOCAL_OPTS(local_key_info, info);
 
 	return local_info(s, key, &info) ? 0 : info.waiters;
 }

@@ -183,7 +183,7 @@ static local_session *open_flags(const struct broker_proc *b, const char *name, 
 
 static uint32_t waiters_of(local_session *s, const char *key)
 {
-	struct local_key_info ki;
+	LOCAL_OPTS(local_key_info, ki);
 
 	CHECK_OK(local_info(s, key, &ki));
 	return ki.waiters;
@@ -216,8 +216,8 @@ TEST(operator, check_calls_every_kind_of_session_and_hold_healthy, 40)
 	struct broker_proc b;
 	char http_sock[160], reply[1024], id[LOCAL_SESSION_ID_LEN + 1];
 	const char *extra[] = { "--http-socket", http_sock, NULL };
-	struct local_acquire_opts lease = { .timeout_ms = 0, .lease_ms = 60000 };
-	struct local_acquire_opts value = { .timeout_ms = 0, .value = "leader-1", .value_len = 8 };
+	LOCAL_OPTS(local_acquire_opts, lease, .timeout_ms = 0, .lease_ms = 60000);
+	LOCAL_OPTS(local_acquire_opts, value, .timeout_ms = 0, .value = "leader-1", .value_len = 8);
 	struct waiter_arg wa;
 	local_session *plain, *nocheck, *ttl;
 	struct child w;
@@ -318,7 +318,7 @@ TEST(operator, inspection_does_not_wait_for_a_stalled_key, 30)
 	struct broker_proc b;
 	local_session *a, *me;
 	struct seg_key *k;
-	struct local_key_info ki;
+	LOCAL_OPTS(local_key_info, ki);
 	unsigned kf = 0;
 	uint64_t t0;
 
@@ -394,7 +394,7 @@ TEST(operator, a_quarantined_key_is_listed_and_reset, 60)
 	char http_sock[160], line[64], *body, reply[1024], id[LOCAL_SESSION_ID_LEN + 1];
 	/* J4 (issue 14): quarantined_keys is a --http-extensions field of /v1/stats */
 	const char *extra[] = { "--http-socket", http_sock, "--http-extensions", NULL };
-	struct local_key_info ki;
+	LOCAL_OPTS(local_key_info, ki);
 	struct waiter_arg wa;
 	local_session *a, *other, *obs;
 	uint64_t other_tok, tok, t;
@@ -615,8 +615,8 @@ static int operator_calls_as_nobody(const struct broker_proc *b)
 
 	c.pid = fork();
 	if (c.pid == 0) {
-		static struct local_key_info ki;
-		struct local_stats st;
+		static LOCAL_OPTS(local_key_info, ki);
+		LOCAL_OPTS(local_stats, st);
 		int r[6], i;
 
 		if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY))
@@ -643,7 +643,7 @@ TEST(operator, operator_requests_obey_the_allow_lists, 40)
 	static const char *const flags[] = { "--socket-group", "65534", "--allow-uid", "4242",
 					     NULL };
 	struct broker_proc b;
-	struct local_stats st;
+	LOCAL_OPTS(local_stats, st);
 	local_session *root;
 
 	broker_start(&b, flags);

@@ -33,7 +33,7 @@ static const char *const caps[] = { "--max-keys",    "64", "--max-holds",    "16
 
 static uint32_t holders_of(local_session *s, const char *key)
 {
-	struct local_key_info ki;
+	LOCAL_OPTS(local_key_info, ki);
 
 	CHECK_OK(local_info(s, key, &ki));
 	return ki.holders;
@@ -140,11 +140,11 @@ TEST(sealed, a_client_cannot_resize_or_reseal_the_segment, 30)
 	CHECK_OK(local_lock(obs, "s/other", NULL, NULL));
 	CHECK_OK(local_release(obs, "s/other"));
 	late = open_session(&b, "late", 0, 0);
-	CHECK_RC(local_lock(late, "s/k", &(struct local_acquire_opts){ .timeout_ms = 0 }, NULL),
+	CHECK_RC(local_lock(late, "s/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL),
 		 -EBUSY);
 	child_send(&h, "exit");
 	child_wait(&h, 5000);
-	CHECK_OK(local_lock(late, "s/k", &(struct local_acquire_opts){ .timeout_ms = 5000 }, NULL));
+	CHECK_OK(local_lock(late, "s/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 5000 }, NULL));
 	CHECK_OK(local_session_close(late));
 	CHECK_OK(local_session_close(obs));
 	CHECK_EQ(kill(b.pid, 0), 0);
@@ -341,7 +341,7 @@ TEST(sealed, a_lost_segment_is_not_replaced_under_its_holders, 40)
 	/* Root may not inspect every process either: the operator's word. */
 	broker_restart_with(&b, replace);
 	s = open_session(&b, "obs", 0, 0);
-	CHECK_OK(local_lock(s, "s/k", &(struct local_acquire_opts){ .timeout_ms = 0 }, NULL));
+	CHECK_OK(local_lock(s, "s/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL));
 	CHECK_OK(local_session_close(s));
 	broker_stop(&b);
 }

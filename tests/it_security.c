@@ -31,7 +31,7 @@ static int open_as_nobody(const struct broker_proc *b)
 		o.broker_wait_ms = 0;
 		r = local_session_open(&o, &s);
 		if (!r)
-			r = local_lock(s, "sec/k", &(struct local_acquire_opts){ .timeout_ms = 0 },
+			r = local_lock(s, "sec/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 },
 				       NULL);
 		_exit(r == 0 ? 0 : r == -LOCAL_EDENIED ? 1 : r == -LOCAL_EACCESS ? 4 :
 		      r == -LOCAL_EBROKER ? 2 : 3);

@@ -20,7 +20,7 @@
 
 static struct local_key_info *info_of(local_session *s, const char *key)
 {
-	static struct local_key_info info; /* 64 KiB of value: not on the stack */
+	static LOCAL_OPTS(local_key_info, info);
 
 	CHECK_OK(local_info(s, key, &info));
 	return &info;
@@ -103,7 +103,7 @@ static void chaos_error(struct chaos *c, int err)
 static void chaos_worker(void *p, int in, int out)
 {
 	const struct chaos_arg *a = p;
-	struct local_acquire_opts o = { .timeout_ms = 10000 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 10000);
 	struct chaos *c = a->c;
 	local_session *s;
 	char name[32];
@@ -336,7 +336,7 @@ TEST(semaphores, waiters_are_granted_in_fifo_order, 30)
 
 TEST(semaphores, limit_and_kind_mismatch, 20)
 {
-	struct local_acquire_opts try = { .timeout_ms = 0 };
+	LOCAL_OPTS(local_acquire_opts, try, .timeout_ms = 0);
 	struct broker_proc b;
 	local_session *a, *c;
 	struct local_key_info *info;
@@ -381,7 +381,7 @@ TEST(semaphores, limit_and_kind_mismatch, 20)
 
 TEST(semaphores, a_session_holds_one_slot, 20)
 {
-	struct local_acquire_opts try = { .timeout_ms = 0 };
+	LOCAL_OPTS(local_acquire_opts, try, .timeout_ms = 0);
 	struct broker_proc b;
 	local_session *a, *c, *d;
 	uint64_t t1 = 0, t2 = 0, t3 = 0;

@@ -13,7 +13,7 @@
 
 static uint32_t holders_of(local_session *s, const char *key)
 {
-	struct local_key_info info;
+	LOCAL_OPTS(local_key_info, info);
 
 	return local_info(s, key, &info) ? 99 : info.holders;
 }
@@ -81,7 +81,7 @@ TEST(sessions, close_releases_without_lock_delay, 20)
 	child_spawn(&w, blocked_locker, &la);
 	child_expect(&w, "open", 5000);
 	CHECK(WAIT_FOR(({
-			       struct local_key_info i;
+			       LOCAL_OPTS(local_key_info, i);
 			       !local_info(obs, "close/k", &i) && i.waiters == 1;
 		       }),
 		       5000));
@@ -116,7 +116,7 @@ TEST(sessions, ended_session_wakes_its_waiter, 20)
 	status = child_wait(&c, 5000);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	CHECK(WAIT_FOR(({
-			       struct local_key_info i;
+			       LOCAL_OPTS(local_key_info, i);
 			       !local_info(obs, "busy", &i) && i.waiters == 0;
 		       }),
 		       5000));
@@ -214,8 +214,8 @@ TEST(sessions, capacity_limits_have_distinct_errors, 30)
 	static const char *const flags[] = { "--max-sessions", "3", "--max-keys", "2",
 					     "--max-holds", "2", "--max-waiters", "1",
 					     "--max-value", "8", NULL };
-	struct local_acquire_opts val = { .timeout_ms = 0, .value = "123456789", .value_len = 9 };
-	struct local_acquire_opts timed = { .timeout_ms = 50 };
+	LOCAL_OPTS(local_acquire_opts, val, .timeout_ms = 0, .value = "123456789", .value_len = 9);
+	LOCAL_OPTS(local_acquire_opts, timed, .timeout_ms = 50);
 	struct local_session_opts o;
 	struct broker_proc b;
 	local_session *a, *c, *d, *e;
@@ -239,7 +239,7 @@ TEST(sessions, capacity_limits_have_distinct_errors, 30)
 	CHECK_RC(local_lock(d, "k2", NULL, NULL), -LOCAL_EMAXKEYS);
 	CHECK_OK(local_release(c, "k3"));
 	CHECK_OK(local_lock(c, "k2", NULL, NULL)); /* reclaims idle k3 */
-	CHECK_RC(local_lock(d, "k1", &(struct local_acquire_opts){ .timeout_ms = 0 }, NULL),
+	CHECK_RC(local_lock(d, "k1", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL),
 		 -EBUSY);
 	CHECK_OK(local_session_close(c));
 	CHECK_OK(local_lock(d, "k2", NULL, NULL));
@@ -249,7 +249,7 @@ TEST(sessions, capacity_limits_have_distinct_errors, 30)
 
 static uint32_t waiters_on(local_session *s, const char *key)
 {
-	struct local_key_info info;
+	LOCAL_OPTS(local_key_info, info);
 
 	return local_info(s, key, &info) ? 0 : info.waiters;
 }
@@ -257,7 +257,7 @@ static uint32_t waiters_on(local_session *s, const char *key)
 TEST(sessions, hold_and_waiter_tables_full, 30)
 {
 	static const char *const flags[] = { "--max-holds", "1", "--max-waiters", "1", NULL };
-	struct local_acquire_opts timed = { .timeout_ms = 100 };
+	LOCAL_OPTS(local_acquire_opts, timed, .timeout_ms = 100);
 	struct broker_proc b;
 	struct locker_arg la = { &b, "h1" };
 	local_session *a, *c;
@@ -285,7 +285,7 @@ TEST(sessions, hold_and_waiter_tables_full, 30)
 TEST(sessions, stale_handle_cannot_touch_new_session_in_its_slot, 20)
 {
 	static const char *const flags[] = { "--max-sessions", "2", NULL };
-	struct local_acquire_opts try = { .timeout_ms = 0 };
+	LOCAL_OPTS(local_acquire_opts, try, .timeout_ms = 0);
 	struct broker_proc b;
 	local_session *obs, *mortal, *heir;
 	uint64_t tok;
@@ -307,7 +307,7 @@ TEST(sessions, stale_handle_cannot_touch_new_session_in_its_slot, 20)
 
 static uint32_t value_len_of(local_session *s, const char *key)
 {
-	struct local_key_info info;
+	LOCAL_OPTS(local_key_info, info);
 
 	CHECK_OK(local_info(s, key, &info));
 	return (uint32_t)info.value_len;
@@ -315,7 +315,7 @@ static uint32_t value_len_of(local_session *s, const char *key)
 
 TEST(sessions, behavior_delete_drops_values_when_the_session_ends, 20)
 {
-	struct local_acquire_opts v = { .timeout_ms = 0, .value = "leader-1", .value_len = 8 };
+	LOCAL_OPTS(local_acquire_opts, v, .timeout_ms = 0, .value = "leader-1", .value_len = 8);
 	struct local_session_opts o;
 	struct broker_proc b;
 	local_session *obs, *del, *rel;

@@ -365,7 +365,7 @@ static void end_child(struct child *c)
 
 static struct local_key_info key_info(local_session *s, const char *key)
 {
-	struct local_key_info info;
+	LOCAL_OPTS(local_key_info, info);
 
 	CHECK_OK(local_info(s, key, &info));
 	return info;
@@ -412,7 +412,7 @@ TEST(systemd, socket_activation_serves_the_first_client, 20)
 	/* More clients after the first: the passed socket must not block the
 	 * loop (systemd-socket-activate passes it in blocking mode). */
 	s2 = open_session(&b, "second", 0, 0);
-	CHECK_RC(local_lock(s2, "sa/k", &(struct local_acquire_opts){ .timeout_ms = 0 }, NULL),
+	CHECK_RC(local_lock(s2, "sa/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL),
 		 -EBUSY);
 	CHECK_OK(local_session_close(s2));
 	CHECK_EQ(access(unused, F_OK), -1); /* --socket was not bound */
@@ -587,7 +587,7 @@ TEST(systemd, watchdog_pings_at_half_the_interval, 15)
 static void late_client(void *p, int in, int out)
 {
 	const struct broker_proc *b = p;
-	struct local_key_info ki;
+	LOCAL_OPTS(local_key_info, ki);
 	local_session *s;
 
 	(void)in;
@@ -705,7 +705,7 @@ static void restart_matrix(int sig)
 	struct role rq[4], rd, rwd, rc, rt;
 	struct child h, w[3], d, wd, c, t;
 	uint64_t th, td, last, tok, twd, t1, t3, delay_end, t_spawn, t_open, at;
-	struct local_key_info ki;
+	LOCAL_OPTS(local_key_info, ki);
 	local_session *obs;
 	int i;
 

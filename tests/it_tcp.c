@@ -198,7 +198,7 @@ static uint64_t fence_of(const char *tok)
 
 static struct local_key_info *info(local_session *s, const char *key)
 {
-	static struct local_key_info ki;
+	static LOCAL_OPTS(local_key_info, ki);
 
 	CHECK_OK(local_info(s, key, &ki));
 	return &ki;
@@ -598,7 +598,7 @@ TEST(tcp, closing_the_connection_releases_and_cancels, 30)
 	CHECK(WAIT_FOR(WAITERS(obs, "k") == 0, 5000));
 	/* Nothing stranded: the next local waiter gets the key at once. */
 	CHECK_OK(local_release(s, "k"));
-	CHECK_OK(local_lock(obs, "k", &(struct local_acquire_opts){ .timeout_ms = 0 }, &tok));
+	CHECK_OK(local_lock(obs, "k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, &tok));
 	local_session_close(s);
 	local_session_close(obs);
 	tb_stop(&t);

@@ -15,7 +15,7 @@
 #include "harness.h"
 #include "invariants.h"
 
-static const struct local_acquire_opts try_once = { .timeout_ms = 0 };
+static const LOCAL_OPTS(local_acquire_opts, try_once, .timeout_ms = 0);
 
 /* @key's entry, read without its mutex (the test's own session only). */
 static struct seg_key *entry_of(local_session *s, const char *key)
@@ -33,7 +33,7 @@ static struct seg_key *entry_of(local_session *s, const char *key)
  * counts made exact first by a mutex holder: local_info()). */
 static uint64_t room_of(local_session *s, const char *key)
 {
-	static struct local_key_info info; /* 64 KiB of value: not on the stack */
+	static LOCAL_OPTS(local_key_info, info);
 	struct seg_key *k;
 	uint64_t next;
 
@@ -140,8 +140,8 @@ TEST(tokens, uncontended_path_writes_only_its_own_lines, 30)
 /* Lock @key for @s, lock-free (try) or through the mutex (with a value). */
 static uint64_t take(local_session *s, const char *key, bool mutex)
 {
-	struct local_acquire_opts o = { .timeout_ms = 0, .value = mutex ? "v" : NULL,
-					.value_len = mutex ? 1 : 0 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .value = mutex ? "v" : NULL,
+					.value_len = mutex ? 1 : 0);
 	uint64_t t = 0;
 
 	CHECK_OK(local_lock(s, key, &o, &t));
@@ -266,8 +266,8 @@ static void race_child(void *p, int in, int out)
 	for (i = 0; i < RACE_GRANTS; i++) {
 		unsigned k = (unsigned)rand_r(&seed) % RACE_KEYS;
 		bool mutex = rand_r(&seed) % 8 == 0;
-		struct local_acquire_opts o = { .timeout_ms = -1, .value = mutex ? "v" : NULL,
-						.value_len = mutex ? 1 : 0 };
+		LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = -1, .value = mutex ? "v" : NULL,
+						.value_len = mutex ? 1 : 0);
 		uint64_t t = 0;
 		int rc = local_lock(s, keys[k], &o, &t);
 

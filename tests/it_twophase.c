@@ -17,7 +17,8 @@
 
 static struct local_key_info *info_of(local_session *s, const char *key)
 {
-	static struct local_key_info info;
+	static char value[LOCAL_VALUE_MAX];
+	static LOCAL_OPTS(local_key_info, info, .value_buf = value, .value_buf_size = sizeof(value));
 
 	CHECK_OK(local_info(s, key, &info));
 	return &info;
@@ -25,7 +26,7 @@ static struct local_key_info *info_of(local_session *s, const char *key)
 
 TEST(twophase, enqueue_on_a_free_key_is_granted_at_once, 20)
 {
-	struct local_acquire_opts o = { .timeout_ms = 0, .value = "v1", .value_len = 2 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .value = "v1", .value_len = 2);
 	struct broker_proc b;
 	local_session *a, *c;
 	uint64_t tok = 0, held = 0;
@@ -60,7 +61,7 @@ TEST(twophase, enqueue_on_a_free_key_is_granted_at_once, 20)
 
 TEST(twophase, enqueue_on_a_held_key_then_wait, 20)
 {
-	struct local_acquire_opts o = { .timeout_ms = 0, .value = "queued-value", .value_len = 12 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .value = "queued-value", .value_len = 12);
 	struct local_key_info *info;
 	struct broker_proc b;
 	local_session *h, *a;
@@ -89,7 +90,7 @@ TEST(twophase, enqueue_on_a_held_key_then_wait, 20)
 	info = info_of(h, "tp/held");
 	CHECK_EQ(info->token, tok);
 	CHECK_EQ(info->value_len, 12);
-	CHECK(!memcmp(info->value, "queued-value", 12));
+	CHECK(!memcmp((char *)info->value_buf, "queued-value", 12));
 	/* The request is used up. */
 	CHECK_RC(local_wait(a, "tp/held", 0, NULL), -LOCAL_ENOTENQUEUED);
 	CHECK_OK(local_release(a, "tp/held"));
@@ -128,7 +129,7 @@ TEST(twophase, wait_without_enqueue, 20)
  */
 TEST(twophase, lock_while_enqueued_says_enqueued, 20)
 {
-	struct local_acquire_opts try = { .timeout_ms = 0 };
+	LOCAL_OPTS(local_acquire_opts, try, .timeout_ms = 0);
 	struct broker_proc b;
 	local_session *h, *a;
 	int granted = -1;
@@ -140,7 +141,7 @@ TEST(twophase, lock_while_enqueued_says_enqueued, 20)
 	CHECK_OK(local_enqueue(a, "tp/dup", 0, NULL, &granted, NULL));
 	CHECK_EQ(granted, 0);
 	CHECK_RC(local_lock(a, "tp/dup", &try, NULL), -LOCAL_EENQUEUED);
-	CHECK_RC(local_lock(a, "tp/dup", &(struct local_acquire_opts){ .timeout_ms = 50 }, NULL),
+	CHECK_RC(local_lock(a, "tp/dup", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 50 }, NULL),
 		 -LOCAL_EENQUEUED);
 	CHECK_EQ(info_of(h, "tp/dup")->waiters, 1);
 	broker_stop(&b);
@@ -339,7 +340,7 @@ TEST(twophase, semaphores_with_a_limit, 20)
 	CHECK_OK(local_enqueue(e, "tp/sem1", 1, NULL, &granted, NULL));
 	CHECK_EQ(granted, 1);
 	CHECK_EQ(info_of(e, "tp/sem1")->kind, LOCAL_KIND_SEMAPHORE);
-	CHECK_RC(local_lock(a, "tp/sem1", &(struct local_acquire_opts){ .timeout_ms = 0 }, NULL),
+	CHECK_RC(local_lock(a, "tp/sem1", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL),
 		 -LOCAL_EKIND);
 	CHECK_EQ(segment_violations(a), 0);
 	broker_stop(&b);

@@ -16,17 +16,26 @@
 #include "harness.h"
 #include "invariants.h"
 
+/* An info with room for the largest value, freed through its address. */
+struct info_with_value {
+	struct local_key_info ki;
+	char value[LOCAL_VALUE_MAX];
+};
+
 static struct local_key_info *new_info(void)
 {
-	struct local_key_info *i = malloc(sizeof(*i)); /* 64 KiB: not on the stack */
+	struct info_with_value *b = calloc(1, sizeof(*b));
 
-	CHECK(i);
-	return i;
+	CHECK(b);
+	b->ki.sz = sizeof(b->ki);
+	b->ki.value_buf = b->value;
+	b->ki.value_buf_size = sizeof(b->value);
+	return &b->ki;
 }
 
 static struct local_key_info *info_of(local_session *s, const char *key)
 {
-	static struct local_key_info info;
+	static LOCAL_OPTS(local_key_info, info);
 
 	CHECK_OK(local_info(s, key, &info));
 	return &info;
@@ -47,7 +56,7 @@ static unsigned watchers_of(local_session *s, const char *key)
 TEST(watch, returns_at_once_when_the_index_is_past, 20)
 {
 	struct local_key_info *out = new_info();
-	struct local_acquire_opts o = { .timeout_ms = 0, .value = "v", .value_len = 1 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .value = "v", .value_len = 1);
 	struct broker_proc b;
 	local_session *a;
 	uint64_t idx, t0;
@@ -85,8 +94,8 @@ struct changer {
 static void *change_when_watched(void *p)
 {
 	struct changer *c = p;
-	struct local_acquire_opts o = { .timeout_ms = 5000, .value = c->value,
-					.value_len = strlen(c->value) };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 5000, .value = c->value,
+					.value_len = strlen(c->value));
 	local_session *s = open_session(c->b, "changer", 0, 0);
 
 	if (!WAIT_FOR(watchers_of(c->obs, c->key) == 1, 5000))
@@ -120,7 +129,7 @@ TEST(watch, blocks_until_a_change_and_returns_the_new_state, 20)
 	CHECK(strcmp(out->holder_session, local_session_id(a)) != 0);
 	CHECK(!strcmp(out->holder_name, "changer"));
 	CHECK_EQ(out->value_len, strlen("new-holder"));
-	CHECK(!memcmp(out->value, "new-holder", out->value_len));
+	CHECK(!memcmp((char *)out->value_buf, "new-holder", out->value_len));
 	CHECK_EQ(watchers_of(a, "w/block"), 0);
 	CHECK_EQ(segment_violations(a), 0);
 	free(out);
@@ -177,7 +186,7 @@ TEST(watch, works_on_a_key_that_does_not_exist_yet, 20)
 	CHECK_EQ(out->kind, LOCAL_KIND_LOCK);
 	CHECK_EQ(out->holders, 1);
 	CHECK_EQ(out->value_len, 5);
-	CHECK(!memcmp(out->value, "first", 5));
+	CHECK(!memcmp((char *)out->value_buf, "first", 5));
 	/* A watch that times out on a missing key reports it as missing. */
 	CHECK_RC(local_watch(a, "w/never", 0, 50, out), -ETIMEDOUT);
 	CHECK_EQ(out->kind, LOCAL_KIND_NONE);
@@ -202,7 +211,7 @@ static void candidate(void *p, int in, int out)
 {
 	const struct node_arg *a = p;
 	char name[32], value[64], buf[64];
-	struct local_acquire_opts o = { .timeout_ms = -1 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = -1);
 	local_session *s;
 	int r;
 
@@ -243,7 +252,7 @@ static void discoverer(void *p, int in, int out)
 		if (r)
 			say(out, "error %d", r);
 		else
-			say(out, "leader is '%.*s' (%s)", (int)info->value_len, info->value,
+			say(out, "leader is '%.*s' (%s)", (int)info->value_len, (char *)info->value_buf,
 			    info->holder_name);
 	}
 	local_session_close(s);
@@ -266,7 +275,7 @@ static void watcher(void *p, int in, int out)
 	for (;;) {
 		snprintf(now, sizeof(now), "saw %d %s %.*s", (int)info->holder_pid,
 			 info->holders ? info->holder_name : "-", (int)info->value_len,
-			 info->value);
+			 (char *)info->value_buf);
 		if (strcmp(now, last)) {
 			say(out, "%s", now);
 			strcpy(last, now);
@@ -404,10 +413,10 @@ TEST(watch, new_leader_value_arrives_with_the_grant, 20)
 	CHECK_OK(local_info(obs, LEADER_KEY, info));
 	snprintf(want, sizeof(want), "node-1 pid %d", (int)node[1].pid);
 	kill(node[1].pid, SIGCONT);
-	if (info->value_len != strlen(want) || memcmp(info->value, want, info->value_len))
+	if (info->value_len != strlen(want) || memcmp((char *)info->value_buf, want, info->value_len))
 		FAIL_AT("holder is %s (pid %d) but the value is '%.*s', not '%s'",
 			info->holder_name, (int)info->holder_pid, (int)info->value_len,
-			info->value, want);
+			(char *)info->value_buf, want);
 	child_expect(&node[1], "leader 1", 5000);
 	child_kill(&node[1]);
 	child_wait(&node[1], 5000);
@@ -435,7 +444,7 @@ static void endless_watcher(void *p, int in, int out)
 TEST(watch, dead_watcher_does_not_pin_the_key, 20)
 {
 	static const char *const flags[] = { "--max-keys", "1", NULL };
-	struct local_acquire_opts try = { .timeout_ms = 0 };
+	LOCAL_OPTS(local_acquire_opts, try, .timeout_ms = 0);
 	struct broker_proc b;
 	struct watch_arg wa = { NULL, "pin/k" };
 	local_session *obs;

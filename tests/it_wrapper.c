@@ -244,7 +244,7 @@ static void family_pids(const char *pids, pid_t out[2], bool main_sleeps)
 
 static uint32_t waiters_of(local_session *s, const char *key)
 {
-	static struct local_key_info info;
+	static LOCAL_OPTS(local_key_info, info);
 
 	return local_info(s, key, &info) ? 999 : info.waiters;
 }

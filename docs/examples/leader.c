@@ -76,13 +76,14 @@ struct node {
 static void *observe(void *arg)
 {
 	struct node *n = arg;
-	struct local_key_info *info = malloc(sizeof(*info)); /* 64 KiB */
-	char last[128] = "";
+	char value[128], last[128] = "";
+	/* The value is copied into our buffer, up to its size: value_len says
+	 * how long it really is. */
+	LOCAL_OPTS(local_key_info, ki, .value_buf = value, .value_buf_size = sizeof(value));
+	struct local_key_info *info = &ki;
 	uint64_t index = 0;
 	int err;
 
-	if (!info)
-		return NULL;
 	for (;;) {
 		err = local_watch(n->s, KEY, index, -1, info);
 		if (err) {
@@ -92,26 +93,26 @@ static void *observe(void *arg)
 		index = info->modify_index;
 		if (!info->holders || info->value_len >= sizeof(last))
 			continue;
-		if (info->value_len == strlen(last) && !memcmp(info->value, last, info->value_len))
+		if (info->value_len == strlen(last) && !memcmp(value, last, info->value_len))
 			continue;
-		memcpy(last, info->value, info->value_len);
+		memcpy(last, value, info->value_len);
 		last[info->value_len] = '\0';
 		printf("  node-%d: the leader is now '%s' (session %.8s..., pid %d)\n", n->id, last,
 		       info->holder_session, (int)info->holder_pid);
 		fflush(stdout);
 		report("sees %d %s", n->id, last);
 	}
-	free(info);
 	return NULL;
 }
 
 static void node_main(int id)
 {
 	struct local_session_opts so;
-	struct local_acquire_opts ao = { .timeout_ms = -1 };
-	struct local_key_info *info = malloc(sizeof(*info));
+	LOCAL_OPTS(local_acquire_opts, ao, .timeout_ms = -1);
+	char name[32], value[64], leader[64];
+	LOCAL_OPTS(local_key_info, ki, .value_buf = leader, .value_buf_size = sizeof(leader));
+	struct local_key_info *info = &ki;
 	struct node n = { .id = id };
-	char name[32], value[64];
 	uint64_t token, t0;
 	pthread_t watcher;
 	int err;
@@ -122,7 +123,7 @@ static void node_main(int id)
 	so.name = name;
 	so.lock_delay_ms = LOCK_DELAY_MS;
 	err = local_session_open(&so, &n.s);
-	if (err || !info) {
+	if (err) {
 		fprintf(stderr, "%s: cannot open a session: %s\n", name, local_strerror(err));
 		_exit(1);
 	}
@@ -131,11 +132,12 @@ static void node_main(int id)
 	if (err)
 		fprintf(stderr, "%s: info: %s\n", name, local_strerror(err));
 	else if (info->holders)
-		printf("  %s: discovered leader '%.*s'\n", name, (int)info->value_len, info->value);
+		printf("  %s: discovered leader '%.*s'\n", name,
+		       (int)(info->value_len < sizeof(leader) ? info->value_len : sizeof(leader)),
+		       leader);
 	else
 		printf("  %s: no leader yet\n", name);
 	fflush(stdout);
-	free(info);
 	if (pthread_create(&watcher, NULL, observe, &n))
 		_exit(1);
 	/* Campaign: blocks until this node leads. */

@@ -34,7 +34,7 @@ struct shared {
 
 static int worker(int id, struct shared *sh)
 {
-	struct local_acquire_opts o = { .timeout_ms = 10000 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 10000);
 	struct local_session_opts so;
 	local_session *s;
 	char name[32];

@@ -108,7 +108,7 @@ static int crash_waiter_flock(int idx)
 /* The parent's view of the crash key: wait until the waiter is queued. */
 static void wait_queued(local_session *probe, pid_t waiter)
 {
-	static struct local_key_info info; /* 64 KiB: not on the stack */
+	static LOCAL_OPTS(local_key_info, info);
 	uint64_t deadline = now_ns() + STEP_TIMEOUT_MS * NSEC_PER_MSEC;
 	int err;
 

@@ -44,7 +44,7 @@ static int loop_control(void *arg, uint64_t n)
 
 static int loop_probe(void *arg, uint64_t n)
 {
-	static const struct local_acquire_opts try_once = { .timeout_ms = 0 };
+	static const LOCAL_OPTS(local_acquire_opts, try_once, .timeout_ms = 0);
 	int err = 0;
 
 	(void)arg;
@@ -174,7 +174,7 @@ static struct flat_row measure_row(const char *what)
 
 static uint32_t waiters_now(void)
 {
-	struct local_stats st;
+	LOCAL_OPTS(local_stats, st);
 
 	return local_stats(probe, &st) ? 0 : st.waiters;
 }
@@ -185,7 +185,7 @@ void bench_flat(void)
 					     "--max-waiters", "10240", "--max-holds", "10240",
 					     "--max-value", "16", "--gc-idle", "0", NULL };
 	static local_session *many[FLAT_SESSIONS];
-	static const struct local_acquire_opts try_once = { .timeout_ms = 0 };
+	static const LOCAL_OPTS(local_acquire_opts, try_once, .timeout_ms = 0);
 	struct flat_row rows[5];
 	struct broker fb;
 	struct segment *seg;

@@ -191,7 +191,7 @@ static void read_wchan(pid_t pid, char *out, size_t size)
  * then kill them. The broker releases their sessions (lock-delay 0). */
 static void diagnose_hang(pid_t *pids, int n, uint64_t stalled_ms, struct handoff_result *r)
 {
-	static struct local_key_info info; /* 64 KiB: not on the stack */
+	static LOCAL_OPTS(local_key_info, info);
 	char wchan[64] = "?", holder[96] = "";
 	local_session *probe;
 	int i, stuck = 0;

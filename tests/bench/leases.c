@@ -49,7 +49,7 @@ static int loop_renew_set(void *arg, uint64_t n)
 
 static int renew_setup(local_session **s)
 {
-	const struct local_acquire_opts o = { .timeout_ms = 0, .lease_ms = RENEW_LEASE_MS };
+	const LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .lease_ms = RENEW_LEASE_MS);
 	int err = open_session(s);
 
 	return err ? err : local_lock(*s, KEY_RENEW, &o, NULL);
@@ -136,7 +136,7 @@ static struct expiry_shared *es;
 
 static int expiry_child(int idx)
 {
-	struct local_acquire_opts o = { .timeout_ms = 0 };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0);
 	uint64_t deadline, t, taken;
 	char key[64];
 	local_session *s;
@@ -250,9 +250,9 @@ struct expiry_result {
  */
 static void kick(local_session *probe, struct expiry_result *r)
 {
-	const struct local_acquire_opts o = { .timeout_ms = 0, .lease_ms = 60000 };
+	const LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .lease_ms = 60000);
 	uint64_t t0 = now_ns();
-	struct local_stats st;
+	LOCAL_OPTS(local_stats, st);
 	int err;
 
 	err = local_lock(probe, KEY_KICK, &o, NULL);
@@ -274,7 +274,7 @@ static void kick(local_session *probe, struct expiry_result *r)
 static void measure_expiry(local_session *probe, struct expiry_result *r)
 {
 	uint64_t deadline = atomic_load(&es->deadline_ns), t, prev, progress, e0, n = 0;
-	struct local_stats st;
+	LOCAL_OPTS(local_stats, st);
 	double cpu0;
 	long long log0;
 

@@ -35,7 +35,7 @@ static struct scale_shared *ss;
 
 static int lock_loop(local_session *s, const char *key, uint64_t n)
 {
-	static const struct local_acquire_opts try_once = { .timeout_ms = 0 };
+	static const LOCAL_OPTS(local_acquire_opts, try_once, .timeout_ms = 0);
 	int err = 0;
 
 	while (n-- && !err) {

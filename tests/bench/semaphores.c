@@ -23,7 +23,7 @@ struct sem_bench {
 
 static int loop_liblocal_sem(void *arg, uint64_t n)
 {
-	static const struct local_acquire_opts try_once = { .timeout_ms = 0 };
+	static const LOCAL_OPTS(local_acquire_opts, try_once, .timeout_ms = 0);
 	struct sem_bench *b = arg;
 	int err = 0;
 

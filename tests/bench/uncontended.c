@@ -24,7 +24,7 @@ struct uncontended {
 
 static int loop_liblocal_try(void *arg, uint64_t n)
 {
-	static const struct local_acquire_opts try_once = { .timeout_ms = 0 };
+	static const LOCAL_OPTS(local_acquire_opts, try_once, .timeout_ms = 0);
 	struct uncontended *u = arg;
 	int err = 0;
 

@@ -59,7 +59,7 @@ static int futex_trial(uint32_t phase)
 
 static int watch_trial(local_session *s, uint32_t phase)
 {
-	static struct local_key_info info; /* 64 KiB: not on the stack */
+	static LOCAL_OPTS(local_key_info, info);
 	uint64_t t;
 	int err;
 
@@ -99,7 +99,7 @@ static int watcher_child(int idx)
 /* One phase: let the child arm, wait until it sleeps, change, time it. */
 static double run_phase(local_session *s, pid_t child, uint32_t phase)
 {
-	static const struct local_acquire_opts try_once = { .timeout_ms = 0 };
+	static const LOCAL_OPTS(local_acquire_opts, try_once, .timeout_ms = 0);
 	bool watch = phase % 2 == PHASE_WATCH;
 	const char *what = watch ? "watch trial" : "futex trial";
 	uint64_t t0, deadline;

@@ -42,6 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case MSG_OP_RESET:
 	case MSG_OP_BROKER:
 	case MSG_OP_LOCK_DELAY:
+	case MSG_OP_WAITERS:
 		/* A terminated key of a legal length without NUL, known flags;
 		 * one key for the requests that name one. */
 		if (req.op.key_len > LOCAL_KEY_MAX || req.op.key[req.op.key_len] ||

@@ -38,8 +38,8 @@ struct cl {
 	bool leased[SOAK_KEYS];
 };
 
-/* local_key_info carries a 64 KiB value: one per process, not on the stack. */
-static struct local_key_info info_before, info_after;
+static LOCAL_OPTS(local_key_info, info_before);
+static LOCAL_OPTS(local_key_info, info_after);
 
 static void pause_us(unsigned us)
 {
@@ -274,7 +274,7 @@ static void critical(struct cl *c, unsigned key)
 		break;
 	case 2: {
 		/* Asking again for what we hold returns our token at once. */
-		struct local_acquire_opts o = { .timeout_ms = 0 };
+		LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0);
 
 		op_begin(c, key < SOAK_LOCKS ? OP_LOCK_TRY : OP_SEM_TRY, key, 0);
 		rc = key < SOAK_LOCKS ? local_lock(c->s, name, &o, &t)
@@ -326,7 +326,7 @@ static bool acquire(struct cl *c, unsigned key, enum mode mode)
 {
 	static const enum soak_op lock_op[] = { OP_LOCK_TRY, OP_LOCK_TIMED, OP_LOCK_FOREVER };
 	static const enum soak_op sem_op[] = { OP_SEM_TRY, OP_SEM_TIMED, OP_SEM_FOREVER };
-	struct local_acquire_opts o = { .timeout_ms = timeout_for(c, mode) };
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = timeout_for(c, mode));
 	uint32_t limit = key < SOAK_LOCKS ? 0 : SOAK_SEM_LIMIT;
 	const char *name = soak_key_name[key];
 	uint64_t before = atomic_load(&c->sh->max_token[key]), tok = 0;

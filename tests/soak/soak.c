@@ -379,7 +379,7 @@ static void drain(void)
 static int final_check(void)
 {
 	uint64_t end = soak_now_ns() + SETTLE_MS * 1000000ull, max;
-	struct local_stats st = { 0 };
+	LOCAL_OPTS(local_stats, st);
 	local_session *s;
 	unsigned k, nodes = 0;
 	int bad = 0, rc;
@@ -420,7 +420,7 @@ static int final_check(void)
 	}
 	/* One more grant per key: still above everything granted on it. */
 	for (k = 0; k < SOAK_KEYS; k++) {
-		struct local_acquire_opts o = { .timeout_ms = 1000 };
+		LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 1000);
 		uint64_t tok = 0;
 
 		max = atomic_load(&sh->max_token[k]);

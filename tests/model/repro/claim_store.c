@@ -34,7 +34,7 @@ int main(void)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
 	const char *extra[] = { "--max-holds", "1", NULL };
-	struct local_acquire_opts try = { .timeout_ms = 0 };
+	LOCAL_OPTS(local_acquire_opts, try, .timeout_ms = 0);
 	struct broker_proc b;
 	local_session *op, *v, *z;
 	char id[LOCAL_SESSION_ID_LEN + 1], c;
@@ -83,7 +83,7 @@ int main(void)
 	z = open_session(&b, "z", 0, 0);
 	rc = local_lock(z, "k2", &try, NULL);
 	printf("z: try-lock k2 while v holds it = %s\n", local_strerror(rc));
-	rc = local_lock(z, "k2", &(struct local_acquire_opts){ .timeout_ms = 1000 }, NULL);
+	rc = local_lock(z, "k2", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 1000 }, NULL);
 	printf("z: lock k2 (1 s timeout) while v holds it = %s%s\n", local_strerror(rc),
 	       rc == 0 ? "   <-- v and z both hold k2" : "");
 	printf("v: local_held(k2) = %s\n", local_strerror(local_held(v, "k2", NULL)));

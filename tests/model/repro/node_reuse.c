@@ -81,8 +81,8 @@ static void show(struct segment *seg, const char *name)
 int main(void)
 {
 	struct broker_proc b;
-	struct local_key_info info;
-	struct local_stats st;
+	LOCAL_OPTS(local_key_info, info);
+	LOCAL_OPTS(local_stats, st);
 	local_session *t;
 	pthread_t th;
 	pid_t w, x;

@@ -21,7 +21,7 @@ void __wrap_waiter_wake(struct segment *seg, uint32_t n)
 int main(void)
 {
 	struct broker_proc b;
-	struct local_key_info info;
+	LOCAL_OPTS(local_key_info, info);
 	local_session *s;
 	int up[2], st;
 	pid_t r, w;

@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The metrics-only listener: `--metrics-listen [HOST:]PORT`, or a stream
+ * socket passed by the service manager with FileDescriptorName=metrics. It
+ * answers GET /metrics (Prometheus text format, version 0.0.4) and nothing
+ * else: no lock, session or key route, so it can be opened to a monitoring
+ * network without handing out the lock API. libmicrohttpd runs on the
+ * broker's event loop through its epoll fd, as the HTTP API does.
+ */
+#include <errno.h>
+#include <microhttpd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "broker.h"
+#include "clock.h"
+#include "http.h"
+#include "metrics.h"
+
+#define METRICS_MAX_CONNECTIONS 64
+#define METRICS_CONNECTION_TIMEOUT_S 10
+#define METRICS_TICK_NS 1000000000ull
+#define RUNS_PER_EVENT 32
+
+struct metrics {
+	struct MHD_Daemon *d;
+	int fd;
+};
+
+static enum MHD_Result answer(struct MHD_Connection *c, unsigned status, const char *type,
+			      const char *text, bool owned, const char *allow)
+{
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+
+	resp = MHD_create_response_from_buffer(strlen(text), (void *)text,
+					       owned ? MHD_RESPMEM_MUST_FREE
+						     : MHD_RESPMEM_PERSISTENT);
+	if (!resp) {
+		if (owned)
+			free((void *)text);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, "Content-Type", type);
+	if (allow)
+		MHD_add_response_header(resp, "Allow", allow);
+	ret = MHD_queue_response(c, status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+				  const char *method, const char *version,
+				  const char *upload_data, size_t *upload_size, void **con_cls)
+{
+	struct broker *b = cls;
+	struct text t = { NULL, 0, 0 };
+
+	(void)version;
+	(void)upload_data;
+	/* A body (of a request refused anyway) is read and dropped. */
+	if (*upload_size) {
+		*upload_size = 0;
+		return MHD_YES;
+	}
+	if (!*con_cls) {
+		*con_cls = c; /* headers in: answer on the next call, body or not */
+		return MHD_YES;
+	}
+	if (strcmp(url, "/metrics"))
+		return answer(c, 404, "text/plain", "not found: this listener serves /metrics only\n",
+			      false, NULL);
+	if (strcmp(method, "GET") && strcmp(method, "HEAD"))
+		return answer(c, 405, "text/plain", "method not allowed\n", false, "GET, HEAD");
+	metrics_render_broker(b, &t);
+	if (!t.p)
+		return answer(c, 500, "text/plain", "out of memory\n", false, NULL);
+	return answer(c, 200, "text/plain; version=0.0.4; charset=utf-8", t.p, true, NULL);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	char buf[256];
+
+	(void)cls;
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	buf[strcspn(buf, "\n")] = '\0';
+	blog(LOG_DEBUG, "metrics: %s", buf);
+}
+
+int metrics_start(struct broker *b)
+{
+	const char *spec = b->opts.metrics_listen;
+	int act = activated_stream_fd("metrics"), fd;
+	const union MHD_DaemonInfo *info;
+	struct metrics *m;
+
+	if (!spec[0] && act < 0)
+		return 0;
+	if (spec[0] && act >= 0) {
+		blog(LOG_ERR, "--metrics-listen and a socket-activated \"metrics\" socket: pick one");
+		return -EINVAL;
+	}
+	fd = act >= 0 ? act : listen_tcp_spec(spec, "--metrics-listen", "metrics");
+	if (fd < 0)
+		return fd;
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		close(fd);
+		return -ENOMEM;
+	}
+	m->fd = fd;
+	b->metrics = m;
+	m->d = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, b,
+				MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+				b, MHD_OPTION_CONNECTION_TIMEOUT,
+				(unsigned)METRICS_CONNECTION_TIMEOUT_S,
+				MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_MAX_CONNECTIONS,
+				MHD_OPTION_END);
+	if (!m->d)
+		return -EINVAL;
+	info = MHD_get_daemon_info(m->d, MHD_DAEMON_INFO_EPOLL_FD);
+	if (!info || loop_watch_fd(b, info->epoll_fd, TAG_METRICS))
+		return -EINVAL;
+	broker_schedule(b, mono_ns() + METRICS_TICK_NS, TIMER_METRICS_TICK, 0, 0);
+	blog(LOG_INFO, "metrics on %s", act >= 0 ? "the socket-activated socket" : spec);
+	return 0;
+}
+
+void metrics_stop(struct broker *b)
+{
+	struct metrics *m = b->metrics;
+
+	if (!m)
+		return;
+	if (m->d)
+		MHD_stop_daemon(m->d);
+	close(m->fd);
+	free(m);
+	b->metrics = NULL;
+}
+
+void metrics_event(struct broker *b)
+{
+	struct metrics *m = b->metrics;
+	MHD_UNSIGNED_LONG_LONG ms;
+	int n;
+
+	if (!m || !m->d)
+		return;
+	/* Edge-triggered (see http_server.c, run_daemon()): run until nothing
+	 * is ready; what is left waits for the next tick. */
+	for (n = 0; n < RUNS_PER_EVENT; n++) {
+		MHD_run(m->d);
+		if (MHD_get_timeout(m->d, &ms) != MHD_YES || ms)
+			return;
+	}
+}
+
+void metrics_timer(struct broker *b)
+{
+	if (!b->metrics)
+		return;
+	metrics_event(b); /* connection timeouts */
+	broker_schedule(b, mono_ns() + METRICS_TICK_NS, TIMER_METRICS_TICK, 0, 0);
+}
