@@ -17,6 +17,7 @@
 #include "proto.h"
 #include "http.h"
 #include "tcp.h"
+#include "cluster.h"
 
 /* A per-event log line that may come in bursts (100 000 leases expiring
  * together): at most BLOG_BURST lines a second, then one line saying how
@@ -83,6 +84,7 @@ struct broker_opts {
 	uint32_t replace_wait_ms;
 	struct http_opts http;
 	struct tcp_opts tcp;
+	struct cluster_opts cluster; /* cluster_*.c: cluster keys on etcd */
 };
 
 struct broker {
@@ -125,6 +127,8 @@ struct broker {
 	struct http *http;
 	/* tcp_*.c: NULL unless the TCP protocol is on */
 	struct tcp *tcp;
+	/* cluster_*.c: NULL unless --cluster is given */
+	struct cluster *cluster;
 };
 
 
@@ -233,6 +237,9 @@ int leases_start(struct broker *b);
 void leases_stop(struct broker *b);
 void leases_drain(struct broker *b);
 void lease_due(struct broker *b, uint32_t node, uint64_t at);
+/* Remember in the holder's slot that its hold of key @key ended by expiry, so
+ * that its next call says LOCAL_EEXPIRED (also cluster_main.c). */
+void record_expiry(struct segment *seg, uint32_t slot, uint32_t key, uint64_t token);
 
 /* notify.c: sd_notify(3) readiness, STATUS=, WATCHDOG=1 and the fd store. */
 enum notify_what { NOTIFY_STATUS = 1, NOTIFY_WATCHDOG = 2 };

@@ -144,7 +144,7 @@ void leases_drain(struct broker *b)
 }
 
 /* Remember, in the holder's session slot, that this hold expired. */
-static void record_expiry(struct segment *seg, uint32_t slot, uint32_t key, uint64_t token)
+void record_expiry(struct segment *seg, uint32_t slot, uint32_t key, uint64_t token)
 {
 	struct seg_session *s = seg_session_at(seg, slot);
 	uint32_t i;

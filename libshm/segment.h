@@ -35,10 +35,14 @@
  * 4: tokens come from per-key ranges (tok_off, tok_hi); the token counter
  * has a cache line of its own.
  * 5: key entries are placed by hash (keytab.c); KEY_FREED marks a free
- * entry that was used. */
-#define SEG_ABI 5u
+ * entry that was used.
+ * 6: cluster keys (issue 16): a key's cluster gate (seg_key.cluster) and the
+ * header's cluster prefix table and bell. */
+#define SEG_ABI 6u
 
 #define SEG_NAME_MAX 64 /* session name, including the NUL */
+#define SEG_CLUSTER_PREFIXES 8	  /* --cluster-prefix, at most this many */
+#define SEG_CLUSTER_PREFIX_MAX 64 /* bytes of one, with room for a NUL */
 #define SESS_EXPIRED_SLOTS 8
 
 /* ---- sessions --------------------------------------------------------- */
@@ -253,6 +257,10 @@ struct seg_key {
 	 * under the mutex: key_touch_locked() relies on it. */
 	_Atomic uint32_t watchers;
 	uint32_t wake_pending; /* under the mutex: key_unlock() wakes watchers */
+	/* Cluster keys (docs/cluster.md): CL_* bits (keyops.h), written under
+	 * the mutex; set at creation when the key is under a cluster prefix. */
+	_Atomic uint32_t cluster;
+	uint32_t cluster_pad;
 	char key[LOCAL_KEY_MAX + 1];
 } __attribute__((aligned(64)));
 
@@ -300,6 +308,16 @@ struct seg_header {
 	uint32_t index_tombs;		  /* under table_mutex */
 	uint32_t key_hint_unused;	  /* (was a hint; entries are placed by hash now) */
 	struct seg_stats stats;
+	/* Cluster keys (docs/cluster.md, broker/cluster_*.c). The broker writes
+	 * the prefixes before it serves; key creation reads them, so a key
+	 * under one starts gated. Clients ring cluster_bell (keyops.h,
+	 * cluster_ring()) when a gated key gains a waiter or a cluster key is
+	 * released without a handoff. */
+	_Atomic uint32_t cluster_bell;
+	_Atomic uint32_t cluster_listening;
+	uint32_t cluster_nprefix;
+	uint32_t cluster_prefix_len[SEG_CLUSTER_PREFIXES];
+	char cluster_prefix[SEG_CLUSTER_PREFIXES][SEG_CLUSTER_PREFIX_MAX];
 	/* The last token reserved: keys take ranges of it (keyops.h,
 	 * key_next_token_locked()), never single tokens. A line of its own:
 	 * it is written once per range, by whichever process runs out. */
