@@ -77,6 +77,7 @@ enum ckey_state {
 	CK_IDLE = 0, /* no cluster lock, none asked for */
 	CK_ACQ,	     /* a worker runs the lock recipe */
 	CK_HELD,     /* this host holds the cluster lock; the gate may be open */
+	CK_REL,	     /* given up locally; deleting our etcd key failed: retried */
 };
 
 struct ckey {

@@ -226,16 +226,20 @@ static void *lease_thread(void *arg)
 
 /* ---- the manager ---------------------------------------------------------- */
 
+/* Give up @ck's cluster lock: delete our etcd key. If etcd does not answer,
+ * the key stays CK_REL and the delete is tried again at every tick (a key
+ * left there would block every other host for as long as our lease lives);
+ * a new local waiter meanwhile re-takes it (the recipe finds the key ours). */
 static void release_etcd(struct cluster *c, struct ckey *ck)
 {
 	char k64[920];
 
 	etcd_b64(ck->ekey, strlen(ck->ekey), k64);
-	/* Best effort: if etcd cannot be reached, the lease expiry (or the
-	 * jeopardy that follows) removes it. */
-	etcd_post(&c->etcd, "/v3/kv/deleterange", json_pack("{s:s}", "key", k64), NULL, RELEASE_MS,
-		  &c->stop);
-	ck->state = CK_IDLE;
+	if (etcd_post(&c->etcd, "/v3/kv/deleterange", json_pack("{s:s}", "key", k64), NULL,
+		      RELEASE_MS, &c->stop) == 0)
+		ck->state = CK_IDLE;
+	else
+		ck->state = CK_REL;
 }
 
 /* The worker got the lock: open the gate, with this acquisition's tokens. */
@@ -244,7 +248,7 @@ static int open_gate(struct cluster *c, uint32_t i, struct ckey *ck)
 	struct segment *seg = c->seg;
 	struct seg_key *k = &seg->keys[i];
 	uint32_t wake[64], n, j;
-	uint64_t base, l;
+	uint64_t base, start, l;
 	int r = key_lock_timed(seg, k, BROKER_LOCK_MS);
 
 	if (r)
@@ -256,13 +260,18 @@ static int open_gate(struct cluster *c, uint32_t i, struct ckey *ck)
 	}
 	/* Tokens: CLUSTER_TOKEN_BASE + rev * 2^24 + local sequence (keyops.h).
 	 * lock_index is exact under the mutex (cluster keys never take the
-	 * lock-free path), so the next grant gets base + 1. */
+	 * lock-free path), so the next grant gets start + 1. The same revision
+	 * again (our etcd key outlived a failed delete, and nobody can have
+	 * had the lock since) goes on from the last token drawn. */
 	base = CLUSTER_TOKEN_BASE + ((uint64_t)ck->w->rev << CLUSTER_SEQ_BITS);
+	start = __atomic_load_n(&k->tok_last, __ATOMIC_RELAXED);
+	if (start < base || start >= base + SEQ_SPAN - 1)
+		start = base;
 	l = atomic_load(&k->lock_index);
-	__atomic_store_n(&k->tok_off, base - l, __ATOMIC_RELAXED);
+	__atomic_store_n(&k->tok_off, start - l, __ATOMIC_RELAXED);
 	__atomic_store_n(&k->tok_hi, base + SEQ_SPAN - 1, __ATOMIC_RELAXED);
-	__atomic_store_n(&k->tok_last, base, __ATOMIC_RELAXED);
-	__atomic_store_n(&k->token, base, __ATOMIC_RELAXED);
+	__atomic_store_n(&k->tok_last, start, __ATOMIC_RELAXED);
+	__atomic_store_n(&k->token, start, __ATOMIC_RELAXED);
 	atomic_store(&k->cluster, CL_KEY | CL_OPEN);
 	ck->batch_ns = mono_ns();
 	ck->batch_l0 = l;
@@ -403,6 +412,16 @@ static void scan(struct cluster *c)
 		if (ck->state == CK_HELD) {
 			held_tick(c, i, ck, now);
 			continue;
+		}
+		if (ck->state == CK_REL) {
+			if (ck->epoch != atomic_load(&c->epoch)) {
+				ck->state = CK_IDLE; /* gone with its lease */
+			} else if (!k->waiters || !key_is(k, ck)) {
+				release_etcd(c, ck);
+				continue;
+			} else {
+				ck->state = CK_IDLE; /* wanted again: the recipe re-takes it */
+			}
 		}
 		/* CK_IDLE: a gated key with waiters wants its cluster lock. */
 		if (atomic_load(&k->state) != KEY_USED || !(atomic_load(&k->cluster) & CL_KEY) ||

@@ -1,0 +1,502 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Cluster keys on etcd (issue 16, docs/cluster.md) against a real 3-member
+ * etcd cluster on loopback ports, started here in a temporary directory, and
+ * two or three brokers with their own sockets and segments standing for
+ * hosts: mutual exclusion and rising tokens across hosts, FIFO across hosts,
+ * a member killed, all of etcd stopped (local holds end before the lease can
+ * expire, nobody is granted meanwhile, recovery after), a broker killed (its
+ * cluster locks pass on after the lease TTL).
+ *
+ * etcd dies with the test: the members are in the test's process group,
+ * which the runner kills whatever happens, and have PR_SET_PDEATHSIG; their
+ * directory is named as the runner's sweep of leftovers expects.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <curl/curl.h>
+
+#include "broker_fixture.h"
+#include "harness.h"
+
+#define TTL_S "3"
+#define MARGIN_MS "1000"
+
+struct etcd3 {
+	char dir[96];
+	pid_t pid[3];
+	int cport[3], pport[3];
+	char eps[160]; /* etcd://127.0.0.1:P,... for --cluster */
+};
+
+static int free_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+	CHECK(fd >= 0);
+	CHECK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	CHECK(getsockname(fd, (struct sockaddr *)&sa, &len) == 0);
+	port = ntohs(sa.sin_port);
+	close(fd);
+	return port;
+}
+
+static size_t sink(char *p, size_t size, size_t n, void *arg)
+{
+	char *buf = arg;
+	size_t have = strlen(buf), add = size * n;
+
+	if (have + add < 4096) {
+		memcpy(buf + have, p, add);
+		buf[have + add] = '\0';
+	}
+	return size * n;
+}
+
+/* POST @body to member @port's @path; the answer in @out (4096 bytes). */
+static int etcd_req(int port, const char *path, const char *body, char *out)
+{
+	CURL *h = curl_easy_init();
+	char url[128];
+	long status = 0;
+	CURLcode rc;
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+	out[0] = '\0';
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 1000L);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
+	if (body)
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+	rc = curl_easy_perform(h);
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(h);
+	return rc == CURLE_OK && status == 200 ? 0 : -1;
+}
+
+static void etcd3_start(struct etcd3 *e)
+{
+	char cluster[300], cmd[160];
+	int i, n = 0;
+
+	memset(e, 0, sizeof(*e));
+	snprintf(e->dir, sizeof(e->dir), "/tmp/shmlock-test-%d-etcd-XXXXXX", (int)getpid());
+	CHECK(mkdtemp(e->dir));
+	for (i = 0; i < 3; i++) {
+		e->cport[i] = free_port();
+		e->pport[i] = free_port();
+		n += snprintf(cluster + n, sizeof(cluster) - (size_t)n, "%sm%d=http://127.0.0.1:%d",
+			      i ? "," : "", i, e->pport[i]);
+	}
+	snprintf(e->eps, sizeof(e->eps), "etcd://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
+		 e->cport[0], e->cport[1], e->cport[2]);
+	for (i = 0; i < 3; i++) {
+		char name[8], data[128], curl[64], purl[64], log[128];
+
+		snprintf(name, sizeof(name), "m%d", i);
+		snprintf(data, sizeof(data), "%s/m%d", e->dir, i);
+		snprintf(log, sizeof(log), "%s/m%d.log", e->dir, i);
+		snprintf(curl, sizeof(curl), "http://127.0.0.1:%d", e->cport[i]);
+		snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", e->pport[i]);
+		fflush(NULL);
+		e->pid[i] = fork();
+		CHECK(e->pid[i] >= 0);
+		if (e->pid[i] == 0) {
+			int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (fd >= 0) {
+				dup2(fd, 1);
+				dup2(fd, 2);
+			}
+			execlp("etcd", "etcd", "--name", name, "--data-dir", data,
+			       "--listen-client-urls", curl, "--advertise-client-urls", curl,
+			       "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
+			       "--initial-cluster", cluster, "--initial-cluster-state", "new",
+			       "--initial-cluster-token", e->dir, "--heartbeat-interval", "50",
+			       "--election-timeout", "500", (char *)NULL);
+			_exit(127);
+		}
+	}
+	for (i = 0; i < 3; i++) {
+		char out[4096];
+
+		if (!WAIT_FOR(etcd_req(e->cport[i], "/health", NULL, out) == 0 &&
+				      strstr(out, "true"),
+			      15000)) {
+			snprintf(cmd, sizeof(cmd), "tail -5 %s/m%d.log >&2", e->dir, i);
+			if (system(cmd))
+				(void)0;
+			FAIL_AT("etcd member %d not healthy", i);
+		}
+	}
+}
+
+static void etcd3_stop(struct etcd3 *e)
+{
+	char cmd[160];
+	int i;
+
+	for (i = 0; i < 3; i++)
+		if (e->pid[i] > 0) {
+			kill(e->pid[i], SIGKILL);
+			waitpid(e->pid[i], NULL, 0);
+			e->pid[i] = 0;
+		}
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", e->dir);
+	if (system(cmd))
+		fprintf(stderr, "could not remove %s\n", e->dir);
+}
+
+static void etcd3_signal(struct etcd3 *e, int sig)
+{
+	int i;
+
+	for (i = 0; i < 3; i++)
+		if (e->pid[i] > 0)
+			kill(e->pid[i], sig);
+}
+
+static void b64(const char *in, char *out)
+{
+	static const char tab[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	size_t len = strlen(in), i;
+	const unsigned char *p = (const unsigned char *)in;
+
+	for (i = 0; i + 2 < len; i += 3) {
+		*out++ = tab[p[i] >> 2];
+		*out++ = tab[((p[i] & 3) << 4) | (p[i + 1] >> 4)];
+		*out++ = tab[((p[i + 1] & 15) << 2) | (p[i + 2] >> 6)];
+		*out++ = tab[p[i + 2] & 63];
+	}
+	if (i < len) {
+		*out++ = tab[p[i] >> 2];
+		if (i + 1 < len) {
+			*out++ = tab[((p[i] & 3) << 4) | (p[i + 1] >> 4)];
+			*out++ = tab[(p[i + 1] & 15) << 2];
+		} else {
+			*out++ = tab[(p[i] & 3) << 4];
+			*out++ = '=';
+		}
+		*out++ = '=';
+	}
+	*out = '\0';
+}
+
+/* How many hosts hold or wait for @key's cluster lock in etcd (-1: no
+ * answer from any member). */
+static int etcd_queue_len(const struct etcd3 *e, const char *key)
+{
+	char dir[600] = "shmlock/lock/", from[900], to[900], body[2000], out[4096], *c;
+	size_t n = strlen(dir);
+	int i;
+
+	for (i = 0; key[i]; i++)
+		n += (size_t)sprintf(dir + n, "%02x", (unsigned char)key[i]);
+	strcpy(dir + n, "/");
+	b64(dir, from);
+	dir[n] = '0'; /* '/' + 1 */
+	b64(dir, to);
+	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":true}",
+		 from, to);
+	for (i = 0; i < 3; i++) {
+		if (e->pid[i] <= 0 || etcd_req(e->cport[i], "/v3/kv/range", body, out))
+			continue;
+		c = strstr(out, "\"count\":\"");
+		return c ? atoi(c + 9) : 0;
+	}
+	return -1;
+}
+
+static void host_start(struct broker_proc *b, const struct etcd3 *e)
+{
+	const char *extra[] = { "--cluster",	     e->eps,	       "--cluster-prefix",
+				"c/",		     "--cluster-lease-ttl", TTL_S,
+				"--cluster-margin", MARGIN_MS,	       "--cluster-batch",
+				"4",		     NULL };
+
+	broker_start(b, extra);
+}
+
+/* ---- shared record of grants, in grant order ---------------------------- */
+
+struct record {
+	_Atomic int inside, overlaps;
+	_Atomic uint32_t n;
+	uint64_t token[1024];
+	int host[1024];
+	_Atomic uint64_t granted_ms; /* test_fifo, test_down: when a waiter got it */
+};
+
+static struct record *record_new(void)
+{
+	struct record *r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE,
+				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	CHECK(r != MAP_FAILED);
+	memset(r, 0, sizeof(*r));
+	return r;
+}
+
+/* A process on host @host taking @key @rounds times, recording each grant. */
+static pid_t worker(const struct broker_proc *b, int host, const char *key, int rounds,
+		    struct record *r)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		local_session *s = open_session(b, "worker", 0, 0);
+		int i;
+
+		for (i = 0; i < rounds; i++) {
+			uint64_t tok;
+			uint32_t at;
+
+			CHECK_OK(local_lock(s, key, NULL, &tok));
+			if (atomic_fetch_add(&r->inside, 1) != 0)
+				atomic_fetch_add(&r->overlaps, 1);
+			at = atomic_fetch_add(&r->n, 1);
+			if (at < 1024) {
+				r->token[at] = tok;
+				r->host[at] = host;
+			}
+			usleep(500);
+			atomic_fetch_sub(&r->inside, 1);
+			CHECK_OK(local_release(s, key));
+		}
+		local_session_close(s);
+		_exit(0);
+	}
+	return pid;
+}
+
+static void reap(pid_t *pids, int n)
+{
+	int i, st;
+
+	for (i = 0; i < n; i++) {
+		CHECK(waitpid(pids[i], &st, 0) == pids[i]);
+		if (!WIFEXITED(st) || WEXITSTATUS(st))
+			FAIL_AT("worker %d failed (status %#x)", i, st);
+	}
+}
+
+/* No overlap; tokens strictly rising in grant order; both hosts served, and
+ * the key moved between them. */
+static void check_record(const struct record *r, uint32_t want, uint64_t above)
+{
+	uint32_t i, moves = 0;
+
+	CHECK_EQ(atomic_load(&r->overlaps), 0);
+	CHECK_EQ(atomic_load(&r->n), want);
+	if (r->token[0] <= above)
+		FAIL_AT("first token %llu (host %d) not above %llu", (unsigned long long)r->token[0],
+			r->host[0], (unsigned long long)above);
+	for (i = 1; i < want; i++) {
+		if (r->token[i] <= r->token[i - 1])
+			FAIL_AT("token %u (%llu, host %d) not above %u (%llu, host %d)", i,
+				(unsigned long long)r->token[i], r->host[i], i - 1,
+				(unsigned long long)r->token[i - 1], r->host[i - 1]);
+		moves += r->host[i] != r->host[i - 1];
+	}
+	CHECK(moves >= 1);
+}
+
+/* Mutual exclusion across two hosts, tokens rising across them. */
+TEST(cluster, exclusion_tokens, 60)
+{
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	struct etcd3 e;
+	pid_t pids[4];
+
+	etcd3_start(&e);
+	host_start(&a, &e);
+	host_start(&b, &e);
+	pids[0] = worker(&a, 0, "c/x", 12, r);
+	pids[1] = worker(&a, 0, "c/x", 12, r);
+	pids[2] = worker(&b, 1, "c/x", 12, r);
+	pids[3] = worker(&b, 1, "c/x", 12, r);
+	reap(pids, 4);
+	check_record(r, 48, 0);
+	/* Host-local keys are untouched by the gate. */
+	{
+		local_session *s = open_session(&a, "local", 0, 0);
+		struct local_acquire_opts o = { .timeout_ms = 0 };
+
+		CHECK_OK(local_lock(s, "local/x", &o, NULL));
+		CHECK_OK(local_release(s, "local/x"));
+		local_session_close(s);
+	}
+	broker_stop_clean(&a);
+	broker_stop_clean(&b);
+	CHECK_EQ(etcd_queue_len(&e, "c/x"), 0); /* a clean stop leaves nothing */
+	etcd3_stop(&e);
+}
+
+static pid_t waiter_at(const struct broker_proc *b, int host, const char *key, struct record *r)
+{
+	return worker(b, host, key, 1, r);
+}
+
+/* FIFO across hosts: the order in which hosts asked etcd is the order of
+ * their grants. */
+TEST(cluster, fifo_hosts, 60)
+{
+	struct broker_proc h[3];
+	struct record *r = record_new();
+	local_session *s;
+	struct etcd3 e;
+	pid_t pids[2];
+	uint64_t tok;
+
+	etcd3_start(&e);
+	host_start(&h[0], &e);
+	host_start(&h[1], &e);
+	host_start(&h[2], &e);
+	s = open_session(&h[0], "first", 0, 0);
+	CHECK_OK(local_lock(s, "c/f", NULL, &tok));
+	pids[0] = waiter_at(&h[1], 1, "c/f", r);
+	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/f") == 2, 10000));
+	pids[1] = waiter_at(&h[2], 2, "c/f", r);
+	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/f") == 3, 10000));
+	CHECK_EQ(atomic_load(&r->n), 0);
+	CHECK_OK(local_release(s, "c/f"));
+	reap(pids, 2);
+	CHECK_EQ(atomic_load(&r->n), 2);
+	CHECK_EQ(r->host[0], 1);
+	CHECK_EQ(r->host[1], 2);
+	CHECK(r->token[0] > tok && r->token[1] > r->token[0]);
+	local_session_close(s);
+	broker_stop_clean(&h[0]);
+	broker_stop_clean(&h[1]);
+	broker_stop_clean(&h[2]);
+	etcd3_stop(&e);
+}
+
+/* One member killed: the quorum goes on, and so do exclusion and tokens. */
+TEST(cluster, member_killed, 60)
+{
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	local_session *s;
+	struct etcd3 e;
+	pid_t pids[4];
+	uint64_t before;
+
+	etcd3_start(&e);
+	host_start(&a, &e);
+	host_start(&b, &e);
+	s = open_session(&a, "before", 0, 0);
+	CHECK_OK(local_lock(s, "c/m", NULL, &before));
+	CHECK_OK(local_release(s, "c/m"));
+	local_session_close(s);
+	/* The first endpoint, the one every broker asks first. */
+	kill(e.pid[0], SIGKILL);
+	waitpid(e.pid[0], NULL, 0);
+	e.pid[0] = 0;
+	pids[0] = worker(&a, 0, "c/m", 8, r);
+	pids[1] = worker(&b, 1, "c/m", 8, r);
+	pids[2] = worker(&a, 0, "c/m", 8, r);
+	pids[3] = worker(&b, 1, "c/m", 8, r);
+	reap(pids, 4);
+	check_record(r, 32, before);
+	broker_stop_clean(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
+
+/* All of etcd stopped: the local hold ends before the lease could expire at
+ * etcd, nobody else is granted meanwhile, and all recovers after. */
+TEST(cluster, etcd_down, 60)
+{
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	local_session *s;
+	struct etcd3 e;
+	uint64_t tok, t0, ended = 0;
+	pid_t pid;
+	int rc;
+
+	etcd3_start(&e);
+	host_start(&a, &e);
+	host_start(&b, &e);
+	s = open_session(&a, "holder", 0, 0);
+	CHECK_OK(local_lock(s, "c/d", NULL, &tok));
+	pid = waiter_at(&b, 1, "c/d", r);
+	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/d") == 2, 10000));
+	etcd3_signal(&e, SIGSTOP);
+	t0 = now_ms();
+	/* The hold ends by the local deadline: at most TTL - margin after the
+	 * last renewal, which was before t0. Before the TTL in any case. */
+	while ((rc = local_held(s, "c/d", NULL)) == 0 && now_ms() - t0 < 10000)
+		usleep(1000);
+	ended = now_ms() - t0;
+	CHECK_RC(rc, -LOCAL_EEXPIRED);
+	if (ended >= (uint64_t)atoi(TTL_S) * 1000)
+		FAIL_AT("hold ended %llu ms after etcd stopped: not before the TTL",
+			(unsigned long long)ended);
+	/* Nobody else is granted while etcd is away (past the TTL too). */
+	usleep((useconds_t)(atoi(TTL_S) * 1000 - (int)ended + 500) * 1000);
+	CHECK_EQ(atomic_load(&r->n), 0);
+	etcd3_signal(&e, SIGCONT);
+	/* Recovery: the waiter on the other host gets the key. */
+	CHECK(WAIT_FOR(atomic_load(&r->n) == 1, 20000));
+	reap(&pid, 1);
+	CHECK(r->token[0] > tok);
+	CHECK_OK(local_lock(s, "c/d", NULL, &tok));
+	CHECK(tok > r->token[0]);
+	CHECK_OK(local_release(s, "c/d"));
+	local_session_close(s);
+	broker_stop_clean(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
+
+/* A broker killed: its host's cluster locks pass on once its lease expires. */
+TEST(cluster, broker_killed, 60)
+{
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	local_session *s;
+	struct etcd3 e;
+	uint64_t tok, t0;
+	pid_t pid;
+
+	etcd3_start(&e);
+	host_start(&a, &e);
+	host_start(&b, &e);
+	s = open_session(&a, "holder", 0, 0);
+	CHECK_OK(local_lock(s, "c/k", NULL, &tok));
+	pid = waiter_at(&b, 1, "c/k", r);
+	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/k") == 2, 10000));
+	broker_signal_wait(&a, SIGKILL);
+	t0 = now_ms();
+	CHECK(WAIT_FOR(atomic_load(&r->n) == 1, (uint64_t)atoi(TTL_S) * 1000 + 5000));
+	reap(&pid, 1);
+	CHECK(r->token[0] > tok);
+	fprintf(stderr, "    passed on %llu ms after the broker was killed\n",
+		(unsigned long long)(now_ms() - t0));
+	broker_stop(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
