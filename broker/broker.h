@@ -238,8 +238,9 @@ void leases_stop(struct broker *b);
 void leases_drain(struct broker *b);
 void lease_due(struct broker *b, uint32_t node, uint64_t at);
 /* Remember in the holder's slot that its hold of key @key ended by expiry, so
- * that its next call says LOCAL_EEXPIRED (also cluster_main.c). */
-void record_expiry(struct segment *seg, uint32_t slot, uint32_t key, uint64_t token);
+ * that its next call says LOCAL_EEXPIRED (@why 0) or, for a cluster key's
+ * lock lost by the host, LOCAL_ECLUSTER (@why 1: cluster_main.c). */
+void record_expiry(struct segment *seg, uint32_t slot, uint32_t key, uint64_t token, uint32_t why);
 
 /* notify.c: sd_notify(3) readiness, STATUS=, WATCHDOG=1 and the fd store. */
 enum notify_what { NOTIFY_STATUS = 1, NOTIFY_WATCHDOG = 2 };

@@ -48,7 +48,7 @@ static bool key_is(const struct seg_key *k, const struct ckey *ck)
 }
 
 /* End every local hold of @k (gate closed first): the holders are told as at
- * a lease expiry (their next call says LOCAL_EEXPIRED; watchers, such as
+ * a lease expiry (their next call says LOCAL_ECLUSTER; watchers, such as
  * `shmlock lock`'s monitor, are woken by the change). */
 static uint32_t end_holds_locked(struct segment *seg, struct seg_key *k)
 {
@@ -57,7 +57,7 @@ static uint32_t end_holds_locked(struct segment *seg, struct seg_key *k)
 	while ((h = k->h_head) != IDX_NONE && h < seg->caps.max_holds && n < seg->nnodes) {
 		uint64_t w = atomic_load(&seg->nodes[h].word);
 
-		record_expiry(seg, NODE_SESSION(w), idx, seg->nodes[h].token);
+		record_expiry(seg, NODE_SESSION(w), idx, seg->nodes[h].token, 1);
 		key_release_hold_locked(seg, k, h, REL_VOLUNTARY); /* gated: no handoff */
 		n++;
 	}
@@ -84,6 +84,8 @@ static void jeopardy(struct cluster *c, const char *why)
 	uint32_t i, ended = 0, left = 0;
 
 	atomic_store(&c->lease_id, 0);
+	/* No grant from here on, even by a client alone (cluster_gated()). */
+	atomic_store(&seg->hdr->cluster_deadline_ns, 1);
 	for (i = 0; i < seg->caps.max_keys; i++) {
 		struct seg_key *k = &seg->keys[i];
 		int tries;
@@ -110,6 +112,15 @@ static void jeopardy(struct cluster *c, const char *why)
 	if (left)
 		blog(LOG_ERR, "cluster: %u cluster key(s) could not be closed (mutex held)", left);
 	cluster_ring(seg->hdr);
+}
+
+/* The local deadline, for the lease thread and in the segment: there the
+ * clients check it themselves (cluster_gated(), local_held(), local_watch()),
+ * so it holds even when this broker is stopped or dead. */
+static void set_deadline(struct cluster *c, uint64_t at)
+{
+	atomic_store(&c->deadline_ns, at);
+	atomic_store(&c->seg->hdr->cluster_deadline_ns, at);
 }
 
 static int64_t lease_grant(struct cluster *c, struct etcd *e, int64_t *ttl)
@@ -179,8 +190,8 @@ static void *lease_thread(void *arg)
 				wait_until(c, mono_ns() + REGRANT_MS * 1000000ull);
 				continue;
 			}
-			atomic_store(&c->deadline_ns, sent + (uint64_t)ttl * 1000000000ull -
-							      (uint64_t)c->margin_ms * 1000000ull);
+			set_deadline(c, sent + (uint64_t)ttl * 1000000000ull -
+					       (uint64_t)c->margin_ms * 1000000ull);
 			atomic_fetch_add(&c->epoch, 1);
 			atomic_store(&c->lease_id, id);
 			blog(LOG_INFO, "cluster: lease %016" PRIx64 " granted (TTL %" PRId64 " s)",
@@ -205,8 +216,8 @@ static void *lease_thread(void *arg)
 		err = lease_renew(&e, id, (uint32_t)((deadline - sent) / 1000000ull) + 1, &c->stop,
 				  &ttl);
 		if (!err) {
-			atomic_store(&c->deadline_ns, sent + (uint64_t)ttl * 1000000000ull -
-							      (uint64_t)c->margin_ms * 1000000ull);
+			set_deadline(c, sent + (uint64_t)ttl * 1000000000ull -
+					       (uint64_t)c->margin_ms * 1000000ull);
 			next = sent + renew_ns;
 		} else if (err == -ENOENT) {
 			jeopardy(c, "lease gone at etcd");
@@ -320,7 +331,7 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 		return; /* busy (or quarantined): next tick */
 	if (!key_is(k, ck)) {
 		give_up = true; /* reclaimed: cannot happen while open, but be sure */
-	} else if (k->holders == 0 && (!k->waiters || ck->yielding || cluster_gated(k))) {
+	} else if (k->holders == 0 && (!k->waiters || ck->yielding || cluster_gated(seg, k))) {
 		/* Idle, or yielded and now free, or its token range spent. */
 		atomic_store(&k->cluster, atomic_load(&k->cluster) & ~CL_OPEN);
 		give_up = true;
@@ -483,6 +494,8 @@ static void publish_prefixes(struct broker *b)
 	uint32_t i;
 
 	__atomic_store_n(&h->cluster_nprefix, 0, __ATOMIC_RELEASE);
+	/* Until the first lease: past (nothing granted); 0 without a cluster. */
+	atomic_store(&h->cluster_deadline_ns, o->nendpoints ? 1 : 0);
 	for (i = 0; i < o->nprefixes; i++) {
 		memset(h->cluster_prefix[i], 0, SEG_CLUSTER_PREFIX_MAX);
 		strcpy(h->cluster_prefix[i], o->prefixes[i]);
@@ -498,6 +511,11 @@ static void publish_prefixes(struct broker *b)
 			continue;
 		atomic_store(&k->cluster, cluster_prefix_match(&b->seg, k->key, k->key_len) ?
 							  CL_KEY : 0);
+		/* Holds of an earlier run: this broker does not hold their
+		 * cluster locks (the lease is not re-adopted yet). */
+		if ((atomic_load(&k->cluster) & CL_KEY) && k->holders)
+			blog(LOG_NOTICE, "cluster: %u hold(s) of %.*s from an earlier run ended",
+			     end_holds_locked(&b->seg, k), (int)k->key_len, k->key);
 		key_unlock(k);
 	}
 }

@@ -71,6 +71,7 @@ enum local_error {
 	LOCAL_ESTALE,		      /* token is not a current hold of the key */
 	LOCAL_EENQUEUED,	      /* already queued (or holding) on this key */
 	LOCAL_ENOTENQUEUED,	      /* local_wait() without local_enqueue() */
+	LOCAL_ECLUSTER,		      /* this host lost the cluster key's lock (etcd) */
 	LOCAL_ELAST
 };
 

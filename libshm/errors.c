@@ -23,6 +23,8 @@ static const char *const local_texts[LOCAL_ELAST - LOCAL_EBASE] = {
 	[LOCAL_ESTALE - LOCAL_EBASE] = "token is not a current hold of the key (stale)",
 	[LOCAL_EENQUEUED - LOCAL_EBASE] = "already queued or holding on this key",
 	[LOCAL_ENOTENQUEUED - LOCAL_EBASE] = "not queued on this key (wait without enqueue)",
+	[LOCAL_ECLUSTER - LOCAL_EBASE] =
+		"this host lost the cluster key's lock (etcd lease not renewed in time)",
 };
 
 const char *local_strerror(int err)

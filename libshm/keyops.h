@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "segment.h"
 
 /* Who is acting: a session slot and the generation the caller knows it by. */
@@ -260,6 +261,14 @@ uint64_t key_next_token_locked(struct segment *seg, struct seg_key *k);
 
 /* ---- cluster keys (cluster_gate.c; docs/cluster.md) ---------------------- */
 
+/* Has this host's cluster deadline passed (seg_header.cluster_deadline_ns)? */
+static inline bool cluster_deadline_passed(const struct segment *seg)
+{
+	uint64_t dl = atomic_load_explicit(&seg->hdr->cluster_deadline_ns, memory_order_acquire);
+
+	return dl && mono_ns() >= dl;
+}
+
 /* seg_key.cluster bits, written under the key mutex. */
 #define CL_KEY 1u  /* under a --cluster-prefix: a grant needs the host's cluster lock */
 #define CL_OPEN 2u /* the broker holds the key's cluster lock: grants may go on */
@@ -278,14 +287,14 @@ uint64_t key_next_token_locked(struct segment *seg, struct seg_key *k);
  * must never draw a cluster key's token from the segment's counter. Under
  * the key mutex; false for every host-local key.
  */
-static inline bool cluster_gated(const struct seg_key *k)
+static inline bool cluster_gated(const struct segment *seg, const struct seg_key *k)
 {
 	uint32_t st = atomic_load_explicit(&k->cluster, memory_order_relaxed);
 	uint64_t off, hi;
 
 	if (!(st & CL_KEY))
 		return false;
-	if (!(st & CL_OPEN))
+	if (!(st & CL_OPEN) || cluster_deadline_passed(seg))
 		return true;
 	off = __atomic_load_n(&k->tok_off, __ATOMIC_RELAXED);
 	hi = __atomic_load_n(&k->tok_hi, __ATOMIC_RELAXED);

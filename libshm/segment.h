@@ -81,7 +81,7 @@ struct seg_session {
 	_Atomic uint32_t expired_next;
 	struct {
 		_Atomic uint32_t key; /* key index + 1; 0: empty */
-		uint32_t pad;
+		uint32_t why; /* 0: a lease expired; 1: a cluster key's lock was lost */
 		uint64_t token;
 	} expired[SESS_EXPIRED_SLOTS];
 } __attribute__((aligned(64)));
@@ -315,6 +315,11 @@ struct seg_header {
 	 * released without a handoff. */
 	_Atomic uint32_t cluster_bell;
 	_Atomic uint32_t cluster_listening;
+	/* CLOCK_MONOTONIC: past it, this host may no longer hold the cluster
+	 * locks (its etcd lease was not renewed in time): no cluster key is
+	 * granted and holders are told (LOCAL_ECLUSTER), even with no broker
+	 * left to end their holds. 0: no cluster. Written by the broker. */
+	_Atomic uint64_t cluster_deadline_ns;
 	uint32_t cluster_nprefix;
 	uint32_t cluster_prefix_len[SEG_CLUSTER_PREFIXES];
 	char cluster_prefix[SEG_CLUSTER_PREFIXES][SEG_CLUSTER_PREFIX_MAX];

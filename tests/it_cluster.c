@@ -17,6 +17,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -451,7 +452,7 @@ TEST(cluster, etcd_down, 60)
 	while ((rc = local_held(s, "c/d", NULL)) == 0 && now_ms() - t0 < 10000)
 		usleep(1000);
 	ended = now_ms() - t0;
-	CHECK_RC(rc, -LOCAL_EEXPIRED);
+	CHECK_RC(rc, -LOCAL_ECLUSTER);
 	if (ended >= (uint64_t)atoi(TTL_S) * 1000)
 		FAIL_AT("hold ended %llu ms after etcd stopped: not before the TTL",
 			(unsigned long long)ended);
@@ -496,6 +497,124 @@ TEST(cluster, broker_killed, 60)
 	CHECK(r->token[0] > tok);
 	fprintf(stderr, "    passed on %llu ms after the broker was killed\n",
 		(unsigned long long)(now_ms() - t0));
+	broker_stop(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
+
+/* `shmlock lock -socket=SOCK KEY CHILD` on @b, CHILD writing its pid to
+ * @pidfile and sleeping: shmlock's pid. */
+static pid_t cli_lock(const struct broker_proc *b, const char *key, const char *pidfile)
+{
+	const char *cli = getenv("SHMLOCK_CLI_BIN");
+	char sock[160], child[600];
+	pid_t pid;
+
+	snprintf(child, sizeof(child), "echo $$ > %s.tmp && mv %s.tmp %s && exec sleep 60", pidfile,
+		 pidfile, pidfile);
+	if (!cli)
+		FAIL_AT("SHMLOCK_CLI_BIN is not set (run through 'make check')");
+	snprintf(sock, sizeof(sock), "-socket=%s", b->sock);
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		execl(cli, "shmlock", "lock", sock, key, child, (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+/* The pid in @path, once written. */
+static pid_t read_pid(const char *path)
+{
+	FILE *f;
+	int pid = 0;
+
+	if (!WAIT_FOR((f = fopen(path, "re")) != NULL, 10000))
+		FAIL_AT("%s never written", path);
+	if (fscanf(f, "%d", &pid) != 1)
+		pid = 0;
+	fclose(f);
+	CHECK(pid > 0);
+	return pid;
+}
+
+/* Has process @pid ended (gone, or a zombie)? */
+static bool ended(pid_t pid)
+{
+	char path[64], buf[256], *p;
+	FILE *f;
+	bool z = true;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return true;
+	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')))
+		z = p[2] == 'Z' || p[2] == 'X';
+	else
+		z = false;
+	fclose(f);
+	return z;
+}
+
+/*
+ * A broker stopped (SIGSTOP) past its TTL: no broker is left to end its
+ * host's holds, so the clients end them themselves at the deadline the
+ * broker published (local_held() says LOCAL_ECLUSTER, `shmlock lock` stops
+ * its child), and no other local waiter is granted; all before the other
+ * host is granted. Then the broker comes back and its host queues again.
+ */
+TEST(cluster, broker_stopped, 60)
+{
+	struct broker_proc a, b;
+	struct record *r = record_new(), *ra = record_new();
+	local_session *s;
+	struct local_key_info *info = malloc(sizeof(*info));
+	struct etcd3 e;
+	uint64_t tok;
+	pid_t pid, pid2, lpid, cpid, child;
+	char pidfile[160];
+	int rc, st;
+
+	CHECK(info);
+	etcd3_start(&e);
+	host_start(&a, &e);
+	host_start(&b, &e);
+	s = open_session(&a, "holder", 0, 0);
+	CHECK_OK(local_lock(s, "c/s", NULL, &tok));
+	snprintf(pidfile, sizeof(pidfile), "%s/child.pid", a.dir);
+	cpid = cli_lock(&a, "c/t", pidfile);
+	child = read_pid(pidfile);
+	CHECK(WAIT_FOR(local_info(s, "c/t", info) == 0 && info->holders == 1, 10000));
+	lpid = waiter_at(&a, 0, "c/s", ra); /* a local waiter behind the holder */
+	pid = waiter_at(&b, 1, "c/s", r);   /* and one on the other host */
+	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/s") == 2, 10000));
+	pid2 = worker(&b, 1, "c/t", 1, r);
+	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/t") == 2, 10000));
+	kill(a.pid, SIGSTOP);
+	while ((rc = local_held(s, "c/s", NULL)) == 0)
+		usleep(1000);
+	CHECK_RC(rc, -LOCAL_ECLUSTER);
+	CHECK(WAIT_FOR(ended(child), 10000)); /* shmlock stopped its child */
+	/* Neither key has gone to the other host, nor to the local waiter. */
+	CHECK_EQ(atomic_load(&r->n), 0);
+	CHECK_EQ(atomic_load(&ra->n), 0);
+	/* The other host gets both once host A's lease expires at etcd. */
+	CHECK(WAIT_FOR(atomic_load(&r->n) == 2, 15000));
+	CHECK_EQ(atomic_load(&ra->n), 0);
+	CHECK(r->token[0] > tok);
+	/* Broker A back: its stale hold ended, its waiter queues in etcd and
+	 * gets the key after the other host. */
+	kill(a.pid, SIGCONT);
+	CHECK(waitpid(cpid, &st, 0) == cpid);
+	reap(&pid, 1);
+	reap(&pid2, 1);
+	CHECK(WAIT_FOR(atomic_load(&ra->n) == 1, 15000));
+	reap(&lpid, 1);
+	CHECK(ra->token[0] > r->token[0] && ra->token[0] > r->token[1]);
+	free(info);
 	broker_stop(&a);
 	broker_stop_clean(&b);
 	etcd3_stop(&e);
