@@ -31,6 +31,7 @@ struct cluster_opts {
 	uint32_t margin_ms;   /* holds end this long before the lease could expire */
 	uint32_t batch;	      /* grants per acquisition while other hosts wait */
 	uint32_t batch_ms;    /* ... and time */
+	uint32_t linger_ms;   /* an idle key's cluster lock is kept this long */
 };
 
 enum {
@@ -48,6 +49,7 @@ enum {
 	OPT_CLUSTER_MARGIN,
 	OPT_CLUSTER_BATCH,
 	OPT_CLUSTER_BATCH_MS,
+	OPT_CLUSTER_LINGER,
 	OPT_CLUSTER_LAST,
 };
 #define CLUSTER_NOPTS (OPT_CLUSTER_LAST - OPT_CLUSTER_FIRST)

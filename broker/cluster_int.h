@@ -92,6 +92,8 @@ struct ckey {
 	uint64_t batch_l0;  /* ... and the key's lock_index then */
 	uint64_t retry_ns;  /* CK_IDLE: after a failed attempt, not before */
 	bool yielding;	    /* CK_HELD: closed for other hosts; give up once free */
+	uint64_t idle_ns;   /* CK_HELD: first seen idle (0: in use) ... */
+	uint64_t idle_l;    /* ... with this lock_index */
 };
 
 struct cluster {
@@ -110,6 +112,7 @@ struct cluster {
 	_Atomic uint64_t epoch;	  /* +1 at every new lease */
 	_Atomic uint64_t deadline_ns; /* local holds end at this CLOCK_MONOTONIC time */
 	uint32_t margin_ms;
+	bool lingering; /* manager: a held key is idle, to be looked at again soon */
 };
 
 #endif

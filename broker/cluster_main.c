@@ -283,10 +283,11 @@ static int open_gate(struct cluster *c, uint32_t i, struct ckey *ck)
 	__atomic_store_n(&k->tok_hi, base + SEQ_SPAN - 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&k->tok_last, start, __ATOMIC_RELAXED);
 	__atomic_store_n(&k->token, start, __ATOMIC_RELAXED);
-	atomic_store(&k->cluster, CL_KEY | CL_OPEN);
+	atomic_store(&k->cluster, CL_KEY | CL_OPEN | CL_ARMED);
 	ck->batch_ns = mono_ns();
 	ck->batch_l0 = l;
 	ck->yielding = false;
+	ck->idle_ns = 0;
 	do {
 		n = key_grant_pending_locked(seg, k, wake, 64);
 		for (j = 0; j < n; j++)
@@ -331,16 +332,37 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 		return; /* busy (or quarantined): next tick */
 	if (!key_is(k, ck)) {
 		give_up = true; /* reclaimed: cannot happen while open, but be sure */
+	} else if (k->holders == 0 && !k->waiters && !ck->yielding && c->o->linger_ms &&
+		   (!ck->idle_ns || atomic_load(&k->lock_index) != ck->idle_l ||
+		    now - ck->idle_ns < (uint64_t)c->o->linger_ms * 1000000ull)) {
+		/* Idle: kept for --cluster-linger in case a local process comes
+		 * back at once (a queue often empties for microseconds between
+		 * two processes taking turns); used meanwhile, it starts again. */
+		if (!ck->idle_ns || atomic_load(&k->lock_index) != ck->idle_l) {
+			ck->idle_ns = now;
+			ck->idle_l = atomic_load(&k->lock_index);
+		}
+		c->lingering = true;
 	} else if (k->holders == 0 && (!k->waiters || ck->yielding || cluster_gated(seg, k))) {
 		/* Idle, or yielded and now free, or its token range spent. */
 		atomic_store(&k->cluster, atomic_load(&k->cluster) & ~CL_OPEN);
 		give_up = true;
-	} else if (!ck->yielding && k->waiters &&
-		   (atomic_load(&k->lock_index) - ck->batch_l0 >= c->o->batch ||
-		    now - ck->batch_ns >= (uint64_t)c->o->batch_ms * 1000000ull ||
-		    atomic_load(&k->lock_index) - ck->batch_l0 >= SEQ_SPAN / 2)) {
-		batch_over = true;
+	} else if (!ck->yielding) {
+		ck->idle_ns = 0;
+		/* A batch is over after --cluster-batch grants or
+		 * --cluster-batch-time with at least one grant: also when the
+		 * same process takes the key again and again, so that the
+		 * queue is never seen empty. A long hold alone is no reason to
+		 * ask etcd: it ends with a release, which rings us. */
+		uint64_t grants = atomic_load(&k->lock_index) - ck->batch_l0;
+
+		batch_over = grants >= c->o->batch || grants >= SEQ_SPAN / 2 ||
+			     (grants && now - ck->batch_ns >= (uint64_t)c->o->batch_ms * 1000000ull);
 	}
+	/* In use (or yielding): ring us at the next release without handoff.
+	 * Lingering: we look again after --cluster-linger anyway. */
+	if (!give_up && key_is(k, ck) && (k->holders || k->waiters || ck->yielding))
+		atomic_fetch_or(&k->cluster, CL_ARMED);
 	key_unlock(k);
 	if (give_up) {
 		release_etcd(c, ck);
@@ -357,7 +379,7 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 	if (key_lock_timed(seg, k, BROKER_LOCK_MS))
 		return;
 	if (key_is(k, ck)) {
-		atomic_store(&k->cluster, atomic_load(&k->cluster) & ~CL_OPEN);
+		atomic_store(&k->cluster, (atomic_load(&k->cluster) & ~CL_OPEN) | CL_ARMED);
 		ck->yielding = true;
 		if (!k->holders) {
 			key_unlock(k);
@@ -465,10 +487,14 @@ static void *manager(void *arg)
 	while (!atomic_load(&c->stop)) {
 		uint32_t v = atomic_load(&h->cluster_bell);
 
+		c->lingering = false;
 		scan(c);
 		atomic_store(&h->cluster_listening, 1);
 		if (atomic_load(&h->cluster_bell) == v && !atomic_load(&c->stop))
-			futex_wait_until(&h->cluster_bell, v, mono_ns() + TICK_MS * 1000000ull);
+			futex_wait_until(&h->cluster_bell, v,
+					 mono_ns() + (c->lingering && c->o->linger_ms < TICK_MS
+							      ? c->o->linger_ms
+							      : TICK_MS) * 1000000ull);
 		atomic_store(&h->cluster_listening, 0);
 	}
 	for (i = 0; i < c->seg->caps.max_keys; i++) {

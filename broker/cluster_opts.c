@@ -20,6 +20,7 @@ const struct option cluster_long_opts[CLUSTER_NOPTS] = {
 	{ "cluster-margin", required_argument, NULL, OPT_CLUSTER_MARGIN },
 	{ "cluster-batch", required_argument, NULL, OPT_CLUSTER_BATCH },
 	{ "cluster-batch-time", required_argument, NULL, OPT_CLUSTER_BATCH_MS },
+	{ "cluster-linger", required_argument, NULL, OPT_CLUSTER_LINGER },
 };
 
 const char cluster_usage_text[] =
@@ -43,7 +44,10 @@ const char cluster_usage_text[] =
 	"                          1000; less than the TTL)\n"
 	"  --cluster-batch N       while other hosts wait, hand a cluster key among\n"
 	"                          local waiters at most N times (default 1000)\n"
-	"  --cluster-batch-time MS ... or for at most MS milliseconds (default 100)\n";
+	"  --cluster-batch-time MS ... or for at most MS milliseconds (default 100)\n"
+	"  --cluster-linger MS     keep an idle cluster key's lock this long, in case\n"
+	"                          a local process comes back (default 5; 0: give\n"
+	"                          it up as soon as the local queue is empty)\n";
 
 void cluster_opts_default(struct cluster_opts *o)
 {
@@ -52,6 +56,7 @@ void cluster_opts_default(struct cluster_opts *o)
 	o->lease_ttl_s = 10;
 	o->batch = 1000;
 	o->batch_ms = 100;
+	o->linger_ms = 5;
 }
 
 static int copy(const char *name, const char *arg, char *dst, size_t size)
@@ -147,6 +152,8 @@ int cluster_opt_parse(struct cluster_opts *o, int opt, const char *arg)
 		return opt_number("cluster-batch", arg, 1, 1u << 20, &o->batch);
 	case OPT_CLUSTER_BATCH_MS:
 		return opt_number("cluster-batch-time", arg, 1, 3600000, &o->batch_ms);
+	case OPT_CLUSTER_LINGER:
+		return opt_number("cluster-linger", arg, 0, 60000, &o->linger_ms);
 	}
 	return -1;
 }

@@ -342,9 +342,12 @@ uint32_t key_release_hold_locked(struct segment *seg, struct seg_key *k, uint32_
 	k->holders--;
 	key_touch_locked(k);
 	/* Cluster keys: no handoff, so the broker may give up (or yield) the
-	 * key's cluster lock. */
-	if (atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_KEY)
+	 * key's cluster lock; it asks for one ring at a time (CL_ARMED), so a
+	 * queue that empties for a moment at every turn costs no wake-up. */
+	if (atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_ARMED) {
+		atomic_fetch_and(&k->cluster, ~CL_ARMED);
 		cluster_ring(seg->hdr);
+	}
 	return IDX_NONE;
 }
 

@@ -272,6 +272,7 @@ static inline bool cluster_deadline_passed(const struct segment *seg)
 /* seg_key.cluster bits, written under the key mutex. */
 #define CL_KEY 1u  /* under a --cluster-prefix: a grant needs the host's cluster lock */
 #define CL_OPEN 2u /* the broker holds the key's cluster lock: grants may go on */
+#define CL_ARMED 4u /* the broker wants a ring at the next release without handoff */
 
 /* A cluster key's tokens: CLUSTER_TOKEN_BASE + (etcd revision of the host's
  * acquisition << CLUSTER_SEQ_BITS) + local sequence, so that a later holder

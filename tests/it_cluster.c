@@ -107,7 +107,7 @@ static void etcd3_start(struct etcd3 *e)
 	snprintf(e->eps, sizeof(e->eps), "etcd://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
 		 e->cport[0], e->cport[1], e->cport[2]);
 	for (i = 0; i < 3; i++) {
-		char name[8], data[128], curl[64], purl[64], log[128];
+		char name[16], data[128], curl[64], purl[64], log[128];
 
 		snprintf(name, sizeof(name), "m%d", i);
 		snprintf(data, sizeof(data), "%s/m%d", e->dir, i);
