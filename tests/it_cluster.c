@@ -619,3 +619,51 @@ TEST(cluster, broker_stopped, 60)
 	broker_stop_clean(&b);
 	etcd3_stop(&e);
 }
+
+/* A process that takes a cluster key again and again does not starve the
+ * other host: its batch ends after --cluster-batch grants (or the batch
+ * time), although its host's queue never looks empty. */
+TEST(cluster, no_starvation, 60)
+{
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	_Atomic int *stop = (_Atomic int *)&r->inside;
+	local_session *s;
+	struct local_acquire_opts o = { .timeout_ms = 10000 };
+	struct etcd3 e;
+	uint64_t tok;
+	pid_t pid;
+	int st;
+
+	etcd3_start(&e);
+	host_start(&a, &e);
+	host_start(&b, &e);
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		local_session *ls = open_session(&a, "greedy", 0, 0);
+
+		while (!atomic_load(stop)) {
+			uint64_t until;
+
+			CHECK_OK(local_lock(ls, "c/g", NULL, NULL));
+			atomic_fetch_add(&r->n, 1);
+			until = now_ms() + 2; /* busy inside: its host is never seen idle */
+			while (now_ms() < until)
+				;
+			CHECK_OK(local_release(ls, "c/g"));
+		}
+		_exit(0);
+	}
+	CHECK(WAIT_FOR(atomic_load(&r->n) > 20, 10000));
+	s = open_session(&b, "other", 0, 0);
+	CHECK_OK(local_lock(s, "c/g", &o, &tok));
+	CHECK_OK(local_release(s, "c/g"));
+	atomic_store(stop, 1);
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	local_session_close(s);
+	broker_stop_clean(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
