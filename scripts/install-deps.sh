@@ -23,10 +23,11 @@ libcurl4-openssl-dev"
 # Documentation=man:shmlockd(8); libcurl for the HTTP API tests and
 # benchmark (a real HTTP client); curl and jq for the CLI and HTTP tests;
 # the openssl tool, with which the TCP tests make their TLS certificates;
-# etcd-server, a real etcd cluster for the cluster-key tests.
+# etcd-server, a real etcd cluster for the cluster-key tests, and
+# etcd-client (etcdctl) for scripts/cluster-bench.sh.
 TEST_PKGS="libcunit1-dev curl jq clang libclang-rt-14-dev systemd man-db spin valgrind \
 libcurl4-openssl-dev openssl \
-etcd-server"
+etcd-server etcd-client"
 
 case "${1:-all}" in
 run) PKGS=$RUN_PKGS ;;
