@@ -225,14 +225,58 @@ static int etcd_queue_len(const struct etcd3 *e, const char *key)
 	return -1;
 }
 
-static void host_start(struct broker_proc *b, const struct etcd3 *e)
+/* A host; with @http_port, its HTTP API there (token "tok"). */
+static void host_start_http(struct broker_proc *b, const struct etcd3 *e, int http_port)
 {
+	static char listen[32];
 	const char *extra[] = { "--cluster",	     e->eps,	       "--cluster-prefix",
 				"c/",		     "--cluster-lease-ttl", TTL_S,
 				"--cluster-margin", MARGIN_MS,	       "--cluster-batch",
-				"4",		     NULL };
+				"4",		     NULL,		       NULL,
+				NULL,		     NULL,		       NULL };
 
+	if (http_port) {
+		snprintf(listen, sizeof(listen), "127.0.0.1:%d", http_port);
+		extra[10] = "--http-listen";
+		extra[11] = listen;
+		extra[12] = "--auth-token";
+		extra[13] = "tok";
+	}
 	broker_start(b, extra);
+}
+
+static void host_start(struct broker_proc *b, const struct etcd3 *e)
+{
+	host_start_http(b, e, 0);
+}
+
+/* POST to the HTTP API at @port with @session; the HTTP status, the body in
+ * @out (4096 bytes). */
+static long api_post(int port, const char *path, const char *session, const char *body, char *out)
+{
+	struct curl_slist *hdrs = curl_slist_append(NULL, "Authorization: Bearer tok");
+	CURL *h = curl_easy_init();
+	char url[256], sh[128];
+	long status = 0;
+
+	if (session) {
+		snprintf(sh, sizeof(sh), "X-Dflockd-Session: %s", session);
+		hdrs = curl_slist_append(hdrs, sh);
+	}
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+	out[0] = '\0';
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 10000L);
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+	curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? body : "");
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
+	if (curl_easy_perform(h) == CURLE_OK)
+		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(h);
+	curl_slist_free_all(hdrs);
+	return status;
 }
 
 /* ---- shared record of grants, in grant order ---------------------------- */
@@ -426,8 +470,9 @@ TEST(cluster, member_killed, 60)
 	etcd3_stop(&e);
 }
 
-/* All of etcd stopped: the local hold ends before the lease could expire at
- * etcd, nobody else is granted meanwhile, and all recovers after. */
+/* All of etcd stopped: the local holds end before the lease could expire at
+ * etcd (liblocal's and an HTTP client's), nobody else is granted meanwhile,
+ * and all recovers after. */
 TEST(cluster, etcd_down, 60)
 {
 	struct broker_proc a, b;
@@ -435,14 +480,22 @@ TEST(cluster, etcd_down, 60)
 	local_session *s;
 	struct etcd3 e;
 	uint64_t tok, t0, ended = 0;
+	char out[4096], sess[64], body[128], *p;
+	int rc, port = free_port();
 	pid_t pid;
-	int rc;
 
 	etcd3_start(&e);
-	host_start(&a, &e);
+	host_start_http(&a, &e, port);
 	host_start(&b, &e);
 	s = open_session(&a, "holder", 0, 0);
 	CHECK_OK(local_lock(s, "c/d", NULL, &tok));
+	/* An HTTP client holds another cluster key on host A. */
+	CHECK_EQ(api_post(port, "/v1/sessions", NULL, NULL, out), 200);
+	CHECK((p = strstr(out, "\"session_id\":\"")) && sscanf(p + 14, "%32[0-9a-f]", sess) == 1);
+	CHECK_EQ(api_post(port, "/v1/locks/c%2Fhttp", sess, "{\"acquire_timeout_s\": 10}", out),
+		 200);
+	CHECK((p = strstr(out, "\"token\":\"")) != NULL);
+	snprintf(body, sizeof(body), "{\"token\": \"%.20s\"}", p + 9);
 	pid = waiter_at(&b, 1, "c/d", r);
 	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/d") == 2, 10000));
 	etcd3_signal(&e, SIGSTOP);
@@ -456,6 +509,9 @@ TEST(cluster, etcd_down, 60)
 	if (ended >= (uint64_t)atoi(TTL_S) * 1000)
 		FAIL_AT("hold ended %llu ms after etcd stopped: not before the TTL",
 			(unsigned long long)ended);
+	/* The HTTP client's hold ended too: its release says so (dflockd's 409). */
+	CHECK_EQ(api_post(port, "/v1/locks/c%2Fhttp/release", sess, body, out), 409);
+	CHECK(strstr(out, "lease_expired") && strstr(out, "cluster"));
 	/* Nobody else is granted while etcd is away (past the TTL too). */
 	usleep((useconds_t)(atoi(TTL_S) * 1000 - (int)ended + 500) * 1000);
 	CHECK_EQ(atomic_load(&r->n), 0);
