@@ -58,13 +58,14 @@ struct cworker {
 	uint64_t epoch;
 	_Atomic bool cancel;
 	_Atomic bool done;
+	bool adopt; /* re-adoption: our key must exist and hold the lock already */
 	int err;     /* when done: 0 acquired */
 	int64_t rev; /* when acquired: the create revision of ekey */
 };
 
 /* Start the recipe for key @name under @lease (a thread). */
 int cworker_start(struct cluster *c, struct cworker *w, const char *name, size_t len,
-		  int64_t lease, uint64_t epoch);
+		  int64_t lease, uint64_t epoch, bool adopt);
 /* Join a finished (or cancelled) worker. */
 void cworker_join(struct cworker *w);
 /* The etcd key directory of key @name. */
@@ -78,6 +79,7 @@ enum ckey_state {
 	CK_ACQ,	     /* a worker runs the lock recipe */
 	CK_HELD,     /* this host holds the cluster lock; the gate may be open */
 	CK_REL,	     /* given up locally; deleting our etcd key failed: retried */
+	CK_ADOPT,    /* open when a restarted broker found it: checking etcd */
 };
 
 struct ckey {
@@ -112,6 +114,7 @@ struct cluster {
 	_Atomic uint64_t epoch;	  /* +1 at every new lease */
 	_Atomic uint64_t deadline_ns; /* local holds end at this CLOCK_MONOTONIC time */
 	uint32_t margin_ms;
+	int64_t adopt_id; /* the lease of the broker before us, to re-adopt */
 	bool lingering; /* manager: a held key is idle, to be looked at again soon */
 };
 

@@ -54,8 +54,8 @@ static void range_of(const char *dir, char *from, char *to)
 	}
 }
 
-/* Step 1: our key and its create revision. */
-static int create_own(struct etcd *e, struct cworker *w, int64_t *rev)
+/* Step 1: our key and its create revision (*existed: it was there). */
+static int create_own(struct etcd *e, struct cworker *w, int64_t *rev, bool *existed)
 {
 	char k64[920], lease[24];
 	json_t *req, *rep = NULL;
@@ -70,7 +70,8 @@ static int create_own(struct etcd *e, struct cworker *w, int64_t *rev)
 	err = etcd_post(e, "/v3/kv/txn", req, &rep, STEP_MS, &w->cancel);
 	if (err)
 		return err;
-	if (json_is_true(json_object_get(rep, "succeeded"))) {
+	*existed = !json_is_true(json_object_get(rep, "succeeded"));
+	if (!*existed) {
 		*rev = etcd_i64(json_object_get(rep, "header"), "revision");
 	} else {
 		json_t *r = json_array_get(json_object_get(rep, "responses"), 0);
@@ -129,17 +130,26 @@ static void *worker(void *arg)
 	struct etcd e;
 	char pred[920];
 	int64_t rev = 0, hdr;
+	bool existed = false;
 	int err;
 
 	err = etcd_init(&e, w->c->o);
 	while (!err) {
-		err = create_own(&e, w, &rev);
+		err = create_own(&e, w, &rev, &existed);
 		if (err)
 			break;
+		if (w->adopt && !existed) {
+			err = -ESTALE; /* our place was lost: not ours to adopt */
+			break;
+		}
 		for (;;) {
 			err = find_pred(&e, w, rev, pred, sizeof(pred), &hdr);
 			if (err || !pred[0])
 				break;
+			if (w->adopt) {
+				err = -EBUSY; /* someone before us: we did not hold it */
+				break;
+			}
 			err = etcd_watch_delete(&e, pred, hdr + 1, WATCH_MS, &w->cancel);
 			if (err && err != -EAGAIN)
 				break;
@@ -158,12 +168,13 @@ static void *worker(void *arg)
 }
 
 int cworker_start(struct cluster *c, struct cworker *w, const char *name, size_t len,
-		  int64_t lease, uint64_t epoch)
+		  int64_t lease, uint64_t epoch, bool adopt)
 {
 	int err;
 
 	memset(w, 0, sizeof(*w));
 	w->c = c;
+	w->adopt = adopt;
 	w->lease = lease;
 	w->epoch = epoch;
 	cluster_dir(c->o, name, len, w->dir, sizeof(w->dir));

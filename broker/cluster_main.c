@@ -84,8 +84,10 @@ static void jeopardy(struct cluster *c, const char *why)
 	uint32_t i, ended = 0, left = 0;
 
 	atomic_store(&c->lease_id, 0);
+	atomic_fetch_add(&c->epoch, 1); /* what was taken under it is gone */
 	/* No grant from here on, even by a client alone (cluster_gated()). */
 	atomic_store(&seg->hdr->cluster_deadline_ns, 1);
+	atomic_store(&seg->hdr->cluster_lease_id, 0);
 	for (i = 0; i < seg->caps.max_keys; i++) {
 		struct seg_key *k = &seg->keys[i];
 		int tries;
@@ -169,7 +171,8 @@ static void *lease_thread(void *arg)
 {
 	struct cluster *c = arg;
 	uint64_t renew_ns = (uint64_t)c->o->lease_ttl_s * 1000000000ull / 3, next = 0;
-	int64_t id = 0, old = 0, ttl;
+	int64_t id = c->adopt_id, old = 0, ttl;
+	bool adopting = id != 0;
 	struct etcd e;
 
 	if (etcd_init(&e, c->o))
@@ -194,6 +197,7 @@ static void *lease_thread(void *arg)
 					       (uint64_t)c->margin_ms * 1000000ull);
 			atomic_fetch_add(&c->epoch, 1);
 			atomic_store(&c->lease_id, id);
+			atomic_store(&c->seg->hdr->cluster_lease_id, id);
 			blog(LOG_INFO, "cluster: lease %016" PRIx64 " granted (TTL %" PRId64 " s)",
 			     (uint64_t)id, ttl);
 			next = sent + renew_ns;
@@ -201,6 +205,7 @@ static void *lease_thread(void *arg)
 			continue;
 		}
 		if (now >= deadline) {
+			adopting = false;
 			jeopardy(c, "lease not renewed in time");
 			old = id;
 			id = 0;
@@ -219,7 +224,17 @@ static void *lease_thread(void *arg)
 			set_deadline(c, sent + (uint64_t)ttl * 1000000000ull -
 					       (uint64_t)c->margin_ms * 1000000ull);
 			next = sent + renew_ns;
+			if (adopting) {
+				/* The lease of the broker before us lives: ours. */
+				adopting = false;
+				atomic_fetch_add(&c->epoch, 1);
+				atomic_store(&c->lease_id, id);
+				blog(LOG_INFO, "cluster: lease %016" PRIx64 " re-adopted",
+				     (uint64_t)id);
+				cluster_ring(c->seg->hdr);
+			}
 		} else if (err == -ENOENT) {
+			adopting = false;
 			jeopardy(c, "lease gone at etcd");
 			id = 0;
 		} else {
@@ -427,6 +442,65 @@ static void acq_tick(struct cluster *c, uint32_t i, struct ckey *ck)
 	ck->w = NULL;
 }
 
+/* A key the broker before us held open: once the lease is re-adopted, check
+ * in etcd that our key is there and first (a worker in adopt mode); then it
+ * is ours as if taken now. If not, its holds end and the key queues anew.
+ * Until then the gate stays as it was: the published deadline, which only a
+ * renewal of that same lease extends, still bounds every grant. */
+static void adopt_tick(struct cluster *c, uint32_t i, struct ckey *ck)
+{
+	struct segment *seg = c->seg;
+	struct seg_key *k = &seg->keys[i];
+	struct cworker *w = ck->w;
+
+	if (!w) {
+		if (atomic_load(&c->epoch) == 0)
+			return; /* the lease thread has not answered yet */
+		if (atomic_load(&c->epoch) != ck->epoch || atomic_load(&c->lease_id) != c->adopt_id) {
+			ck->state = CK_IDLE; /* not re-adopted: jeopardy ended the holds */
+			return;
+		}
+		w = calloc(1, sizeof(*w));
+		if (!w || cworker_start(c, w, ck->name, ck->len, c->adopt_id, ck->epoch, true)) {
+			free(w);
+			return; /* next tick */
+		}
+		ck->w = w;
+		return;
+	}
+	if (!atomic_load(&w->done))
+		return;
+	strcpy(ck->ekey, w->ekey);
+	ck->rev = w->rev;
+	if (!w->err) {
+		ck->state = CK_HELD;
+		ck->batch_ns = mono_ns();
+		ck->batch_l0 = atomic_load(&k->lock_index);
+		ck->yielding = false;
+		ck->idle_ns = 0;
+		blog(LOG_INFO, "cluster: %.*s re-adopted", (int)ck->len, ck->name);
+	} else {
+		blog(LOG_WARNING, "cluster: %.*s not re-adopted (%s): its holds end", (int)ck->len,
+		     ck->name, strerror(-w->err));
+		if (key_lock_timed(seg, k, BROKER_LOCK_MS) == 0) {
+			if (key_is(k, ck)) {
+				atomic_store(&k->cluster, atomic_load(&k->cluster) & ~CL_OPEN);
+				end_holds_locked(seg, k);
+			}
+			key_unlock(k);
+		} else {
+			return; /* busy: next tick (the worker stays done) */
+		}
+		if (w->err != -ESTALE && w->rev)
+			release_etcd(c, ck);
+		else
+			ck->state = CK_IDLE;
+	}
+	cworker_join(w);
+	free(w);
+	ck->w = NULL;
+}
+
 static void scan(struct cluster *c)
 {
 	struct segment *seg = c->seg;
@@ -440,6 +514,10 @@ static void scan(struct cluster *c)
 
 		if (ck->state == CK_ACQ) {
 			acq_tick(c, i, ck);
+			continue;
+		}
+		if (ck->state == CK_ADOPT) {
+			adopt_tick(c, i, ck);
 			continue;
 		}
 		if (ck->state == CK_HELD) {
@@ -468,7 +546,7 @@ static void scan(struct cluster *c)
 		ck->name[ck->len] = '\0';
 		ck->epoch = atomic_load(&c->epoch);
 		ck->w = malloc(sizeof(*ck->w));
-		if (!ck->w || cworker_start(c, ck->w, ck->name, ck->len, lease, ck->epoch)) {
+		if (!ck->w || cworker_start(c, ck->w, ck->name, ck->len, lease, ck->epoch, false)) {
 			free(ck->w);
 			ck->w = NULL;
 			ck->retry_ns = now + RETRY_MS * 1000000ull;
@@ -500,7 +578,7 @@ static void *manager(void *arg)
 	for (i = 0; i < c->seg->caps.max_keys; i++) {
 		struct ckey *ck = &c->keys[i];
 
-		if (ck->state == CK_ACQ) {
+		if (ck->w) {
 			atomic_store(&ck->w->cancel, true);
 			cworker_join(ck->w);
 			free(ck->w);
@@ -513,15 +591,25 @@ static void *manager(void *arg)
 
 /* ---- start and stop -------------------------------------------------------- */
 
-static void publish_prefixes(struct broker *b)
+static void publish_prefixes(struct broker *b, struct cluster *c)
 {
 	const struct cluster_opts *o = &b->opts.cluster;
 	struct seg_header *h = b->seg.hdr;
+	uint64_t dl = atomic_load(&h->cluster_deadline_ns);
 	uint32_t i;
 
+	/* The broker before us left a lease whose deadline has not passed:
+	 * re-adopt it (the lease thread renews it first). */
+	if (c && atomic_load(&h->cluster_lease_id) && dl > 1 && mono_ns() < dl) {
+		c->adopt_id = atomic_load(&h->cluster_lease_id);
+		atomic_store(&c->deadline_ns, dl);
+	}
 	__atomic_store_n(&h->cluster_nprefix, 0, __ATOMIC_RELEASE);
 	/* Until the first lease: past (nothing granted); 0 without a cluster. */
-	atomic_store(&h->cluster_deadline_ns, o->nendpoints ? 1 : 0);
+	if (!c || !c->adopt_id) {
+		atomic_store(&h->cluster_deadline_ns, c ? 1 : 0);
+		atomic_store(&h->cluster_lease_id, 0);
+	}
 	for (i = 0; i < o->nprefixes; i++) {
 		memset(h->cluster_prefix[i], 0, SEG_CLUSTER_PREFIX_MAX);
 		strcpy(h->cluster_prefix[i], o->prefixes[i]);
@@ -535,13 +623,26 @@ static void publish_prefixes(struct broker *b)
 
 		if (atomic_load(&k->state) != KEY_USED || key_lock_timed(&b->seg, k, BROKER_LOCK_MS))
 			continue;
-		atomic_store(&k->cluster, cluster_prefix_match(&b->seg, k->key, k->key_len) ?
-							  CL_KEY : 0);
-		/* Holds of an earlier run: this broker does not hold their
-		 * cluster locks (the lease is not re-adopted yet). */
-		if ((atomic_load(&k->cluster) & CL_KEY) && k->holders)
-			blog(LOG_NOTICE, "cluster: %u hold(s) of %.*s from an earlier run ended",
-			     end_holds_locked(&b->seg, k), (int)k->key_len, k->key);
+		if (!cluster_prefix_match(&b->seg, k->key, k->key_len)) {
+			atomic_store(&k->cluster, 0);
+		} else if (c && c->adopt_id && (atomic_load(&k->cluster) & CL_OPEN)) {
+			/* Open under the lease we re-adopt: checked in etcd. */
+			struct ckey *ck = &c->keys[i];
+
+			atomic_store(&k->cluster, CL_KEY | CL_OPEN | CL_ARMED);
+			ck->state = CK_ADOPT;
+			ck->len = k->key_len <= LOCAL_KEY_MAX ? k->key_len : LOCAL_KEY_MAX;
+			memcpy(ck->name, k->key, ck->len);
+			ck->name[ck->len] = '\0';
+			ck->epoch = 1; /* the lease thread's first: the adoption */
+		} else {
+			atomic_store(&k->cluster, CL_KEY);
+			/* Holds of an earlier run whose cluster locks this broker
+			 * does not hold. */
+			if (k->holders)
+				blog(LOG_NOTICE, "cluster: %u hold(s) of %.*s from an earlier run ended",
+				     end_holds_locked(&b->seg, k), (int)k->key_len, k->key);
+		}
 		key_unlock(k);
 	}
 }
@@ -553,9 +654,10 @@ int cluster_start(struct broker *b)
 	struct cluster *c;
 	int err;
 
-	publish_prefixes(b);
-	if (!o->nendpoints)
+	if (!o->nendpoints) {
+		publish_prefixes(b, NULL);
 		return 0;
+	}
 	if (curl_global_init(CURL_GLOBAL_DEFAULT))
 		return -ENOMEM;
 	c = calloc(1, sizeof(*c));
@@ -579,6 +681,10 @@ int cluster_start(struct broker *b)
 	pthread_cond_init(&c->stop_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	b->cluster = c;
+	publish_prefixes(b, c);
+	if (c->adopt_id)
+		blog(LOG_INFO, "cluster: re-adopting lease %016" PRIx64 " of the broker before",
+		     (uint64_t)c->adopt_id);
 	err = pthread_create(&c->lease_thr, NULL, lease_thread, c);
 	if (err)
 		return -err;

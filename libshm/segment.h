@@ -320,6 +320,9 @@ struct seg_header {
 	 * granted and holders are told (LOCAL_ECLUSTER), even with no broker
 	 * left to end their holds. 0: no cluster. Written by the broker. */
 	_Atomic uint64_t cluster_deadline_ns;
+	/* The broker's etcd lease (0: none), so that a broker restarted
+	 * before the deadline re-adopts it and the holds go on. */
+	_Atomic int64_t cluster_lease_id;
 	uint32_t cluster_nprefix;
 	uint32_t cluster_prefix_len[SEG_CLUSTER_PREFIXES];
 	char cluster_prefix[SEG_CLUSTER_PREFIXES][SEG_CLUSTER_PREFIX_MAX];
