@@ -142,6 +142,17 @@ static void *worker(void *arg)
 			err = -ESTALE; /* our place was lost: not ours to adopt */
 			break;
 		}
+		if (!w->adopt && existed) {
+			/* Left by a delete that failed: start afresh, so that every
+			 * acquisition has a revision of its own, and tokens (made
+			 * from it) are never drawn twice whatever the segment kept. */
+			delete_own(&e, w);
+			err = create_own(&e, w, &rev, &existed);
+			if (!err && existed)
+				err = -EIO;
+			if (err)
+				break;
+		}
 		for (;;) {
 			err = find_pred(&e, w, rev, pred, sizeof(pred), &hdr);
 			if (err || !pred[0])

@@ -286,9 +286,9 @@ static int open_gate(struct cluster *c, uint32_t i, struct ckey *ck)
 	}
 	/* Tokens: CLUSTER_TOKEN_BASE + rev * 2^24 + local sequence (keyops.h).
 	 * lock_index is exact under the mutex (cluster keys never take the
-	 * lock-free path), so the next grant gets start + 1. The same revision
-	 * again (our etcd key outlived a failed delete, and nobody can have
-	 * had the lock since) goes on from the last token drawn. */
+	 * lock-free path), so the next grant gets start + 1. Every acquisition
+	 * has a revision of its own (cluster_lock.c re-creates a key a failed
+	 * delete left); going on from the last token drawn is a second guard. */
 	base = CLUSTER_TOKEN_BASE + ((uint64_t)ck->w->rev << CLUSTER_SEQ_BITS);
 	start = __atomic_load_n(&k->tok_last, __ATOMIC_RELAXED);
 	if (start < base || start >= base + SEQ_SPAN - 1)
