@@ -171,7 +171,7 @@ static void *lease_thread(void *arg)
 {
 	struct cluster *c = arg;
 	uint64_t renew_ns = (uint64_t)c->o->lease_ttl_s * 1000000000ull / 3, next = 0;
-	int64_t id = c->adopt_id, old = 0, ttl;
+	int64_t id = c->adopt_id, old = 0, ttl = 0;
 	bool adopting = id != 0;
 	struct etcd e;
 
