@@ -251,7 +251,7 @@ model: deps
 # builds too (event loop, doorbell and liburcu threads). Each process logs
 # to $(O)/tsan.PID; any such file fails the run. The other lease tests
 # restart brokers in a loop and outrun their deadlines under TSan.
-TSAN_SUITES := locks unit watch leases/every_lease_of_a_storm_expires http
+TSAN_SUITES := locks unit watch leases/every_lease_of_a_storm_expires http cluster
 test-tsan: $(TESTS) $(BROKER) $(if $(CLI_SRC),$(CLI))
 	@rm -f $(O)/tsan.*
 	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) SHMLOCK_CLI_BIN=$(abspath $(CLI)) \

@@ -100,7 +100,11 @@ struct ckey {
 
 struct cluster {
 	struct broker *b;
-	struct segment *seg;
+	struct segment *seg; /* &view */
+	/* Our own view of the segment: struct segment also holds the event
+	 * loop's per-turn patience with busy locks (lock_budget_ns), which is
+	 * the loop's alone; the threads here have BROKER_LOCK_MS per wait. */
+	struct segment view;
 	const struct cluster_opts *o;
 	struct etcd etcd; /* the manager thread's */
 	struct ckey *keys; /* per key entry */

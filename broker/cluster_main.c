@@ -41,6 +41,12 @@
 #define RENEW_RETRY_MS 250u /* after a failed renewal */
 #define SEQ_SPAN (1ull << CLUSTER_SEQ_BITS)
 
+/* A count read without the key mutex, as a hint (re-checked under it). */
+static uint32_t peek_waiters(const struct seg_key *k)
+{
+	return __atomic_load_n(&k->waiters, __ATOMIC_RELAXED);
+}
+
 static bool key_is(const struct seg_key *k, const struct ckey *ck)
 {
 	return atomic_load(&k->state) == KEY_USED && k->key_len == ck->len &&
@@ -255,7 +261,7 @@ static void *lease_thread(void *arg)
 /* Give up @ck's cluster lock: delete our etcd key. If etcd does not answer,
  * the key stays CK_REL and the delete is tried again at every tick (a key
  * left there would block every other host for as long as our lease lives);
- * a new local waiter meanwhile re-takes it (the recipe finds the key ours). */
+ * local waiters meanwhile wait for it to be gone, then queue anew. */
 static void release_etcd(struct cluster *c, struct ckey *ck)
 {
 	char k64[920];
@@ -413,7 +419,7 @@ static void acq_tick(struct cluster *c, uint32_t i, struct ckey *ck)
 	if (!atomic_load(&w->done)) {
 		/* Nobody waits any more, or the lease changed: stop asking. */
 		if (ck->epoch != atomic_load(&c->epoch) || !atomic_load(&c->lease_id) ||
-		    !c->seg->keys[i].waiters || !key_is(&c->seg->keys[i], ck))
+		    !peek_waiters(&c->seg->keys[i]))
 			atomic_store(&w->cancel, true);
 		return;
 	}
@@ -525,25 +531,30 @@ static void scan(struct cluster *c)
 			continue;
 		}
 		if (ck->state == CK_REL) {
-			if (ck->epoch != atomic_load(&c->epoch)) {
+			/* Delete first, whatever the key's entry has become: our
+			 * etcd key left there would block every other host. */
+			if (ck->epoch != atomic_load(&c->epoch))
 				ck->state = CK_IDLE; /* gone with its lease */
-			} else if (!k->waiters || !key_is(k, ck)) {
+			else
 				release_etcd(c, ck);
-				continue;
-			} else {
-				ck->state = CK_IDLE; /* wanted again: the recipe re-takes it */
-			}
+			continue;
 		}
 		/* CK_IDLE: a gated key with waiters wants its cluster lock. */
 		if (atomic_load(&k->state) != KEY_USED || !(atomic_load(&k->cluster) & CL_KEY) ||
-		    !k->waiters || (atomic_load(&k->cluster) & CL_OPEN) || now < ck->retry_ns)
+		    !peek_waiters(k) || (atomic_load(&k->cluster) & CL_OPEN) || now < ck->retry_ns)
 			continue;
 		lease = atomic_load(&c->lease_id);
-		if (!lease)
+		if (!lease || key_lock_timed(seg, k, BROKER_LOCK_MS))
 			continue;
+		/* The name under the mutex: the entry may be changing hands. */
+		if (atomic_load(&k->state) != KEY_USED || !k->waiters) {
+			key_unlock(k);
+			continue;
+		}
 		ck->len = k->key_len <= LOCAL_KEY_MAX ? k->key_len : LOCAL_KEY_MAX;
 		memcpy(ck->name, k->key, ck->len);
 		ck->name[ck->len] = '\0';
+		key_unlock(k);
 		ck->epoch = atomic_load(&c->epoch);
 		ck->w = malloc(sizeof(*ck->w));
 		if (!ck->w || cworker_start(c, ck->w, ck->name, ck->len, lease, ck->epoch, false)) {
@@ -670,7 +681,10 @@ int cluster_start(struct broker *b)
 		return -ENOMEM;
 	}
 	c->b = b;
-	c->seg = &b->seg;
+	c->view = b->seg;
+	c->view.lock_budgeted = false;
+	c->view.lock_budget_ns = 0;
+	c->seg = &c->view;
 	c->o = o;
 	c->margin_ms = o->margin_ms ? o->margin_ms : o->lease_ttl_s * 200u;
 	if (c->margin_ms < 1000 && !o->margin_ms)
