@@ -137,7 +137,7 @@ $(O)/liblocal.pc: libshm/liblocal.pc.in $(PC_STAMP)
 $(BROKER): $(BROKER_OBJ) $(STLIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(ALL_CFLAGS) $(BROKER_OBJ) $(STLIB) -o $@ $(LDFLAGS) $(URCU_LIBS) \
-		$(SYSTEMD_LIBS) $(HTTP_LIBS) $(TLS_LIBS) -lpthread
+		$(SYSTEMD_LIBS) $(HTTP_LIBS) $(TLS_LIBS) $(CURL_LIBS) -lpthread
 
 # The OpenAPI document, served live by the broker, compiled in from docs/.
 $(O)/gen/openapi_doc.c: docs/openapi.json scripts/embed.sh
@@ -251,7 +251,7 @@ model: deps
 # builds too (event loop, doorbell and liburcu threads). Each process logs
 # to $(O)/tsan.PID; any such file fails the run. The other lease tests
 # restart brokers in a loop and outrun their deadlines under TSan.
-TSAN_SUITES := locks unit watch leases/every_lease_of_a_storm_expires http \
+TSAN_SUITES := locks unit watch leases/every_lease_of_a_storm_expires http cluster \
 	consul/blocking_queries_woken_by_api_liblocal_and_cli
 test-tsan: $(TESTS) $(BROKER) $(if $(CLI_SRC),$(CLI))
 	@rm -f $(O)/tsan.*
@@ -309,7 +309,7 @@ fuzz-build:
 		case $$t in fuzz_cli) extra="-Icli $(FUZZ_CLI_SRC)";; \
 		fuzz_tcp) extra="-Ibroker broker/tcp_parse.c";; \
 		fuzz_http) extra="-Ibroker -Itests tests/invariants.c $(FUZZ_BROKER_OBJ)"; \
-			libs="-Wl,--wrap=urcu_memb_call_rcu $(URCU_LIBS) $(SYSTEMD_LIBS) $(HTTP_LIBS) $(TLS_LIBS)";; \
+			libs="-Wl,--wrap=urcu_memb_call_rcu $(URCU_LIBS) $(SYSTEMD_LIBS) $(HTTP_LIBS) $(TLS_LIBS) $(CURL_LIBS)";; \
 		*) extra=;; esac; \
 		clang -O1 -g -D_GNU_SOURCE -Iinclude -Ilibshm \
 			-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \

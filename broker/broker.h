@@ -18,6 +18,7 @@
 #include "http.h"
 #include "tcp.h"
 #include "consul.h"
+#include "cluster.h"
 
 /* A per-event log line that may come in bursts (100 000 leases expiring
  * together): at most BLOG_BURST lines a second, then one line saying how
@@ -86,6 +87,7 @@ struct broker_opts {
 	struct tcp_opts tcp;
 	struct consul_opts consul; /* consul_*.c: the Consul-compatible API */
 	char metrics_listen[128]; /* metrics.c: --metrics-listen; "" when off */
+	struct cluster_opts cluster; /* cluster_*.c: cluster keys on etcd */
 };
 
 struct broker {
@@ -131,6 +133,8 @@ struct broker {
 	struct tcp *tcp;
 	/* metrics.c: NULL unless the metrics-only listener is on */
 	struct metrics *metrics;
+	/* cluster_*.c: NULL unless --cluster is given */
+	struct cluster *cluster;
 };
 
 
@@ -251,6 +255,10 @@ void leases_drain(struct broker *b);
 /* The lease bitmap into the heap, without the eventfd (rings of our own). */
 void leases_collect(struct broker *b);
 void lease_due(struct broker *b, uint32_t node, uint64_t at);
+/* Remember in the holder's slot that its hold of key @key ended by expiry, so
+ * that its next call says LOCAL_EEXPIRED (@why 0) or, for a cluster key's
+ * lock lost by the host, LOCAL_ECLUSTER (@why 1: cluster_main.c). */
+void record_expiry(struct segment *seg, uint32_t slot, uint32_t key, uint64_t token, uint32_t why);
 
 /* notify.c: sd_notify(3) readiness, STATUS=, WATCHDOG=1 and the fd store. */
 enum notify_what { NOTIFY_STATUS = 1, NOTIFY_WATCHDOG = 2 };

@@ -154,7 +154,7 @@ void leases_collect(struct broker *b)
 }
 
 /* Remember, in the holder's session slot, that this hold expired. */
-static void record_expiry(struct segment *seg, uint32_t slot, uint32_t key, uint64_t token)
+void record_expiry(struct segment *seg, uint32_t slot, uint32_t key, uint64_t token, uint32_t why)
 {
 	struct seg_session *s = seg_session_at(seg, slot);
 	uint32_t i;
@@ -163,6 +163,7 @@ static void record_expiry(struct segment *seg, uint32_t slot, uint32_t key, uint
 		return;
 	i = atomic_fetch_add(&s->expired_next, 1) % SESS_EXPIRED_SLOTS;
 	s->expired[i].token = token;
+	s->expired[i].why = why;
 	atomic_store(&s->expired[i].key, key + 1);
 }
 
@@ -201,7 +202,7 @@ void lease_due(struct broker *b, uint32_t i, uint64_t at)
 		key_unlock(k);
 		return;
 	}
-	record_expiry(seg, NODE_SESSION(w), seg_key_index(seg, k), n->token);
+	record_expiry(seg, NODE_SESSION(w), seg_key_index(seg, k), n->token, 0);
 	session_public_id(NODE_SESSION(w), n->session_gen, id, sizeof(id));
 	if (blog_allow(&b->expiry_log, now))
 		blog(LOG_NOTICE, "lease of %.*s held by session %s expired; released",

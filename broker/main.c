@@ -99,7 +99,7 @@ static const struct option base_opts[] = {
 #define NBASE (sizeof(base_opts) / sizeof(base_opts[0]))
 
 /* base_opts, then the HTTP API's, the TCP protocol's, then the terminator. */
-static struct option long_opts[NBASE + HTTP_NOPTS + TCP_NOPTS + CONSUL_NOPTS + 1];
+static struct option long_opts[NBASE + HTTP_NOPTS + TCP_NOPTS + CONSUL_NOPTS + CLUSTER_NOPTS + 1];
 
 static void build_opts(void)
 {
@@ -108,6 +108,8 @@ static void build_opts(void)
 	memcpy(long_opts + NBASE + HTTP_NOPTS, tcp_long_opts, sizeof(tcp_long_opts));
 	memcpy(long_opts + NBASE + HTTP_NOPTS + TCP_NOPTS, consul_long_opts,
 	       sizeof(consul_long_opts)); /* the Consul API (consul_opts.c) */
+	memcpy(long_opts + NBASE + HTTP_NOPTS + TCP_NOPTS + CONSUL_NOPTS, cluster_long_opts,
+	       sizeof(cluster_long_opts)); /* cluster keys on etcd (cluster_opts) */
 }
 
 static int parse_u32(const char *name, const char *s, uint32_t *out)
@@ -146,6 +148,7 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 	http_opts_default(&o->http);
 	tcp_opts_default(&o->tcp);
 	consul_opts_default(&o->consul);
+	cluster_opts_default(&o->cluster);
 	build_opts();
 	paths_socket(o->socket_path, sizeof(o->socket_path));
 	paths_shm_name(o->shm_name, sizeof(o->shm_name));
@@ -246,6 +249,8 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 			fputs(tcp_usage_text, stdout);
 			fputs("\n", stdout);
 			fputs(consul_usage_text, stdout);
+			fputs("\n", stdout);
+			fputs(cluster_usage_text, stdout);
 			exit(0);
 		case 'V':
 			printf("shmlockd %s (segment ABI %u, protocol %u)\n", SHMLOCK_VERSION,
@@ -258,6 +263,8 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 				err = tcp_opt_parse(&o->tcp, c, optarg);
 			else if (c >= OPT_CONSUL_FIRST && c < OPT_CONSUL_LAST)
 				err = consul_opt_parse(&o->consul, c, optarg);
+			else if (c >= OPT_CLUSTER_FIRST && c < OPT_CLUSTER_LAST)
+				err = cluster_opt_parse(&o->cluster, c, optarg);
 			else
 				err = -1;
 		}
@@ -268,6 +275,8 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 		fprintf(stderr, "shmlockd: unexpected argument '%s'\n", argv[optind]);
 		return -1;
 	}
+	if (cluster_opts_check(&o->cluster))
+		return -1;
 	if (seg_caps_valid(&o->caps)) {
 		fprintf(stderr, "shmlockd: capacities out of range (see --help)\n");
 		return -1;
@@ -330,6 +339,8 @@ int main(int argc, char **argv)
 		err = sessions_init(&b);
 	if (!err)
 		err = listen_setup(&b);
+	if (!err)
+		err = cluster_start(&b); /* before serving: keys must start gated */
 	if (!err) {
 		atomic_store(&b.seg.hdr->broker_pid, (uint32_t)getpid());
 		atomic_store(&b.seg.hdr->broker_started_ns, b.started_ns);
@@ -341,6 +352,7 @@ int main(int argc, char **argv)
 	tcp_stop(&b);
 	http_stop(&b);
 	metrics_stop(&b); /* J3 */
+	cluster_stop(&b);
 	leases_stop(&b);
 	conns_fini(&b); /* idempotent too */
 	listen_teardown(&b);

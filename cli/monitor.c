@@ -24,6 +24,8 @@ const char *monitor_reason(int code)
 		return "it was released by an operator, or expired";
 	case LOCAL_ESESSION:
 		return "the session ended (TTL expired or destroyed by an operator)";
+	case LOCAL_ECLUSTER:
+		return "this host lost the cluster key's lock (etcd lease not renewed)";
 	default:
 		return local_strerror(code);
 	}
@@ -95,7 +97,8 @@ static void *monitor_main(void *arg)
 			continue;
 		}
 		/* The session ending is a loss, not a monitoring failure. */
-		if (r == -LOCAL_ESESSION || r == -LOCAL_EFORKED || failures++ >= m->retries) {
+		if (r == -LOCAL_ESESSION || r == -LOCAL_EFORKED || r == -LOCAL_ECLUSTER ||
+		    failures++ >= m->retries) {
 			lost(m, r);
 			break;
 		}

@@ -106,6 +106,7 @@ enum local_error {
 	LOCAL_ENOTSOCK,		      /* something else than a socket at the path */
 	LOCAL_EACCESS,		      /* the socket's mode or group lets us not in */
 	LOCAL_EUNSAFE,		      /* socket in a directory others could plant */
+	LOCAL_ECLUSTER,		      /* this host lost the cluster key's lock (etcd) */
 	LOCAL_ELAST
 };
 

@@ -24,10 +24,11 @@ int api_not_held(local_session *s, uint32_t key_idx, bool consume)
 	for (i = 0; i < SESS_EXPIRED_SLOTS; i++) {
 		uint32_t want = key_idx + 1;
 
+		/* (why: cluster keys, issue 16: the host lost the key's lock.) */
 		if (!consume && atomic_load(&ss->expired[i].key) == want)
-			return -LOCAL_EEXPIRED;
+			return ss->expired[i].why == 1 ? -LOCAL_ECLUSTER : -LOCAL_EEXPIRED;
 		if (consume && atomic_compare_exchange_strong(&ss->expired[i].key, &want, 0))
-			return -LOCAL_EEXPIRED;
+			return ss->expired[i].why == 1 ? -LOCAL_ECLUSTER : -LOCAL_EEXPIRED;
 	}
 	return -LOCAL_ENOTHELD;
 }
@@ -65,7 +66,14 @@ int local_held(local_session *s, const char *key, uint64_t *token)
 	h = key_find_hold_locked(s->seg, k, s->who);
 	if (h != IDX_NONE && token)
 		*token = s->seg->nodes[h].token;
+	/* Cluster keys (issue 16): past the host's deadline a hold no broker
+	 * ended is not safe any more (another host may be granted soon). */
+	if (h != IDX_NONE && (atomic_load(&k->cluster) & CL_KEY) &&
+	    cluster_deadline_passed(s->seg))
+		h = IDX_NONE, err = -LOCAL_ECLUSTER;
 	key_unlock(k);
+	if (err)
+		return err;
 	/* A question: the answer stays until a renew or release acts on it. */
 	return h != IDX_NONE ? 0 : api_not_held(s, seg_key_index(s->seg, k), false);
 }
@@ -173,9 +181,19 @@ int local_watch(local_session *s, const char *key, uint64_t after_index, int64_t
 		idx = atomic_load(&k->modify_index);
 		if (idx > after_index)
 			break;
+		/* Cluster keys (issue 16): the host's deadline ends the watch,
+		 * so that a holder's monitor learns of it with no broker. */
+		if ((atomic_load(&k->cluster) & CL_KEY) && cluster_deadline_passed(s->seg)) {
+			err = -LOCAL_ECLUSTER;
+			break;
+		}
 		wake_by = mono_ns() + WATCH_RECHECK_NS;
 		if (deadline && deadline < wake_by)
 			wake_by = deadline;
+		if ((atomic_load(&k->cluster) & CL_KEY) &&
+		    atomic_load(&s->seg->hdr->cluster_deadline_ns) &&
+		    atomic_load(&s->seg->hdr->cluster_deadline_ns) < wake_by)
+			wake_by = atomic_load(&s->seg->hdr->cluster_deadline_ns);
 		futex_wait_until(key_change_futex(k), (uint32_t)idx, wake_by);
 		if (deadline && mono_ns() >= deadline) {
 			err = -ETIMEDOUT;

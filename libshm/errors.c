@@ -28,6 +28,8 @@ static const char *const local_texts[LOCAL_ELAST - LOCAL_EBASE] = {
 	[LOCAL_ENOTSOCK - LOCAL_EBASE] = "the broker's socket path is not a socket",
 	[LOCAL_EACCESS - LOCAL_EBASE] = "no permission to connect to the broker's socket",
 	[LOCAL_EUNSAFE - LOCAL_EBASE] = "broker socket in a directory other users could change",
+	[LOCAL_ECLUSTER - LOCAL_EBASE] =
+		"this host lost the cluster key's lock (etcd lease not renewed in time)",
 };
 
 const char *local_strerror(int err)

@@ -243,12 +243,19 @@ int key_acquire_locked(struct segment *seg, struct seg_key *k, const struct acqu
 	}
 	if (key_find_waiter_locked(seg, k, req->who) != IDX_NONE)
 		return -EALREADY;
-	/* No barging: a free slot goes to the queue's head, not to us. */
-	if (k->holders < k->limit && k->q_head == IDX_NONE && delay_over_locked(k))
+	/* No barging: a free slot goes to the queue's head, not to us. A
+	 * cluster key also needs the host's cluster lock (cluster_gated()). */
+	if (k->holders < k->limit && k->q_head == IDX_NONE && delay_over_locked(k) &&
+	    !cluster_gated(seg, k))
 		return grant_uncontended_locked(seg, k, req, token, &hints->hold);
 	if (req->try_only)
 		return -EBUSY;
-	return enqueue_locked(seg, k, req, waiter, &hints->wait);
+	err = enqueue_locked(seg, k, req, waiter, &hints->wait);
+	/* Cluster keys (issue 16): a waiter on a gated key asks the broker to
+	 * take the key's cluster lock. Host-local keys never get here. */
+	if (err == 1 && cluster_gated(seg, k))
+		cluster_ring(seg->hdr);
+	return err;
 }
 
 /*
@@ -327,7 +334,7 @@ uint32_t key_release_hold_locked(struct segment *seg, struct seg_key *k, uint32_
 
 	if (how)
 		apply_loss_locked(seg, k, NODE_SESSION(atomic_load(&hn->word)), how);
-	if (w != IDX_NONE && w < seg->nnodes && delay_over_locked(k) &&
+	if (w != IDX_NONE && w < seg->nnodes && delay_over_locked(k) && !cluster_gated(seg, k) &&
 	    NODE_STATE(atomic_load(&seg->nodes[w].word)) == NODE_WAITING) {
 		/* Direct handoff: the hold node changes owner in place, so the
 		 * hold count never dips and nobody can barge in between. */
@@ -341,6 +348,13 @@ uint32_t key_release_hold_locked(struct segment *seg, struct seg_key *k, uint32_
 	CRASH_POINT(REL_FREED);
 	k->holders--;
 	key_touch_locked(k);
+	/* Cluster keys: no handoff, so the broker may give up (or yield) the
+	 * key's cluster lock; it asks for one ring at a time (CL_ARMED), so a
+	 * queue that empties for a moment at every turn costs no wake-up. */
+	if (atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_ARMED) {
+		atomic_fetch_and(&k->cluster, ~CL_ARMED);
+		cluster_ring(seg->hdr);
+	}
 	return IDX_NONE;
 }
 
@@ -351,7 +365,7 @@ uint32_t key_grant_pending_locked(struct segment *seg, struct seg_key *k, uint32
 	uint32_t key = seg_key_index(seg, k), n = 0;
 
 	while (n < nwake && k->holders < k->limit && k->q_head != IDX_NONE &&
-	       k->q_head < seg->nnodes && delay_over_locked(k)) {
+	       k->q_head < seg->nnodes && delay_over_locked(k) && !cluster_gated(seg, k)) {
 		uint32_t w = k->q_head;
 		uint64_t ww = atomic_load(&seg->nodes[w].word);
 		uint32_t h;

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "segment.h"
 
 /* Who is acting: a session slot and the generation the caller knows it by. */
@@ -266,6 +267,56 @@ static inline uint64_t key_token_for(const struct seg_key *k, uint64_t grants)
  * of the grant about to be counted, reserving a fresh range when the key's
  * is spent (one atomic add on the segment's counter). */
 uint64_t key_next_token_locked(struct segment *seg, struct seg_key *k);
+
+/* ---- cluster keys (cluster_gate.c; docs/cluster.md) ---------------------- */
+
+/* Has this host's cluster deadline passed (seg_header.cluster_deadline_ns)? */
+static inline bool cluster_deadline_passed(const struct segment *seg)
+{
+	uint64_t dl = atomic_load_explicit(&seg->hdr->cluster_deadline_ns, memory_order_acquire);
+
+	return dl && mono_ns() >= dl;
+}
+
+/* seg_key.cluster bits, written under the key mutex. */
+#define CL_KEY 1u  /* under a --cluster-prefix: a grant needs the host's cluster lock */
+#define CL_OPEN 2u /* the broker holds the key's cluster lock: grants may go on */
+#define CL_ARMED 4u /* the broker wants a ring at the next release without handoff */
+
+/* A cluster key's tokens: CLUSTER_TOKEN_BASE + (etcd revision of the host's
+ * acquisition << CLUSTER_SEQ_BITS) + local sequence, so that a later holder
+ * on any host has a larger one. The base keeps them above the host-local
+ * tokens (the segment counter starts at the realtime clock, below 2^61). */
+#define CLUSTER_TOKEN_BASE (1ull << 62)
+#define CLUSTER_SEQ_BITS 24
+
+/*
+ * May nobody be granted @k now? A cluster key is gated unless the broker
+ * opened it (it holds the key's cluster lock), and also once the range the
+ * broker set for this acquisition is spent or void: key_next_token_locked()
+ * must never draw a cluster key's token from the segment's counter. Under
+ * the key mutex; false for every host-local key.
+ */
+static inline bool cluster_gated(const struct segment *seg, const struct seg_key *k)
+{
+	uint32_t st = atomic_load_explicit(&k->cluster, memory_order_relaxed);
+	uint64_t off, hi;
+
+	if (!(st & CL_KEY))
+		return false;
+	if (!(st & CL_OPEN) || cluster_deadline_passed(seg))
+		return true;
+	off = __atomic_load_n(&k->tok_off, __ATOMIC_RELAXED);
+	hi = __atomic_load_n(&k->tok_hi, __ATOMIC_RELAXED);
+	return off > __atomic_load_n(&k->token, __ATOMIC_RELAXED) ||
+	       off + atomic_load_explicit(&k->lock_index, memory_order_relaxed) + 1 > hi ||
+	       __atomic_load_n(&k->tok_last, __ATOMIC_RELAXED) >= hi;
+}
+
+/* Tell the broker's cluster thread to look at the cluster keys. */
+void cluster_ring(struct seg_header *h);
+/* Is @key under one of the cluster prefixes the broker published? */
+bool cluster_prefix_match(const struct segment *seg, const char *key, size_t len);
 
 /* lease.c: now + @lease_ms (0: no lease), and telling the broker about a
  * new or earlier deadline of hold node @node. */

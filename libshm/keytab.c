@@ -121,6 +121,10 @@ static bool fast_eligible(const struct seg_key *k)
 	if (atomic_load(&k->state) != KEY_USED || k->q_head != IDX_NONE ||
 	    k->delay_until_ns != 0 || atomic_load(&k->watchers) != 0)
 		return false;
+	/* Cluster keys (issue 16) stay on the mutex path: its release tells
+	 * the broker when the host may give up the key's cluster lock. */
+	if (atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_KEY)
+		return false;
 	if (k->kind == LOCAL_KIND_LOCK)
 		return k->holders <= 1;
 	return k->kind == LOCAL_KIND_SEMAPHORE && k->holders == 0;
@@ -462,8 +466,11 @@ static void table_unlock(struct segment *seg)
 
 static bool key_idle_locked(const struct seg_key *k, uint64_t now)
 {
+	/* (An open cluster key is the broker's until it gives up the key's
+	 * cluster lock: cluster_*.c.) */
 	return k->holders == 0 && k->waiters == 0 && atomic_load(&k->watchers) == 0 &&
-	       (k->delay_until_ns == 0 || k->delay_until_ns <= now);
+	       (k->delay_until_ns == 0 || k->delay_until_ns <= now) &&
+	       !(atomic_load(&k->cluster) & CL_OPEN);
 }
 
 static uint32_t reclaim_idle_until(struct segment *seg, uint64_t idle_ns, uint32_t max,
@@ -572,6 +579,8 @@ static int create_locked(struct segment *seg, uint32_t hash, const char *key, si
 	memcpy(k->key, key, len);
 	k->key[len] = '\0';
 	k->key_len = (uint32_t)len;
+	/* Issue 16: a key under a cluster prefix starts gated (cluster_gated()). */
+	atomic_store(&k->cluster, cluster_prefix_match(seg, key, len) ? CL_KEY : 0);
 	atomic_store(&k->hash, hash);
 	atomic_store(&k->state, KEY_USED);
 	atomic_store_explicit(&seg->index[slot], idx + 1, memory_order_release);

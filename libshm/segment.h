@@ -35,10 +35,15 @@
  * 4: tokens come from per-key ranges (tok_off, tok_hi); the token counter
  * has a cache line of its own.
  * 5: key entries are placed by hash (keytab.c); KEY_FREED marks a free
- * entry that was used. */
-#define SEG_ABI 6u /* 6: session slots carry wait/hold histograms (J3, metrics) */
+ * entry that was used.
+ * 6: session slots carry wait/hold histograms (metrics).
+ * 7: cluster keys (issue 16): a key's cluster gate (seg_key.cluster) and the
+ * header's cluster prefix table and bell. */
+#define SEG_ABI 7u
 
 #define SEG_NAME_MAX 64 /* session name, including the NUL */
+#define SEG_CLUSTER_PREFIXES 8	  /* --cluster-prefix, at most this many */
+#define SEG_CLUSTER_PREFIX_MAX 64 /* bytes of one, with room for a NUL */
 #define SESS_EXPIRED_SLOTS 8
 
 /* ---- sessions --------------------------------------------------------- */
@@ -91,7 +96,7 @@ struct seg_session {
 	_Atomic uint32_t expired_next;
 	struct {
 		_Atomic uint32_t key; /* key index + 1; 0: empty */
-		uint32_t pad;
+		uint32_t why; /* 0: a lease expired; 1: a cluster key's lock was lost */
 		uint64_t token;
 	} expired[SESS_EXPIRED_SLOTS];
 	/* Written only by the session's own process, on the contended path
@@ -274,6 +279,10 @@ struct seg_key {
 	 * under the mutex: key_touch_locked() relies on it. */
 	_Atomic uint32_t watchers;
 	uint32_t wake_pending; /* under the mutex: key_unlock() wakes watchers */
+	/* Cluster keys (docs/cluster.md): CL_* bits (keyops.h), written under
+	 * the mutex; set at creation when the key is under a cluster prefix. */
+	_Atomic uint32_t cluster;
+	uint32_t cluster_pad;
 	char key[LOCAL_KEY_MAX + 1];
 } __attribute__((aligned(64)));
 
@@ -321,6 +330,24 @@ struct seg_header {
 	uint32_t index_tombs;		  /* under table_mutex */
 	uint32_t key_hint_unused;	  /* (was a hint; entries are placed by hash now) */
 	struct seg_stats stats;
+	/* Cluster keys (docs/cluster.md, broker/cluster_*.c). The broker writes
+	 * the prefixes before it serves; key creation reads them, so a key
+	 * under one starts gated. Clients ring cluster_bell (keyops.h,
+	 * cluster_ring()) when a gated key gains a waiter or a cluster key is
+	 * released without a handoff. */
+	_Atomic uint32_t cluster_bell;
+	_Atomic uint32_t cluster_listening;
+	/* CLOCK_MONOTONIC: past it, this host may no longer hold the cluster
+	 * locks (its etcd lease was not renewed in time): no cluster key is
+	 * granted and holders are told (LOCAL_ECLUSTER), even with no broker
+	 * left to end their holds. 0: no cluster. Written by the broker. */
+	_Atomic uint64_t cluster_deadline_ns;
+	/* The broker's etcd lease (0: none), so that a broker restarted
+	 * before the deadline re-adopts it and the holds go on. */
+	_Atomic int64_t cluster_lease_id;
+	uint32_t cluster_nprefix;
+	uint32_t cluster_prefix_len[SEG_CLUSTER_PREFIXES];
+	char cluster_prefix[SEG_CLUSTER_PREFIXES][SEG_CLUSTER_PREFIX_MAX];
 	/* The last token reserved: keys take ranges of it (keyops.h,
 	 * key_next_token_locked()), never single tokens. A line of its own:
 	 * it is written once per range, by whichever process runs out. */

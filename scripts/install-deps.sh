@@ -10,9 +10,11 @@ set -eu
 
 # Building and running: liburcu (broker), libsystemd (sd_notify, socket
 # activation), libmicrohttpd and jansson (HTTP API, CLI's -json), OpenSSL
-# (TLS on the TCP protocol's listener).
+# (TLS on the TCP protocol's listener); libcurl (the broker is an etcd client
+# for cluster keys, docs/cluster.md).
 RUN_PKGS="build-essential pkg-config liburcu-dev libsystemd-dev libmicrohttpd-dev \
-libjansson-dev libssl-dev"
+libjansson-dev libssl-dev \
+libcurl4-openssl-dev"
 
 # Testing: CUnit; spin for the protocol model (make model), valgrind for make
 # valgrind; clang and its runtime for the libFuzzer targets; systemd for the
@@ -20,9 +22,12 @@ libjansson-dev libssl-dev"
 # systemd-sysusers) and man-db so that verify checks
 # Documentation=man:shmlockd(8); libcurl for the HTTP API tests and
 # benchmark (a real HTTP client); curl and jq for the CLI and HTTP tests;
-# the openssl tool, with which the TCP tests make their TLS certificates.
+# the openssl tool, with which the TCP tests make their TLS certificates;
+# etcd-server, a real etcd cluster for the cluster-key tests, and
+# etcd-client (etcdctl) for scripts/cluster-bench.sh.
 TEST_PKGS="libcunit1-dev curl jq clang libclang-rt-14-dev systemd man-db spin valgrind \
-libcurl4-openssl-dev openssl"
+libcurl4-openssl-dev openssl \
+etcd-server etcd-client"
 # python3-consul: a real Consul client against the Consul-compatible API (tests/it_consul.c).
 TEST_PKGS="$TEST_PKGS python3-consul"
 

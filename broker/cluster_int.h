@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: MIT */
+/* Cluster keys: the parts' internal interfaces (cluster_etcd.c, cluster_lock.c,
+ * cluster_main.c). */
+#ifndef SHMLOCKD_CLUSTER_INT_H
+#define SHMLOCKD_CLUSTER_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "cluster.h"
+#include "liblocal.h"
+
+/* ---- etcd v3 JSON gateway client (cluster_etcd.c) ------------------------ */
+
+/* One per thread: a curl handle and the auth token it got. */
+struct etcd {
+	const struct cluster_opts *o;
+	CURL *h;
+	uint32_t cur; /* the endpoint that answered last */
+	char token[512];
+};
+
+int etcd_init(struct etcd *e, const struct cluster_opts *o);
+void etcd_fini(struct etcd *e);
+/*
+ * POST @body (taken over) to @path ("/v3/kv/range") and parse the answer into
+ * *@out (NULL: dropped). Tries the endpoints in turn until one answers or
+ * @timeout_ms passes. Returns 0, -ETIMEDOUT (nobody answered in time),
+ * -ECANCELED (*@cancel became true), -EIO (an error answer; logged at debug).
+ */
+int etcd_post(struct etcd *e, const char *path, json_t *body, json_t **out,
+	      uint32_t timeout_ms, _Atomic bool *cancel);
+/*
+ * Watch the etcd key @key_b64 (base64, as etcd returns it) from revision
+ * @from_rev for its deletion: 0 deleted, -EAGAIN nothing within @timeout_ms
+ * or the watch was cancelled by etcd (look again), -ECANCELED, -EIO.
+ */
+int etcd_watch_delete(struct etcd *e, const char *key_b64, int64_t from_rev, uint32_t timeout_ms,
+		      _Atomic bool *cancel);
+/* Base64 of @len bytes into @out (size >= 4 * ((len + 2) / 3) + 1). */
+void etcd_b64(const void *in, size_t len, char *out);
+/* An int64 field that the gateway writes as a string (or a number); 0 if absent. */
+int64_t etcd_i64(const json_t *obj, const char *name);
+
+/* ---- the lock recipe for one key (cluster_lock.c) ------------------------ */
+
+struct cworker {
+	struct cluster *c;
+	pthread_t thread;
+	char dir[640];	 /* namespace + hex(key) + "/" */
+	char ekey[680];	 /* dir + lease id in hex */
+	int64_t lease;
+	uint64_t epoch;
+	_Atomic bool cancel;
+	_Atomic bool done;
+	bool adopt; /* re-adoption: our key must exist and hold the lock already */
+	int err;     /* when done: 0 acquired */
+	int64_t rev; /* when acquired: the create revision of ekey */
+};
+
+/* Start the recipe for key @name under @lease (a thread). */
+int cworker_start(struct cluster *c, struct cworker *w, const char *name, size_t len,
+		  int64_t lease, uint64_t epoch, bool adopt);
+/* Join a finished (or cancelled) worker. */
+void cworker_join(struct cworker *w);
+/* The etcd key directory of key @name. */
+void cluster_dir(const struct cluster_opts *o, const char *name, size_t len, char *out,
+		 size_t size);
+
+/* ---- the broker's state (cluster_main.c) --------------------------------- */
+
+enum ckey_state {
+	CK_IDLE = 0, /* no cluster lock, none asked for */
+	CK_ACQ,	     /* a worker runs the lock recipe */
+	CK_HELD,     /* this host holds the cluster lock; the gate may be open */
+	CK_REL,	     /* given up locally; deleting our etcd key failed: retried */
+	CK_ADOPT,    /* open when a restarted broker found it: checking etcd */
+};
+
+struct ckey {
+	uint32_t state;
+	uint32_t len;
+	char name[LOCAL_KEY_MAX + 1];
+	struct cworker *w;  /* CK_ACQ */
+	char ekey[680];	    /* CK_HELD: our etcd key */
+	uint64_t epoch;	    /* the lease generation it was taken under */
+	int64_t rev;	    /* CK_HELD: its create revision */
+	uint64_t batch_ns;  /* CK_HELD: when the current batch began */
+	uint64_t batch_l0;  /* ... and the key's lock_index then */
+	uint64_t retry_ns;  /* CK_IDLE: after a failed attempt, not before */
+	bool yielding;	    /* CK_HELD: closed for other hosts; give up once free */
+	uint64_t idle_ns;   /* CK_HELD: first seen idle (0: in use) ... */
+	uint64_t idle_l;    /* ... with this lock_index */
+};
+
+struct cluster {
+	struct broker *b;
+	struct segment *seg; /* &view */
+	/* Our own view of the segment: struct segment also holds the event
+	 * loop's per-turn patience with busy locks (lock_budget_ns), which is
+	 * the loop's alone; the threads here have BROKER_LOCK_MS per wait. */
+	struct segment view;
+	const struct cluster_opts *o;
+	struct etcd etcd; /* the manager thread's */
+	struct ckey *keys; /* per key entry */
+	pthread_t mgr, lease_thr;
+	bool mgr_running, lease_running;
+	_Atomic bool stop;
+	pthread_mutex_t mu; /* stop_cv */
+	pthread_cond_t stop_cv;
+	/* The host's lease, written by the lease thread. */
+	_Atomic int64_t lease_id; /* 0: none (jeopardy, or not yet granted) */
+	_Atomic uint64_t epoch;	  /* +1 at every new lease */
+	_Atomic uint64_t deadline_ns; /* local holds end at this CLOCK_MONOTONIC time */
+	uint32_t margin_ms;
+	int64_t adopt_id; /* the lease of the broker before us, to re-adopt */
+	bool lingering; /* manager: a held key is idle, to be looked at again soon */
+};
+
+#endif

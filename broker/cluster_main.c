@@ -1,0 +1,737 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Cluster keys on etcd: the broker's side (issue 16, docs/cluster.md).
+ *
+ * Threads, not the event loop: every etcd step is a blocking HTTP request
+ * (libcurl easy handles), and the lock recipe waits on watches that last
+ * seconds. The loop stays as it is (its per-turn budget on lock words holds),
+ * and the recipe reads step by step like etcd's own. Three kinds of thread:
+ *
+ * - the lease thread keeps the host's lease alive and enforces the local
+ *   deadline: when it cannot renew in time it closes every cluster key's gate
+ *   and ends the local holds (jeopardy), then takes a new lease;
+ * - the manager sleeps on the segment's cluster bell (rung by clients when a
+ *   gated key gains a waiter, or a cluster key is released without a
+ *   handoff, and by workers) and every TICK_MS, and decides per key: start
+ *   the recipe, open the gate, yield after a batch, give the lock up;
+ * - a worker per key being acquired runs the recipe (cluster_lock.c).
+ *
+ * They meet only under the key mutexes and through atomics: the lease thread
+ * clears lease_id before it sweeps the gates, and the manager opens a gate
+ * only under the key mutex after checking lease_id and the epoch, so a gate
+ * is never left open by a lease that is gone.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <time.h>
+
+#include "broker.h"
+#include "clock.h"
+#include "cluster_int.h"
+#include "futex.h"
+
+#define TICK_MS 50u	   /* the manager looks at held keys at least this often */
+#define RETRY_MS 200u	   /* after a failed recipe */
+#define RELEASE_MS 3000u   /* deleting our etcd key */
+#define GRANT_MS 2000u	   /* a lease grant attempt */
+#define REGRANT_MS 500u	   /* between lease grant attempts */
+#define RENEW_RETRY_MS 250u /* after a failed renewal */
+#define SEQ_SPAN (1ull << CLUSTER_SEQ_BITS)
+
+/* A count read without the key mutex, as a hint (re-checked under it). */
+static uint32_t peek_waiters(const struct seg_key *k)
+{
+	return __atomic_load_n(&k->waiters, __ATOMIC_RELAXED);
+}
+
+static bool key_is(const struct seg_key *k, const struct ckey *ck)
+{
+	return atomic_load(&k->state) == KEY_USED && k->key_len == ck->len &&
+	       !memcmp(k->key, ck->name, ck->len);
+}
+
+/* End every local hold of @k (gate closed first): the holders are told as at
+ * a lease expiry (their next call says LOCAL_ECLUSTER; watchers, such as
+ * `shmlock lock`'s monitor, are woken by the change). */
+static uint32_t end_holds_locked(struct segment *seg, struct seg_key *k)
+{
+	uint32_t idx = seg_key_index(seg, k), n = 0, h;
+
+	while ((h = k->h_head) != IDX_NONE && h < seg->caps.max_holds && n < seg->nnodes) {
+		uint64_t w = atomic_load(&seg->nodes[h].word);
+
+		record_expiry(seg, NODE_SESSION(w), idx, seg->nodes[h].token, 1);
+		key_release_hold_locked(seg, k, h, REL_VOLUNTARY); /* gated: no handoff */
+		n++;
+	}
+	return n;
+}
+
+/* ---- the lease thread ------------------------------------------------------ */
+
+static void wait_until(struct cluster *c, uint64_t at_ns)
+{
+	struct timespec ts = { (time_t)(at_ns / 1000000000ull), (long)(at_ns % 1000000000ull) };
+
+	pthread_mutex_lock(&c->mu);
+	if (!atomic_load(&c->stop))
+		pthread_cond_timedwait(&c->stop_cv, &c->mu, &ts);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* Close every cluster key's gate and end its local holds: the lease can no
+ * longer be shown to be alive. lease_id is cleared first (see the top). */
+static void jeopardy(struct cluster *c, const char *why)
+{
+	struct segment *seg = c->seg;
+	uint32_t i, ended = 0, left = 0;
+
+	atomic_store(&c->lease_id, 0);
+	atomic_fetch_add(&c->epoch, 1); /* what was taken under it is gone */
+	/* No grant from here on, even by a client alone (cluster_gated()). */
+	atomic_store(&seg->hdr->cluster_deadline_ns, 1);
+	atomic_store(&seg->hdr->cluster_lease_id, 0);
+	for (i = 0; i < seg->caps.max_keys; i++) {
+		struct seg_key *k = &seg->keys[i];
+		int tries;
+
+		if (atomic_load(&k->state) != KEY_USED || !(atomic_load(&k->cluster) & CL_KEY))
+			continue;
+		/* A client stopped inside the key's critical section cannot
+		 * grant meanwhile; keep trying for a while, then report. */
+		for (tries = 0; tries < 10; tries++)
+			if (key_lock_timed(seg, k, BROKER_LOCK_MS) != -ETIMEDOUT)
+				break;
+		if (tries == 10) {
+			left++;
+			continue;
+		}
+		if (atomic_load(&k->state) == KEY_USED) {
+			atomic_store(&k->cluster, atomic_load(&k->cluster) & ~CL_OPEN);
+			ended += end_holds_locked(seg, k);
+		}
+		key_unlock(k);
+	}
+	blog(LOG_WARNING, "cluster: %s: %u local hold(s) of cluster keys ended%s", why, ended,
+	     left ? " (some keys busy: see below)" : "");
+	if (left)
+		blog(LOG_ERR, "cluster: %u cluster key(s) could not be closed (mutex held)", left);
+	cluster_ring(seg->hdr);
+}
+
+/* The local deadline, for the lease thread and in the segment: there the
+ * clients check it themselves (cluster_gated(), local_held(), local_watch()),
+ * so it holds even when this broker is stopped or dead. */
+static void set_deadline(struct cluster *c, uint64_t at)
+{
+	atomic_store(&c->deadline_ns, at);
+	atomic_store(&c->seg->hdr->cluster_deadline_ns, at);
+}
+
+static int64_t lease_grant(struct cluster *c, struct etcd *e, int64_t *ttl)
+{
+	json_t *rep = NULL;
+	int64_t id = 0;
+
+	if (etcd_post(e, "/v3/lease/grant", json_pack("{s:I}", "TTL", (json_int_t)c->o->lease_ttl_s),
+		      &rep, GRANT_MS, &c->stop) == 0) {
+		id = etcd_i64(rep, "ID");
+		*ttl = etcd_i64(rep, "TTL");
+	}
+	json_decref(rep);
+	return *ttl > 0 ? id : 0;
+}
+
+/* 0 renewed (*ttl set), -ENOENT the lease is gone at etcd, or an error. */
+static int lease_renew(struct etcd *e, int64_t id, uint32_t timeout_ms, _Atomic bool *stop,
+		       int64_t *ttl)
+{
+	char s[24];
+	json_t *rep = NULL;
+	int err;
+
+	snprintf(s, sizeof(s), "%" PRId64, id);
+	err = etcd_post(e, "/v3/lease/keepalive", json_pack("{s:s}", "ID", s), &rep, timeout_ms,
+			stop);
+	if (!err) {
+		*ttl = etcd_i64(json_object_get(rep, "result"), "TTL");
+		if (*ttl <= 0)
+			err = -ENOENT;
+	}
+	json_decref(rep);
+	return err;
+}
+
+static void lease_revoke(struct etcd *e, int64_t id)
+{
+	char s[24];
+
+	snprintf(s, sizeof(s), "%" PRId64, id);
+	etcd_post(e, "/v3/lease/revoke", json_pack("{s:s}", "ID", s), NULL, 1000, NULL);
+}
+
+static void *lease_thread(void *arg)
+{
+	struct cluster *c = arg;
+	uint64_t renew_ns = (uint64_t)c->o->lease_ttl_s * 1000000000ull / 3, next = 0;
+	int64_t id = c->adopt_id, old = 0, ttl = 0;
+	bool adopting = id != 0;
+	struct etcd e;
+
+	if (etcd_init(&e, c->o))
+		return NULL;
+	while (!atomic_load(&c->stop)) {
+		uint64_t now = mono_ns(), deadline = atomic_load(&c->deadline_ns), sent;
+		int err;
+
+		if (!id) {
+			if (old) {
+				lease_revoke(&e, old); /* frees its etcd keys at once */
+				old = 0;
+			}
+			sent = mono_ns();
+			ttl = 0;
+			id = lease_grant(c, &e, &ttl);
+			if (!id) {
+				wait_until(c, mono_ns() + REGRANT_MS * 1000000ull);
+				continue;
+			}
+			set_deadline(c, sent + (uint64_t)ttl * 1000000000ull -
+					       (uint64_t)c->margin_ms * 1000000ull);
+			atomic_fetch_add(&c->epoch, 1);
+			atomic_store(&c->lease_id, id);
+			atomic_store(&c->seg->hdr->cluster_lease_id, id);
+			blog(LOG_INFO, "cluster: lease %016" PRIx64 " granted (TTL %" PRId64 " s)",
+			     (uint64_t)id, ttl);
+			next = sent + renew_ns;
+			cluster_ring(c->seg->hdr);
+			continue;
+		}
+		if (now >= deadline) {
+			adopting = false;
+			jeopardy(c, "lease not renewed in time");
+			old = id;
+			id = 0;
+			continue;
+		}
+		if (now < next) {
+			wait_until(c, next < deadline ? next : deadline);
+			continue;
+		}
+		/* The lease lasts at least TTL from when etcd received this,
+		 * which is after we sent it: the deadline counts from here. */
+		sent = mono_ns();
+		err = lease_renew(&e, id, (uint32_t)((deadline - sent) / 1000000ull) + 1, &c->stop,
+				  &ttl);
+		if (!err) {
+			set_deadline(c, sent + (uint64_t)ttl * 1000000000ull -
+					       (uint64_t)c->margin_ms * 1000000ull);
+			next = sent + renew_ns;
+			if (adopting) {
+				/* The lease of the broker before us lives: ours. */
+				adopting = false;
+				atomic_fetch_add(&c->epoch, 1);
+				atomic_store(&c->lease_id, id);
+				blog(LOG_INFO, "cluster: lease %016" PRIx64 " re-adopted",
+				     (uint64_t)id);
+				cluster_ring(c->seg->hdr);
+			}
+		} else if (err == -ENOENT) {
+			adopting = false;
+			jeopardy(c, "lease gone at etcd");
+			id = 0;
+		} else {
+			next = mono_ns() + RENEW_RETRY_MS * 1000000ull;
+		}
+	}
+	if (id) {
+		/* A clean stop: the local holds end first, then the lease. */
+		jeopardy(c, "stopping");
+		lease_revoke(&e, id);
+	}
+	etcd_fini(&e);
+	return NULL;
+}
+
+/* ---- the manager ---------------------------------------------------------- */
+
+/* Give up @ck's cluster lock: delete our etcd key. If etcd does not answer,
+ * the key stays CK_REL and the delete is tried again at every tick (a key
+ * left there would block every other host for as long as our lease lives);
+ * local waiters meanwhile wait for it to be gone, then queue anew. */
+static void release_etcd(struct cluster *c, struct ckey *ck)
+{
+	char k64[920];
+
+	etcd_b64(ck->ekey, strlen(ck->ekey), k64);
+	if (etcd_post(&c->etcd, "/v3/kv/deleterange", json_pack("{s:s}", "key", k64), NULL,
+		      RELEASE_MS, &c->stop) == 0)
+		ck->state = CK_IDLE;
+	else
+		ck->state = CK_REL;
+}
+
+/* The worker got the lock: open the gate, with this acquisition's tokens. */
+static int open_gate(struct cluster *c, uint32_t i, struct ckey *ck)
+{
+	struct segment *seg = c->seg;
+	struct seg_key *k = &seg->keys[i];
+	uint32_t wake[64], n, j;
+	uint64_t base, start, l;
+	int r = key_lock_timed(seg, k, BROKER_LOCK_MS);
+
+	if (r)
+		return r == -ETIMEDOUT ? -EAGAIN : r;
+	if (!key_is(k, ck) || !k->waiters || atomic_load(&c->lease_id) != ck->w->lease ||
+	    atomic_load(&c->epoch) != ck->epoch || mono_ns() >= atomic_load(&c->deadline_ns)) {
+		key_unlock(k);
+		return -ENOENT;
+	}
+	/* Tokens: CLUSTER_TOKEN_BASE + rev * 2^24 + local sequence (keyops.h).
+	 * lock_index is exact under the mutex (cluster keys never take the
+	 * lock-free path), so the next grant gets start + 1. Every acquisition
+	 * has a revision of its own (cluster_lock.c re-creates a key a failed
+	 * delete left); going on from the last token drawn is a second guard. */
+	base = CLUSTER_TOKEN_BASE + ((uint64_t)ck->w->rev << CLUSTER_SEQ_BITS);
+	start = __atomic_load_n(&k->tok_last, __ATOMIC_RELAXED);
+	if (start < base || start >= base + SEQ_SPAN - 1)
+		start = base;
+	l = atomic_load(&k->lock_index);
+	__atomic_store_n(&k->tok_off, start - l, __ATOMIC_RELAXED);
+	__atomic_store_n(&k->tok_hi, base + SEQ_SPAN - 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&k->tok_last, start, __ATOMIC_RELAXED);
+	__atomic_store_n(&k->token, start, __ATOMIC_RELAXED);
+	atomic_store(&k->cluster, CL_KEY | CL_OPEN | CL_ARMED);
+	ck->batch_ns = mono_ns();
+	ck->batch_l0 = l;
+	ck->yielding = false;
+	ck->idle_ns = 0;
+	do {
+		n = key_grant_pending_locked(seg, k, wake, 64);
+		for (j = 0; j < n; j++)
+			waiter_wake(seg, wake[j]);
+	} while (n == 64);
+	key_unlock(k);
+	return 0;
+}
+
+/* Do other hosts wait for @ck's cluster lock? */
+static bool others_wait(struct cluster *c, struct ckey *ck)
+{
+	char dir[640], from[920], to[920];
+	json_t *rep = NULL;
+	bool yes = false;
+	size_t n;
+
+	cluster_dir(c->o, ck->name, ck->len, dir, sizeof(dir));
+	n = strlen(dir);
+	etcd_b64(dir, n, from);
+	dir[n - 1]++;
+	etcd_b64(dir, n, to);
+	if (etcd_post(&c->etcd, "/v3/kv/range",
+		      json_pack("{s:s, s:s, s:b}", "key", from, "range_end", to, "count_only", 1),
+		      &rep, RELEASE_MS, &c->stop) == 0)
+		yes = etcd_i64(rep, "count") > 1;
+	json_decref(rep);
+	return yes;
+}
+
+static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
+{
+	struct segment *seg = c->seg;
+	struct seg_key *k = &seg->keys[i];
+	bool give_up = false, batch_over = false;
+
+	if (ck->epoch != atomic_load(&c->epoch) || !atomic_load(&c->lease_id)) {
+		ck->state = CK_IDLE; /* the lease is gone: so is our etcd key */
+		return;
+	}
+	if (key_lock_timed(seg, k, BROKER_LOCK_MS))
+		return; /* busy (or quarantined): next tick */
+	if (!key_is(k, ck)) {
+		give_up = true; /* reclaimed: cannot happen while open, but be sure */
+	} else if (k->holders == 0 && !k->waiters && !ck->yielding && c->o->linger_ms &&
+		   (!ck->idle_ns || atomic_load(&k->lock_index) != ck->idle_l ||
+		    now - ck->idle_ns < (uint64_t)c->o->linger_ms * 1000000ull)) {
+		/* Idle: kept for --cluster-linger in case a local process comes
+		 * back at once (a queue often empties for microseconds between
+		 * two processes taking turns); used meanwhile, it starts again. */
+		if (!ck->idle_ns || atomic_load(&k->lock_index) != ck->idle_l) {
+			ck->idle_ns = now;
+			ck->idle_l = atomic_load(&k->lock_index);
+		}
+		c->lingering = true;
+	} else if (k->holders == 0 && (!k->waiters || ck->yielding || cluster_gated(seg, k))) {
+		/* Idle, or yielded and now free, or its token range spent. */
+		atomic_store(&k->cluster, atomic_load(&k->cluster) & ~CL_OPEN);
+		give_up = true;
+	} else if (!ck->yielding) {
+		ck->idle_ns = 0;
+		/* A batch is over after --cluster-batch grants or
+		 * --cluster-batch-time with at least one grant: also when the
+		 * same process takes the key again and again, so that the
+		 * queue is never seen empty. A long hold alone is no reason to
+		 * ask etcd: it ends with a release, which rings us. */
+		uint64_t grants = atomic_load(&k->lock_index) - ck->batch_l0;
+
+		batch_over = grants >= c->o->batch || grants >= SEQ_SPAN / 2 ||
+			     (grants && now - ck->batch_ns >= (uint64_t)c->o->batch_ms * 1000000ull);
+	}
+	/* In use (or yielding): ring us at the next release without handoff.
+	 * Lingering: we look again after --cluster-linger anyway. */
+	if (!give_up && key_is(k, ck) && (k->holders || k->waiters || ck->yielding))
+		atomic_fetch_or(&k->cluster, CL_ARMED);
+	key_unlock(k);
+	if (give_up) {
+		release_etcd(c, ck);
+		return;
+	}
+	if (!batch_over)
+		return;
+	if (!others_wait(c, ck)) {
+		ck->batch_ns = mono_ns(); /* nobody else: a new batch */
+		ck->batch_l0 = atomic_load(&k->lock_index);
+		return;
+	}
+	/* Stop granting; the holder's release rings us and we give it up. */
+	if (key_lock_timed(seg, k, BROKER_LOCK_MS))
+		return;
+	if (key_is(k, ck)) {
+		atomic_store(&k->cluster, (atomic_load(&k->cluster) & ~CL_OPEN) | CL_ARMED);
+		ck->yielding = true;
+		if (!k->holders) {
+			key_unlock(k);
+			release_etcd(c, ck);
+			return;
+		}
+	}
+	key_unlock(k);
+}
+
+static void acq_tick(struct cluster *c, uint32_t i, struct ckey *ck)
+{
+	struct cworker *w = ck->w;
+	int err;
+
+	if (!atomic_load(&w->done)) {
+		/* Nobody waits any more, or the lease changed: stop asking. */
+		if (ck->epoch != atomic_load(&c->epoch) || !atomic_load(&c->lease_id) ||
+		    !peek_waiters(&c->seg->keys[i]))
+			atomic_store(&w->cancel, true);
+		return;
+	}
+	if (!w->err) {
+		err = open_gate(c, i, ck);
+		if (err == -EAGAIN)
+			return; /* key busy: next tick */
+		if (!err) {
+			strcpy(ck->ekey, w->ekey);
+			ck->rev = w->rev;
+			ck->state = CK_HELD;
+		} else {
+			strcpy(ck->ekey, w->ekey);
+			release_etcd(c, ck); /* nobody to give it to */
+		}
+	} else {
+		ck->state = CK_IDLE;
+		if (w->err != -ECANCELED) {
+			blog(LOG_INFO, "cluster: taking %.*s: %s; retrying", (int)ck->len, ck->name,
+			     strerror(-w->err));
+			ck->retry_ns = mono_ns() + RETRY_MS * 1000000ull;
+		}
+	}
+	cworker_join(w);
+	free(w);
+	ck->w = NULL;
+}
+
+/* A key the broker before us held open: once the lease is re-adopted, check
+ * in etcd that our key is there and first (a worker in adopt mode); then it
+ * is ours as if taken now. If not, its holds end and the key queues anew.
+ * Until then the gate stays as it was: the published deadline, which only a
+ * renewal of that same lease extends, still bounds every grant. */
+static void adopt_tick(struct cluster *c, uint32_t i, struct ckey *ck)
+{
+	struct segment *seg = c->seg;
+	struct seg_key *k = &seg->keys[i];
+	struct cworker *w = ck->w;
+
+	if (!w) {
+		if (atomic_load(&c->epoch) == 0)
+			return; /* the lease thread has not answered yet */
+		if (atomic_load(&c->epoch) != ck->epoch || atomic_load(&c->lease_id) != c->adopt_id) {
+			ck->state = CK_IDLE; /* not re-adopted: jeopardy ended the holds */
+			return;
+		}
+		w = calloc(1, sizeof(*w));
+		if (!w || cworker_start(c, w, ck->name, ck->len, c->adopt_id, ck->epoch, true)) {
+			free(w);
+			return; /* next tick */
+		}
+		ck->w = w;
+		return;
+	}
+	if (!atomic_load(&w->done))
+		return;
+	strcpy(ck->ekey, w->ekey);
+	ck->rev = w->rev;
+	if (!w->err) {
+		ck->state = CK_HELD;
+		ck->batch_ns = mono_ns();
+		ck->batch_l0 = atomic_load(&k->lock_index);
+		ck->yielding = false;
+		ck->idle_ns = 0;
+		blog(LOG_INFO, "cluster: %.*s re-adopted", (int)ck->len, ck->name);
+	} else {
+		blog(LOG_WARNING, "cluster: %.*s not re-adopted (%s): its holds end", (int)ck->len,
+		     ck->name, strerror(-w->err));
+		if (key_lock_timed(seg, k, BROKER_LOCK_MS) == 0) {
+			if (key_is(k, ck)) {
+				atomic_store(&k->cluster, atomic_load(&k->cluster) & ~CL_OPEN);
+				end_holds_locked(seg, k);
+			}
+			key_unlock(k);
+		} else {
+			return; /* busy: next tick (the worker stays done) */
+		}
+		if (w->err != -ESTALE && w->rev)
+			release_etcd(c, ck);
+		else
+			ck->state = CK_IDLE;
+	}
+	cworker_join(w);
+	free(w);
+	ck->w = NULL;
+}
+
+static void scan(struct cluster *c)
+{
+	struct segment *seg = c->seg;
+	uint64_t now = mono_ns();
+	uint32_t i;
+
+	for (i = 0; i < seg->caps.max_keys; i++) {
+		struct seg_key *k = &seg->keys[i];
+		struct ckey *ck = &c->keys[i];
+		int64_t lease;
+
+		if (ck->state == CK_ACQ) {
+			acq_tick(c, i, ck);
+			continue;
+		}
+		if (ck->state == CK_ADOPT) {
+			adopt_tick(c, i, ck);
+			continue;
+		}
+		if (ck->state == CK_HELD) {
+			held_tick(c, i, ck, now);
+			continue;
+		}
+		if (ck->state == CK_REL) {
+			/* Delete first, whatever the key's entry has become: our
+			 * etcd key left there would block every other host. */
+			if (ck->epoch != atomic_load(&c->epoch))
+				ck->state = CK_IDLE; /* gone with its lease */
+			else
+				release_etcd(c, ck);
+			continue;
+		}
+		/* CK_IDLE: a gated key with waiters wants its cluster lock. */
+		if (atomic_load(&k->state) != KEY_USED || !(atomic_load(&k->cluster) & CL_KEY) ||
+		    !peek_waiters(k) || (atomic_load(&k->cluster) & CL_OPEN) || now < ck->retry_ns)
+			continue;
+		lease = atomic_load(&c->lease_id);
+		if (!lease || key_lock_timed(seg, k, BROKER_LOCK_MS))
+			continue;
+		/* The name under the mutex: the entry may be changing hands. */
+		if (atomic_load(&k->state) != KEY_USED || !k->waiters) {
+			key_unlock(k);
+			continue;
+		}
+		ck->len = k->key_len <= LOCAL_KEY_MAX ? k->key_len : LOCAL_KEY_MAX;
+		memcpy(ck->name, k->key, ck->len);
+		ck->name[ck->len] = '\0';
+		key_unlock(k);
+		ck->epoch = atomic_load(&c->epoch);
+		ck->w = malloc(sizeof(*ck->w));
+		if (!ck->w || cworker_start(c, ck->w, ck->name, ck->len, lease, ck->epoch, false)) {
+			free(ck->w);
+			ck->w = NULL;
+			ck->retry_ns = now + RETRY_MS * 1000000ull;
+			continue;
+		}
+		ck->state = CK_ACQ;
+	}
+}
+
+static void *manager(void *arg)
+{
+	struct cluster *c = arg;
+	struct seg_header *h = c->seg->hdr;
+	uint32_t i;
+
+	while (!atomic_load(&c->stop)) {
+		uint32_t v = atomic_load(&h->cluster_bell);
+
+		c->lingering = false;
+		scan(c);
+		atomic_store(&h->cluster_listening, 1);
+		if (atomic_load(&h->cluster_bell) == v && !atomic_load(&c->stop))
+			futex_wait_until(&h->cluster_bell, v,
+					 mono_ns() + (c->lingering && c->o->linger_ms < TICK_MS
+							      ? c->o->linger_ms
+							      : TICK_MS) * 1000000ull);
+		atomic_store(&h->cluster_listening, 0);
+	}
+	for (i = 0; i < c->seg->caps.max_keys; i++) {
+		struct ckey *ck = &c->keys[i];
+
+		if (ck->w) {
+			atomic_store(&ck->w->cancel, true);
+			cworker_join(ck->w);
+			free(ck->w);
+			ck->w = NULL;
+		}
+		ck->state = CK_IDLE; /* the lease thread revokes the lease */
+	}
+	return NULL;
+}
+
+/* ---- start and stop -------------------------------------------------------- */
+
+static void publish_prefixes(struct broker *b, struct cluster *c)
+{
+	const struct cluster_opts *o = &b->opts.cluster;
+	struct seg_header *h = b->seg.hdr;
+	uint64_t dl = atomic_load(&h->cluster_deadline_ns);
+	uint32_t i;
+
+	/* The broker before us left a lease whose deadline has not passed:
+	 * re-adopt it (the lease thread renews it first). */
+	if (c && atomic_load(&h->cluster_lease_id) && dl > 1 && mono_ns() < dl) {
+		c->adopt_id = atomic_load(&h->cluster_lease_id);
+		atomic_store(&c->deadline_ns, dl);
+	}
+	__atomic_store_n(&h->cluster_nprefix, 0, __ATOMIC_RELEASE);
+	/* Until the first lease: past (nothing granted); 0 without a cluster. */
+	if (!c || !c->adopt_id) {
+		atomic_store(&h->cluster_deadline_ns, c ? 1 : 0);
+		atomic_store(&h->cluster_lease_id, 0);
+	}
+	for (i = 0; i < o->nprefixes; i++) {
+		memset(h->cluster_prefix[i], 0, SEG_CLUSTER_PREFIX_MAX);
+		strcpy(h->cluster_prefix[i], o->prefixes[i]);
+		h->cluster_prefix_len[i] = (uint32_t)strlen(o->prefixes[i]);
+	}
+	__atomic_store_n(&h->cluster_nprefix, o->nprefixes, __ATOMIC_RELEASE);
+	/* Keys of an earlier run (a restart): cluster keys or not by today's
+	 * prefixes, and closed until this broker takes their cluster locks. */
+	for (i = 0; i < b->seg.caps.max_keys; i++) {
+		struct seg_key *k = &b->seg.keys[i];
+
+		if (atomic_load(&k->state) != KEY_USED || key_lock_timed(&b->seg, k, BROKER_LOCK_MS))
+			continue;
+		if (!cluster_prefix_match(&b->seg, k->key, k->key_len)) {
+			atomic_store(&k->cluster, 0);
+		} else if (c && c->adopt_id && (atomic_load(&k->cluster) & CL_OPEN)) {
+			/* Open under the lease we re-adopt: checked in etcd. */
+			struct ckey *ck = &c->keys[i];
+
+			atomic_store(&k->cluster, CL_KEY | CL_OPEN | CL_ARMED);
+			ck->state = CK_ADOPT;
+			ck->len = k->key_len <= LOCAL_KEY_MAX ? k->key_len : LOCAL_KEY_MAX;
+			memcpy(ck->name, k->key, ck->len);
+			ck->name[ck->len] = '\0';
+			ck->epoch = 1; /* the lease thread's first: the adoption */
+		} else {
+			atomic_store(&k->cluster, CL_KEY);
+			/* Holds of an earlier run whose cluster locks this broker
+			 * does not hold. */
+			if (k->holders)
+				blog(LOG_NOTICE, "cluster: %u hold(s) of %.*s from an earlier run ended",
+				     end_holds_locked(&b->seg, k), (int)k->key_len, k->key);
+		}
+		key_unlock(k);
+	}
+}
+
+int cluster_start(struct broker *b)
+{
+	const struct cluster_opts *o = &b->opts.cluster;
+	pthread_condattr_t ca;
+	struct cluster *c;
+	int err;
+
+	if (!o->nendpoints) {
+		publish_prefixes(b, NULL);
+		return 0;
+	}
+	if (curl_global_init(CURL_GLOBAL_DEFAULT))
+		return -ENOMEM;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->keys = calloc(b->seg.caps.max_keys, sizeof(*c->keys));
+	if (!c->keys || etcd_init(&c->etcd, o)) {
+		free(c->keys);
+		free(c);
+		return -ENOMEM;
+	}
+	c->b = b;
+	c->view = b->seg;
+	c->view.lock_budgeted = false;
+	c->view.lock_budget_ns = 0;
+	c->seg = &c->view;
+	c->o = o;
+	c->margin_ms = o->margin_ms ? o->margin_ms : o->lease_ttl_s * 200u;
+	if (c->margin_ms < 1000 && !o->margin_ms)
+		c->margin_ms = 1000;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->stop_cv, &ca);
+	pthread_condattr_destroy(&ca);
+	b->cluster = c;
+	publish_prefixes(b, c);
+	if (c->adopt_id)
+		blog(LOG_INFO, "cluster: re-adopting lease %016" PRIx64 " of the broker before",
+		     (uint64_t)c->adopt_id);
+	err = pthread_create(&c->lease_thr, NULL, lease_thread, c);
+	if (err)
+		return -err;
+	c->lease_running = true;
+	err = pthread_create(&c->mgr, NULL, manager, c);
+	if (err)
+		return -err;
+	c->mgr_running = true;
+	blog(LOG_INFO, "cluster: %u etcd endpoint(s), %u prefix(es), lease TTL %u s, margin %u ms",
+	     o->nendpoints, o->nprefixes, o->lease_ttl_s, c->margin_ms);
+	return 0;
+}
+
+void cluster_stop(struct broker *b)
+{
+	struct cluster *c = b->cluster;
+
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->mu);
+	atomic_store(&c->stop, true);
+	pthread_cond_broadcast(&c->stop_cv);
+	pthread_mutex_unlock(&c->mu);
+	cluster_ring(c->seg->hdr);
+	if (c->mgr_running)
+		pthread_join(c->mgr, NULL);
+	if (c->lease_running)
+		pthread_join(c->lease_thr, NULL);
+	etcd_fini(&c->etcd);
+	pthread_cond_destroy(&c->stop_cv);
+	pthread_mutex_destroy(&c->mu);
+	free(c->keys);
+	free(c);
+	b->cluster = NULL;
+	curl_global_cleanup();
+}

@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: MIT
+/* Cluster keys' command-line options (shmlockd(8), docs/cluster.md). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "http.h"
+
+const struct option cluster_long_opts[CLUSTER_NOPTS] = {
+	{ "cluster", required_argument, NULL, OPT_CLUSTER },
+	{ "cluster-prefix", required_argument, NULL, OPT_CLUSTER_PREFIX },
+	{ "cluster-namespace", required_argument, NULL, OPT_CLUSTER_NS },
+	{ "cluster-cacert", required_argument, NULL, OPT_CLUSTER_CACERT },
+	{ "cluster-cert", required_argument, NULL, OPT_CLUSTER_CERT },
+	{ "cluster-key", required_argument, NULL, OPT_CLUSTER_KEY },
+	{ "cluster-insecure-skip-tls-verify", no_argument, NULL, OPT_CLUSTER_INSECURE },
+	{ "cluster-user", required_argument, NULL, OPT_CLUSTER_USER },
+	{ "cluster-password", required_argument, NULL, OPT_CLUSTER_PASSWORD },
+	{ "cluster-lease-ttl", required_argument, NULL, OPT_CLUSTER_TTL },
+	{ "cluster-margin", required_argument, NULL, OPT_CLUSTER_MARGIN },
+	{ "cluster-batch", required_argument, NULL, OPT_CLUSTER_BATCH },
+	{ "cluster-batch-time", required_argument, NULL, OPT_CLUSTER_BATCH_MS },
+	{ "cluster-linger", required_argument, NULL, OPT_CLUSTER_LINGER },
+};
+
+const char cluster_usage_text[] =
+	"Cluster keys on etcd (off unless --cluster is given; see docs/cluster.md):\n"
+	"  --cluster etcd://HOST:PORT[,HOST:PORT...]  etcd v3 endpoints (JSON\n"
+	"                          gateway); etcds:// for TLS\n"
+	"  --cluster-prefix PREFIX keys starting with PREFIX are cluster keys\n"
+	"                          (repeatable, at most 8, each up to 63 bytes)\n"
+	"  --cluster-namespace PATH  etcd keys of the lock recipe live under PATH\n"
+	"                          (default shmlock/lock/)\n"
+	"  --cluster-cacert FILE   verify etcd's certificate with this CA bundle\n"
+	"  --cluster-cert FILE     client certificate (PEM) for etcd\n"
+	"  --cluster-key FILE      its private key (PEM)\n"
+	"  --cluster-insecure-skip-tls-verify  do not verify etcd's certificate\n"
+	"  --cluster-user NAME[:PASSWORD]  etcd authentication, as etcdctl --user\n"
+	"  --cluster-password PASSWORD  the password, as etcdctl --password\n"
+	"  --cluster-lease-ttl SECONDS  the host's etcd lease (default 10, 2..3600)\n"
+	"  --cluster-margin MS     local holds of cluster keys end this long before\n"
+	"                          the lease could expire at etcd when it cannot be\n"
+	"                          renewed (default: a fifth of the TTL, at least\n"
+	"                          1000; less than the TTL)\n"
+	"  --cluster-batch N       while other hosts wait, hand a cluster key among\n"
+	"                          local waiters at most N times (default 1000)\n"
+	"  --cluster-batch-time MS ... or for at most MS milliseconds (default 100)\n"
+	"  --cluster-linger MS     keep an idle cluster key's lock this long, in case\n"
+	"                          a local process comes back (default 5; 0: give\n"
+	"                          it up as soon as the local queue is empty)\n";
+
+void cluster_opts_default(struct cluster_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	strcpy(o->ns, "shmlock/lock/");
+	o->lease_ttl_s = 10;
+	o->batch = 1000;
+	o->batch_ms = 100;
+	o->linger_ms = 5;
+}
+
+static int copy(const char *name, const char *arg, char *dst, size_t size)
+{
+	if (!*arg || strlen(arg) >= size) {
+		fprintf(stderr, "shmlockd: --%s: empty or too long\n", name);
+		return -1;
+	}
+	strcpy(dst, arg);
+	return 0;
+}
+
+static int parse_endpoints(struct cluster_opts *o, const char *arg)
+{
+	const char *scheme = "http://", *p = arg, *end;
+
+	if (!strncmp(arg, "etcd://", 7)) {
+		p = arg + 7;
+	} else if (!strncmp(arg, "etcds://", 8)) {
+		p = arg + 8;
+		scheme = "https://";
+	} else {
+		fprintf(stderr, "shmlockd: --cluster: expected etcd://HOST:PORT[,HOST:PORT...]\n");
+		return -1;
+	}
+	o->nendpoints = 0;
+	while (*p) {
+		size_t n;
+
+		end = strchr(p, ',');
+		n = end ? (size_t)(end - p) : strlen(p);
+		if (!n || n > 100 || o->nendpoints == CLUSTER_EP_MAX || !memchr(p, ':', n) ||
+		    memchr(p, '/', n)) {
+			fprintf(stderr, "shmlockd: --cluster: bad endpoint list '%s' (at most %d "
+					"HOST:PORT)\n", arg, CLUSTER_EP_MAX);
+			return -1;
+		}
+		snprintf(o->endpoints[o->nendpoints++], sizeof(o->endpoints[0]), "%s%.*s", scheme,
+			 (int)n, p);
+		p += n;
+		if (*p == ',')
+			p++;
+	}
+	if (!o->nendpoints) {
+		fprintf(stderr, "shmlockd: --cluster: no endpoint\n");
+		return -1;
+	}
+	return 0;
+}
+
+int cluster_opt_parse(struct cluster_opts *o, int opt, const char *arg)
+{
+	switch (opt) {
+	case OPT_CLUSTER:
+		return parse_endpoints(o, arg);
+	case OPT_CLUSTER_PREFIX:
+		if (o->nprefixes == SEG_CLUSTER_PREFIXES) {
+			fprintf(stderr, "shmlockd: --cluster-prefix: at most %d\n",
+				SEG_CLUSTER_PREFIXES);
+			return -1;
+		}
+		return copy("cluster-prefix", arg, o->prefixes[o->nprefixes++],
+			    SEG_CLUSTER_PREFIX_MAX);
+	case OPT_CLUSTER_NS:
+		return copy("cluster-namespace", arg, o->ns, sizeof(o->ns));
+	case OPT_CLUSTER_CACERT:
+		return copy("cluster-cacert", arg, o->cacert, sizeof(o->cacert));
+	case OPT_CLUSTER_CERT:
+		return copy("cluster-cert", arg, o->cert, sizeof(o->cert));
+	case OPT_CLUSTER_KEY:
+		return copy("cluster-key", arg, o->key, sizeof(o->key));
+	case OPT_CLUSTER_INSECURE:
+		o->insecure_skip_verify = true;
+		return 0;
+	case OPT_CLUSTER_USER: {
+		const char *colon = strchr(arg, ':');
+
+		if (copy("cluster-user", arg, o->user, sizeof(o->user)))
+			return -1;
+		if (colon) {
+			o->user[colon - arg] = '\0';
+			return copy("cluster-user", colon + 1, o->password, sizeof(o->password));
+		}
+		return 0;
+	}
+	case OPT_CLUSTER_PASSWORD:
+		return copy("cluster-password", arg, o->password, sizeof(o->password));
+	case OPT_CLUSTER_TTL:
+		return opt_number("cluster-lease-ttl", arg, 2, 3600, &o->lease_ttl_s);
+	case OPT_CLUSTER_MARGIN:
+		return opt_number("cluster-margin", arg, 1, 3600000, &o->margin_ms);
+	case OPT_CLUSTER_BATCH:
+		return opt_number("cluster-batch", arg, 1, 1u << 20, &o->batch);
+	case OPT_CLUSTER_BATCH_MS:
+		return opt_number("cluster-batch-time", arg, 1, 3600000, &o->batch_ms);
+	case OPT_CLUSTER_LINGER:
+		return opt_number("cluster-linger", arg, 0, 60000, &o->linger_ms);
+	}
+	return -1;
+}
+
+int cluster_opts_check(const struct cluster_opts *o)
+{
+	if (!o->nendpoints) {
+		if (o->nprefixes) {
+			fprintf(stderr, "shmlockd: --cluster-prefix needs --cluster\n");
+			return -1;
+		}
+		return 0;
+	}
+	if (!o->nprefixes) {
+		fprintf(stderr, "shmlockd: --cluster needs at least one --cluster-prefix\n");
+		return -1;
+	}
+	if (o->margin_ms && o->margin_ms >= o->lease_ttl_s * 1000u) {
+		fprintf(stderr, "shmlockd: --cluster-margin must be less than the lease TTL\n");
+		return -1;
+	}
+	if (o->password[0] && !o->user[0]) {
+		fprintf(stderr, "shmlockd: --cluster-password needs --cluster-user\n");
+		return -1;
+	}
+	return 0;
+}

@@ -1,0 +1,61 @@
+#!/bin/sh
+# Cluster keys on etcd (docs/cluster.md), measured on one machine: a 1-member
+# etcd on loopback, two brokers standing for hosts. Prints
+#  - the local handoff rate of a cluster key while the host holds it, against
+#    a host-local key (two processes on one host alternating);
+#  - cross-host handoff (one process per host alternating: every grant moves
+#    the etcd lock between hosts);
+#  - `shmlock lock` on a cluster key against `etcdctl lock`, N runs each.
+# Usage: scripts/cluster-bench.sh [BUILD_DIR] (default build/check)
+set -eu
+O=${1:-build/check}
+N=${N:-50}
+SECS=${SECS:-3}
+T=$(mktemp -d /tmp/shmlock-cluster-bench-XXXXXX)
+pids=""
+cleanup() {
+	for p in $pids; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$T"
+}
+trap cleanup EXIT INT TERM
+port() { echo $((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000)); }
+CP=$(port)
+PP=$(port)
+etcd --name b --data-dir "$T/etcd" --listen-client-urls "http://127.0.0.1:$CP" \
+	--advertise-client-urls "http://127.0.0.1:$CP" --listen-peer-urls "http://127.0.0.1:$PP" \
+	--initial-advertise-peer-urls "http://127.0.0.1:$PP" \
+	--initial-cluster "b=http://127.0.0.1:$PP" >"$T/etcd.log" 2>&1 &
+pids="$pids $!"
+for _ in $(seq 100); do
+	curl -s "http://127.0.0.1:$CP/health" | grep -q true && break
+	sleep 0.1
+done
+for h in a b; do
+	"$O/shmlockd" --socket "$T/$h.sock" --shm-name "/shmlock-bench-$$-$h" \
+		--destroy-segment-on-exit --cluster "etcd://127.0.0.1:$CP" --cluster-prefix c/ \
+		>"$T/$h.log" 2>&1 &
+	pids="$pids $!"
+done
+for h in a b; do
+	for _ in $(seq 100); do [ -S "$T/$h.sock" ] && break; sleep 0.1; done
+done
+cc -O2 -std=gnu11 -Iinclude scripts/cluster-bench.c "$O/liblocal.a" -lpthread -o "$T/cb"
+echo "== one host, two processes alternating: a handoff per grant"
+"$T/cb" l/h "$SECS" "$T/a.sock" "$T/a.sock"
+"$T/cb" c/h "$SECS" "$T/a.sock" "$T/a.sock"
+echo "== two hosts, one process each alternating: every grant crosses hosts"
+"$T/cb" c/x "$SECS" "$T/a.sock" "$T/b.sock"
+echo "== $N sequential runs of 'true' under a lock"
+s=$(date +%s.%N)
+for _ in $(seq "$N"); do "$O/shmlock" lock -socket="$T/a.sock" c/cli true; done
+e=$(date +%s.%N)
+echo "shmlock lock (cluster key): $(awk "BEGIN { printf \"%.2f\", ($e - $s) * 1000 / $N }") ms each"
+s=$(date +%s.%N)
+for _ in $(seq "$N"); do "$O/shmlock" lock -socket="$T/a.sock" l/cli true; done
+e=$(date +%s.%N)
+echo "shmlock lock (host-local key): $(awk "BEGIN { printf \"%.2f\", ($e - $s) * 1000 / $N }") ms each"
+s=$(date +%s.%N)
+for _ in $(seq "$N"); do ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$CP" lock cli true >/dev/null; done
+e=$(date +%s.%N)
+echo "etcdctl lock: $(awk "BEGIN { printf \"%.2f\", ($e - $s) * 1000 / $N }") ms each"

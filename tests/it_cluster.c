@@ -1,0 +1,859 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Cluster keys on etcd (issue 16, docs/cluster.md) against a real 3-member
+ * etcd cluster on loopback ports, started here in a temporary directory, and
+ * two or three brokers with their own sockets and segments standing for
+ * hosts: mutual exclusion and rising tokens across hosts, FIFO across hosts,
+ * a member killed, all of etcd stopped (local holds end before the lease can
+ * expire, nobody is granted meanwhile, recovery after), a broker killed (its
+ * cluster locks pass on after the lease TTL).
+ *
+ * etcd dies with the test: the members are in the test's process group,
+ * which the runner kills whatever happens, and have PR_SET_PDEATHSIG; their
+ * directory is named as the runner's sweep of leftovers expects.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <curl/curl.h>
+
+#include "broker_fixture.h"
+#include "harness.h"
+
+#define TTL_S "3"
+#define MARGIN_MS "1000"
+
+struct etcd3 {
+	char dir[96];
+	pid_t pid[3];
+	int cport[3], pport[3];
+	char eps[160]; /* etcd://127.0.0.1:P,... for --cluster */
+};
+
+static int free_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+	CHECK(fd >= 0);
+	CHECK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	CHECK(getsockname(fd, (struct sockaddr *)&sa, &len) == 0);
+	port = ntohs(sa.sin_port);
+	close(fd);
+	return port;
+}
+
+static size_t sink(char *p, size_t size, size_t n, void *arg)
+{
+	char *buf = arg;
+	size_t have = strlen(buf), add = size * n;
+
+	if (have + add < 4096) {
+		memcpy(buf + have, p, add);
+		buf[have + add] = '\0';
+	}
+	return size * n;
+}
+
+/* POST @body to member @port's @path; the answer in @out (4096 bytes). */
+static int etcd_req(int port, const char *path, const char *body, char *out)
+{
+	CURL *h = curl_easy_init();
+	char url[128];
+	long status = 0;
+	CURLcode rc;
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+	out[0] = '\0';
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 1000L);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
+	if (body)
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+	rc = curl_easy_perform(h);
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(h);
+	return rc == CURLE_OK && status == 200 ? 0 : -1;
+}
+
+static void etcd3_start(struct etcd3 *e)
+{
+	char cluster[300], cmd[160];
+	int i, n = 0;
+
+	memset(e, 0, sizeof(*e));
+	snprintf(e->dir, sizeof(e->dir), "/tmp/shmlock-test-%d-etcd-XXXXXX", (int)getpid());
+	CHECK(mkdtemp(e->dir));
+	for (i = 0; i < 3; i++) {
+		e->cport[i] = free_port();
+		e->pport[i] = free_port();
+		n += snprintf(cluster + n, sizeof(cluster) - (size_t)n, "%sm%d=http://127.0.0.1:%d",
+			      i ? "," : "", i, e->pport[i]);
+	}
+	snprintf(e->eps, sizeof(e->eps), "etcd://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
+		 e->cport[0], e->cport[1], e->cport[2]);
+	for (i = 0; i < 3; i++) {
+		char name[16], data[128], curl[64], purl[64], log[128];
+
+		snprintf(name, sizeof(name), "m%d", i);
+		snprintf(data, sizeof(data), "%s/m%d", e->dir, i);
+		snprintf(log, sizeof(log), "%s/m%d.log", e->dir, i);
+		snprintf(curl, sizeof(curl), "http://127.0.0.1:%d", e->cport[i]);
+		snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", e->pport[i]);
+		fflush(NULL);
+		e->pid[i] = fork();
+		CHECK(e->pid[i] >= 0);
+		if (e->pid[i] == 0) {
+			int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (fd >= 0) {
+				dup2(fd, 1);
+				dup2(fd, 2);
+			}
+			execlp("etcd", "etcd", "--name", name, "--data-dir", data,
+			       "--listen-client-urls", curl, "--advertise-client-urls", curl,
+			       "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
+			       "--initial-cluster", cluster, "--initial-cluster-state", "new",
+			       "--initial-cluster-token", e->dir, "--heartbeat-interval", "50",
+			       "--election-timeout", "500", (char *)NULL);
+			_exit(127);
+		}
+	}
+	for (i = 0; i < 3; i++) {
+		char out[4096];
+
+		if (!WAIT_FOR(etcd_req(e->cport[i], "/health", NULL, out) == 0 &&
+				      strstr(out, "true"),
+			      15000)) {
+			snprintf(cmd, sizeof(cmd), "tail -5 %s/m%d.log >&2", e->dir, i);
+			if (system(cmd))
+				(void)0;
+			FAIL_AT("etcd member %d not healthy", i);
+		}
+	}
+}
+
+static void etcd3_stop(struct etcd3 *e)
+{
+	char cmd[160];
+	int i;
+
+	for (i = 0; i < 3; i++)
+		if (e->pid[i] > 0) {
+			kill(e->pid[i], SIGKILL);
+			waitpid(e->pid[i], NULL, 0);
+			e->pid[i] = 0;
+		}
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", e->dir);
+	if (system(cmd))
+		fprintf(stderr, "could not remove %s\n", e->dir);
+}
+
+static void etcd3_signal(struct etcd3 *e, int sig)
+{
+	int i;
+
+	for (i = 0; i < 3; i++)
+		if (e->pid[i] > 0)
+			kill(e->pid[i], sig);
+}
+
+static void b64(const char *in, char *out)
+{
+	static const char tab[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	size_t len = strlen(in), i;
+	const unsigned char *p = (const unsigned char *)in;
+
+	for (i = 0; i + 2 < len; i += 3) {
+		*out++ = tab[p[i] >> 2];
+		*out++ = tab[((p[i] & 3) << 4) | (p[i + 1] >> 4)];
+		*out++ = tab[((p[i + 1] & 15) << 2) | (p[i + 2] >> 6)];
+		*out++ = tab[p[i + 2] & 63];
+	}
+	if (i < len) {
+		*out++ = tab[p[i] >> 2];
+		if (i + 1 < len) {
+			*out++ = tab[((p[i] & 3) << 4) | (p[i + 1] >> 4)];
+			*out++ = tab[(p[i + 1] & 15) << 2];
+		} else {
+			*out++ = tab[(p[i] & 3) << 4];
+			*out++ = '=';
+		}
+		*out++ = '=';
+	}
+	*out = '\0';
+}
+
+/* How many hosts hold or wait for @key's cluster lock in etcd (-1: no
+ * answer from any member). */
+static int etcd_queue_len(const struct etcd3 *e, const char *key)
+{
+	char dir[600] = "shmlock/lock/", from[900], to[900], body[2000], out[4096], *c;
+	size_t n = strlen(dir);
+	int i;
+
+	for (i = 0; key[i]; i++)
+		n += (size_t)sprintf(dir + n, "%02x", (unsigned char)key[i]);
+	strcpy(dir + n, "/");
+	b64(dir, from);
+	dir[n] = '0'; /* '/' + 1 */
+	b64(dir, to);
+	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":true}",
+		 from, to);
+	for (i = 0; i < 3; i++) {
+		if (e->pid[i] <= 0 || etcd_req(e->cport[i], "/v3/kv/range", body, out))
+			continue;
+		c = strstr(out, "\"count\":\"");
+		return c ? atoi(c + 9) : 0;
+	}
+	return -1;
+}
+
+/* A host; with @http_port, its HTTP API there (token "tok"). */
+static void host_start_http(struct broker_proc *b, const struct etcd3 *e, int http_port)
+{
+	static char listen[32];
+	const char *extra[] = { "--cluster",	     e->eps,	       "--cluster-prefix",
+				"c/",		     "--cluster-lease-ttl", TTL_S,
+				"--cluster-margin", MARGIN_MS,	       "--cluster-batch",
+				"4",		     NULL,		       NULL,
+				NULL,		     NULL,		       NULL };
+
+	if (http_port) {
+		snprintf(listen, sizeof(listen), "127.0.0.1:%d", http_port);
+		extra[10] = "--http-listen";
+		extra[11] = listen;
+		extra[12] = "--auth-token";
+		extra[13] = "tok";
+	}
+	broker_start(b, extra);
+}
+
+static void host_start(struct broker_proc *b, const struct etcd3 *e)
+{
+	host_start_http(b, e, 0);
+}
+
+/* POST to the HTTP API at @port with @session; the HTTP status, the body in
+ * @out (4096 bytes). */
+static long api_post(int port, const char *path, const char *session, const char *body, char *out)
+{
+	struct curl_slist *hdrs = curl_slist_append(NULL, "Authorization: Bearer tok");
+	CURL *h = curl_easy_init();
+	char url[256], sh[128];
+	long status = 0;
+
+	if (session) {
+		snprintf(sh, sizeof(sh), "X-Dflockd-Session: %s", session);
+		hdrs = curl_slist_append(hdrs, sh);
+	}
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+	out[0] = '\0';
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 10000L);
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+	curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? body : "");
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
+	if (curl_easy_perform(h) == CURLE_OK)
+		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(h);
+	curl_slist_free_all(hdrs);
+	return status;
+}
+
+/* ---- shared record of grants, in grant order ---------------------------- */
+
+struct record {
+	_Atomic int inside, overlaps;
+	_Atomic uint32_t n;
+	uint64_t token[1024];
+	int host[1024];
+	_Atomic uint64_t granted_ms; /* test_fifo, test_down: when a waiter got it */
+};
+
+static struct record *record_new(void)
+{
+	struct record *r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE,
+				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	CHECK(r != MAP_FAILED);
+	memset(r, 0, sizeof(*r));
+	return r;
+}
+
+/* A process on host @host taking @key @rounds times, recording each grant. */
+static pid_t worker(const struct broker_proc *b, int host, const char *key, int rounds,
+		    struct record *r)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		local_session *s = open_session(b, "worker", 0, 0);
+		int i;
+
+		for (i = 0; i < rounds; i++) {
+			uint64_t tok;
+			uint32_t at;
+
+			CHECK_OK(local_lock(s, key, NULL, &tok));
+			if (atomic_fetch_add(&r->inside, 1) != 0)
+				atomic_fetch_add(&r->overlaps, 1);
+			at = atomic_fetch_add(&r->n, 1);
+			if (at < 1024) {
+				r->token[at] = tok;
+				r->host[at] = host;
+			}
+			usleep(500);
+			atomic_fetch_sub(&r->inside, 1);
+			CHECK_OK(local_release(s, key));
+		}
+		local_session_close(s);
+		_exit(0);
+	}
+	return pid;
+}
+
+static void reap(pid_t *pids, int n)
+{
+	int i, st;
+
+	for (i = 0; i < n; i++) {
+		CHECK(waitpid(pids[i], &st, 0) == pids[i]);
+		if (!WIFEXITED(st) || WEXITSTATUS(st))
+			FAIL_AT("worker %d failed (status %#x)", i, st);
+	}
+}
+
+/* No overlap; tokens strictly rising in grant order; both hosts served, and
+ * the key moved between them. A record left at 0 is a grant whose taker was
+ * SIGKILLed before it wrote it down (kill_soak): skipped. */
+static void check_record(const struct record *r, uint32_t want, uint64_t above)
+{
+	uint32_t i, moves = 0, last = UINT32_MAX;
+
+	CHECK_EQ(atomic_load(&r->overlaps), 0);
+	if (want <= 1024)
+		CHECK_EQ(atomic_load(&r->n), want);
+	else
+		want = 1024; /* a soak: the first 1024 grants were recorded */
+	for (i = 0; i < want; i++) {
+		if (!r->token[i])
+			continue;
+		if (last == UINT32_MAX) {
+			if (r->token[i] <= above)
+				FAIL_AT("first token %llu (host %d) not above %llu",
+					(unsigned long long)r->token[i], r->host[i],
+					(unsigned long long)above);
+		} else {
+			if (r->token[i] <= r->token[last])
+				FAIL_AT("token %u (%llu, host %d) not above %u (%llu, host %d)", i,
+					(unsigned long long)r->token[i], r->host[i], last,
+					(unsigned long long)r->token[last], r->host[last]);
+			moves += r->host[i] != r->host[last];
+		}
+		last = i;
+	}
+	CHECK(last != UINT32_MAX);
+	CHECK(moves >= 1);
+}
+
+/* Mutual exclusion across two hosts, tokens rising across them. */
+TEST(cluster, exclusion_tokens, 60)
+{
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	struct etcd3 e;
+	pid_t pids[4];
+
+	etcd3_start(&e);
+	host_start(&a, &e);
+	host_start(&b, &e);
+	pids[0] = worker(&a, 0, "c/x", 12, r);
+	pids[1] = worker(&a, 0, "c/x", 12, r);
+	pids[2] = worker(&b, 1, "c/x", 12, r);
+	pids[3] = worker(&b, 1, "c/x", 12, r);
+	reap(pids, 4);
+	check_record(r, 48, 0);
+	/* Host-local keys are untouched by the gate. */
+	{
+		local_session *s = open_session(&a, "local", 0, 0);
+		LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0);
+
+		CHECK_OK(local_lock(s, "local/x", &o, NULL));
+		CHECK_OK(local_release(s, "local/x"));
+		local_session_close(s);
+	}
+	broker_stop_clean(&a);
+	broker_stop_clean(&b);
+	CHECK_EQ(etcd_queue_len(&e, "c/x"), 0); /* a clean stop leaves nothing */
+	etcd3_stop(&e);
+}
+
+static pid_t waiter_at(const struct broker_proc *b, int host, const char *key, struct record *r)
+{
+	return worker(b, host, key, 1, r);
+}
+
+/* FIFO across hosts: the order in which hosts asked etcd is the order of
+ * their grants. */
+TEST(cluster, fifo_hosts, 60)
+{
+	struct broker_proc h[3];
+	struct record *r = record_new();
+	local_session *s;
+	struct etcd3 e;
+	pid_t pids[2];
+	uint64_t tok;
+
+	etcd3_start(&e);
+	host_start(&h[0], &e);
+	host_start(&h[1], &e);
+	host_start(&h[2], &e);
+	s = open_session(&h[0], "first", 0, 0);
+	CHECK_OK(local_lock(s, "c/f", NULL, &tok));
+	pids[0] = waiter_at(&h[1], 1, "c/f", r);
+	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/f") == 2, 10000));
+	pids[1] = waiter_at(&h[2], 2, "c/f", r);
+	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/f") == 3, 10000));
+	CHECK_EQ(atomic_load(&r->n), 0);
+	CHECK_OK(local_release(s, "c/f"));
+	reap(pids, 2);
+	CHECK_EQ(atomic_load(&r->n), 2);
+	CHECK_EQ(r->host[0], 1);
+	CHECK_EQ(r->host[1], 2);
+	CHECK(r->token[0] > tok && r->token[1] > r->token[0]);
+	local_session_close(s);
+	broker_stop_clean(&h[0]);
+	broker_stop_clean(&h[1]);
+	broker_stop_clean(&h[2]);
+	etcd3_stop(&e);
+}
+
+/* One member killed: the quorum goes on, and so do exclusion and tokens. */
+TEST(cluster, member_killed, 60)
+{
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	local_session *s;
+	struct etcd3 e;
+	pid_t pids[4];
+	uint64_t before;
+
+	etcd3_start(&e);
+	host_start(&a, &e);
+	host_start(&b, &e);
+	s = open_session(&a, "before", 0, 0);
+	CHECK_OK(local_lock(s, "c/m", NULL, &before));
+	CHECK_OK(local_release(s, "c/m"));
+	local_session_close(s);
+	/* The first endpoint, the one every broker asks first. */
+	kill(e.pid[0], SIGKILL);
+	waitpid(e.pid[0], NULL, 0);
+	e.pid[0] = 0;
+	pids[0] = worker(&a, 0, "c/m", 8, r);
+	pids[1] = worker(&b, 1, "c/m", 8, r);
+	pids[2] = worker(&a, 0, "c/m", 8, r);
+	pids[3] = worker(&b, 1, "c/m", 8, r);
+	reap(pids, 4);
+	check_record(r, 32, before);
+	broker_stop_clean(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
+
+/* All of etcd stopped: the local holds end before the lease could expire at
+ * etcd (liblocal's and an HTTP client's), nobody else is granted meanwhile,
+ * and all recovers after. */
+TEST(cluster, etcd_down, 60)
+{
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	local_session *s;
+	struct etcd3 e;
+	uint64_t tok, t0, ended = 0;
+	char out[4096], sess[64], body[128], *p;
+	int rc, port = free_port();
+	pid_t pid;
+
+	etcd3_start(&e);
+	host_start_http(&a, &e, port);
+	host_start(&b, &e);
+	s = open_session(&a, "holder", 0, 0);
+	CHECK_OK(local_lock(s, "c/d", NULL, &tok));
+	/* An HTTP client holds another cluster key on host A. */
+	CHECK_EQ(api_post(port, "/v1/sessions", NULL, NULL, out), 200);
+	CHECK((p = strstr(out, "\"session_id\":\"")) && sscanf(p + 14, "%32[0-9a-f]", sess) == 1);
+	CHECK_EQ(api_post(port, "/v1/locks/c%2Fhttp", sess, "{\"acquire_timeout_s\": 10}", out),
+		 200);
+	CHECK((p = strstr(out, "\"token\":\"")) != NULL);
+	snprintf(body, sizeof(body), "{\"token\": \"%.20s\"}", p + 9);
+	pid = waiter_at(&b, 1, "c/d", r);
+	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/d") == 2, 10000));
+	etcd3_signal(&e, SIGSTOP);
+	t0 = now_ms();
+	/* The hold ends by the local deadline: at most TTL - margin after the
+	 * last renewal, which was before t0. Before the TTL in any case. */
+	while ((rc = local_held(s, "c/d", NULL)) == 0 && now_ms() - t0 < 10000)
+		usleep(1000);
+	ended = now_ms() - t0;
+	CHECK_RC(rc, -LOCAL_ECLUSTER);
+	if (ended >= (uint64_t)atoi(TTL_S) * 1000)
+		FAIL_AT("hold ended %llu ms after etcd stopped: not before the TTL",
+			(unsigned long long)ended);
+	/* The HTTP client's hold ended too: its release says so (dflockd's 409). */
+	CHECK_EQ(api_post(port, "/v1/locks/c%2Fhttp/release", sess, body, out), 409);
+	CHECK(strstr(out, "lease_expired") && strstr(out, "cluster"));
+	/* Nobody else is granted while etcd is away (past the TTL too). */
+	usleep((useconds_t)(atoi(TTL_S) * 1000 - (int)ended + 500) * 1000);
+	CHECK_EQ(atomic_load(&r->n), 0);
+	etcd3_signal(&e, SIGCONT);
+	/* Recovery: the waiter on the other host gets the key. */
+	CHECK(WAIT_FOR(atomic_load(&r->n) == 1, 20000));
+	reap(&pid, 1);
+	CHECK(r->token[0] > tok);
+	CHECK_OK(local_lock(s, "c/d", NULL, &tok));
+	CHECK(tok > r->token[0]);
+	CHECK_OK(local_release(s, "c/d"));
+	local_session_close(s);
+	broker_stop_clean(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
+
+/* A broker killed: its host's cluster locks pass on once its lease expires. */
+TEST(cluster, broker_killed, 60)
+{
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	local_session *s;
+	struct etcd3 e;
+	uint64_t tok, t0;
+	pid_t pid;
+
+	etcd3_start(&e);
+	host_start(&a, &e);
+	host_start(&b, &e);
+	s = open_session(&a, "holder", 0, 0);
+	CHECK_OK(local_lock(s, "c/k", NULL, &tok));
+	pid = waiter_at(&b, 1, "c/k", r);
+	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/k") == 2, 10000));
+	broker_signal_wait(&a, SIGKILL);
+	t0 = now_ms();
+	CHECK(WAIT_FOR(atomic_load(&r->n) == 1, (uint64_t)atoi(TTL_S) * 1000 + 5000));
+	reap(&pid, 1);
+	CHECK(r->token[0] > tok);
+	fprintf(stderr, "    passed on %llu ms after the broker was killed\n",
+		(unsigned long long)(now_ms() - t0));
+	broker_stop(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
+
+/* `shmlock lock -socket=SOCK KEY CHILD` on @b, CHILD writing its pid to
+ * @pidfile and sleeping: shmlock's pid. */
+static pid_t cli_lock(const struct broker_proc *b, const char *key, const char *pidfile)
+{
+	const char *cli = getenv("SHMLOCK_CLI_BIN");
+	char sock[160], child[600];
+	pid_t pid;
+
+	snprintf(child, sizeof(child), "echo $$ > %s.tmp && mv %s.tmp %s && exec sleep 60", pidfile,
+		 pidfile, pidfile);
+	if (!cli)
+		FAIL_AT("SHMLOCK_CLI_BIN is not set (run through 'make check')");
+	snprintf(sock, sizeof(sock), "-socket=%s", b->sock);
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		execl(cli, "shmlock", "lock", sock, key, child, (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+/* The pid in @path, once written. */
+static pid_t read_pid(const char *path)
+{
+	FILE *f;
+	int pid = 0;
+
+	if (!WAIT_FOR((f = fopen(path, "re")) != NULL, 10000))
+		FAIL_AT("%s never written", path);
+	if (fscanf(f, "%d", &pid) != 1)
+		pid = 0;
+	fclose(f);
+	CHECK(pid > 0);
+	return pid;
+}
+
+/* Has process @pid ended (gone, or a zombie)? */
+static bool ended(pid_t pid)
+{
+	char path[64], buf[256], *p;
+	FILE *f;
+	bool z = true;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return true;
+	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')))
+		z = p[2] == 'Z' || p[2] == 'X';
+	else
+		z = false;
+	fclose(f);
+	return z;
+}
+
+/*
+ * A broker stopped (SIGSTOP) past its TTL: no broker is left to end its
+ * host's holds, so the clients end them themselves at the deadline the
+ * broker published (local_held() says LOCAL_ECLUSTER, `shmlock lock` stops
+ * its child), and no other local waiter is granted; all before the other
+ * host is granted. Then the broker comes back and its host queues again.
+ */
+TEST(cluster, broker_stopped, 60)
+{
+	struct broker_proc a, b;
+	struct record *r = record_new(), *ra = record_new();
+	local_session *s;
+	struct local_key_info *info = malloc(sizeof(*info));
+	struct etcd3 e;
+	uint64_t tok;
+	pid_t pid, pid2, lpid, cpid, child;
+	char pidfile[160];
+	int rc, st;
+
+	CHECK(info);
+	etcd3_start(&e);
+	host_start(&a, &e);
+	host_start(&b, &e);
+	s = open_session(&a, "holder", 0, 0);
+	CHECK_OK(local_lock(s, "c/s", NULL, &tok));
+	snprintf(pidfile, sizeof(pidfile), "%s/child.pid", a.dir);
+	cpid = cli_lock(&a, "c/t", pidfile);
+	child = read_pid(pidfile);
+	CHECK(WAIT_FOR(local_info(s, "c/t", info) == 0 && info->holders == 1, 10000));
+	lpid = waiter_at(&a, 0, "c/s", ra); /* a local waiter behind the holder */
+	pid = waiter_at(&b, 1, "c/s", r);   /* and one on the other host */
+	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/s") == 2, 10000));
+	pid2 = worker(&b, 1, "c/t", 1, r);
+	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/t") == 2, 10000));
+	kill(a.pid, SIGSTOP);
+	while ((rc = local_held(s, "c/s", NULL)) == 0)
+		usleep(1000);
+	CHECK_RC(rc, -LOCAL_ECLUSTER);
+	CHECK(WAIT_FOR(ended(child), 10000)); /* shmlock stopped its child */
+	/* Neither key has gone to the other host, nor to the local waiter. */
+	CHECK_EQ(atomic_load(&r->n), 0);
+	CHECK_EQ(atomic_load(&ra->n), 0);
+	/* The other host gets both once host A's lease expires at etcd. */
+	CHECK(WAIT_FOR(atomic_load(&r->n) == 2, 15000));
+	CHECK_EQ(atomic_load(&ra->n), 0);
+	CHECK(r->token[0] > tok);
+	/* Broker A back: its stale hold ended, its waiter queues in etcd and
+	 * gets the key after the other host. */
+	kill(a.pid, SIGCONT);
+	CHECK(waitpid(cpid, &st, 0) == cpid);
+	reap(&pid, 1);
+	reap(&pid2, 1);
+	CHECK(WAIT_FOR(atomic_load(&ra->n) == 1, 15000));
+	reap(&lpid, 1);
+	CHECK(ra->token[0] > r->token[0] && ra->token[0] > r->token[1]);
+	free(info);
+	broker_stop(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
+
+/* A process that takes a cluster key again and again does not starve the
+ * other host: its batch ends after --cluster-batch grants (or the batch
+ * time), although its host's queue never looks empty. */
+TEST(cluster, no_starvation, 60)
+{
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	_Atomic int *stop = (_Atomic int *)&r->inside;
+	local_session *s;
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 10000);
+	struct etcd3 e;
+	uint64_t tok;
+	pid_t pid;
+	int st;
+
+	etcd3_start(&e);
+	host_start(&a, &e);
+	host_start(&b, &e);
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		local_session *ls = open_session(&a, "greedy", 0, 0);
+
+		while (!atomic_load(stop)) {
+			uint64_t until;
+
+			CHECK_OK(local_lock(ls, "c/g", NULL, NULL));
+			atomic_fetch_add(&r->n, 1);
+			until = now_ms() + 2; /* busy inside: its host is never seen idle */
+			while (now_ms() < until)
+				;
+			CHECK_OK(local_release(ls, "c/g"));
+		}
+		_exit(0);
+	}
+	CHECK(WAIT_FOR(atomic_load(&r->n) > 20, 10000));
+	s = open_session(&b, "other", 0, 0);
+	CHECK_OK(local_lock(s, "c/g", &o, &tok));
+	CHECK_OK(local_release(s, "c/g"));
+	atomic_store(stop, 1);
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	local_session_close(s);
+	broker_stop_clean(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
+
+/* A soak worker: takes @key in a loop on @b; inside, it checks that the
+ * previous holder released, or is dead (SIGKILLed inside: the broker's
+ * pidfd releases its hold). */
+static pid_t soak_worker(const struct broker_proc *b, int host, const char *key,
+			 struct record *r, _Atomic int *holder)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		local_session *s = open_session(b, "soak", 0, 0);
+		int me = (int)getpid();
+
+		for (;;) {
+			uint64_t tok;
+			uint32_t at;
+			int prev;
+
+			CHECK_OK(local_lock(s, key, NULL, &tok));
+			prev = atomic_exchange(holder, me);
+			if (prev && !ended(prev))
+				atomic_fetch_add(&r->overlaps, 1);
+			at = atomic_fetch_add(&r->n, 1);
+			if (at < 1024) {
+				r->token[at] = tok;
+				r->host[at] = host;
+			}
+			usleep(200);
+			prev = me;
+			atomic_compare_exchange_strong(holder, &prev, 0);
+			CHECK_OK(local_release(s, key));
+		}
+	}
+	return pid;
+}
+
+/* Exclusion and rising tokens across hosts while holders are SIGKILLed at
+ * random, inside and outside the key. */
+TEST(cluster, kill_soak, 60)
+{
+	struct broker_proc h[2];
+	struct record *r = record_new();
+	_Atomic int *holder = &r->inside;
+	struct etcd3 e;
+	pid_t pids[6];
+	uint64_t end;
+	uint32_t i, n, kills = 0;
+
+	etcd3_start(&e);
+	host_start(&h[0], &e);
+	host_start(&h[1], &e);
+	for (i = 0; i < 6; i++)
+		pids[i] = soak_worker(&h[i % 2], (int)(i % 2), "c/soak", r, holder);
+	srand(42);
+	end = now_ms() + 4000;
+	while (now_ms() < end && atomic_load(&r->n) < 900) {
+		usleep(20000 + (useconds_t)(rand() % 30000));
+		i = (uint32_t)rand() % 6;
+		kill(pids[i], SIGKILL);
+		waitpid(pids[i], NULL, 0);
+		kills++;
+		pids[i] = soak_worker(&h[i % 2], (int)(i % 2), "c/soak", r, holder);
+	}
+	for (i = 0; i < 6; i++) {
+		kill(pids[i], SIGKILL);
+		waitpid(pids[i], NULL, 0);
+	}
+	n = atomic_load(&r->n);
+	fprintf(stderr, "    %u grants, %u kills\n", n, kills);
+	CHECK(n > 20);
+	check_record(r, n > 1024 ? 1025 : n, 0);
+	broker_stop_clean(&h[0]);
+	broker_stop_clean(&h[1]);
+	etcd3_stop(&e);
+}
+
+/* A broker SIGKILLed and restarted within its lease's deadline re-adopts the
+ * lease kept in the segment: its host's hold goes on past the TTL, nobody
+ * else is granted, and the key passes on at its release. */
+TEST(cluster, broker_restart, 60)
+{
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	local_session *s;
+	struct etcd3 e;
+	uint64_t tok, tok2;
+	pid_t pid;
+
+	etcd3_start(&e);
+	host_start(&a, &e);
+	host_start(&b, &e);
+	s = open_session(&a, "holder", 0, 0);
+	CHECK_OK(local_lock(s, "c/r", NULL, &tok));
+	pid = waiter_at(&b, 1, "c/r", r);
+	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/r") == 2, 10000));
+	broker_signal_wait(&a, SIGKILL);
+	broker_restart(&a);
+	/* Past the TTL: the old broker's lease would have expired by now had
+	 * the new one not renewed it. A negative condition: nothing announces
+	 * it, so wait it out. */
+	usleep((atoi(TTL_S) * 1000 + 1500) * 1000);
+	CHECK_OK(local_held(s, "c/r", &tok2));
+	CHECK_EQ(tok2, tok);
+	CHECK_EQ(atomic_load(&r->n), 0);
+	CHECK_EQ(etcd_queue_len(&e, "c/r"), 2);
+	/* Handed on at the release, as if nothing had happened. */
+	CHECK_OK(local_release(s, "c/r"));
+	CHECK(WAIT_FOR(atomic_load(&r->n) == 1, 10000));
+	reap(&pid, 1);
+	CHECK(r->token[0] > tok);
+	/* The restarted broker takes it back as usual. */
+	CHECK_OK(local_lock(s, "c/r", NULL, &tok2));
+	CHECK(tok2 > r->token[0]);
+	CHECK_OK(local_release(s, "c/r"));
+	local_session_close(s);
+	broker_stop_clean(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
