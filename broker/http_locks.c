@@ -629,11 +629,12 @@ static int token_holder(struct http *h, struct hsession *hs, const char *key, co
 }
 
 /* dflockd answers a release or renew that finds no such hold 404 not_held,
- * whatever the reason; --http-extensions says which (409 lease_expired, 409
- * limit_mismatch). */
+ * whatever the reason; --http-extensions says which (409 lease_expired, also
+ * for a cluster key's hold the host lost; 409 limit_mismatch). */
 static int release_error(const struct http *h, int err)
 {
-	if (!h->b->opts.http.extensions && (err == -LOCAL_EEXPIRED || err == -LOCAL_EKIND))
+	if (!h->b->opts.http.extensions &&
+	    (err == -LOCAL_EEXPIRED || err == -LOCAL_ECLUSTER || err == -LOCAL_EKIND))
 		return -LOCAL_ENOTHELD;
 	return err;
 }

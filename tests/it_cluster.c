@@ -233,7 +233,8 @@ static void host_start_http(struct broker_proc *b, const struct etcd3 *e, int ht
 				"c/",		     "--cluster-lease-ttl", TTL_S,
 				"--cluster-margin", MARGIN_MS,	       "--cluster-batch",
 				"4",		     NULL,		       NULL,
-				NULL,		     NULL,		       NULL };
+				NULL,		     NULL,		       NULL,
+				NULL };
 
 	if (http_port) {
 		snprintf(listen, sizeof(listen), "127.0.0.1:%d", http_port);
@@ -241,6 +242,7 @@ static void host_start_http(struct broker_proc *b, const struct etcd3 *e, int ht
 		extra[11] = listen;
 		extra[12] = "--auth-token";
 		extra[13] = "tok";
+		extra[14] = "--http-extensions"; /* 409 lease_expired says why */
 	}
 	broker_start(b, extra);
 }
@@ -507,7 +509,7 @@ TEST(cluster, etcd_down, 60)
 	CHECK_EQ(api_post(port, "/v1/locks/c%2Fhttp", sess, "{\"acquire_timeout_s\": 10}", out),
 		 200);
 	CHECK((p = strstr(out, "\"token\":\"")) != NULL);
-	snprintf(body, sizeof(body), "{\"token\": \"%.20s\"}", p + 9);
+	snprintf(body, sizeof(body), "{\"token\": \"%.*s\"}", (int)strcspn(p + 9, "\""), p + 9);
 	pid = waiter_at(&b, 1, "c/d", r);
 	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/d") == 2, 10000));
 	etcd3_signal(&e, SIGSTOP);
@@ -639,7 +641,7 @@ TEST(cluster, broker_stopped, 60)
 	struct broker_proc a, b;
 	struct record *r = record_new(), *ra = record_new();
 	local_session *s;
-	struct local_key_info *info = malloc(sizeof(*info));
+	struct local_key_info *info = calloc(1, sizeof(*info));
 	struct etcd3 e;
 	uint64_t tok;
 	pid_t pid, pid2, lpid, cpid, child;
@@ -647,6 +649,7 @@ TEST(cluster, broker_stopped, 60)
 	int rc, st;
 
 	CHECK(info);
+	info->sz = sizeof(*info);
 	etcd3_start(&e);
 	host_start(&a, &e);
 	host_start(&b, &e);
