@@ -45,6 +45,8 @@ struct local_session {
 
 /* 0 when @s may be used by this process: -EINVAL, -LOCAL_EFORKED otherwise. */
 int session_usable(const local_session *s);
+/* Bumped in every child of fork(); fastpath.c reads it inline (J1, issue 13). */
+extern _Atomic uint64_t fork_gen;
 
 /*
  * One request/reply exchange with the broker at @path. With @fd non-NULL, a

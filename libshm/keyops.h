@@ -280,6 +280,21 @@ int fast_acquire(struct segment *seg, const char *key, const struct acquire_req 
 /* Release of our hold on a key without its mutex: 0 or FAST_MISS. */
 int fast_release(struct segment *seg, const char *key, struct owner who,
 		 struct node_hints *hints);
+/* The whole of local_lock() and local_release(): the lock-free path with no
+ * request built and no call layer (issue 13: those were a third of the
+ * cost), and when that cannot answer, a tail call to api_lock_full() or
+ * api_release_full() (api.c) or api_sem_acquire_full() (api_sem.c), which
+ * check and report everything again. */
+int fast_lock(local_session *s, const char *key, const struct local_acquire_opts *opts,
+	      uint64_t *token);
+int fast_unlock(local_session *s, const char *key);
+int fast_sem_acquire(local_session *s, const char *key, uint32_t limit,
+		     const struct local_acquire_opts *opts, uint64_t *token);
+int api_sem_acquire_full(local_session *s, const char *key, uint32_t limit,
+			 const struct local_acquire_opts *opts, uint64_t *token);
+int api_lock_full(local_session *s, const char *key, const struct local_acquire_opts *opts,
+		  uint64_t *token);
+int api_release_full(local_session *s, const char *key);
 
 /* ---- crash repair (repair.c) ------------------------------------------ */
 
