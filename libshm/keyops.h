@@ -241,6 +241,14 @@ void key_touch_locked(struct seg_key *k);
 /* The token of the grant that makes lock_index @grants, from the key's
  * current range; 0 when the range is spent or void, or the token was drawn
  * already (the mutex path then moves on: key_next_token_locked()). */
+/* Raise one of the key's slow-path counters (n_handoffs, n_timeouts):
+ * the mutex orders the writers, so no locked instruction. */
+static inline void key_count_locked(_Atomic uint64_t *c)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
+
 static inline uint64_t key_token_for(const struct seg_key *k, uint64_t grants)
 {
 	uint64_t off = __atomic_load_n(&k->tok_off, __ATOMIC_RELAXED);
