@@ -99,7 +99,8 @@ int api_lock_full(local_session *s, const char *key,
 					       const struct local_acquire_opts *opts,
 					       uint64_t *token)
 {
-	struct acquire_req req = { .kind = LOCAL_KIND_LOCK, .limit = 1 };
+	/* fast_lock() has just tried the lock-free path: not twice. */
+	struct acquire_req req = { .kind = LOCAL_KIND_LOCK, .limit = 1, .fast_tried = true };
 	int64_t timeout_ms = -1;
 
 	if (!s)

@@ -33,6 +33,7 @@ int api_sem_acquire_full(local_session *s, const char *key, uint32_t limit,
 		return -EINVAL;
 	req_from_opts(&req, s, limit, opts);
 	req.try_only = timeout_ms == 0;
+	req.fast_tried = true; /* fast_sem_acquire() has just tried: not twice */
 	return api_acquire(s, key, &req, timeout_ms, token);
 }
 

@@ -222,7 +222,7 @@ int fast_acquire(struct segment *seg, const char *key, const struct acquire_req 
 {
 	/* A lease must reach the broker, a value be published under the
 	 * mutex: both go the mutex path. */
-	if (req->value || req->lease_ms || crash_fast_path_off())
+	if (req->value || req->lease_ms || req->fast_tried || crash_fast_path_off())
 		return FAST_MISS;
 	return acquire(seg, key, req->kind, req->limit, req->try_only, req->who, hints, token,
 		       key_idx);

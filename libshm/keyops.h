@@ -48,6 +48,7 @@ struct acquire_req {
 	uint32_t limit; /* 1 for locks */
 	uint32_t lease_ms;
 	bool try_only;
+	bool fast_tried; /* the lock-free path missed just now: go to the mutex */
 	const void *value; /* NULL: leave the value alone */
 	size_t value_len;
 };
