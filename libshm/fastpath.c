@@ -74,7 +74,11 @@ static __attribute__((noinline)) struct seg_key *find_probe(struct segment *seg,
  * found in last time is tried first, with one comparison of the bytes:
  * that saves measuring, hashing and probing (a third of an uncontended
  * lock+release). The entry's bytes decide, as for any probe: they are a
- * valid key, NUL-terminated, so equal strings are the same key.
+ * valid key, NUL-terminated, so equal strings are the same key. The last
+ * byte of the entry's buffer is NUL in every valid entry (a key is at most
+ * LOCAL_KEY_MAX bytes, and only a key that long writes that byte), so the
+ * bounded compare ends inside the buffer and equality means the caller's
+ * key has a valid length: one load, not key_len and the byte it names.
  */
 static inline struct seg_key *find(struct segment *seg, const char *key,
 				   struct node_hints *hints, uint64_t *f, uint32_t *out_idx)
@@ -89,7 +93,7 @@ static inline struct seg_key *find(struct segment *seg, const char *key,
 	k = &seg->keys[idx];
 	*f = atomic_load_explicit(&k->fast, memory_order_acquire);
 	if (atomic_load_explicit(&k->state, memory_order_relaxed) != KEY_USED ||
-	    k->key_len - 1 >= LOCAL_KEY_MAX || k->key[k->key_len] != '\0' ||
+	    k->key[LOCAL_KEY_MAX] != '\0' ||
 	    strncmp(k->key, key, LOCAL_KEY_MAX + 1) != 0)
 		return find_probe(seg, key, kh, f, out_idx);
 	*out_idx = idx; /* the caller's, without a division by the entry size */
@@ -158,14 +162,14 @@ acquire(struct segment *seg, const char *key, uint32_t kind, uint32_t limit, boo
 	uint32_t idx, node;
 
 	k = find(seg, key, hints, &f, &idx);
-	if (!k)
+	if (__builtin_expect(!k, 0))
 		return FAST_MISS;
 	/* Stable while SLOW is clear (they change under the mutex only); a
 	 * mismatch is the mutex path's to report. */
 	if (k->kind != kind || k->limit != limit)
 		return FAST_MISS;
 	*key_idx = idx;
-	if (FAST_HOLDER(f)) {
+	if (__builtin_expect(FAST_HOLDER(f) != 0, 0)) {
 		uint64_t w;
 
 		if (!session_is(seg, who))
@@ -256,8 +260,8 @@ entry_acquire(local_session *s, const char *key, uint32_t kind, uint32_t limit,
 	uint64_t tok;
 	int err;
 
-	if (!s || !key || !usable(s) || !limit || crash_fast_path_off() ||
-	    (opts && (opts->lease_ms || opts->value || opts->value_len)))
+	if (__builtin_expect(!s || !key || !usable(s) || !limit || crash_fast_path_off() ||
+	    (opts && (opts->lease_ms || opts->value || opts->value_len)), 0))
 		return FAST_MISS;
 	err = acquire(s->seg, key, kind, limit, opts && opts->timeout_ms == 0, s->who, &s->hints,
 		      &tok, &key_idx);
