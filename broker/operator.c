@@ -627,8 +627,8 @@ void operator_stats(const struct broker *b, struct proto_op_stats *r)
 	r->max_waiters = seg->caps.max_waiters;
 	r->max_value = seg->caps.max_value;
 	r->grants = grants + atomic_load(&h->stats.reclaimed_grants);
-	r->timeouts = atomic_load(&h->stats.timeouts);
-	r->handoffs = atomic_load(&h->stats.handoffs);
+	/* issue 13 hook (J1): counted per key entry since SEG_ABI 6 */
+	seg_slow_counts(seg, &r->handoffs, &r->timeouts);
 	r->lease_expiries = atomic_load(&h->stats.lease_expiries);
 	r->ttl_expiries = atomic_load(&h->stats.ttl_expiries);
 	r->crash_cleanups = atomic_load(&h->stats.crash_cleanups);

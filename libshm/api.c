@@ -173,10 +173,13 @@ int api_acquire(local_session *s, const char *key, const struct acquire_req *req
 	return err;
 }
 
-int local_lock(local_session *s, const char *key, const struct local_acquire_opts *opts,
-	       uint64_t *token)
+/* local_lock() when the lock-free path (fast_lock()) did not answer. */
+int api_lock_full(local_session *s, const char *key,
+					       const struct local_acquire_opts *opts,
+					       uint64_t *token)
 {
-	struct acquire_req req = { .kind = LOCAL_KIND_LOCK, .limit = 1 };
+	/* fast_lock() has just tried the lock-free path: not twice. */
+	struct acquire_req req = { .kind = LOCAL_KIND_LOCK, .limit = 1, .fast_tried = true };
 	struct local_acquire_opts copy;
 	int64_t timeout_ms = -1;
 	int err;
@@ -195,6 +198,14 @@ int local_lock(local_session *s, const char *key, const struct local_acquire_opt
 	req.who = s->who;
 	req.try_only = timeout_ms == 0;
 	return api_acquire(s, key, &req, timeout_ms, token);
+}
+
+/* issue 13 hook (J1): the lock-free path first, which goes on to
+ * api_lock_full() (a tail call: no frame here) when it cannot answer. */
+int local_lock(local_session *s, const char *key, const struct local_acquire_opts *opts,
+	       uint64_t *token)
+{
+	return fast_lock(s, key, opts, token);
 }
 
 static int release_slow(local_session *s, const char *key, size_t len)
@@ -228,23 +239,26 @@ static int release_slow(local_session *s, const char *key, size_t len)
 	return 0;
 }
 
-
-int local_release(local_session *s, const char *key)
+/* local_release() when the lock-free path (fast_unlock()) did not answer. */
+int api_release_full(local_session *s, const char *key)
 {
 	size_t len;
-	int err;
+	int err = api_enter(s, key, &len);
 
-	err = session_usable(s);
 	if (err)
 		return err;
-	/* After a local_enqueue(), a release may end that request too. */
-	if (key && !atomic_load_explicit(&s->npending, memory_order_relaxed) &&
-	    !waited_for(s, key) && fast_release(s->seg, key, s->who, &s->hints) == 0)
+	/* fast_unlock() stands aside while any waited hold is noted; a key
+	 * that is not one of them may still go lock-free (J3 metrics). */
+	if (!atomic_load_explicit(&s->npending, memory_order_relaxed) && !waited_for(s, key) &&
+	    fast_release(s->seg, key, s->who, &s->hints) == 0)
 		return 0;
-	err = api_enter(s, key, &len);
-	if (err)
-		return err;
 	return release_slow(s, key, len);
+}
+
+/* issue 13 hook (J1), as in local_lock(). */
+int local_release(local_session *s, const char *key)
+{
+	return fast_unlock(s, key);
 }
 
 static void describe_holder(const struct segment *seg, uint32_t slot, struct local_key_info *out)

@@ -221,8 +221,8 @@ static int stats_fill(local_session *s, struct local_stats *out)
 	out->max_waiters = seg->caps.max_waiters;
 	out->max_value = seg->caps.max_value;
 	out->grants = grants + atomic_load(&h->stats.reclaimed_grants);
-	out->timeouts = atomic_load(&h->stats.timeouts);
-	out->handoffs = atomic_load(&h->stats.handoffs);
+	/* issue 13 hook (J1): counted per key entry since SEG_ABI 6 */
+	seg_slow_counts(seg, &out->handoffs, &out->timeouts);
 	out->lease_expiries = atomic_load(&h->stats.lease_expiries);
 	out->ttl_expiries = atomic_load(&h->stats.ttl_expiries);
 	out->crash_cleanups = atomic_load(&h->stats.crash_cleanups);

@@ -22,8 +22,10 @@ static void req_from_opts(struct acquire_req *req, local_session *s, uint32_t li
 	}
 }
 
-int local_sem_acquire(local_session *s, const char *key, uint32_t limit,
-		      const struct local_acquire_opts *opts, uint64_t *token)
+/* local_sem_acquire() when the lock-free path (fast_sem_acquire()) did not
+ * answer. */
+int api_sem_acquire_full(local_session *s, const char *key, uint32_t limit,
+			 const struct local_acquire_opts *opts, uint64_t *token)
 {
 	struct local_acquire_opts copy; /* J3: sized options, checked in abi.c */
 	struct acquire_req req;
@@ -37,7 +39,14 @@ int local_sem_acquire(local_session *s, const char *key, uint32_t limit,
 		return -EINVAL;
 	req_from_opts(&req, s, limit, opts);
 	req.try_only = timeout_ms == 0;
+	req.fast_tried = true; /* fast_sem_acquire() has just tried: not twice */
 	return api_acquire(s, key, &req, timeout_ms, token);
+}
+
+int local_sem_acquire(local_session *s, const char *key, uint32_t limit,
+		      const struct local_acquire_opts *opts, uint64_t *token)
+{
+	return fast_sem_acquire(s, key, limit, opts, token);
 }
 
 static struct pending **find_pending(local_session *s, const char *key, size_t len)

@@ -31,7 +31,7 @@
 
 static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mapping *maps;
-static _Atomic uint64_t fork_gen;
+_Atomic uint64_t fork_gen; /* not static: fastpath.c inlines session_usable() (J1, issue 13) */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static void on_fork_child(void)

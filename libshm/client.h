@@ -54,6 +54,8 @@ struct local_session {
 
 /* 0 when @s may be used by this process: -EINVAL, -LOCAL_EFORKED otherwise. */
 int session_usable(const local_session *s);
+/* Bumped in every child of fork(); fastpath.c reads it inline (J1, issue 13). */
+extern _Atomic uint64_t fork_gen;
 
 /* What one broker lookup found at each path it tried (for messages). */
 struct lookup_try {

@@ -39,11 +39,13 @@
 
 #include "clock.h"
 #include "crashpoint.h"
+#include "client.h"
 #include "keyops.h"
 
 /* find() without a usable hint: measure, check, hash and probe. */
 static __attribute__((noinline)) struct seg_key *find_probe(struct segment *seg, const char *key,
-							    struct key_hint *kh, uint64_t *f)
+							    struct key_hint *kh, uint64_t *f,
+							    uint32_t *out_idx)
 {
 	size_t len = strnlen(key, LOCAL_KEY_MAX + 1);
 	uint32_t idx, hash;
@@ -61,6 +63,7 @@ static __attribute__((noinline)) struct seg_key *find_probe(struct segment *seg,
 		return NULL;
 	atomic_store_explicit(&kh->key, (uintptr_t)key, memory_order_relaxed);
 	atomic_store_explicit(&kh->idx, idx, memory_order_relaxed);
+	*out_idx = idx;
 	return *f & FAST_SLOW ? NULL : k;
 }
 
@@ -71,10 +74,14 @@ static __attribute__((noinline)) struct seg_key *find_probe(struct segment *seg,
  * found in last time is tried first, with one comparison of the bytes:
  * that saves measuring, hashing and probing (a third of an uncontended
  * lock+release). The entry's bytes decide, as for any probe: they are a
- * valid key, NUL-terminated, so equal strings are the same key.
+ * valid key, NUL-terminated, so equal strings are the same key. The last
+ * byte of the entry's buffer is NUL in every valid entry (a key is at most
+ * LOCAL_KEY_MAX bytes, and only a key that long writes that byte), so the
+ * bounded compare ends inside the buffer and equality means the caller's
+ * key has a valid length: one load, not key_len and the byte it names.
  */
 static inline struct seg_key *find(struct segment *seg, const char *key,
-				   struct node_hints *hints, uint64_t *f)
+				   struct node_hints *hints, uint64_t *f, uint32_t *out_idx)
 {
 	struct key_hint *kh = &hints->keys[((uintptr_t)key >> 4) & (KEY_HINTS - 1)];
 	uint32_t idx = atomic_load_explicit(&kh->idx, memory_order_relaxed);
@@ -82,18 +89,20 @@ static inline struct seg_key *find(struct segment *seg, const char *key,
 
 	if (atomic_load_explicit(&kh->key, memory_order_relaxed) != (uintptr_t)key ||
 	    idx >= seg->caps.max_keys)
-		return find_probe(seg, key, kh, f);
+		return find_probe(seg, key, kh, f, out_idx);
 	k = &seg->keys[idx];
 	*f = atomic_load_explicit(&k->fast, memory_order_acquire);
 	if (atomic_load_explicit(&k->state, memory_order_relaxed) != KEY_USED ||
-	    k->key_len - 1 >= LOCAL_KEY_MAX || k->key[k->key_len] != '\0' ||
+	    k->key[LOCAL_KEY_MAX] != '\0' ||
 	    strncmp(k->key, key, LOCAL_KEY_MAX + 1) != 0)
-		return find_probe(seg, key, kh, f);
+		return find_probe(seg, key, kh, f, out_idx);
+	*out_idx = idx; /* the caller's, without a division by the entry size */
 	return *f & FAST_SLOW ? NULL : k;
 }
 
 /* The word of our hold, if the fast word names one of ours; else 0. */
-static uint64_t ours(const struct segment *seg, uint64_t f, uint32_t key, struct owner who)
+static inline __attribute__((always_inline)) uint64_t
+ours(const struct segment *seg, uint64_t f, uint32_t key, struct owner who)
 {
 	uint32_t h = FAST_HOLDER(f);
 	const struct seg_node *n;
@@ -120,7 +129,8 @@ static uint64_t ours(const struct segment *seg, uint64_t f, uint32_t key, struct
  * holder has come since, and then our CAS against @f fails. 0: the mutex
  * path must draw.
  */
-static uint64_t fast_token(const struct seg_key *k, uint64_t f)
+static inline __attribute__((always_inline)) uint64_t
+fast_token(const struct seg_key *k, uint64_t f)
 {
 	uint64_t b = atomic_load_explicit(&k->fast_base, memory_order_relaxed);
 	uint64_t n = (FAST_SEQ(f) + 1 - FBASE_SEQ(b)) & FAST_SEQ_MASK;
@@ -137,37 +147,41 @@ static void free_in_flight(struct seg_node *n)
 	atomic_store_explicit(&n->word, 0, memory_order_release);
 }
 
-int fast_acquire(struct segment *seg, const char *key, const struct acquire_req *req,
-		 uint64_t *token, struct node_hints *hints, uint32_t *key_idx)
+/*
+ * The lock-free acquire, inlined into each entry point below so that the
+ * lock kind and limit are constants there and no request is built: the
+ * call layers were a third of an uncontended lock+release (issue 13).
+ */
+static inline __attribute__((always_inline)) int
+acquire(struct segment *seg, const char *key, uint32_t kind, uint32_t limit, bool try_only,
+	struct owner who, struct node_hints *hints, uint64_t *token, uint32_t *key_idx)
 {
 	struct seg_key *k;
 	struct seg_node *n;
 	uint64_t f, tok, claimed;
 	uint32_t idx, node;
 
-	/* A lease must reach the broker, a value be published under the
-	 * mutex: both go the mutex path. */
-	if (req->value || req->lease_ms || crash_fast_path_off())
-		return FAST_MISS;
-	k = find(seg, key, hints, &f);
-	if (!k)
+	k = find(seg, key, hints, &f, &idx);
+	if (__builtin_expect(!k, 0))
 		return FAST_MISS;
 	/* Stable while SLOW is clear (they change under the mutex only); a
 	 * mismatch is the mutex path's to report. */
-	if (k->kind != req->kind || k->limit != req->limit)
+	if (k->kind != kind || k->limit != limit)
 		return FAST_MISS;
-	idx = seg_key_index(seg, k);
 	*key_idx = idx;
-	if (FAST_HOLDER(f)) {
-		if (!session_is(seg, req->who))
+	if (__builtin_expect(FAST_HOLDER(f) != 0, 0)) {
+		uint64_t w;
+
+		if (!session_is(seg, who))
 			return -LOCAL_ESESSION;
-		if (ours(seg, f, idx, req->who)) { /* re-acquire: keep the token */
+		w = ours(seg, f, idx, who);
+		if (w) { /* re-acquire: keep the token */
 			*token = seg->nodes[FAST_HOLDER(f) - 1].token;
 			return 0;
 		}
 		/* Held, no queue: a try on a full key fails here; anything
 		 * else (a wait; a semaphore with room) is the mutex path's. */
-		return req->try_only && k->limit == 1 ? -EBUSY : FAST_MISS;
+		return try_only && limit == 1 ? -EBUSY : FAST_MISS;
 	}
 	/* Let key_lock() count what has been done, before seq could wrap.
 	 * Two values, as acquisitions may all land on odd or on even ones. */
@@ -177,23 +191,23 @@ int fast_acquire(struct segment *seg, const char *key, const struct acquire_req 
 	if (!tok)
 		return FAST_MISS; /* the key's token range is spent: the mutex path reserves */
 	/* Usually the node this session freed last: one CAS, no search. */
-	claimed = NODE_PACK(NODE_FAST_CLAIMED, req->who.slot, idx);
+	claimed = NODE_PACK(NODE_FAST_CLAIMED, who.slot, idx);
 	node = atomic_load_explicit(&hints->hold, memory_order_relaxed);
 	n = node < seg->caps.max_holds ? &seg->nodes[node] : NULL;
 	if (!n || !atomic_compare_exchange_strong(&n->word, &(uint64_t){ 0 }, claimed)) {
-		node = node_claim_as(seg, NODE_FAST_CLAIMED, 0, seg->caps.max_holds,
-				     req->who.slot, idx, &hints->hold);
+		node = node_claim_as(seg, NODE_FAST_CLAIMED, 0, seg->caps.max_holds, who.slot, idx,
+				     &hints->hold);
 		if (node == IDX_NONE)
 			return FAST_MISS; /* the mutex path reports EMAXHOLDS */
 		n = &seg->nodes[node];
 	}
 	CRASH_POINT(FAST_ACQ_CLAIMED);
-	n->session_gen = req->who.gen;
+	n->session_gen = who.gen;
 	n->token = tok;
 	n->lease_until_ns = 0;
 	n->lease_ms = 0;
 	n->hold = n->prev = n->next = IDX_NONE;
-	if (!session_is(seg, req->who)) {
+	if (!session_is(seg, who)) {
 		free_in_flight(n);
 		return -LOCAL_ESESSION;
 	}
@@ -207,16 +221,85 @@ int fast_acquire(struct segment *seg, const char *key, const struct acquire_req 
 	return 0;
 }
 
-int fast_release(struct segment *seg, const char *key, struct owner who,
-		 struct node_hints *hints)
+int fast_acquire(struct segment *seg, const char *key, const struct acquire_req *req,
+		 uint64_t *token, struct node_hints *hints, uint32_t *key_idx)
+{
+	/* A lease must reach the broker, a value be published under the
+	 * mutex: both go the mutex path. */
+	if (req->value || req->lease_ms || req->fast_tried || crash_fast_path_off())
+		return FAST_MISS;
+	return acquire(seg, key, req->kind, req->limit, req->try_only, req->who, hints, token,
+		       key_idx);
+}
+
+/* session_usable(), inline: a call is 5% of an uncontended lock+release. */
+static inline bool usable(const local_session *s)
+{
+	return s->fork_gen == atomic_load_explicit(&fork_gen, memory_order_relaxed);
+}
+
+/* What api_acquire() does after a lock-free grant: only a session that had
+ * a lease expire has notes to drop (one load of its own slot). */
+static inline void acquired(local_session *s, uint32_t key_idx, uint64_t tok, uint64_t *token)
+{
+	if (atomic_load_explicit(&s->seg->sessions[s->who.slot].expired_next,
+				 memory_order_relaxed))
+		api_forget_expiry(s, key_idx);
+	if (token)
+		*token = tok;
+}
+
+/* The lock-free part of local_lock() and local_sem_acquire(): FAST_MISS
+ * when anything unusual (a bad session, options of another size, a lease,
+ * a value, a NULL key, a bad limit) is the full path's to check and report,
+ * in its order. */
+static inline __attribute__((always_inline)) int
+entry_acquire(local_session *s, const char *key, uint32_t kind, uint32_t limit,
+	      const struct local_acquire_opts *opts, uint64_t *token)
+{
+	uint32_t key_idx;
+	uint64_t tok;
+	int err;
+
+	if (__builtin_expect(!s || !key || !usable(s) || !limit || crash_fast_path_off() ||
+	    (opts && (opts->sz != sizeof(*opts) || opts->lease_ms || opts->value ||
+		      opts->value_len)), 0))
+		return FAST_MISS;
+	err = acquire(s->seg, key, kind, limit, opts && opts->timeout_ms == 0, s->who, &s->hints,
+		      &tok, &key_idx);
+	if (!err)
+		acquired(s, key_idx, tok, token);
+	return err;
+}
+
+int fast_lock(local_session *s, const char *key, const struct local_acquire_opts *opts,
+	      uint64_t *token)
+{
+	int err = entry_acquire(s, key, LOCAL_KIND_LOCK, 1, opts, token);
+
+	return err != FAST_MISS ? err : api_lock_full(s, key, opts, token);
+}
+
+int fast_sem_acquire(local_session *s, const char *key, uint32_t limit,
+		     const struct local_acquire_opts *opts, uint64_t *token)
+{
+	int err = entry_acquire(s, key, LOCAL_KIND_SEMAPHORE, limit, opts, token);
+
+	return err != FAST_MISS ? err : api_sem_acquire_full(s, key, limit, opts, token);
+}
+
+/* The lock-free release, inlined into both entry points below. */
+static inline __attribute__((always_inline)) int release(struct segment *seg, const char *key,
+							  struct owner who, struct node_hints *hints)
 {
 	uint64_t f, w;
-	struct seg_key *k = find(seg, key, hints, &f);
+	uint32_t idx;
+	struct seg_key *k = find(seg, key, hints, &f, &idx);
 	struct seg_node *n;
 
-	if (!k || crash_fast_path_off())
+	if (!k)
 		return FAST_MISS;
-	w = ours(seg, f, seg_key_index(seg, k), who);
+	w = ours(seg, f, idx, who);
 	if (!w || !session_is(seg, who))
 		return FAST_MISS; /* the mutex path tells not-held from ended */
 	/* A sweep that began after this check sets SLOW before it touches
@@ -231,5 +314,26 @@ int fast_release(struct segment *seg, const char *key, struct owner who,
 		free_in_flight(n);
 	else /* NODE_HOLDING: the sweep frees unnamed holds too */
 		atomic_compare_exchange_strong(&n->word, &w, 0);
+	return 0;
+}
+
+int fast_release(struct segment *seg, const char *key, struct owner who,
+		 struct node_hints *hints)
+{
+	if (crash_fast_path_off())
+		return FAST_MISS;
+	return release(seg, key, who, hints);
+}
+
+int fast_unlock(local_session *s, const char *key)
+{
+	/* After a local_enqueue(), a release may end that request too; a
+	 * hold granted after a wait is timed by the full path (J3 metrics,
+	 * api.c waited_for()). The full path's, as is every error. */
+	if (!s || !key || !usable(s) || crash_fast_path_off() ||
+	    atomic_load_explicit(&s->npending, memory_order_relaxed) ||
+	    atomic_load_explicit(&s->nwaited, memory_order_relaxed) ||
+	    release(s->seg, key, s->who, &s->hints) == FAST_MISS)
+		return api_release_full(s, key);
 	return 0;
 }

@@ -299,7 +299,7 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	    w >= seg->caps.max_holds)
 		key_set_value_locked(seg, k, seg_staged_buf(seg, w), wn->staged_len - 1);
 	key_touch_locked(k);
-	atomic_fetch_add_explicit(&seg->hdr->stats.handoffs, 1, memory_order_relaxed);
+	key_count_locked(&k->n_handoffs);
 	if (hn->lease_ms)
 		lease_note(seg, h);
 }
@@ -437,7 +437,7 @@ static int cancel_wait(struct segment *seg, uint32_t waiter, uint32_t key, struc
 		node_set(&node->word, 0);
 		CRASH_POINT(CANCEL_FREED);
 		k->waiters--;
-		atomic_fetch_add_explicit(&seg->hdr->stats.timeouts, 1, memory_order_relaxed);
+		key_count_locked(&k->n_timeouts);
 		err = -ETIMEDOUT;
 	} else {
 		err = -LOCAL_ESESSION;

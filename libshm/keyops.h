@@ -49,6 +49,7 @@ struct acquire_req {
 	uint32_t limit; /* 1 for locks */
 	uint32_t lease_ms;
 	bool try_only;
+	bool fast_tried; /* the lock-free path missed just now: go to the mutex */
 	const void *value; /* NULL: leave the value alone */
 	size_t value_len;
 };
@@ -251,6 +252,14 @@ void key_touch_locked(struct seg_key *k);
 /* The token of the grant that makes lock_index @grants, from the key's
  * current range; 0 when the range is spent or void, or the token was drawn
  * already (the mutex path then moves on: key_next_token_locked()). */
+/* Raise one of the key's slow-path counters (n_handoffs, n_timeouts):
+ * the mutex orders the writers, so no locked instruction. */
+static inline void key_count_locked(_Atomic uint64_t *c)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
+
 static inline uint64_t key_token_for(const struct seg_key *k, uint64_t grants)
 {
 	uint64_t off = __atomic_load_n(&k->tok_off, __ATOMIC_RELAXED);
@@ -342,6 +351,21 @@ int fast_acquire(struct segment *seg, const char *key, const struct acquire_req 
 /* Release of our hold on a key without its mutex: 0 or FAST_MISS. */
 int fast_release(struct segment *seg, const char *key, struct owner who,
 		 struct node_hints *hints);
+/* The whole of local_lock() and local_release(): the lock-free path with no
+ * request built and no call layer (issue 13: those were a third of the
+ * cost), and when that cannot answer, a tail call to api_lock_full() or
+ * api_release_full() (api.c) or api_sem_acquire_full() (api_sem.c), which
+ * check and report everything again. */
+int fast_lock(local_session *s, const char *key, const struct local_acquire_opts *opts,
+	      uint64_t *token);
+int fast_unlock(local_session *s, const char *key);
+int fast_sem_acquire(local_session *s, const char *key, uint32_t limit,
+		     const struct local_acquire_opts *opts, uint64_t *token);
+int api_sem_acquire_full(local_session *s, const char *key, uint32_t limit,
+			 const struct local_acquire_opts *opts, uint64_t *token);
+int api_lock_full(local_session *s, const char *key, const struct local_acquire_opts *opts,
+		  uint64_t *token);
+int api_release_full(local_session *s, const char *key);
 
 /* ---- crash repair (repair.c) ------------------------------------------ */
 

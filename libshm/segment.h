@@ -38,8 +38,10 @@
  * entry that was used.
  * 6: session slots carry wait/hold histograms (metrics).
  * 7: cluster keys (issue 16): a key's cluster gate (seg_key.cluster) and the
- * header's cluster prefix table and bell. */
-#define SEG_ABI 7u
+ * header's cluster prefix table and bell.
+ * 8: handoffs and timeouts are counted per key entry (n_handoffs,
+ * n_timeouts), no longer in the header's stats line. */
+#define SEG_ABI 8u
 
 #define SEG_NAME_MAX 64 /* session name, including the NUL */
 #define SEG_CLUSTER_PREFIXES 8	  /* --cluster-prefix, at most this many */
@@ -284,6 +286,13 @@ struct seg_key {
 	_Atomic uint32_t cluster;
 	uint32_t cluster_pad;
 	char key[LOCAL_KEY_MAX + 1];
+	/* This entry's share of the slow-path counters (issue 13: not one
+	 * line every process writes). Raised under the mutex only, with a
+	 * plain load and store; read without it. Never cleared when the entry
+	 * is reused, so their sum over all entries only ever rises: readers
+	 * add them up with seg_slow_counts(). */
+	_Atomic uint64_t n_handoffs;
+	_Atomic uint64_t n_timeouts;
 } __attribute__((aligned(64)));
 
 /* ---- header ----------------------------------------------------------- */
@@ -297,7 +306,9 @@ struct seg_caps {
 };
 
 /* Counters of the slow paths only: the uncontended path must not write a
- * cache line that every process shares. Grants are the keys' lock_index. */
+ * cache line that every process shares. Grants are the keys' lock_index;
+ * handoffs and timeouts are the keys' n_handoffs and n_timeouts (these two
+ * here stay 0 since SEG_ABI 8: seg_slow_counts() adds them in anyway). */
 struct seg_stats {
 	_Atomic uint64_t timeouts;
 	_Atomic uint64_t handoffs;
@@ -373,6 +384,9 @@ _Static_assert(sizeof(struct seg_session) % 64 == 0 && _Alignof(struct seg_sessi
 _Static_assert(offsetof(struct seg_header, token_counter) % 64 == 0 &&
 		       sizeof(struct seg_header) == offsetof(struct seg_header, token_counter) + 64,
 	       "the token counter has the header's last line to itself");
+_Static_assert(offsetof(struct seg_key, n_timeouts) >= 64 &&
+		       offsetof(struct seg_key, n_timeouts) + 8 <= sizeof(struct seg_key),
+	       "the slow-path counters are in their key's own lines, not its fast line");
 
 /* A process's view of one mapped segment. */
 struct segment {
@@ -468,6 +482,23 @@ static inline _Atomic uint32_t *key_change_futex(struct seg_key *k)
 {
 	_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "futex on low half");
 	return (_Atomic uint32_t *)(void *)&k->modify_index;
+}
+
+/* The handoff and timeout counts: every key entry's, plus what the header
+ * holds (see seg_stats). For readers (local_stats(), the broker's stats). */
+static inline void seg_slow_counts(const struct segment *seg, uint64_t *handoffs,
+				   uint64_t *timeouts)
+{
+	uint64_t h = atomic_load_explicit(&seg->hdr->stats.handoffs, memory_order_relaxed);
+	uint64_t t = atomic_load_explicit(&seg->hdr->stats.timeouts, memory_order_relaxed);
+	uint32_t i;
+
+	for (i = 0; i < seg->caps.max_keys; i++) {
+		h += atomic_load_explicit(&seg->keys[i].n_handoffs, memory_order_relaxed);
+		t += atomic_load_explicit(&seg->keys[i].n_timeouts, memory_order_relaxed);
+	}
+	*handoffs = h;
+	*timeouts = t;
 }
 
 static inline uint32_t seg_key_index(const struct segment *seg, const struct seg_key *k)

@@ -5,6 +5,7 @@
  * key's first line and its own hold node, and no line another key's users
  * write (docs/architecture.md, "Cache lines the uncontended path writes").
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -330,5 +331,62 @@ TEST(tokens, racing_processes_rise_per_key_and_never_repeat, 120)
 	CHECK_EQ(segment_violations(obs), 0);
 	free(all);
 	munmap(log, sizeof(*log));
+	broker_stop(&b);
+}
+
+/*
+ * The slow-path counters (issue 13): a timeout and a handoff are counted in
+ * their key's entry, and local_stats() reports them, while the header's
+ * shared stats line stays as it was (it took both before SEG_ABI 6).
+ */
+static void handoff_child(void *p, int in, int out)
+{
+	struct broker_proc *b = p;
+	local_session *s = open_session(b, "waiter", 0, 0);
+	char buf[8];
+
+	say(out, "open");
+	hear(in, buf, sizeof(buf));
+	CHECK_OK(local_lock(s, "tok/counted", NULL, NULL)); /* waits: handed off */
+	CHECK_OK(local_release(s, "tok/counted"));
+	say(out, "done");
+}
+
+TEST(tokens, slow_path_counters_stay_off_the_shared_line, 30)
+{
+	LOCAL_OPTS(local_acquire_opts, timed, .timeout_ms = 20);
+	LOCAL_OPTS(local_stats, s0);
+	LOCAL_OPTS(local_stats, s1);
+	struct broker_proc b;
+	struct child c;
+	local_session *a, *obs;
+	struct seg_stats hdr0;
+	struct seg_key *k;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "a", 0, 0);
+	obs = open_session(&b, "obs", 0, 0);
+	CHECK_OK(local_stats(obs, &s0));
+	memcpy(&hdr0, (const void *)&a->seg->hdr->stats, sizeof(hdr0));
+	CHECK_OK(local_lock(a, "tok/counted", NULL, NULL));
+	CHECK_RC(local_lock(obs, "tok/counted", &timed, NULL), -ETIMEDOUT);
+	child_spawn(&c, handoff_child, &b);
+	child_expect(&c, "open", 5000);
+	child_send(&c, "go");
+	/* Release once the child's request is queued: a handoff. */
+	k = entry_of(a, "tok/counted");
+	CHECK(k != NULL);
+	CHECK(WAIT_FOR(__atomic_load_n(&k->waiters, __ATOMIC_RELAXED) == 1, 5000));
+	CHECK_OK(local_release(a, "tok/counted"));
+	child_expect(&c, "done", 5000);
+	CHECK_EQ(child_wait(&c, 5000), 0);
+	CHECK_OK(local_stats(obs, &s1));
+	CHECK_EQ(s1.timeouts - s0.timeouts, 1);
+	CHECK_EQ(s1.handoffs - s0.handoffs, 1);
+	CHECK_EQ(atomic_load(&k->n_timeouts), 1);
+	CHECK_EQ(atomic_load(&k->n_handoffs), 1);
+	CHECK_EQ(atomic_load(&a->seg->hdr->stats.timeouts), atomic_load(&hdr0.timeouts));
+	CHECK_EQ(atomic_load(&a->seg->hdr->stats.handoffs), atomic_load(&hdr0.handoffs));
+	CHECK_EQ(segment_violations(a), 0);
 	broker_stop(&b);
 }

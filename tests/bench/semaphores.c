@@ -3,7 +3,8 @@
  * 4. Uncontended semaphore acquire+release, single thread: liblocal's
  *    local_sem_acquire() (limit 4, timeout_ms 0) + local_release(), next to
  *    POSIX sem_wait() + sem_post() on a process-shared unnamed semaphore in
- *    a MAP_SHARED mapping.
+ *    a MAP_SHARED mapping. Then the same while another session holds one
+ *    unit of the semaphore all along (issue 13: a second holder).
  */
 #include <errno.h>
 #include <semaphore.h>
@@ -13,26 +14,37 @@
 #include "common.h"
 
 #define KEY_SEM "bench/semaphore"
+#define KEY_SEM_HELD "bench/semaphore-held"
 #define SEM_LIMIT 4
 #define SYSCALL_COUNT_OPS 10000
 
 struct sem_bench {
 	local_session *s;
+	local_session *other; /* holds one unit of KEY_SEM_HELD */
 	sem_t *posix;
 };
 
-static int loop_liblocal_sem(void *arg, uint64_t n)
+static int sem_loop(local_session *s, const char *key, uint64_t n)
 {
 	static const LOCAL_OPTS(local_acquire_opts, try_once, .timeout_ms = 0);
-	struct sem_bench *b = arg;
 	int err = 0;
 
 	while (n-- && !err) {
-		err = local_sem_acquire(b->s, KEY_SEM, SEM_LIMIT, &try_once, NULL);
+		err = local_sem_acquire(s, key, SEM_LIMIT, &try_once, NULL);
 		if (!err)
-			err = local_release(b->s, KEY_SEM);
+			err = local_release(s, key);
 	}
 	return err;
+}
+
+static int loop_liblocal_sem(void *arg, uint64_t n)
+{
+	return sem_loop(((struct sem_bench *)arg)->s, KEY_SEM, n);
+}
+
+static int loop_liblocal_sem_held(void *arg, uint64_t n)
+{
+	return sem_loop(((struct sem_bench *)arg)->s, KEY_SEM_HELD, n);
 }
 
 static int loop_posix_sem(void *arg, uint64_t n)
@@ -56,12 +68,16 @@ static int count_setup(void **arg)
 
 void bench_semaphores(void)
 {
-	struct op_result lib, posix;
+	struct op_result lib, held, posix;
 	struct sem_bench b;
 	long calls;
 	int err, nr;
 
 	err = open_session(&b.s);
+	if (!err)
+		err = open_session(&b.other);
+	if (!err)
+		err = local_sem_acquire(b.other, KEY_SEM_HELD, SEM_LIMIT, NULL, NULL);
 	if (err)
 		fatal("session open: %s", local_strerror(err));
 	b.posix = shared_map(sizeof(*b.posix));
@@ -69,8 +85,10 @@ void bench_semaphores(void)
 		fatal("sem_init: %s", strerror(errno));
 	posix = measure_ops(loop_posix_sem, &b, "POSIX semaphore");
 	lib = measure_ops(loop_liblocal_sem, &b, "liblocal semaphore");
+	held = measure_ops(loop_liblocal_sem_held, &b, "liblocal semaphore, another holder");
 	sem_destroy(b.posix);
 	shared_unmap(b.posix, sizeof(*b.posix));
+	local_session_close(b.other);
 	local_session_close(b.s);
 	calls = count_syscalls(count_setup, loop_liblocal_sem, SYSCALL_COUNT_OPS, &nr);
 
@@ -85,6 +103,8 @@ void bench_semaphores(void)
 	       posix.median, 1.0);
 	printf("  %-44s %10.1f %12.1f %11.2fx\n", "liblocal local_sem_acquire + local_release",
 	       lib.best, lib.median, lib.best / posix.best);
+	printf("  %-44s %10.1f %12.1f %11.2fx\n", "liblocal, another session holding one unit",
+	       held.best, held.median, held.best / posix.best);
 	if (calls < 0)
 		printf("\n  system calls per liblocal acquire+release: unknown (no seccomp)\n");
 	else
@@ -97,4 +117,7 @@ void bench_semaphores(void)
 	add_target(lib.best <= 2 * posix.best,
 		   "uncontended liblocal semaphore <= 2x POSIX sem_wait/sem_post (%.2fx)",
 		   lib.best / posix.best);
+	add_target(held.best <= 2 * posix.best,
+		   "liblocal semaphore with another holder <= 2x POSIX sem_wait/sem_post (%.2fx)",
+		   held.best / posix.best);
 }
