@@ -228,3 +228,13 @@ def test_admin_calls(session: shmlock.Session, other: shmlock.Session, broker,
             doomed.renew()
     with pytest.raises(shmlock.NotFound):
         shmlock.admin.reset(key, sock)
+
+
+def test_versions_agree() -> None:
+    """The package's version follows the tree's VERSION (and pyproject.toml)."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    assert f'version = "{shmlock.__version__}"' in (root / "pyproject.toml").read_text()
+    tree = root.parent / "VERSION"
+    if tree.exists():
+        assert tree.read_text().strip() == shmlock.__version__
