@@ -15,7 +15,7 @@ import os
 import threading
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_int, c_int32, c_int64,
                     c_size_t, c_uint, c_uint32, c_uint64, c_void_p)
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 SONAME = "liblocal.so.0"
 SESSION_ID_LEN = 32
@@ -212,7 +212,7 @@ _lib: Optional[ctypes.CDLL] = None
 _lib_lock = threading.Lock()
 
 
-def _candidates() -> list:
+def _candidates() -> List[str]:
     env = os.environ.get("SHMLOCK_LIBLOCAL")
     if env:
         return [env]  # an explicit path is never second-guessed

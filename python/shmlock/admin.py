@@ -56,7 +56,8 @@ def keys(prefix: str = "", socket: Socket = None, *, quarantined: bool = False,
         return 0
 
     fn = _lib.ADMIN_KEYS_CB(cb)
-    hfn = _lib.ADMIN_HOLDER_CB(hcb) if holders else ctypes.cast(None, _lib.ADMIN_HOLDER_CB)
+    # A NULL function pointer: no holder callback.
+    hfn = _lib.ADMIN_HOLDER_CB(hcb) if holders else _lib.ADMIN_HOLDER_CB(0)
     rc = _lib.lib().local_admin_keys(_sock(socket), _key(prefix) if prefix else None,
                                      _lib.KEYS_QUARANTINED if quarantined else 0, fn, hfn, None)
     raise_for(rc, "local_admin_keys")

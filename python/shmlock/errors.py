@@ -142,7 +142,7 @@ _FAMILIES: Dict[int, Type[ShmlockError]] = {
 def strerror(code: int) -> str:
     """local_strerror(): text for an error code (either sign)."""
     raw = _lib.lib().local_strerror(-abs(code))
-    return raw.decode("utf-8", "replace") if raw else f"error {code}"
+    return str(raw.decode("utf-8", "replace")) if raw else f"error {code}"
 
 
 def error_for(rc: int, call: str = "") -> ShmlockError:

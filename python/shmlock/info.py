@@ -77,7 +77,7 @@ class KeyInfo:
         return bool(self.flags & _lib.KEY_QUARANTINED)
 
     @classmethod
-    def _from(cls, key: str, ki: _lib.KeyInfo, buf: Optional[ctypes.Array] = None,
+    def _from(cls, key: str, ki: _lib.KeyInfo, buf: "Optional[ctypes.Array[ctypes.c_char]]" = None,
               flags: int = 0) -> "KeyInfo":
         value = None
         if buf is not None and ki.value_len:

@@ -13,7 +13,7 @@ import time
 from contextlib import contextmanager
 from ctypes import byref, c_int, c_uint64, c_void_p
 from types import TracebackType
-from typing import (Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Type, TypeVar,
+from typing import (Any, AsyncIterator, Dict, Iterator, List, Optional, Type, TypeVar,
                     Union)
 
 from . import _lib
@@ -23,9 +23,10 @@ from .info import HolderInfo, KeyInfo, Leader, SessionInfo, Stats
 Value = Union[bytes, bytearray, memoryview, str, None]
 T = TypeVar("T")
 
-# How long close() lets calls of other threads finish before it ends the
-# session under them (local_session_close() must not run under a call).
-_CLOSE_GRACE = 0.2
+# How long close() lets calls of other threads finish (longer than an async
+# watch's slice, so those just stop) before it ends the session under them
+# (local_session_close() must not run under a call).
+_CLOSE_GRACE = 0.5
 # An asyncio watch waits in slices this long, so that cancelling it frees
 # its thread (and its waiter slot) within that time.
 _ASYNC_SLICE = 0.25
@@ -38,7 +39,7 @@ def _key(key: Union[str, bytes]) -> bytes:
     return b
 
 
-def _opt_str(s: Optional[Union[str, bytes, os.PathLike]]) -> Optional[bytes]:
+def _opt_str(s: Optional[Union[str, bytes, "os.PathLike[str]"]]) -> Optional[bytes]:
     if s is None:
         return None
     return os.fsencode(s) if not isinstance(s, bytes) else s
@@ -331,7 +332,7 @@ class Session:
     @staticmethod
     def _acq_opts(timeout: Optional[float], lease: Optional[float],
                   value: Optional[bytes]) -> _lib.AcquireOpts:
-        o = _lib.new(_lib.AcquireOpts)
+        o: _lib.AcquireOpts = _lib.new(_lib.AcquireOpts)
         o.timeout_ms = timeout_ms(timeout)
         if lease:
             o.lease_ms = max(1, int(math.ceil(lease * 1000)))

@@ -209,6 +209,7 @@ def test_admin_calls(session: shmlock.Session, other: shmlock.Session, broker,
         assert session.stats().max_value == 4096
         ks = shmlock.admin.keys("pytest/", sock, holders=True)
         assert ks[key].holder_list[0].token == hold.token
+        assert shmlock.admin.keys("pytest/", sock)[key].holder_list == []
         assert session.keys("pytest/")[key].token == hold.token
         ki = shmlock.admin.info(key, sock)
         assert ki.value == b"v1" and ki.waiters == 1 and not ki.quarantined
@@ -238,3 +239,18 @@ def test_versions_agree() -> None:
     tree = root.parent / "VERSION"
     if tree.exists():
         assert tree.read_text().strip() == shmlock.__version__
+
+
+def test_every_error_code_has_a_family_and_a_message() -> None:
+    """Each LOCAL_E* code maps to a subclass of ShmlockError, with local_strerror()'s text."""
+    from shmlock._lib import EBASE, ECLUSTER
+    for code in range(EBASE, ECLUSTER + 1):
+        err = errors.error_for(-code, "local_x")
+        assert type(err) is not shmlock.ShmlockError, code
+        assert err.code == code and err.message == shmlock.strerror(code)
+        assert str(err) == f"local_x: {err.message}"
+        assert not err.message.startswith("error ")
+    assert isinstance(errors.error_for(-errno.ETIMEDOUT), shmlock.NotAcquired)
+    assert isinstance(errors.error_for(-errno.EBUSY), shmlock.NotAcquired)
+    assert isinstance(errors.error_for(-shmlock.errors.EEXPIRED), shmlock.NotHeld)
+    assert type(errors.error_for(-errno.ENOMEM)) is shmlock.ShmlockError
