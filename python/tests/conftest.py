@@ -68,11 +68,11 @@ class Broker:
 
     def start(self) -> None:
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
+            proc = self.proc = subprocess.Popen(
                 [_broker_bin(), "--socket", self.sock, "--shm-name", self.shm,
                  "--log-level", "warning", "--max-value", "4096", "--destroy-segment-on-exit"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        wait_for(lambda: _answers(self.sock) or self.proc.poll() is not None, 10, "broker")
+        wait_for(lambda: _answers(self.sock) or proc.poll() is not None, 10, "broker")
         if not _answers(self.sock):
             raise RuntimeError(f"broker did not come up: {Path(self.log).read_text()}")
 
