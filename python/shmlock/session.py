@@ -17,7 +17,7 @@ from typing import (Any, AsyncIterator, Dict, Iterator, List, Optional, Type, Ty
                     Union)
 
 from . import _lib
-from .errors import (SessionEnded, ShmlockError, Timeout, error_for, raise_for)
+from .errors import ShmlockError, Timeout, error_for, raise_for
 from .info import HolderInfo, KeyInfo, Leader, SessionInfo, Stats
 
 Value = Union[bytes, bytearray, memoryview, str, None]
@@ -256,10 +256,10 @@ class Session:
         # The pid check comes first: in a child, a lock held by a parent's
         # thread at fork time would never be released.
         if os.getpid() != self.pid:
-            raise error_for(-_lib.EFORKED, "session of the parent process")
+            raise error_for(-_lib.EFORKED)
         with self._cond:
             if self._closed or self._h is None:
-                raise SessionEnded(_lib.ESESSION, "session closed", "")
+                raise error_for(-_lib.ESESSION)
             self._active += 1
         try:
             yield self._h

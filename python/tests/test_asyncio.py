@@ -38,9 +38,10 @@ def test_async_watch_does_not_block_the_loop(session: shmlock.Session, other: sh
 
         async def changer() -> None:
             # Wait until the loop has shown it runs while the watch waits.
-            while ticks < 10:
+            while ticks < 10 and not done.is_set():
                 await asyncio.sleep(0.01)
-            other.lock(key, timeout=0)
+            if not done.is_set():
+                other.lock(key, timeout=0)
 
         tt = asyncio.create_task(ticker())
         ct = asyncio.create_task(changer())
@@ -49,7 +50,14 @@ def test_async_watch_does_not_block_the_loop(session: shmlock.Session, other: sh
         await asyncio.gather(tt, ct)
         return ki, ticks
 
-    ki, ticks = asyncio.run(main())
+    # Should the watch block the loop, this change from a thread ends it, so
+    # that the test fails on the tick count instead of hanging.
+    rescue = threading.Timer(5, lambda: other.lock(key, timeout=0))
+    rescue.start()
+    try:
+        ki, ticks = asyncio.run(main())
+    finally:
+        rescue.cancel()
     assert ticks >= 10
     assert ki is not None and ki.modify_index > index and ki.holder_session == other.id
     other.release(key)
