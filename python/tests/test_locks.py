@@ -254,3 +254,16 @@ def test_every_error_code_has_a_family_and_a_message() -> None:
     assert isinstance(errors.error_for(-errno.EBUSY), shmlock.NotAcquired)
     assert isinstance(errors.error_for(-shmlock.errors.EEXPIRED), shmlock.NotHeld)
     assert type(errors.error_for(-errno.ENOMEM)) is shmlock.ShmlockError
+
+
+def test_default_session_configure_and_reopen(broker, key: str) -> None:
+    shmlock.configure(name="configured", lock_delay=0)
+    try:
+        s = shmlock.default_session()
+        assert any(i.id == s.id and i.name == "configured" for i in shmlock.sessions())
+        shmlock.close_default_session()
+        assert s.closed
+        with shmlock.lock(key, timeout=1):
+            assert shmlock.default_session().id != s.id
+    finally:
+        shmlock.configure()
