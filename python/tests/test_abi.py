@@ -30,7 +30,8 @@ def test_struct_layouts_match_the_header(tmp_path: Path) -> None:
     for cname, py in STRUCTS.items():
         lines.append(f'printf("%zu\\n", sizeof(struct {cname}));')
         want.append(ctypes.sizeof(py))
-        for fname, _ in py._fields_:
+        for field in py._fields_:
+            fname = field[0]
             lines.append(f'printf("%zu\\n", offsetof(struct {cname}, {fname}));')
             want.append(getattr(py, fname).offset)
     lines.append("return 0; }")
