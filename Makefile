@@ -473,6 +473,7 @@ help:
 	@echo '                tests, then again under ASan+UBSan'
 	@echo 'make run        run shmlockd in the foreground with a short demo'
 	@echo 'make bench      print the benchmark tables'
+	@echo 'make python-check  the Python binding'"'"'s pytest suite against this build'
 	@echo 'make install    install under $$(DESTDIR)$$(PREFIX) (ldconfig when DESTDIR is empty)'
 	@echo 'make uninstall  remove what make install wrote (same PREFIX, DESTDIR and O)'
 	@echo 'make SANITIZE=address,undefined|thread   sanitizer build; V=1 verbose'
