@@ -175,8 +175,12 @@ class Pending:
         return Hold(self.session, self.key, self.token, self.limit)
 
     def cancel(self) -> None:
-        """Give up the request; a grant that already landed is released."""
-        if self._done and not self.granted:
+        """Give up the request; a grant that already landed is released.
+
+        Does nothing once wait() has returned or raised (the Hold it returned
+        is the caller's to release).
+        """
+        if self._done:
             return
         try:
             hold = self.wait(0)
