@@ -35,7 +35,7 @@ __version__ = "0.2.0"
 __all__ = [
     "Session", "Hold", "Pending", "KeyInfo", "HolderInfo", "SessionInfo", "Stats",
     "WaiterInfo", "Leader", "admin", "errors", "version", "default_session", "configure",
-    "close_default_session", "lock", "try_lock", "semaphore", "enqueue", "release", "held",
+    "close_default_session", "lock", "lock_async", "try_lock", "semaphore", "enqueue", "release", "held",
     "renew_hold", "check_token", "info", "value", "leader", "watch", "watch_async", "watches",
     "holders", "keys", "sessions", "stats", "force_release", "destroy_session", "strerror",
     "ShmlockError", "BrokerUnavailable", "AccessDenied", "VersionMismatch", "NotAcquired",
@@ -108,6 +108,12 @@ def lock(key: str, timeout: Optional[float] = None, *, lease: Optional[float] = 
          value: Value = None) -> Hold:
     """Session.lock() on the default session."""
     return default_session().lock(key, timeout, lease=lease, value=value)
+
+
+async def lock_async(key: str, timeout: Optional[float] = None, *,
+                     lease: Optional[float] = None, value: Value = None) -> Hold:
+    """Session.lock_async() on the default session."""
+    return await default_session().lock_async(key, timeout, lease=lease, value=value)
 
 
 def try_lock(key: str, *, lease: Optional[float] = None, value: Value = None) -> Optional[Hold]:

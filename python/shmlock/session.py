@@ -13,7 +13,7 @@ import time
 from contextlib import contextmanager
 from ctypes import byref, c_int, c_uint64, c_void_p
 from types import TracebackType
-from typing import (Any, AsyncIterator, Dict, Iterator, List, Optional, Type, TypeVar,
+from typing import (Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Type, TypeVar,
                     Union)
 
 from . import _lib
@@ -529,6 +529,71 @@ class Session:
             return await fut
         finally:
             stop.set()
+
+    async def _in_thread(self, name: str, fn: Callable[[], Hold]) -> Hold:
+        """Run the blocking acquire @fn in a thread of its own; a grant that lands
+        after the awaiting task was cancelled is released at once."""
+        loop = asyncio.get_running_loop()
+        fut: "asyncio.Future[Hold]" = loop.create_future()
+        lock = threading.Lock()
+        state = {"abandoned": False}
+
+        def settle(hold: Optional[Hold], exc: Optional[BaseException]) -> None:
+            if fut.done():
+                if hold is not None:
+                    hold.release()
+                return
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(hold)  # type: ignore[arg-type]
+
+        def run() -> None:
+            hold: Optional[Hold] = None
+            exc: Optional[BaseException] = None
+            try:
+                hold = fn()
+            except BaseException as e:
+                exc = e
+            with lock:
+                abandoned = state["abandoned"]
+            if abandoned:
+                if hold is not None:
+                    try:
+                        hold.release()
+                    except ShmlockError:
+                        pass
+                return
+            try:
+                loop.call_soon_threadsafe(settle, hold, exc)
+            except RuntimeError:  # the loop closed meanwhile
+                if hold is not None:
+                    hold.release()
+
+        threading.Thread(target=run, name=name, daemon=True).start()
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            with lock:
+                state["abandoned"] = True
+            raise
+
+    async def lock_async(self, key: str, timeout: Optional[float] = None, *,
+                         lease: Optional[float] = None, value: Value = None) -> Hold:
+        """lock() for asyncio: the wait runs in a thread of its own.
+
+        Cancelling the awaiting task gives the request up: the thread keeps its
+        place in the queue until the grant (or @timeout), then releases at once.
+        """
+        return await self._in_thread(f"shmlock-lock {key}",
+                                     lambda: self.lock(key, timeout, lease=lease, value=value))
+
+    async def semaphore_async(self, key: str, limit: int, timeout: Optional[float] = None, *,
+                              lease: Optional[float] = None, value: Value = None) -> Hold:
+        """semaphore() for asyncio, as lock_async()."""
+        return await self._in_thread(
+            f"shmlock-sem {key}",
+            lambda: self.semaphore(key, limit, timeout, lease=lease, value=value))
 
     async def watches(self, key: str, index: int = 0) -> AsyncIterator[KeyInfo]:
         """Async iterator over @key's changes after @index: ``async for ki in s.watches(k)``."""

@@ -108,3 +108,33 @@ def test_async_iterator_of_changes(session: shmlock.Session, other: shmlock.Sess
 
     seen = asyncio.run(asyncio.wait_for(main(), 20))
     assert seen[0] == 1 and seen[-1] == 0
+
+
+def test_lock_async_and_cancel(session: shmlock.Session, other: shmlock.Session,
+                               key: str) -> None:
+    async def main() -> None:
+        hold = other.lock(key)
+        task = asyncio.create_task(session.lock_async(key, timeout=20))
+        while session.info(key).waiters != 1:
+            await asyncio.sleep(0.01)
+        hold.release()
+        with await task as mine:
+            assert mine.token > hold.token
+            # A cancelled request: its grant, landing later, is released at once.
+            late = asyncio.create_task(other.lock_async(key, timeout=20))
+            while session.info(key).waiters != 1:
+                await asyncio.sleep(0.01)
+            late.cancel()
+            try:
+                await late
+                raise AssertionError("not cancelled")
+            except asyncio.CancelledError:
+                pass
+        deadline = time.monotonic() + 10
+        while session.info(key).holders or session.info(key).waiters:
+            assert time.monotonic() < deadline, "the abandoned grant was not released"
+            await asyncio.sleep(0.01)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    with session.lock(key, timeout=5):
+        pass
