@@ -202,6 +202,7 @@ check: deps
 	$(MAKE) header-check
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 install-check
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 test
+	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 python-check
 	$(MAKE) O=build/asan CRASH_POINTS=1 WERROR=1 SANITIZE=address,undefined \
 		CFLAGS="-O1 -g" test
 	$(MAKE) fuzz-short
@@ -217,6 +218,16 @@ run: deps-run
 bench: deps
 	$(MAKE) all $(BENCH)
 	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) $(BENCH)
+
+# ---- the Python binding (python/, docs/python.md) -------------------------
+
+# Its pytest suite with Debian's python3, against this build's liblocal.so
+# and a broker it starts on a private socket (python/tests/conftest.py).
+.PHONY: python-check
+python-check: $(SHLIB) $(BROKER)
+	cd python && SHMLOCK_LIBLOCAL=$(abspath $(O))/$(SONAME) \
+		SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) PYTHONDONTWRITEBYTECODE=1 \
+		timeout 300 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests
 
 # ---- reliability (docs/reliability.md) -----------------------------------
 
@@ -462,6 +473,7 @@ help:
 	@echo '                tests, then again under ASan+UBSan'
 	@echo 'make run        run shmlockd in the foreground with a short demo'
 	@echo 'make bench      print the benchmark tables'
+	@echo 'make python-check  the Python binding'"'"'s pytest suite against this build'
 	@echo 'make install    install under $$(DESTDIR)$$(PREFIX) (ldconfig when DESTDIR is empty)'
 	@echo 'make uninstall  remove what make install wrote (same PREFIX, DESTDIR and O)'
 	@echo 'make SANITIZE=address,undefined|thread   sanitizer build; V=1 verbose'

@@ -30,6 +30,8 @@ libcurl4-openssl-dev openssl \
 etcd-server etcd-client"
 # python3-consul: a real Consul client against the Consul-compatible API (tests/it_consul.c).
 TEST_PKGS="$TEST_PKGS python3-consul"
+# python3-pytest: the Python binding's tests (make python-check; asyncio without a plugin).
+TEST_PKGS="$TEST_PKGS python3-pytest"
 
 case "${1:-all}" in
 run) PKGS=$RUN_PKGS ;;
