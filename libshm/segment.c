@@ -165,6 +165,9 @@ int seg_bind(struct segment *seg, void *mem, size_t size)
 	seg->lock_timeout_ms = 0;
 	seg->lock_budget_ns = 0;
 	seg->lock_budgeted = false;
+	/* Rings go to the broker (the broker's loop turns ring_local on). */
+	seg->ring_local = false;
+	seg->rung_local = false;
 	/* Until a session says how the broker sees us: our own pid. */
 	seg->lock_self = (uint32_t)getpid();
 	seg->lock_judge = true;

@@ -264,6 +264,10 @@ static int loop_once(void)
 		http_doorbell(&B);
 		done++;
 	}
+	/* The end of the loop's turn (loop.c): daemons asked to run soon
+	 * (a resumed connection: a long poll answered, a 401 let go). */
+	if (http_run_due(&B))
+		done++;
 	return done;
 }
 
