@@ -226,7 +226,8 @@ bench: deps
 # purge them and check that nothing is left (tests/deb-check.sh).
 # The package build must not inherit this make's command-line variables
 # (O=, CRASH_POINTS=, PREFIX= ... travel in MAKEFLAGS): debian/rules sets its own.
-DEB_ENV := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL
+# Debian's tools only: no pyenv python or /usr/local tool ahead in PATH.
+DEB_ENV := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL PATH=/usr/sbin:/usr/bin:/sbin:/bin
 .PHONY: deb deb-check
 deb-check:
 	@scripts/install-deps.sh deb

@@ -13,6 +13,11 @@
 set -eu
 
 top=$(pwd)
+# Debian's tools only: a python3.11 of pyenv (or anything else in
+# /usr/local or ~) ahead in PATH has not Debian's modules, and a package
+# must be built and tested with what the packages depend on.
+PATH=/usr/sbin:/usr/bin:/sbin:/bin
+export PATH
 work=${1:-$(mktemp -d /tmp/shmlock-deb-check-XXXXXX)}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
