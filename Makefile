@@ -219,29 +219,6 @@ bench: deps
 	$(MAKE) all $(BENCH)
 	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) $(BENCH)
 
-# ---- Debian packages (docs/packaging.md) ---------------------------------
-
-# Build the packages of debian/ out of tree, lintian them, install them on
-# this machine (as root), use the installed broker, CLI, library and binding,
-# purge them and check that nothing is left (tests/deb-check.sh).
-# The package build must not inherit this make's command-line variables
-# (O=, CRASH_POINTS=, PREFIX= ... travel in MAKEFLAGS): debian/rules sets its own.
-# Debian's tools only: no pyenv python or /usr/local tool ahead in PATH.
-DEB_ENV := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL PATH=/usr/sbin:/usr/bin:/sbin:/bin
-.PHONY: deb deb-check
-deb-check:
-	@scripts/install-deps.sh deb
-	$(DEB_ENV) tests/deb-check.sh
-
-# The packages alone, into $(O)/deb (built from a copy: the tree stays clean).
-deb:
-	@scripts/install-deps.sh deb
-	rm -rf $(O)/deb && mkdir -p $(O)/deb/shmlock-$(VERSION)
-	git ls-files -co --exclude-standard | tar -cf - -T - | tar -C $(O)/deb/shmlock-$(VERSION) -xf -
-	cd $(O)/deb/shmlock-$(VERSION) && $(DEB_ENV) dpkg-buildpackage -us -uc -b -j2
-	rm -rf $(O)/deb/shmlock-$(VERSION)
-	@ls $(O)/deb/*.deb
-
 # ---- reliability (docs/reliability.md) -----------------------------------
 
 .PHONY: soak soak-short model test-tsan valgrind
@@ -468,6 +445,30 @@ uninstall:
 # check that nothing is left (tests/install.sh).
 install-check: all
 	+tests/install.sh $(O) $(abspath $(O))/install-check
+
+# ---- Debian packages (docs/packaging.md) ---------------------------------
+
+# Build the packages of debian/ out of tree, lintian them, install them on
+# this machine (as root), use the installed broker, CLI, library and binding,
+# purge them and check that nothing is left (tests/deb-check.sh).
+# The package build must not inherit this make's command-line variables
+# (O=, CRASH_POINTS=, PREFIX= ... travel in MAKEFLAGS): debian/rules sets its own.
+# Debian's tools only: no pyenv python or /usr/local tool ahead in PATH.
+DEB_ENV := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL PATH=/usr/sbin:/usr/bin:/sbin:/bin
+.PHONY: deb deb-check
+deb-check:
+	@scripts/install-deps.sh deb
+	$(DEB_ENV) tests/deb-check.sh
+
+# The packages alone, into $(O)/deb (built from a copy: the tree stays clean).
+deb:
+	@scripts/install-deps.sh deb
+	rm -rf $(O)/deb && mkdir -p $(O)/deb/shmlock-$(VERSION)
+	git ls-files -co --exclude-standard | while read -r f; do [ ! -e "$$f" ] || echo "$$f"; done | \
+		tar -cf - -T - | tar -C $(O)/deb/shmlock-$(VERSION) -xf -
+	cd $(O)/deb/shmlock-$(VERSION) && $(DEB_ENV) dpkg-buildpackage -us -uc -b -j2
+	rm -rf $(O)/deb/shmlock-$(VERSION)
+	@ls $(O)/deb/*.deb
 
 format:
 	clang-format -i $(LIBSHM_SRC) $(BROKER_SRC) $(CLI_SRC) libshm/*.h broker/*.h include/*.h
