@@ -79,6 +79,10 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
 
 [ "$(id -u)" = 0 ] || die "run as root: the check installs and purges packages"
+# One check at a time on a machine: two would install and purge the same
+# packages under each other.
+exec 9>/run/lock/shmlock-deb-check.lock
+flock -w 600 9 || die "another deb-check held /run/lock/shmlock-deb-check.lock for 10 minutes"
 for p in $PKGS; do
 	case $(state "$p") in
 	not-installed) ;;
