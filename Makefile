@@ -210,6 +210,7 @@ check: deps
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 valgrind
 	$(MAKE) O=build/tsan CRASH_POINTS=1 WERROR=1 SANITIZE=thread CFLAGS="-O1 -g" test-tsan
 	$(MAKE) O=build/check model
+	$(MAKE) deb-check
 
 run: deps-run
 	$(MAKE) all $(DEMO)
@@ -456,6 +457,30 @@ uninstall:
 install-check: all
 	+tests/install.sh $(O) $(abspath $(O))/install-check
 
+# ---- Debian packages (docs/packaging.md) ---------------------------------
+
+# Build the packages of debian/ out of tree, lintian them, install them on
+# this machine (as root), use the installed broker, CLI, library and binding,
+# purge them and check that nothing is left (tests/deb-check.sh).
+# The package build must not inherit this make's command-line variables
+# (O=, CRASH_POINTS=, PREFIX= ... travel in MAKEFLAGS): debian/rules sets its own.
+# Debian's tools only: no pyenv python or /usr/local tool ahead in PATH.
+DEB_ENV := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL PATH=/usr/sbin:/usr/bin:/sbin:/bin
+.PHONY: deb deb-check
+deb-check:
+	@scripts/install-deps.sh deb
+	$(DEB_ENV) tests/deb-check.sh
+
+# The packages alone, into $(O)/deb (built from a copy: the tree stays clean).
+deb:
+	@scripts/install-deps.sh deb
+	rm -rf $(O)/deb && mkdir -p $(O)/deb/shmlock-$(VERSION)
+	git ls-files -co --exclude-standard | while read -r f; do [ ! -e "$$f" ] || echo "$$f"; done | \
+		tar -cf - -T - | tar -C $(O)/deb/shmlock-$(VERSION) -xf -
+	cd $(O)/deb/shmlock-$(VERSION) && $(DEB_ENV) dpkg-buildpackage -us -uc -b -j2
+	rm -rf $(O)/deb/shmlock-$(VERSION)
+	@ls $(O)/deb/*.deb
+
 format:
 	clang-format -i $(LIBSHM_SRC) $(BROKER_SRC) $(CLI_SRC) libshm/*.h broker/*.h include/*.h
 
@@ -476,6 +501,8 @@ help:
 	@echo 'make python-check  the Python binding'"'"'s pytest suite against this build'
 	@echo 'make install    install under $$(DESTDIR)$$(PREFIX) (ldconfig when DESTDIR is empty)'
 	@echo 'make uninstall  remove what make install wrote (same PREFIX, DESTDIR and O)'
+	@echo 'make deb        build the Debian packages into $$(O)/deb'
+	@echo 'make deb-check  build, lintian, install, use and purge the Debian packages (root)'
 	@echo 'make SANITIZE=address,undefined|thread   sanitizer build; V=1 verbose'
 
 -include $(shell find $(O) -name '*.d' -type f 2>/dev/null)

@@ -2,10 +2,12 @@
 # Install the Debian packages shmlock needs, when they are missing. Does
 # nothing when everything is present; needs root otherwise.
 #
-# Usage: scripts/install-deps.sh [run|all]
+# Usage: scripts/install-deps.sh [run|deb|all]
 #   run  what building and running need (make run): compiler, headers and
 #        libraries of the broker, the CLI and liblocal
-#   all  (default) that and the test toolchain (make check, make bench)
+#   deb  that and what building the Debian packages needs (make deb,
+#        make deb-check: debian/control's Build-Depends, and lintian)
+#   all  (default) all of these and the test toolchain (make check, make bench)
 set -eu
 
 # Building and running: liburcu (broker), libsystemd (sd_notify, socket
@@ -33,11 +35,19 @@ TEST_PKGS="$TEST_PKGS python3-consul"
 # python3-pytest: the Python binding's tests (make python-check; asyncio without a plugin).
 TEST_PKGS="$TEST_PKGS python3-pytest"
 
+# Debian packages (debian/, make deb-check): debhelper (dh_installsysusers
+# needs 13.11's sequence), dh-python and pybuild's pyproject plugin with
+# setuptools for python3-shmlock, fakeroot and dpkg-dev for
+# dpkg-buildpackage, lintian for the policy check.
+DEB_PKGS="debhelper dh-python python3-all pybuild-plugin-pyproject python3-setuptools \
+fakeroot dpkg-dev lintian"
+
 case "${1:-all}" in
 run) PKGS=$RUN_PKGS ;;
-all) PKGS="$RUN_PKGS $TEST_PKGS" ;;
+deb) PKGS="$RUN_PKGS $DEB_PKGS" ;;
+all) PKGS="$RUN_PKGS $TEST_PKGS $DEB_PKGS" ;;
 *)
-	echo "usage: $0 [run|all]" >&2
+	echo "usage: $0 [run|deb|all]" >&2
 	exit 2
 	;;
 esac
