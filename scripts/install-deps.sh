@@ -30,6 +30,8 @@ libcurl4-openssl-dev openssl \
 etcd-server etcd-client"
 # python3-consul: a real Consul client against the Consul-compatible API (tests/it_consul.c).
 TEST_PKGS="$TEST_PKGS python3-consul"
+# chromium: the web view's tests drive Debian's headless Chromium (tests/it_ui.c, tests/ui/cdp.py).
+TEST_PKGS="$TEST_PKGS chromium"
 
 case "${1:-all}" in
 run) PKGS=$RUN_PKGS ;;
