@@ -178,7 +178,6 @@ void ui_dispatch(struct hreq *r)
 	size_t n = strcspn(p, "?");
 
 	if (r->method != M_GET) {
-		r->rt.allow[0] = '\0';
 		snprintf(r->rt.allow, sizeof(r->rt.allow), "GET, HEAD");
 		hreq_error(r, 405, "method_not_allowed", "the web view answers GET only");
 		return;

@@ -210,14 +210,16 @@ static json_t *session_ref(const struct segment *seg, uint64_t w)
 			 "pid", (json_int_t)s->pid);
 }
 
+/* qsort() has no argument for these: the loop thread is the only caller. */
+static const struct seg_node *cmp_nodes;
+
+/* Queued requests in arrival order (seq), as the FIFO grants them. */
 static int wait_cmp(const void *pa, const void *pb)
 {
 	const uint32_t *a = pa, *b = pb;
-	extern const struct seg_node *ui_cmp_nodes;
 
-	return u64_cmp(ui_cmp_nodes[*a].seq, ui_cmp_nodes[*b].seq);
+	return u64_cmp(cmp_nodes[*a].seq, cmp_nodes[*b].seq);
 }
-const struct seg_node *ui_cmp_nodes;
 
 /* The rows of the page: their holders and queues from one pass over the
  * nodes. */
@@ -249,7 +251,7 @@ static json_t *page_rows(struct http *h, struct krow *rows, uint32_t n)
 		else if (NODE_STATE(w) == NODE_WAITING && nw[p] < UI_ROW_WAITERS)
 			wait[p][nw[p]++] = i;
 	}
-	ui_cmp_nodes = seg->nodes;
+	cmp_nodes = seg->nodes;
 	for (i = 0; i < n; i++) {
 		const struct seg_key *k = &seg->keys[rows[i].idx];
 		bool quar = atomic_load(&k->state) == KEY_QUARANTINED;
