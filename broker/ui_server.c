@@ -94,8 +94,10 @@ static void parse_query(struct hreq *r, struct ui_query *q)
 	for (i = 0; i < sizeof(sorts) / sizeof(sorts[0]); i++)
 		if (!strcmp(q->sort, sorts[i]))
 			break;
-	if (i == sizeof(sorts) / sizeof(sorts[0]))
+	if (i == sizeof(sorts) / sizeof(sorts[0])) {
+		memset(q->sort, 0, sizeof(q->sort)); /* compared whole (answer()) */
 		snprintf(q->sort, sizeof(q->sort), "key");
+	}
 	arg(r, "dir", dir, sizeof(dir));
 	q->desc = !strcmp(dir, "desc");
 	q->offset = arg_u32(r, "offset", 0, UINT32_MAX);
@@ -215,13 +217,29 @@ void ui_request_done(struct hreq *r)
 		}
 }
 
-static void answer(struct ui *u, uint32_t i, uint64_t stamp)
+/* The views answered in one round that ask the same question get the same
+ * text: one snapshot per question and change, not per view. */
+struct round {
+	struct ui_query q;
+	const struct hreq *r; /* whose reply has it; NULL: none yet */
+};
+
+static void answer(struct ui *u, uint32_t i, uint64_t stamp, struct round *rd)
 {
 	struct hreq *r = u->waits[i].r;
 	struct ui_query q = u->waits[i].q;
 
 	forget(u, i);
-	reply_state(r, &q, stamp);
+	if (rd->r && !memcmp(&rd->q, &q, sizeof(q)) && rd->r->status == 200 && rd->r->reply &&
+	    (r->reply = strdup(rd->r->reply))) {
+		r->status = 200;
+		r->answered = true;
+		r->ctype = rd->r->ctype;
+	} else {
+		reply_state(r, &q, stamp);
+		rd->q = q;
+		rd->r = r;
+	}
 	u->polls_answered++;
 	hreq_resume(r);
 }
@@ -232,13 +250,15 @@ void ui_poll(struct http *h, bool tick)
 	uint64_t stamp, now = mono_ns();
 	uint32_t i;
 
+	struct round rd = { .r = NULL };
+
 	(void)tick;
 	if (!u || !u->nwaits)
 		return;
 	stamp = ui_stamp(h);
 	for (i = 0; i < u->nwaits;) {
 		if (u->waits[i].since != stamp || now >= u->waits[i].deadline_ns || h->draining)
-			answer(u, i, stamp); /* moves the last one into i */
+			answer(u, i, stamp, &rd); /* moves the last one into i */
 		else
 			i++;
 	}
@@ -252,9 +272,10 @@ void ui_end_all(struct http *h)
 		return;
 	{
 		uint64_t stamp = ui_stamp(h);
+		struct round rd = { .r = NULL };
 
 		while (u->nwaits)
-			answer(u, 0, stamp);
+			answer(u, 0, stamp, &rd);
 	}
 }
 

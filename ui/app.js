@@ -142,7 +142,14 @@
 	}
 
 	async function loop() {
+		let last = 0;
 		for (;;) {
+			// At most 4 answers a second, however fast the segment
+			// changes: a busy broker is not asked once per change.
+			const wait = last + 250 - performance.now();
+			if (st.stamp && wait > 0)
+				await sleep(wait);
+			last = performance.now();
 			ctl = new AbortController();
 			const p = new URLSearchParams({ q: st.q, sort: st.sort, dir: st.dir,
 							offset: st.offset, limit: st.limit });
