@@ -264,6 +264,10 @@ static int loop_once(void)
 		http_doorbell(&B);
 		done++;
 	}
+	/* As loop.c at the end of a turn (J5's run_soon(), which replaced the
+	 * TIMER_HTTP_RUN timer): resumed connections are answered now. */
+	if (http_run_due(&B))
+		done++;
 	return done;
 }
 
