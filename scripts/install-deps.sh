@@ -28,10 +28,10 @@ libcurl4-openssl-dev"
 TEST_PKGS="libcunit1-dev curl jq clang libclang-rt-14-dev systemd man-db spin valgrind \
 libcurl4-openssl-dev openssl \
 etcd-server etcd-client"
-# python3-consul: a real Consul client against the Consul-compatible API (tests/it_consul.c).
-TEST_PKGS="$TEST_PKGS python3-consul"
 # chromium: the web view's tests drive Debian's headless Chromium (tests/it_ui.c, tests/ui/cdp.py).
 TEST_PKGS="$TEST_PKGS chromium"
+# python3-consul: a real Consul client against the Consul-compatible API (tests/it_consul.c).
+TEST_PKGS="$TEST_PKGS python3-consul"
 
 case "${1:-all}" in
 run) PKGS=$RUN_PKGS ;;
