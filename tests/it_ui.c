@@ -425,6 +425,53 @@ TEST(ui, sigkilled_holder_lock_delay_countdown, 60)
 	broker_stop_clean(&e.b);
 }
 
+/* 10 000 keys in the browser: the page holds one page of rows, and its
+ * search box, sortable headers and next button ask the broker for others. */
+TEST(ui, search_sort_and_page_10000_keys_in_the_browser, 90)
+{
+	const char *more[] = { "--max-keys", "12000", "--max-holds", "12000", NULL };
+	struct ui_env e;
+	struct cdp c;
+	local_session *s;
+	char key[32];
+	uint64_t tok;
+	int i;
+
+	ui_start(&e, more);
+	s = open_session(&e.b, "ui-bulk", 0, 0);
+	for (i = 0; i < 10000; i++) {
+		snprintf(key, sizeof(key), "bulk/%05d", i);
+		CHECK_OK(local_lock(s, key, &wait20, &tok));
+	}
+	CHECK_OK(local_lock(s, "other/x", &wait20, &tok));
+	cdp_open(&c, &e);
+#define ROWS "document.querySelectorAll('#keys tbody tr')"
+	PAGE_WAIT(&c, 10000, "document.getElementById('keys-count').textContent=='(10001)'&&"
+		  ROWS ".length==50&&" ROWS "[0].dataset.key=='bulk/00000'");
+	/* Search. */
+	CHECK(!strcmp(cdp(&c, 5000, "eval (function(){var i=document.getElementById('search');"
+			  "i.value='other';i.dispatchEvent(new Event('input'));return 1;})()"), "1"));
+	PAGE_WAIT(&c, 10000, ROWS ".length==1&&" ROWS "[0].dataset.key=='other/x'&&"
+		  "document.getElementById('keys-count').textContent=='(1 of 10001)'");
+	CHECK(!strcmp(cdp(&c, 5000, "eval (function(){var i=document.getElementById('search');"
+			  "i.value='';i.dispatchEvent(new Event('input'));return 1;})()"), "1"));
+	PAGE_WAIT(&c, 10000, ROWS ".length==50&&" ROWS "[0].dataset.key=='bulk/00000'");
+	/* Sort by name, descending (the second click on the key header). */
+	CHECK(!strcmp(cdp(&c, 5000, "eval (document.querySelector('th[data-sort=key]').click(),1)"),
+		      "1"));
+	PAGE_WAIT(&c, 10000, ROWS "[0].dataset.key=='other/x'&&" ROWS "[1].dataset.key=="
+		  "'bulk/09999'");
+	/* The next page. */
+	CHECK(!strcmp(cdp(&c, 5000, "eval (document.getElementById('next').click(),1)"), "1"));
+	PAGE_WAIT(&c, 10000, ROWS ".length==50&&" ROWS "[0].dataset.key=='bulk/09950'&&"
+		  "document.getElementById('page').textContent=='51–100 of 10001'");
+#undef ROWS
+	cdp_shot(&c, "4-10000-keys-sorted-page-2");
+	cdp_quit(&c);
+	local_session_close(s);
+	broker_stop_clean(&e.b);
+}
+
 /* ---- the data API (no browser) ---------------------------------------------- */
 
 TEST(ui, api_token_paging_search_sort_over_10000_keys, 60)
