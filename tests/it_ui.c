@@ -196,10 +196,19 @@ static void cdp_start(struct cdp *c, const struct ui_env *e)
 	int in[2], out[2];
 	pid_t parent = getpid();
 
-	if (env && *env)
+	if (env && *env) {
 		snprintf(script, sizeof(script), "%s", env);
-	else
-		exe_rel(script, sizeof(script), 4, "tests/ui/cdp.py");
+	} else { /* the source tree above $(O), however deep O is */
+		int up;
+
+		for (up = 2; up < 8; up++) {
+			exe_rel(script, sizeof(script), up, "tests/ui/cdp.py");
+			if (!access(script, R_OK))
+				break;
+		}
+		if (up == 8)
+			FAIL_AT("tests/ui/cdp.py not found above the test binary; set SHMLOCK_UI_CDP");
+	}
 	exe_rel(c->shots, sizeof(c->shots), 2, "ui-shots");
 	mkdir(c->shots, 0755);
 	snprintf(prof, sizeof(prof), "%s/chrome", e->b.dir);
