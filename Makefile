@@ -62,7 +62,10 @@ INTEG_SRC  := $(wildcard tests/it_*.c)
 
 PIC_OBJ    := $(LIBSHM_SRC:%.c=$(O)/pic/%.o)
 STATIC_OBJ := $(LIBSHM_SRC:%.c=$(O)/static/%.o)
-BROKER_OBJ := $(BROKER_SRC:%.c=$(O)/%.o) $(O)/gen/openapi_doc.o
+# K4: the web view's assets (ui/), embedded in the broker.
+UI_ASSETS  := index.html app.js app.css
+UI_GEN_OBJ := $(patsubst %,$(O)/gen/ui_%.o,$(subst .,_,$(UI_ASSETS)))
+BROKER_OBJ := $(BROKER_SRC:%.c=$(O)/%.o) $(O)/gen/openapi_doc.o $(UI_GEN_OBJ)
 CLI_OBJ    := $(CLI_SRC:%.c=$(O)/%.o)
 
 SONAME   := liblocal.so.$(SOVERSION)
@@ -144,6 +147,14 @@ $(O)/gen/openapi_doc.c: docs/openapi.json scripts/embed.sh
 	$(call say,GEN,$@)
 	@mkdir -p $(@D)
 	$(Q)sh scripts/embed.sh openapi_json $< > $@
+
+# K4: the web view's page, script and style (ui/), compiled into the broker
+# (docs/web-view.md): nothing fetched at build or install time.
+.SECONDARY: $(UI_GEN_OBJ:.o=.c)
+$(O)/gen/ui_%.c: scripts/embed.sh $(addprefix ui/,$(UI_ASSETS))
+	$(call say,GEN,$@)
+	@mkdir -p $(@D)
+	$(Q)sh scripts/embed.sh ui_$* ui/$(subst _,.,$*) > $@
 
 $(O)/gen/%.o: $(O)/gen/%.c
 	$(call say,CC,$@)
@@ -310,7 +321,7 @@ FUZZ_CLI_SRC := cli/args.c cli/duration.c cli/escape.c
 # OpenAPI document it serves, built in $(FUZZ_O) with the fuzz flags; the
 # broker's RCU frees are made synchronous (see tests/fuzz/fuzz_http.c).
 FUZZ_BROKER_OBJ := $(patsubst %.c,$(FUZZ_O)/%.o,$(filter-out broker/main.c,$(BROKER_SRC))) \
-		   $(FUZZ_O)/gen/openapi_doc.o
+		   $(FUZZ_O)/gen/openapi_doc.o $(patsubst %,$(FUZZ_O)/gen/ui_%.o,index_html app_js app_css)
 
 fuzz-build:
 	$(MAKE) O=$(FUZZ_O) CC=clang SANITIZE=address,undefined \

@@ -112,6 +112,10 @@ struct hreq {
 	bool consul;
 	char *url;
 	void *cx;
+	/* K4, the web view (ui_server.c): the answer's Content-Type when not
+	 * JSON from the API, and a long poll of the view in flight. */
+	const char *ctype;
+	bool ui_waiting;
 };
 
 /* Fill @r's answer; the request is answered when the handler returns (or
@@ -277,6 +281,7 @@ struct http {
 	uint32_t nips;
 	struct http_counters c;
 	struct consul *consul; /* consul_*.c; NULL when off */
+	struct ui *ui; /* K4: the web view's long polls (ui_server.c); NULL until used */
 };
 
 

@@ -28,6 +28,7 @@
 #include "clock.h"
 #include "consul_int.h"
 #include "http_int.h"
+#include "ui.h"
 
 extern const char openapi_json[];
 
@@ -247,6 +248,8 @@ static enum MHD_Result send_answer(struct hreq *r)
 
 	if (r->rt.id == R_METRICS && r->status == 200)
 		type = "text/plain; version=0.0.4";
+	if (r->ctype) /* K4: the web view's pages and data (ui_server.c) */
+		type = r->ctype;
 	resp = text ? MHD_create_response_from_buffer(strlen(text), (void *)text,
 						      MHD_RESPMEM_MUST_COPY)
 		    : MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
@@ -263,6 +266,12 @@ static enum MHD_Result send_answer(struct hreq *r)
 	if (r->h->draining)
 		MHD_add_response_header(resp, "Connection", "close");
 	add_cors(r, resp);
+	if (r->ctype) { /* K4: the view runs only its own script, never cached */
+		MHD_add_response_header(resp, "Cache-Control", "no-store");
+		MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+		MHD_add_response_header(resp, "Content-Security-Policy",
+					"default-src 'self'; frame-ancestors 'none'");
+	}
 	ret = MHD_queue_response(r->conn, (unsigned)r->status, resp);
 	MHD_destroy_response(resp);
 	return ret;
@@ -456,6 +465,10 @@ static void dispatch(struct hreq *r)
 			   o->rate_per_ip, r->ip);
 		return;
 	}
+	if (r->url && !r->consul) { /* K4: the web view; its data checks the token */
+		ui_dispatch(r);
+		return;
+	}
 	if (!http_auth_check(r))
 		return;
 	if (r->rt.id == R_NONE) {
@@ -548,6 +561,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		}
 		if ((r->consul = consul_conn(h, c)) && !(r->url = strdup(url)))
 			return MHD_NO;
+		if (!r->consul && ui_path(url) && !(r->url = strdup(url))) /* K4 */
+			return MHD_NO;
 		*ctx = r;
 		return MHD_YES;
 	}
@@ -598,6 +613,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
 		return;
 	http_waiter_drop(r);
 	http_delayed_forget(r);
+	ui_request_done(r); /* K4 */
 	if (r->grant_tok && why != MHD_REQUEST_TERMINATED_COMPLETED_OK)
 		http_grant_undelivered(r); /* before the session is let go */
 	http_session_done(r);
@@ -816,6 +832,7 @@ void http_stop(struct broker *b)
 		return;
 	http_delayed_flush(h); /* 401s held back: answered now */
 	http_waiters_end(h, NULL, 503, "draining");
+	ui_end_all(h); /* K4 */
 	consul_stop(h);
 	for (i = 0; i < h->nd; i++)
 		MHD_run(h->d[i]); /* let resumed connections finish */
@@ -827,6 +844,7 @@ void http_stop(struct broker *b)
 	if (h->unlink_unix)
 		unlink(b->opts.http.unix_path);
 	consul_free(h);
+	ui_free(h); /* K4 */
 	hsessions_fini(h);
 	http_ips_free(h);
 	free(h->waiters);
@@ -908,6 +926,7 @@ void http_doorbell(struct broker *b)
 	if (b->http) {
 		http_waiters_poll(b->http);
 		consul_doorbell(b->http);
+		ui_poll(b->http, false); /* K4: the web view's long polls */
 	}
 }
 
@@ -940,6 +959,7 @@ void http_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 		run_daemon(h, i); /* connection timeouts */
 	http_sessions_reap(h);
 	http_ips_gc(h);
+	ui_poll(h, true); /* K4: lock-free changes ring no doorbell */
 	broker_schedule(b, mono_ns() + period, TIMER_HTTP_TICK, 0, 0);
 }
 
@@ -956,6 +976,7 @@ bool http_draining(struct broker *b)
 		h->drain_deadline_ns = mono_ns() + DRAIN_NS;
 		http_waiters_end(h, NULL, 503, "draining");
 		consul_drain(h);
+		ui_end_all(h); /* K4 */
 		blog(LOG_INFO, "HTTP: draining (%u connection(s))", h->connections);
 	}
 	return h->connections == 0 || mono_ns() >= h->drain_deadline_ns;

@@ -30,6 +30,8 @@ libcurl4-openssl-dev"
 TEST_PKGS="libcunit1-dev curl jq clang libclang-rt-14-dev systemd man-db spin valgrind \
 libcurl4-openssl-dev openssl \
 etcd-server etcd-client"
+# chromium: the web view's tests drive Debian's headless Chromium (tests/it_ui.c, tests/ui/cdp.py).
+TEST_PKGS="$TEST_PKGS chromium"
 # python3-consul: a real Consul client against the Consul-compatible API (tests/it_consul.c).
 TEST_PKGS="$TEST_PKGS python3-consul"
 # python3-pytest: the Python binding's tests (make python-check; asyncio without a plugin).
