@@ -127,21 +127,30 @@ static uint64_t ms_left(uint64_t until, uint64_t now)
 	return until > now ? (until - now + 999999) / 1000000 : 0;
 }
 
+/* Who node @n belongs to, into a record's session, name and pid (left zero
+ * when its session is gone). */
+static void node_owner(const struct segment *seg, const struct seg_node *n, uint8_t session[16],
+		       char name[SEG_NAME_MAX], int32_t *pid)
+{
+	const struct seg_session *s = seg_session_at(seg, NODE_SESSION(atomic_load(&n->word)));
+
+	if (!s)
+		return;
+	memcpy(session, s->id, sizeof(s->id));
+	memcpy(name, s->name, sizeof(s->name));
+	name[SEG_NAME_MAX - 1] = '\0';
+	*pid = s->pid;
+}
+
 /* A holder record for hold node @i; -ENOSPC when the page is full. */
 static int add_holder(const struct segment *seg, uint32_t i, uint64_t now, struct page *p)
 {
 	const struct seg_node *n = &seg->nodes[i];
-	const struct seg_session *s = seg_session_at(seg, NODE_SESSION(atomic_load(&n->word)));
 	struct proto_op_holder *r = rec_add(p, sizeof(*r), PROTO_OP_PAGE);
 
 	if (!r)
 		return -ENOSPC;
-	if (s) {
-		memcpy(r->session, s->id, sizeof(r->session));
-		memcpy(r->name, s->name, sizeof(r->name));
-		r->name[sizeof(r->name) - 1] = '\0';
-		r->pid = s->pid;
-	}
+	node_owner(seg, n, r->session, r->name, &r->pid);
 	r->token = n->token;
 	r->lease_remaining_ms = n->lease_until_ns ? ms_left(n->lease_until_ns, now) : 0;
 	return 0;
@@ -152,17 +161,11 @@ static int add_holder(const struct segment *seg, uint32_t i, uint64_t now, struc
 static int add_waiter(const struct segment *seg, uint32_t i, uint32_t now_ms, struct page *p)
 {
 	const struct seg_node *n = &seg->nodes[i];
-	const struct seg_session *s = seg_session_at(seg, NODE_SESSION(atomic_load(&n->word)));
 	struct proto_op_waiter *r = rec_add(p, sizeof(*r), PROTO_OP_PAGE);
 
 	if (!r)
 		return -ENOSPC;
-	if (s) {
-		memcpy(r->session, s->id, sizeof(r->session));
-		memcpy(r->name, s->name, sizeof(r->name));
-		r->name[sizeof(r->name) - 1] = '\0';
-		r->pid = s->pid;
-	}
+	node_owner(seg, n, r->session, r->name, &r->pid);
 	r->seq = n->seq;
 	r->waiting_ms = (uint32_t)(now_ms - n->queued_ms); /* wraps every 49 days: fine */
 	return 0;
