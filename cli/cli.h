@@ -211,6 +211,8 @@ struct holders {
 	size_t n, cap;
 };
 
+/* A holder-listing callback: append @lh to the struct holders @arg. 0 or -ENOMEM. */
+int holders_add(const struct local_holder *lh, void *arg);
 /* Fill @h (zeroed by the caller) with the holders of @key; prints errors. */
 int holders_get(local_session *s, const char *key, struct holders *h);
 void holders_free(struct holders *h);

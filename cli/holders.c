@@ -6,7 +6,7 @@
 
 #include "cli.h"
 
-static int add_holder(const struct local_holder *lh, void *arg)
+int holders_add(const struct local_holder *lh, void *arg)
 {
 	struct holders *h = arg;
 
@@ -25,7 +25,7 @@ static int add_holder(const struct local_holder *lh, void *arg)
 
 int holders_get(local_session *s, const char *key, struct holders *h)
 {
-	int err = local_holders(s, key, add_holder, h);
+	int err = local_holders(s, key, holders_add, h);
 
 	if (err)
 		errorf("cannot list the holders of %s: %s", key, cli_strerror(err));

@@ -299,23 +299,10 @@ static int collect_key(const char *key, const struct local_key_info *ki, unsigne
 static int collect_holder(const char *key, const struct local_holder *h, void *arg)
 {
 	struct key_list *l = arg;
-	struct holders *hs;
-	struct local_holder *v;
 
 	if (!l->n || strcmp(l->v[l->n - 1].name, key))
 		return -EPROTO;
-	hs = &l->v[l->n - 1].h;
-	if (hs->n == hs->cap) {
-		size_t cap = hs->cap ? 2 * hs->cap : 4;
-
-		v = realloc(hs->v, cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		hs->v = v;
-		hs->cap = cap;
-	}
-	hs->v[hs->n++] = *h;
-	return 0;
+	return holders_add(h, &l->v[l->n - 1].h);
 }
 
 static int cmp_rows(const void *a, const void *b)
@@ -519,26 +506,9 @@ int cmd_sessions(int argc, char **argv)
 
 /* ---- what keys and info share about the broker's view of a key ---- */
 
-static int add_holder_at(const struct local_holder *lh, void *arg)
-{
-	struct holders *h = arg;
-
-	if (h->n == h->cap) {
-		size_t cap = h->cap ? 2 * h->cap : 4;
-		struct local_holder *v = realloc(h->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		h->v = v;
-		h->cap = cap;
-	}
-	h->v[h->n++] = *lh;
-	return 0;
-}
-
 int holders_get_at(const char *socket, const char *key, struct holders *h)
 {
-	int err = cli_admin_holders(socket, key, add_holder_at, h);
+	int err = cli_admin_holders(socket, key, holders_add, h);
 
 	if (err)
 		errorf("cannot list the holders of %s: %s", key, cli_strerror(err));
