@@ -107,6 +107,12 @@ int op_broker_info(const char *socket_path, struct proto_op_broker *out);
  * when it is in none the broker knows of. */
 int op_lock_delay(const char *socket_path, const char *key, struct proto_op_delay *out);
 
+/* keeper_call.c: one exchange with the segment's keeper at @path (the
+ * broker's socket + ".keep", broker/keeper.c): send @cmd ('G' get, 'Q'
+ * quit), wait @timeout_s for 'K'; for 'G' the segment's fd in *@fd. 0,
+ * -errno of the connection (-ENOENT, -ECONNREFUSED: no keeper), or -EPROTO. */
+int keeper_exchange(const char *path, char cmd, int timeout_s, int *fd);
+
 /* api_sem.c: a released hold ends the local_enqueue() request it came from. */
 void api_drop_granted_pending(local_session *s, const char *key, size_t len, uint32_t key_idx);
 
