@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -433,4 +434,17 @@ int activated_stream_fd(const char *name)
 	if (fd >= 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0)
 		fd = -1;
 	return fd;
+}
+
+unsigned listen_max_connections(unsigned configured)
+{
+	struct rlimit rl;
+	uint64_t n = 1024;
+
+	if (configured)
+		return configured;
+	if (!getrlimit(RLIMIT_NOFILE, &rl))
+		n = rl.rlim_cur;
+	n /= 4;
+	return (unsigned)(n < 16 ? 16 : n > 16384 ? 16384 : n);
 }
