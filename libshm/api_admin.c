@@ -241,6 +241,31 @@ static int call(local_session *s, const void *req, size_t len)
 	return err ? err : rep.status;
 }
 
+int api_force_release_req(struct proto_force_release *req, const char *key, size_t len,
+			  const char *holder_id)
+{
+	memset(req, 0, sizeof(*req));
+	proto_init_hdr(&req->hdr, MSG_FORCE_RELEASE, sizeof(*req));
+	if (!holder_id)
+		req->all = 1;
+	else if (hex_decode(holder_id, req->holder, sizeof(req->holder)))
+		return -EINVAL;
+	req->key_len = (uint32_t)len;
+	memcpy(req->key, key, len);
+	return 0;
+}
+
+int api_destroy_req(struct proto_session_id *req, const char *session_id)
+{
+	if (!session_id)
+		return -EINVAL;
+	memset(req, 0, sizeof(*req));
+	proto_init_hdr(&req->hdr, MSG_DESTROY, sizeof(*req));
+	if (hex_decode(session_id, req->id, sizeof(req->id)))
+		return -EINVAL;
+	return 0;
+}
+
 int local_force_release(local_session *s, const char *key, const char *holder_id)
 {
 	struct proto_force_release req;
@@ -248,17 +273,9 @@ int local_force_release(local_session *s, const char *key, const char *holder_id
 	int err;
 
 	err = api_enter(s, key, &len);
-	if (err)
-		return err;
-	memset(&req, 0, sizeof(req));
-	proto_init_hdr(&req.hdr, MSG_FORCE_RELEASE, sizeof(req));
-	if (!holder_id)
-		req.all = 1;
-	else if (hex_decode(holder_id, req.holder, sizeof(req.holder)))
-		return -EINVAL;
-	req.key_len = (uint32_t)len;
-	memcpy(req.key, key, len);
-	return call(s, &req, sizeof(req));
+	if (!err)
+		err = api_force_release_req(&req, key, len, holder_id);
+	return err ? err : call(s, &req, sizeof(req));
 }
 
 int local_session_destroy(local_session *s, const char *session_id)
@@ -266,13 +283,7 @@ int local_session_destroy(local_session *s, const char *session_id)
 	struct proto_session_id req;
 	int err = session_usable(s);
 
-	if (err)
-		return err;
-	if (!session_id)
-		return -EINVAL;
-	memset(&req, 0, sizeof(req));
-	proto_init_hdr(&req.hdr, MSG_DESTROY, sizeof(req));
-	if (hex_decode(session_id, req.id, sizeof(req.id)))
-		return -EINVAL;
-	return call(s, &req, sizeof(req));
+	if (!err)
+		err = api_destroy_req(&req, session_id);
+	return err ? err : call(s, &req, sizeof(req));
 }

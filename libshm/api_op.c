@@ -684,28 +684,15 @@ int local_admin_force_release(const char *socket_path, const char *key, const ch
 	size_t len;
 	int err = key_arg(key, &len, false);
 
-	if (err)
-		return err;
-	memset(&req, 0, sizeof(req));
-	proto_init_hdr(&req.hdr, MSG_FORCE_RELEASE, sizeof(req));
-	if (!holder_id)
-		req.all = 1;
-	else if (hex_decode(holder_id, req.holder, sizeof(req.holder)))
-		return -EINVAL;
-	req.key_len = (uint32_t)len;
-	memcpy(req.key, key, len);
-	return plain_call(socket_path, &req, sizeof(req));
+	if (!err)
+		err = api_force_release_req(&req, key, len, holder_id);
+	return err ? err : plain_call(socket_path, &req, sizeof(req));
 }
 
 int local_admin_session_destroy(const char *socket_path, const char *session_id)
 {
 	struct proto_session_id req;
+	int err = api_destroy_req(&req, session_id);
 
-	if (!session_id)
-		return -EINVAL;
-	memset(&req, 0, sizeof(req));
-	proto_init_hdr(&req.hdr, MSG_DESTROY, sizeof(req));
-	if (hex_decode(session_id, req.id, sizeof(req.id)))
-		return -EINVAL;
-	return plain_call(socket_path, &req, sizeof(req));
+	return err ? err : plain_call(socket_path, &req, sizeof(req));
 }

@@ -107,6 +107,13 @@ int op_broker_info(const char *socket_path, struct proto_op_broker *out);
  * when it is in none the broker knows of. */
 int op_lock_delay(const char *socket_path, const char *key, struct proto_op_delay *out);
 
+/* api_admin.c: the MSG_FORCE_RELEASE (@holder_id NULL: every holder) and
+ * MSG_DESTROY requests, as a session and the operator calls without one
+ * send them; 0, or -EINVAL for an id that is not hex. */
+int api_force_release_req(struct proto_force_release *req, const char *key, size_t len,
+			  const char *holder_id);
+int api_destroy_req(struct proto_session_id *req, const char *session_id);
+
 /* keeper_call.c: one exchange with the segment's keeper at @path (the
  * broker's socket + ".keep", broker/keeper.c): send @cmd ('G' get, 'Q'
  * quit), wait @timeout_s for 'K'; for 'G' the segment's fd in *@fd. 0,
