@@ -74,17 +74,10 @@ static bool still_ours(const char *path, const struct stat *bound)
 
 static void serve(int conn, int memfd, const char *path)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
 	struct timeval tv = { .tv_sec = 1 };
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
 	char cmd = 0, ans = 'K';
-	struct iovec iov = { &ans, 1 };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	struct cmsghdr *c;
 
 	/* Our own user and root only: the fd is every lock. */
 	if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
@@ -95,15 +88,7 @@ static void serve(int conn, int memfd, const char *path)
 	if (recv(conn, &cmd, 1, 0) != 1)
 		return;
 	if (cmd == 'G') {
-		memset(&ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl.buf;
-		mh.msg_controllen = sizeof(ctl.buf);
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &memfd, sizeof(int));
-		sendmsg(conn, &mh, MSG_NOSIGNAL);
+		send_with_fd(conn, &ans, 1, memfd, MSG_NOSIGNAL);
 	} else if (cmd == 'Q') {
 		unlink(path);
 		send(conn, &ans, 1, MSG_NOSIGNAL);
