@@ -146,15 +146,7 @@ static int key_from(const char *raw, struct local_key_info *ki, char *name, unsi
 	    r.kind > LOCAL_KIND_SEMAPHORE ||
 	    (r.flags & ~(PROTO_KEY_QUARANTINED | PROTO_KEY_BUSY | PROTO_KEY_MORE_HOLDERS)))
 		return -LOCAL_EPROTO;
-	{
-		size_t sz = ki->sz, room = ki->value_buf_size;
-		void *buf = ki->value_buf;
-
-		memset(ki, 0, sizeof(*ki));
-		ki->sz = sz;
-		ki->value_buf = buf;
-		ki->value_buf_size = room;
-	}
+	api_info_clear(ki);
 	ki->kind = r.kind;
 	ki->limit = r.limit;
 	ki->holders = r.holders;

@@ -163,6 +163,8 @@ int api_not_held(local_session *s, uint32_t key_idx, bool consume);
 /* A new grant of @key_idx: an older expiry of it is no longer news. */
 void api_forget_expiry(local_session *s, uint32_t key_idx);
 void api_fill_info_locked(struct segment *seg, struct seg_key *k, struct local_key_info *out);
+/* Zero @out but for the caller's sz, value_buf and value_buf_size. */
+void api_info_clear(struct local_key_info *out);
 /* Metrics (J3): a wait that began at @since ended with @err (0: granted
  * @tok; -ETIMEDOUT: given up); counted in the session's slot. */
 void api_note_wait(local_session *s, const char *key, int err, uint64_t since, uint32_t key_idx,
