@@ -109,6 +109,12 @@ int help_print(const char *cmd, FILE *out);
 
 /* ---- common.c: what the inspection and administration commands share ---- */
 
+/* The array @v (@n elements of @size bytes in use, *@cap allocated) with
+ * room for one more: @v itself, or reallocated to twice *@cap elements
+ * (@first the first time) with *@cap updated; NULL when out of memory, @v
+ * and *@cap then as they were. */
+void *grow_array(void *v, size_t n, size_t *cap, size_t size, size_t first);
+
 struct cli_common {
 	const char *socket; /* -socket; NULL: $SHMLOCK_SOCKET, then the default */
 	bool json;	    /* -json */

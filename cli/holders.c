@@ -9,16 +9,11 @@
 int holders_add(const struct local_holder *lh, void *arg)
 {
 	struct holders *h = arg;
+	struct local_holder *v = grow_array(h->v, h->n, &h->cap, sizeof(*v), 4);
 
-	if (h->n == h->cap) {
-		size_t cap = h->cap ? 2 * h->cap : 4;
-		struct local_holder *v = realloc(h->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		h->v = v;
-		h->cap = cap;
-	}
+	if (!v)
+		return -ENOMEM;
+	h->v = v;
 	h->v[h->n++] = *lh;
 	return 0;
 }

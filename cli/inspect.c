@@ -272,17 +272,11 @@ struct key_list {
 static int collect_key(const char *key, const struct local_key_info *ki, unsigned kf, void *arg)
 {
 	struct key_list *l = arg;
-	struct key_row *r;
+	struct key_row *r, *v = grow_array(l->v, l->n, &l->cap, sizeof(*v), 16);
 
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 16;
-		struct key_row *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
+	if (!v)
+		return -ENOMEM;
+	l->v = v;
 	r = &l->v[l->n];
 	memset(r, 0, sizeof(*r));
 	r->name = strdup(key);
@@ -406,16 +400,11 @@ struct session_list {
 static int collect_session(const struct local_session_info *si, void *arg)
 {
 	struct session_list *l = arg;
+	struct local_session_info *v = grow_array(l->v, l->n, &l->cap, sizeof(*v), 16);
 
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 16;
-		struct local_session_info *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
+	if (!v)
+		return -ENOMEM;
+	l->v = v;
 	l->v[l->n++] = *si;
 	return 0;
 }
