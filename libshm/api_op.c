@@ -256,16 +256,15 @@ _Static_assert(PROTO_KEY_QUARANTINED == LOCAL_KEY_QUARANTINED &&
 int local_admin_stats(const char *socket_path, struct local_stats *out_caller,
 		      uint32_t *quarantined_keys)
 {
-	struct local_stats *out = out_caller;
 	struct proto_op_stats r;
 	struct local_stats full;
 	struct op_conn c;
 	size_t n;
 	int err;
 
-	if (!out)
+	if (!out_caller)
 		return -EINVAL;
-	err = abi_size(out, sizeof(full), &n);
+	err = abi_size(out_caller, sizeof(full), &n);
 	if (err)
 		return err;
 	err = op_open(&c, socket_path);
@@ -274,29 +273,7 @@ int local_admin_stats(const char *socket_path, struct local_stats *out_caller,
 	err = op_single(&c, MSG_OP_STATS, "", 0, sizeof(r), -LOCAL_EPROTO);
 	if (!err) {
 		memcpy(&r, c.buf + sizeof(struct proto_op_reply), sizeof(r));
-		out = &full;
-		memset(out, 0, sizeof(*out));
-		out->broker_pid = r.broker_pid;
-		out->uptime_ms = r.uptime_ms;
-		out->sessions = r.sessions;
-		out->keys = r.keys;
-		out->holds = r.holds;
-		out->waiters = r.waiters;
-		out->max_sessions = r.max_sessions;
-		out->max_keys = r.max_keys;
-		out->max_holds = r.max_holds;
-		out->max_waiters = r.max_waiters;
-		out->max_value = r.max_value;
-		out->grants = r.grants;
-		out->timeouts = r.timeouts;
-		out->handoffs = r.handoffs;
-		out->lease_expiries = r.lease_expiries;
-		out->ttl_expiries = r.ttl_expiries;
-		out->crash_cleanups = r.crash_cleanups;
-		out->repairs = r.repairs;
-		out->quarantined = r.quarantined;
-		out->sessions_opened = r.sessions_opened;
-		out->sessions_closed = r.sessions_closed;
+		api_stats_from_op(&r, &full);
 		if (quarantined_keys)
 			*quarantined_keys = r.quarantined_keys;
 		full.sz = n;

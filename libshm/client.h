@@ -107,6 +107,13 @@ int op_broker_info(const char *socket_path, struct proto_op_broker *out);
  * when it is in none the broker knows of. */
 int op_lock_delay(const char *socket_path, const char *key, struct proto_op_delay *out);
 
+/* api_admin.c: the figures of MSG_OP_STATS, counted in @seg's mapping
+ * (the broker's answer, /metrics and local_stats()); @r's fields zero
+ * before, its record head left as it is. */
+void api_seg_stats(const struct segment *seg, struct proto_op_stats *r);
+/* api_admin.c: those figures as liblocal gives them (all of @out set). */
+void api_stats_from_op(const struct proto_op_stats *r, struct local_stats *out);
+
 /* api_admin.c: the MSG_FORCE_RELEASE (@holder_id NULL: every holder) and
  * MSG_DESTROY requests, as a session and the operator calls without one
  * send them; 0, or -EINVAL for an id that is not hex. */
