@@ -78,10 +78,9 @@ static void launch_with(struct broker_proc *b, const char *const *more)
 	broker_wait_ready(b, 5000);
 }
 
-void broker_start(struct broker_proc *b, const char *const *extra)
+void broker_names(struct broker_proc *b, const char *tag)
 {
 	static int seq;
-	int i = 0;
 
 	memset(b, 0, sizeof(*b));
 	/* Named after the test process, so the runner can remove what a
@@ -91,7 +90,14 @@ void broker_start(struct broker_proc *b, const char *const *extra)
 		FAIL_AT("mkdtemp: %s", strerror(errno));
 	snprintf(b->sock, sizeof(b->sock), "%s/sock", b->dir);
 	snprintf(b->log, sizeof(b->log), "%s/broker.log", b->dir);
-	snprintf(b->shm, sizeof(b->shm), "/shmlock-test-%d-%d", (int)getpid(), seq++);
+	snprintf(b->shm, sizeof(b->shm), "/shmlock-test-%d-%s%d", (int)getpid(), tag, seq++);
+}
+
+void broker_start(struct broker_proc *b, const char *const *extra)
+{
+	int i = 0;
+
+	broker_names(b, "");
 	for (; extra && extra[i] && i < 15; i++)
 		b->extra[i] = extra[i];
 	b->extra[i] = NULL;
