@@ -200,6 +200,13 @@ int listen_tcp_spec(const char *spec, const char *flag, const char *what);
 /* The socket-activated stream socket named @name ("http", "tcp"), made
  * non-blocking, or -1 (listen.c). */
 int activated_stream_fd(const char *name);
+/* A listener's connection cap: @configured, or when 0 a quarter of the fd
+ * limit in force, kept within 16..16384 (listen.c). */
+unsigned listen_max_connections(unsigned configured);
+/* sendmsg() @len bytes of @buf on @sock with @flags, and @fd along with them
+ * (SCM_RIGHTS) when it is >= 0 (listen.c; the control socket's replies and
+ * the keeper's answers). */
+ssize_t send_with_fd(int sock, const void *buf, size_t len, int fd, int flags);
 
 /* timers.c */
 int timer_add(struct timer_heap *h, uint64_t at_ns, uint32_t kind, uint32_t a, uint32_t b);

@@ -32,21 +32,11 @@ int consul_opt_parse(struct consul_opts *o, int opt, const char *arg)
 {
 	switch (opt) {
 	case OPT_CONSUL_LISTEN:
-		if (!*arg || strlen(arg) >= sizeof(o->listen)) {
-			fprintf(stderr, "shmlockd: --consul-listen: empty or too long\n");
-			return -1;
-		}
-		strcpy(o->listen, arg);
-		return 0;
+		return opt_string("consul-listen", arg, o->listen, sizeof(o->listen));
 	case OPT_CONSUL_TTL_MIN:
 		return opt_number("consul-session-ttl-min", arg, 1, 86400, &o->ttl_min_s);
 	case OPT_CONSUL_NODE:
-		if (!*arg || strlen(arg) >= sizeof(o->node)) {
-			fprintf(stderr, "shmlockd: --consul-node-name: empty or too long\n");
-			return -1;
-		}
-		strcpy(o->node, arg);
-		return 0;
+		return opt_string("consul-node-name", arg, o->node, sizeof(o->node));
 	}
 	return -1;
 }

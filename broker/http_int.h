@@ -217,6 +217,13 @@ void http_delayed_forget(struct hreq *r);
 /* ---- stats and metrics (http_stats.c) ----------------------------------- */
 
 void http_stats(struct hreq *r);
+/* The first holder of @key as @observer sees it, for stats (HTTP's and the
+ * TCP protocol's): its session id and lease left; "" and 0 when none. */
+struct first_holder {
+	char session[LOCAL_SESSION_ID_LEN + 1];
+	uint64_t lease_ms;
+};
+void stats_first_holder(local_session *observer, const char *key, struct first_holder *f);
 void http_metrics(struct hreq *r);
 void http_metrics_note(struct http *h, enum http_method m, enum http_route rt, int status,
 		       uint64_t ns);

@@ -71,7 +71,7 @@ bool http_enabled(const struct http_opts *o)
 	return o->listen[0] || o->unix_path[0];
 }
 
-static int copy(const char *name, const char *arg, char *dst, size_t size)
+int opt_string(const char *name, const char *arg, char *dst, size_t size)
 {
 	if (strlen(arg) >= size || !*arg) {
 		fprintf(stderr, "shmlockd: --%s: empty or too long\n", name);
@@ -122,15 +122,15 @@ int http_opt_parse(struct http_opts *o, int opt, const char *arg)
 {
 	switch (opt) {
 	case OPT_HTTP_LISTEN:
-		return copy("http-listen", arg, o->listen, sizeof(o->listen));
+		return opt_string("http-listen", arg, o->listen, sizeof(o->listen));
 	case OPT_HTTP_SOCKET:
-		return copy("http-socket", arg, o->unix_path, sizeof(o->unix_path));
+		return opt_string("http-socket", arg, o->unix_path, sizeof(o->unix_path));
 	case OPT_HTTP_IDLE:
 		return opt_number("http-session-idle-timeout", arg, 1, 86400, &o->idle_timeout_s);
 	case OPT_HTTP_LEASE:
 		return opt_number("default-lease-ttl", arg, 1, 86400, &o->default_lease_s);
 	case OPT_HTTP_AUTH:
-		return copy("auth-token", arg, o->auth_token, sizeof(o->auth_token));
+		return opt_string("auth-token", arg, o->auth_token, sizeof(o->auth_token));
 	case OPT_HTTP_AUTH_FILE:
 		return token_file(arg, o->auth_token, sizeof(o->auth_token));
 	case OPT_HTTP_MAX_SESSIONS:
@@ -143,13 +143,13 @@ int http_opt_parse(struct http_opts *o, int opt, const char *arg)
 	case OPT_HTTP_BURST:
 		return opt_number("http-rate-limit-burst", arg, 1, 1000000, &o->rate_burst);
 	case OPT_HTTP_CORS:
-		return copy("http-cors-allowed-origins", arg, o->cors_origins,
+		return opt_string("http-cors-allowed-origins", arg, o->cors_origins,
 			    sizeof(o->cors_origins));
 	case OPT_HTTP_INSECURE:
 		o->insecure_no_auth = true;
 		return 0;
 	case OPT_HTTP_HOSTS:
-		return copy("http-allowed-hosts", arg, o->allowed_hosts, sizeof(o->allowed_hosts));
+		return opt_string("http-allowed-hosts", arg, o->allowed_hosts, sizeof(o->allowed_hosts));
 	case OPT_HTTP_MAX_CONNS:
 		return opt_number("http-max-connections", arg, 1, 1000000, &o->max_connections);
 	case OPT_HTTP_MAX_CONNS_PER_IP:

@@ -16,7 +16,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -701,25 +700,12 @@ static bool is_tcp(int fd)
  * dawdling over its request longer than --http-connection-timeout.
  * Suspended long polls are not idle: their own deadline ends them.
  */
-static unsigned max_connections(const struct http_opts *o)
-{
-	struct rlimit rl;
-	uint64_t n = 1024;
-
-	if (o->max_connections)
-		return o->max_connections;
-	if (!getrlimit(RLIMIT_NOFILE, &rl))
-		n = rl.rlim_cur;
-	n /= 4;
-	return (unsigned)(n < 16 ? 16 : n > 16384 ? 16384 : n);
-}
-
 static int start_daemon(struct http *h, int fd)
 {
 	const struct http_opts *o = &h->b->opts.http;
 	const union MHD_DaemonInfo *info;
 	struct MHD_Daemon *d;
-	unsigned i = h->nd, max = max_connections(o);
+	unsigned i = h->nd, max = listen_max_connections(o->max_connections);
 	unsigned per_ip = o->max_connections_per_ip ? o->max_connections_per_ip : (max + 1) / 2;
 
 	if (!is_tcp(fd))

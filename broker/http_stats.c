@@ -46,18 +46,20 @@ struct stats_walk {
 	json_t *locks, *sems, *idle_locks, *idle_sems;
 };
 
-struct first_holder {
-	char session[LOCAL_SESSION_ID_LEN + 1];
-	uint64_t lease_ms;
-};
-
 static int take_first(const struct local_holder *hl, void *arg)
 {
 	struct first_holder *f = arg;
 
 	memcpy(f->session, hl->session, sizeof(f->session));
 	f->lease_ms = hl->lease_remaining_ms;
-	return 1;
+	return 1; /* stop: the first is all stats show */
+}
+
+void stats_first_holder(local_session *observer, const char *key, struct first_holder *f)
+{
+	f->session[0] = '\0';
+	f->lease_ms = 0;
+	local_holders(observer, key, take_first, f);
 }
 
 /*
@@ -152,7 +154,7 @@ static int stats_key(const char *raw, const struct local_key_info *ki, void *arg
 		struct first_holder f = { "", 0 };
 
 		if (ki->holders)
-			local_holders(w->h->observer, raw, take_first, &f);
+			stats_first_holder(w->h->observer, raw, &f);
 		e = json_pack("{s:s, s:I, s:f, s:i}", "key", key, "owner_conn_id",
 			      owner_number(w->h->b, f.session), "lease_expires_in_s",
 			      (double)f.lease_ms / 1000.0, "waiters", (json_int_t)ki->waiters);

@@ -50,61 +50,17 @@ int keeper_path(const char *socket_path, char *buf, size_t size)
 	return 0;
 }
 
-/* One exchange with the keeper at @path: @cmd, then its answer (and fd). */
-static int keeper_call(const char *path, char cmd, int *fd)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct timeval tv = { .tv_sec = 5 };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	char ans = 0;
-	struct iovec iov = { &ans, 1 };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-			     .msg_controllen = sizeof(ctl.buf) };
-	struct cmsghdr *c;
-	int sock, err = 0, got = -1;
-	ssize_t n;
-
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(sa.sun_path, path);
-	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (sock < 0)
-		return -errno;
-	setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	if (connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    send(sock, &cmd, 1, MSG_NOSIGNAL) != 1) {
-		err = -errno;
-		goto out;
-	}
-	do
-		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
-	for (c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-		    c->cmsg_len == CMSG_LEN(sizeof(int)))
-			memcpy(&got, CMSG_DATA(c), sizeof(int));
-	if (n != 1 || ans != 'K' || (fd && got < 0))
-		err = -EPROTO;
-	else if (fd)
-		*fd = got, got = -1;
-out:
-	if (got >= 0)
-		close(got);
-	close(sock);
-	return err;
-}
+/* How long the broker waits for the keeper's answer. */
+#define KEEPER_CALL_S 5
 
 int keeper_fetch(const char *path, int *fd)
 {
-	return keeper_call(path, 'G', fd);
+	return keeper_exchange(path, 'G', KEEPER_CALL_S, fd);
 }
 
 int keeper_quit(const char *path)
 {
-	return keeper_call(path, 'Q', NULL);
+	return keeper_exchange(path, 'Q', KEEPER_CALL_S, NULL);
 }
 
 /* The keeper's socket file is still the one it bound (same inode). */
@@ -118,17 +74,10 @@ static bool still_ours(const char *path, const struct stat *bound)
 
 static void serve(int conn, int memfd, const char *path)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
 	struct timeval tv = { .tv_sec = 1 };
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
 	char cmd = 0, ans = 'K';
-	struct iovec iov = { &ans, 1 };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	struct cmsghdr *c;
 
 	/* Our own user and root only: the fd is every lock. */
 	if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
@@ -139,15 +88,7 @@ static void serve(int conn, int memfd, const char *path)
 	if (recv(conn, &cmd, 1, 0) != 1)
 		return;
 	if (cmd == 'G') {
-		memset(&ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl.buf;
-		mh.msg_controllen = sizeof(ctl.buf);
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &memfd, sizeof(int));
-		sendmsg(conn, &mh, MSG_NOSIGNAL);
+		send_with_fd(conn, &ans, 1, memfd, MSG_NOSIGNAL);
 	} else if (cmd == 'Q') {
 		unlink(path);
 		send(conn, &ans, 1, MSG_NOSIGNAL);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -433,4 +434,41 @@ int activated_stream_fd(const char *name)
 	if (fd >= 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0)
 		fd = -1;
 	return fd;
+}
+
+unsigned listen_max_connections(unsigned configured)
+{
+	struct rlimit rl;
+	uint64_t n = 1024;
+
+	if (configured)
+		return configured;
+	if (!getrlimit(RLIMIT_NOFILE, &rl))
+		n = rl.rlim_cur;
+	n /= 4;
+	return (unsigned)(n < 16 ? 16 : n > 16384 ? 16384 : n);
+}
+
+ssize_t send_with_fd(int sock, const void *buf, size_t len, int fd, int flags)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { (void *)buf, len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (fd >= 0) {
+		struct cmsghdr *c;
+
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = sizeof(ctl.buf);
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	}
+	return sendmsg(sock, &mh, flags);
 }

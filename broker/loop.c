@@ -145,27 +145,8 @@ static int bind_allowed(struct broker *b, int conn, const struct proto_bind *req
 
 static void send_reply(int conn, const struct proto_reply *rep, int fd)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = { (void *)rep, sizeof(*rep) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-
-	if (fd >= 0) {
-		struct cmsghdr *c;
-
-		memset(&ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl.buf;
-		mh.msg_controllen = sizeof(ctl.buf);
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	}
 	/* Non-blocking: a client that does not read its reply loses it. */
-	sendmsg(conn, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	send_with_fd(conn, rep, sizeof(*rep), fd, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 void loop_handle_conn(struct broker *b, int conn)

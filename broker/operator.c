@@ -127,21 +127,30 @@ static uint64_t ms_left(uint64_t until, uint64_t now)
 	return until > now ? (until - now + 999999) / 1000000 : 0;
 }
 
+/* Who node @n belongs to, into a record's session, name and pid (left zero
+ * when its session is gone). */
+static void node_owner(const struct segment *seg, const struct seg_node *n, uint8_t session[16],
+		       char name[SEG_NAME_MAX], int32_t *pid)
+{
+	const struct seg_session *s = seg_session_at(seg, NODE_SESSION(atomic_load(&n->word)));
+
+	if (!s)
+		return;
+	memcpy(session, s->id, sizeof(s->id));
+	memcpy(name, s->name, sizeof(s->name));
+	name[SEG_NAME_MAX - 1] = '\0';
+	*pid = s->pid;
+}
+
 /* A holder record for hold node @i; -ENOSPC when the page is full. */
 static int add_holder(const struct segment *seg, uint32_t i, uint64_t now, struct page *p)
 {
 	const struct seg_node *n = &seg->nodes[i];
-	const struct seg_session *s = seg_session_at(seg, NODE_SESSION(atomic_load(&n->word)));
 	struct proto_op_holder *r = rec_add(p, sizeof(*r), PROTO_OP_PAGE);
 
 	if (!r)
 		return -ENOSPC;
-	if (s) {
-		memcpy(r->session, s->id, sizeof(r->session));
-		memcpy(r->name, s->name, sizeof(r->name));
-		r->name[sizeof(r->name) - 1] = '\0';
-		r->pid = s->pid;
-	}
+	node_owner(seg, n, r->session, r->name, &r->pid);
 	r->token = n->token;
 	r->lease_remaining_ms = n->lease_until_ns ? ms_left(n->lease_until_ns, now) : 0;
 	return 0;
@@ -152,17 +161,11 @@ static int add_holder(const struct segment *seg, uint32_t i, uint64_t now, struc
 static int add_waiter(const struct segment *seg, uint32_t i, uint32_t now_ms, struct page *p)
 {
 	const struct seg_node *n = &seg->nodes[i];
-	const struct seg_session *s = seg_session_at(seg, NODE_SESSION(atomic_load(&n->word)));
 	struct proto_op_waiter *r = rec_add(p, sizeof(*r), PROTO_OP_PAGE);
 
 	if (!r)
 		return -ENOSPC;
-	if (s) {
-		memcpy(r->session, s->id, sizeof(r->session));
-		memcpy(r->name, s->name, sizeof(r->name));
-		r->name[sizeof(r->name) - 1] = '\0';
-		r->pid = s->pid;
-	}
+	node_owner(seg, n, r->session, r->name, &r->pid);
 	r->seq = n->seq;
 	r->waiting_ms = (uint32_t)(now_ms - n->queued_ms); /* wraps every 49 days: fine */
 	return 0;
@@ -593,49 +596,7 @@ static int op_stats(struct broker *b, struct page *p)
 /* Split out of op_stats() for /metrics (J3, broker/metrics_render.c). */
 void operator_stats(const struct broker *b, struct proto_op_stats *r)
 {
-	const struct segment *seg = &b->seg;
-	const struct seg_header *h = seg->hdr;
-	uint64_t grants = 0, started;
-	uint32_t i;
-
-	for (i = 0; i < seg->caps.max_sessions; i++)
-		r->sessions += SESS_STATE(atomic_load(&seg->sessions[i].state_gen)) == SESS_ACTIVE;
-	for (i = 0; i < seg->caps.max_keys; i++) {
-		uint32_t st = atomic_load(&seg->keys[i].state);
-
-		if (st == KEY_USED) {
-			uint64_t li, mi;
-
-			r->keys++;
-			key_counts_peek(&seg->keys[i], &li, &mi);
-			grants += li;
-		}
-		r->quarantined_keys += st == KEY_QUARANTINED;
-	}
-	for (i = 0; i < seg->nnodes; i++) {
-		uint64_t w = atomic_load(&seg->nodes[i].word);
-
-		r->holds += seg_node_is_hold(seg, i, w);
-		r->waiters += NODE_STATE(w) == NODE_WAITING;
-	}
-	r->broker_pid = atomic_load(&h->broker_pid);
-	started = atomic_load(&h->broker_started_ns);
-	r->uptime_ms = started ? (mono_ns() - started) / 1000000 : 0;
-	r->max_sessions = seg->caps.max_sessions;
-	r->max_keys = seg->caps.max_keys;
-	r->max_holds = seg->caps.max_holds;
-	r->max_waiters = seg->caps.max_waiters;
-	r->max_value = seg->caps.max_value;
-	r->grants = grants + atomic_load(&h->stats.reclaimed_grants);
-	/* issue 13 hook (J1): counted per key entry since SEG_ABI 6 */
-	seg_slow_counts(seg, &r->handoffs, &r->timeouts);
-	r->lease_expiries = atomic_load(&h->stats.lease_expiries);
-	r->ttl_expiries = atomic_load(&h->stats.ttl_expiries);
-	r->crash_cleanups = atomic_load(&h->stats.crash_cleanups);
-	r->repairs = atomic_load(&h->stats.repairs);
-	r->quarantined = atomic_load(&h->stats.quarantined);
-	r->sessions_opened = atomic_load(&h->stats.sessions_opened);
-	r->sessions_closed = atomic_load(&h->stats.sessions_closed);
+	api_seg_stats(&b->seg, r);
 }
 
 /* Reset every quarantined entry named @req->key; -ENOENT if there is none. */

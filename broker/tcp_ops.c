@@ -583,20 +583,6 @@ struct stats_walk {
 	json_t *locks, *sems, *idle_locks, *idle_sems;
 };
 
-struct first_holder {
-	char session[LOCAL_SESSION_ID_LEN + 1];
-	uint64_t lease_ms;
-};
-
-static int take_first(const struct local_holder *hl, void *arg)
-{
-	struct first_holder *f = arg;
-
-	memcpy(f->session, hl->session, sizeof(f->session));
-	f->lease_ms = hl->lease_remaining_ms;
-	return 1;
-}
-
 /* dflockd's connection id of the TCP connection with session @id; 0: none. */
 static json_int_t conn_of(struct tcp *t, const char *id)
 {
@@ -619,7 +605,7 @@ static int stats_key(const char *key, const struct local_key_info *ki, void *arg
 		struct first_holder f = { "", 0 };
 
 		if (ki->holders)
-			local_holders(w->t->observer, key, take_first, &f);
+			stats_first_holder(w->t->observer, key, &f);
 		json_array_append_new(w->locks,
 				      json_pack("{s:o, s:I, s:f, s:i}", "key", j, "owner_conn_id",
 						f.session[0] ? conn_of(w->t, f.session) : 0,

@@ -43,12 +43,7 @@ int tcp_opt_parse(struct tcp_opts *o, int opt, const char *arg)
 {
 	switch (opt) {
 	case OPT_TCP_LISTEN:
-		if (!*arg || strlen(arg) >= sizeof(o->listen)) {
-			fprintf(stderr, "shmlockd: --tcp-listen: empty or too long\n");
-			return -1;
-		}
-		strcpy(o->listen, arg);
-		return 0;
+		return opt_string("tcp-listen", arg, o->listen, sizeof(o->listen));
 	case OPT_TCP_MAX_CONNS:
 		return opt_number("tcp-max-connections", arg, 1, 1000000, &o->max_connections);
 	case OPT_TCP_READ_TIMEOUT:
@@ -57,17 +52,9 @@ int tcp_opt_parse(struct tcp_opts *o, int opt, const char *arg)
 		o->insecure_no_auth = true;
 		return 0;
 	case OPT_TCP_TLS_CERT:
-	case OPT_TCP_TLS_KEY: {
-		char *dst = opt == OPT_TCP_TLS_CERT ? o->tls_cert : o->tls_key;
-
-		if (!*arg || strlen(arg) >= sizeof(o->tls_cert)) {
-			fprintf(stderr, "shmlockd: --%s: empty or too long\n",
-				opt == OPT_TCP_TLS_CERT ? "tcp-tls-cert" : "tcp-tls-key");
-			return -1;
-		}
-		strcpy(dst, arg);
-		return 0;
-	}
+		return opt_string("tcp-tls-cert", arg, o->tls_cert, sizeof(o->tls_cert));
+	case OPT_TCP_TLS_KEY:
+		return opt_string("tcp-tls-key", arg, o->tls_key, sizeof(o->tls_key));
 	}
 	return -1;
 }

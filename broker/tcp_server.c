@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -34,19 +33,6 @@
 static uint64_t conn_tag(const struct tconn *c)
 {
 	return TAG_TCP | (uint64_t)(c->gen & GEN_MASK) << 32 | c->slot;
-}
-
-static uint32_t max_connections(const struct tcp_opts *o)
-{
-	struct rlimit rl;
-	uint64_t n = 1024;
-
-	if (o->max_connections)
-		return o->max_connections;
-	if (!getrlimit(RLIMIT_NOFILE, &rl))
-		n = rl.rlim_cur;
-	n /= 4;
-	return (uint32_t)(n < 16 ? 16 : n > 16384 ? 16384 : n);
 }
 
 int tcp_start(struct broker *b)
@@ -78,7 +64,7 @@ int tcp_start(struct broker *b)
 		return -ENOMEM;
 	b->tcp = t;
 	t->b = b;
-	t->max_conns = max_connections(o);
+	t->max_conns = listen_max_connections(o->max_connections);
 	t->next_id = 1;
 	t->observer = session_inproc_new(&b->seg, (struct owner){ IDX_NONE, 0 }, no_id);
 	if (act >= 0)

@@ -109,6 +109,12 @@ int help_print(const char *cmd, FILE *out);
 
 /* ---- common.c: what the inspection and administration commands share ---- */
 
+/* The array @v (@n elements of @size bytes in use, *@cap allocated) with
+ * room for one more: @v itself, or reallocated to twice *@cap elements
+ * (@first the first time) with *@cap updated; NULL when out of memory, @v
+ * and *@cap then as they were. */
+void *grow_array(void *v, size_t n, size_t *cap, size_t size, size_t first);
+
 struct cli_common {
 	const char *socket; /* -socket; NULL: $SHMLOCK_SOCKET, then the default */
 	bool json;	    /* -json */
@@ -211,6 +217,8 @@ struct holders {
 	size_t n, cap;
 };
 
+/* A holder-listing callback: append @lh to the struct holders @arg. 0 or -ENOMEM. */
+int holders_add(const struct local_holder *lh, void *arg);
 /* Fill @h (zeroed by the caller) with the holders of @key; prints errors. */
 int holders_get(local_session *s, const char *key, struct holders *h);
 void holders_free(struct holders *h);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* What the inspection and administration commands share: flags, session. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "cli.h"
@@ -68,4 +69,16 @@ int exit_for(int err)
 	if (broker_missing(err) || err == -LOCAL_EDENIED || err == -LOCAL_EVERSION)
 		return EXIT_UNAVAILABLE;
 	return EXIT_FAIL;
+}
+
+void *grow_array(void *v, size_t n, size_t *cap, size_t size, size_t first)
+{
+	size_t more = *cap ? 2 * *cap : first;
+
+	if (n < *cap)
+		return v;
+	v = realloc(v, more * size);
+	if (v)
+		*cap = more;
+	return v;
 }

@@ -6,26 +6,21 @@
 
 #include "cli.h"
 
-static int add_holder(const struct local_holder *lh, void *arg)
+int holders_add(const struct local_holder *lh, void *arg)
 {
 	struct holders *h = arg;
+	struct local_holder *v = grow_array(h->v, h->n, &h->cap, sizeof(*v), 4);
 
-	if (h->n == h->cap) {
-		size_t cap = h->cap ? 2 * h->cap : 4;
-		struct local_holder *v = realloc(h->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		h->v = v;
-		h->cap = cap;
-	}
+	if (!v)
+		return -ENOMEM;
+	h->v = v;
 	h->v[h->n++] = *lh;
 	return 0;
 }
 
 int holders_get(local_session *s, const char *key, struct holders *h)
 {
-	int err = local_holders(s, key, add_holder, h);
+	int err = local_holders(s, key, holders_add, h);
 
 	if (err)
 		errorf("cannot list the holders of %s: %s", key, cli_strerror(err));

@@ -272,17 +272,11 @@ struct key_list {
 static int collect_key(const char *key, const struct local_key_info *ki, unsigned kf, void *arg)
 {
 	struct key_list *l = arg;
-	struct key_row *r;
+	struct key_row *r, *v = grow_array(l->v, l->n, &l->cap, sizeof(*v), 16);
 
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 16;
-		struct key_row *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
+	if (!v)
+		return -ENOMEM;
+	l->v = v;
 	r = &l->v[l->n];
 	memset(r, 0, sizeof(*r));
 	r->name = strdup(key);
@@ -299,23 +293,10 @@ static int collect_key(const char *key, const struct local_key_info *ki, unsigne
 static int collect_holder(const char *key, const struct local_holder *h, void *arg)
 {
 	struct key_list *l = arg;
-	struct holders *hs;
-	struct local_holder *v;
 
 	if (!l->n || strcmp(l->v[l->n - 1].name, key))
 		return -EPROTO;
-	hs = &l->v[l->n - 1].h;
-	if (hs->n == hs->cap) {
-		size_t cap = hs->cap ? 2 * hs->cap : 4;
-
-		v = realloc(hs->v, cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		hs->v = v;
-		hs->cap = cap;
-	}
-	hs->v[hs->n++] = *h;
-	return 0;
+	return holders_add(h, &l->v[l->n - 1].h);
 }
 
 static int cmp_rows(const void *a, const void *b)
@@ -419,16 +400,11 @@ struct session_list {
 static int collect_session(const struct local_session_info *si, void *arg)
 {
 	struct session_list *l = arg;
+	struct local_session_info *v = grow_array(l->v, l->n, &l->cap, sizeof(*v), 16);
 
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 16;
-		struct local_session_info *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
+	if (!v)
+		return -ENOMEM;
+	l->v = v;
 	l->v[l->n++] = *si;
 	return 0;
 }
@@ -519,26 +495,9 @@ int cmd_sessions(int argc, char **argv)
 
 /* ---- what keys and info share about the broker's view of a key ---- */
 
-static int add_holder_at(const struct local_holder *lh, void *arg)
-{
-	struct holders *h = arg;
-
-	if (h->n == h->cap) {
-		size_t cap = h->cap ? 2 * h->cap : 4;
-		struct local_holder *v = realloc(h->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		h->v = v;
-		h->cap = cap;
-	}
-	h->v[h->n++] = *lh;
-	return 0;
-}
-
 int holders_get_at(const char *socket, const char *key, struct holders *h)
 {
-	int err = cli_admin_holders(socket, key, add_holder_at, h);
+	int err = cli_admin_holders(socket, key, holders_add, h);
 
 	if (err)
 		errorf("cannot list the holders of %s: %s", key, cli_strerror(err));

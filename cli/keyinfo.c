@@ -78,16 +78,11 @@ struct queue {
 static int add_waiter(const struct local_waiter *w, void *arg)
 {
 	struct queue *q = arg;
+	struct local_waiter *v = grow_array(q->v, q->n, &q->cap, sizeof(*v), 4);
 
-	if (q->n == q->cap) {
-		size_t cap = q->cap ? 2 * q->cap : 4;
-		struct local_waiter *v = realloc(q->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		q->v = v;
-		q->cap = cap;
-	}
+	if (!v)
+		return -ENOMEM;
+	q->v = v;
 	q->v[q->n] = (struct local_waiter){ .sz = sizeof(struct local_waiter) };
 	/* What both our header and the library know. */
 	memcpy(&q->v[q->n], w, w->sz < sizeof(*w) ? w->sz : sizeof(*w));

@@ -24,58 +24,15 @@
 #include "clock.h"
 #include "segment.h"
 
+/* How long the offline view waits for a keeper's answer. */
+#define KEEPER_WAIT_S 1
+
 struct offline {
 	struct segment seg;
 	void *mem;
 	size_t size;
 	char keeper[PATHS_LEN + 8];
 };
-
-/* The segment's descriptor from the keeper at @path ('G': give). */
-static int keeper_get(const char *path, int *fd)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct timeval tv = { .tv_sec = 1 };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	char ans = 0, cmd = 'G';
-	struct iovec iov = { &ans, 1 };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-			     .msg_controllen = sizeof(ctl.buf) };
-	struct cmsghdr *c;
-	int sock, got = -1;
-	ssize_t n;
-
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(sa.sun_path, path);
-	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (sock < 0)
-		return -errno;
-	setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	if (connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    send(sock, &cmd, 1, MSG_NOSIGNAL) != 1) {
-		close(sock);
-		return -errno;
-	}
-	do
-		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
-	close(sock);
-	for (c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-		    c->cmsg_len == CMSG_LEN(sizeof(int)))
-			memcpy(&got, CMSG_DATA(c), sizeof(int));
-	if (n != 1 || ans != 'K' || got < 0) {
-		if (got >= 0)
-			close(got);
-		return -EPROTO;
-	}
-	*fd = got;
-	return 0;
-}
 
 /* Map the segment kept beside the first of @socket's candidates that has a
  * keeper. Prints where it comes from. */
@@ -94,7 +51,7 @@ static int offline_open(const char *socket, struct offline *o)
 		if (!l.given && paths_unsafe(l.path[i]))
 			continue;
 		snprintf(o->keeper, sizeof(o->keeper), "%s.keep", l.path[i]);
-		if (keeper_get(o->keeper, &fd))
+		if (keeper_exchange(o->keeper, 'G', KEEPER_WAIT_S, &fd))
 			fd = -1;
 	}
 	if (fd < 0)

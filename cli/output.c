@@ -29,14 +29,13 @@ static int add_row(struct table *t, const char *const *cells, bool escape)
 {
 	size_t i;
 
-	if (t->nrows == t->cap) {
-		size_t cap = t->cap ? 2 * t->cap : 16;
-		char **c = realloc(t->cells, cap * t->ncols * sizeof(*c));
+	{
+		/* A row is ncols cells: the array grows a row at a time. */
+		char **c = grow_array(t->cells, t->nrows, &t->cap, t->ncols * sizeof(*c), 16);
 
 		if (!c)
 			return -ENOMEM;
 		t->cells = c;
-		t->cap = cap;
 	}
 	for (i = 0; i < t->ncols; i++) {
 		const char *v = cells[i] ? cells[i] : "-";

@@ -275,9 +275,8 @@ static void describe_holder(const struct segment *seg, uint32_t slot, struct loc
 
 /* @out: a library-size struct whose sz, value_buf and value_buf_size are
  * the caller's (abi_key_info_in()); the rest is filled here. */
-void api_fill_info_locked(struct segment *seg, struct seg_key *k, struct local_key_info *out)
+void api_info_clear(struct local_key_info *out)
 {
-	uint64_t vw, now;
 	size_t sz = out->sz, room = out->value_buf_size;
 	void *buf = out->value_buf;
 
@@ -285,6 +284,17 @@ void api_fill_info_locked(struct segment *seg, struct seg_key *k, struct local_k
 	out->sz = sz;
 	out->value_buf = buf;
 	out->value_buf_size = room;
+}
+
+void api_fill_info_locked(struct segment *seg, struct seg_key *k, struct local_key_info *out)
+{
+	uint64_t vw, now;
+	size_t room;
+	void *buf;
+
+	api_info_clear(out);
+	room = out->value_buf_size;
+	buf = out->value_buf;
 	out->kind = (int)k->kind;
 	out->limit = k->limit;
 	out->holders = k->holders;

@@ -186,50 +186,86 @@ int local_stats(local_session *s, struct local_stats *out)
 	return err;
 }
 
-static int stats_fill(local_session *s, struct local_stats *out)
+void api_seg_stats(const struct segment *seg, struct proto_op_stats *r)
 {
-	const struct seg_header *h;
-	struct segment *seg;
+	const struct seg_header *h = seg->hdr;
 	uint64_t grants = 0, started;
 	uint32_t i;
 
-	seg = s->seg;
-	h = seg->hdr;
 	for (i = 0; i < seg->caps.max_sessions; i++)
-		if (SESS_STATE(atomic_load(&seg->sessions[i].state_gen)) == SESS_ACTIVE)
-			out->sessions++;
-	for (i = 0; i < seg->caps.max_keys; i++)
-		if (atomic_load(&seg->keys[i].state) == KEY_USED) {
+		r->sessions += SESS_STATE(atomic_load(&seg->sessions[i].state_gen)) == SESS_ACTIVE;
+	for (i = 0; i < seg->caps.max_keys; i++) {
+		uint32_t st = atomic_load(&seg->keys[i].state);
+
+		if (st == KEY_USED) {
 			uint64_t li, mi;
 
-			out->keys++;
+			r->keys++;
 			key_counts_peek(&seg->keys[i], &li, &mi);
 			grants += li;
 		}
+		r->quarantined_keys += st == KEY_QUARANTINED;
+	}
 	for (i = 0; i < seg->nnodes; i++) {
 		uint64_t w = atomic_load(&seg->nodes[i].word);
 
-		out->holds += seg_node_is_hold(seg, i, w);
-		out->waiters += NODE_STATE(w) == NODE_WAITING;
+		r->holds += seg_node_is_hold(seg, i, w);
+		r->waiters += NODE_STATE(w) == NODE_WAITING;
 	}
-	out->broker_pid = atomic_load(&h->broker_pid);
+	r->broker_pid = atomic_load(&h->broker_pid);
 	started = atomic_load(&h->broker_started_ns);
-	out->uptime_ms = started ? (mono_ns() - started) / 1000000 : 0;
-	out->max_sessions = seg->caps.max_sessions;
-	out->max_keys = seg->caps.max_keys;
-	out->max_holds = seg->caps.max_holds;
-	out->max_waiters = seg->caps.max_waiters;
-	out->max_value = seg->caps.max_value;
-	out->grants = grants + atomic_load(&h->stats.reclaimed_grants);
+	r->uptime_ms = started ? (mono_ns() - started) / 1000000 : 0;
+	r->max_sessions = seg->caps.max_sessions;
+	r->max_keys = seg->caps.max_keys;
+	r->max_holds = seg->caps.max_holds;
+	r->max_waiters = seg->caps.max_waiters;
+	r->max_value = seg->caps.max_value;
+	r->grants = grants + atomic_load(&h->stats.reclaimed_grants);
 	/* issue 13 hook (J1): counted per key entry since SEG_ABI 6 */
-	seg_slow_counts(seg, &out->handoffs, &out->timeouts);
-	out->lease_expiries = atomic_load(&h->stats.lease_expiries);
-	out->ttl_expiries = atomic_load(&h->stats.ttl_expiries);
-	out->crash_cleanups = atomic_load(&h->stats.crash_cleanups);
-	out->repairs = atomic_load(&h->stats.repairs);
-	out->quarantined = atomic_load(&h->stats.quarantined);
-	out->sessions_opened = atomic_load(&h->stats.sessions_opened);
-	out->sessions_closed = atomic_load(&h->stats.sessions_closed);
+	seg_slow_counts(seg, &r->handoffs, &r->timeouts);
+	r->lease_expiries = atomic_load(&h->stats.lease_expiries);
+	r->ttl_expiries = atomic_load(&h->stats.ttl_expiries);
+	r->crash_cleanups = atomic_load(&h->stats.crash_cleanups);
+	r->repairs = atomic_load(&h->stats.repairs);
+	r->quarantined = atomic_load(&h->stats.quarantined);
+	r->sessions_opened = atomic_load(&h->stats.sessions_opened);
+	r->sessions_closed = atomic_load(&h->stats.sessions_closed);
+}
+
+void api_stats_from_op(const struct proto_op_stats *r, struct local_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->broker_pid = r->broker_pid;
+	out->uptime_ms = r->uptime_ms;
+	out->sessions = r->sessions;
+	out->keys = r->keys;
+	out->holds = r->holds;
+	out->waiters = r->waiters;
+	out->max_sessions = r->max_sessions;
+	out->max_keys = r->max_keys;
+	out->max_holds = r->max_holds;
+	out->max_waiters = r->max_waiters;
+	out->max_value = r->max_value;
+	out->grants = r->grants;
+	out->timeouts = r->timeouts;
+	out->handoffs = r->handoffs;
+	out->lease_expiries = r->lease_expiries;
+	out->ttl_expiries = r->ttl_expiries;
+	out->crash_cleanups = r->crash_cleanups;
+	out->repairs = r->repairs;
+	out->quarantined = r->quarantined;
+	out->sessions_opened = r->sessions_opened;
+	out->sessions_closed = r->sessions_closed;
+}
+
+/* What the broker would answer MSG_OP_STATS, read from the mapping. */
+static int stats_fill(local_session *s, struct local_stats *out)
+{
+	struct proto_op_stats r;
+
+	memset(&r, 0, sizeof(r));
+	api_seg_stats(s->seg, &r);
+	api_stats_from_op(&r, out);
 	return 0;
 }
 
@@ -241,6 +277,31 @@ static int call(local_session *s, const void *req, size_t len)
 	return err ? err : rep.status;
 }
 
+int api_force_release_req(struct proto_force_release *req, const char *key, size_t len,
+			  const char *holder_id)
+{
+	memset(req, 0, sizeof(*req));
+	proto_init_hdr(&req->hdr, MSG_FORCE_RELEASE, sizeof(*req));
+	if (!holder_id)
+		req->all = 1;
+	else if (hex_decode(holder_id, req->holder, sizeof(req->holder)))
+		return -EINVAL;
+	req->key_len = (uint32_t)len;
+	memcpy(req->key, key, len);
+	return 0;
+}
+
+int api_destroy_req(struct proto_session_id *req, const char *session_id)
+{
+	if (!session_id)
+		return -EINVAL;
+	memset(req, 0, sizeof(*req));
+	proto_init_hdr(&req->hdr, MSG_DESTROY, sizeof(*req));
+	if (hex_decode(session_id, req->id, sizeof(req->id)))
+		return -EINVAL;
+	return 0;
+}
+
 int local_force_release(local_session *s, const char *key, const char *holder_id)
 {
 	struct proto_force_release req;
@@ -248,17 +309,9 @@ int local_force_release(local_session *s, const char *key, const char *holder_id
 	int err;
 
 	err = api_enter(s, key, &len);
-	if (err)
-		return err;
-	memset(&req, 0, sizeof(req));
-	proto_init_hdr(&req.hdr, MSG_FORCE_RELEASE, sizeof(req));
-	if (!holder_id)
-		req.all = 1;
-	else if (hex_decode(holder_id, req.holder, sizeof(req.holder)))
-		return -EINVAL;
-	req.key_len = (uint32_t)len;
-	memcpy(req.key, key, len);
-	return call(s, &req, sizeof(req));
+	if (!err)
+		err = api_force_release_req(&req, key, len, holder_id);
+	return err ? err : call(s, &req, sizeof(req));
 }
 
 int local_session_destroy(local_session *s, const char *session_id)
@@ -266,13 +319,7 @@ int local_session_destroy(local_session *s, const char *session_id)
 	struct proto_session_id req;
 	int err = session_usable(s);
 
-	if (err)
-		return err;
-	if (!session_id)
-		return -EINVAL;
-	memset(&req, 0, sizeof(req));
-	proto_init_hdr(&req.hdr, MSG_DESTROY, sizeof(req));
-	if (hex_decode(session_id, req.id, sizeof(req.id)))
-		return -EINVAL;
-	return call(s, &req, sizeof(req));
+	if (!err)
+		err = api_destroy_req(&req, session_id);
+	return err ? err : call(s, &req, sizeof(req));
 }

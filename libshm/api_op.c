@@ -146,15 +146,7 @@ static int key_from(const char *raw, struct local_key_info *ki, char *name, unsi
 	    r.kind > LOCAL_KIND_SEMAPHORE ||
 	    (r.flags & ~(PROTO_KEY_QUARANTINED | PROTO_KEY_BUSY | PROTO_KEY_MORE_HOLDERS)))
 		return -LOCAL_EPROTO;
-	{
-		size_t sz = ki->sz, room = ki->value_buf_size;
-		void *buf = ki->value_buf;
-
-		memset(ki, 0, sizeof(*ki));
-		ki->sz = sz;
-		ki->value_buf = buf;
-		ki->value_buf_size = room;
-	}
+	api_info_clear(ki);
 	ki->kind = r.kind;
 	ki->limit = r.limit;
 	ki->holders = r.holders;
@@ -208,6 +200,55 @@ static int relay_holder(const struct local_holder *h, void *arg)
 	return r->cb(r->key, h, r->arg);
 }
 
+/*
+ * A reply that must hold exactly one record: 0 with it at c->buf +
+ * sizeof(struct proto_op_reply), or the broker's verdict, or an error
+ * (@none when the broker sent no record at all).
+ */
+static int op_single(struct op_conn *c, int type, const char *key, size_t key_len, size_t min_rec,
+		     int none)
+{
+	struct proto_op_reply rep;
+	int err = op_call(c, type, key, key_len, 0, 0, min_rec, &rep);
+
+	if (!err)
+		err = rep.status;
+	if (!err && rep.count != 1)
+		err = rep.count ? -LOCAL_EPROTO : none;
+	return err;
+}
+
+/*
+ * Every page of a listing: @page is given each reply (its records at
+ * c->buf + sizeof(*rep)) and stops the walk with a non-zero return. The
+ * cursor must move on from page to page, or the broker is looping.
+ */
+static int op_pages(struct op_conn *c, int type, const char *key, size_t key_len, uint32_t flags,
+		    size_t min_rec,
+		    int (*page)(struct op_conn *c, const struct proto_op_reply *rep, void *arg),
+		    void *arg)
+{
+	struct proto_op_reply rep;
+	uint32_t cursor = 0;
+	int err = 0;
+
+	while (!err) {
+		err = op_call(c, type, key, key_len, cursor, flags, min_rec, &rep);
+		if (!err)
+			err = rep.status;
+		if (!err)
+			err = page(c, &rep, arg);
+		if (err || rep.next == PROTO_OP_END)
+			break;
+		if (rep.next <= cursor && cursor) {
+			err = -LOCAL_EPROTO; /* no progress */
+			break;
+		}
+		cursor = rep.next;
+	}
+	return err;
+}
+
 _Static_assert(PROTO_KEY_QUARANTINED == LOCAL_KEY_QUARANTINED &&
 		       PROTO_KEY_BUSY == LOCAL_KEY_BUSY,
 	       "key flags travel as they are");
@@ -215,52 +256,24 @@ _Static_assert(PROTO_KEY_QUARANTINED == LOCAL_KEY_QUARANTINED &&
 int local_admin_stats(const char *socket_path, struct local_stats *out_caller,
 		      uint32_t *quarantined_keys)
 {
-	struct local_stats *out = out_caller;
-	struct proto_op_reply rep;
 	struct proto_op_stats r;
 	struct local_stats full;
 	struct op_conn c;
 	size_t n;
 	int err;
 
-	if (!out)
+	if (!out_caller)
 		return -EINVAL;
-	err = abi_size(out, sizeof(full), &n);
+	err = abi_size(out_caller, sizeof(full), &n);
 	if (err)
 		return err;
 	err = op_open(&c, socket_path);
 	if (err)
 		return err;
-	err = op_call(&c, MSG_OP_STATS, "", 0, 0, 0, sizeof(r), &rep);
-	if (!err)
-		err = rep.status;
-	if (!err && rep.count != 1)
-		err = -LOCAL_EPROTO;
+	err = op_single(&c, MSG_OP_STATS, "", 0, sizeof(r), -LOCAL_EPROTO);
 	if (!err) {
-		memcpy(&r, c.buf + sizeof(rep), sizeof(r));
-		out = &full;
-		memset(out, 0, sizeof(*out));
-		out->broker_pid = r.broker_pid;
-		out->uptime_ms = r.uptime_ms;
-		out->sessions = r.sessions;
-		out->keys = r.keys;
-		out->holds = r.holds;
-		out->waiters = r.waiters;
-		out->max_sessions = r.max_sessions;
-		out->max_keys = r.max_keys;
-		out->max_holds = r.max_holds;
-		out->max_waiters = r.max_waiters;
-		out->max_value = r.max_value;
-		out->grants = r.grants;
-		out->timeouts = r.timeouts;
-		out->handoffs = r.handoffs;
-		out->lease_expiries = r.lease_expiries;
-		out->ttl_expiries = r.ttl_expiries;
-		out->crash_cleanups = r.crash_cleanups;
-		out->repairs = r.repairs;
-		out->quarantined = r.quarantined;
-		out->sessions_opened = r.sessions_opened;
-		out->sessions_closed = r.sessions_closed;
+		memcpy(&r, c.buf + sizeof(struct proto_op_reply), sizeof(r));
+		api_stats_from_op(&r, &full);
 		if (quarantined_keys)
 			*quarantined_keys = r.quarantined_keys;
 		full.sz = n;
@@ -272,7 +285,6 @@ int local_admin_stats(const char *socket_path, struct local_stats *out_caller,
 
 int op_lock_delay(const char *socket_path, const char *key, struct proto_op_delay *out)
 {
-	struct proto_op_reply rep;
 	struct op_conn c;
 	size_t len;
 	int err = key_arg(key, &len, false);
@@ -282,13 +294,9 @@ int op_lock_delay(const char *socket_path, const char *key, struct proto_op_dela
 	err = op_open(&c, socket_path);
 	if (err)
 		return err;
-	err = op_call(&c, MSG_OP_LOCK_DELAY, key, len, 0, 0, sizeof(*out), &rep);
-	if (!err)
-		err = rep.status;
-	if (!err && rep.count != 1)
-		err = rep.count ? -LOCAL_EPROTO : -ENOENT;
+	err = op_single(&c, MSG_OP_LOCK_DELAY, key, len, sizeof(*out), -ENOENT);
 	if (!err) {
-		memcpy(out, c.buf + sizeof(rep), sizeof(*out));
+		memcpy(out, c.buf + sizeof(struct proto_op_reply), sizeof(*out));
 		out->name[sizeof(out->name) - 1] = '\0';
 	}
 	op_close(&c);
@@ -297,20 +305,15 @@ int op_lock_delay(const char *socket_path, const char *key, struct proto_op_dela
 
 int op_broker_info(const char *socket_path, struct proto_op_broker *out)
 {
-	struct proto_op_reply rep;
 	struct op_conn c;
 	int err;
 
 	err = op_open(&c, socket_path);
 	if (err)
 		return err;
-	err = op_call(&c, MSG_OP_BROKER, "", 0, 0, 0, sizeof(*out), &rep);
-	if (!err)
-		err = rep.status;
-	if (!err && rep.count != 1)
-		err = -LOCAL_EPROTO;
+	err = op_single(&c, MSG_OP_BROKER, "", 0, sizeof(*out), -LOCAL_EPROTO);
 	if (!err) {
-		memcpy(out, c.buf + sizeof(rep), sizeof(*out));
+		memcpy(out, c.buf + sizeof(struct proto_op_reply), sizeof(*out));
 		/* Terminated, whatever the broker sent. */
 		out->version[sizeof(out->version) - 1] = '\0';
 		out->socket_path[sizeof(out->socket_path) - 1] = '\0';
@@ -323,16 +326,62 @@ int op_broker_info(const char *socket_path, struct proto_op_broker *out)
 	return err;
 }
 
+struct keys_walk {
+	const char *socket_path;
+	int (*cb)(const char *key, const struct local_key_info *ki, unsigned key_flags, void *arg);
+	int (*holder_cb)(const char *key, const struct local_holder *h, void *arg);
+	void *arg;
+	struct local_key_info ki;
+	char name[LOCAL_KEY_MAX + 1];
+};
+
+/* A page of keys, each followed by the holders that came along with it. */
+static int keys_page(struct op_conn *c, const struct proto_op_reply *rep, void *arg)
+{
+	struct keys_walk *w = arg;
+	size_t off = sizeof(*rep);
+	uint32_t i;
+	int err = 0;
+
+	for (i = 0; !err && i < rep->count; i++) {
+		struct local_holder h;
+		uint32_t nh, j;
+		unsigned kf;
+
+		err = key_from(rec_next(c, &off), &w->ki, w->name, &kf, &nh, false);
+		if (!err && (nh > rep->count - i - 1 || (nh && !w->holder_cb)))
+			err = -LOCAL_EPROTO;
+		if (!err)
+			err = w->cb(w->name, &w->ki, kf & ~PROTO_KEY_MORE_HOLDERS, w->arg);
+		for (j = 0; !err && j < nh; j++, i++) {
+			const char *raw = rec_next(c, &off);
+			uint32_t size;
+
+			memcpy(&size, raw, sizeof(size));
+			if (size != sizeof(struct proto_op_holder)) {
+				err = -LOCAL_EPROTO;
+				break;
+			}
+			holder_from(raw, &h);
+			err = w->holder_cb(w->name, &h, w->arg);
+		}
+		if (!err && w->holder_cb && (kf & PROTO_KEY_MORE_HOLDERS)) {
+			/* Too many to come along: a request of their own. */
+			struct relay r = { w->name, w->holder_cb, w->arg };
+
+			err = local_admin_holders(w->socket_path, w->name, relay_holder, &r);
+		}
+	}
+	return err;
+}
+
 int local_admin_keys(const char *socket_path, const char *prefix, unsigned flags,
 		     int (*cb)(const char *key, const struct local_key_info *ki,
 			       unsigned key_flags, void *arg),
 		     int (*holder_cb)(const char *key, const struct local_holder *h, void *arg),
 		     void *arg)
 {
-	struct local_key_info kinfo = { .sz = sizeof(kinfo) }, *ki = &kinfo;
-	char name[LOCAL_KEY_MAX + 1];
-	struct proto_op_reply rep;
-	uint32_t cursor = 0, i;
+	struct keys_walk w = { socket_path, cb, holder_cb, arg, { .sz = sizeof(w.ki) }, "" };
 	struct op_conn c;
 	size_t plen;
 	int err;
@@ -345,52 +394,10 @@ int local_admin_keys(const char *socket_path, const char *prefix, unsigned flags
 	err = op_open(&c, socket_path);
 	if (err)
 		return err;
-	while (!err) {
-		size_t off = sizeof(rep);
-
-		err = op_call(&c, MSG_OP_KEYS, prefix ? prefix : "", plen, cursor,
-			      ((flags & LOCAL_KEYS_QUARANTINED) ? PROTO_OP_QUARANTINED : 0) |
-				      (holder_cb ? PROTO_OP_HOLDERS : 0),
-			      sizeof(struct proto_op_holder), &rep);
-		if (!err)
-			err = rep.status;
-		for (i = 0; !err && i < rep.count; i++) {
-			struct local_holder h;
-			uint32_t nh, j;
-			unsigned kf;
-
-			err = key_from(rec_next(&c, &off), ki, name, &kf, &nh, false);
-			if (!err && (nh > rep.count - i - 1 || (nh && !holder_cb)))
-				err = -LOCAL_EPROTO;
-			if (!err)
-				err = cb(name, ki, kf & ~PROTO_KEY_MORE_HOLDERS, arg);
-			for (j = 0; !err && j < nh; j++, i++) {
-				const char *raw = rec_next(&c, &off);
-				uint32_t size;
-
-				memcpy(&size, raw, sizeof(size));
-				if (size != sizeof(struct proto_op_holder)) {
-					err = -LOCAL_EPROTO;
-					break;
-				}
-				holder_from(raw, &h);
-				err = holder_cb(name, &h, arg);
-			}
-			if (!err && holder_cb && (kf & PROTO_KEY_MORE_HOLDERS)) {
-				/* Too many to come along: a request of their own. */
-				struct relay r = { name, holder_cb, arg };
-
-				err = local_admin_holders(socket_path, name, relay_holder, &r);
-			}
-		}
-		if (err || rep.next == PROTO_OP_END)
-			break;
-		if (rep.next <= cursor && cursor) {
-			err = -LOCAL_EPROTO; /* no progress */
-			break;
-		}
-		cursor = rep.next;
-	}
+	err = op_pages(&c, MSG_OP_KEYS, prefix ? prefix : "", plen,
+		       ((flags & LOCAL_KEYS_QUARANTINED) ? PROTO_OP_QUARANTINED : 0) |
+			       (holder_cb ? PROTO_OP_HOLDERS : 0),
+		       sizeof(struct proto_op_holder), keys_page, &w);
 	op_close(&c);
 	return err;
 }
@@ -400,7 +407,6 @@ int local_admin_info(const char *socket_path, const char *key, struct local_key_
 {
 	char name[LOCAL_KEY_MAX + 1];
 	struct local_key_info full;
-	struct proto_op_reply rep;
 	struct op_conn c;
 	unsigned kf = 0;
 	uint32_t nh = 0;
@@ -418,13 +424,9 @@ int local_admin_info(const char *socket_path, const char *key, struct local_key_
 	err = op_open(&c, socket_path);
 	if (err)
 		return err;
-	err = op_call(&c, MSG_OP_INFO, key, len, 0, 0, sizeof(struct proto_op_key), &rep);
+	err = op_single(&c, MSG_OP_INFO, key, len, sizeof(struct proto_op_key), -LOCAL_EPROTO);
 	if (!err)
-		err = rep.status;
-	if (!err && rep.count != 1)
-		err = -LOCAL_EPROTO;
-	if (!err)
-		err = key_from(c.buf + sizeof(rep), &full, name, &kf, &nh, true);
+		err = key_from(c.buf + sizeof(struct proto_op_reply), &full, name, &kf, &nh, true);
 	if (!err && nh)
 		err = -LOCAL_EPROTO;
 	if (!err)
@@ -435,11 +437,31 @@ int local_admin_info(const char *socket_path, const char *key, struct local_key_
 	return err;
 }
 
+struct holders_walk {
+	int (*cb)(const struct local_holder *h, void *arg);
+	void *arg;
+};
+
+static int holders_page(struct op_conn *c, const struct proto_op_reply *rep, void *arg)
+{
+	const struct holders_walk *w = arg;
+	size_t off = sizeof(*rep);
+	uint32_t i;
+	int err = 0;
+
+	for (i = 0; !err && i < rep->count; i++) {
+		struct local_holder h;
+
+		holder_from(rec_next(c, &off), &h);
+		err = w->cb(&h, w->arg);
+	}
+	return err;
+}
+
 int local_admin_holders(const char *socket_path, const char *key,
 			int (*cb)(const struct local_holder *h, void *arg), void *arg)
 {
-	struct proto_op_reply rep;
-	uint32_t cursor = 0, i;
+	struct holders_walk w = { cb, arg };
 	struct op_conn c;
 	size_t len;
 	int err;
@@ -452,27 +474,8 @@ int local_admin_holders(const char *socket_path, const char *key,
 	err = op_open(&c, socket_path);
 	if (err)
 		return err;
-	while (!err) {
-		size_t off = sizeof(rep);
-
-		err = op_call(&c, MSG_OP_HOLDERS, key, len, cursor, 0,
-			      sizeof(struct proto_op_holder), &rep);
-		if (!err)
-			err = rep.status;
-		for (i = 0; !err && i < rep.count; i++) {
-			struct local_holder h;
-
-			holder_from(rec_next(&c, &off), &h);
-			err = cb(&h, arg);
-		}
-		if (err || rep.next == PROTO_OP_END)
-			break;
-		if (rep.next <= cursor && cursor) {
-			err = -LOCAL_EPROTO;
-			break;
-		}
-		cursor = rep.next;
-	}
+	err = op_pages(&c, MSG_OP_HOLDERS, key, len, 0, sizeof(struct proto_op_holder),
+		       holders_page, &w);
 	op_close(&c);
 	return err;
 }
@@ -485,14 +488,46 @@ static int by_position(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+struct waiters_got {
+	struct proto_op_waiter *v;
+	size_t n, cap;
+};
+
+static int waiters_page(struct op_conn *c, const struct proto_op_reply *rep, void *arg)
+{
+	struct waiters_got *g = arg;
+	struct proto_op_waiter *grown;
+	size_t off = sizeof(*rep);
+	uint32_t j;
+
+	for (j = 0; j < rep->count; j++) {
+		const char *raw = rec_next(c, &off);
+		uint32_t size;
+
+		memcpy(&size, raw, sizeof(size));
+		if (size != sizeof(*g->v))
+			return -LOCAL_EPROTO;
+		if (g->n == g->cap) {
+			size_t cap = g->cap ? 2 * g->cap : 16;
+
+			grown = realloc(g->v, cap * sizeof(*g->v));
+			if (!grown)
+				return -ENOMEM;
+			g->v = grown;
+			g->cap = cap;
+		}
+		memcpy(&g->v[g->n++], raw, sizeof(*g->v));
+	}
+	return 0;
+}
+
 int local_admin_waiters(const char *socket_path, const char *key,
 			int (*cb)(const struct local_waiter *w, void *arg), void *arg)
 {
-	struct proto_op_waiter *v = NULL, *grown;
-	size_t n = 0, cap = 0, len, i;
-	struct proto_op_reply rep;
-	uint32_t cursor = 0, j;
+	struct waiters_got g = { NULL, 0, 0 };
+	struct proto_op_waiter *v;
 	struct op_conn c;
+	size_t len, i;
 	int err;
 
 	if (!cb)
@@ -505,45 +540,13 @@ int local_admin_waiters(const char *socket_path, const char *key,
 		return err;
 	/* All pages first: the broker lists them in node order, the caller
 	 * wants them in queue order. */
-	while (!err) {
-		size_t off = sizeof(rep);
-
-		err = op_call(&c, MSG_OP_WAITERS, key, len, cursor, 0,
-			      sizeof(struct proto_op_waiter), &rep);
-		if (!err)
-			err = rep.status;
-		for (j = 0; !err && j < rep.count; j++) {
-			const char *raw = rec_next(&c, &off);
-			uint32_t size;
-
-			memcpy(&size, raw, sizeof(size));
-			if (size != sizeof(*v)) {
-				err = -LOCAL_EPROTO;
-				break;
-			}
-			if (n == cap) {
-				cap = cap ? 2 * cap : 16;
-				grown = realloc(v, cap * sizeof(*v));
-				if (!grown) {
-					err = -ENOMEM;
-					break;
-				}
-				v = grown;
-			}
-			memcpy(&v[n++], raw, sizeof(*v));
-		}
-		if (err || rep.next == PROTO_OP_END)
-			break;
-		if (rep.next <= cursor && cursor) {
-			err = -LOCAL_EPROTO;
-			break;
-		}
-		cursor = rep.next;
-	}
+	err = op_pages(&c, MSG_OP_WAITERS, key, len, 0, sizeof(struct proto_op_waiter),
+		       waiters_page, &g);
 	op_close(&c);
-	if (!err && n)
-		qsort(v, n, sizeof(*v), by_position);
-	for (i = 0; !err && i < n; i++) {
+	v = g.v;
+	if (!err && g.n)
+		qsort(v, g.n, sizeof(*v), by_position);
+	for (i = 0; !err && i < g.n; i++) {
 		struct local_waiter w;
 
 		memset(&w, 0, sizeof(w));
@@ -561,11 +564,45 @@ int local_admin_waiters(const char *socket_path, const char *key,
 	return err;
 }
 
+struct sessions_walk {
+	int (*cb)(const struct local_session_info *si, void *arg);
+	void *arg;
+};
+
+static int sessions_page(struct op_conn *c, const struct proto_op_reply *rep, void *arg)
+{
+	const struct sessions_walk *w = arg;
+	size_t off = sizeof(*rep);
+	uint32_t i;
+	int err = 0;
+
+	for (i = 0; !err && i < rep->count; i++) {
+		struct proto_op_session r;
+		struct local_session_info si;
+
+		memcpy(&r, rec_next(c, &off), sizeof(r));
+		memset(&si, 0, sizeof(si));
+		si.sz = sizeof(si);
+		hex_encode(r.id, sizeof(r.id), si.id);
+		memcpy(si.name, r.name, sizeof(si.name));
+		si.name[sizeof(si.name) - 1] = '\0';
+		si.pid = r.pid;
+		si.uid = r.uid;
+		si.ttl_ms = r.ttl_ms;
+		si.ttl_remaining_ms = r.ttl_remaining_ms;
+		si.lock_delay_ms = r.lock_delay_ms;
+		si.behavior = (int)r.behavior;
+		si.holds = r.holds;
+		si.waiting = r.waiting;
+		err = w->cb(&si, w->arg);
+	}
+	return err;
+}
+
 int local_admin_sessions(const char *socket_path,
 			 int (*cb)(const struct local_session_info *si, void *arg), void *arg)
 {
-	struct proto_op_reply rep;
-	uint32_t cursor = 0, i;
+	struct sessions_walk w = { cb, arg };
 	struct op_conn c;
 	int err;
 
@@ -574,41 +611,8 @@ int local_admin_sessions(const char *socket_path,
 	err = op_open(&c, socket_path);
 	if (err)
 		return err;
-	while (!err) {
-		size_t off = sizeof(rep);
-
-		err = op_call(&c, MSG_OP_SESSIONS, "", 0, cursor, 0,
-			      sizeof(struct proto_op_session), &rep);
-		if (!err)
-			err = rep.status;
-		for (i = 0; !err && i < rep.count; i++) {
-			struct proto_op_session r;
-			struct local_session_info si;
-
-			memcpy(&r, rec_next(&c, &off), sizeof(r));
-			memset(&si, 0, sizeof(si));
-			si.sz = sizeof(si);
-			hex_encode(r.id, sizeof(r.id), si.id);
-			memcpy(si.name, r.name, sizeof(si.name));
-			si.name[sizeof(si.name) - 1] = '\0';
-			si.pid = r.pid;
-			si.uid = r.uid;
-			si.ttl_ms = r.ttl_ms;
-			si.ttl_remaining_ms = r.ttl_remaining_ms;
-			si.lock_delay_ms = r.lock_delay_ms;
-			si.behavior = (int)r.behavior;
-			si.holds = r.holds;
-			si.waiting = r.waiting;
-			err = cb(&si, arg);
-		}
-		if (err || rep.next == PROTO_OP_END)
-			break;
-		if (rep.next <= cursor && cursor) {
-			err = -LOCAL_EPROTO;
-			break;
-		}
-		cursor = rep.next;
-	}
+	err = op_pages(&c, MSG_OP_SESSIONS, "", 0, 0, sizeof(struct proto_op_session),
+		       sessions_page, &w);
 	op_close(&c);
 	return err;
 }
@@ -649,28 +653,15 @@ int local_admin_force_release(const char *socket_path, const char *key, const ch
 	size_t len;
 	int err = key_arg(key, &len, false);
 
-	if (err)
-		return err;
-	memset(&req, 0, sizeof(req));
-	proto_init_hdr(&req.hdr, MSG_FORCE_RELEASE, sizeof(req));
-	if (!holder_id)
-		req.all = 1;
-	else if (hex_decode(holder_id, req.holder, sizeof(req.holder)))
-		return -EINVAL;
-	req.key_len = (uint32_t)len;
-	memcpy(req.key, key, len);
-	return plain_call(socket_path, &req, sizeof(req));
+	if (!err)
+		err = api_force_release_req(&req, key, len, holder_id);
+	return err ? err : plain_call(socket_path, &req, sizeof(req));
 }
 
 int local_admin_session_destroy(const char *socket_path, const char *session_id)
 {
 	struct proto_session_id req;
+	int err = api_destroy_req(&req, session_id);
 
-	if (!session_id)
-		return -EINVAL;
-	memset(&req, 0, sizeof(req));
-	proto_init_hdr(&req.hdr, MSG_DESTROY, sizeof(req));
-	if (hex_decode(session_id, req.id, sizeof(req.id)))
-		return -EINVAL;
-	return plain_call(socket_path, &req, sizeof(req));
+	return err ? err : plain_call(socket_path, &req, sizeof(req));
 }

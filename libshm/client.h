@@ -107,6 +107,26 @@ int op_broker_info(const char *socket_path, struct proto_op_broker *out);
  * when it is in none the broker knows of. */
 int op_lock_delay(const char *socket_path, const char *key, struct proto_op_delay *out);
 
+/* api_admin.c: the figures of MSG_OP_STATS, counted in @seg's mapping
+ * (the broker's answer, /metrics and local_stats()); @r's fields zero
+ * before, its record head left as it is. */
+void api_seg_stats(const struct segment *seg, struct proto_op_stats *r);
+/* api_admin.c: those figures as liblocal gives them (all of @out set). */
+void api_stats_from_op(const struct proto_op_stats *r, struct local_stats *out);
+
+/* api_admin.c: the MSG_FORCE_RELEASE (@holder_id NULL: every holder) and
+ * MSG_DESTROY requests, as a session and the operator calls without one
+ * send them; 0, or -EINVAL for an id that is not hex. */
+int api_force_release_req(struct proto_force_release *req, const char *key, size_t len,
+			  const char *holder_id);
+int api_destroy_req(struct proto_session_id *req, const char *session_id);
+
+/* keeper_call.c: one exchange with the segment's keeper at @path (the
+ * broker's socket + ".keep", broker/keeper.c): send @cmd ('G' get, 'Q'
+ * quit), wait @timeout_s for 'K'; for 'G' the segment's fd in *@fd. 0,
+ * -errno of the connection (-ENOENT, -ECONNREFUSED: no keeper), or -EPROTO. */
+int keeper_exchange(const char *path, char cmd, int timeout_s, int *fd);
+
 /* api_sem.c: a released hold ends the local_enqueue() request it came from. */
 void api_drop_granted_pending(local_session *s, const char *key, size_t len, uint32_t key_idx);
 
@@ -150,6 +170,8 @@ int api_not_held(local_session *s, uint32_t key_idx, bool consume);
 /* A new grant of @key_idx: an older expiry of it is no longer news. */
 void api_forget_expiry(local_session *s, uint32_t key_idx);
 void api_fill_info_locked(struct segment *seg, struct seg_key *k, struct local_key_info *out);
+/* Zero @out but for the caller's sz, value_buf and value_buf_size. */
+void api_info_clear(struct local_key_info *out);
 /* Metrics (J3): a wait that began at @since ended with @err (0: granted
  * @tok; -ETIMEDOUT: given up); counted in the session's slot. */
 void api_note_wait(local_session *s, const char *key, int err, uint64_t since, uint32_t key_idx,

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 
 #include "broker_fixture.h"
+#include "client.h"
 #include "harness.h"
 
 static int answers(const char *path)
@@ -77,10 +78,9 @@ static void launch_with(struct broker_proc *b, const char *const *more)
 	broker_wait_ready(b, 5000);
 }
 
-void broker_start(struct broker_proc *b, const char *const *extra)
+void broker_names(struct broker_proc *b, const char *tag)
 {
 	static int seq;
-	int i = 0;
 
 	memset(b, 0, sizeof(*b));
 	/* Named after the test process, so the runner can remove what a
@@ -90,7 +90,14 @@ void broker_start(struct broker_proc *b, const char *const *extra)
 		FAIL_AT("mkdtemp: %s", strerror(errno));
 	snprintf(b->sock, sizeof(b->sock), "%s/sock", b->dir);
 	snprintf(b->log, sizeof(b->log), "%s/broker.log", b->dir);
-	snprintf(b->shm, sizeof(b->shm), "/shmlock-test-%d-%d", (int)getpid(), seq++);
+	snprintf(b->shm, sizeof(b->shm), "/shmlock-test-%d-%s%d", (int)getpid(), tag, seq++);
+}
+
+void broker_start(struct broker_proc *b, const char *const *extra)
+{
+	int i = 0;
+
+	broker_names(b, "");
 	for (; extra && extra[i] && i < 15; i++)
 		b->extra[i] = extra[i];
 	b->extra[i] = NULL;
@@ -135,37 +142,13 @@ void broker_signal_wait(struct broker_proc *b, int sig)
 /* One exchange with the keeper (broker/keeper.c): @cmd, its answer. */
 static int keeper_call(const struct broker_proc *b, char cmd, int *fd)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct timeval tv = { .tv_sec = 5 };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	char ans = 0;
-	struct iovec iov = { &ans, 1 };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-			     .msg_controllen = sizeof(ctl.buf) };
-	struct cmsghdr *c;
-	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), err = 0;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 
 	if (fd)
 		*fd = -1;
-	if (strlen(b->sock) + 6 > sizeof(sa.sun_path))
+	if ((size_t)snprintf(path, sizeof(path), "%s.keep", b->sock) >= sizeof(path))
 		FAIL_AT("socket path too long for its keeper: %s", b->sock);
-	memcpy(sa.sun_path, b->sock, strlen(b->sock));
-	memcpy(sa.sun_path + strlen(b->sock), ".keep", 6);
-	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	errno = 0;
-	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0 || send(s, &cmd, 1, 0) != 1 ||
-	    recvmsg(s, &mh, MSG_CMSG_CLOEXEC) != 1 || ans != 'K')
-		err = errno ? -errno : -EPROTO;
-	for (c = err ? NULL : CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && fd)
-			memcpy(fd, CMSG_DATA(c), sizeof(int));
-	close(s);
-	if (!err && fd && *fd < 0)
-		err = -EPROTO;
-	return err;
+	return keeper_exchange(path, cmd, 5, fd);
 }
 
 int keeper_segment_fd(const struct broker_proc *b)

@@ -22,6 +22,9 @@ struct broker_proc {
 	const char *extra[16]; /* extra flags, NULL-terminated */
 };
 
+/* Fresh names for @b (zeroed first): a new directory for its socket and
+ * log, and a segment name with @tag in it; nothing started. */
+void broker_names(struct broker_proc *b, const char *tag);
 /* Fill names and start the broker; fails the test if not ready in 5 s. */
 void broker_start(struct broker_proc *b, const char *const *extra);
 /* Start again with the same names and flags (restart after a stop/kill). */

@@ -14,14 +14,7 @@
 #include "broker_fixture.h"
 #include "harness.h"
 #include "invariants.h"
-
-static struct local_key_info *info_of(local_session *s, const char *key)
-{
-	static LOCAL_OPTS(local_key_info, info);
-
-	CHECK_OK(local_info(s, key, &info));
-	return &info;
-}
+#include "key_fixture.h"
 
 struct waiter_arg {
 	const struct broker_proc *b;

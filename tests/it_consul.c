@@ -31,26 +31,12 @@
 
 #include "broker_fixture.h"
 #include "harness.h"
+#include "net_fixture.h"
 
 #define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
 static int port;
 static bool connect_may_fail; /* while the broker starts */
-
-static char *strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *strf(const char *fmt, ...)
-{
-	va_list ap;
-	char *s = NULL;
-	int n;
-
-	va_start(ap, fmt);
-	n = vasprintf(&s, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		FAIL_AT("out of memory");
-	return s;
-}
 
 
 /* ---- HTTP ------------------------------------------------------------------ */
@@ -213,20 +199,6 @@ static long long jint(json_t *o, const char *k)
 }
 
 /* ---- the broker ---------------------------------------------------------- */
-
-static int free_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), p;
-
-	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) ||
-	    getsockname(fd, (struct sockaddr *)&a, &len))
-		FAIL_AT("free port: %s", strerror(errno));
-	p = ntohs(a.sin_port);
-	close(fd);
-	return p;
-}
 
 static void cstart(struct broker_proc *b, const char *token)
 {

@@ -27,6 +27,7 @@
 #include "broker_fixture.h"
 #include "client.h"
 #include "harness.h"
+#include "net_fixture.h"
 #include "segment.h"
 
 #define NOBODY 65534u
@@ -369,20 +370,6 @@ TEST(find, completion_asks_the_typed_socket_and_never_waits, 30)
 }
 
 /* ---- status ---- */
-
-static int free_port(void)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	socklen_t n = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    getsockname(fd, (struct sockaddr *)&sa, &n))
-		FAIL_AT("finding a free port: %s", strerror(errno));
-	close(fd);
-	return ntohs(sa.sin_port);
-}
 
 TEST(find, status_shows_the_brokers_own_facts, 30)
 {

@@ -36,28 +36,12 @@
 #include "broker_fixture.h"
 #include "crashpoint.h"
 #include "harness.h"
+#include "net_fixture.h"
 
 #define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 #define HTTP_BODY_MAX_TEST (1u << 20) /* the server's limit on a request body */
 
 /* ---- small helpers ------------------------------------------------------- */
-
-static char *strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* A formatted string on the heap (tests are short-lived children). */
-static char *strf(const char *fmt, ...)
-{
-	va_list ap;
-	char *s = NULL;
-	int n;
-
-	va_start(ap, fmt);
-	n = vasprintf(&s, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		FAIL_AT("out of memory");
-	return s;
-}
 
 #define CHECK_STR(a, b)                                                                   \
 	do {                                                                               \
@@ -565,20 +549,6 @@ struct hbroker {
 	const char *args[16];
 	struct api ux, tcp;
 };
-
-static int free_port(void)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	socklen_t n = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    getsockname(fd, (struct sockaddr *)&sa, &n))
-		FAIL_AT("finding a free port: %s", strerror(errno));
-	close(fd);
-	return ntohs(sa.sin_port);
-}
 
 static bool healthy(const struct api *a)
 {

@@ -15,35 +15,11 @@
 #include "broker_fixture.h"
 #include "harness.h"
 #include "invariants.h"
+#include "key_fixture.h"
 
 /* How late an expiry may be observed: the broker aims at a few ms; this is
  * scheduling slack for a loaded two-core machine. */
 #define LATE_MS 500
-
-/* An info with room for the largest value, freed through its address. */
-struct info_with_value {
-	struct local_key_info ki;
-	char value[LOCAL_VALUE_MAX];
-};
-
-static struct local_key_info *new_info(void)
-{
-	struct info_with_value *b = calloc(1, sizeof(*b));
-
-	CHECK(b);
-	b->ki.sz = sizeof(b->ki);
-	b->ki.value_buf = b->value;
-	b->ki.value_buf_size = sizeof(b->value);
-	return &b->ki;
-}
-
-static struct local_key_info *info_of(local_session *s, const char *key)
-{
-	static LOCAL_OPTS(local_key_info, info);
-
-	CHECK_OK(local_info(s, key, &info));
-	return &info;
-}
 
 /*
  * Watch @key until the hold with @token is gone (released, expired or handed

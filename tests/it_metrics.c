@@ -20,21 +20,7 @@
 
 #include "broker_fixture.h"
 #include "harness.h"
-
-/* A free loopback port: bound by the kernel's choice, then let go. */
-static int free_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
-
-	CHECK(fd >= 0);
-	CHECK(!bind(fd, (struct sockaddr *)&a, sizeof(a)));
-	CHECK(!getsockname(fd, (struct sockaddr *)&a, &len));
-	port = ntohs(a.sin_port);
-	close(fd);
-	return port;
-}
+#include "net_fixture.h"
 
 /* The broker's socket answers before its loop has started the metrics
  * listener: connection refused means "not yet", for up to 10 s. */

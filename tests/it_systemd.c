@@ -37,15 +37,7 @@ static const char *last_log;
  * without starting anything. */
 static void names_init(struct broker_proc *b)
 {
-	static int seq;
-
-	memset(b, 0, sizeof(*b));
-	snprintf(b->dir, sizeof(b->dir), "/tmp/shmlock-test-%d-XXXXXX", (int)getpid());
-	if (!mkdtemp(b->dir))
-		FAIL_AT("mkdtemp: %s", strerror(errno));
-	snprintf(b->sock, sizeof(b->sock), "%s/sock", b->dir);
-	snprintf(b->log, sizeof(b->log), "%s/broker.log", b->dir);
-	snprintf(b->shm, sizeof(b->shm), "/shmlock-test-%d-sd%d", (int)getpid(), seq++);
+	broker_names(b, "sd");
 	shm_unlink(b->shm);
 	last_log = b->log;
 }

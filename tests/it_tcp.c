@@ -29,6 +29,7 @@
 
 #include "broker_fixture.h"
 #include "harness.h"
+#include "net_fixture.h"
 
 struct tb {
 	struct broker_proc b;
@@ -38,20 +39,6 @@ struct tb {
 	char http_sock[100];
 	const char *args[16];
 };
-
-static int free_port(void)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	socklen_t n = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    getsockname(fd, (struct sockaddr *)&sa, &n))
-		FAIL_AT("finding a free port: %s", strerror(errno));
-	close(fd);
-	return ntohs(sa.sin_port);
-}
 
 static int try_connect(int port)
 {

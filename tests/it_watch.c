@@ -15,31 +15,7 @@
 #include "broker_fixture.h"
 #include "harness.h"
 #include "invariants.h"
-
-/* An info with room for the largest value, freed through its address. */
-struct info_with_value {
-	struct local_key_info ki;
-	char value[LOCAL_VALUE_MAX];
-};
-
-static struct local_key_info *new_info(void)
-{
-	struct info_with_value *b = calloc(1, sizeof(*b));
-
-	CHECK(b);
-	b->ki.sz = sizeof(b->ki);
-	b->ki.value_buf = b->value;
-	b->ki.value_buf_size = sizeof(b->value);
-	return &b->ki;
-}
-
-static struct local_key_info *info_of(local_session *s, const char *key)
-{
-	static LOCAL_OPTS(local_key_info, info);
-
-	CHECK_OK(local_info(s, key, &info));
-	return &info;
-}
+#include "key_fixture.h"
 
 /* The key's watcher count, read from the segment (no mutex, no change). */
 static unsigned watchers_of(local_session *s, const char *key)
