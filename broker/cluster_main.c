@@ -264,11 +264,9 @@ static void *lease_thread(void *arg)
  * local waiters meanwhile wait for it to be gone, then queue anew. */
 static void release_etcd(struct cluster *c, struct ckey *ck)
 {
-	char k64[920];
-
-	etcd_b64(ck->ekey, strlen(ck->ekey), k64);
-	if (etcd_post(&c->etcd, "/v3/kv/deleterange", json_pack("{s:s}", "key", k64), NULL,
-		      RELEASE_MS, &c->stop) == 0)
+	/* With our records (cluster_values.c): a clean release owes no
+	 * lock-delay and shows no holder here. */
+	if (cvalue_release(c, ck) == 0)
 		ck->state = CK_IDLE;
 	else
 		ck->state = CK_REL;
@@ -304,6 +302,17 @@ static int open_gate(struct cluster *c, uint32_t i, struct ckey *ck)
 	__atomic_store_n(&k->tok_hi, base + SEQ_SPAN - 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&k->tok_last, start, __ATOMIC_RELAXED);
 	__atomic_store_n(&k->token, start, __ATOMIC_RELAXED);
+	/* The host before us was lost holding the key: its holder's
+	 * lock-delay, from now (cluster_values.c). */
+	if (ck->w->delay_ms) {
+		uint64_t until = mono_ns() + (uint64_t)ck->w->delay_ms * 1000000ull;
+
+		if (until > k->delay_until_ns)
+			k->delay_until_ns = until;
+		blog(LOG_INFO, "cluster: %.*s: lock-delay %u ms of a lost host", (int)ck->len,
+		     ck->name, ck->w->delay_ms);
+	}
+	ck->pub_valid = false;
 	atomic_store(&k->cluster, CL_KEY | CL_OPEN | CL_ARMED);
 	ck->batch_ns = mono_ns();
 	ck->batch_l0 = l;
@@ -343,7 +352,8 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 {
 	struct segment *seg = c->seg;
 	struct seg_key *k = &seg->keys[i];
-	bool give_up = false, batch_over = false;
+	bool give_up = false, batch_over = false, publish = false;
+	struct cpub pub;
 
 	if (ck->epoch != atomic_load(&c->epoch) || !atomic_load(&c->lease_id)) {
 		ck->state = CK_IDLE; /* the lease is gone: so is our etcd key */
@@ -384,7 +394,23 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 	 * Lingering: we look again after --cluster-linger anyway. */
 	if (!give_up && key_is(k, ck) && (k->holders || k->waiters || ck->yielding))
 		atomic_fetch_or(&k->cluster, CL_ARMED);
+	/* A lock-delay (of a lost host) over: grant the queue. */
+	if (!give_up && key_is(k, ck) && !k->holders && k->waiters && k->delay_until_ns &&
+	    now >= k->delay_until_ns && (atomic_load(&k->cluster) & CL_OPEN)) {
+		uint32_t wake[64], n, j;
+
+		n = key_grant_pending_locked(seg, k, wake, 64);
+		for (j = 0; j < n; j++)
+			waiter_wake(seg, wake[j]);
+	} else if (!give_up && key_is(k, ck) && k->delay_until_ns > now) {
+		c->lingering = true; /* look again soon */
+	}
+	/* Holder or value changed: shown to the other hosts. */
+	if (!give_up && key_is(k, ck))
+		publish = cvalue_snapshot_locked(c, k, ck, &pub);
 	key_unlock(k);
+	if (publish)
+		cvalue_publish(c, ck, &pub);
 	if (give_up) {
 		release_etcd(c, ck);
 		return;
@@ -480,6 +506,7 @@ static void adopt_tick(struct cluster *c, uint32_t i, struct ckey *ck)
 	ck->rev = w->rev;
 	if (!w->err) {
 		ck->state = CK_HELD;
+		ck->pub_valid = false;
 		ck->batch_ns = mono_ns();
 		ck->batch_l0 = atomic_load(&k->lock_index);
 		ck->yielding = false;
@@ -690,6 +717,7 @@ int cluster_start(struct broker *b)
 	if (c->margin_ms < 1000 && !o->margin_ms)
 		c->margin_ms = 1000;
 	pthread_mutex_init(&c->mu, NULL);
+	pthread_mutex_init(&c->rmu, NULL); /* cluster_values.c */
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->stop_cv, &ca);
@@ -707,6 +735,9 @@ int cluster_start(struct broker *b)
 	if (err)
 		return -err;
 	c->mgr_running = true;
+	err = cvalue_start(c);
+	if (err)
+		return err;
 	blog(LOG_INFO, "cluster: %u etcd endpoint(s), %u prefix(es), lease TTL %u s, margin %u ms",
 	     o->nendpoints, o->nprefixes, o->lease_ttl_s, c->margin_ms);
 	return 0;
@@ -727,6 +758,7 @@ void cluster_stop(struct broker *b)
 		pthread_join(c->mgr, NULL);
 	if (c->lease_running)
 		pthread_join(c->lease_thr, NULL);
+	cvalue_stop(c);
 	etcd_fini(&c->etcd);
 	pthread_cond_destroy(&c->stop_cv);
 	pthread_mutex_destroy(&c->mu);

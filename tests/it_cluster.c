@@ -857,3 +857,160 @@ TEST(cluster, broker_restart, 60)
 	broker_stop_clean(&b);
 	etcd3_stop(&e);
 }
+
+/* ---- values, leaders, watches and lock-delay across hosts ------------------ */
+
+/* `shmlock leader [-json] KEY` on @b: its exit status, stdout in @out. */
+static int cli_leader(const struct broker_proc *b, const char *key, bool json, char *out,
+		      size_t size)
+{
+	const char *cli = getenv("SHMLOCK_CLI_BIN");
+	char cmd[600];
+	size_t n;
+	FILE *f;
+	int st;
+
+	if (!cli)
+		FAIL_AT("SHMLOCK_CLI_BIN is not set (run through 'make check')");
+	snprintf(cmd, sizeof(cmd), "%s leader %s -socket=%s %s 2>/dev/null", cli,
+		 json ? "-json" : "", b->sock, key);
+	fflush(NULL);
+	f = popen(cmd, "r");
+	CHECK(f);
+	n = fread(out, 1, size - 1, f);
+	out[n] = '\0';
+	st = pclose(f);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+struct info_v {
+	struct local_key_info ki;
+	char value[256];
+};
+
+static void info_v_init(struct info_v *v)
+{
+	memset(v, 0, sizeof(*v));
+	v->ki.sz = sizeof(v->ki);
+	v->ki.value_buf = v->value;
+	v->ki.value_buf_size = sizeof(v->value) - 1;
+}
+
+/* Watch @key on @s until its value is @want (the watch must wake: a change
+ * made on another host reaches this host's watchers). */
+static bool watch_value(local_session *s, const char *key, const char *want, uint64_t *idx)
+{
+	uint64_t end = now_ms() + 10000;
+	struct info_v v;
+
+	while (now_ms() < end) {
+		int rc;
+
+		info_v_init(&v);
+		rc = local_watch(s, key, *idx, 2000, &v.ki);
+		if (rc != 0 && rc != -ETIMEDOUT)
+			FAIL_AT("local_watch: %d", rc);
+		if (rc == 0)
+			*idx = v.ki.modify_index;
+		v.value[v.ki.value_len < sizeof(v.value) ? v.ki.value_len : 0] = '\0';
+		if (rc == 0 && v.ki.value_len == strlen(want) && !strcmp(v.value, want))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The holder's value on one host is seen on the other: `shmlock leader`
+ * there prints it (-json names the holder and its token), a local watch
+ * there wakes at each change of it and at the release, after which the
+ * other host has no leader.
+ */
+TEST(cluster, values_leader_watch, 60)
+{
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = -1, .value = "A1", .value_len = 2);
+	struct broker_proc a, b;
+	local_session *sa, *sb;
+	struct info_v v;
+	struct etcd3 e;
+	uint64_t tok, idx;
+	char out[4096], want[64];
+
+	etcd3_start(&e);
+	host_start(&a, &e);
+	host_start(&b, &e);
+	sa = open_session(&a, "leader-a", 0, 0);
+	sb = open_session(&b, "watcher-b", 0, 0);
+	info_v_init(&v);
+	CHECK_OK(local_info(sb, "c/v", &v.ki));
+	idx = v.ki.modify_index;
+	CHECK_OK(local_lock(sa, "c/v", &o, &tok));
+	CHECK(watch_value(sb, "c/v", "A1", &idx));
+	CHECK(WAIT_FOR(cli_leader(&b, "c/v", false, out, sizeof(out)) == 0, 5000));
+	if (strcmp(out, "A1\n"))
+		FAIL_AT("leader on the other host: %s", out);
+	CHECK_EQ(cli_leader(&b, "c/v", true, out, sizeof(out)), 0);
+	snprintf(want, sizeof(want), "%llu\"", (unsigned long long)tok); /* padded */
+	if (!strstr(out, "leader-a") || !strstr(out, want))
+		FAIL_AT("leader -json on the other host: %s", out);
+	/* A new value (re-acquiring replaces it) reaches the other host. */
+	o.value = "A2";
+	CHECK_OK(local_lock(sa, "c/v", &o, NULL));
+	CHECK(watch_value(sb, "c/v", "A2", &idx));
+	/* Released: the other host's watch wakes, and it has no leader. */
+	CHECK_OK(local_release(sa, "c/v"));
+	info_v_init(&v);
+	CHECK_OK(local_watch(sb, "c/v", idx, 10000, &v.ki));
+	CHECK(v.ki.modify_index > idx);
+	CHECK(WAIT_FOR(cli_leader(&b, "c/v", false, out, sizeof(out)) == 1, 5000));
+	local_session_close(sa);
+	local_session_close(sb);
+	broker_stop_clean(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
+
+/*
+ * A host lost while a holder with a lock-delay held a cluster key: the next
+ * host to take the key holds its grants back for that lock-delay (its
+ * local_info() shows it pending) before its waiter is granted.
+ */
+TEST(cluster, lock_delay_lost_host, 60)
+{
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	local_session *sa, *sb;
+	struct info_v v;
+	struct etcd3 e;
+	uint64_t tok, end;
+	bool delayed = false;
+	pid_t pid;
+	char out[4096];
+
+	etcd3_start(&e);
+	host_start(&a, &e);
+	host_start(&b, &e);
+	sa = open_session(&a, "holder", 800, 0);
+	sb = open_session(&b, "looker", 0, 0);
+	CHECK_OK(local_lock(sa, "c/d", NULL, &tok));
+	/* Published (the leader seen on B) with the lock-delay it would owe. */
+	CHECK(WAIT_FOR(cli_leader(&b, "c/d", false, out, sizeof(out)) == 0, 5000));
+	pid = waiter_at(&b, 1, "c/d", r);
+	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/d") == 2, 10000));
+	broker_signal_wait(&a, SIGKILL);
+	end = now_ms() + (uint64_t)atoi(TTL_S) * 1000 + 8000;
+	while (atomic_load(&r->n) == 0 && now_ms() < end) {
+		info_v_init(&v);
+		if (local_info(sb, "c/d", &v.ki) == 0 && v.ki.lock_delay_remaining_ms > 0 &&
+		    atomic_load(&r->n) == 0)
+			delayed = true;
+		usleep(5000);
+	}
+	CHECK_EQ(atomic_load(&r->n), 1);
+	reap(&pid, 1);
+	CHECK(delayed);
+	CHECK(r->token[0] > tok);
+	local_session_close(sb);
+	broker_stop(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
