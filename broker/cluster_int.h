@@ -8,12 +8,14 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include <curl/curl.h>
 #include <jansson.h>
 
 #include "cluster.h"
+#include "keyops.h"
 #include "liblocal.h"
 
 /* ---- etcd v3 JSON gateway client (cluster_etcd.c) ------------------------ */
@@ -100,6 +102,25 @@ enum ckey_state {
 	CK_HELD,     /* this host holds the cluster lock; the gate may be open */
 	CK_REL,	     /* given up locally; deleting our etcd key failed: retried */
 	CK_ADOPT,    /* open when a restarted broker found it: checking etcd */
+	CK_SEM,	     /* a semaphore: slots held or asked for (cluster_sem.c) */
+};
+
+#define CSEM_MAX 64   /* slots of one cluster semaphore (a larger limit acts as this) */
+#define CSEM_BATCH 16 /* slots asked for at once */
+
+/* A worker taking slots of a cluster semaphore (cluster_sem.c). */
+struct csworker {
+	struct cluster *c;
+	pthread_t thread;
+	char name[LOCAL_KEY_MAX + 1];
+	size_t len;
+	int64_t lease;
+	uint32_t limit, want;
+	_Atomic bool cancel;
+	_Atomic bool done;
+	int err;
+	uint32_t got, idx[CSEM_BATCH];
+	int64_t rev; /* of the last slot taken */
 };
 
 struct ckey {
@@ -116,6 +137,10 @@ struct ckey {
 	bool yielding;	    /* CK_HELD: closed for other hosts; give up once free */
 	uint64_t idle_ns;   /* CK_HELD: first seen idle (0: in use) ... */
 	uint64_t idle_l;    /* ... with this lock_index */
+	/* CK_SEM (cluster_sem.c) */
+	uint32_t limit, nslots;
+	uint32_t *slots; /* CSEM_MAX, allocated at the first use */
+	struct csworker *sw;
 	/* CK_HELD: what was last published in etcd (cluster_values.c). */
 	bool pub_valid;
 	uint64_t pub_tok, pub_vw;
@@ -175,6 +200,26 @@ struct cluster {
 	pthread_t rw_thr;
 	bool rw_running;
 };
+
+/* A count read without the key mutex, as a hint (re-checked under it). */
+static inline uint32_t peek_waiters_of(const struct seg_key *k)
+{
+	return __atomic_load_n(&k->waiters, __ATOMIC_RELAXED);
+}
+
+/* Is entry @k still the key @ck names? */
+static inline bool key_is_entry(const struct seg_key *k, const struct ckey *ck)
+{
+	return atomic_load(&k->state) == KEY_USED && k->key_len == ck->len &&
+	       !memcmp(k->key, ck->name, ck->len);
+}
+
+/* ---- semaphores across hosts (cluster_sem.c) ------------------------------ */
+
+/* Start taking slots for semaphore @ck (name and limit set): false if not. */
+bool sem_begin(struct cluster *c, struct ckey *ck, int64_t lease);
+/* The manager's look at a CK_SEM key. */
+void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now);
 
 /* ---- values, leaders and watches across hosts (cluster_values.c) --------- */
 

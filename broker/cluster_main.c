@@ -557,6 +557,10 @@ static void scan(struct cluster *c)
 			held_tick(c, i, ck, now);
 			continue;
 		}
+		if (ck->state == CK_SEM) {
+			sem_tick(c, i, ck, now);
+			continue;
+		}
 		if (ck->state == CK_REL) {
 			/* Delete first, whatever the key's entry has become: our
 			 * etcd key left there would block every other host. */
@@ -581,7 +585,16 @@ static void scan(struct cluster *c)
 		ck->len = k->key_len <= LOCAL_KEY_MAX ? k->key_len : LOCAL_KEY_MAX;
 		memcpy(ck->name, k->key, ck->len);
 		ck->name[ck->len] = '\0';
+		/* A semaphore takes slots, not the lock (cluster_sem.c). */
+		ck->limit = k->kind == LOCAL_KIND_SEMAPHORE ? k->limit : 0;
 		key_unlock(k);
+		if (ck->limit) {
+			if (!ck->slots)
+				ck->slots = calloc(CSEM_MAX, sizeof(*ck->slots));
+			if (!ck->slots || !sem_begin(c, ck, lease))
+				ck->retry_ns = now + RETRY_MS * 1000000ull;
+			continue;
+		}
 		ck->epoch = atomic_load(&c->epoch);
 		ck->w = malloc(sizeof(*ck->w));
 		if (!ck->w || cworker_start(c, ck->w, ck->name, ck->len, lease, ck->epoch, false)) {
@@ -622,6 +635,14 @@ static void *manager(void *arg)
 			free(ck->w);
 			ck->w = NULL;
 		}
+		if (ck->sw) {
+			atomic_store(&ck->sw->cancel, true);
+			pthread_join(ck->sw->thread, NULL);
+			free(ck->sw);
+			ck->sw = NULL;
+		}
+		free(ck->slots);
+		ck->slots = NULL;
 		ck->state = CK_IDLE; /* the lease thread revokes the lease */
 	}
 	return NULL;

@@ -183,7 +183,10 @@ int cvalue_release(struct cluster *c, struct ckey *ck)
 
 	cluster_rec_key(c->o, 'v', ck->name, ck->len, vkey, sizeof(vkey));
 	cluster_rec_key(c->o, 'd', ck->name, ck->len, dkey, sizeof(dkey));
-	ops = json_pack("[o, o, o]", op_del(ck->ekey), op_del(vkey), op_del(dkey));
+	/* A semaphore (cluster_sem.c) has no lock key: its slots go apart. */
+	ops = ck->state == CK_SEM ? json_pack("[o, o]", op_del(vkey), op_del(dkey))
+				  : json_pack("[o, o, o]", op_del(ck->ekey), op_del(vkey),
+					      op_del(dkey));
 	ck->pub_valid = false;
 	if (!ops)
 		return -ENOMEM;

@@ -38,8 +38,10 @@
  * entry that was used.
  * 6: session slots carry wait/hold histograms (metrics).
  * 7: cluster keys (issue 16): a key's cluster gate (seg_key.cluster) and the
- * header's cluster prefix table and bell. */
-#define SEG_ABI 7u
+ * header's cluster prefix table and bell.
+ * 8: a cluster semaphore's slots reserved in etcd (seg_key.cluster_slots, the
+ * former pad; K1, issue 16): a client of 7 would grant past them. */
+#define SEG_ABI 8u
 
 #define SEG_NAME_MAX 64 /* session name, including the NUL */
 #define SEG_CLUSTER_PREFIXES 8	  /* --cluster-prefix, at most this many */
@@ -282,7 +284,9 @@ struct seg_key {
 	/* Cluster keys (docs/cluster.md): CL_* bits (keyops.h), written under
 	 * the mutex; set at creation when the key is under a cluster prefix. */
 	_Atomic uint32_t cluster;
-	uint32_t cluster_pad;
+	/* A cluster semaphore: the slots this host reserved in etcd; no new
+	 * hold beyond them (cluster_slots_full()). Under the mutex. */
+	uint32_t cluster_slots;
 	char key[LOCAL_KEY_MAX + 1];
 } __attribute__((aligned(64)));
 

@@ -1014,3 +1014,94 @@ TEST(cluster, lock_delay_lost_host, 60)
 	broker_stop_clean(&b);
 	etcd3_stop(&e);
 }
+
+/* A process on host @host taking semaphore @key (limit 2) @rounds times,
+ * counting who is inside at once (r->overlaps: a third one). */
+static pid_t sem_worker(const struct broker_proc *b, int host, const char *key, int rounds,
+			struct record *r)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		local_session *s = open_session(b, "sem-worker", 0, 0);
+		int i;
+
+		for (i = 0; i < rounds; i++) {
+			uint64_t tok;
+			uint32_t at;
+
+			CHECK_OK(local_sem_acquire(s, key, 2, NULL, &tok));
+			if (atomic_fetch_add(&r->inside, 1) >= 2)
+				atomic_fetch_add(&r->overlaps, 1);
+			at = atomic_fetch_add(&r->n, 1);
+			if (at < 1024) {
+				r->token[at] = tok;
+				r->host[at] = host;
+			}
+			usleep(2000);
+			atomic_fetch_sub(&r->inside, 1);
+			CHECK_OK(local_release(s, key));
+		}
+		local_session_close(s);
+		_exit(0);
+	}
+	return pid;
+}
+
+/*
+ * A cluster semaphore's limit holds across hosts and its slots are shared:
+ * with one slot of two taken on host A, host B gets the other at once; a
+ * third taker on either host waits; a slot given back on B goes to A.
+ * Then processes on both hosts take turns: never more than two inside.
+ */
+TEST(cluster, semaphore_hosts, 60)
+{
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 5000);
+	LOCAL_OPTS(local_acquire_opts, shortw, .timeout_ms = 700);
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	local_session *sa, *sb, *sc, *sd;
+	uint64_t t1, t2, t3;
+	struct etcd3 e;
+	pid_t pids[4];
+	uint32_t i, j;
+
+	etcd3_start(&e);
+	host_start(&a, &e);
+	host_start(&b, &e);
+	sa = open_session(&a, "sem-a", 0, 0);
+	sc = open_session(&a, "sem-a2", 0, 0);
+	sb = open_session(&b, "sem-b", 0, 0);
+	sd = open_session(&b, "sem-b2", 0, 0);
+	CHECK_OK(local_sem_acquire(sa, "c/sem", 2, &o, &t1));
+	CHECK_OK(local_sem_acquire(sb, "c/sem", 2, &o, &t2)); /* while A holds one */
+	CHECK(t1 != t2);
+	CHECK_RC(local_sem_acquire(sc, "c/sem", 2, &shortw, NULL), -ETIMEDOUT);
+	CHECK_RC(local_sem_acquire(sd, "c/sem", 2, &shortw, NULL), -ETIMEDOUT);
+	CHECK_OK(local_release(sb, "c/sem"));
+	CHECK_OK(local_sem_acquire(sc, "c/sem", 2, &o, &t3)); /* B's slot, now A's */
+	CHECK(t3 != t1 && t3 != t2);
+	CHECK_OK(local_release(sa, "c/sem"));
+	CHECK_OK(local_release(sc, "c/sem"));
+	local_session_close(sa);
+	local_session_close(sb);
+	local_session_close(sc);
+	local_session_close(sd);
+	pids[0] = sem_worker(&a, 0, "c/sem", 10, r);
+	pids[1] = sem_worker(&a, 0, "c/sem", 10, r);
+	pids[2] = sem_worker(&b, 1, "c/sem", 10, r);
+	pids[3] = sem_worker(&b, 1, "c/sem", 10, r);
+	reap(pids, 4);
+	CHECK_EQ(atomic_load(&r->overlaps), 0);
+	CHECK_EQ(atomic_load(&r->n), 40);
+	for (i = 0; i < 40; i++) /* tokens unique */
+		for (j = i + 1; j < 40; j++)
+			if (r->token[i] == r->token[j])
+				FAIL_AT("token %llu granted twice", (unsigned long long)r->token[i]);
+	broker_stop_clean(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
