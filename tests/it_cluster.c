@@ -521,9 +521,16 @@ TEST(cluster, etcd_down, 60)
 	if (ended >= (uint64_t)atoi(TTL_S) * 1000)
 		FAIL_AT("hold ended %llu ms after etcd stopped: not before the TTL",
 			(unsigned long long)ended);
-	/* The HTTP client's hold ended too: its release says so (dflockd's 409). */
-	CHECK_EQ(api_post(port, "/v1/locks/c%2Fhttp/release", sess, body, out), 409);
-	CHECK(strstr(out, "lease_expired") && strstr(out, "cluster"));
+	/* The HTTP client's hold ended too: its release says so (as dflockd v2
+	 * by default, 404: not held; 409 lease_expired with --http-extensions). */
+	{
+		long st = api_post(port, "/v1/locks/c%2Fhttp/release", sess, body, out);
+
+		if (st != 404 && st != 409)
+			FAIL_AT("release of the ended HTTP hold: %ld %s", st, out);
+		if (st == 409)
+			CHECK(strstr(out, "lease_expired") && strstr(out, "cluster"));
+	}
 	/* Nobody else is granted while etcd is away (past the TTL too). */
 	usleep((useconds_t)(atoi(TTL_S) * 1000 - (int)ended + 500) * 1000);
 	CHECK_EQ(atomic_load(&r->n), 0);
@@ -647,6 +654,8 @@ TEST(cluster, broker_stopped, 60)
 	int rc, st;
 
 	CHECK(info);
+	memset(info, 0, sizeof(*info));
+	info->sz = sizeof(*info); /* local_info() wants it (growable structs) */
 	etcd3_start(&e);
 	host_start(&a, &e);
 	host_start(&b, &e);
