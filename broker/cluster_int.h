@@ -119,7 +119,8 @@ struct csworker {
 	_Atomic bool cancel;
 	_Atomic bool done;
 	int err;
-	uint32_t got, idx[CSEM_BATCH];
+	uint8_t mine[CSEM_MAX]; /* slots the manager knows it holds */
+	uint32_t got, idx[CSEM_MAX];
 	int64_t rev; /* of the last slot taken */
 };
 

@@ -71,9 +71,8 @@ static void *sem_worker(void *arg)
 		size_t j;
 
 		err = etcd_post(&e, "/v3/kv/range",
-				json_pack("{s:s, s:s, s:b}", "key", from, "range_end", to,
-					  "keys_only", 1),
-				&rep, STEP_MS, &w->cancel);
+				json_pack("{s:s, s:s}", "key", from, "range_end", to), &rep, STEP_MS,
+				&w->cancel);
 		if (err)
 			break;
 		hdr = etcd_i64(json_object_get(rep, "header"), "revision");
@@ -83,12 +82,27 @@ static void *sem_worker(void *arg)
 			char raw[1000];
 			const char *k64 = json_string_value(json_object_get(kv, "key"));
 			ssize_t m = k64 && strlen(k64) < 1300 ? etcd_unb64(k64, raw) : -1;
-			unsigned int idx;
+			unsigned int idx = ~0u;
 
 			if (m > 8) {
 				raw[m] = '\0';
 				if (sscanf(raw + m - 8, "%8x", &idx) == 1 && idx < w->limit)
 					taken[idx] = 1;
+				/* Ours but not known to the manager: left by a
+				 * delete that failed, or by the broker before us
+				 * (a re-adopted lease). Deleted, then taken anew
+				 * below (if still free): a slot's tokens come from
+				 * the revision of its own creation. */
+				if (idx < w->limit && taken[idx] && !w->mine[idx] &&
+				    etcd_i64(kv, "lease") == w->lease) {
+					char k64b[1000];
+
+					etcd_b64(raw, (size_t)m, k64b);
+					if (etcd_post(&e, "/v3/kv/deleterange",
+						      json_pack("{s:s}", "key", k64b), NULL, STEP_MS,
+						      &w->cancel) == 0)
+						taken[idx] = 0;
+				}
 			}
 		}
 		json_decref(rep);
@@ -150,6 +164,8 @@ static int sem_worker_start(struct cluster *c, struct ckey *ck, uint32_t want, i
 	w->lease = lease;
 	w->limit = ck->limit;
 	w->want = want < CSEM_BATCH ? want : CSEM_BATCH;
+	for (err = 0; (uint32_t)err < ck->nslots; err++)
+		w->mine[ck->slots[err]] = 1;
 	w->len = ck->len;
 	memcpy(w->name, ck->name, ck->len + 1);
 	err = pthread_create(&w->thread, NULL, sem_worker, w);
