@@ -138,6 +138,11 @@ struct ckey {
 	bool yielding;	    /* CK_HELD: closed for other hosts; give up once free */
 	uint64_t idle_ns;   /* CK_HELD: first seen idle (0: in use) ... */
 	uint64_t idle_l;    /* ... with this lock_index */
+	/* Another host queued for this key's lock since we last asked etcd:
+	 * set by the watch thread (cluster_values.c), cleared by the manager
+	 * before it asks. A hint: a batch ends with a count query only when
+	 * set, and an idle key skips its linger when set. */
+	_Atomic uint32_t others;
 	/* CK_SEM (cluster_sem.c) */
 	uint32_t limit, nslots;
 	uint32_t *slots; /* CSEM_MAX, allocated at the first use */
@@ -206,6 +211,13 @@ struct cluster {
 static inline uint32_t peek_waiters_of(const struct seg_key *k)
 {
 	return __atomic_load_n(&k->waiters, __ATOMIC_RELAXED);
+}
+
+/* Neither held nor waited for? A hint read without the mutex, as above. */
+static inline bool peek_waiters_idle(const struct seg_key *k)
+{
+	return !__atomic_load_n(&k->waiters, __ATOMIC_RELAXED) &&
+	       !__atomic_load_n(&k->holders, __ATOMIC_RELAXED);
 }
 
 /* Is entry @k still the key @ck names? */

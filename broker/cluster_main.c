@@ -313,6 +313,9 @@ static int open_gate(struct cluster *c, uint32_t i, struct ckey *ck)
 		     ck->name, ck->w->delay_ms);
 	}
 	ck->pub_valid = false;
+	/* Whether hosts queued behind us while we waited is not known here
+	 * (their puts may have been seen before this): asked once. */
+	atomic_store(&ck->others, 1);
 	atomic_store(&k->cluster, CL_KEY | CL_OPEN | CL_ARMED);
 	ck->batch_ns = mono_ns();
 	ck->batch_l0 = l;
@@ -352,18 +355,23 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 {
 	struct segment *seg = c->seg;
 	struct seg_key *k = &seg->keys[i];
-	bool give_up = false, batch_over = false, publish = false;
+	bool give_up = false, batch_over = false, publish = false, others = false;
 	struct cpub pub;
 
 	if (ck->epoch != atomic_load(&c->epoch) || !atomic_load(&c->lease_id)) {
 		ck->state = CK_IDLE; /* the lease is gone: so is our etcd key */
 		return;
 	}
+	/* Idle, and the watch saw a host queue (or we do not know): ask, and
+	 * if one waits give the key up now rather than after the linger. */
+	if (!ck->yielding && peek_waiters_idle(k) && atomic_exchange(&ck->others, 0))
+		others = others_wait(c, ck);
 	if (key_lock_timed(seg, k, BROKER_LOCK_MS))
 		return; /* busy (or quarantined): next tick */
 	if (!key_is(k, ck)) {
 		give_up = true; /* reclaimed: cannot happen while open, but be sure */
 	} else if (k->holders == 0 && !k->waiters && !ck->yielding && c->o->linger_ms &&
+		   !others && /* another host waits: no linger */
 		   (!ck->idle_ns || atomic_load(&k->lock_index) != ck->idle_l ||
 		    now - ck->idle_ns < (uint64_t)c->o->linger_ms * 1000000ull)) {
 		/* Idle: kept for --cluster-linger in case a local process comes
@@ -417,7 +425,9 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 	}
 	if (!batch_over)
 		return;
-	if (!others_wait(c, ck)) {
+	/* Asked only if the watch saw a host queue (or lost its place);
+	 * cleared first, so that a queue seen meanwhile sets it again. */
+	if (!atomic_exchange(&ck->others, 0) || !others_wait(c, ck)) {
 		ck->batch_ns = mono_ns(); /* nobody else: a new batch */
 		ck->batch_l0 = atomic_load(&k->lock_index);
 		return;

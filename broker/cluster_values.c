@@ -329,10 +329,55 @@ out:
 	free(value);
 }
 
+/* A PUT in a lock directory (NS hex(key) "/" lease): a host queued for the
+ * key. Not ours: the manager is told (ckey.others), if the key is here. */
+static void note_queued(struct cluster *c, const char *raw, size_t n)
+{
+	char name[LOCAL_KEY_MAX + 1], mine[24];
+	size_t pl = strlen(c->o->ns), hl, i;
+	struct seg_key *k;
+	uint32_t idx;
+
+	if (n < pl + 18 || memcmp(raw, c->o->ns, pl) || raw[n - 17] != '/')
+		return;
+	snprintf(mine, sizeof(mine), "%016" PRIx64, (uint64_t)atomic_load(&c->lease_id));
+	if (!memcmp(raw + n - 16, mine, 16))
+		return;
+	hl = n - 17 - pl;
+	if (hl % 2 || hl / 2 > LOCAL_KEY_MAX || !hl)
+		return;
+	for (i = 0; i < hl / 2; i++) {
+		unsigned int b;
+
+		if (sscanf(raw + pl + 2 * i, "%2x", &b) != 1)
+			return;
+		name[i] = (char)b;
+	}
+	if (keytab_find_timed(c->seg, name, hl / 2, false, &k, BROKER_LOCK_MS))
+		return;
+	idx = seg_key_index(c->seg, k);
+	key_unlock(k);
+	atomic_store(&c->keys[idx].others, 1);
+	cluster_ring(c->seg->hdr);
+}
+
 struct rwatch {
 	struct cluster *c;
 	int64_t rev; /* the last revision applied */
 };
+
+/* Is @k64 a value record (NS "v/...")? */
+static bool is_record(struct cluster *c, const char *k64)
+{
+	char raw[1000], vdir[200];
+	ssize_t n;
+
+	if (strlen(k64) > 1300)
+		return false;
+	n = etcd_unb64(k64, raw);
+	snprintf(vdir, sizeof(vdir), "%sv/", c->o->ns);
+	return n >= (ssize_t)strlen(vdir) && !memcmp(raw, vdir, strlen(vdir));
+}
 
 static int on_watch_msg(json_t *msg, void *arg)
 {
@@ -352,8 +397,15 @@ static int on_watch_msg(json_t *msg, void *arg)
 			   !strcmp(json_string_value(json_object_get(ev, "type")), "DELETE");
 		int64_t mod = etcd_i64(kv, "mod_revision");
 
-		if (k64)
+		if (k64 && is_record(rw->c, k64))
 			apply(rw->c, k64, del ? NULL : kv);
+		else if (k64 && !del && strlen(k64) < 1300) {
+			char raw[1000];
+			ssize_t n = etcd_unb64(k64, raw);
+
+			if (n > 0)
+				note_queued(rw->c, raw, (size_t)n);
+		}
 		if (mod > rw->rev)
 			rw->rev = mod;
 	}
@@ -379,6 +431,10 @@ static int load_all(struct cluster *c, struct etcd *e, const char *from, const c
 	n = json_array_size(json_object_get(rep, "kvs"));
 	json_array_foreach(json_object_get(rep, "kvs"), i, kv)
 		apply(c, json_string_value(json_object_get(kv, "key")), kv);
+	/* Queued hosts may have gone unseen: every key asks at its next
+	 * batch end (as before the watch). */
+	for (j = 0; j < c->seg->caps.max_keys; j++)
+		atomic_store(&c->keys[j].others, 1);
 	/* Records gone while we did not watch: their holders are gone too. */
 	seen = calloc(n + 1, sizeof(*seen));
 	if (seen) {
@@ -414,6 +470,7 @@ static void *rwatch_thread(void *arg)
 	struct cluster *c = arg;
 	struct rwatch rw = { c, 0 };
 	char dir[200], from[300], to[300];
+	char wfrom[300], wto[300];
 	struct etcd e;
 	size_t n;
 	bool loaded = false;
@@ -425,6 +482,13 @@ static void *rwatch_thread(void *arg)
 	etcd_b64(dir, n, from);
 	dir[n - 1]++;
 	etcd_b64(dir, n, to);
+	/* The watch covers the whole namespace: the records, and the lock
+	 * directories, whose puts say that a host queued (note_queued()). */
+	snprintf(dir, sizeof(dir), "%s", c->o->ns);
+	n = strlen(dir);
+	etcd_b64(dir, n, wfrom);
+	dir[n - 1]++;
+	etcd_b64(dir, n, wto);
 	while (!atomic_load(&c->stop)) {
 		char rev[24];
 		json_t *req;
@@ -440,8 +504,8 @@ static void *rwatch_thread(void *arg)
 			loaded = true;
 		}
 		snprintf(rev, sizeof(rev), "%" PRId64, rw.rev + 1);
-		req = json_pack("{s:{s:s, s:s, s:s}}", "create_request", "key", from, "range_end",
-				to, "start_revision", rev);
+		req = json_pack("{s:{s:s, s:s, s:s}}", "create_request", "key", wfrom, "range_end",
+				wto, "start_revision", rev);
 		err = etcd_watch_stream(&e, req, RWATCH_MS, &c->stop, on_watch_msg, &rw);
 		/* Ended by an error or a cancel (a compaction past our place):
 		 * load everything again; a quiet stream: watch on from rev. */
