@@ -337,6 +337,7 @@ static void note_queued(struct cluster *c, const char *raw, size_t n)
 	size_t pl = strlen(c->o->ns), hl, i;
 	struct seg_key *k;
 	uint32_t idx;
+	int err;
 
 	if (n < pl + 18 || memcmp(raw, c->o->ns, pl) || raw[n - 17] != '/')
 		return;
@@ -353,8 +354,17 @@ static void note_queued(struct cluster *c, const char *raw, size_t n)
 			return;
 		name[i] = (char)b;
 	}
-	if (keytab_find_timed(c->seg, name, hl / 2, false, &k, BROKER_LOCK_MS))
+	err = keytab_find_timed(c->seg, name, hl / 2, false, &k, BROKER_LOCK_MS);
+	if (err == -ENOENT)
+		return; /* not here: not ours to give up */
+	if (err) {
+		/* Busy or damaged: not known which key; every key asks at
+		 * its next batch end rather than none (no starvation). */
+		for (idx = 0; idx < c->seg->caps.max_keys; idx++)
+			atomic_store(&c->keys[idx].others, 1);
+		cluster_ring(c->seg->hdr);
 		return;
+	}
 	idx = seg_key_index(c->seg, k);
 	key_unlock(k);
 	atomic_store(&c->keys[idx].others, 1);
