@@ -198,6 +198,7 @@ struct cluster {
 	uint32_t margin_ms;
 	int64_t adopt_id; /* the lease of the broker before us, to re-adopt */
 	bool lingering; /* manager: a held key is idle, to be looked at again soon */
+	uint32_t *active, nactive; /* manager: entries not CK_IDLE (scan()) */
 	/* Other hosts' holders (cluster_values.c): the watch thread writes,
 	 * the event loop reads (cluster_remote_fill()). */
 	pthread_mutex_t rmu;

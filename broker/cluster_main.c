@@ -34,6 +34,7 @@
 #include "futex.h"
 
 #define TICK_MS 50u	   /* the manager looks at held keys at least this often */
+#define FULL_MS 1000u	   /* ... and at every key entry */
 #define RETRY_MS 200u	   /* after a failed recipe */
 #define RELEASE_MS 3000u   /* deleting our etcd key */
 #define GRANT_MS 2000u	   /* a lease grant attempt */
@@ -544,77 +545,104 @@ static void adopt_tick(struct cluster *c, uint32_t i, struct ckey *ck)
 	ck->w = NULL;
 }
 
-static void scan(struct cluster *c)
+/* The manager's look at key entry @i. */
+static void look_at(struct cluster *c, uint32_t i, uint64_t now)
 {
 	struct segment *seg = c->seg;
-	uint64_t now = mono_ns();
-	uint32_t i;
+	struct seg_key *k = &seg->keys[i];
+	struct ckey *ck = &c->keys[i];
+	int64_t lease;
 
-	for (i = 0; i < seg->caps.max_keys; i++) {
-		struct seg_key *k = &seg->keys[i];
-		struct ckey *ck = &c->keys[i];
-		int64_t lease;
-
-		if (ck->state == CK_ACQ) {
-			acq_tick(c, i, ck);
-			continue;
-		}
-		if (ck->state == CK_ADOPT) {
-			adopt_tick(c, i, ck);
-			continue;
-		}
-		if (ck->state == CK_HELD) {
-			held_tick(c, i, ck, now);
-			continue;
-		}
-		if (ck->state == CK_SEM) {
-			sem_tick(c, i, ck, now);
-			continue;
-		}
-		if (ck->state == CK_REL) {
-			/* Delete first, whatever the key's entry has become: our
-			 * etcd key left there would block every other host. */
-			if (ck->epoch != atomic_load(&c->epoch))
-				ck->state = CK_IDLE; /* gone with its lease */
-			else
-				release_etcd(c, ck);
-			continue;
-		}
-		/* CK_IDLE: a gated key with waiters wants its cluster lock. */
-		if (atomic_load(&k->state) != KEY_USED || !(atomic_load(&k->cluster) & CL_KEY) ||
-		    !peek_waiters(k) || (atomic_load(&k->cluster) & CL_OPEN) || now < ck->retry_ns)
-			continue;
-		lease = atomic_load(&c->lease_id);
-		if (!lease || key_lock_timed(seg, k, BROKER_LOCK_MS))
-			continue;
-		/* The name under the mutex: the entry may be changing hands. */
-		if (atomic_load(&k->state) != KEY_USED || !k->waiters) {
-			key_unlock(k);
-			continue;
-		}
-		ck->len = k->key_len <= LOCAL_KEY_MAX ? k->key_len : LOCAL_KEY_MAX;
-		memcpy(ck->name, k->key, ck->len);
-		ck->name[ck->len] = '\0';
-		/* A semaphore takes slots, not the lock (cluster_sem.c). */
-		ck->limit = k->kind == LOCAL_KIND_SEMAPHORE ? k->limit : 0;
-		key_unlock(k);
-		if (ck->limit) {
-			if (!ck->slots)
-				ck->slots = calloc(CSEM_MAX, sizeof(*ck->slots));
-			if (!ck->slots || !sem_begin(c, ck, lease))
-				ck->retry_ns = now + RETRY_MS * 1000000ull;
-			continue;
-		}
-		ck->epoch = atomic_load(&c->epoch);
-		ck->w = malloc(sizeof(*ck->w));
-		if (!ck->w || cworker_start(c, ck->w, ck->name, ck->len, lease, ck->epoch, false)) {
-			free(ck->w);
-			ck->w = NULL;
-			ck->retry_ns = now + RETRY_MS * 1000000ull;
-			continue;
-		}
-		ck->state = CK_ACQ;
+	if (ck->state == CK_ACQ) {
+		acq_tick(c, i, ck);
+		return;
 	}
+	if (ck->state == CK_ADOPT) {
+		adopt_tick(c, i, ck);
+		return;
+	}
+	if (ck->state == CK_HELD) {
+		held_tick(c, i, ck, now);
+		return;
+	}
+	if (ck->state == CK_SEM) {
+		sem_tick(c, i, ck, now);
+		return;
+	}
+	if (ck->state == CK_REL) {
+		/* Delete first, whatever the key's entry has become: our
+		 * etcd key left there would block every other host. */
+		if (ck->epoch != atomic_load(&c->epoch))
+			ck->state = CK_IDLE; /* gone with its lease */
+		else
+			release_etcd(c, ck);
+		return;
+	}
+	/* CK_IDLE: a gated key with waiters wants its cluster lock. */
+	if (atomic_load(&k->state) != KEY_USED || !(atomic_load(&k->cluster) & CL_KEY) ||
+	    !peek_waiters(k) || (atomic_load(&k->cluster) & CL_OPEN) || now < ck->retry_ns)
+		return;
+	lease = atomic_load(&c->lease_id);
+	if (!lease || key_lock_timed(seg, k, BROKER_LOCK_MS))
+		return;
+	/* The name under the mutex: the entry may be changing hands. */
+	if (atomic_load(&k->state) != KEY_USED || !k->waiters) {
+		key_unlock(k);
+		return;
+	}
+	ck->len = k->key_len <= LOCAL_KEY_MAX ? k->key_len : LOCAL_KEY_MAX;
+	memcpy(ck->name, k->key, ck->len);
+	ck->name[ck->len] = '\0';
+	/* A semaphore takes slots, not the lock (cluster_sem.c). */
+	ck->limit = k->kind == LOCAL_KIND_SEMAPHORE ? k->limit : 0;
+	key_unlock(k);
+	if (ck->limit) {
+		if (!ck->slots)
+			ck->slots = calloc(CSEM_MAX, sizeof(*ck->slots));
+		if (!ck->slots || !sem_begin(c, ck, lease))
+			ck->retry_ns = now + RETRY_MS * 1000000ull;
+		return;
+	}
+	ck->epoch = atomic_load(&c->epoch);
+	ck->w = malloc(sizeof(*ck->w));
+	if (!ck->w || cworker_start(c, ck->w, ck->name, ck->len, lease, ck->epoch, false)) {
+		free(ck->w);
+		ck->w = NULL;
+		ck->retry_ns = now + RETRY_MS * 1000000ull;
+		return;
+	}
+	ck->state = CK_ACQ;
+}
+
+/*
+ * Look at the keys. After a ring (@full) every entry: a gated key that
+ * gained a waiter is found only so, the bell does not say which. Otherwise
+ * (a tick) only the keys in some cluster state (c->active), so that an idle
+ * manager costs what its cluster keys cost, not what --max-keys does.
+ */
+static void scan(struct cluster *c, bool full)
+{
+	uint64_t now = mono_ns();
+	uint32_t i, j;
+
+	if (!full) {
+		for (j = 0; j < c->nactive; j++)
+			look_at(c, c->active[j], now);
+	} else {
+		for (i = 0; i < c->seg->caps.max_keys; i++)
+			look_at(c, i, now);
+	}
+	/* The list anew: the keys that are not idle now, or to be retried. */
+	for (i = 0, j = 0; full && i < c->seg->caps.max_keys; i++)
+		if (c->keys[i].state != CK_IDLE || c->keys[i].retry_ns > now)
+			c->active[j++] = i;
+	if (!full) {
+		for (i = 0; i < c->nactive; i++)
+			if (c->keys[c->active[i]].state != CK_IDLE ||
+			    c->keys[c->active[i]].retry_ns > now)
+				c->active[j++] = c->active[i];
+	}
+	c->nactive = j;
 }
 
 static void *manager(void *arg)
@@ -623,11 +651,20 @@ static void *manager(void *arg)
 	struct seg_header *h = c->seg->hdr;
 	uint32_t i;
 
+	uint32_t last = atomic_load(&h->cluster_bell) - 1; /* the first: full */
+	uint64_t next_full = 0;
+
 	while (!atomic_load(&c->stop)) {
 		uint32_t v = atomic_load(&h->cluster_bell);
+		bool full = v != last || mono_ns() >= next_full;
 
 		c->lingering = false;
-		scan(c);
+		/* A full scan at least every FULL_MS too: a look that could not
+		 * be made (a busy mutex, no lease yet) is not lost. */
+		if (full)
+			next_full = mono_ns() + FULL_MS * 1000000ull;
+		scan(c, full);
+		last = v;
 		atomic_store(&h->cluster_listening, 1);
 		if (atomic_load(&h->cluster_bell) == v && !atomic_load(&c->stop))
 			futex_wait_until(&h->cluster_bell, v,
@@ -733,7 +770,9 @@ int cluster_start(struct broker *b)
 	if (!c)
 		return -ENOMEM;
 	c->keys = calloc(b->seg.caps.max_keys, sizeof(*c->keys));
-	if (!c->keys || etcd_init(&c->etcd, o)) {
+	c->active = calloc(b->seg.caps.max_keys, sizeof(*c->active));
+	if (!c->keys || !c->active || etcd_init(&c->etcd, o)) {
+		free(c->active);
 		free(c->keys);
 		free(c);
 		return -ENOMEM;
@@ -794,6 +833,7 @@ void cluster_stop(struct broker *b)
 	pthread_cond_destroy(&c->stop_cv);
 	pthread_mutex_destroy(&c->mu);
 	free(c->keys);
+	free(c->active);
 	free(c);
 	b->cluster = NULL;
 	curl_global_cleanup();
