@@ -150,6 +150,7 @@ struct ckey {
 	/* CK_HELD: what was last published in etcd (cluster_values.c). */
 	bool pub_valid;
 	uint64_t pub_tok, pub_vw;
+	uint64_t seen_tok, seen_vw, seen_ns; /* the state now, since when */
 };
 
 /* A snapshot of a held key's holder and value, to publish (cluster_values.c). */

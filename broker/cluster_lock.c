@@ -146,6 +146,9 @@ static void owed_delay(struct etcd *e, struct cworker *w, const char *name, size
 		raw[n] = '\0';
 		if (sscanf(raw, "%lld %u", &lease, &ms) == 2 && lease != w->lease)
 			w->delay_ms = ms <= LOCAL_LOCK_DELAY_MAX_MS ? ms : LOCAL_LOCK_DELAY_MAX_MS;
+		/* Honoured here: not owed again by the hosts after us. */
+		etcd_post(e, "/v3/kv/deleterange", json_pack("{s:s}", "key", k64), NULL, STEP_MS,
+			  &w->cancel);
 	}
 	json_decref(rep);
 }

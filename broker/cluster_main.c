@@ -313,7 +313,10 @@ static int open_gate(struct cluster *c, uint32_t i, struct ckey *ck)
 		blog(LOG_INFO, "cluster: %.*s: lock-delay %u ms of a lost host", (int)ck->len,
 		     ck->name, ck->w->delay_ms);
 	}
-	ck->pub_valid = false;
+	/* Nothing of ours is in etcd: the release before deleted it. */
+	ck->pub_valid = true;
+	ck->pub_tok = 0;
+	ck->seen_tok = UINT64_MAX;
 	/* Whether hosts queued behind us while we waited is not known here
 	 * (their puts may have been seen before this): asked once. */
 	atomic_store(&ck->others, 1);

@@ -231,7 +231,9 @@ bool sem_begin(struct cluster *c, struct ckey *ck, int64_t lease)
 {
 	ck->nslots = 0;
 	ck->idle_ns = 0;
-	ck->pub_valid = false;
+	ck->pub_valid = true; /* nothing of ours in etcd (see open_gate()) */
+	ck->pub_tok = 0;
+	ck->seen_tok = UINT64_MAX;
 	ck->epoch = atomic_load(&c->epoch);
 	if (ck->limit > CSEM_MAX)
 		ck->limit = CSEM_MAX;

@@ -34,6 +34,7 @@
 #include "proto.h"
 
 #define PUB_MS 2000u	  /* one publication */
+#define PUB_SETTLE_MS 20u /* a holder and value are published once they last this */
 #define RWATCH_MS 10000u  /* one watch stream, before it is made anew */
 #define RWATCH_RETRY_MS 200u
 
@@ -65,8 +66,18 @@ bool cvalue_snapshot_locked(struct cluster *c, struct seg_key *k, struct ckey *c
 		tok = seg->nodes[h].token;
 		s = seg_session_at(seg, NODE_SESSION(atomic_load(&seg->nodes[h].word)));
 	}
-	if (ck->pub_valid && ck->pub_tok == tok && ck->pub_vw == vw)
-		return false;
+	if (ck->pub_valid && ck->pub_tok == tok && (ck->pub_vw == vw || !tok))
+		return false; /* as published (with no holder, nothing is) */
+	/* A state is published once it has lasted PUB_SETTLE_MS: an etcd
+	 * write (an fsync) per grant would halve the cross-host handoff rate,
+	 * and a holder that comes and goes within it has nothing to lead. */
+	if (ck->seen_tok != tok || ck->seen_vw != vw) {
+		ck->seen_tok = tok;
+		ck->seen_vw = vw;
+		ck->seen_ns = mono_ns();
+	}
+	if (mono_ns() - ck->seen_ns < PUB_SETTLE_MS * 1000000ull)
+		return false; /* the next look (a tick at most) */
 	memset(p, 0, sizeof(*p));
 	p->held = tok != 0;
 	p->token = tok;
