@@ -351,6 +351,8 @@ static bool others_wait(struct cluster *c, struct ckey *ck)
 		      json_pack("{s:s, s:s, s:b}", "key", from, "range_end", to, "count_only", 1),
 		      &rep, RELEASE_MS, &c->stop) == 0)
 		yes = etcd_i64(rep, "count") > 1;
+	else
+		atomic_store(&ck->others, 1); /* not known: ask again next time */
 	json_decref(rep);
 	return yes;
 }
@@ -368,8 +370,13 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 	}
 	/* Idle, and the watch saw a host queue (or we do not know): ask, and
 	 * if one waits give the key up now rather than after the linger. */
-	if (!ck->yielding && peek_waiters_idle(k) && atomic_exchange(&ck->others, 0))
+	if (!ck->yielding && peek_waiters_idle(k) && atomic_exchange(&ck->others, 0)) {
 		others = others_wait(c, ck);
+		/* Taken again meanwhile (the key is only seen idle here, not
+		 * under the mutex): the batch end must still know. */
+		if (others)
+			atomic_store(&ck->others, 1);
+	}
 	if (key_lock_timed(seg, k, BROKER_LOCK_MS))
 		return; /* busy (or quarantined): next tick */
 	if (!key_is(k, ck)) {
