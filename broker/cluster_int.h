@@ -233,6 +233,8 @@ static inline bool key_is_entry(const struct seg_key *k, const struct ckey *ck)
 
 /* Start taking slots for semaphore @ck (name and limit set): false if not. */
 bool sem_begin(struct cluster *c, struct ckey *ck, int64_t lease);
+/* Delete the slots of @ck held under @lease (a re-adopted lease). */
+void sem_drop_own(struct cluster *c, struct ckey *ck, int64_t lease);
 /* The manager's look at a CK_SEM key. */
 void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now);
 

@@ -534,17 +534,23 @@ static void adopt_tick(struct cluster *c, uint32_t i, struct ckey *ck)
 		ck->idle_ns = 0;
 		blog(LOG_INFO, "cluster: %.*s re-adopted", (int)ck->len, ck->name);
 	} else {
+		bool sem = false;
+
 		blog(LOG_WARNING, "cluster: %.*s not re-adopted (%s): its holds end", (int)ck->len,
 		     ck->name, strerror(-w->err));
 		if (key_lock_timed(seg, k, BROKER_LOCK_MS) == 0) {
 			if (key_is(k, ck)) {
 				atomic_store(&k->cluster, atomic_load(&k->cluster) & ~CL_OPEN);
 				end_holds_locked(seg, k);
+				sem = k->kind == LOCAL_KIND_SEMAPHORE;
 			}
 			key_unlock(k);
 		} else {
 			return; /* busy: next tick (the worker stays done) */
 		}
+		/* A semaphore's slots are not re-adopted: given back. */
+		if (sem)
+			sem_drop_own(c, ck, c->adopt_id);
 		if (w->err != -ESTALE && w->rev)
 			release_etcd(c, ck);
 		else

@@ -333,3 +333,42 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 		ck->state = CK_IDLE;
 	}
 }
+
+/* A semaphore the broker before us held slots of, under the lease we
+ * re-adopted: its holds have ended (not re-adopted), so its slots must not
+ * stay taken for as long as our lease lives. Deleted now (best effort: the
+ * next sem_begin() finds any left as its own and deletes them too). */
+void sem_drop_own(struct cluster *c, struct ckey *ck, int64_t lease)
+{
+	char from[1000], to[1000], dir[660];
+	json_t *rep = NULL, *kv, *ops = json_array();
+	size_t n, j;
+
+	cluster_rec_key(c->o, 's', ck->name, ck->len, dir, sizeof(dir));
+	n = strlen(dir);
+	dir[n++] = '/';
+	dir[n] = '\0';
+	etcd_b64(dir, n, from);
+	dir[n - 1]++;
+	etcd_b64(dir, n, to);
+	if (!ops || etcd_post(&c->etcd, "/v3/kv/range",
+			      json_pack("{s:s, s:s}", "key", from, "range_end", to), &rep, STEP_MS,
+			      &c->stop)) {
+		json_decref(ops);
+		return;
+	}
+	json_array_foreach(json_object_get(rep, "kvs"), j, kv)
+	{
+		const char *k64 = json_string_value(json_object_get(kv, "key"));
+
+		if (k64 && etcd_i64(kv, "lease") == lease)
+			json_array_append_new(ops, json_pack("{s:{s:s}}", "request_delete_range",
+							     "key", k64));
+	}
+	json_decref(rep);
+	if (json_array_size(ops))
+		etcd_post(&c->etcd, "/v3/kv/txn", json_pack("{s:o}", "success", ops), NULL, STEP_MS,
+			  &c->stop);
+	else
+		json_decref(ops);
+}
