@@ -1088,6 +1088,18 @@ TEST(cluster, semaphore_hosts, 60)
 		for (j = i + 1; j < 40; j++)
 			if (r->token[i] == r->token[j])
 				FAIL_AT("token %llu granted twice", (unsigned long long)r->token[i]);
+	/* A broker restarted within its TTL re-adopts its lease but not its
+	 * semaphore slots: its holds end, and the slot is given back to the
+	 * other host at once (not kept while the re-adopted lease lives). */
+	sa = open_session(&a, "sem-a3", 0, 0);
+	CHECK_OK(local_sem_acquire(sa, "c/one", 1, &o, NULL));
+	broker_signal_wait(&a, SIGKILL);
+	broker_restart(&a);
+	sb = open_session(&b, "sem-b3", 0, 0);
+	CHECK_OK(local_sem_acquire(sb, "c/one", 1, &o, NULL));
+	CHECK_OK(local_release(sb, "c/one"));
+	local_session_close(sb);
+	local_session_close(sa);
 	broker_stop_clean(&a);
 	broker_stop_clean(&b);
 	etcd3_stop(&e);
