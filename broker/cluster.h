@@ -68,5 +68,9 @@ struct broker;
 int cluster_start(struct broker *b);
 /* Stop them, giving up every cluster lock (idempotent). */
 void cluster_stop(struct broker *b);
+struct proto_op_key;
+/* The broker's info of cluster key @name with no local holder: the holder
+ * another host published, if any (cluster_values.c). */
+void cluster_remote_fill(const char *name, size_t len, struct proto_op_key *r);
 
 #endif

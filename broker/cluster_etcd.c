@@ -76,7 +76,39 @@ struct buf {
 	size_t n, cap;
 	bool watch;	/* a watch: stop at the first event */
 	int verdict;	/* watch: 1 deleted, 2 cancelled by etcd */
+	/* A stream (etcd_watch_stream()): each complete message to @cb. */
+	int (*cb)(json_t *msg, void *arg);
+	void *arg;
 };
+
+/* Hand every complete JSON message at the start of @b to its callback
+ * (the gateway streams them one after the other); keep the rest. 0, or the
+ * callback's non-zero answer (stop). */
+static int stream_messages(struct buf *b)
+{
+	size_t off = 0;
+	int r = 0;
+
+	while (!r) {
+		json_error_t je;
+		json_t *m;
+
+		while (off < b->n && (b->p[off] == ' ' || b->p[off] == '\n' || b->p[off] == '\r'))
+			off++;
+		if (off == b->n)
+			break;
+		m = json_loadb(b->p + off, b->n - off, JSON_DISABLE_EOF_CHECK, &je);
+		if (!m)
+			break; /* incomplete: wait for more */
+		off += (size_t)je.position;
+		r = b->cb(m, b->arg);
+		json_decref(m);
+	}
+	memmove(b->p, b->p + off, b->n - off);
+	b->n -= off;
+	b->p[b->n] = '\0';
+	return r;
+}
 
 static size_t on_data(char *ptr, size_t size, size_t nmemb, void *arg)
 {
@@ -95,6 +127,10 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *arg)
 	memcpy(b->p + b->n, ptr, n);
 	b->n += n;
 	b->p[b->n] = '\0';
+	if (b->cb && stream_messages(b)) {
+		b->verdict = 1;
+		return 0; /* the callback is done: abort the stream */
+	}
 	if (b->watch) {
 		/* The watch filters out puts (NOPUT): any event is a delete. */
 		if (strstr(b->p, "\"events\""))
@@ -191,7 +227,7 @@ static int post_raw(struct etcd *e, const char *path, const char *body, struct b
 			b->p[0] = '\0';
 		rc = post_once(e, url, body, b, (long)((end - now) / 1000000ull) + 1, cancel,
 			       &status);
-		if (b->watch && b->verdict)
+		if ((b->watch || b->cb) && b->verdict)
 			return 0;
 		if (rc == CURLE_ABORTED_BY_CALLBACK)
 			return -ECANCELED;
@@ -205,7 +241,7 @@ static int post_raw(struct etcd *e, const char *path, const char *body, struct b
 		}
 		if (rc == CURLE_OK && status > 0 && status < 500)
 			return status == 200 ? 0 : -EIO;
-		if (b->watch && rc == CURLE_OPERATION_TIMEDOUT)
+		if ((b->watch || b->cb) && rc == CURLE_OPERATION_TIMEDOUT)
 			return -EAGAIN; /* a quiet watch: the caller looks again */
 		blog(LOG_DEBUG, "cluster: %s: %s (HTTP %ld)", url,
 		     rc ? curl_easy_strerror(rc) : "server error", status);
@@ -300,4 +336,49 @@ int etcd_watch_delete(struct etcd *e, const char *key_b64, int64_t from_rev, uin
 	if (b.verdict == 1)
 		return 0;
 	return -EAGAIN; /* cancelled by etcd (compaction), or the stream ended */
+}
+
+int etcd_watch_stream(struct etcd *e, json_t *req, uint32_t timeout_ms, _Atomic bool *cancel,
+		      int (*cb)(json_t *msg, void *arg), void *arg)
+{
+	struct buf b = { .cb = cb, .arg = arg };
+	char *s = req ? json_dumps(req, JSON_COMPACT) : NULL;
+	int err;
+
+	json_decref(req);
+	if (!s)
+		return -ENOMEM;
+	err = post_raw(e, "/v3/watch", s, &b, timeout_ms, cancel, true);
+	free(s);
+	free(b.p);
+	if (err == -ETIMEDOUT)
+		return -EAGAIN;
+	if (!err && !b.verdict)
+		return -EAGAIN; /* the stream ended (a member went away): again */
+	return err;
+}
+
+/* Base64 decoding of @in into @out (room for 3 * strlen(in) / 4 bytes);
+ * the length, or -1 on a bad character. */
+ssize_t etcd_unb64(const char *in, void *out)
+{
+	unsigned char *o = out;
+	uint32_t acc = 0;
+	int bits = 0;
+	ssize_t n = 0;
+
+	for (; *in && *in != '='; in++) {
+		const char *tab = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+		const char *c = strchr(tab, *in);
+
+		if (!c)
+			return -1;
+		acc = (acc << 6) | (uint32_t)(c - tab);
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			o[n++] = (unsigned char)(acc >> bits);
+		}
+	}
+	return n;
 }

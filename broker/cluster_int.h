@@ -8,11 +8,14 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
+#include <sys/types.h>
 
 #include <curl/curl.h>
 #include <jansson.h>
 
 #include "cluster.h"
+#include "keyops.h"
 #include "liblocal.h"
 
 /* ---- etcd v3 JSON gateway client (cluster_etcd.c) ------------------------ */
@@ -42,6 +45,17 @@ int etcd_post(struct etcd *e, const char *path, json_t *body, json_t **out,
  */
 int etcd_watch_delete(struct etcd *e, const char *key_b64, int64_t from_rev, uint32_t timeout_ms,
 		      _Atomic bool *cancel);
+/*
+ * A long watch: @req is the whole request ({"create_request": ...}, taken
+ * over); every message etcd streams goes to @cb, which returns non-zero to
+ * end the watch. 0 (@cb ended it), -EAGAIN (nothing more within @timeout_ms,
+ * or the stream ended: watch again from the last revision seen),
+ * -ECANCELED, -EIO.
+ */
+int etcd_watch_stream(struct etcd *e, json_t *req, uint32_t timeout_ms, _Atomic bool *cancel,
+		      int (*cb)(json_t *msg, void *arg), void *arg);
+/* Base64 decoding; the length, or -1. @out: room for 3 * strlen(in) / 4. */
+ssize_t etcd_unb64(const char *in, void *out);
 /* Base64 of @len bytes into @out (size >= 4 * ((len + 2) / 3) + 1). */
 void etcd_b64(const void *in, size_t len, char *out);
 /* An int64 field that the gateway writes as a string (or a number); 0 if absent. */
@@ -60,8 +74,16 @@ struct cworker {
 	_Atomic bool done;
 	bool adopt; /* re-adoption: our key must exist and hold the lock already */
 	int err;     /* when done: 0 acquired */
+	char name[LOCAL_KEY_MAX + 1]; /* the key */
+	size_t len;
+	uint32_t delay_ms; /* when acquired: lock-delay left by a host lost holding it */
 	int64_t rev; /* when acquired: the create revision of ekey */
 };
+
+/* The etcd key of @name's record of kind @what ('v': the holder's value,
+ * under its host's lease; 'd': a lock-delay owed if that host is lost). */
+void cluster_rec_key(const struct cluster_opts *o, char what, const char *name, size_t len,
+		     char *out, size_t size);
 
 /* Start the recipe for key @name under @lease (a thread). */
 int cworker_start(struct cluster *c, struct cworker *w, const char *name, size_t len,
@@ -80,6 +102,26 @@ enum ckey_state {
 	CK_HELD,     /* this host holds the cluster lock; the gate may be open */
 	CK_REL,	     /* given up locally; deleting our etcd key failed: retried */
 	CK_ADOPT,    /* open when a restarted broker found it: checking etcd */
+	CK_SEM,	     /* a semaphore: slots held or asked for (cluster_sem.c) */
+};
+
+#define CSEM_MAX 64   /* slots of one cluster semaphore (a larger limit acts as this) */
+#define CSEM_BATCH 16 /* slots asked for at once */
+
+/* A worker taking slots of a cluster semaphore (cluster_sem.c). */
+struct csworker {
+	struct cluster *c;
+	pthread_t thread;
+	char name[LOCAL_KEY_MAX + 1];
+	size_t len;
+	int64_t lease;
+	uint32_t limit, want;
+	_Atomic bool cancel;
+	_Atomic bool done;
+	int err;
+	uint8_t mine[CSEM_MAX]; /* slots the manager knows it holds */
+	uint32_t got, idx[CSEM_MAX];
+	int64_t rev; /* of the last slot taken */
 };
 
 struct ckey {
@@ -96,6 +138,43 @@ struct ckey {
 	bool yielding;	    /* CK_HELD: closed for other hosts; give up once free */
 	uint64_t idle_ns;   /* CK_HELD: first seen idle (0: in use) ... */
 	uint64_t idle_l;    /* ... with this lock_index */
+	/* Another host queued for this key's lock since we last asked etcd:
+	 * set by the watch thread (cluster_values.c), cleared by the manager
+	 * before it asks. A hint: a batch ends with a count query only when
+	 * set, and an idle key skips its linger when set. */
+	_Atomic uint32_t others;
+	/* CK_SEM (cluster_sem.c) */
+	uint32_t limit, nslots;
+	uint32_t *slots; /* CSEM_MAX, allocated at the first use */
+	struct csworker *sw;
+	/* CK_HELD: what was last published in etcd (cluster_values.c). */
+	bool pub_valid;
+	uint64_t pub_tok, pub_vw;
+	uint64_t seen_tok, seen_vw, seen_ns; /* the state now, since when */
+};
+
+/* A snapshot of a held key's holder and value, to publish (cluster_values.c). */
+struct cpub {
+	bool held;
+	uint64_t token;
+	uint8_t sid[16];
+	char hname[64];
+	int32_t pid, kind;
+	uint32_t limit, delay_ms;
+	void *value;
+	size_t vlen;
+};
+
+/* The holder of a cluster key on another host, as its record says. */
+struct cremote {
+	char name[LOCAL_KEY_MAX + 1];
+	uint32_t len;
+	uint8_t sid[16];
+	char hname[64];
+	int32_t pid, kind;
+	uint32_t limit;
+	uint64_t token;
+	int64_t lease;
 };
 
 struct cluster {
@@ -120,6 +199,56 @@ struct cluster {
 	uint32_t margin_ms;
 	int64_t adopt_id; /* the lease of the broker before us, to re-adopt */
 	bool lingering; /* manager: a held key is idle, to be looked at again soon */
+	uint32_t *active, nactive; /* manager: entries not CK_IDLE (scan()) */
+	/* Other hosts' holders (cluster_values.c): the watch thread writes,
+	 * the event loop reads (cluster_remote_fill()). */
+	pthread_mutex_t rmu;
+	struct cremote *remote;
+	uint32_t nremote, capremote;
+	pthread_t rw_thr;
+	bool rw_running;
 };
+
+/* A count read without the key mutex, as a hint (re-checked under it). */
+static inline uint32_t peek_waiters_of(const struct seg_key *k)
+{
+	return __atomic_load_n(&k->waiters, __ATOMIC_RELAXED);
+}
+
+/* Neither held nor waited for? A hint read without the mutex, as above. */
+static inline bool peek_waiters_idle(const struct seg_key *k)
+{
+	return !__atomic_load_n(&k->waiters, __ATOMIC_RELAXED) &&
+	       !__atomic_load_n(&k->holders, __ATOMIC_RELAXED);
+}
+
+/* Is entry @k still the key @ck names? */
+static inline bool key_is_entry(const struct seg_key *k, const struct ckey *ck)
+{
+	return atomic_load(&k->state) == KEY_USED && k->key_len == ck->len &&
+	       !memcmp(k->key, ck->name, ck->len);
+}
+
+/* ---- semaphores across hosts (cluster_sem.c) ------------------------------ */
+
+/* Start taking slots for semaphore @ck (name and limit set): false if not. */
+bool sem_begin(struct cluster *c, struct ckey *ck, int64_t lease);
+/* Delete the slots of @ck held under @lease (a re-adopted lease). */
+void sem_drop_own(struct cluster *c, struct ckey *ck, int64_t lease);
+/* The manager's look at a CK_SEM key. */
+void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now);
+
+/* ---- values, leaders and watches across hosts (cluster_values.c) --------- */
+
+/* Under @k's mutex: fill @p if what etcd shows for @ck is out of date. */
+bool cvalue_snapshot_locked(struct cluster *c, struct seg_key *k, struct ckey *ck,
+			    struct cpub *p);
+/* Publish @p (frees its value). */
+void cvalue_publish(struct cluster *c, struct ckey *ck, struct cpub *p);
+/* The delete of a release: our lock key and our records, in one txn. */
+int cvalue_release(struct cluster *c, struct ckey *ck);
+/* The thread that watches the other hosts' records. */
+int cvalue_start(struct cluster *c);
+void cvalue_stop(struct cluster *c);
 
 #endif

@@ -124,6 +124,40 @@ static void delete_own(struct etcd *e, struct cworker *w)
 	etcd_post(e, "/v3/kv/deleterange", json_pack("{s:s}", "key", k64), NULL, STEP_MS, NULL);
 }
 
+/* Acquired: did the host before us leave a lock-delay behind (lost while
+ * a holder held the key; cluster_values.c)? Not found or unreadable: none. */
+static void owed_delay(struct etcd *e, struct cworker *w, const char *name, size_t len)
+{
+	char dkey[700], k64[1000], raw[64];
+	const char *v64;
+	json_t *rep = NULL;
+	long long lease;
+	unsigned ms;
+	ssize_t n;
+
+	cluster_rec_key(w->c->o, 'd', name, len, dkey, sizeof(dkey));
+	etcd_b64(dkey, strlen(dkey), k64);
+	/* Serializable (the member's own copy, no consensus round: the
+	 * linearizable read cost 5 ms of every cross-host handoff). The member
+	 * is the one that just answered our linearizable range (find_pred),
+	 * so it has applied everything up to our acquisition, and a lost
+	 * host's record was written before that (before its lease expired). */
+	if (etcd_post(e, "/v3/kv/range", json_pack("{s:s, s:b}", "key", k64, "serializable", 1),
+		      &rep, STEP_MS, &w->cancel))
+		return;
+	v64 = json_string_value(
+		json_object_get(json_array_get(json_object_get(rep, "kvs"), 0), "value"));
+	if (v64 && strlen(v64) < 80 && (n = etcd_unb64(v64, raw)) > 0) {
+		raw[n] = '\0';
+		if (sscanf(raw, "%lld %u", &lease, &ms) == 2 && lease != w->lease)
+			w->delay_ms = ms <= LOCAL_LOCK_DELAY_MAX_MS ? ms : LOCAL_LOCK_DELAY_MAX_MS;
+		/* Honoured here: not owed again by the hosts after us. */
+		etcd_post(e, "/v3/kv/deleterange", json_pack("{s:s}", "key", k64), NULL, STEP_MS,
+			  &w->cancel);
+	}
+	json_decref(rep);
+}
+
 static void *worker(void *arg)
 {
 	struct cworker *w = arg;
@@ -168,6 +202,8 @@ static void *worker(void *arg)
 		}
 		break;
 	}
+	if (!err && !w->adopt)
+		owed_delay(&e, w, w->name, w->len);
 	if (err && rev && e.h)
 		delete_own(&e, w); /* best effort; the lease ends it otherwise */
 	etcd_fini(&e);
@@ -188,6 +224,8 @@ int cworker_start(struct cluster *c, struct cworker *w, const char *name, size_t
 	w->adopt = adopt;
 	w->lease = lease;
 	w->epoch = epoch;
+	w->len = len < sizeof(w->name) ? len : sizeof(w->name) - 1;
+	memcpy(w->name, name, w->len);
 	cluster_dir(c->o, name, len, w->dir, sizeof(w->dir));
 	snprintf(w->ekey, sizeof(w->ekey), "%s%016" PRIx64, w->dir, (uint64_t)lease);
 	err = pthread_create(&w->thread, NULL, worker, w);

@@ -34,6 +34,7 @@
 #include "futex.h"
 
 #define TICK_MS 50u	   /* the manager looks at held keys at least this often */
+#define FULL_MS 1000u	   /* ... and at every key entry */
 #define RETRY_MS 200u	   /* after a failed recipe */
 #define RELEASE_MS 3000u   /* deleting our etcd key */
 #define GRANT_MS 2000u	   /* a lease grant attempt */
@@ -264,11 +265,9 @@ static void *lease_thread(void *arg)
  * local waiters meanwhile wait for it to be gone, then queue anew. */
 static void release_etcd(struct cluster *c, struct ckey *ck)
 {
-	char k64[920];
-
-	etcd_b64(ck->ekey, strlen(ck->ekey), k64);
-	if (etcd_post(&c->etcd, "/v3/kv/deleterange", json_pack("{s:s}", "key", k64), NULL,
-		      RELEASE_MS, &c->stop) == 0)
+	/* With our records (cluster_values.c): a clean release owes no
+	 * lock-delay and shows no holder here. */
+	if (cvalue_release(c, ck) == 0)
 		ck->state = CK_IDLE;
 	else
 		ck->state = CK_REL;
@@ -304,6 +303,23 @@ static int open_gate(struct cluster *c, uint32_t i, struct ckey *ck)
 	__atomic_store_n(&k->tok_hi, base + SEQ_SPAN - 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&k->tok_last, start, __ATOMIC_RELAXED);
 	__atomic_store_n(&k->token, start, __ATOMIC_RELAXED);
+	/* The host before us was lost holding the key: its holder's
+	 * lock-delay, from now (cluster_values.c). */
+	if (ck->w->delay_ms) {
+		uint64_t until = mono_ns() + (uint64_t)ck->w->delay_ms * 1000000ull;
+
+		if (until > k->delay_until_ns)
+			k->delay_until_ns = until;
+		blog(LOG_INFO, "cluster: %.*s: lock-delay %u ms of a lost host", (int)ck->len,
+		     ck->name, ck->w->delay_ms);
+	}
+	/* Nothing of ours is in etcd: the release before deleted it. */
+	ck->pub_valid = true;
+	ck->pub_tok = 0;
+	ck->seen_tok = UINT64_MAX;
+	/* Whether hosts queued behind us while we waited is not known here
+	 * (their puts may have been seen before this): asked once. */
+	atomic_store(&ck->others, 1);
 	atomic_store(&k->cluster, CL_KEY | CL_OPEN | CL_ARMED);
 	ck->batch_ns = mono_ns();
 	ck->batch_l0 = l;
@@ -335,6 +351,8 @@ static bool others_wait(struct cluster *c, struct ckey *ck)
 		      json_pack("{s:s, s:s, s:b}", "key", from, "range_end", to, "count_only", 1),
 		      &rep, RELEASE_MS, &c->stop) == 0)
 		yes = etcd_i64(rep, "count") > 1;
+	else
+		atomic_store(&ck->others, 1); /* not known: ask again next time */
 	json_decref(rep);
 	return yes;
 }
@@ -343,17 +361,28 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 {
 	struct segment *seg = c->seg;
 	struct seg_key *k = &seg->keys[i];
-	bool give_up = false, batch_over = false;
+	bool give_up = false, batch_over = false, publish = false, others = false;
+	struct cpub pub;
 
 	if (ck->epoch != atomic_load(&c->epoch) || !atomic_load(&c->lease_id)) {
 		ck->state = CK_IDLE; /* the lease is gone: so is our etcd key */
 		return;
+	}
+	/* Idle, and the watch saw a host queue (or we do not know): ask, and
+	 * if one waits give the key up now rather than after the linger. */
+	if (!ck->yielding && peek_waiters_idle(k) && atomic_exchange(&ck->others, 0)) {
+		others = others_wait(c, ck);
+		/* Taken again meanwhile (the key is only seen idle here, not
+		 * under the mutex): the batch end must still know. */
+		if (others)
+			atomic_store(&ck->others, 1);
 	}
 	if (key_lock_timed(seg, k, BROKER_LOCK_MS))
 		return; /* busy (or quarantined): next tick */
 	if (!key_is(k, ck)) {
 		give_up = true; /* reclaimed: cannot happen while open, but be sure */
 	} else if (k->holders == 0 && !k->waiters && !ck->yielding && c->o->linger_ms &&
+		   !others && /* another host waits: no linger */
 		   (!ck->idle_ns || atomic_load(&k->lock_index) != ck->idle_l ||
 		    now - ck->idle_ns < (uint64_t)c->o->linger_ms * 1000000ull)) {
 		/* Idle: kept for --cluster-linger in case a local process comes
@@ -384,14 +413,32 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 	 * Lingering: we look again after --cluster-linger anyway. */
 	if (!give_up && key_is(k, ck) && (k->holders || k->waiters || ck->yielding))
 		atomic_fetch_or(&k->cluster, CL_ARMED);
+	/* A lock-delay (of a lost host) over: grant the queue. */
+	if (!give_up && key_is(k, ck) && !k->holders && k->waiters && k->delay_until_ns &&
+	    now >= k->delay_until_ns && (atomic_load(&k->cluster) & CL_OPEN)) {
+		uint32_t wake[64], n, j;
+
+		n = key_grant_pending_locked(seg, k, wake, 64);
+		for (j = 0; j < n; j++)
+			waiter_wake(seg, wake[j]);
+	} else if (!give_up && key_is(k, ck) && k->delay_until_ns > now) {
+		c->lingering = true; /* look again soon */
+	}
+	/* Holder or value changed: shown to the other hosts. */
+	if (!give_up && key_is(k, ck))
+		publish = cvalue_snapshot_locked(c, k, ck, &pub);
 	key_unlock(k);
+	if (publish)
+		cvalue_publish(c, ck, &pub);
 	if (give_up) {
 		release_etcd(c, ck);
 		return;
 	}
 	if (!batch_over)
 		return;
-	if (!others_wait(c, ck)) {
+	/* Asked only if the watch saw a host queue (or lost its place);
+	 * cleared first, so that a queue seen meanwhile sets it again. */
+	if (!atomic_exchange(&ck->others, 0) || !others_wait(c, ck)) {
 		ck->batch_ns = mono_ns(); /* nobody else: a new batch */
 		ck->batch_l0 = atomic_load(&k->lock_index);
 		return;
@@ -480,23 +527,30 @@ static void adopt_tick(struct cluster *c, uint32_t i, struct ckey *ck)
 	ck->rev = w->rev;
 	if (!w->err) {
 		ck->state = CK_HELD;
+		ck->pub_valid = false;
 		ck->batch_ns = mono_ns();
 		ck->batch_l0 = atomic_load(&k->lock_index);
 		ck->yielding = false;
 		ck->idle_ns = 0;
 		blog(LOG_INFO, "cluster: %.*s re-adopted", (int)ck->len, ck->name);
 	} else {
+		bool sem = false;
+
 		blog(LOG_WARNING, "cluster: %.*s not re-adopted (%s): its holds end", (int)ck->len,
 		     ck->name, strerror(-w->err));
 		if (key_lock_timed(seg, k, BROKER_LOCK_MS) == 0) {
 			if (key_is(k, ck)) {
 				atomic_store(&k->cluster, atomic_load(&k->cluster) & ~CL_OPEN);
 				end_holds_locked(seg, k);
+				sem = k->kind == LOCAL_KIND_SEMAPHORE;
 			}
 			key_unlock(k);
 		} else {
 			return; /* busy: next tick (the worker stays done) */
 		}
+		/* A semaphore's slots are not re-adopted: given back. */
+		if (sem)
+			sem_drop_own(c, ck, c->adopt_id);
 		if (w->err != -ESTALE && w->rev)
 			release_etcd(c, ck);
 		else
@@ -507,64 +561,104 @@ static void adopt_tick(struct cluster *c, uint32_t i, struct ckey *ck)
 	ck->w = NULL;
 }
 
-static void scan(struct cluster *c)
+/* The manager's look at key entry @i. */
+static void look_at(struct cluster *c, uint32_t i, uint64_t now)
 {
 	struct segment *seg = c->seg;
-	uint64_t now = mono_ns();
-	uint32_t i;
+	struct seg_key *k = &seg->keys[i];
+	struct ckey *ck = &c->keys[i];
+	int64_t lease;
 
-	for (i = 0; i < seg->caps.max_keys; i++) {
-		struct seg_key *k = &seg->keys[i];
-		struct ckey *ck = &c->keys[i];
-		int64_t lease;
-
-		if (ck->state == CK_ACQ) {
-			acq_tick(c, i, ck);
-			continue;
-		}
-		if (ck->state == CK_ADOPT) {
-			adopt_tick(c, i, ck);
-			continue;
-		}
-		if (ck->state == CK_HELD) {
-			held_tick(c, i, ck, now);
-			continue;
-		}
-		if (ck->state == CK_REL) {
-			/* Delete first, whatever the key's entry has become: our
-			 * etcd key left there would block every other host. */
-			if (ck->epoch != atomic_load(&c->epoch))
-				ck->state = CK_IDLE; /* gone with its lease */
-			else
-				release_etcd(c, ck);
-			continue;
-		}
-		/* CK_IDLE: a gated key with waiters wants its cluster lock. */
-		if (atomic_load(&k->state) != KEY_USED || !(atomic_load(&k->cluster) & CL_KEY) ||
-		    !peek_waiters(k) || (atomic_load(&k->cluster) & CL_OPEN) || now < ck->retry_ns)
-			continue;
-		lease = atomic_load(&c->lease_id);
-		if (!lease || key_lock_timed(seg, k, BROKER_LOCK_MS))
-			continue;
-		/* The name under the mutex: the entry may be changing hands. */
-		if (atomic_load(&k->state) != KEY_USED || !k->waiters) {
-			key_unlock(k);
-			continue;
-		}
-		ck->len = k->key_len <= LOCAL_KEY_MAX ? k->key_len : LOCAL_KEY_MAX;
-		memcpy(ck->name, k->key, ck->len);
-		ck->name[ck->len] = '\0';
-		key_unlock(k);
-		ck->epoch = atomic_load(&c->epoch);
-		ck->w = malloc(sizeof(*ck->w));
-		if (!ck->w || cworker_start(c, ck->w, ck->name, ck->len, lease, ck->epoch, false)) {
-			free(ck->w);
-			ck->w = NULL;
-			ck->retry_ns = now + RETRY_MS * 1000000ull;
-			continue;
-		}
-		ck->state = CK_ACQ;
+	if (ck->state == CK_ACQ) {
+		acq_tick(c, i, ck);
+		return;
 	}
+	if (ck->state == CK_ADOPT) {
+		adopt_tick(c, i, ck);
+		return;
+	}
+	if (ck->state == CK_HELD) {
+		held_tick(c, i, ck, now);
+		return;
+	}
+	if (ck->state == CK_SEM) {
+		sem_tick(c, i, ck, now);
+		return;
+	}
+	if (ck->state == CK_REL) {
+		/* Delete first, whatever the key's entry has become: our
+		 * etcd key left there would block every other host. */
+		if (ck->epoch != atomic_load(&c->epoch))
+			ck->state = CK_IDLE; /* gone with its lease */
+		else
+			release_etcd(c, ck);
+		return;
+	}
+	/* CK_IDLE: a gated key with waiters wants its cluster lock. */
+	if (atomic_load(&k->state) != KEY_USED || !(atomic_load(&k->cluster) & CL_KEY) ||
+	    !peek_waiters(k) || (atomic_load(&k->cluster) & CL_OPEN) || now < ck->retry_ns)
+		return;
+	lease = atomic_load(&c->lease_id);
+	if (!lease || key_lock_timed(seg, k, BROKER_LOCK_MS))
+		return;
+	/* The name under the mutex: the entry may be changing hands. */
+	if (atomic_load(&k->state) != KEY_USED || !k->waiters) {
+		key_unlock(k);
+		return;
+	}
+	ck->len = k->key_len <= LOCAL_KEY_MAX ? k->key_len : LOCAL_KEY_MAX;
+	memcpy(ck->name, k->key, ck->len);
+	ck->name[ck->len] = '\0';
+	/* A semaphore takes slots, not the lock (cluster_sem.c). */
+	ck->limit = k->kind == LOCAL_KIND_SEMAPHORE ? k->limit : 0;
+	key_unlock(k);
+	if (ck->limit) {
+		if (!ck->slots)
+			ck->slots = calloc(CSEM_MAX, sizeof(*ck->slots));
+		if (!ck->slots || !sem_begin(c, ck, lease))
+			ck->retry_ns = now + RETRY_MS * 1000000ull;
+		return;
+	}
+	ck->epoch = atomic_load(&c->epoch);
+	ck->w = malloc(sizeof(*ck->w));
+	if (!ck->w || cworker_start(c, ck->w, ck->name, ck->len, lease, ck->epoch, false)) {
+		free(ck->w);
+		ck->w = NULL;
+		ck->retry_ns = now + RETRY_MS * 1000000ull;
+		return;
+	}
+	ck->state = CK_ACQ;
+}
+
+/*
+ * Look at the keys. After a ring (@full) every entry: a gated key that
+ * gained a waiter is found only so, the bell does not say which. Otherwise
+ * (a tick) only the keys in some cluster state (c->active), so that an idle
+ * manager costs what its cluster keys cost, not what --max-keys does.
+ */
+static void scan(struct cluster *c, bool full)
+{
+	uint64_t now = mono_ns();
+	uint32_t i, j;
+
+	if (!full) {
+		for (j = 0; j < c->nactive; j++)
+			look_at(c, c->active[j], now);
+	} else {
+		for (i = 0; i < c->seg->caps.max_keys; i++)
+			look_at(c, i, now);
+	}
+	/* The list anew: the keys that are not idle now, or to be retried. */
+	for (i = 0, j = 0; full && i < c->seg->caps.max_keys; i++)
+		if (c->keys[i].state != CK_IDLE || c->keys[i].retry_ns > now)
+			c->active[j++] = i;
+	if (!full) {
+		for (i = 0; i < c->nactive; i++)
+			if (c->keys[c->active[i]].state != CK_IDLE ||
+			    c->keys[c->active[i]].retry_ns > now)
+				c->active[j++] = c->active[i];
+	}
+	c->nactive = j;
 }
 
 static void *manager(void *arg)
@@ -573,11 +667,20 @@ static void *manager(void *arg)
 	struct seg_header *h = c->seg->hdr;
 	uint32_t i;
 
+	uint32_t last = atomic_load(&h->cluster_bell) - 1; /* the first: full */
+	uint64_t next_full = 0;
+
 	while (!atomic_load(&c->stop)) {
 		uint32_t v = atomic_load(&h->cluster_bell);
+		bool full = v != last || mono_ns() >= next_full;
 
 		c->lingering = false;
-		scan(c);
+		/* A full scan at least every FULL_MS too: a look that could not
+		 * be made (a busy mutex, no lease yet) is not lost. */
+		if (full)
+			next_full = mono_ns() + FULL_MS * 1000000ull;
+		scan(c, full);
+		last = v;
 		atomic_store(&h->cluster_listening, 1);
 		if (atomic_load(&h->cluster_bell) == v && !atomic_load(&c->stop))
 			futex_wait_until(&h->cluster_bell, v,
@@ -595,6 +698,14 @@ static void *manager(void *arg)
 			free(ck->w);
 			ck->w = NULL;
 		}
+		if (ck->sw) {
+			atomic_store(&ck->sw->cancel, true);
+			pthread_join(ck->sw->thread, NULL);
+			free(ck->sw);
+			ck->sw = NULL;
+		}
+		free(ck->slots);
+		ck->slots = NULL;
 		ck->state = CK_IDLE; /* the lease thread revokes the lease */
 	}
 	return NULL;
@@ -675,7 +786,9 @@ int cluster_start(struct broker *b)
 	if (!c)
 		return -ENOMEM;
 	c->keys = calloc(b->seg.caps.max_keys, sizeof(*c->keys));
-	if (!c->keys || etcd_init(&c->etcd, o)) {
+	c->active = calloc(b->seg.caps.max_keys, sizeof(*c->active));
+	if (!c->keys || !c->active || etcd_init(&c->etcd, o)) {
+		free(c->active);
 		free(c->keys);
 		free(c);
 		return -ENOMEM;
@@ -690,6 +803,7 @@ int cluster_start(struct broker *b)
 	if (c->margin_ms < 1000 && !o->margin_ms)
 		c->margin_ms = 1000;
 	pthread_mutex_init(&c->mu, NULL);
+	pthread_mutex_init(&c->rmu, NULL); /* cluster_values.c */
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->stop_cv, &ca);
@@ -707,6 +821,9 @@ int cluster_start(struct broker *b)
 	if (err)
 		return -err;
 	c->mgr_running = true;
+	err = cvalue_start(c);
+	if (err)
+		return err;
 	blog(LOG_INFO, "cluster: %u etcd endpoint(s), %u prefix(es), lease TTL %u s, margin %u ms",
 	     o->nendpoints, o->nprefixes, o->lease_ttl_s, c->margin_ms);
 	return 0;
@@ -727,10 +844,12 @@ void cluster_stop(struct broker *b)
 		pthread_join(c->mgr, NULL);
 	if (c->lease_running)
 		pthread_join(c->lease_thr, NULL);
+	cvalue_stop(c);
 	etcd_fini(&c->etcd);
 	pthread_cond_destroy(&c->stop_cv);
 	pthread_mutex_destroy(&c->mu);
 	free(c->keys);
+	free(c->active);
 	free(c);
 	b->cluster = NULL;
 	curl_global_cleanup();

@@ -291,6 +291,8 @@ static int describe_key(const struct segment *seg, uint32_t idx, uint32_t flags,
 			r->holder_pid = s->pid;
 		}
 	}
+	if (h == IDX_NONE) /* a cluster key held on another host (cluster_values.c) */
+		cluster_remote_fill(name, len, r);
 	r->key_len = (uint32_t)len;
 	r->value_total = (flags & PROTO_KEY_QUARANTINED) ? 0 : vlen;
 	r->value_len = send;
@@ -430,6 +432,7 @@ static int op_info(struct broker *b, const struct proto_op *req, struct page *p)
 	r->entry = IDX_NONE;
 	r->key_len = req->key_len;
 	memcpy(r + 1, req->key, req->key_len);
+	cluster_remote_fill(req->key, req->key_len, r); /* held on another host? */
 	return 0;
 }
 

@@ -284,7 +284,8 @@ int cmd_leader(int argc, char **argv)
 		       key, ki->limit, key);
 		goto out_free;
 	}
-	led = ki->kind == LOCAL_KIND_LOCK && ki->holders;
+	/* A cluster key held on another host: its holder, no local one. */
+	led = ki->kind == LOCAL_KIND_LOCK && (ki->holders || ki->holder_session[0]);
 	if (c.json) {
 		json_t *l = led ? json_pack("{s:I, s:o}", "pid", (json_int_t)ki->holder_pid,
 					    "token", json_token(ki->token))

@@ -246,14 +246,14 @@ int key_acquire_locked(struct segment *seg, struct seg_key *k, const struct acqu
 	/* No barging: a free slot goes to the queue's head, not to us. A
 	 * cluster key also needs the host's cluster lock (cluster_gated()). */
 	if (k->holders < k->limit && k->q_head == IDX_NONE && delay_over_locked(k) &&
-	    !cluster_gated(seg, k))
+	    !cluster_gated(seg, k) && !cluster_slots_full(k)) /* K1: slots from etcd */
 		return grant_uncontended_locked(seg, k, req, token, &hints->hold);
 	if (req->try_only)
 		return -EBUSY;
 	err = enqueue_locked(seg, k, req, waiter, &hints->wait);
 	/* Cluster keys (issue 16): a waiter on a gated key asks the broker to
 	 * take the key's cluster lock. Host-local keys never get here. */
-	if (err == 1 && cluster_gated(seg, k))
+	if (err == 1 && (cluster_gated(seg, k) || cluster_slots_full(k)))
 		cluster_ring(seg->hdr);
 	return err;
 }
@@ -365,7 +365,8 @@ uint32_t key_grant_pending_locked(struct segment *seg, struct seg_key *k, uint32
 	uint32_t key = seg_key_index(seg, k), n = 0;
 
 	while (n < nwake && k->holders < k->limit && k->q_head != IDX_NONE &&
-	       k->q_head < seg->nnodes && delay_over_locked(k) && !cluster_gated(seg, k)) {
+	       k->q_head < seg->nnodes && delay_over_locked(k) && !cluster_gated(seg, k) &&
+	       !cluster_slots_full(k)) { /* K1: a cluster semaphore's slots from etcd */
 		uint32_t w = k->q_head;
 		uint64_t ww = atomic_load(&seg->nodes[w].word);
 		uint32_t h;

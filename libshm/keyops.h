@@ -322,6 +322,14 @@ static inline bool cluster_gated(const struct segment *seg, const struct seg_key
 	       __atomic_load_n(&k->tok_last, __ATOMIC_RELAXED) >= hi;
 }
 
+/* K1 (issue 16): a cluster semaphore takes no new holder beyond the slots
+ * this host reserved in etcd (broker/cluster_sem.c). Under the key mutex. */
+static inline bool cluster_slots_full(const struct seg_key *k)
+{
+	return (atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_KEY) &&
+	       k->kind == LOCAL_KIND_SEMAPHORE && k->holders >= k->cluster_slots;
+}
+
 /* Tell the broker's cluster thread to look at the cluster keys. */
 void cluster_ring(struct seg_header *h);
 /* Is @key under one of the cluster prefixes the broker published? */

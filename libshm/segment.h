@@ -40,8 +40,10 @@
  * 7: cluster keys (issue 16): a key's cluster gate (seg_key.cluster) and the
  * header's cluster prefix table and bell.
  * 8: handoffs and timeouts are counted per key entry (n_handoffs,
- * n_timeouts), no longer in the header's stats line. */
-#define SEG_ABI 8u
+ * n_timeouts), no longer in the header's stats line.
+ * 9: a cluster semaphore's slots reserved in etcd (seg_key.cluster_slots, the
+ * former pad; issue 16): an older client would grant past them. */
+#define SEG_ABI 9u
 
 #define SEG_NAME_MAX 64 /* session name, including the NUL */
 #define SEG_CLUSTER_PREFIXES 8	  /* --cluster-prefix, at most this many */
@@ -284,7 +286,9 @@ struct seg_key {
 	/* Cluster keys (docs/cluster.md): CL_* bits (keyops.h), written under
 	 * the mutex; set at creation when the key is under a cluster prefix. */
 	_Atomic uint32_t cluster;
-	uint32_t cluster_pad;
+	/* A cluster semaphore: the slots this host reserved in etcd; no new
+	 * hold beyond them (cluster_slots_full()). Under the mutex. */
+	uint32_t cluster_slots;
 	char key[LOCAL_KEY_MAX + 1];
 	/* This entry's share of the slow-path counters (issue 13: not one
 	 * line every process writes). Raised under the mutex only, with a

@@ -523,7 +523,9 @@ TEST(cluster, etcd_down, 60)
 	if (ended >= (uint64_t)atoi(TTL_S) * 1000)
 		FAIL_AT("hold ended %llu ms after etcd stopped: not before the TTL",
 			(unsigned long long)ended);
-	/* The HTTP client's hold ended too: its release says so (dflockd's 409). */
+	/* The HTTP client's hold ended too: its release says why (409
+	 * lease_expired, as host_start_http() runs with --http-extensions; by
+	 * default dflockd's 404 not_held, as for any hold that is gone). */
 	CHECK_EQ(api_post(port, "/v1/locks/c%2Fhttp/release", sess, body, out), 409);
 	CHECK(strstr(out, "lease_expired") && strstr(out, "cluster"));
 	/* Nobody else is granted while etcd is away (past the TTL too). */
@@ -543,34 +545,6 @@ TEST(cluster, etcd_down, 60)
 	etcd3_stop(&e);
 }
 
-/* A broker killed: its host's cluster locks pass on once its lease expires. */
-TEST(cluster, broker_killed, 60)
-{
-	struct broker_proc a, b;
-	struct record *r = record_new();
-	local_session *s;
-	struct etcd3 e;
-	uint64_t tok, t0;
-	pid_t pid;
-
-	etcd3_start(&e);
-	host_start(&a, &e);
-	host_start(&b, &e);
-	s = open_session(&a, "holder", 0, 0);
-	CHECK_OK(local_lock(s, "c/k", NULL, &tok));
-	pid = waiter_at(&b, 1, "c/k", r);
-	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/k") == 2, 10000));
-	broker_signal_wait(&a, SIGKILL);
-	t0 = now_ms();
-	CHECK(WAIT_FOR(atomic_load(&r->n) == 1, (uint64_t)atoi(TTL_S) * 1000 + 5000));
-	reap(&pid, 1);
-	CHECK(r->token[0] > tok);
-	fprintf(stderr, "    passed on %llu ms after the broker was killed\n",
-		(unsigned long long)(now_ms() - t0));
-	broker_stop(&a);
-	broker_stop_clean(&b);
-	etcd3_stop(&e);
-}
 
 /* `shmlock lock -socket=SOCK KEY CHILD` on @b, CHILD writing its pid to
  * @pidfile and sleeping: shmlock's pid. */
@@ -589,7 +563,9 @@ static pid_t cli_lock(const struct broker_proc *b, const char *key, const char *
 	pid = fork();
 	CHECK(pid >= 0);
 	if (pid == 0) {
-		execl(cli, "shmlock", "lock", sock, key, child, (char *)NULL);
+		/* No lock-delay: its host is lost to the other one, which would
+		 * honour the default 15 s (broker_killed tests that). */
+		execl(cli, "shmlock", "lock", sock, "-lock-delay=0", key, child, (char *)NULL);
 		_exit(127);
 	}
 	return pid;
@@ -649,7 +625,8 @@ TEST(cluster, broker_stopped, 60)
 	int rc, st;
 
 	CHECK(info);
-	info->sz = sizeof(*info);
+	memset(info, 0, sizeof(*info));
+	info->sz = sizeof(*info); /* local_info() wants it (growable structs) */
 	etcd3_start(&e);
 	host_start(&a, &e);
 	host_start(&b, &e);
@@ -856,6 +833,270 @@ TEST(cluster, broker_restart, 60)
 	CHECK(tok2 > r->token[0]);
 	CHECK_OK(local_release(s, "c/r"));
 	local_session_close(s);
+	broker_stop_clean(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
+
+/* ---- values, leaders, watches and lock-delay across hosts ------------------ */
+
+/* `shmlock leader [-json] KEY` on @b: its exit status, stdout in @out. */
+static int cli_leader(const struct broker_proc *b, const char *key, bool json, char *out,
+		      size_t size)
+{
+	const char *cli = getenv("SHMLOCK_CLI_BIN");
+	char cmd[600];
+	size_t n;
+	FILE *f;
+	int st;
+
+	if (!cli)
+		FAIL_AT("SHMLOCK_CLI_BIN is not set (run through 'make check')");
+	snprintf(cmd, sizeof(cmd), "%s leader %s -socket=%s %s 2>/dev/null", cli,
+		 json ? "-json" : "", b->sock, key);
+	fflush(NULL);
+	f = popen(cmd, "r");
+	CHECK(f);
+	n = fread(out, 1, size - 1, f);
+	out[n] = '\0';
+	st = pclose(f);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+struct info_v {
+	struct local_key_info ki;
+	char value[256];
+};
+
+static void info_v_init(struct info_v *v)
+{
+	memset(v, 0, sizeof(*v));
+	v->ki.sz = sizeof(v->ki);
+	v->ki.value_buf = v->value;
+	v->ki.value_buf_size = sizeof(v->value) - 1;
+}
+
+/* Watch @key on @s until its value is @want (the watch must wake: a change
+ * made on another host reaches this host's watchers). */
+static bool watch_value(local_session *s, const char *key, const char *want, uint64_t *idx)
+{
+	uint64_t end = now_ms() + 10000;
+	struct info_v v;
+
+	while (now_ms() < end) {
+		int rc;
+
+		info_v_init(&v);
+		rc = local_watch(s, key, *idx, 2000, &v.ki);
+		if (rc != 0 && rc != -ETIMEDOUT)
+			FAIL_AT("local_watch: %d", rc);
+		if (rc == 0)
+			*idx = v.ki.modify_index;
+		v.value[v.ki.value_len < sizeof(v.value) ? v.ki.value_len : 0] = '\0';
+		if (rc == 0 && v.ki.value_len == strlen(want) && !strcmp(v.value, want))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The holder's value on one host is seen on the other: `shmlock leader`
+ * there prints it (-json names the holder and its token), a local watch
+ * there wakes at each change of it and at the release, after which the
+ * other host has no leader.
+ */
+TEST(cluster, values_leader_watch, 60)
+{
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = -1, .value = "A1", .value_len = 2);
+	struct broker_proc a, b;
+	local_session *sa, *sb;
+	struct info_v v;
+	struct etcd3 e;
+	uint64_t tok, idx;
+	char out[4096], want[64];
+
+	etcd3_start(&e);
+	host_start(&a, &e);
+	host_start(&b, &e);
+	sa = open_session(&a, "leader-a", 0, 0);
+	sb = open_session(&b, "watcher-b", 0, 0);
+	info_v_init(&v);
+	CHECK_OK(local_info(sb, "c/v", &v.ki));
+	idx = v.ki.modify_index;
+	CHECK_OK(local_lock(sa, "c/v", &o, &tok));
+	CHECK(watch_value(sb, "c/v", "A1", &idx));
+	CHECK(WAIT_FOR(cli_leader(&b, "c/v", false, out, sizeof(out)) == 0, 5000));
+	if (strcmp(out, "A1\n"))
+		FAIL_AT("leader on the other host: %s", out);
+	CHECK_EQ(cli_leader(&b, "c/v", true, out, sizeof(out)), 0);
+	snprintf(want, sizeof(want), "%llu\"", (unsigned long long)tok); /* padded */
+	if (!strstr(out, "leader-a") || !strstr(out, want))
+		FAIL_AT("leader -json on the other host: %s", out);
+	/* A new value (re-acquiring replaces it) reaches the other host. */
+	o.value = "A2";
+	CHECK_OK(local_lock(sa, "c/v", &o, NULL));
+	CHECK(watch_value(sb, "c/v", "A2", &idx));
+	/* Released: the other host's watch wakes, and it has no leader. */
+	CHECK_OK(local_release(sa, "c/v"));
+	info_v_init(&v);
+	CHECK_OK(local_watch(sb, "c/v", idx, 10000, &v.ki));
+	CHECK(v.ki.modify_index > idx);
+	CHECK(WAIT_FOR(cli_leader(&b, "c/v", false, out, sizeof(out)) == 1, 5000));
+	local_session_close(sa);
+	local_session_close(sb);
+	broker_stop_clean(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
+
+/*
+ * A broker SIGKILLed: its host's holds pass on after the lease TTL. And as
+ * its holder had a lock-delay, the next host to take the key holds its
+ * grants back for that lock-delay (its local_info() shows it pending)
+ * before its waiter is granted.
+ */
+TEST(cluster, broker_killed, 60)
+{
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	local_session *sa, *sb;
+	struct info_v v;
+	struct etcd3 e;
+	uint64_t tok, end, t0;
+	bool delayed = false;
+	pid_t pid;
+	char out[4096];
+
+	etcd3_start(&e);
+	host_start(&a, &e);
+	host_start(&b, &e);
+	sa = open_session(&a, "holder", 800, 0);
+	sb = open_session(&b, "looker", 0, 0);
+	CHECK_OK(local_lock(sa, "c/d", NULL, &tok));
+	/* Published (the leader seen on B) with the lock-delay it would owe. */
+	CHECK(WAIT_FOR(cli_leader(&b, "c/d", false, out, sizeof(out)) == 0, 5000));
+	pid = waiter_at(&b, 1, "c/d", r);
+	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/d") == 2, 10000));
+	broker_signal_wait(&a, SIGKILL);
+	t0 = now_ms();
+	end = t0 + (uint64_t)atoi(TTL_S) * 1000 + 8000;
+	while (atomic_load(&r->n) == 0 && now_ms() < end) {
+		info_v_init(&v);
+		if (local_info(sb, "c/d", &v.ki) == 0 && v.ki.lock_delay_remaining_ms > 0 &&
+		    atomic_load(&r->n) == 0)
+			delayed = true;
+		usleep(5000);
+	}
+	CHECK_EQ(atomic_load(&r->n), 1);
+	reap(&pid, 1);
+	CHECK(delayed);
+	CHECK(r->token[0] > tok);
+	fprintf(stderr, "    passed on %llu ms after the broker was killed (lock-delay 800 ms)\n",
+		(unsigned long long)(now_ms() - t0));
+	local_session_close(sb);
+	broker_stop(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
+
+/* A process on host @host taking semaphore @key (limit 2) @rounds times,
+ * counting who is inside at once (r->overlaps: a third one). */
+static pid_t sem_worker(const struct broker_proc *b, int host, const char *key, int rounds,
+			struct record *r)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		local_session *s = open_session(b, "sem-worker", 0, 0);
+		int i;
+
+		for (i = 0; i < rounds; i++) {
+			uint64_t tok;
+			uint32_t at;
+
+			CHECK_OK(local_sem_acquire(s, key, 2, NULL, &tok));
+			if (atomic_fetch_add(&r->inside, 1) >= 2)
+				atomic_fetch_add(&r->overlaps, 1);
+			at = atomic_fetch_add(&r->n, 1);
+			if (at < 1024) {
+				r->token[at] = tok;
+				r->host[at] = host;
+			}
+			usleep(2000);
+			atomic_fetch_sub(&r->inside, 1);
+			CHECK_OK(local_release(s, key));
+		}
+		local_session_close(s);
+		_exit(0);
+	}
+	return pid;
+}
+
+/*
+ * A cluster semaphore's limit holds across hosts and its slots are shared:
+ * with one slot of two taken on host A, host B gets the other at once; a
+ * third taker on either host waits; a slot given back on B goes to A.
+ * Then processes on both hosts take turns: never more than two inside.
+ */
+TEST(cluster, semaphore_hosts, 60)
+{
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 5000);
+	LOCAL_OPTS(local_acquire_opts, shortw, .timeout_ms = 700);
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	local_session *sa, *sb, *sc, *sd;
+	uint64_t t1, t2, t3;
+	struct etcd3 e;
+	pid_t pids[4];
+	uint32_t i, j;
+
+	etcd3_start(&e);
+	host_start(&a, &e);
+	host_start(&b, &e);
+	sa = open_session(&a, "sem-a", 0, 0);
+	sc = open_session(&a, "sem-a2", 0, 0);
+	sb = open_session(&b, "sem-b", 0, 0);
+	sd = open_session(&b, "sem-b2", 0, 0);
+	CHECK_OK(local_sem_acquire(sa, "c/sem", 2, &o, &t1));
+	CHECK_OK(local_sem_acquire(sb, "c/sem", 2, &o, &t2)); /* while A holds one */
+	CHECK(t1 != t2);
+	CHECK_RC(local_sem_acquire(sc, "c/sem", 2, &shortw, NULL), -ETIMEDOUT);
+	CHECK_RC(local_sem_acquire(sd, "c/sem", 2, &shortw, NULL), -ETIMEDOUT);
+	CHECK_OK(local_release(sb, "c/sem"));
+	CHECK_OK(local_sem_acquire(sc, "c/sem", 2, &o, &t3)); /* B's slot, now A's */
+	CHECK(t3 != t1 && t3 != t2);
+	CHECK_OK(local_release(sa, "c/sem"));
+	CHECK_OK(local_release(sc, "c/sem"));
+	local_session_close(sa);
+	local_session_close(sb);
+	local_session_close(sc);
+	local_session_close(sd);
+	pids[0] = sem_worker(&a, 0, "c/sem", 10, r);
+	pids[1] = sem_worker(&a, 0, "c/sem", 10, r);
+	pids[2] = sem_worker(&b, 1, "c/sem", 10, r);
+	pids[3] = sem_worker(&b, 1, "c/sem", 10, r);
+	reap(pids, 4);
+	CHECK_EQ(atomic_load(&r->overlaps), 0);
+	CHECK_EQ(atomic_load(&r->n), 40);
+	for (i = 0; i < 40; i++) /* tokens unique */
+		for (j = i + 1; j < 40; j++)
+			if (r->token[i] == r->token[j])
+				FAIL_AT("token %llu granted twice", (unsigned long long)r->token[i]);
+	/* A broker restarted within its TTL re-adopts its lease but not its
+	 * semaphore slots: its holds end, and the slot is given back to the
+	 * other host at once (not kept while the re-adopted lease lives). */
+	sa = open_session(&a, "sem-a3", 0, 0);
+	CHECK_OK(local_sem_acquire(sa, "c/one", 1, &o, NULL));
+	broker_signal_wait(&a, SIGKILL);
+	broker_restart(&a);
+	sb = open_session(&b, "sem-b3", 0, 0);
+	CHECK_OK(local_sem_acquire(sb, "c/one", 1, &o, NULL));
+	CHECK_OK(local_release(sb, "c/one"));
+	local_session_close(sb);
+	local_session_close(sa);
 	broker_stop_clean(&a);
 	broker_stop_clean(&b);
 	etcd3_stop(&e);
