@@ -231,6 +231,10 @@ run: deps-run
 bench: deps
 	$(MAKE) all $(BENCH)
 	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) $(BENCH)
+	@# Section 12, cluster keys on etcd: a real etcd and two brokers as hosts.
+	@case ",$${SHMLOCK_BENCH_ONLY:-12}," in *,12,*) \
+		echo "== 12. Cluster keys on etcd (scripts/cluster-bench.sh; docs/cluster.md)"; \
+		sh scripts/cluster-bench.sh $(O);; esac
 
 # ---- the Python binding (python/, docs/python.md) -------------------------
 

@@ -59,16 +59,6 @@ void cluster_opts_default(struct cluster_opts *o)
 	o->linger_ms = 5;
 }
 
-static int copy(const char *name, const char *arg, char *dst, size_t size)
-{
-	if (!*arg || strlen(arg) >= size) {
-		fprintf(stderr, "shmlockd: --%s: empty or too long\n", name);
-		return -1;
-	}
-	strcpy(dst, arg);
-	return 0;
-}
-
 static int parse_endpoints(struct cluster_opts *o, const char *arg)
 {
 	const char *scheme = "http://", *p = arg, *end;
@@ -118,32 +108,33 @@ int cluster_opt_parse(struct cluster_opts *o, int opt, const char *arg)
 				SEG_CLUSTER_PREFIXES);
 			return -1;
 		}
-		return copy("cluster-prefix", arg, o->prefixes[o->nprefixes++],
-			    SEG_CLUSTER_PREFIX_MAX);
+		return opt_string("cluster-prefix", arg, o->prefixes[o->nprefixes++],
+				  SEG_CLUSTER_PREFIX_MAX);
 	case OPT_CLUSTER_NS:
-		return copy("cluster-namespace", arg, o->ns, sizeof(o->ns));
+		return opt_string("cluster-namespace", arg, o->ns, sizeof(o->ns));
 	case OPT_CLUSTER_CACERT:
-		return copy("cluster-cacert", arg, o->cacert, sizeof(o->cacert));
+		return opt_string("cluster-cacert", arg, o->cacert, sizeof(o->cacert));
 	case OPT_CLUSTER_CERT:
-		return copy("cluster-cert", arg, o->cert, sizeof(o->cert));
+		return opt_string("cluster-cert", arg, o->cert, sizeof(o->cert));
 	case OPT_CLUSTER_KEY:
-		return copy("cluster-key", arg, o->key, sizeof(o->key));
+		return opt_string("cluster-key", arg, o->key, sizeof(o->key));
 	case OPT_CLUSTER_INSECURE:
 		o->insecure_skip_verify = true;
 		return 0;
 	case OPT_CLUSTER_USER: {
 		const char *colon = strchr(arg, ':');
 
-		if (copy("cluster-user", arg, o->user, sizeof(o->user)))
+		if (opt_string("cluster-user", arg, o->user, sizeof(o->user)))
 			return -1;
 		if (colon) {
 			o->user[colon - arg] = '\0';
-			return copy("cluster-user", colon + 1, o->password, sizeof(o->password));
+			return opt_string("cluster-user", colon + 1, o->password,
+					  sizeof(o->password));
 		}
 		return 0;
 	}
 	case OPT_CLUSTER_PASSWORD:
-		return copy("cluster-password", arg, o->password, sizeof(o->password));
+		return opt_string("cluster-password", arg, o->password, sizeof(o->password));
 	case OPT_CLUSTER_TTL:
 		return opt_number("cluster-lease-ttl", arg, 2, 3600, &o->lease_ttl_s);
 	case OPT_CLUSTER_MARGIN:
