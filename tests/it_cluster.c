@@ -586,10 +586,31 @@ static pid_t read_pid(const char *path)
 	return pid;
 }
 
-/* Has process @pid ended (gone, or a zombie)? */
+/* Is a SIGKILL pending for @pid (sent, not yet acted on)? */
+static bool sigkill_pending(pid_t pid)
+{
+	char path[64], line[256];
+	unsigned long long mask;
+	bool yes = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return true;
+	while (!yes && fgets(line, sizeof(line), f))
+		if (sscanf(line, "ShdPnd: %llx", &mask) == 1 ||
+		    sscanf(line, "SigPnd: %llx", &mask) == 1)
+			yes = mask & (1ull << (SIGKILL - 1));
+	fclose(f);
+	return yes;
+}
+
+/* Has process @pid ended (gone, a zombie, exiting, or SIGKILLed)? */
 static bool ended(pid_t pid)
 {
-	char path[64], buf[256], *p;
+	char path[64], buf[512], *p;
+	unsigned long flags = 0;
 	FILE *f;
 	bool z = true;
 
@@ -597,12 +618,17 @@ static bool ended(pid_t pid)
 	f = fopen(path, "re");
 	if (!f)
 		return true;
+	/* Dead, or dying: a SIGKILLed holder runs no more code of its own once
+	 * it exits (PF_EXITING, 0x4, in field 9), and its session's socket
+	 * closes during the exit, before it becomes a zombie: the broker may
+	 * rightly hand its key on while /proc still shows it running. */
 	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')))
-		z = p[2] == 'Z' || p[2] == 'X';
+		z = p[2] == 'Z' || p[2] == 'X' ||
+		    (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %lu", &flags) == 1 && (flags & 0x4));
 	else
 		z = false;
 	fclose(f);
-	return z;
+	return z || sigkill_pending(pid);
 }
 
 /*
