@@ -37,6 +37,7 @@
 
 #include "broker_fixture.h"
 #include "harness.h"
+#include "net_fixture.h"
 
 #define UI_TOKEN "ui-test-token"
 
@@ -45,20 +46,6 @@ struct ui_env {
 	int port;
 	char listen[32];
 };
-
-static int free_port(void)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	socklen_t n = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    getsockname(fd, (struct sockaddr *)&sa, &n))
-		FAIL_AT("finding a free port: %s", strerror(errno));
-	close(fd);
-	return ntohs(sa.sin_port);
-}
 
 /* ---- HTTP with libcurl --------------------------------------------------- */
 
