@@ -15,8 +15,8 @@
 
 #include "common.h"
 
-#define SCALE_RUNS 3
-#define SCALE_RUN_NS (300 * NSEC_PER_MSEC)
+#define SCALE_ROUNDS 9
+#define SCALE_RUN_NS (100 * NSEC_PER_MSEC)
 #define SCALE_WARMUP 20000 /* lock+release pairs before the barrier */
 
 struct scale_slot {
@@ -141,12 +141,21 @@ static double scale_run(int n, int mode)
 	return (double)total * (double)NSEC_PER_SEC / (double)(t1 - t0);
 }
 
+#define NMODES 3
+static const char *const mode_name[NMODES] = { "liblocal", "robust mutex", "compute" };
+
+/* Per N > 1 and mode: SCALE_ROUNDS pairs of (1 process, N processes). */
+struct scale_series {
+	double one[SCALE_ROUNDS], many[SCALE_ROUNDS];
+};
+
 void bench_scale(void)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	double lib[3] = { 0 }, mtx[3] = { 0 }, cpu[3] = { 0 };
+	static struct scale_series ser[2][NMODES]; /* [N index - 1][mode] */
 	pthread_mutexattr_t a;
-	int ns[3], nn = 0, i, r;
+	int ns[3], nn = 0, i, m, r;
+	char text[96];
 
 	ns[nn++] = 1;
 	ns[nn++] = 2;
@@ -160,39 +169,55 @@ void bench_scale(void)
 		if (pthread_mutex_init(&ss->slot[i].mutex, &a))
 			fatal("pthread_mutex_init");
 	pthread_mutexattr_destroy(&a);
-	/* Interleaved, best of SCALE_RUNS: a burst of load from elsewhere on
-	 * the machine hits one run of each, not one column. */
-	for (r = 0; r < SCALE_RUNS; r++)
-		for (i = 0; i < nn; i++) {
-			double l = scale_run(ns[i], SCALE_LIBLOCAL);
-			double m = scale_run(ns[i], SCALE_MUTEX);
-			double c = scale_run(ns[i], SCALE_COMPUTE);
+	/* Paired (issue 13): each N-process run next to a one-process run of
+	 * the same mode, the order alternating from round to round, so that a
+	 * burst of load from elsewhere on the machine hits both sides of a
+	 * pair. The figure is the median of the per-pair ratios. */
+	for (r = 0; r < SCALE_ROUNDS; r++)
+		for (i = 1; i < nn; i++)
+			for (m = 0; m < NMODES; m++) {
+				struct scale_series *s = &ser[i - 1][m];
 
-			if (l > lib[i])
-				lib[i] = l;
-			if (m > mtx[i])
-				mtx[i] = m;
-			if (c > cpu[i])
-				cpu[i] = c;
-		}
+				if ((r + m) % 2) {
+					s->one[r] = scale_run(1, m);
+					s->many[r] = scale_run(ns[i], m);
+				} else {
+					s->many[r] = scale_run(ns[i], m);
+					s->one[r] = scale_run(1, m);
+				}
+			}
 	printf("\n9. Scaling with cores: N processes, each locking and releasing its own key\n");
-	printf("   (million lock+release pairs per second, all processes together; best of %d\n"
-	       "   interleaved runs of %llu ms; robust mutexes: one per process, own lines)\n\n",
-	       SCALE_RUNS, SCALE_RUN_NS / NSEC_PER_MSEC);
-	printf("  %4s %13s %8s %11s %8s %15s %11s\n", "N", "liblocal M/s", "x N=1",
-	       "mutex M/s", "x N=1", "liblocal/mutex", "compute x");
-	for (i = 0; i < nn; i++)
-		printf("  %4d %13.1f %7.2fx %11.1f %7.2fx %14.2fx %10.2fx\n", ns[i], lib[i] / 1e6,
-		       lib[i] / lib[0], mtx[i] / 1e6, mtx[i] / mtx[0],
-		       (lib[i] / lib[0]) / (mtx[i] / mtx[0]), cpu[i] / cpu[0]);
-	printf("\n  (liblocal/mutex: liblocal's scaling over the robust mutex's, same run;\n"
-	       "   compute: a lock-free multiply loop, what the cores give to work that\n"
-	       "   shares nothing)\n");
+	printf("   (million lock+release pairs per second, all processes together; %d rounds,\n"
+	       "   in each every N-process run of %llu ms is paired with a one-process run of\n"
+	       "   the same kind just before or after it; x N=1: the median of the per-pair\n"
+	       "   ratios, and their range. robust mutexes: one per process, own lines)\n\n",
+	       SCALE_ROUNDS, SCALE_RUN_NS / NSEC_PER_MSEC);
+	printf("  %4s %-13s %9s %9s %8s %12s\n", "N", "kind", "N=1 M/s", "N M/s", "x N=1",
+	       "min-max");
 	for (i = 1; i < nn; i++)
-		add_target(lib[i] >= 0.9 * ns[i] * lib[0],
-			   "distinct keys, %d processes >= %.1fx one process (%.2fx; robust mutex "
-			   "%.2fx)",
-			   ns[i], 0.9 * ns[i], lib[i] / lib[0], mtx[i] / mtx[0]);
+		for (m = 0; m < NMODES; m++) {
+			struct paired p = paired_summary(ser[i - 1][m].many, ser[i - 1][m].one,
+							 SCALE_ROUNDS);
+
+			printf("  %4d %-13s %9.1f %9.1f %7.2fx %5.2f-%-5.2f\n", ns[i], mode_name[m],
+			       p.base / 1e6, p.meas / 1e6, p.ratio, p.ratio_lo, p.ratio_hi);
+		}
+	printf("\n  (compute: a lock-free multiply loop, what the cores give to work that\n"
+	       "   shares nothing: on a shared VM, N processes may get less than N cores)\n");
+	for (i = 1; i < nn; i++) {
+		struct paired p = paired_summary(ser[i - 1][0].many, ser[i - 1][0].one,
+						 SCALE_ROUNDS);
+		struct paired mx = paired_summary(ser[i - 1][1].many, ser[i - 1][1].one,
+						  SCALE_ROUNDS);
+		struct paired c = paired_summary(ser[i - 1][2].many, ser[i - 1][2].one,
+						 SCALE_ROUNDS);
+
+		add_target(p.ratio >= 0.9 * ns[i],
+			   "distinct keys, %d processes >= %.1fx one process: %s; robust mutex "
+			   "%.2fx, compute %.2fx",
+			   ns[i], 0.9 * ns[i], paired_text(&p, text, sizeof(text)), mx.ratio,
+			   c.ratio);
+	}
 	for (i = 0; i < MAX_KIDS; i++)
 		pthread_mutex_destroy(&ss->slot[i].mutex);
 	shared_unmap(ss, sizeof(*ss));
