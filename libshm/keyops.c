@@ -496,7 +496,9 @@ int waiter_wait(struct segment *seg, uint32_t waiter, uint32_t key, struct owner
 	/* Derived, never re-read: the grant may land before our first look. */
 	uint64_t waiting = NODE_PACK(NODE_WAITING, who.slot, key), w;
 	uint64_t granted = NODE_PACK(NODE_GRANTED, who.slot, key);
-	uint64_t spin_until = atomic_load(&node->futex) == NODE_FUTEX_IDLE ? mono_ns() + WAIT_SPIN_NS : 0;
+	/* Only the queue's head spins (NODE_FUTEX_BEHIND: not the head). */
+	uint64_t spin_until =
+		atomic_load(&node->futex) == NODE_FUTEX_IDLE ? mono_ns() + WAIT_SPIN_NS : 0;
 
 	CRASH_POINT(ENQ_PARKED);
 	for (;;) {
