@@ -34,6 +34,7 @@ struct slot {
 	_Atomic uint64_t handoffs;
 	uint64_t vol_csw;
 	uint64_t invol_csw;
+	uint64_t cpu_us; /* user + system time of the timed loop */
 } __attribute__((aligned(64)));
 
 /* This section's part of the shared memory, mapped before any fork. */
@@ -84,6 +85,11 @@ static void end_rusage(int idx, const struct rusage *before)
 	getrusage(RUSAGE_SELF, &after);
 	hs->per[idx].vol_csw = (uint64_t)(after.ru_nvcsw - before->ru_nvcsw);
 	hs->per[idx].invol_csw = (uint64_t)(after.ru_nivcsw - before->ru_nivcsw);
+	hs->per[idx].cpu_us = (uint64_t)((after.ru_utime.tv_sec - before->ru_utime.tv_sec +
+					  after.ru_stime.tv_sec - before->ru_stime.tv_sec) *
+					 1000000 +
+					 (after.ru_utime.tv_usec - before->ru_utime.tv_usec) +
+					 (after.ru_stime.tv_usec - before->ru_stime.tv_usec));
 }
 
 /* Inside the lock: check exclusion and count changes of owner. */
@@ -170,6 +176,7 @@ struct handoff_result {
 	double acquisitions_per_s;
 	double vol_csw_per_handoff;
 	double invol_csw_per_handoff;
+	double cpu_ns_per_handoff; /* all processes' CPU time / handoffs */
 	bool hung;
 	char note[320];
 };
@@ -259,7 +266,7 @@ static void diagnose_hang(pid_t *pids, int n, uint64_t stalled_ms, struct handof
 /* One timed run of @fn in @n processes. */
 static struct handoff_result handoff_run(child_fn fn, int n, int cpu, const char *what)
 {
-	uint64_t t0, t1, last, acq = 0, hand = 0, vcsw = 0, icsw = 0;
+	uint64_t t0, t1, last, acq = 0, hand = 0, vcsw = 0, icsw = 0, cpu_us = 0;
 	struct handoff_result r = { .hung = false };
 	pid_t pids[MAX_PROCS];
 	double secs;
@@ -289,12 +296,14 @@ static struct handoff_result handoff_run(child_fn fn, int n, int cpu, const char
 		hand += hs->per[i].handoffs;
 		vcsw += hs->per[i].vol_csw;
 		icsw += hs->per[i].invol_csw;
+		cpu_us += hs->per[i].cpu_us;
 	}
 	secs = t1 > t0 ? (double)(t1 - t0) / (double)NSEC_PER_SEC : 1e-9;
 	r.handoffs_per_s = (double)hand / secs;
 	r.acquisitions_per_s = (double)acq / secs;
 	r.vol_csw_per_handoff = hand ? (double)vcsw / (double)hand : 0;
 	r.invol_csw_per_handoff = hand ? (double)icsw / (double)hand : 0;
+	r.cpu_ns_per_handoff = hand ? (double)cpu_us * 1000.0 / (double)hand : 0;
 	return r;
 }
 
@@ -305,6 +314,7 @@ static const int procs[NPROCS] = { 2, 4, 8 };
 struct handoff_series {
 	double fifo[HANDOFF_ROUNDS], pp[HANDOFF_ROUNDS], acq[HANDOFF_ROUNDS];
 	double vcsw[HANDOFF_ROUNDS], icsw[HANDOFF_ROUNDS];
+	double fifo_cpu[HANDOFF_ROUNDS], pp_cpu[HANDOFF_ROUNDS]; /* ns per handoff */
 	int runs;
 	bool hung;
 	struct handoff_result hang; /* the run that hung */
@@ -335,6 +345,8 @@ static void handoff_pair(struct handoff_series *s, int n, int cpu, int round, co
 	s->acq[s->runs] = fifo.acquisitions_per_s;
 	s->vcsw[s->runs] = fifo.vol_csw_per_handoff;
 	s->icsw[s->runs] = fifo.invol_csw_per_handoff;
+	s->fifo_cpu[s->runs] = fifo.cpu_ns_per_handoff;
+	s->pp_cpu[s->runs] = pp.cpu_ns_per_handoff;
 	s->runs++;
 }
 
@@ -348,7 +360,7 @@ static double median_of(const double *v, int n)
 
 static void print_handoff_row(const char *name, const struct handoff_series *s)
 {
-	struct paired p;
+	struct paired p, c;
 
 	if (s->hung && !s->runs) {
 		printf("  %-26s %11s   (%.0f/s while it ran)\n", name, "HUNG",
@@ -356,9 +368,10 @@ static void print_handoff_row(const char *name, const struct handoff_series *s)
 		return;
 	}
 	p = paired_summary(s->fifo, s->pp, s->runs);
-	printf("  %-26s %9.0f %9.0f-%-9.0f %6.2f %5.2f-%-5.2f %7.2f %6.2f\n", name, p.meas,
-	       p.meas_lo, p.meas_hi, p.ratio, p.ratio_lo, p.ratio_hi, median_of(s->vcsw, s->runs),
-	       median_of(s->icsw, s->runs));
+	c = paired_summary(s->fifo_cpu, s->pp_cpu, s->runs);
+	printf("  %-26s %9.0f %9.0f-%-9.0f %6.2f %5.2f-%-5.2f %7.2f %6.2f %6.0f %6.2f\n", name,
+	       p.meas, p.meas_lo, p.meas_hi, p.ratio, p.ratio_lo, p.ratio_hi,
+	       median_of(s->vcsw, s->runs), median_of(s->icsw, s->runs), c.meas, c.ratio);
 }
 
 void bench_handoffs(void)
@@ -401,9 +414,12 @@ void bench_handoffs(void)
 	       "   ping-pong: passes of one shared futex word between 2 processes\n"
 	       "   (FUTEX_WAIT/FUTEX_WAKE, not private); 1 round trip = 2 handoffs.\n"
 	       "   vs p-p: liblocal's rate / its paired ping-pong run's, median and range.\n"
-	       "   csw: voluntary / involuntary context switches per handoff, all processes.\n\n");
-	printf("  %-26s %9s %19s %6s %11s %7s %6s\n", "mechanism", "handoffs/s", "min-max",
-	       "vs p-p", "min-max", "vol.csw", "inv.csw");
+	       "   csw: voluntary / involuntary context switches per handoff, all processes.\n"
+	       "   CPU ns: user + system time of all processes per handoff; x p-p: over the\n"
+	       "   paired ping-pong run's per pass (median of the pairs): the cost of a\n"
+	       "   handoff, whatever share of the machine the runs got.\n\n");
+	printf("  %-26s %9s %19s %6s %11s %7s %6s %6s %6s\n", "mechanism", "handoffs/s", "min-max",
+	       "vs p-p", "min-max", "vol.csw", "inv.csw", "CPU ns", "x p-p");
 	printf("  %-26s %9.0f %9.0f-%-9.0f %6.2f %11s\n", "futex ping-pong, 2 procs", pp.meas,
 	       pp.meas_lo, pp.meas_hi, 1.0, "");
 	for (i = 0; i < NPROCS; i++) {
