@@ -505,7 +505,7 @@ int waiter_wait(struct segment *seg, uint32_t waiter, uint32_t key, struct owner
 		w = atomic_load(&node->word);
 		if (w != waiting)
 			break;
-		if (mono_ns() < spin_until) {
+		if (spin_until && mono_ns() < spin_until) {
 			__builtin_ia32_pause();
 			continue;
 		}
