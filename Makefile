@@ -274,12 +274,12 @@ model: deps
 # the other processes on the segment (clients, the broker) are invisible to
 # it, so it cannot judge the cross-process protocol and reports nothing
 # about it. It runs the suites whose concurrency includes threads of one
-# process: locks (threads with their own sessions), watch (a watcher and a
+# process: locks and handoff (threads with their own sessions), watch (a watcher and a
 # changer), the lease storm, and unit; the brokers they start are TSan
 # builds too (event loop, doorbell and liburcu threads). Each process logs
 # to $(O)/tsan.PID; any such file fails the run. The other lease tests
 # restart brokers in a loop and outrun their deadlines under TSan.
-TSAN_SUITES := locks unit watch leases/every_lease_of_a_storm_expires http cluster \
+TSAN_SUITES := locks handoff unit watch leases/every_lease_of_a_storm_expires http cluster \
 	consul/blocking_queries_woken_by_api_liblocal_and_cli
 test-tsan: $(TESTS) $(BROKER) $(if $(CLI_SRC),$(CLI))
 	@rm -f $(O)/tsan.*

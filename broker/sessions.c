@@ -437,10 +437,15 @@ void grant_stranded(struct broker *b)
 
 void repair_dead_mutexes(struct broker *b)
 {
-	uint32_t n = segment_repair_dead_mutexes(&b->seg);
+	uint32_t n = segment_repair_dead_mutexes(&b->seg), w;
 
 	if (n)
 		blog(LOG_NOTICE, "repaired %u key(s) whose mutex owner died mid-operation", n);
+	/* A releaser wakes its waiter after unlocking the key: one that died
+	 * in between left the new holder asleep (and no mutex to repair). */
+	w = segment_wake_granted(&b->seg);
+	if (w)
+		blog(LOG_INFO, "woke %u granted waiter(s) left asleep", w);
 }
 
 int force_release(struct broker *b, const struct proto_force_release *req)

@@ -6,6 +6,7 @@
 #include "abi.h"
 #include "client.h"
 #include "clock.h"
+#include "crashpoint.h"
 #include "hist.h"
 
 /* Common entry checks: the session is ours and the key is well-formed. */
@@ -228,12 +229,15 @@ static int release_slow(local_session *s, const char *key, size_t len)
 	tok = s->seg->nodes[h].token;
 	wake = key_release_hold_locked(s->seg, k, h, REL_VOLUNTARY);
 	key_idx = seg_key_index(s->seg, k);
-	/* Wake before unlocking: if we die in between, the mutex is left
-	 * EOWNERDEAD and its repair wakes the granted waiter; after a clean
-	 * unlock nobody would. */
-	if (wake != IDX_NONE)
-		waiter_wake(s->seg, wake);
+	/* Wake after unlocking: a waiter woken while we still held the mutex
+	 * (or preempted us on this CPU) would block on it at its own release,
+	 * two more system calls and a switch per handoff. If we die between
+	 * the two (HANDOFF_UNLOCKED), the broker wakes it (segment_wake_granted()). */
 	key_unlock(k);
+	if (wake != IDX_NONE) {
+		CRASH_POINT(HANDOFF_UNLOCKED);
+		waiter_wake(s->seg, wake);
+	}
 	api_drop_granted_pending(s, key, len, key_idx);
 	note_released(s, key_idx, tok);
 	return 0;

@@ -459,6 +459,29 @@ static int send_close(const local_session *s);
 static void session_free(local_session *s);
 static void lock_identity_set(struct segment *seg, const struct seg_session *slot);
 
+/*
+ * Where a new session starts looking for free nodes (issue 13, the cache-line
+ * audit of distinct keys): at a place of its own, two nodes (128 bytes) per
+ * session slot. All sessions used to start at node 0, so two processes
+ * locking their own keys took turns on the same hold node, and its line
+ * went back and forth between their cores until a failed claim sent one of
+ * them elsewhere; two nodes apart, not even the adjacent-line prefetcher
+ * pairs two sessions' nodes. Only a starting point: the claim still takes
+ * the first free node from there (node_claim_as()).
+ */
+static void hints_spread(local_session *s)
+{
+	const struct seg_caps *c = &s->seg->caps;
+
+	if (c->max_holds)
+		atomic_store_explicit(&s->hints.hold, (uint32_t)(s->who.slot * 2ull % c->max_holds),
+				      memory_order_relaxed);
+	if (c->max_waiters)
+		atomic_store_explicit(&s->hints.wait,
+				      (uint32_t)(s->who.slot * 2ull % c->max_waiters),
+				      memory_order_relaxed);
+}
+
 int local_session_open(const struct local_session_opts *opts, local_session **out)
 {
 	struct local_session_opts copy; /* J3: sized options, checked in abi.c */
@@ -514,6 +537,7 @@ int local_session_open(const struct local_session_opts *opts, local_session **ou
 		err = -LOCAL_EPROTO;
 		goto fail;
 	}
+	hints_spread(s);
 	lock_identity_set(s->seg, seg_session_at(s->seg, rep.slot));
 	hex_encode(rep.id, sizeof(rep.id), s->id);
 	s->fork_gen = atomic_load(&fork_gen);
@@ -563,6 +587,7 @@ local_session *session_inproc_new(struct segment *seg, struct owner who, const u
 	pthread_mutex_init(&s->pending_lock, NULL);
 	s->seg = seg;
 	s->who = who;
+	hints_spread(s);
 	memcpy(s->raw_id, id, sizeof(s->raw_id));
 	hex_encode(id, sizeof(s->raw_id), s->id);
 	s->fork_gen = atomic_load(&fork_gen);

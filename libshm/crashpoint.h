@@ -44,7 +44,8 @@
 	X(26, LOCK_WORD_RELEASED, "lock word: released (zero stored), sleepers not yet woken") \
 	X(27, TOKEN_RESERVED, "grant: a token range taken from the segment's counter, key not told") \
 	X(28, TOKEN_RANGE_SET, "grant: the key's new token range stored, not yet complete") \
-	X(29, TOKEN_REMAPPED, "grant: range mapped above a token drawn but never counted, not yet drawn")
+	X(29, TOKEN_REMAPPED, "grant: range mapped above a token drawn but never counted, not yet drawn") \
+	X(30, HANDOFF_UNLOCKED, "release with waiter: key mutex released, granted waiter not yet woken")
 
 enum crash_point {
 #define X(n, name, what) CP_##name = n,

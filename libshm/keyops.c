@@ -17,8 +17,15 @@
 #include "keyops.h"
 
 /* Spin this long for a grant before parking: a handoff from a running holder
- * on the other core usually lands within it and saves two syscalls. */
+ * on the other core usually lands within it and saves two syscalls. Only a
+ * request queued at the head spins: one behind others waits for a handoff
+ * each, and its spin would only keep a core from the processes that pass
+ * the key on (8 processes on 2 cores: every handoff waited for it). */
 #define WAIT_SPIN_NS 4000ull
+/* The node's futex word as enqueue leaves it for a request queued behind
+ * another: idle, as NODE_FUTEX_IDLE to granters (anything but PARKED or
+ * DOORBELL means "not asleep"), and "do not spin" to waiter_wait(). */
+#define NODE_FUTEX_BEHIND 4u
 
 /*
  * Under the key mutex a node word is only read lock-free by its own waiter
@@ -203,7 +210,7 @@ static int enqueue_locked(struct segment *seg, struct seg_key *k, const struct a
 	node->queued_ms = (uint32_t)(mono_ns() / 1000000); /* J3: shmlock info's wait time */
 	node->next = IDX_NONE;
 	node->prev = k->q_tail;
-	atomic_store(&node->futex, NODE_FUTEX_IDLE);
+	atomic_store(&node->futex, k->q_tail == IDX_NONE ? NODE_FUTEX_IDLE : NODE_FUTEX_BEHIND);
 	node_set(&node->word, NODE_PACK(NODE_WAITING, req->who.slot, key));
 	tail = seg_node_at(seg, k->q_tail);
 	if (tail)
@@ -404,6 +411,41 @@ void waiter_wake(struct segment *seg, uint32_t n)
 		seg_ring(seg); /* J5: the broker's own grants need no futex wake */
 }
 
+/*
+ * A release hands the key over under the mutex and wakes the new holder
+ * only after unlocking it (api.c, release_slow()), so that the woken process
+ * never runs into the mutex still held by its waker. A releaser that dies in
+ * between (crash point HANDOFF_UNLOCKED) leaves its waiter granted and
+ * asleep, and no mutex marked for repair: the broker calls this when a
+ * process dies, at restart and once a second. Only a waiter still asleep is
+ * touched (a CAS from PARKED or DOORBELL, never an exchange that could eat
+ * a doorbell still armed); a stray wake-up of a node reused meanwhile is
+ * harmless, as in waiter_wake().
+ */
+uint32_t segment_wake_granted(struct segment *seg)
+{
+	uint32_t i, n = 0;
+
+	for (i = seg->caps.max_holds; i < seg->nnodes; i++) {
+		struct seg_node *node = &seg->nodes[i];
+		uint32_t f;
+
+		if (NODE_STATE(atomic_load_explicit(&node->word, memory_order_relaxed)) !=
+		    NODE_GRANTED)
+			continue;
+		f = atomic_load(&node->futex);
+		if ((f != NODE_FUTEX_PARKED && f != NODE_FUTEX_DOORBELL) ||
+		    !atomic_compare_exchange_strong(&node->futex, &f, NODE_FUTEX_WOKEN))
+			continue;
+		if (f == NODE_FUTEX_PARKED)
+			futex_wake(&node->futex, 1);
+		else
+			seg_ring(seg);
+		n++;
+	}
+	return n;
+}
+
 /* Take a grant: the hold is ours once the waiter node is freed. */
 static int consume_grant(struct seg_node *node, uint64_t granted, uint64_t *token)
 {
@@ -454,14 +496,16 @@ int waiter_wait(struct segment *seg, uint32_t waiter, uint32_t key, struct owner
 	/* Derived, never re-read: the grant may land before our first look. */
 	uint64_t waiting = NODE_PACK(NODE_WAITING, who.slot, key), w;
 	uint64_t granted = NODE_PACK(NODE_GRANTED, who.slot, key);
-	uint64_t spin_until = mono_ns() + WAIT_SPIN_NS;
+	/* Only the queue's head spins (NODE_FUTEX_BEHIND: not the head). */
+	uint64_t spin_until =
+		atomic_load(&node->futex) == NODE_FUTEX_IDLE ? mono_ns() + WAIT_SPIN_NS : 0;
 
 	CRASH_POINT(ENQ_PARKED);
 	for (;;) {
 		w = atomic_load(&node->word);
 		if (w != waiting)
 			break;
-		if (mono_ns() < spin_until) {
+		if (spin_until && mono_ns() < spin_until) {
 			__builtin_ia32_pause();
 			continue;
 		}

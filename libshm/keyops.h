@@ -221,6 +221,10 @@ uint32_t key_grant_pending_locked(struct segment *seg, struct seg_key *k, uint32
 /* Wake a granted waiter, skipping the syscall if it has not parked. */
 void waiter_wake(struct segment *seg, uint32_t n);
 
+/* The broker: wake every granted waiter still asleep (its releaser died
+ * between unlocking the key and waking it). Returns how many. */
+uint32_t segment_wake_granted(struct segment *seg);
+
 /* Replace the key's value (double-buffered: readers never see a torn one). */
 void key_set_value_locked(struct segment *seg, struct seg_key *k, const void *v, size_t len);
 

@@ -550,7 +550,8 @@ static void scenario_release(struct world *w)
 }
 
 /*
- * HANDOFF_*: the child holds, A then B queue, the child dies handing the key
+ * HANDOFF_* (HANDOFF_UNLOCKED: after the unlock, before the wake-up call): the
+ * child holds, A then B queue, the child dies handing the key
  * to A. Nobody touches the key after the crash until A reports: the broker's
  * cleanup alone must finish the hand-over.
  */
@@ -928,6 +929,7 @@ static const struct scenario scenarios[] = {
 	{ CP_HANDOFF_TRANSFERRED, scenario_handoff },
 	{ CP_HANDOFF_GRANTED, scenario_handoff },
 	{ CP_HANDOFF_UNLINKED, scenario_handoff },
+	{ CP_HANDOFF_UNLOCKED, scenario_handoff },
 	{ CP_CANCEL_UNLINKED, scenario_cancel },
 	{ CP_CANCEL_FREED, scenario_cancel },
 	{ CP_VALUE_WRITTEN, scenario_value },

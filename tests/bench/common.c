@@ -557,6 +557,44 @@ void print_latency_row(const char *name, struct latency l)
 	printf("  %-36s %9.1f %9.1f %9.1f %9.1f\n", name, l.min, l.median, l.p90, l.max);
 }
 
+static void median_range(double *v, int n, double *med, double *lo, double *hi)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	/* The middle one, or the mean of the two middle ones. */
+	*med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+	*lo = v[0];
+	*hi = v[n - 1];
+}
+
+struct paired paired_summary(const double *meas, const double *base, int n)
+{
+	struct paired p = { .n = n };
+	double *v;
+	int i;
+
+	if (n <= 0)
+		return p;
+	v = calloc((size_t)n, sizeof(*v));
+	if (!v)
+		fatal("out of memory");
+	for (i = 0; i < n; i++)
+		v[i] = base[i] > 0 ? meas[i] / base[i] : 0;
+	median_range(v, n, &p.ratio, &p.ratio_lo, &p.ratio_hi);
+	memcpy(v, base, (size_t)n * sizeof(*v));
+	median_range(v, n, &p.base, &p.base_lo, &p.base_hi);
+	memcpy(v, meas, (size_t)n * sizeof(*v));
+	median_range(v, n, &p.meas, &p.meas_lo, &p.meas_hi);
+	free(v);
+	return p;
+}
+
+const char *paired_text(const struct paired *p, char *buf, size_t size)
+{
+	snprintf(buf, size, "%.2f (%.2f-%.2f over %d pairs)", p->ratio, p->ratio_lo, p->ratio_hi,
+		 p->n);
+	return buf;
+}
+
 struct op_result measure_ops(op_loop fn, void *arg, const char *what)
 {
 	double runs[UNC_RUNS];

@@ -136,6 +136,26 @@ struct latency {
 struct latency summarize(double *v, int n);
 void print_latency_row(const char *name, struct latency l);
 
+/*
+ * Paired runs (issue 13): a measured case and its baseline run back to back,
+ * several times, in alternating order, so that a slowdown of the whole
+ * machine (other work on a shared VM) hits both sides of a pair alike. The
+ * figure is the median of the per-pair ratios, with their spread; a single
+ * ratio of two medians would mix runs minutes apart.
+ */
+struct paired {
+	double ratio, ratio_lo, ratio_hi; /* measured / baseline: median, min, max */
+	double base, base_lo, base_hi;	  /* the baseline's runs: median, min, max */
+	double meas, meas_lo, meas_hi;	  /* the measured case's runs */
+	int n;				  /* pairs */
+};
+
+/* Summarize @n pairs (@meas[i] against @base[i]; both arrays are left alone). */
+struct paired paired_summary(const double *meas, const double *base, int n);
+
+/* "0.83 (0.61-0.97 over 9 pairs)": the ratio and its spread. */
+const char *paired_text(const struct paired *p, char *buf, size_t size);
+
 /* A timing loop: @n operations on @arg; 0 or a negative error. */
 typedef int (*op_loop)(void *arg, uint64_t n);
 

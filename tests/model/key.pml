@@ -28,6 +28,9 @@
  *   BUG_LOST_DELAY  checks the documented rule that a hold handed to a
  *                   waiter that died before taking it up is returned
  *                   without lock-delay (fails: open product bug)
+ *   BUG_NO_WAKE_GRANTED  leaves out the broker's segment_wake_granted():
+ *                   a releaser killed between its unlock and its wake-up
+ *                   call then strands its waiter (fails: a lost wake-up)
  *   BUG_NODE_REUSE  lets a granted waiter re-claim its freed node (for
  *                   another key, as its hint makes likely) and checks that
  *                   the granter is done with it (fails: open product bug)
@@ -531,9 +534,12 @@ relslow:
 	:: r == R_GRANTED ->
 		atomic { r = 0; grant_waiter_2(w) }
 		DIE_POINT; /* handed over, mutex held, waiter not woken */
-		waiter_wake(w);
-		DIE_POINT; /* woken, mutex held */
-		atomic { key_unlock_body(); w = NONE }
+		atomic { key_unlock_body() }
+		/* HANDOFF_UNLOCKED: the wake follows the unlock (issue 13); a
+		 * death here leaves no dead mutex: the broker's
+		 * segment_wake_granted() wakes the waiter (wake_granted). */
+		DIE_POINT;
+		atomic { waiter_wake(w); w = NONE }
 	:: r == R_NOTHELD -> atomic { assert(sess[p] != S_ACTIVE); r = 0 } /* lost only with the session */
 	:: r == R_BUSY -> r = 0
 	fi;
@@ -717,6 +723,24 @@ inline sweep(p, lost, i, w, h, ok, wake, mine, busy)
 	}
 }
 
+/* segment_wake_granted(), in repair_dead_mutexes(): wake every GRANTED
+ * waiter still asleep (its releaser died between its unlock and its wake).
+ * The state is read, then a CAS from PARKED: two steps, as in C. */
+inline wake_granted_1(x)
+{
+	if
+	:: wstate[x] == GRANTED -> atomic { if :: wfutex[x] == PARKED -> waiter_wake(x) :: else -> skip fi }
+	:: else -> skip
+	fi
+}
+
+inline wake_granted()
+{
+	wake_granted_1(0);
+	wake_granted_1(1);
+	wake_granted_1(2)
+}
+
 /* repair_dead_mutexes() after a death: lock a mutex whose owner died. */
 inline repair_dead(w, h, ok)
 {
@@ -733,7 +757,12 @@ inline repair_dead(w, h, ok)
 		if :: w != NONE -> atomic { grant_waiter_2(w) }; waiter_wake(w) :: else -> skip fi;
 		atomic { key_unlock_body() }
 	:: else -> skip
-	fi
+	fi;
+#ifndef BUG_NO_WAKE_GRANTED
+	wake_granted()
+#else
+	skip
+#endif
 }
 
 /* A live session's TTL runs out: CLOSING at once (its holds are lost from

@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The release->next-holder path and the cache lines of distinct keys (issue
+ * 13, M2): a release wakes the waiter it granted after unlocking the key, so
+ * a releaser that dies in between must not leave that waiter asleep; and
+ * sessions that lock keys of their own use nodes of their own.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "broker_fixture.h"
+#include "harness.h"
+#include "invariants.h"
+
+static const LOCAL_OPTS(local_acquire_opts, try_once, .timeout_ms = 0);
+
+/* The hold node session @s has on some key, or IDX_NONE. */
+static uint32_t hold_node_of(const local_session *s)
+{
+	const struct segment *seg = s->seg;
+	uint32_t i;
+
+	for (i = 0; i < seg->caps.max_holds; i++) {
+		uint64_t w = atomic_load(&seg->nodes[i].word);
+
+		if (w && NODE_SESSION(w) == s->who.slot &&
+		    (NODE_STATE(w) == NODE_FAST_CLAIMED || NODE_STATE(w) == NODE_HOLDING))
+			return i;
+	}
+	return IDX_NONE;
+}
+
+static uint32_t lock_and_see(local_session *s, const char *key)
+{
+	uint32_t n;
+
+	CHECK_OK(local_lock(s, key, &try_once, NULL));
+	n = hold_node_of(s);
+	CHECK(n != IDX_NONE);
+	CHECK_OK(local_release(s, key));
+	return n;
+}
+
+/*
+ * Two sessions lock keys of their own in turn. Each must keep to nodes of
+ * its own, not adjacent ones: all sessions used to start their node search
+ * at node 0, so both took turns on the same node (one line written by both
+ * processes in every lock+release, until a failed claim moved one away).
+ */
+TEST(handoff, sessions_lock_distinct_keys_on_nodes_of_their_own, 30)
+{
+	struct broker_proc b;
+	local_session *a, *c;
+	uint32_t na[3], nc[3];
+	int i, j;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "a", 0, 0);
+	c = open_session(&b, "c", 0, 0);
+	for (i = 0; i < 3; i++) {
+		na[i] = lock_and_see(a, "own/a");
+		nc[i] = lock_and_see(c, "own/c");
+	}
+	for (i = 0; i < 3; i++)
+		for (j = 0; j < 3; j++) {
+			uint32_t d = na[i] > nc[j] ? na[i] - nc[j] : nc[j] - na[i];
+
+			if (d < 2)
+				FAIL_AT("session a used node %u, session c node %u: the same or "
+					"adjacent lines", na[i], nc[j]);
+		}
+	CHECK_EQ(segment_violations(a), 0);
+	CHECK_OK(local_session_close(a));
+	CHECK_OK(local_session_close(c));
+	broker_stop(&b);
+}
+
+struct waiter {
+	local_session *s;
+	const char *key;
+	_Atomic int done;
+	int rc;
+};
+
+static void *wait_for_key(void *arg)
+{
+	struct waiter *w = arg;
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 30000);
+
+	w->rc = local_lock(w->s, w->key, &o, NULL);
+	atomic_store(&w->done, 1);
+	return NULL;
+}
+
+/* Is session @s's request queued and asleep on its node's futex? */
+static bool parked(const local_session *s)
+{
+	const struct segment *seg = s->seg;
+	uint32_t i;
+
+	for (i = seg->caps.max_holds; i < seg->nnodes; i++) {
+		uint64_t w = atomic_load(&seg->nodes[i].word);
+
+		if (NODE_STATE(w) == NODE_WAITING && NODE_SESSION(w) == s->who.slot)
+			return atomic_load(&seg->nodes[i].futex) == NODE_FUTEX_PARKED;
+	}
+	return false;
+}
+
+/*
+ * A release that grants the queue's head and stops before its wake-up call
+ * (as a releaser killed between its unlock and its wake does: crash point
+ * HANDOFF_UNLOCKED, covered with a real crash in it_crash_points.c): the
+ * broker wakes the granted waiter on its own, without anyone touching the
+ * key again. Before, the waiter slept until its own deadline.
+ */
+TEST(handoff, broker_wakes_a_granted_waiter_left_asleep, 30)
+{
+	const char *key = "handoff/left-asleep";
+	struct waiter w = { .key = key };
+	struct broker_proc b;
+	local_session *h;
+	struct seg_key *k;
+	pthread_t t;
+	uint32_t node, wake;
+
+	broker_start(&b, NULL);
+	h = open_session(&b, "holder", 0, 0);
+	w.s = open_session(&b, "waiter", 0, 0);
+	CHECK_OK(local_lock(h, key, NULL, NULL));
+	CHECK_EQ(pthread_create(&t, NULL, wait_for_key, &w), 0);
+	CHECK(WAIT_FOR(parked(w.s), 5000));
+	/* release_slow() up to its unlock, without the wake-up call. */
+	CHECK_OK(keytab_find(h->seg, key, strlen(key), false, &k));
+	node = key_find_hold_locked(h->seg, k, h->who);
+	CHECK(node != IDX_NONE);
+	wake = key_release_hold_locked(h->seg, k, node, REL_VOLUNTARY);
+	key_unlock(k);
+	CHECK(wake != IDX_NONE);
+	CHECK(WAIT_FOR(atomic_load(&w.done), 10000));
+	pthread_join(t, NULL);
+	CHECK_OK(w.rc);
+	CHECK_OK(local_release(w.s, key));
+	CHECK_EQ(segment_violations(h), 0);
+	CHECK_OK(local_session_close(w.s));
+	CHECK_OK(local_session_close(h));
+	broker_stop(&b);
+}
