@@ -42,8 +42,12 @@
  * 8: handoffs and timeouts are counted per key entry (n_handoffs,
  * n_timeouts), no longer in the header's stats line.
  * 9: a cluster semaphore's slots reserved in etcd (seg_key.cluster_slots, the
- * former pad; issue 16): an older client would grant past them. */
-#define SEG_ABI 9u
+ * former pad; issue 16): an older client would grant past them.
+ * 10: a release wakes the granted waiter after unlocking the key, and the
+ * broker wakes granted waiters left asleep (segment_wake_granted()); a queued
+ * request behind the head has NODE_FUTEX_BEHIND. An older broker would leave
+ * a waiter asleep if its releaser died between the two (issue 13). */
+#define SEG_ABI 10u
 
 #define SEG_NAME_MAX 64 /* session name, including the NUL */
 #define SEG_CLUSTER_PREFIXES 8	  /* --cluster-prefix, at most this many */
