@@ -187,7 +187,7 @@ $(TESTS): $(TESTLIB_SRC:%.c=$(O)/%.o) $(UNIT_SRC:%.c=$(O)/%.o) $(INTEG_SRC:%.c=$
 BENCH_SRC := $(wildcard tests/bench/*.c)
 $(BENCH): $(BENCH_SRC:tests/bench/%.c=$(O)/bench/%.o) $(STLIB)
 	$(call say,LD,$@)
-	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) $(CURL_LIBS) -lpthread
+	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) $(CURL_LIBS) $(HTTP_LIBS) -lpthread
 
 $(O)/bench/%.o: tests/bench/%.c $(FLAGS_STAMP)
 	$(call say,CC,$@)
