@@ -369,7 +369,7 @@ static const struct net_proto curl_proto = {
  */
 struct fconn {
 	struct MHD_Connection *c;
-	bool acquire, waiting;
+	bool acquire, waiting, granted, delete;
 	struct fconn *next;
 };
 
@@ -380,7 +380,7 @@ static struct MHD_Response *floor_session, *floor_grant, *floor_none;
 
 static enum MHD_Result floor_answer(struct MHD_Connection *c, struct fconn *f)
 {
-	if (!f->acquire)
+	if (!f->acquire || f->delete)
 		return MHD_queue_response(c, 204, floor_none);
 	return MHD_queue_response(c, 200, f->c ? floor_grant : floor_session);
 }
@@ -392,13 +392,14 @@ static enum MHD_Result floor_request(void *cls, struct MHD_Connection *c, const 
 	struct fconn *f = *ctx;
 	size_t n = strlen(url);
 
-	(void)cls, (void)method, (void)version, (void)upload;
+	(void)cls, (void)version, (void)upload;
 	if (!f) {
 		if (!(f = calloc(1, sizeof(*f))))
 			return MHD_NO;
 		/* POST /v1/sessions (c NULL: its answer), /v1/locks/K, .../release */
 		f->acquire = n < 8 || strcmp(url + n - 8, "/release");
 		f->c = strncmp(url, "/v1/locks/", 10) ? NULL : c;
+		f->delete = !strcmp(method, "DELETE"); /* a session's end: 204 */
 		*ctx = f;
 		return MHD_YES;
 	}
@@ -408,6 +409,8 @@ static enum MHD_Result floor_request(void *cls, struct MHD_Connection *c, const 
 	}
 	if (f->waiting)
 		return MHD_YES;
+	if (f->granted) /* resumed: the key was handed to it */
+		return floor_answer(c, f);
 	if (f->acquire && f->c && floor_shared) {
 		if (floor_held) {
 			f->waiting = true;
@@ -426,6 +429,7 @@ static enum MHD_Result floor_request(void *cls, struct MHD_Connection *c, const 
 			if (!floor_head)
 				floor_tail = &floor_head;
 			next->waiting = false;
+			next->granted = true;
 			MHD_resume_connection(next->c);
 			floor_run_again = true;
 		}
