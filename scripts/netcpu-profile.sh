@@ -11,7 +11,9 @@
 #
 # Prints "<tool> <proto> <clients> <keys>: <N> per op" and, for strace, the
 # table of system calls (totals over CLIENTS*OPS ops). The client is
-# scripts/netcpu-drive.py (slow, but only the broker is counted).
+# scripts/netcpu-drive.py (slow, but only the broker is counted). Needs
+# valgrind (scripts/install-deps.sh installs it) or strace (not installed
+# there: a developer's tool, not used by make check).
 set -eu
 
 tool=$1 bin=$2 proto=$3 nclients=$4 ops=$5 keys=$6
@@ -80,8 +82,8 @@ else
 	wait "$spid" 2>/dev/null || true
 	spid=
 	calls=$(awk '$NF == "total" { print $4 }' "$dir/strace")
-	echo "strace $proto $nclients $keys: $(echo "scale=2; $calls / $total" | bc) system calls" \
-		"per op ($calls over $total ops)"
+	echo "strace $proto $nclients $keys: $(awk "BEGIN { printf \"%.2f\", $calls / $total }")" \
+		"system calls per op ($calls over $total ops)"
 	cat "$dir/strace"
 fi
 echo go >&3
