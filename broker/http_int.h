@@ -121,6 +121,8 @@ struct hreq {
 /* Fill @r's answer; the request is answered when the handler returns (or
  * when it is resumed, if it was suspended). */
 void hreq_reply_json(struct hreq *r, int status, json_t *body /* stolen; NULL: no body */);
+/* The same with the JSON text already made (@len bytes, copied). */
+void hreq_reply_text(struct hreq *r, int status, const char *text, size_t len);
 void hreq_error(struct hreq *r, int status, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 /* Map a liblocal error to the dflockd error table. */
@@ -130,6 +132,24 @@ void hreq_resume(struct hreq *r);
 
 /* Parse the body as one JSON object (empty body: {}); 400 on failure. */
 json_t *hreq_json(struct hreq *r);
+
+/* ---- bodies of the simplest form (http_body.c) ----------------------------- */
+
+/* A field of a lock route's body: a non-negative integer, or a string. */
+struct hbody_field {
+	const char *name;
+	bool string;
+	bool seen; /* out: present */
+	long long num;
+	char str[64];
+};
+
+/*
+ * 1: @body is a JSON object of the simplest form (see http_body.c) whose
+ * members are among @f, each at most once: their values are in @f. 0: it
+ * is not (it may still be valid JSON): parse it with jansson.
+ */
+int http_body_simple(const char *body, size_t len, struct hbody_field *f, unsigned nf);
 
 /* ---- sessions (http_sessions.c) ----------------------------------------- */
 

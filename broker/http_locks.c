@@ -114,12 +114,88 @@ static bool is_sem(enum http_route rt)
 	return rt >= R_SEM && rt <= R_SEM_WAIT;
 }
 
+/*
+ * The body's fields without jansson, when it is of the simplest form
+ * (http_body.c): the fields and required ones are those of the route's
+ * json_unpack() format in parse_args(). false: not of that form, or a
+ * required field is missing: jansson reads it, and answers what is wrong.
+ */
+struct fast_spec {
+	struct hbody_field f[3];
+	json_int_t *dst[3]; /* NULL: the token (a string) */
+	unsigned n, need;
+};
+
+static void want(struct fast_spec *s, const char *name, json_int_t *dst, bool required)
+{
+	s->f[s->n] = (struct hbody_field){ .name = name, .string = !dst };
+	s->dst[s->n] = dst;
+	s->need |= required ? 1u << s->n : 0;
+	s->n++;
+}
+
+static bool fast_args(struct hreq *r, bool strict, struct op_args *a)
+{
+	struct fast_spec s = { .n = 0 };
+	unsigned i;
+
+	if (r->body_too_large || !r->body_len)
+		return false;
+	switch (r->rt.id) {
+	case R_LOCK:
+		want(&s, "acquire_timeout_s", &a->timeout_s, strict);
+		want(&s, "lease_ttl_s", &a->lease_s, false);
+		break;
+	case R_SEM:
+		want(&s, "acquire_timeout_s", &a->timeout_s, strict);
+		want(&s, "limit", &a->limit, strict);
+		want(&s, "lease_ttl_s", &a->lease_s, false);
+		break;
+	case R_LOCK_RELEASE:
+	case R_SEM_RELEASE:
+		want(&s, "token", NULL, true);
+		break;
+	case R_LOCK_RENEW:
+	case R_SEM_RENEW:
+		want(&s, "token", NULL, true);
+		want(&s, "lease_ttl_s", &a->lease_s, false);
+		break;
+	case R_LOCK_ENQUEUE:
+		want(&s, "lease_ttl_s", &a->lease_s, false);
+		break;
+	case R_SEM_ENQUEUE:
+		want(&s, "limit", &a->limit, strict);
+		want(&s, "lease_ttl_s", &a->lease_s, false);
+		break;
+	case R_LOCK_WAIT:
+	case R_SEM_WAIT:
+		want(&s, "timeout_s", &a->timeout_s, strict);
+		break;
+	default:
+		return false;
+	}
+	if (!http_body_simple(r->body, r->body_len, s.f, s.n))
+		return false;
+	for (i = 0; i < s.n; i++)
+		if ((s.need & 1u << i) && !s.f[i].seen)
+			return false;
+	for (i = 0; i < s.n; i++) {
+		if (!s.f[i].seen)
+			continue;
+		if (s.dst[i])
+			*s.dst[i] = (json_int_t)s.f[i].num;
+		else
+			memcpy(a->token, s.f[i].str, sizeof(a->token)); /* both 64 */
+	}
+	return true;
+}
+
 /* The route's body, strictly: unknown fields, wrong types and values out
  * of range are 400. */
 static bool parse_args(struct hreq *r, struct op_args *a)
 {
 	json_error_t e;
-	json_t *j = hreq_json(r);
+	json_t *j = NULL;
 	const char *token = "";
 	bool strict = r->h->b->opts.http.extensions;
 	int bad = 0;
@@ -128,6 +204,11 @@ static bool parse_args(struct hreq *r, struct op_args *a)
 	/* dflockd (Go's decoder) reads a missing number as 0 (a limit of 0 is
 	 * then refused); with --http-extensions a missing one is 400. */
 	a->limit = r->rt.id == R_SEM || r->rt.id == R_SEM_ENQUEUE ? 0 : 1;
+	if (fast_args(r, strict, a)) {
+		token = a->token;
+		goto check;
+	}
+	j = hreq_json(r);
 	if (!j)
 		return false;
 	switch (r->rt.id) {
@@ -164,8 +245,11 @@ static bool parse_args(struct hreq *r, struct op_args *a)
 	default:
 		break;
 	}
-	if (bad) {
+	if (bad)
 		hreq_error(r, 400, "bad_request", "%s", e.text);
+check:
+	if (bad) {
+		/* answered above */
 	} else if ((r->rt.id == R_LOCK_RELEASE || r->rt.id == R_SEM_RELEASE ||
 		    r->rt.id == R_LOCK_RENEW || r->rt.id == R_SEM_RENEW) &&
 		   !token_acceptable(token)) {
@@ -187,26 +271,64 @@ static bool parse_args(struct hreq *r, struct op_args *a)
 		a->lease_s = r->h->b->opts.http.default_lease_s;
 	if (a->lease_s > (json_int_t)LEASE_MAX_S)
 		a->lease_s = LEASE_MAX_S; /* 49 days: what a hold's lease can be */
-	snprintf(a->token, sizeof(a->token), "%s", token); /* @token lives in @j */
-	json_decref(j);
+	if (j) {
+		snprintf(a->token, sizeof(a->token), "%s", token); /* @token lives in @j */
+		json_decref(j);
+	}
 	return !bad;
 }
 
+/* Decimal digits of @v into the end of @buf; their start. */
+static char *put_u64(char *end, uint64_t v)
+{
+	do
+		*--end = (char)('0' + v % 10);
+	while ((v /= 10));
+	return end;
+}
+
+/*
+ * {"status":STATUS,"token":TOKEN,"lease_ttl_s":N}, byte for byte what
+ * json_pack() and json_dumps(JSON_COMPACT) made of it (members in that
+ * order; the status is a constant word, the token 32 hex digits, N an
+ * integer), without building and printing a JSON object on every grant.
+ */
 static void reply_granted(struct hreq *r, struct hsession *hs, const char *status, uint64_t token,
 			  json_int_t lease_s)
 {
-	char text[33];
+	char text[160], num[24], *d;
+	size_t n = 0, sl = strlen(status);
 
-	http_format_token(r->h, hs, token, text);
 	r->h->c.grants++;
-	hreq_reply_json(r, 200, json_pack("{s:s, s:s, s:I}", "status", status, "token", text,
-					  "lease_ttl_s", lease_s));
+	if (lease_s < 0 || sl > 16) { /* never: leases are not negative */
+		http_format_token(r->h, hs, token, text);
+		hreq_reply_json(r, 200, json_pack("{s:s, s:s, s:I}", "status", status, "token",
+						  text, "lease_ttl_s", lease_s));
+		return;
+	}
+	memcpy(text, "{\"status\":\"", 11);
+	n = 11;
+	memcpy(text + n, status, sl);
+	n += sl;
+	memcpy(text + n, "\",\"token\":\"", 11);
+	n += 11;
+	http_format_token(r->h, hs, token, text + n);
+	n += 32;
+	memcpy(text + n, "\",\"lease_ttl_s\":", 16);
+	n += 16;
+	d = put_u64(num + sizeof(num), (uint64_t)lease_s);
+	memcpy(text + n, d, (size_t)(num + sizeof(num) - d));
+	n += (size_t)(num + sizeof(num) - d);
+	text[n++] = '}';
+	hreq_reply_text(r, 200, text, n);
 }
 
 static void reply_timeout(struct hreq *r)
 {
+	static const char text[] = "{\"status\":\"timeout\"}"; /* as json_pack("{s:s}") */
+
 	r->h->c.timeouts++;
-	hreq_reply_json(r, 200, json_pack("{s:s}", "status", "timeout"));
+	hreq_reply_text(r, 200, text, sizeof(text) - 1);
 }
 
 /* Seconds left on @hs's lease of @key (rounded up), for a /wait answer. */

@@ -146,11 +146,39 @@ static bool path_matches(const char *path, const char *pattern, const char **par
 	return *path == '\0';
 }
 
+/* Add @m to the Allow list (a GET route answers HEAD too, as Go's
+ * ServeMux, dflockd's), once: what snprintf() made of it, without it. */
+static void allow_add(struct route_match *out, size_t *used, enum http_method m)
+{
+	const char *name = method_names[m];
+	size_t n = strlen(name), u = *used;
+
+	if (u + 16 >= sizeof(out->allow) || strstr(out->allow, name))
+		return;
+	if (u) {
+		memcpy(out->allow + u, ", ", 2);
+		u += 2;
+	}
+	memcpy(out->allow + u, name, n);
+	u += n;
+	if (m == M_GET) {
+		memcpy(out->allow + u, ", HEAD", 6);
+		u += 6;
+	}
+	out->allow[u] = '\0';
+	*used = u;
+}
+
 void http_route_match(const char *path, enum http_method m, struct route_match *out)
 {
 	size_t i, used = 0;
 
-	memset(out, 0, sizeof(*out));
+	/* Every field but the whole of param[] (a string): this runs on every
+	 * request. */
+	out->id = R_NONE;
+	out->path_known = out->bad_param = out->open_path = out->probe_path = false;
+	out->allow[0] = out->param[0] = '\0';
+	out->param_len = 0;
 	for (i = 0; i < http_nroutes; i++) {
 		const struct route_def *d = &http_routes[i];
 		const char *param;
@@ -162,11 +190,7 @@ void http_route_match(const char *path, enum http_method m, struct route_match *
 		/* dflockd exempts these by path, whatever the method. */
 		out->open_path |= d->open;
 		out->probe_path |= d->id == R_HEALTH || d->id == R_READY;
-		/* A GET route answers HEAD too (as Go's ServeMux, dflockd's). */
-		if (used + 16 < sizeof(out->allow) && !strstr(out->allow, method_names[d->method]))
-			used += (size_t)snprintf(out->allow + used, sizeof(out->allow) - used, "%s%s%s",
-						 used ? ", " : "", method_names[d->method],
-						 d->method == M_GET ? ", HEAD" : "");
+		allow_add(out, &used, d->method);
 		if (d->method != m || out->id != R_NONE)
 			continue;
 		out->id = d->id;

@@ -410,10 +410,16 @@ static void acquire(struct tcp *t, struct tconn *c, const struct tcp_req *r, boo
 		}
 	}
 	if (!two_phase && r->timeout_s == 0) {
+		/* Held before (a record of ours), the lease is set to L from now
+		 * below; a new grant has it already (the acquire's lease_ms): no
+		 * renew, a second pass over the key, on every acquire. */
+		bool had = find_hold(c, r->key) != NULL;
+
 		err = limit ? local_sem_acquire(c->ls, r->key, limit, &o, &tok)
 			    : local_lock(c->ls, r->key, &o, &tok);
 		if (!err) {
-			local_renew(c->ls, r->key, lease_s * 1000, NULL); /* held before: L now */
+			if (had)
+				local_renew(c->ls, r->key, lease_s * 1000, NULL); /* L now */
 			reply_grant(c, "ok", r->key, tok, lease_s);
 		} else if (err == -EBUSY || err == -ETIMEDOUT) {
 			tcp_reply(c, "timeout");

@@ -616,6 +616,30 @@ TEST(tcp, leases_expire_and_hand_over, 30)
 	tb_stop(&t);
 }
 
+/* An acquire of a key the connection holds sets its lease to the new L
+ * (the broker renews only then, not on a new grant, which has L already). */
+TEST(tcp, acquiring_a_held_key_again_sets_its_lease_to_the_new_one, 30)
+{
+	struct tb t;
+	char *tok, *tok2;
+	int a, b;
+
+	tb_start(&t, true, NULL);
+	a = tconnect(&t);
+	b = tconnect(&t);
+	tok = granted(treq(a, "l", "k", "0 100"), "ok", 100);
+	tok2 = granted(treq(a, "l", "k", "0 1"), "ok", 1);
+	CHECK_STR(tok2, tok); /* the same hold */
+	tsend(b, "l", "k", "20");
+	/* Its lease is 1 s now, not 100: b is granted when it ends. */
+	free(granted(tline(b), "ok", 33));
+	free(tok);
+	free(tok2);
+	close(a);
+	close(b);
+	tb_stop(&t);
+}
+
 /* ---- limits ------------------------------------------------------------------------- */
 
 TEST(tcp, a_line_too_long_is_answered_error_and_closed, 30)

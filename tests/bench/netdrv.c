@@ -314,6 +314,31 @@ void net_print_row(const char *label, const struct net_run *r, bool with_client)
 	printf(" %7.2f\n", r->broker_csw);
 }
 
+void net_print_above_floor(const char *what, const struct net_run *runs, int nruns,
+			   const struct net_run *floor, int nfloor)
+{
+	int s, i, j, shown;
+
+	for (s = 0; s < 2; s++) {
+		shown = 0;
+		for (i = 0; i < nruns; i++) {
+			if (runs[i].shared != s)
+				continue;
+			for (j = 0; j < nfloor; j++)
+				if (floor[j].shared == s && floor[j].n == runs[i].n)
+					break;
+			if (j == nfloor)
+				continue;
+			if (!shown++)
+				printf("  %s broker CPU per op above the floor, %s, by clients:", what,
+				       s ? "1 key" : "own keys");
+			printf(" %d: %+.1f", runs[i].n, runs[i].broker_us - floor[j].broker_us);
+		}
+		if (shown)
+			printf(" us\n");
+	}
+}
+
 void net_cpu_targets(const char *what, const struct net_run *runs, int nruns, double max_us)
 {
 	int s, i;

@@ -100,6 +100,14 @@ bool net_wanted(int n, bool shared);
 void net_print_header(bool with_client);
 void net_print_row(const char *label, const struct net_run *r, bool with_client);
 
+/*
+ * The broker's own share: for each run of @runs with a floor run of the
+ * same client count and key mode in @floor, broker CPU per op minus the
+ * floor's (a server that does nothing on the same system calls).
+ */
+void net_print_above_floor(const char *what, const struct net_run *runs, int nruns,
+			   const struct net_run *floor, int nfloor);
+
 /* One target a key mode: the most broker CPU per op of @runs <= @max_us. */
 void net_cpu_targets(const char *what, const struct net_run *runs, int nruns, double max_us);
 

@@ -1,0 +1,89 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# The broker's own cost per acquire+release over the network (issue 14):
+# user-space instructions (callgrind) or system calls (strace -c) per op,
+# counted over a fixed number of ops only (connections opened and warmed up
+# first, outside the count), so figures are stable on a busy machine,
+# unlike CPU times.
+#
+#   scripts/netcpu-profile.sh callgrind|strace BROKER tcp|http CLIENTS OPS own|shared
+#
+# Prints "<tool> <proto> <clients> <keys>: <N> per op" and, for strace, the
+# table of system calls (totals over CLIENTS*OPS ops). The client is
+# scripts/netcpu-drive.py (slow, but only the broker is counted). Needs
+# valgrind (scripts/install-deps.sh installs it) or strace (not installed
+# there: a developer's tool, not used by make check).
+set -eu
+
+tool=$1 bin=$2 proto=$3 nclients=$4 ops=$5 keys=$6
+here=$(cd "$(dirname "$0")" && pwd)
+dir=$(mktemp -d /tmp/netcpu-XXXXXX)
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+bpid= spid=
+
+cleanup() {
+	[ -n "$spid" ] && kill "$spid" 2>/dev/null || true
+	[ -n "$bpid" ] && kill "$bpid" 2>/dev/null && wait "$bpid" 2>/dev/null || true
+	exec 3>&- 4<&- 2>/dev/null || true
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+
+set -- --socket "$dir/sock" --shm-name "/netcpu-$$" --destroy-segment-on-exit
+if [ "$proto" = tcp ]; then
+	set -- "$@" --tcp-listen "127.0.0.1:$port" --tcp-insecure-no-auth
+else
+	set -- "$@" --http-listen "127.0.0.1:$port" --http-insecure-no-auth
+fi
+if [ "$tool" = callgrind ]; then
+	valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" "$bin" "$@" \
+		>"$dir/log" 2>&1 &
+else
+	"$bin" "$@" >"$dir/log" 2>&1 &
+fi
+bpid=$!
+i=0
+until /usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1',$port)).close()" \
+	2>/dev/null; do
+	i=$((i + 1))
+	[ $i -lt 600 ] || { cat "$dir/log" >&2; echo "broker did not start" >&2; exit 1; }
+	sleep 0.1
+done
+
+mkfifo "$dir/in" "$dir/out"
+/usr/bin/python3 "$here/netcpu-drive.py" "$proto" "$port" "$nclients" "$ops" "$keys" \
+	<"$dir/in" >"$dir/out" &
+exec 3>"$dir/in" 4<"$dir/out"
+read -r line <&4 # ready
+
+if [ "$tool" = callgrind ]; then
+	callgrind_control -z "$bpid" >/dev/null
+else
+	tids=$(ls /proc/$bpid/task | sed 's/^/-p /')
+	# shellcheck disable=SC2086
+	strace -c -f -o "$dir/strace" $tids 2>/dev/null &
+	spid=$!
+	sleep 1 # attached
+fi
+echo go >&3
+read -r line <&4 # done
+total=$((nclients * ops))
+if [ "$tool" = callgrind ]; then
+	callgrind_control -d "$bpid" >/dev/null
+	sleep 1
+	f=$(ls -t "$dir"/cg.*.* 2>/dev/null | head -1)
+	ir=$(sed -n 's/^summary: //p;s/^totals: //p' "$f" | head -1 | cut -d' ' -f1)
+	echo "callgrind $proto $nclients $keys: $((ir / total)) instructions per op" \
+		"($ir over $total ops)"
+	[ -z "${NETCPU_KEEP:-}" ] || cp "$f" "$NETCPU_KEEP"
+else
+	kill -INT "$spid"
+	wait "$spid" 2>/dev/null || true
+	spid=
+	calls=$(awk '$NF == "total" { print $4 }' "$dir/strace")
+	echo "strace $proto $nclients $keys: $(awk "BEGIN { printf \"%.2f\", $calls / $total }")" \
+		"system calls per op ($calls over $total ops)"
+	cat "$dir/strace"
+fi
+echo go >&3
