@@ -43,6 +43,30 @@ struct node_hints {
 	struct key_hint keys[KEY_HINTS];
 };
 
+static inline struct key_hint *key_hint_of(struct node_hints *h, const char *key)
+{
+	return &h->keys[((uintptr_t)key >> 4) & (KEY_HINTS - 1)];
+}
+
+/* The entry @key (this string address) was found in last; IDX_NONE if
+ * none is remembered. A guess, for the caller to confirm. */
+static inline uint32_t key_hint_idx(struct node_hints *h, const char *key)
+{
+	struct key_hint *kh = key_hint_of(h, key);
+
+	return atomic_load_explicit(&kh->key, memory_order_relaxed) == (uintptr_t)key
+		       ? atomic_load_explicit(&kh->idx, memory_order_relaxed)
+		       : IDX_NONE;
+}
+
+static inline void key_hint_set(struct node_hints *h, const char *key, uint32_t idx)
+{
+	struct key_hint *kh = key_hint_of(h, key);
+
+	atomic_store_explicit(&kh->key, (uintptr_t)key, memory_order_relaxed);
+	atomic_store_explicit(&kh->idx, idx, memory_order_relaxed);
+}
+
 struct acquire_req {
 	struct owner who;
 	uint32_t kind;	/* LOCAL_KIND_LOCK or LOCAL_KIND_SEMAPHORE */
@@ -75,6 +99,12 @@ int keytab_find_timed(struct segment *seg, const char *key, size_t len, bool cre
 		      struct seg_key **out, uint32_t timeout_ms);
 int keytab_find_until(struct segment *seg, const char *key, size_t len, bool create,
 		      struct seg_key **out, uint64_t deadline_ns);
+
+/* keytab_find_until(), trying entry @idx first (a session's key hint:
+ * key_hint_idx()), which it confirms under the key's mutex: the mutex path
+ * of a key the session used before skips hashing and probing (issue 13). */
+int keytab_find_hinted(struct segment *seg, const char *key, size_t len, bool create,
+		       struct seg_key **out, uint64_t deadline_ns, uint32_t idx);
 
 /*
  * Lock a key's mutex, repairing it if its last owner died, and switch the key
@@ -374,6 +404,7 @@ int api_sem_acquire_full(local_session *s, const char *key, uint32_t limit,
 int api_lock_full(local_session *s, const char *key, const struct local_acquire_opts *opts,
 		  uint64_t *token);
 int api_release_full(local_session *s, const char *key);
+int api_release_tried(local_session *s, const char *key);
 
 /* ---- crash repair (repair.c) ------------------------------------------ */
 

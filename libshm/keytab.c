@@ -634,6 +634,31 @@ static int take_found_locked(struct segment *seg, uint32_t idx, struct seg_key *
 	return err;
 }
 
+int keytab_find_hinted(struct segment *seg, const char *key, size_t len, bool create,
+		       struct seg_key **out, uint64_t deadline_ns, uint32_t idx)
+{
+	struct seg_key *k;
+	int err;
+
+	if (idx >= seg->caps.max_keys)
+		return keytab_find_until(seg, key, len, create, out, deadline_ns);
+	k = &seg->keys[idx];
+	err = key_lock_until(seg, k, deadline_ns);
+	if (err)
+		return err;
+	/* Under the key mutex, as keytab_find_until() confirms its probe:
+	 * an entry is made, re-used and freed only under it. The bytes are
+	 * the entry's own, valid and NUL-terminated; equal bytes and length
+	 * are the same key (the hash is theirs, no need to compute it). */
+	if (atomic_load(&k->state) == KEY_USED && k->key_len == len &&
+	    memcmp(k->key, key, len) == 0) {
+		*out = k;
+		return 0;
+	}
+	key_unlock(k);
+	return keytab_find_until(seg, key, len, create, out, deadline_ns);
+}
+
 int keytab_find_until(struct segment *seg, const char *key, size_t len, bool create,
 		      struct seg_key **out, uint64_t deadline_ns)
 {

@@ -31,7 +31,8 @@ bool key_fields_sane(const struct segment *seg, const struct seg_key *k)
 		return false;
 	/* A lock-delay is at most LOCAL_LOCK_DELAY_MAX_MS from when it was
 	 * set: a later end is damage, and would refuse grants for ever. */
-	if (k->delay_until_ns > mono_ns() + (uint64_t)LOCAL_LOCK_DELAY_MAX_MS * 1000000ull)
+	if (k->delay_until_ns &&
+	    k->delay_until_ns > mono_ns() + (uint64_t)LOCAL_LOCK_DELAY_MAX_MS * 1000000ull)
 		return false;
 	return VALUE_LEN(atomic_load(&k->value_word)) <= seg->caps.max_value;
 }
