@@ -163,7 +163,8 @@ int api_acquire(local_session *s, const char *key, const struct acquire_req *req
 		return err;
 	if (!key)
 		return -EINVAL;
-	err = fast_acquire(s->seg, key, req, &tok, &s->hints, &key_idx);
+	err = req->fast_tried ? FAST_MISS
+			      : fast_acquire(s->seg, key, req, &tok, &s->hints, &key_idx);
 	if (err == FAST_MISS)
 		return acquire_slow(s, key, req, timeout_ms, token);
 	if (!err) {
