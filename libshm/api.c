@@ -156,6 +156,9 @@ int api_acquire(local_session *s, const char *key, const struct acquire_req *req
 	uint64_t tok = 0;
 	int err;
 
+	/* The lock-free path has just missed: acquire_slow() checks all. */
+	if (req->fast_tried)
+		return acquire_slow(s, key, req, timeout_ms, token);
 	/* The lock-free path first: it checks the key as it finds it, and
 	 * the slow path checks it again from the start. */
 	err = session_usable(s);
@@ -163,8 +166,7 @@ int api_acquire(local_session *s, const char *key, const struct acquire_req *req
 		return err;
 	if (!key)
 		return -EINVAL;
-	err = req->fast_tried ? FAST_MISS
-			      : fast_acquire(s->seg, key, req, &tok, &s->hints, &key_idx);
+	err = fast_acquire(s->seg, key, req, &tok, &s->hints, &key_idx);
 	if (err == FAST_MISS)
 		return acquire_slow(s, key, req, timeout_ms, token);
 	if (!err) {
