@@ -95,7 +95,8 @@ fi
 if [ $# = 0 ]; then
 	cp "$here/sem.pml" sem.pml
 	for cfg in "-DP=3 -DLIM=2 -DITER=1" "-DP=2 -DLIM=1 -DITER=3" \
-		"-DP=2 -DLIM=1 -DITER=2 -DBUG_NO_TAG" "-DP=2 -DLIM=1 -DITER=2 -DBUG_NO_FINISH"; do
+		"-DP=2 -DLIM=1 -DITER=2 -DBUG_NO_TAG" "-DP=2 -DLIM=1 -DITER=2 -DBUG_NO_FINISH" \
+		"-DP=2 -DLIM=1 -DITER=3 -DBUG_SEQ_WRAP"; do
 		rm -f sem.pml.trail
 		spin -a $cfg sem.pml
 		${CC:-cc} -O2 -w -DSAFETY -DCOLLAPSE -DMEMLIM=8192 -o pan-sem pan.c

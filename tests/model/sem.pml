@@ -44,13 +44,17 @@
  * number of grants so far (no token repeated or skipped, lock_index exact
  * after every fold); at the end nothing is held, pending or leaked; nobody
  * blocks (no invalid end state: a killed client stops nobody).
- * Not modelled: seq wrap-around (seq is unbounded here), session destroy
+ * Not modelled: seq wrap-around (except BUG_SEQ_WRAP), session destroy
  * while its process lives, lease expiry, waiters and handoff.
  *
  * Options (spin -D...), each expected to fail:
  *   BUG_NO_TAG      helpers mark or free the named node without checking
  *                   its tag (the ABA the tag exists for)
  *   BUG_NO_FINISH   key_lock() does not finish a pending step
+ *   BUG_SEQ_WRAP    seq has 3 bits (the fold still comes in time): a
+ *                   client stopped between reading the word and its commit
+ *                   commits on a wrapped, identical word with a stale
+ *                   grant number (why the design wants a 64-bit seq)
  */
 
 #ifndef P
@@ -63,6 +67,20 @@
 #define ITER 2		/* acquire+release pairs per client */
 #endif
 #define MAXDEATH 1
+/* seq counts modulo SEQMOD; a lock-free acquire or release FOLD_AT steps
+ * past the base takes the mutex path instead (FAST_FOLD_EVERY; releases too,
+ * since with several holders they need not alternate with acquisitions), so
+ * the fold never meets a wrapped seq. The default never wraps within the bounded search. */
+#ifdef BUG_SEQ_WRAP
+#define SEQMOD 8
+#define FOLD_AT 4
+#else
+#define SEQMOD 256
+#define FOLD_AT 200
+#endif
+#define INC(x) x = (x + 1) % SEQMOD
+#define NEXT(q) ((q + 1) % SEQMOD)
+#define DIFF(a, b) ((a - b + SEQMOD) % SEQMOD)
 
 #define FREE 0
 #define CLAIMED 1	/* NODE_FAST_CLAIMED: in flight, or the named pending acquire */
@@ -123,7 +141,7 @@ inline finish_locked()
 		:: else -> skip
 		fi;
 		pend = 0;
-		seq++
+		INC(seq)
 	:: else
 	fi
 #else
@@ -138,8 +156,8 @@ inline key_lock(me)
 		mtx == 0 -> mtx = me + 1;
 		slow = 1;
 		finish_locked();
-		assert(pend == 0 && (seq - bseq) % 2 == 0);
-		lidx = lidx + ((seq - bseq) / 2 + cnt - bcnt) / 2;
+		assert(pend == 0 && DIFF(seq, bseq) % 2 == 0);
+		lidx = lidx + (DIFF(seq, bseq) / 2 + cnt - bcnt) / 2;
 		assert(lidx == grants);
 		bseq = seq;
 		bcnt = cnt
@@ -152,7 +170,7 @@ inline key_unlock()
 {
 	atomic {
 		if
-		:: listed == 0 -> seq++; bseq = seq; bcnt = cnt; slow = 0
+		:: listed == 0 -> INC(seq); bseq = seq; bcnt = cnt; slow = 0
 		:: else
 		fi;
 		mtx = 0
@@ -178,7 +196,7 @@ inline help(fo, fp, fq)
 	};
 	atomic {
 		if
-		:: SAME(0, fo, fp, cnt, fq) -> pend = 0; seq++
+		:: SAME(0, fo, fp, cnt, fq) -> pend = 0; INC(seq)
 		:: else
 		fi
 	}
@@ -210,17 +228,19 @@ proctype client(byte me)
 			:: fs -> break /* the mutex path */
 			:: !fs && fp != 0 -> help(fo, fp, fq) /* then try again */
 			:: !fs && fp == 0 && fc >= LIM -> break /* full: the mutex path says */
-			:: !fs && fp == 0 && fc < LIM ->
+			:: !fs && fp == 0 && fc < LIM && DIFF(fq, bseq) >= FOLD_AT -> break
+				/* count before seq could wrap: the mutex path folds */
+			:: !fs && fp == 0 && fc < LIM && DIFF(fq, bseq) < FOLD_AT ->
 				/* the token's inputs, read after the word */
 				l0 = lidx; b0 = bseq; c0 = bcnt;
-				g = l0 + ((fq - b0) / 2 + fc - c0) / 2 + 1;
+				g = l0 + (DIFF(fq, b0) / 2 + fc - c0) / 2 + 1;
 				/* claim in flight, tagged with the commit's seq */
-				atomic { assert(nst[me] == FREE); nst[me] = CLAIMED; ntag[me] = fq + 1 }
+				atomic { assert(nst[me] == FREE); nst[me] = CLAIMED; ntag[me] = NEXT(fq) }
 				maybe_die();
 				atomic {
 					if
 					:: SAME(0, fo, 0, fc, fq) ->
-						op = ACQ; pend = me + 1; cnt++; seq++;
+						op = ACQ; pend = me + 1; cnt++; INC(seq);
 						inside++; grants++;
 						assert(inside <= LIM);
 						assert(g == grants);
@@ -238,10 +258,10 @@ proctype client(byte me)
 		if
 		:: ok ->
 			maybe_die();
-			atomic { if :: nst[me] == CLAIMED && ntag[me] == fq + 1 -> nst[me] = HELD
+			atomic { if :: nst[me] == CLAIMED && ntag[me] == NEXT(fq) -> nst[me] = HELD
 				 :: else fi }
 			maybe_die();
-			atomic { if :: SAME(0, ACQ, me + 1, fc + 1, fq + 1) -> pend = 0; seq++
+			atomic { if :: SAME(0, ACQ, me + 1, fc + 1, NEXT(fq)) -> pend = 0; INC(seq)
 				 :: else fi }
 		:: !ok ->
 			/* the mutex path: a try, not a wait */
@@ -273,15 +293,16 @@ proctype client(byte me)
 				if
 				:: fs -> break
 				:: !fs && fp != 0 -> help(fo, fp, fq)
-				:: !fs && fp == 0 ->
+				:: !fs && fp == 0 && DIFF(fq, bseq) >= FOLD_AT -> break
+				:: !fs && fp == 0 && DIFF(fq, bseq) < FOLD_AT ->
 					/* the owner tags its own held node (one 16-byte
 					 * CAS in C); it is still HELD unless key_lock()
 					 * finished our acquire into it, which it did */
-					atomic { assert(nst[me] == HELD); ntag[me] = fq + 1 }
+					atomic { assert(nst[me] == HELD); ntag[me] = NEXT(fq) }
 					atomic {
 						if
 						:: SAME(0, fo, 0, fc, fq) ->
-							op = REL; pend = me + 1; cnt--; seq++;
+							op = REL; pend = me + 1; cnt--; INC(seq);
 							inside--; ok = 1
 						:: else
 						fi
@@ -298,10 +319,10 @@ proctype client(byte me)
 		if
 		:: ok ->
 			maybe_die();
-			atomic { if :: nst[me] == HELD && ntag[me] == fq + 1 -> nst[me] = FREE
+			atomic { if :: nst[me] == HELD && ntag[me] == NEXT(fq) -> nst[me] = FREE
 				 :: else fi }
 			maybe_die();
-			atomic { if :: SAME(0, REL, me + 1, fc - 1, fq + 1) -> pend = 0; seq++
+			atomic { if :: SAME(0, REL, me + 1, fc - 1, NEXT(fq)) -> pend = 0; INC(seq)
 				 :: else fi }
 		:: !ok ->
 			key_lock(me);
@@ -354,5 +375,5 @@ init
 	_nr_pr == 2; /* the clients are done (monitor and init remain) */
 	assert(pend == 0 && cnt == 0 && listed == 0 && inside == 0 && mtx == 0);
 	assert(ALLFREE);
-	assert(lidx + ((seq - bseq) / 2 + cnt - bcnt) / 2 == grants)
+	assert(lidx + (DIFF(seq, bseq) / 2 + cnt - bcnt) / 2 == grants)
 }
