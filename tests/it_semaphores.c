@@ -441,8 +441,11 @@ static void dead_holder_pruned(int lock_delay_ms)
 		child_spawn(&h[i], hold_child, &a);
 		child_expect(&h[i], "held", 5000);
 	}
-	out = malloc(sizeof(*out));
+	/* Zeroed and sized: local_info() refuses a struct whose sz is not a
+	 * size it knows (malloc's garbage failed this under TSan). */
+	out = calloc(1, sizeof(*out));
 	CHECK(out);
+	out->sz = sizeof(*out);
 	CHECK_OK(local_info(obs, "sem/prune", out));
 	CHECK_EQ(out->holders, 2);
 	idx = out->modify_index;
