@@ -125,8 +125,9 @@ static __attribute__((noinline)) int acquire_slow(local_session *s, const char *
 		return err;
 	/* The key's lock, too, is waited for no longer than the caller
 	 * said: a process stopped inside it must not make a timed call hang. */
-	err = keytab_find_until(s->seg, key, len, true, &k,
-				api_lock_deadline(timeout_ms ? deadline : 1));
+	err = keytab_find_hinted(s->seg, key, len, true, &k,
+				 api_lock_deadline(timeout_ms ? deadline : 1),
+				 key_hint_idx(&s->hints, key));
 	if (err == -ETIMEDOUT && !timeout_ms)
 		err = -EBUSY;
 	if (err)
@@ -156,6 +157,9 @@ int api_acquire(local_session *s, const char *key, const struct acquire_req *req
 	uint64_t tok = 0;
 	int err;
 
+	/* The lock-free path has just missed: acquire_slow() checks all. */
+	if (req->fast_tried)
+		return acquire_slow(s, key, req, timeout_ms, token);
 	/* The lock-free path first: it checks the key as it finds it, and
 	 * the slow path checks it again from the start. */
 	err = session_usable(s);
@@ -216,7 +220,8 @@ static int release_slow(local_session *s, const char *key, size_t len)
 	uint64_t tok;
 	int err;
 
-	err = keytab_find(s->seg, key, len, false, &k);
+	/* Deadline 0: this process's own lock patience, as keytab_find(). */
+	err = keytab_find_hinted(s->seg, key, len, false, &k, 0, key_hint_idx(&s->hints, key));
 	if (err)
 		return err == -ENOENT ? -LOCAL_ENOTHELD : err;
 	h = key_find_hold_locked(s->seg, k, s->who);
@@ -257,6 +262,16 @@ int api_release_full(local_session *s, const char *key)
 	    fast_release(s->seg, key, s->who, &s->hints) == 0)
 		return 0;
 	return release_slow(s, key, len);
+}
+
+/* local_release() when fast_unlock() tried the lock-free release just now
+ * and it missed: straight to the mutex (issue 13, M1: not a second try). */
+int api_release_tried(local_session *s, const char *key)
+{
+	size_t len;
+	int err = api_enter(s, key, &len);
+
+	return err ? err : release_slow(s, key, len);
 }
 
 /* issue 13 hook (J1), as in local_lock(). */

@@ -83,7 +83,7 @@ static __attribute__((noinline)) struct seg_key *find_probe(struct segment *seg,
 static inline struct seg_key *find(struct segment *seg, const char *key,
 				   struct node_hints *hints, uint64_t *f, uint32_t *out_idx)
 {
-	struct key_hint *kh = &hints->keys[((uintptr_t)key >> 4) & (KEY_HINTS - 1)];
+	struct key_hint *kh = key_hint_of(hints, key);
 	uint32_t idx = atomic_load_explicit(&kh->idx, memory_order_relaxed);
 	struct seg_key *k;
 
@@ -332,8 +332,9 @@ int fast_unlock(local_session *s, const char *key)
 	 * api.c waited_for()). The full path's, as is every error. */
 	if (!s || !key || !usable(s) || crash_fast_path_off() ||
 	    atomic_load_explicit(&s->npending, memory_order_relaxed) ||
-	    atomic_load_explicit(&s->nwaited, memory_order_relaxed) ||
-	    release(s->seg, key, s->who, &s->hints) == FAST_MISS)
+	    atomic_load_explicit(&s->nwaited, memory_order_relaxed))
 		return api_release_full(s, key);
+	if (release(s->seg, key, s->who, &s->hints) == FAST_MISS)
+		return api_release_tried(s, key); /* not a second lock-free try */
 	return 0;
 }

@@ -43,6 +43,30 @@ struct node_hints {
 	struct key_hint keys[KEY_HINTS];
 };
 
+static inline struct key_hint *key_hint_of(struct node_hints *h, const char *key)
+{
+	return &h->keys[((uintptr_t)key >> 4) & (KEY_HINTS - 1)];
+}
+
+/* The entry @key (this string address) was found in last; IDX_NONE if
+ * none is remembered. A guess, for the caller to confirm. */
+static inline uint32_t key_hint_idx(struct node_hints *h, const char *key)
+{
+	struct key_hint *kh = key_hint_of(h, key);
+
+	return atomic_load_explicit(&kh->key, memory_order_relaxed) == (uintptr_t)key
+		       ? atomic_load_explicit(&kh->idx, memory_order_relaxed)
+		       : IDX_NONE;
+}
+
+static inline void key_hint_set(struct node_hints *h, const char *key, uint32_t idx)
+{
+	struct key_hint *kh = key_hint_of(h, key);
+
+	atomic_store_explicit(&kh->key, (uintptr_t)key, memory_order_relaxed);
+	atomic_store_explicit(&kh->idx, idx, memory_order_relaxed);
+}
+
 struct acquire_req {
 	struct owner who;
 	uint32_t kind;	/* LOCAL_KIND_LOCK or LOCAL_KIND_SEMAPHORE */
@@ -75,6 +99,12 @@ int keytab_find_timed(struct segment *seg, const char *key, size_t len, bool cre
 		      struct seg_key **out, uint32_t timeout_ms);
 int keytab_find_until(struct segment *seg, const char *key, size_t len, bool create,
 		      struct seg_key **out, uint64_t deadline_ns);
+
+/* keytab_find_until(), trying entry @idx first (a session's key hint:
+ * key_hint_idx()), which it confirms under the key's mutex: the mutex path
+ * of a key the session used before skips hashing and probing (issue 13). */
+int keytab_find_hinted(struct segment *seg, const char *key, size_t len, bool create,
+		       struct seg_key **out, uint64_t deadline_ns, uint32_t idx);
 
 /*
  * Lock a key's mutex, repairing it if its last owner died, and switch the key
@@ -378,6 +408,7 @@ int api_sem_acquire_full(local_session *s, const char *key, uint32_t limit,
 int api_lock_full(local_session *s, const char *key, const struct local_acquire_opts *opts,
 		  uint64_t *token);
 int api_release_full(local_session *s, const char *key);
+int api_release_tried(local_session *s, const char *key);
 
 /* ---- crash repair (repair.c) ------------------------------------------ */
 
@@ -405,8 +436,66 @@ uint32_t segment_repair_dead_mutexes(struct segment *seg);
 uint32_t segment_reap_locks(struct segment *seg, uint32_t pid);
 
 /* Sanity checks used before trusting a key's own fields (repair quarantines
- * a key that fails them) and its list heads and counts (repair rebuilds). */
-bool key_fields_sane(const struct segment *seg, const struct seg_key *k);
-bool key_links_sane(const struct segment *seg, const struct seg_key *k);
+ * a key that fails them) and its list heads and counts (repair rebuilds).
+ * Inline: every key_lock() asks (issue 13, M1: the calls were a tenth of a
+ * semaphore's mutex path). */
+static inline bool key_fields_sane(const struct segment *seg, const struct seg_key *k)
+{
+	uint32_t st = atomic_load(&k->state);
+
+	(void)seg;
+	if (st > KEY_FREED)
+		return false;
+	if (st != KEY_USED)
+		return true;
+	if (k->key_len < 1 || k->key_len > LOCAL_KEY_MAX)
+		return false;
+	if (k->kind > LOCAL_KIND_SEMAPHORE)
+		return false;
+	if (k->kind != LOCAL_KIND_NONE && k->limit < 1)
+		return false;
+	/* A lock-delay is at most LOCAL_LOCK_DELAY_MAX_MS from when it was
+	 * set: a later end is damage, and would refuse grants for ever. */
+	if (k->delay_until_ns &&
+	    k->delay_until_ns > mono_ns() + (uint64_t)LOCAL_LOCK_DELAY_MAX_MS * 1000000ull)
+		return false;
+	return VALUE_LEN(atomic_load(&k->value_word)) <= seg->caps.max_value;
+}
+
+static inline bool key_idx_ok(const struct segment *seg, uint32_t i)
+{
+	return i == IDX_NONE || i < seg->nnodes;
+}
+
+static inline bool key_queue_end_ok(const struct segment *seg, const struct seg_key *k, uint32_t n)
+{
+	uint64_t w = atomic_load(&seg->nodes[n].word);
+
+	return w == NODE_PACK(NODE_WAITING, NODE_SESSION(w), seg_key_index(seg, k));
+}
+
+static inline bool key_links_sane(const struct segment *seg, const struct seg_key *k)
+{
+	if (!key_fields_sane(seg, k))
+		return false;
+	if (atomic_load(&k->state) != KEY_USED)
+		return true;
+	if (!key_idx_ok(seg, k->q_head) || !key_idx_ok(seg, k->q_tail) ||
+	    !key_idx_ok(seg, k->h_head))
+		return false;
+	if ((k->q_head == IDX_NONE) != (k->waiters == 0) ||
+	    (k->h_head == IDX_NONE) != (k->holders == 0) ||
+	    (k->q_head == IDX_NONE) != (k->q_tail == IDX_NONE))
+		return false;
+	/* The ends of the queue are waiting requests of this key: a cycle or
+	 * a stale link that skipped a node shows there, in O(1), before a
+	 * grant walks into it. */
+	if (k->q_head != IDX_NONE && (!key_queue_end_ok(seg, k, k->q_head) ||
+				      seg->nodes[k->q_head].prev != IDX_NONE ||
+				      !key_queue_end_ok(seg, k, k->q_tail) ||
+				      seg->nodes[k->q_tail].next != IDX_NONE))
+		return false;
+	return k->kind == LOCAL_KIND_NONE || k->holders <= k->limit;
+}
 
 #endif

@@ -634,6 +634,44 @@ static int take_found_locked(struct segment *seg, uint32_t idx, struct seg_key *
 	return err;
 }
 
+/* Entry @k holds @key: its state, length and bytes (the entry's bytes
+ * are NUL-terminated within the entry, and a key changes only under the
+ * key mutex: read without it, a guess to confirm under it). */
+static bool entry_looks_like(const struct seg_key *k, const char *key, size_t len)
+{
+	return atomic_load(&k->state) == KEY_USED && k->key_len == len &&
+	       memcmp(k->key, key, len) == 0;
+}
+
+int keytab_find_hinted(struct segment *seg, const char *key, size_t len, bool create,
+		       struct seg_key **out, uint64_t deadline_ns, uint32_t idx)
+{
+	struct seg_key *k;
+	int err;
+
+	if (idx >= seg->caps.max_keys)
+		return keytab_find_until(seg, key, len, create, out, deadline_ns);
+	k = &seg->keys[idx];
+	/* Lock only an entry that looks like ours (as a probe locks only an
+	 * entry of our hash): a stale hint must not make us wait for the
+	 * mutex of another key, which a stopped process may hold. */
+	if (!entry_looks_like(k, key, len))
+		return keytab_find_until(seg, key, len, create, out, deadline_ns);
+	err = key_lock_until(seg, k, deadline_ns);
+	if (err)
+		return err;
+	/* Under the key mutex, as keytab_find_until() confirms its probe:
+	 * an entry is made, re-used and freed only under it. The bytes are
+	 * the entry's own, valid and NUL-terminated; equal bytes and length
+	 * are the same key (the hash is theirs, no need to compute it). */
+	if (entry_looks_like(k, key, len)) {
+		*out = k;
+		return 0;
+	}
+	key_unlock(k);
+	return keytab_find_until(seg, key, len, create, out, deadline_ns);
+}
+
 int keytab_find_until(struct segment *seg, const char *key, size_t len, bool create,
 		      struct seg_key **out, uint64_t deadline_ns)
 {

@@ -14,63 +14,6 @@
 #include "clock.h"
 #include "keyops.h"
 
-bool key_fields_sane(const struct segment *seg, const struct seg_key *k)
-{
-	uint32_t st = atomic_load(&k->state);
-
-	(void)seg;
-	if (st > KEY_FREED)
-		return false;
-	if (st != KEY_USED)
-		return true;
-	if (k->key_len < 1 || k->key_len > LOCAL_KEY_MAX)
-		return false;
-	if (k->kind > LOCAL_KIND_SEMAPHORE)
-		return false;
-	if (k->kind != LOCAL_KIND_NONE && k->limit < 1)
-		return false;
-	/* A lock-delay is at most LOCAL_LOCK_DELAY_MAX_MS from when it was
-	 * set: a later end is damage, and would refuse grants for ever. */
-	if (k->delay_until_ns > mono_ns() + (uint64_t)LOCAL_LOCK_DELAY_MAX_MS * 1000000ull)
-		return false;
-	return VALUE_LEN(atomic_load(&k->value_word)) <= seg->caps.max_value;
-}
-
-static bool idx_ok(const struct segment *seg, uint32_t i)
-{
-	return i == IDX_NONE || i < seg->nnodes;
-}
-
-static bool queue_end_ok(const struct segment *seg, const struct seg_key *k, uint32_t n)
-{
-	uint64_t w = atomic_load(&seg->nodes[n].word);
-
-	return w == NODE_PACK(NODE_WAITING, NODE_SESSION(w), seg_key_index(seg, k));
-}
-
-bool key_links_sane(const struct segment *seg, const struct seg_key *k)
-{
-	if (!key_fields_sane(seg, k))
-		return false;
-	if (atomic_load(&k->state) != KEY_USED)
-		return true;
-	if (!idx_ok(seg, k->q_head) || !idx_ok(seg, k->q_tail) || !idx_ok(seg, k->h_head))
-		return false;
-	if ((k->q_head == IDX_NONE) != (k->waiters == 0) ||
-	    (k->h_head == IDX_NONE) != (k->holders == 0) ||
-	    (k->q_head == IDX_NONE) != (k->q_tail == IDX_NONE))
-		return false;
-	/* The ends of the queue are waiting requests of this key: a cycle or
-	 * a stale link that skipped a node shows there, in O(1), before a
-	 * grant walks into it. */
-	if (k->q_head != IDX_NONE && (!queue_end_ok(seg, k, k->q_head) ||
-				      seg->nodes[k->q_head].prev != IDX_NONE ||
-				      !queue_end_ok(seg, k, k->q_tail) ||
-				      seg->nodes[k->q_tail].next != IDX_NONE))
-		return false;
-	return k->kind == LOCAL_KIND_NONE || k->holders <= k->limit;
-}
-
 static int by_seq(const void *a, const void *b, void *arg)
 {
 	const struct seg_node *nodes = arg;

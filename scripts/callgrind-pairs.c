@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Instructions per acquire+release, for callgrind (issue 13, M1): a clock
+ * is noisy on a shared 2-core machine, an instruction count is not.
+ *
+ *   valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file=OUT \
+ *       callgrind-pairs BROKER CASE N
+ *
+ * starts BROKER (shmlockd) on a private socket and segment, sets CASE up,
+ * runs N warm-up pairs, then N pairs with instrumentation on, and prints
+ * nothing: callgrind_annotate OUT gives the total, divide by N. CASE is
+ *   lock      - uncontended local_lock + local_release (lock-free)
+ *   watched   - the same on a key another process watches (mutex path)
+ *   sem       - local_sem_acquire(limit 4) + local_release, no other holder
+ *   semheld   - the same while another session holds one unit
+ * Built by scripts/callgrind-pairs.sh, not by make: it is a measuring tool.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <valgrind/callgrind.h>
+
+#include "client.h" /* the key's watcher count, to know the watch is set */
+
+static char dir[64] = "/tmp/cgpairs-XXXXXX", sock[128], shm[64];
+static pid_t broker, watcher;
+
+static void die(const char *what, int err)
+{
+	fprintf(stderr, "callgrind-pairs: %s: %s\n", what, err ? local_strerror(err) : "");
+	if (watcher > 0)
+		kill(watcher, SIGKILL);
+	if (broker > 0)
+		kill(broker, SIGTERM);
+	exit(1);
+}
+
+static void pause_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+static int answers(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), ok;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
+}
+
+static local_session *session(void)
+{
+	struct local_session_opts o;
+	local_session *s;
+	int err;
+
+	local_session_opts_init(&o);
+	o.socket_path = sock;
+	o.name = "callgrind-pairs";
+	o.lock_delay_ms = 0;
+	err = local_session_open(&o, &s);
+	if (err)
+		die("session", err);
+	return s;
+}
+
+static int pairs(local_session *s, const char *cs, const char *key, long n)
+{
+	static const LOCAL_OPTS(local_acquire_opts, try_once, .timeout_ms = 0);
+	int err = 0;
+
+	while (n-- > 0 && !err) {
+		if (!strcmp(cs, "sem") || !strcmp(cs, "semheld"))
+			err = local_sem_acquire(s, key, 4, &try_once, NULL);
+		else
+			err = local_lock(s, key, &try_once, NULL);
+		if (!err)
+			err = local_release(s, key);
+	}
+	return err;
+}
+
+int main(int argc, char **argv)
+{
+	const char *key = "cg/key";
+	local_session *s, *other;
+	struct timespec t0, t1;
+	long n, tries;
+	int err, st;
+
+	if (argc != 4)
+		die("usage: callgrind-pairs BROKER CASE N", 0);
+	n = atol(argv[3]);
+	if (!mkdtemp(dir)) /* a directory only we can change: the broker wants one */
+		die("mkdtemp", -errno);
+	snprintf(sock, sizeof(sock), "%s/sock", dir);
+	snprintf(shm, sizeof(shm), "/cgpairs-%d", (int)getpid());
+	broker = fork();
+	if (!broker) {
+		execl(argv[1], argv[1], "--socket", sock, "--shm-name", shm,
+		      "--destroy-segment-on-exit", (char *)NULL);
+		_exit(127);
+	}
+	for (tries = 0; !answers(); tries++) {
+		if (tries > 5000)
+			die("broker does not answer", 0);
+		pause_ms(2);
+	}
+	s = session();
+	if (!strcmp(argv[2], "semheld")) {
+		other = session();
+		err = local_sem_acquire(other, key, 4, NULL, NULL);
+		if (err)
+			die("other holder", err);
+	} else if (!strcmp(argv[2], "watched")) {
+		struct local_key_info info = { .sz = sizeof(info) };
+
+		err = local_lock(s, key, NULL, NULL); /* the key exists, kind lock */
+		if (!err)
+			err = local_release(s, key);
+		if (err)
+			die("create", err);
+		watcher = fork();
+		if (!watcher) {
+			local_session *w = session();
+
+			for (;;) {
+				if (local_info(w, key, &info))
+					_exit(1);
+				local_watch(w, key, info.modify_index, 60000, &info);
+			}
+		}
+		/* Registered when the key says so; then stop it asleep, so
+		 * that its wake-ups cost the measured process nothing but
+		 * the FUTEX_WAKE it makes. */
+		for (tries = 0;; tries++) {
+			uint32_t i, seen = 0;
+
+			for (i = 0; i < s->seg->caps.max_keys; i++)
+				if (!strcmp(s->seg->keys[i].key, key))
+					seen = atomic_load(&s->seg->keys[i].watchers);
+			if (seen)
+				break;
+			if (tries > 20000)
+				die("watch not registered", 0);
+			pause_ms(5);
+		}
+		pause_ms(200);
+		kill(watcher, SIGSTOP);
+	}
+	err = pairs(s, argv[2], key, n);
+	if (err)
+		die("warm-up", err);
+	CALLGRIND_ZERO_STATS;
+	CALLGRIND_TOGGLE_COLLECT; /* on: valgrind --collect-atstart=no */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	err = pairs(s, argv[2], key, n);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	CALLGRIND_TOGGLE_COLLECT;
+	if (!RUNNING_ON_VALGRIND) /* natively: the time too, for a rough look */
+		printf("%s %.1f ns/pair\n", argv[2],
+		       ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / n);
+	CALLGRIND_DUMP_STATS_AT(argv[2]);
+	if (err)
+		die("pairs", err);
+	if (watcher > 0) {
+		kill(watcher, SIGKILL);
+		waitpid(watcher, &st, 0);
+	}
+	local_session_close(s);
+	kill(broker, SIGTERM);
+	waitpid(broker, &st, 0);
+	return 0;
+}
