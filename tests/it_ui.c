@@ -166,7 +166,8 @@ static void exe_rel(char *out, size_t size, int up, const char *rest)
 	d = exe;
 	while (up--)
 		d = dirname(d);
-	snprintf(out, size, "%s/%s", d, rest);
+	n = snprintf(out, size, "%s/%s", d, rest);
+	CHECK(n > 0 && (size_t)n < size); /* a truncated path would name another file */
 }
 
 struct cdp {
