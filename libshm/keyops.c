@@ -75,6 +75,10 @@ static int check_kind_locked(struct seg_key *k, const struct acquire_req *req)
 	/* A key keeps its kind and limit while it exists (issue 3, Consul's
 	 * semaphore): until --gc-idle reclaims it, even when idle. */
 	if (k->kind == LOCAL_KIND_NONE) {
+		/* Issue 16: a cluster semaphore has one etcd key per slot. */
+		if (req->kind == LOCAL_KIND_SEMAPHORE && req->limit > CLUSTER_SEM_MAX &&
+		    (atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_KEY))
+			return -LOCAL_ELIMIT;
 		k->kind = req->kind;
 		k->limit = req->limit;
 		return 0;

@@ -322,6 +322,11 @@ static inline bool cluster_gated(const struct segment *seg, const struct seg_key
 	       __atomic_load_n(&k->tok_last, __ATOMIC_RELAXED) >= hi;
 }
 
+/* A cluster semaphore's limit is at most this many slots (one etcd key
+ * each, broker/cluster_sem.c): a larger one is refused with LOCAL_ELIMIT
+ * when the key takes its kind (keyops.c). */
+#define CLUSTER_SEM_MAX 64
+
 /* K1 (issue 16): a cluster semaphore takes no new holder beyond the slots
  * this host reserved in etcd (broker/cluster_sem.c). Under the key mutex. */
 static inline bool cluster_slots_full(const struct seg_key *k)

@@ -34,6 +34,8 @@
 
 #define TTL_S "3"
 #define MARGIN_MS "1000"
+#define CLUSTER_SEQ_BITS_T 24 /* libshm/keyops.h, CLUSTER_SEQ_BITS */
+#define CLUSTER_SEM_MAX_T 64  /* libshm/keyops.h, CLUSTER_SEM_MAX */
 
 struct etcd3 {
 	char dir[96];
@@ -764,7 +766,6 @@ TEST(cluster, no_starvation, 60)
  */
 
 #define SOAK_HOSTS 3
-#define CLUSTER_SEQ_BITS_T 24 /* libshm/keyops.h, CLUSTER_SEQ_BITS */
 #define SOAK_WORKERS 6
 
 struct soak {
@@ -1177,8 +1178,8 @@ TEST(cluster, broker_killed, 60)
 
 /* A process on host @host taking semaphore @key (limit 2) @rounds times,
  * counting who is inside at once (r->overlaps: a third one). */
-static pid_t sem_worker(const struct broker_proc *b, int host, const char *key, int rounds,
-			struct record *r)
+static pid_t sem_worker_n(const struct broker_proc *b, int host, const char *key, uint32_t limit,
+			  int rounds, struct record *r)
 {
 	pid_t pid;
 
@@ -1193,8 +1194,8 @@ static pid_t sem_worker(const struct broker_proc *b, int host, const char *key, 
 			uint64_t tok;
 			uint32_t at;
 
-			CHECK_OK(local_sem_acquire(s, key, 2, NULL, &tok));
-			if (atomic_fetch_add(&r->inside, 1) >= 2)
+			CHECK_OK(local_sem_acquire(s, key, limit, NULL, &tok));
+			if (atomic_fetch_add(&r->inside, 1) >= (int)limit)
 				atomic_fetch_add(&r->overlaps, 1);
 			at = atomic_fetch_add(&r->n, 1);
 			if (at < 1024) {
@@ -1209,6 +1210,112 @@ static pid_t sem_worker(const struct broker_proc *b, int host, const char *key, 
 		_exit(0);
 	}
 	return pid;
+}
+
+static pid_t sem_worker(const struct broker_proc *b, int host, const char *key, int rounds,
+			struct record *r)
+{
+	return sem_worker_n(b, host, key, 2, rounds, r);
+}
+
+/* How many hosts wait for slots of semaphore @key in etcd (their waiter keys,
+ * NS "s/" hex(key) "/w/" lease; -1: no answer). */
+static int etcd_sem_waiters(const struct etcd3 *e, const char *key)
+{
+	char dir[600] = "shmlock/lock/s/", from[900], to[900], body[2000], out[4096], *c;
+	size_t n = strlen(dir);
+	int i;
+
+	for (i = 0; key[i]; i++)
+		n += (size_t)sprintf(dir + n, "%02x", (unsigned char)key[i]);
+	strcpy(dir + n, "/w/");
+	b64(dir, from);
+	dir[n + 2] = '0'; /* '/' + 1 */
+	b64(dir, to);
+	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":true}",
+		 from, to);
+	for (i = 0; i < 3; i++) {
+		if (e->pid[i] <= 0 || etcd_req(e->cport[i], "/v3/kv/range", body, out))
+			continue;
+		c = strstr(out, "\"count\":\"");
+		return c ? atoi(c + 9) : 0;
+	}
+	return -1;
+}
+
+/*
+ * FIFO across hosts for a cluster semaphore (the etcd semaphore recipe: a
+ * waiter key per host, its create revision the host's place). A slot that
+ * is free while an earlier host waits for it is that host's: here the
+ * earlier host is the test itself, with a waiter key under a lease of its
+ * own. Then three hosts: the slot held on A passes to B, which queued
+ * first, then to C. Last, the 64-slot cap: a larger limit on a cluster key is
+ * refused (LOCAL_ELIMIT), not silently lowered.
+ */
+TEST(cluster, semaphore_fifo, 60)
+{
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 10000);
+	LOCAL_OPTS(local_acquire_opts, shortw, .timeout_ms = 700);
+	struct broker_proc h[3];
+	struct record *r = record_new();
+	char out[4096], body[1200], wk[700] = "shmlock/lock/s/", wk64[1000], lease[32], *p;
+	const char *key = "c/qw";
+	local_session *sa;
+	struct etcd3 e;
+	pid_t pids[2];
+	size_t n;
+	int i;
+
+	etcd3_start(&e);
+	for (i = 0; i < 3; i++)
+		host_start(&h[i], &e);
+	/* An earlier host waiting for one slot of two. */
+	CHECK_OK(etcd_req(e.cport[0], "/v3/lease/grant", "{\"TTL\":60}", out));
+	p = strstr(out, "\"ID\":\"");
+	CHECK(p);
+	snprintf(lease, sizeof(lease), "%lld", atoll(p + 6));
+	n = strlen(wk);
+	for (i = 0; key[i]; i++)
+		n += (size_t)sprintf(wk + n, "%02x", (unsigned char)key[i]);
+	sprintf(wk + n, "/w/%016llx", (unsigned long long)atoll(lease));
+	b64(wk, wk64);
+	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"value\":\"MQ==\",\"lease\":\"%s\"}",
+		 wk64, lease);
+	CHECK_OK(etcd_req(e.cport[0], "/v3/kv/put", body, out));
+	sa = open_session(&h[0], "sem-fifo", 0, 0);
+	CHECK_OK(local_sem_acquire(sa, key, 2, &o, NULL)); /* one slot left: its */
+	CHECK_RC(local_sem_acquire(open_session(&h[1], "late", 0, 0), key, 2, &shortw, NULL),
+		 -ETIMEDOUT);
+	/* That host served (its waiter key gone): ours. */
+	snprintf(body, sizeof(body), "{\"key\":\"%s\"}", wk64);
+	CHECK_OK(etcd_req(e.cport[0], "/v3/kv/deleterange", body, out));
+	CHECK_OK(local_release(sa, key));
+	/* Three hosts, one slot: B queues, then C; A's release goes to B. */
+	key = "c/q1";
+	CHECK_OK(local_sem_acquire(sa, key, 1, &o, NULL));
+	pids[0] = sem_worker_n(&h[1], 1, key, 1, 1, r);
+	CHECK(WAIT_FOR(etcd_sem_waiters(&e, key) == 1, 10000));
+	pids[1] = sem_worker_n(&h[2], 2, key, 1, 1, r);
+	CHECK(WAIT_FOR(etcd_sem_waiters(&e, key) == 2, 10000));
+	CHECK_EQ(atomic_load(&r->n), 0);
+	CHECK_OK(local_release(sa, key));
+	reap(pids, 2);
+	CHECK_EQ(atomic_load(&r->overlaps), 0);
+	CHECK_EQ(atomic_load(&r->n), 2);
+	CHECK_EQ(r->host[0], 1);
+	CHECK_EQ(r->host[1], 2);
+	CHECK(WAIT_FOR(etcd_sem_waiters(&e, key) == 0, 10000)); /* nobody left queued */
+	/* The cap: one etcd key per slot, at most 64. */
+	CHECK_RC(local_sem_acquire(sa, "c/big", CLUSTER_SEM_MAX_T + 1, &shortw, NULL),
+		 -LOCAL_ELIMIT);
+	CHECK_OK(local_sem_acquire(sa, "c/big64", CLUSTER_SEM_MAX_T, &o, NULL));
+	CHECK_OK(local_release(sa, "c/big64"));
+	CHECK_OK(local_sem_acquire(sa, "l/big", CLUSTER_SEM_MAX_T + 1, &o, NULL)); /* host-local */
+	CHECK_OK(local_release(sa, "l/big"));
+	local_session_close(sa);
+	for (i = 0; i < 3; i++)
+		broker_stop_clean(&h[i]);
+	etcd3_stop(&e);
 }
 
 /*
