@@ -670,9 +670,15 @@ static void *manager(void *arg)
 	uint32_t last = atomic_load(&h->cluster_bell) - 1; /* the first: full */
 	uint64_t next_full = 0;
 
+	uint64_t nfull = 0, nlooks = 0;
+	uint32_t bell0 = last + 1;
+
 	while (!atomic_load(&c->stop)) {
 		uint32_t v = atomic_load(&h->cluster_bell);
 		bool full = v != last || mono_ns() >= next_full;
+
+		nfull += full;
+		nlooks++;
 
 		c->lingering = false;
 		/* A full scan at least every FULL_MS too: a look that could not
@@ -689,6 +695,9 @@ static void *manager(void *arg)
 							      : TICK_MS) * 1000000ull);
 		atomic_store(&h->cluster_listening, 0);
 	}
+	/* How busy the manager was (the cost of the bell: docs/cluster.md). */
+	blog(LOG_INFO, "cluster: manager: %" PRIu64 " looks, %" PRIu64 " full scans, bell rung %u times",
+	     nlooks, nfull, atomic_load(&h->cluster_bell) - bell0);
 	for (i = 0; i < c->seg->caps.max_keys; i++) {
 		struct ckey *ck = &c->keys[i];
 

@@ -2,15 +2,19 @@
 # Cluster keys on etcd (docs/cluster.md), measured on one machine: a 1-member
 # etcd on loopback, two brokers standing for hosts. Prints
 #  - the local handoff rate of a cluster key while the host holds it, against
-#    a host-local key (two processes on one host alternating);
+#    a host-local key (two processes on one host alternating), $ROUNDS rounds
+#    of $SECS s each, the two kinds of key interleaved (the machine's load
+#    changes by the second), with the median ratio and its spread;
 #  - cross-host handoff (one process per host alternating: every grant moves
 #    the etcd lock between hosts);
 #  - `shmlock lock` on a cluster key against `etcdctl lock`, N runs each.
 # Usage: scripts/cluster-bench.sh [BUILD_DIR] (default build/check)
+# ONLY=handoff runs the first part alone.
 set -eu
 O=${1:-build/check}
 N=${N:-50}
 SECS=${SECS:-3}
+ROUNDS=${ROUNDS:-5}
 T=$(mktemp -d /tmp/shmlock-cluster-bench-XXXXXX)
 pids=""
 cleanup() {
@@ -42,8 +46,24 @@ for h in a b; do
 done
 cc -O2 -std=gnu11 -Iinclude scripts/cluster-bench.c "$O/liblocal.a" -lpthread -o "$T/cb"
 echo "== one host, two processes alternating: a handoff per grant"
-"$T/cb" l/h "$SECS" "$T/a.sock" "$T/a.sock"
-"$T/cb" c/h "$SECS" "$T/a.sock" "$T/a.sock"
+echo "   ($ROUNDS rounds of $SECS s, host-local and cluster key interleaved; the ratio per round)"
+: >"$T/ratios"
+r=0
+while [ "$r" -lt "$ROUNDS" ]; do
+	l=$("$T/cb" l/h "$SECS" "$T/a.sock" "$T/a.sock")
+	c=$("$T/cb" c/h "$SECS" "$T/a.sock" "$T/a.sock")
+	lr=$(echo "$l" | awk '{ print $4 }')
+	cr=$(echo "$c" | awk '{ print $4 }')
+	ratio=$(awk "BEGIN { printf \"%.2f\", $lr / ($cr > 0 ? $cr : 1) }")
+	echo "$ratio" >>"$T/ratios"
+	echo "   round $((r + 1)): host-local $lr/s, cluster $cr/s: ${ratio}x"
+	r=$((r + 1))
+done
+sort -n "$T/ratios" | awk '{ v[NR] = $1 } END {
+	m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2;
+	printf "cluster key vs host-local key: median %.2fx slower (min %.2fx, max %.2fx, %d rounds)\n",
+		m, v[1], v[NR], NR }'
+[ "${ONLY:-}" = handoff ] && exit 0
 echo "== two hosts, one process each alternating: every grant crosses hosts"
 "$T/cb" c/x "$SECS" "$T/a.sock" "$T/b.sock"
 echo "== $N sequential runs of 'true' under a lock"
