@@ -23,18 +23,27 @@ cleanup() {
 	rm -rf "$T"
 }
 trap cleanup EXIT INT TERM
-port() { echo $((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000)); }
+# A port nobody listens on (another etcd answering /health on ours would
+# make a bench against the wrong cluster, or none).
+port() {
+	while :; do
+		p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000))
+		ss -Hltn "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
+	done
+}
 CP=$(port)
 PP=$(port)
 etcd --name b --data-dir "$T/etcd" --listen-client-urls "http://127.0.0.1:$CP" \
 	--advertise-client-urls "http://127.0.0.1:$CP" --listen-peer-urls "http://127.0.0.1:$PP" \
 	--initial-advertise-peer-urls "http://127.0.0.1:$PP" \
 	--initial-cluster "b=http://127.0.0.1:$PP" >"$T/etcd.log" 2>&1 &
-pids="$pids $!"
+epid=$!
+pids="$pids $epid"
 for _ in $(seq 100); do
 	curl -s "http://127.0.0.1:$CP/health" | grep -q true && break
 	sleep 0.1
 done
+kill -0 "$epid" 2>/dev/null || { echo "etcd did not start:" >&2; tail -3 "$T/etcd.log" >&2; exit 1; }
 for h in a b; do
 	"$O/shmlockd" --socket "$T/$h.sock" --shm-name "/shmlock-bench-$$-$h" \
 		--destroy-segment-on-exit --cluster "etcd://127.0.0.1:$CP" --cluster-prefix c/ \
@@ -50,8 +59,8 @@ echo "   ($ROUNDS rounds of $SECS s, host-local and cluster key interleaved; the
 : >"$T/ratios"
 r=0
 while [ "$r" -lt "$ROUNDS" ]; do
-	l=$("$T/cb" l/h "$SECS" "$T/a.sock" "$T/a.sock")
-	c=$("$T/cb" c/h "$SECS" "$T/a.sock" "$T/a.sock")
+	l=$(timeout $((SECS + 60)) "$T/cb" l/h "$SECS" "$T/a.sock" "$T/a.sock")
+	c=$(timeout $((SECS + 60)) "$T/cb" c/h "$SECS" "$T/a.sock" "$T/a.sock")
 	lr=$(echo "$l" | awk '{ print $4 }')
 	cr=$(echo "$c" | awk '{ print $4 }')
 	ratio=$(awk "BEGIN { printf \"%.2f\", $lr / ($cr > 0 ? $cr : 1) }")
@@ -65,7 +74,7 @@ sort -n "$T/ratios" | awk '{ v[NR] = $1 } END {
 		m, v[1], v[NR], NR }'
 [ "${ONLY:-}" = handoff ] && exit 0
 echo "== two hosts, one process each alternating: every grant crosses hosts"
-"$T/cb" c/x "$SECS" "$T/a.sock" "$T/b.sock"
+timeout $((SECS + 60)) "$T/cb" c/x "$SECS" "$T/a.sock" "$T/b.sock"
 echo "== $N sequential runs of 'true' under a lock"
 s=$(date +%s.%N)
 for _ in $(seq "$N"); do "$O/shmlock" lock -socket="$T/a.sock" c/cli true; done
