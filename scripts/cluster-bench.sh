@@ -9,7 +9,7 @@
 #    the etcd lock between hosts);
 #  - `shmlock lock` on a cluster key against `etcdctl lock`, N runs each.
 # Usage: scripts/cluster-bench.sh [BUILD_DIR] (default build/check)
-# ONLY=handoff runs the first part alone.
+# ONLY=handoff runs the first part alone, ONLY=cross the cross-host one.
 set -eu
 O=${1:-build/check}
 N=${N:-50}
@@ -28,7 +28,7 @@ trap cleanup EXIT INT TERM
 port() {
 	while :; do
 		p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000))
-		ss -Hltn "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
+		ss -Htan "( sport = :$p or dport = :$p )" 2>/dev/null | grep -q . || { echo "$p"; return; }
 	done
 }
 CP=$(port)
@@ -54,6 +54,7 @@ for h in a b; do
 	for _ in $(seq 100); do [ -S "$T/$h.sock" ] && break; sleep 0.1; done
 done
 cc -O2 -std=gnu11 -Iinclude scripts/cluster-bench.c "$O/liblocal.a" -lpthread -o "$T/cb"
+if [ "${ONLY:-}" != cross ]; then
 echo "== one host, two processes alternating: a handoff per grant"
 echo "   ($ROUNDS rounds of $SECS s, host-local and cluster key interleaved; the ratio per round)"
 : >"$T/ratios"
@@ -72,9 +73,11 @@ sort -n "$T/ratios" | awk '{ v[NR] = $1 } END {
 	m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2;
 	printf "cluster key vs host-local key: median %.2fx slower (min %.2fx, max %.2fx, %d rounds)\n",
 		m, v[1], v[NR], NR }'
+fi
 [ "${ONLY:-}" = handoff ] && exit 0
 echo "== two hosts, one process each alternating: every grant crosses hosts"
 timeout $((SECS + 60)) "$T/cb" c/x "$SECS" "$T/a.sock" "$T/b.sock"
+[ "${ONLY:-}" = cross ] && exit 0
 echo "== $N sequential runs of 'true' under a lock"
 s=$(date +%s.%N)
 for _ in $(seq "$N"); do "$O/shmlock" lock -socket="$T/a.sock" c/cli true; done
