@@ -12,8 +12,13 @@
  * new hold), asks for more when its local demand (holders + waiters) grows,
  * and gives the surplus back after --cluster-linger. A host lost with slots
  * loses them with its lease; the local deadline ends its holds before that,
- * as for locks. No slot free: the worker watches the slot directory for a
- * deletion, then looks again.
+ * as for locks. Hosts are served in FIFO order (etcd's semaphore recipe): a
+ * host that wants slots puts a waiter key, NS "s/" hex(key) "/w/" lease,
+ * whose create revision is its place and whose value is how many slots it
+ * still wants, and takes only the free slots that the hosts queued before it
+ * do not want. Nothing for us: the worker watches the directory (a slot
+ * given back, a waiter served or gone), then looks again. A limit above
+ * CLUSTER_SEM_MAX (64) is refused when the key takes its kind (keyops.c).
  */
 #include <errno.h>
 #include <inttypes.h>
