@@ -666,7 +666,7 @@ static void *manager(void *arg)
 	struct cluster *c = arg;
 	struct seg_header *h = c->seg->hdr;
 	uint32_t last = atomic_load(&h->cluster_bell) - CLUSTER_BELL_FIND; /* the first: full */
-	uint64_t next_full = 0, nfull = 0, nlooks = 0;
+	uint64_t next_full = 0, nfull = 0, nlooks = 0, wait_ms;
 	uint32_t i;
 
 	while (!atomic_load(&c->stop)) {
@@ -687,11 +687,13 @@ static void *manager(void *arg)
 		scan(c, full);
 		last = v;
 		atomic_store(&h->cluster_listening, 1);
+		/* Soon again while something is pending (at least 1 ms: with
+		 * --cluster-linger 0 it would spin). */
+		wait_ms = c->lingering && c->o->linger_ms < TICK_MS ? c->o->linger_ms : TICK_MS;
+		if (!wait_ms)
+			wait_ms = 1;
 		if (atomic_load(&h->cluster_bell) == v && !atomic_load(&c->stop))
-			futex_wait_until(&h->cluster_bell, v,
-					 mono_ns() + (c->lingering && c->o->linger_ms < TICK_MS
-							      ? c->o->linger_ms
-							      : TICK_MS) * 1000000ull);
+			futex_wait_until(&h->cluster_bell, v, mono_ns() + wait_ms * 1000000ull);
 		atomic_store(&h->cluster_listening, 0);
 	}
 	/* How busy the manager was (the cost of the bell: docs/cluster.md). */
