@@ -1245,31 +1245,27 @@ static int etcd_sem_waiters(const struct etcd3 *e, const char *key)
 
 /*
  * FIFO across hosts for a cluster semaphore (the etcd semaphore recipe: a
- * waiter key per host, its create revision the host's place). A slot that
- * is free while an earlier host waits for it is that host's: here the
- * earlier host is the test itself, with a waiter key under a lease of its
- * own. Then three hosts: the slot held on A passes to B, which queued
- * first, then to C.
+ * waiter key per host, its create revision the host's place), on hosts
+ * @h[0..2] (part of semaphore_hosts, which has started them: one etcd
+ * cluster and three brokers fewer in make check). A slot that is free while
+ * an earlier host waits for it is that host's: here the earlier host is the
+ * test itself, with a waiter key under a lease of its own. Then three hosts:
+ * the slot held on A passes to B, which queued first, then to C.
  */
-TEST(cluster, semaphore_fifo, 60)
+static void sem_fifo_checks(const struct etcd3 *e, struct broker_proc *const h[3])
 {
 	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 10000);
 	LOCAL_OPTS(local_acquire_opts, shortw, .timeout_ms = 700);
-	struct broker_proc h[3];
 	struct record *r = record_new();
 	char out[4096], body[1200], wk[700] = "shmlock/lock/s/", wk64[1000], lease[32], *p;
 	const char *key = "c/qw";
-	local_session *sa;
-	struct etcd3 e;
+	local_session *sa, *sb;
 	pid_t pids[2];
 	size_t n;
 	int i;
 
-	etcd3_start(&e);
-	for (i = 0; i < 3; i++)
-		host_start(&h[i], &e);
 	/* An earlier host waiting for one slot of two. */
-	CHECK_OK(etcd_req(e.cport[0], "/v3/lease/grant", "{\"TTL\":60}", out));
+	CHECK_OK(etcd_req(e->cport[0], "/v3/lease/grant", "{\"TTL\":60}", out));
 	p = strstr(out, "\"ID\":\"");
 	CHECK(p);
 	snprintf(lease, sizeof(lease), "%lld", atoll(p + 6));
@@ -1280,22 +1276,23 @@ TEST(cluster, semaphore_fifo, 60)
 	b64(wk, wk64);
 	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"value\":\"MQ==\",\"lease\":\"%s\"}",
 		 wk64, lease);
-	CHECK_OK(etcd_req(e.cport[0], "/v3/kv/put", body, out));
-	sa = open_session(&h[0], "sem-fifo", 0, 0);
+	CHECK_OK(etcd_req(e->cport[0], "/v3/kv/put", body, out));
+	sa = open_session(h[0], "sem-fifo", 0, 0);
+	sb = open_session(h[1], "sem-late", 0, 0);
 	CHECK_OK(local_sem_acquire(sa, key, 2, &o, NULL)); /* one slot left: its */
-	CHECK_RC(local_sem_acquire(open_session(&h[1], "late", 0, 0), key, 2, &shortw, NULL),
-		 -ETIMEDOUT);
+	CHECK_RC(local_sem_acquire(sb, key, 2, &shortw, NULL), -ETIMEDOUT);
 	/* That host served (its waiter key gone): ours. */
 	snprintf(body, sizeof(body), "{\"key\":\"%s\"}", wk64);
-	CHECK_OK(etcd_req(e.cport[0], "/v3/kv/deleterange", body, out));
+	CHECK_OK(etcd_req(e->cport[0], "/v3/kv/deleterange", body, out));
 	CHECK_OK(local_release(sa, key));
+	local_session_close(sb);
 	/* Three hosts, one slot: B queues, then C; A's release goes to B. */
 	key = "c/q1";
 	CHECK_OK(local_sem_acquire(sa, key, 1, &o, NULL));
-	pids[0] = sem_worker_n(&h[1], 1, key, 1, 1, r);
-	CHECK(WAIT_FOR(etcd_sem_waiters(&e, key) == 1, 10000));
-	pids[1] = sem_worker_n(&h[2], 2, key, 1, 1, r);
-	CHECK(WAIT_FOR(etcd_sem_waiters(&e, key) == 2, 10000));
+	pids[0] = sem_worker_n(h[1], 1, key, 1, 1, r);
+	CHECK(WAIT_FOR(etcd_sem_waiters(e, key) == 1, 10000));
+	pids[1] = sem_worker_n(h[2], 2, key, 1, 1, r);
+	CHECK(WAIT_FOR(etcd_sem_waiters(e, key) == 2, 10000));
 	CHECK_EQ(atomic_load(&r->n), 0);
 	CHECK_OK(local_release(sa, key));
 	reap(pids, 2);
@@ -1303,11 +1300,8 @@ TEST(cluster, semaphore_fifo, 60)
 	CHECK_EQ(atomic_load(&r->n), 2);
 	CHECK_EQ(r->host[0], 1);
 	CHECK_EQ(r->host[1], 2);
-	CHECK(WAIT_FOR(etcd_sem_waiters(&e, key) == 0, 10000)); /* nobody left queued */
+	CHECK(WAIT_FOR(etcd_sem_waiters(e, key) == 0, 10000)); /* nobody left queued */
 	local_session_close(sa);
-	for (i = 0; i < 3; i++)
-		broker_stop_clean(&h[i]);
-	etcd3_stop(&e);
 }
 
 /* A cluster semaphore has one etcd key per slot, at most 64: a larger limit
@@ -1330,7 +1324,8 @@ TEST(cluster, semaphore_cap, 30)
 }
 
 /*
- * A cluster semaphore's limit holds across hosts and its slots are shared:
+ * FIFO across hosts first (sem_fifo_checks(), with a third host). Then:
+ * a cluster semaphore's limit holds across hosts and its slots are shared:
  * with one slot of two taken on host A, host B gets the other at once; a
  * third taker on either host waits; a slot given back on B goes to A.
  * Then processes on both hosts take turns: never more than two inside.
@@ -1339,7 +1334,7 @@ TEST(cluster, semaphore_hosts, 60)
 {
 	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 5000);
 	LOCAL_OPTS(local_acquire_opts, shortw, .timeout_ms = 700);
-	struct broker_proc a, b;
+	struct broker_proc a, b, c;
 	struct record *r = record_new();
 	local_session *sa, *sb, *sc, *sd;
 	uint64_t t1, t2, t3;
@@ -1350,6 +1345,13 @@ TEST(cluster, semaphore_hosts, 60)
 	etcd3_start(&e);
 	host_start(&a, &e);
 	host_start(&b, &e);
+	host_start(&c, &e);
+	{
+		struct broker_proc *const h[3] = { &a, &b, &c };
+
+		sem_fifo_checks(&e, h);
+	}
+	broker_stop_clean(&c);
 	sa = open_session(&a, "sem-a", 0, 0);
 	sc = open_session(&a, "sem-a2", 0, 0);
 	sb = open_session(&b, "sem-b", 0, 0);
