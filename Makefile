@@ -248,7 +248,7 @@ python-check: $(SHLIB) $(BROKER)
 
 # ---- reliability (docs/reliability.md) -----------------------------------
 
-.PHONY: soak soak-short model test-tsan valgrind
+.PHONY: soak soak-short cluster-soak model test-tsan valgrind
 SOAK     := $(O)/soak/shmlock-soak
 SOAK_SRC := $(wildcard tests/soak/*.c)
 SECONDS  ?= 60
@@ -264,6 +264,12 @@ soak: $(SOAK) $(BROKER)
 
 soak-short: $(SOAK) $(BROKER)
 	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) $(SOAK) --seconds 20 $(if $(SEED),--seed $(SEED))
+
+# The cross-host kill soak of cluster keys (a real etcd, three brokers; holders
+# and brokers SIGKILLed): cluster/kill_soak for $(SECONDS) s, $(RUNS) runs.
+cluster-soak: $(TESTS) $(BROKER) $(CLI)
+	SECONDS_SOAK=$(SECONDS) RUNS=$(or $(RUNS),1) $(if $(SEED),SEED=$(SEED)) \
+		sh scripts/cluster-soak.sh $(O)
 
 # The Promela model of the per-key protocol (tests/model/key.pml), checked
 # exhaustively with spin; MODEL_DEFS=-DBUG_... reproduces an open bug.

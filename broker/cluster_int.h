@@ -105,7 +105,7 @@ enum ckey_state {
 	CK_SEM,	     /* a semaphore: slots held or asked for (cluster_sem.c) */
 };
 
-#define CSEM_MAX 64   /* slots of one cluster semaphore (a larger limit acts as this) */
+#define CSEM_MAX CLUSTER_SEM_MAX /* slots of one cluster semaphore (keyops.h) */
 #define CSEM_BATCH 16 /* slots asked for at once */
 
 /* A worker taking slots of a cluster semaphore (cluster_sem.c). */
@@ -122,6 +122,7 @@ struct csworker {
 	uint8_t mine[CSEM_MAX]; /* slots the manager knows it holds */
 	uint32_t got, idx[CSEM_MAX];
 	int64_t rev; /* of the last slot taken */
+	bool queued; /* when done: our waiter key is left in etcd (still wanting) */
 };
 
 struct ckey {
@@ -147,6 +148,7 @@ struct ckey {
 	uint32_t limit, nslots;
 	uint32_t *slots; /* CSEM_MAX, allocated at the first use */
 	struct csworker *sw;
+	bool sem_queued; /* our waiter key may be in etcd: deleted when no more is wanted */
 	/* CK_HELD: what was last published in etcd (cluster_values.c). */
 	bool pub_valid;
 	uint64_t pub_tok, pub_vw;

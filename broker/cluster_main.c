@@ -665,14 +665,19 @@ static void *manager(void *arg)
 {
 	struct cluster *c = arg;
 	struct seg_header *h = c->seg->hdr;
+	uint32_t last = atomic_load(&h->cluster_bell) - CLUSTER_BELL_FIND; /* the first: full */
+	uint64_t next_full = 0, nfull = 0, nlooks = 0, wait_ms;
 	uint32_t i;
-
-	uint32_t last = atomic_load(&h->cluster_bell) - 1; /* the first: full */
-	uint64_t next_full = 0;
 
 	while (!atomic_load(&c->stop)) {
 		uint32_t v = atomic_load(&h->cluster_bell);
-		bool full = v != last || mono_ns() >= next_full;
+		/* Every entry only when a key we may not know gained a waiter
+		 * (cluster_ring()); a release of a key we hold rings the low
+		 * half (cluster_ring_release()): our own keys are enough. */
+		bool full = (v >> 16) != (last >> 16) || mono_ns() >= next_full;
+
+		nfull += full;
+		nlooks++;
 
 		c->lingering = false;
 		/* A full scan at least every FULL_MS too: a look that could not
@@ -682,13 +687,18 @@ static void *manager(void *arg)
 		scan(c, full);
 		last = v;
 		atomic_store(&h->cluster_listening, 1);
+		/* Soon again while something is pending (at least 1 ms: with
+		 * --cluster-linger 0 it would spin). */
+		wait_ms = c->lingering && c->o->linger_ms < TICK_MS ? c->o->linger_ms : TICK_MS;
+		if (!wait_ms)
+			wait_ms = 1;
 		if (atomic_load(&h->cluster_bell) == v && !atomic_load(&c->stop))
-			futex_wait_until(&h->cluster_bell, v,
-					 mono_ns() + (c->lingering && c->o->linger_ms < TICK_MS
-							      ? c->o->linger_ms
-							      : TICK_MS) * 1000000ull);
+			futex_wait_until(&h->cluster_bell, v, mono_ns() + wait_ms * 1000000ull);
 		atomic_store(&h->cluster_listening, 0);
 	}
+	/* How busy the manager was (the cost of the bell: docs/cluster.md). */
+	blog(LOG_INFO, "cluster: manager: %" PRIu64 " looks, %" PRIu64 " at every key entry",
+	     nlooks, nfull);
 	for (i = 0; i < c->seg->caps.max_keys; i++) {
 		struct ckey *ck = &c->keys[i];
 

@@ -12,8 +12,13 @@
  * new hold), asks for more when its local demand (holders + waiters) grows,
  * and gives the surplus back after --cluster-linger. A host lost with slots
  * loses them with its lease; the local deadline ends its holds before that,
- * as for locks. No slot free: the worker watches the slot directory for a
- * deletion, then looks again.
+ * as for locks. Hosts are served in FIFO order (etcd's semaphore recipe): a
+ * host that wants slots puts a waiter key, NS "s/" hex(key) "/w/" lease,
+ * whose create revision is its place and whose value is how many slots it
+ * still wants, and takes only the free slots that the hosts queued before it
+ * do not want. Nothing for us: the worker watches the directory (a slot
+ * given back, a waiter served or gone), then looks again. A limit above
+ * CLUSTER_SEM_MAX (64) is refused when the key takes its kind (keyops.c).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -39,24 +44,141 @@ static void slot_key(const struct cluster_opts *o, const char *name, size_t len,
 	snprintf(out, size, "%s/%08x", dir, i);
 }
 
-static int on_delete(json_t *msg, void *arg)
+/* Our waiter key: NS "s/" hex(key) "/w/" lease (docs/cluster.md, "FIFO
+ * across hosts"). Not a slot key: slots are the 8-hex-digit names. */
+static void waiter_key(const struct cluster_opts *o, const char *name, size_t len, int64_t lease,
+		       char *out, size_t size)
+{
+	char dir[640];
+
+	cluster_rec_key(o, 's', name, len, dir, sizeof(dir));
+	snprintf(out, size, "%s/w/%016" PRIx64, dir, (uint64_t)lease);
+}
+
+static void lease_str(int64_t lease, char *out, size_t size)
+{
+	snprintf(out, size, "%" PRId64, lease);
+}
+
+/* The op that leaves our waiter key saying we still want @left slots (a put,
+ * which keeps the key's create revision, our place), or deletes it. */
+static json_t *waiter_op(const char *wk64, int64_t lease, uint32_t left)
+{
+	char lease_s[24], v[16], v64[32];
+
+	if (!left)
+		return json_pack("{s:{s:s}}", "request_delete_range", "key", wk64);
+	lease_str(lease, lease_s, sizeof(lease_s));
+	snprintf(v, sizeof(v), "%u", left);
+	etcd_b64(v, strlen(v), v64);
+	return json_pack("{s:{s:s, s:s, s:s}}", "request_put", "key", wk64, "value", v64, "lease",
+			 lease_s);
+}
+
+/* What a range of the semaphore's directory says: which slots are taken,
+ * and how many slots the hosts queued before us still want. */
+struct sem_view {
+	int64_t rev, my_cr; /* header revision; our waiter key's create revision */
+	uint32_t nslots, earlier;
+};
+
+static void sem_parse(struct csworker *w, struct etcd *e, json_t *rep, size_t dlen,
+		      uint8_t *taken, struct sem_view *v)
+{
+	json_t *kv;
+	size_t j;
+	struct {
+		int64_t cr;
+		uint32_t want;
+	} q[64];
+	uint32_t nq = 0, i;
+
+	memset(taken, 0, w->limit);
+	memset(v, 0, sizeof(*v));
+	v->rev = etcd_i64(json_object_get(rep, "header"), "revision");
+	json_array_foreach(json_object_get(rep, "kvs"), j, kv)
+	{
+		char raw[1000];
+		const char *k64 = json_string_value(json_object_get(kv, "key"));
+		ssize_t m = k64 && strlen(k64) < 1300 ? etcd_unb64(k64, raw) : -1;
+		unsigned int idx = ~0u;
+
+		if (m <= (ssize_t)dlen)
+			continue;
+		raw[m] = '\0';
+		if (raw[dlen] == 'w' && raw[dlen + 1] == '/') {
+			/* A host waiting for slots; ours gives our place. */
+			int64_t cr = etcd_i64(kv, "create_revision");
+			const char *v64 = json_string_value(json_object_get(kv, "value"));
+			char val[64] = "";
+
+			if (etcd_i64(kv, "lease") == w->lease) {
+				v->my_cr = cr;
+				continue;
+			}
+			if (v64 && strlen(v64) < 80) {
+				ssize_t vl = etcd_unb64(v64, val);
+
+				val[vl > 0 ? vl : 0] = '\0';
+			}
+			if (nq < 64) {
+				q[nq].cr = cr;
+				q[nq++].want = (uint32_t)strtoul(val, NULL, 10);
+			}
+			continue;
+		}
+		if (m - (ssize_t)dlen != 8 || sscanf(raw + dlen, "%8x", &idx) != 1 ||
+		    idx >= w->limit)
+			continue;
+		taken[idx] = 1;
+		v->nslots++;
+		/* Ours but not known to the manager: left by a delete that
+		 * failed, or by the broker before us (a re-adopted lease).
+		 * Deleted, then taken anew below (if ours to take): a slot's
+		 * tokens come from the revision of its own creation. */
+		if (!w->mine[idx] && etcd_i64(kv, "lease") == w->lease &&
+		    etcd_post(e, "/v3/kv/deleterange", json_pack("{s:s}", "key", k64), NULL,
+			      STEP_MS, &w->cancel) == 0) {
+			taken[idx] = 0;
+			v->nslots--;
+		}
+	}
+	/* FIFO across hosts: the slots the hosts queued before us want come
+	 * first (a key missing from the range, ours, sorts last). */
+	for (i = 0; i < nq; i++)
+		if (!v->my_cr || q[i].cr < v->my_cr)
+			v->earlier += q[i].want;
+}
+
+static int on_change(json_t *msg, void *arg)
 {
 	(void)arg;
-	/* Any event (the watch filters puts out) or an error: look again. */
+	/* Any event (a slot given back, a waiter gone or served) or an
+	 * error: look again. */
 	return json_array_size(json_object_get(json_object_get(msg, "result"), "events")) ||
 	       !json_object_get(msg, "result");
 }
 
+/*
+ * Take up to w->want slots, hosts in FIFO order: first our waiter key (its
+ * create revision is our place), then, at each look, as many free slots as
+ * are left after what the hosts queued before us still want. Each slot is
+ * taken by a txn that creates it only if it does not exist and lowers our
+ * waiter key's count (deleting it at 0). Returns with the first slots got
+ * (the manager grants with them); a waiter key still wanting more stays
+ * there, our place kept for the next worker (w->queued).
+ */
 static void *sem_worker(void *arg)
 {
 	struct csworker *w = arg;
-	char from[1000], to[1000], dir[660];
+	char from[1000], to[1000], dir[660], wk[700], wk64[1000];
 	uint8_t *taken = calloc(w->limit, 1);
 	struct etcd e;
-	int err;
+	int err, ierr;
 	size_t n;
 
-	err = taken ? etcd_init(&e, w->c->o) : -ENOMEM;
+	ierr = taken ? etcd_init(&e, w->c->o) : -ENOMEM;
+	err = ierr;
 	cluster_rec_key(w->c->o, 's', w->name, w->len, dir, sizeof(dir));
 	n = strlen(dir);
 	dir[n++] = '/';
@@ -64,49 +186,38 @@ static void *sem_worker(void *arg)
 	etcd_b64(dir, n, from);
 	dir[n - 1]++;
 	etcd_b64(dir, n, to);
+	waiter_key(w->c->o, w->name, w->len, w->lease, wk, sizeof(wk));
+	etcd_b64(wk, strlen(wk), wk64);
+	/* Queue (or update how many we want, keeping our place). */
+	if (!err)
+		err = etcd_post(&e, "/v3/kv/txn",
+				json_pack("{s:[o]}", "success", waiter_op(wk64, w->lease, w->want)),
+				NULL, STEP_MS, &w->cancel);
+	w->queued = !err;
 	while (!err && !atomic_load(&w->cancel)) {
-		json_t *rep = NULL, *kv;
-		int64_t hdr;
-		uint32_t i;
-		size_t j;
+		json_t *rep = NULL;
+		struct sem_view v;
+		uint32_t i, allow;
 
 		err = etcd_post(&e, "/v3/kv/range",
 				json_pack("{s:s, s:s}", "key", from, "range_end", to), &rep, STEP_MS,
 				&w->cancel);
 		if (err)
 			break;
-		hdr = etcd_i64(json_object_get(rep, "header"), "revision");
-		memset(taken, 0, w->limit);
-		json_array_foreach(json_object_get(rep, "kvs"), j, kv)
-		{
-			char raw[1000];
-			const char *k64 = json_string_value(json_object_get(kv, "key"));
-			ssize_t m = k64 && strlen(k64) < 1300 ? etcd_unb64(k64, raw) : -1;
-			unsigned int idx = ~0u;
-
-			if (m > 8) {
-				raw[m] = '\0';
-				if (sscanf(raw + m - 8, "%8x", &idx) == 1 && idx < w->limit)
-					taken[idx] = 1;
-				/* Ours but not known to the manager: left by a
-				 * delete that failed, or by the broker before us
-				 * (a re-adopted lease). Deleted, then taken anew
-				 * below (if still free): a slot's tokens come from
-				 * the revision of its own creation. */
-				if (idx < w->limit && taken[idx] && !w->mine[idx] &&
-				    etcd_i64(kv, "lease") == w->lease) {
-					char k64b[1000];
-
-					etcd_b64(raw, (size_t)m, k64b);
-					if (etcd_post(&e, "/v3/kv/deleterange",
-						      json_pack("{s:s}", "key", k64b), NULL, STEP_MS,
-						      &w->cancel) == 0)
-						taken[idx] = 0;
-				}
-			}
-		}
+		sem_parse(w, &e, rep, n, taken, &v);
 		json_decref(rep);
-		for (i = 0; i < w->limit && w->got < w->want && !atomic_load(&w->cancel); i++) {
+		if (!v.my_cr && w->got < w->want) {
+			/* Our waiter key is gone (deleted by a broker before
+			 * us): queue again, at the back. */
+			err = etcd_post(&e, "/v3/kv/txn",
+					json_pack("{s:[o]}", "success",
+						  waiter_op(wk64, w->lease, w->want - w->got)),
+					NULL, STEP_MS, &w->cancel);
+			continue;
+		}
+		allow = w->limit > v.nslots + v.earlier ? w->limit - v.nslots - v.earlier : 0;
+		for (i = 0; i < w->limit && allow && w->got < w->want && !atomic_load(&w->cancel);
+		     i++) {
 			char sk[700], k64[1000], lease[24];
 			json_t *req;
 
@@ -114,37 +225,48 @@ static void *sem_worker(void *arg)
 				continue;
 			slot_key(w->c->o, w->name, w->len, i, sk, sizeof(sk));
 			etcd_b64(sk, strlen(sk), k64);
-			snprintf(lease, sizeof(lease), "%" PRId64, w->lease);
-			req = json_pack("{s:[{s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}]}", "compare",
-					"key", k64, "target", "CREATE", "create_revision", "0",
-					"success", "request_put", "key", k64, "value", "", "lease",
-					lease);
+			lease_str(w->lease, lease, sizeof(lease));
+			req = json_pack("{s:[{s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}, o]}",
+					"compare", "key", k64, "target", "CREATE", "create_revision",
+					"0", "success", "request_put", "key", k64, "value", "",
+					"lease", lease,
+					waiter_op(wk64, w->lease, w->want - w->got - 1));
 			rep = NULL;
 			if (etcd_post(&e, "/v3/kv/txn", req, &rep, STEP_MS, &w->cancel) == 0 &&
 			    json_is_true(json_object_get(rep, "succeeded"))) {
 				w->idx[w->got++] = i;
 				w->rev = etcd_i64(json_object_get(rep, "header"), "revision");
+				allow--;
 			}
 			json_decref(rep);
 		}
+		w->queued = w->got < w->want;
 		if (w->got)
 			break;
-		/* All taken: wait for one to be given back (or its host lost). */
+		/* Nothing for us yet: wait for a change (a slot given back,
+		 * or a host before us served or lost), then look again. */
 		{
 			char rv[24];
 			json_t *req;
 
-			snprintf(rv, sizeof(rv), "%" PRId64, hdr + 1);
-			req = json_pack("{s:{s:s, s:s, s:s, s:[s]}}", "create_request", "key", from,
-					"range_end", to, "start_revision", rv, "filters", "NOPUT");
-			err = etcd_watch_stream(&e, req, WATCH_MS, &w->cancel, on_delete, NULL);
+			snprintf(rv, sizeof(rv), "%" PRId64, v.rev + 1);
+			req = json_pack("{s:{s:s, s:s, s:s}}", "create_request", "key", from,
+					"range_end", to, "start_revision", rv);
+			err = etcd_watch_stream(&e, req, WATCH_MS, &w->cancel, on_change, NULL);
 			if (err == -EAGAIN)
 				err = 0;
 		}
 	}
 	if (!err && atomic_load(&w->cancel) && !w->got)
 		err = -ECANCELED;
-	if (taken)
+	/* Nothing got: leave the queue (our place would hold the hosts
+	 * behind us back for as long as our lease lives). A failed delete
+	 * leaves w->queued for the manager to retry. */
+	if (!ierr && !w->got && w->queued &&
+	    etcd_post(&e, "/v3/kv/deleterange", json_pack("{s:s}", "key", wk64), NULL, STEP_MS,
+		      NULL) == 0)
+		w->queued = false;
+	if (!ierr)
 		etcd_fini(&e);
 	free(taken);
 	w->err = w->got ? 0 : err ? err : -ECANCELED;
@@ -199,6 +321,22 @@ static void slots_delete(struct cluster *c, struct ckey *ck, const uint32_t *idx
 		json_decref(ops);
 }
 
+/* Leave the queue: no more slots wanted (or none usable). Retried at the
+ * next look while it fails: a waiter key left there holds the hosts behind
+ * us back for as long as our lease lives. */
+static void waiter_leave(struct cluster *c, struct ckey *ck, int64_t lease)
+{
+	char wk[700], wk64[1000];
+
+	if (!ck->sem_queued)
+		return;
+	waiter_key(c->o, ck->name, ck->len, lease, wk, sizeof(wk));
+	etcd_b64(wk, strlen(wk), wk64);
+	if (etcd_post(&c->etcd, "/v3/kv/deleterange", json_pack("{s:s}", "key", wk64), NULL,
+		      STEP_MS, &c->stop) == 0)
+		ck->sem_queued = false;
+}
+
 /* New slots: more local holders may be granted, with tokens from this
  * acquisition's revision (above every range given out before it). */
 static void slots_add_locked(struct cluster *c, struct seg_key *k, struct ckey *ck,
@@ -235,6 +373,9 @@ bool sem_begin(struct cluster *c, struct ckey *ck, int64_t lease)
 	ck->pub_tok = 0;
 	ck->seen_tok = UINT64_MAX;
 	ck->epoch = atomic_load(&c->epoch);
+	ck->sem_queued = false;
+	/* Refused at the key's creation (keyops.c); a key of an earlier run
+	 * under a new prefix could still have one. */
 	if (ck->limit > CSEM_MAX)
 		ck->limit = CSEM_MAX;
 	if (sem_worker_start(c, ck, ck->limit, lease))
@@ -261,10 +402,14 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 			atomic_store(&w->cancel, true);
 		w = NULL; /* not yet */
 	}
+	if (w)
+		ck->sem_queued = ck->sem_queued || w->queued;
 	if (lost) {
-		/* The lease is gone, with our slots (jeopardy ended the holds). */
+		/* The lease is gone, with our slots (jeopardy ended the holds)
+		 * and our waiter key. */
 		free(w);
 		ck->nslots = 0;
+		ck->sem_queued = false;
 		if (!ck->sw)
 			ck->state = CK_IDLE;
 		return;
@@ -283,7 +428,8 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 		free(w);
 		slots_delete(c, ck, ck->slots, ck->nslots);
 		ck->nslots = 0;
-		if (!ck->sw)
+		waiter_leave(c, ck, lease);
+		if (!ck->sw && !ck->sem_queued) /* else retried at the next look */
 			ck->state = CK_IDLE;
 		return;
 	}
@@ -328,7 +474,10 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 	if (publish)
 		cvalue_publish(c, ck, &pub);
 	slots_delete(c, ck, drop, ndrop);
-	if (!ck->nslots && !ck->sw) {
+	/* Queued, and no worker will ask for more: leave the queue. */
+	if (!ck->sw && ck->sem_queued && demand <= ck->nslots)
+		waiter_leave(c, ck, lease);
+	if (!ck->nslots && !ck->sw && !ck->sem_queued) {
 		cvalue_release(c, ck); /* our records, if any */
 		ck->state = CK_IDLE;
 	}

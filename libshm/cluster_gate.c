@@ -11,13 +11,23 @@
 #include "futex.h"
 #include "keyops.h"
 
-void cluster_ring(struct seg_header *h)
+static void ring(struct seg_header *h, uint32_t what)
 {
-	atomic_fetch_add(&h->cluster_bell, 1);
+	atomic_fetch_add(&h->cluster_bell, what);
 	/* After the add, as broker_ring(): a listener that announced itself
 	 * is woken, one that did not re-reads the bell. */
 	if (atomic_load(&h->cluster_listening))
 		futex_wake(&h->cluster_bell, 1);
+}
+
+void cluster_ring(struct seg_header *h)
+{
+	ring(h, CLUSTER_BELL_FIND);
+}
+
+void cluster_ring_release(struct seg_header *h)
+{
+	ring(h, 1);
 }
 
 bool cluster_prefix_match(const struct segment *seg, const char *key, size_t len)

@@ -82,6 +82,10 @@ static int check_kind_locked(struct seg_key *k, const struct acquire_req *req)
 	/* A key keeps its kind and limit while it exists (issue 3, Consul's
 	 * semaphore): until --gc-idle reclaims it, even when idle. */
 	if (k->kind == LOCAL_KIND_NONE) {
+		/* Issue 16: a cluster semaphore has one etcd key per slot. */
+		if (req->kind == LOCAL_KIND_SEMAPHORE && req->limit > CLUSTER_SEM_MAX &&
+		    (atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_KEY))
+			return -LOCAL_ELIMIT;
 		k->kind = req->kind;
 		k->limit = req->limit;
 		return 0;
@@ -360,7 +364,7 @@ uint32_t key_release_hold_locked(struct segment *seg, struct seg_key *k, uint32_
 	 * queue that empties for a moment at every turn costs no wake-up. */
 	if (atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_ARMED) {
 		atomic_fetch_and(&k->cluster, ~CL_ARMED);
-		cluster_ring(seg->hdr);
+		cluster_ring_release(seg->hdr); /* a key the broker holds: no full scan */
 	}
 	return IDX_NONE;
 }

@@ -356,6 +356,11 @@ static inline bool cluster_gated(const struct segment *seg, const struct seg_key
 	       __atomic_load_n(&k->tok_last, __ATOMIC_RELAXED) >= hi;
 }
 
+/* A cluster semaphore's limit is at most this many slots (one etcd key
+ * each, broker/cluster_sem.c): a larger one is refused with LOCAL_ELIMIT
+ * when the key takes its kind (keyops.c). */
+#define CLUSTER_SEM_MAX 64
+
 /* K1 (issue 16): a cluster semaphore takes no new holder beyond the slots
  * this host reserved in etcd (broker/cluster_sem.c). Under the key mutex. */
 static inline bool cluster_slots_full(const struct seg_key *k)
@@ -364,8 +369,17 @@ static inline bool cluster_slots_full(const struct seg_key *k)
 	       k->kind == LOCAL_KIND_SEMAPHORE && k->holders >= k->cluster_slots;
 }
 
-/* Tell the broker's cluster thread to look at the cluster keys. */
+/*
+ * Tell the broker's cluster thread to look at the cluster keys. The bell
+ * says which look: cluster_ring() adds CLUSTER_BELL_FIND (a key it may not
+ * know yet gained a waiter: it looks at every key entry), while
+ * cluster_ring_release() adds 1 (a key it holds, and so looks at anyway, was
+ * released without a handoff: it looks at its own keys only). A carry out
+ * of the low half costs one needless look at every entry.
+ */
+#define CLUSTER_BELL_FIND (1u << 16)
 void cluster_ring(struct seg_header *h);
+void cluster_ring_release(struct seg_header *h);
 /* Is @key under one of the cluster prefixes the broker published? */
 bool cluster_prefix_match(const struct segment *seg, const char *key, size_t len);
 

@@ -2,15 +2,19 @@
 # Cluster keys on etcd (docs/cluster.md), measured on one machine: a 1-member
 # etcd on loopback, two brokers standing for hosts. Prints
 #  - the local handoff rate of a cluster key while the host holds it, against
-#    a host-local key (two processes on one host alternating);
+#    a host-local key (two processes on one host alternating), $ROUNDS rounds
+#    of $SECS s each, the two kinds of key interleaved (the machine's load
+#    changes by the second), with the median ratio and its spread;
 #  - cross-host handoff (one process per host alternating: every grant moves
 #    the etcd lock between hosts);
 #  - `shmlock lock` on a cluster key against `etcdctl lock`, N runs each.
 # Usage: scripts/cluster-bench.sh [BUILD_DIR] (default build/check)
+# ONLY=handoff runs the first part alone, ONLY=cross the cross-host one.
 set -eu
 O=${1:-build/check}
 N=${N:-50}
 SECS=${SECS:-3}
+ROUNDS=${ROUNDS:-5}
 T=$(mktemp -d /tmp/shmlock-cluster-bench-XXXXXX)
 pids=""
 cleanup() {
@@ -19,18 +23,27 @@ cleanup() {
 	rm -rf "$T"
 }
 trap cleanup EXIT INT TERM
-port() { echo $((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000)); }
+# A port nobody listens on (another etcd answering /health on ours would
+# make a bench against the wrong cluster, or none).
+port() {
+	while :; do
+		p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000))
+		ss -Htan "( sport = :$p or dport = :$p )" 2>/dev/null | grep -q . || { echo "$p"; return; }
+	done
+}
 CP=$(port)
 PP=$(port)
 etcd --name b --data-dir "$T/etcd" --listen-client-urls "http://127.0.0.1:$CP" \
 	--advertise-client-urls "http://127.0.0.1:$CP" --listen-peer-urls "http://127.0.0.1:$PP" \
 	--initial-advertise-peer-urls "http://127.0.0.1:$PP" \
 	--initial-cluster "b=http://127.0.0.1:$PP" >"$T/etcd.log" 2>&1 &
-pids="$pids $!"
+epid=$!
+pids="$pids $epid"
 for _ in $(seq 100); do
 	curl -s "http://127.0.0.1:$CP/health" | grep -q true && break
 	sleep 0.1
 done
+kill -0 "$epid" 2>/dev/null || { echo "etcd did not start:" >&2; tail -3 "$T/etcd.log" >&2; exit 1; }
 for h in a b; do
 	"$O/shmlockd" --socket "$T/$h.sock" --shm-name "/shmlock-bench-$$-$h" \
 		--destroy-segment-on-exit --cluster "etcd://127.0.0.1:$CP" --cluster-prefix c/ \
@@ -41,11 +54,30 @@ for h in a b; do
 	for _ in $(seq 100); do [ -S "$T/$h.sock" ] && break; sleep 0.1; done
 done
 cc -O2 -std=gnu11 -Iinclude scripts/cluster-bench.c "$O/liblocal.a" -lpthread -o "$T/cb"
+if [ "${ONLY:-}" != cross ]; then
 echo "== one host, two processes alternating: a handoff per grant"
-"$T/cb" l/h "$SECS" "$T/a.sock" "$T/a.sock"
-"$T/cb" c/h "$SECS" "$T/a.sock" "$T/a.sock"
+echo "   ($ROUNDS rounds of $SECS s, host-local and cluster key interleaved; the ratio per round)"
+: >"$T/ratios"
+r=0
+while [ "$r" -lt "$ROUNDS" ]; do
+	l=$(timeout $((SECS + 60)) "$T/cb" l/h "$SECS" "$T/a.sock" "$T/a.sock")
+	c=$(timeout $((SECS + 60)) "$T/cb" c/h "$SECS" "$T/a.sock" "$T/a.sock")
+	lr=$(echo "$l" | awk '{ print $4 }')
+	cr=$(echo "$c" | awk '{ print $4 }')
+	ratio=$(awk "BEGIN { printf \"%.2f\", $lr / ($cr > 0 ? $cr : 1) }")
+	echo "$ratio" >>"$T/ratios"
+	echo "   round $((r + 1)): host-local $lr/s, cluster $cr/s: ${ratio}x"
+	r=$((r + 1))
+done
+sort -n "$T/ratios" | awk '{ v[NR] = $1 } END {
+	m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2;
+	printf "cluster key vs host-local key: median %.2fx slower (min %.2fx, max %.2fx, %d rounds)\n",
+		m, v[1], v[NR], NR }'
+fi
+[ "${ONLY:-}" = handoff ] && exit 0
 echo "== two hosts, one process each alternating: every grant crosses hosts"
-"$T/cb" c/x "$SECS" "$T/a.sock" "$T/b.sock"
+timeout $((SECS + 60)) "$T/cb" c/x "$SECS" "$T/a.sock" "$T/b.sock"
+[ "${ONLY:-}" = cross ] && exit 0
 echo "== $N sequential runs of 'true' under a lock"
 s=$(date +%s.%N)
 for _ in $(seq "$N"); do "$O/shmlock" lock -socket="$T/a.sock" c/cli true; done

@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -33,6 +34,8 @@
 
 #define TTL_S "3"
 #define MARGIN_MS "1000"
+#define CLUSTER_SEQ_BITS_T 24 /* libshm/keyops.h, CLUSTER_SEQ_BITS */
+#define CLUSTER_SEM_MAX_T 64  /* libshm/keyops.h, CLUSTER_SEM_MAX */
 
 struct etcd3 {
 	char dir[96];
@@ -742,11 +745,53 @@ TEST(cluster, no_starvation, 60)
 	etcd3_stop(&e);
 }
 
-/* A soak worker: takes @key in a loop on @b; inside, it checks that the
- * previous holder released, or is dead (SIGKILLed inside: the broker's
- * pidfd releases its hold). */
-static pid_t soak_worker(const struct broker_proc *b, int host, const char *key,
-			 struct record *r, _Atomic int *holder)
+/* ---- the kill soak ---------------------------------------------------------
+ *
+ * Holders on three hosts take one cluster key in a loop while the test
+ * SIGKILLs holders at random (inside and outside the key) and, in a long run,
+ * SIGKILLs brokers and restarts them, at once (the lease is re-adopted) or
+ * after the lease's TTL (it expires at etcd; the host queues anew). Checked
+ * at every grant, with no limit on the run's length:
+ *  - exclusion, by an overlap detector that owes nothing to the broker: the
+ *    pid of the last holder, which must have released or ended (the
+ *    broker's pidfd releases a SIGKILLed holder's hold);
+ *  - fencing tokens strictly rising in grant order, across hosts;
+ *  - FIFO across hosts: a token's high bits are the etcd create revision of
+ *    the host's cluster-lock key (docs/cluster.md, "Tokens"), so revisions
+ *    that never fall in grant order mean hosts were served in the order they
+ *    queued in etcd; and every host is served.
+ * $SHMLOCK_CLUSTER_SOAK_S sets the length (default 4 s, as in make check;
+ * brokers are killed only in runs of 20 s or more); `make cluster-soak`
+ * runs a long one (scripts/cluster-soak.sh).
+ */
+
+#define SOAK_HOSTS 3
+#define SOAK_WORKERS 6
+
+struct soak {
+	_Atomic int holder;		 /* pid inside the key, 0: none */
+	_Atomic uint64_t grants, overlaps, regress, rev_fall, moves, errors;
+	_Atomic uint64_t per_host[SOAK_HOSTS];
+	uint64_t last_tok; /* written inside the key only */
+	int last_host;
+	char what[256]; /* the first violation */
+};
+
+__attribute__((format(printf, 2, 3))) static void soak_note(struct soak *k, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (k->what[0])
+		return;
+	va_start(ap, fmt);
+	vsnprintf(k->what, sizeof(k->what), fmt, ap);
+	va_end(ap);
+}
+
+/* A soak worker: takes @key in a loop on @b. Errors (its broker killed, the
+ * host's deadline passed) are counted and the worker goes on, reopening its
+ * session when the broker is back. */
+static pid_t soak_worker(const struct broker_proc *b, int host, const char *key, struct soak *k)
 {
 	pid_t pid;
 
@@ -754,69 +799,175 @@ static pid_t soak_worker(const struct broker_proc *b, int host, const char *key,
 	pid = fork();
 	CHECK(pid >= 0);
 	if (pid == 0) {
-		local_session *s = open_session(b, "soak", 0, 0);
+		struct local_session_opts so;
+		local_session *s = NULL;
 		int me = (int)getpid();
 
+		local_session_opts_init(&so);
+		so.socket_path = b->sock;
+		so.name = "soak";
 		for (;;) {
 			uint64_t tok;
-			uint32_t at;
-			int prev;
+			int prev, rc;
 
-			CHECK_OK(local_lock(s, key, NULL, &tok));
-			prev = atomic_exchange(holder, me);
-			if (prev && !ended(prev))
-				atomic_fetch_add(&r->overlaps, 1);
-			at = atomic_fetch_add(&r->n, 1);
-			if (at < 1024) {
-				r->token[at] = tok;
-				r->host[at] = host;
+			while (!s && local_session_open(&so, &s)) {
+				s = NULL;
+				usleep(20000);
 			}
+			rc = local_lock(s, key, NULL, &tok);
+			if (rc) {
+				atomic_fetch_add(&k->errors, 1);
+				local_session_close(s);
+				s = NULL;
+				continue;
+			}
+			prev = atomic_exchange(&k->holder, me);
+			if (prev && !ended(prev)) {
+				atomic_fetch_add(&k->overlaps, 1);
+				soak_note(k, "overlap: pid %d (host %d) granted while pid %d is inside",
+					  me, host, prev);
+			}
+			if (tok <= k->last_tok) {
+				atomic_fetch_add(&k->regress, 1);
+				soak_note(k, "token %llu not above %llu (host %d after %d)",
+					  (unsigned long long)tok, (unsigned long long)k->last_tok, host,
+					  k->last_host);
+			}
+			if ((tok >> CLUSTER_SEQ_BITS_T) < (k->last_tok >> CLUSTER_SEQ_BITS_T)) {
+				atomic_fetch_add(&k->rev_fall, 1);
+				soak_note(k, "revision of token %llu below that of %llu (host %d after %d)",
+					  (unsigned long long)tok, (unsigned long long)k->last_tok, host,
+					  k->last_host);
+			}
+			if (k->last_tok && host != k->last_host)
+				atomic_fetch_add(&k->moves, 1);
+			k->last_tok = tok;
+			k->last_host = host;
+			atomic_fetch_add(&k->grants, 1);
+			atomic_fetch_add(&k->per_host[host], 1);
 			usleep(200);
 			prev = me;
-			atomic_compare_exchange_strong(holder, &prev, 0);
-			CHECK_OK(local_release(s, key));
+			atomic_compare_exchange_strong(&k->holder, &prev, 0);
+			if (local_release(s, key)) {
+				atomic_fetch_add(&k->errors, 1);
+				local_session_close(s);
+				s = NULL;
+			}
 		}
 	}
 	return pid;
 }
 
-/* Exclusion and rising tokens across hosts while holders are SIGKILLed at
- * random, inside and outside the key. */
+static unsigned int soak_seconds(void)
+{
+	const char *s = getenv("SHMLOCK_CLUSTER_SOAK_S");
+	int n = s ? atoi(s) : 0;
+
+	return n > 0 ? (unsigned int)n : 4;
+}
+
+/* Exclusion, rising tokens and FIFO across hosts while holders (and, in a
+ * long run, brokers) are SIGKILLed at random. */
 TEST(cluster, kill_soak, 60)
 {
-	struct broker_proc h[2];
-	struct record *r = record_new();
-	_Atomic int *holder = &r->inside;
+	struct broker_proc h[SOAK_HOSTS];
+	struct soak *k = mmap(NULL, sizeof(*k), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+			      -1, 0);
+	unsigned int secs = soak_seconds(), seed;
+	bool brokers = secs >= 20;
+	uint64_t start, end, next_broker, next_report, hdown_until[SOAK_HOSTS] = { 0 };
+	uint64_t kills = 0, bkills = 0, readopt = 0, expire = 0;
 	struct etcd3 e;
-	pid_t pids[6];
-	uint64_t end;
-	uint32_t i, n, kills = 0;
+	pid_t pids[SOAK_WORKERS];
+	uint32_t i;
 
+	CHECK(k != MAP_FAILED);
+	memset(k, 0, sizeof(*k));
+	seed = getenv("SHMLOCK_CLUSTER_SOAK_SEED") ? (unsigned)atoi(getenv("SHMLOCK_CLUSTER_SOAK_SEED"))
+						   : 42;
 	etcd3_start(&e);
-	host_start(&h[0], &e);
-	host_start(&h[1], &e);
-	for (i = 0; i < 6; i++)
-		pids[i] = soak_worker(&h[i % 2], (int)(i % 2), "c/soak", r, holder);
-	srand(42);
-	end = now_ms() + 4000;
-	while (now_ms() < end && atomic_load(&r->n) < 900) {
+	for (i = 0; i < SOAK_HOSTS; i++)
+		host_start(&h[i], &e);
+	for (i = 0; i < SOAK_WORKERS; i++)
+		pids[i] = soak_worker(&h[i % SOAK_HOSTS], (int)(i % SOAK_HOSTS), "c/soak", k);
+	srand(seed);
+	start = now_ms();
+	end = start + secs * 1000ull;
+	next_broker = start + 5000;
+	next_report = start + 60000;
+	while (now_ms() < end && (brokers || atomic_load(&k->grants) < 900)) {
+		uint64_t now;
+
 		usleep(20000 + (useconds_t)(rand() % 30000));
-		i = (uint32_t)rand() % 6;
+		now = now_ms();
+		i = (uint32_t)rand() % SOAK_WORKERS;
 		kill(pids[i], SIGKILL);
 		waitpid(pids[i], NULL, 0);
 		kills++;
-		pids[i] = soak_worker(&h[i % 2], (int)(i % 2), "c/soak", r, holder);
+		pids[i] = soak_worker(&h[i % SOAK_HOSTS], (int)(i % SOAK_HOSTS), "c/soak", k);
+		for (i = 0; i < SOAK_HOSTS; i++)
+			if (hdown_until[i] && now >= hdown_until[i]) {
+				broker_restart(&h[i]);
+				hdown_until[i] = 0;
+			}
+		if (brokers && now >= next_broker) {
+			/* One broker at a time, so that a quorum of hosts is
+			 * always up and the others go on being served. */
+			for (i = 0; i < SOAK_HOSTS && !hdown_until[i]; i++)
+				;
+			if (i == SOAK_HOSTS) {
+				i = (uint32_t)rand() % SOAK_HOSTS;
+				broker_signal_wait(&h[i], SIGKILL);
+				bkills++;
+				if (rand() % 2) { /* within the TTL: re-adopted */
+					broker_restart(&h[i]);
+					readopt++;
+				} else { /* past it: the lease expires at etcd */
+					hdown_until[i] = now + (uint64_t)atoi(TTL_S) * 1000 + 1500;
+					expire++;
+				}
+			}
+			next_broker = now + 5000 + (uint64_t)(rand() % 10000);
+		}
+		if (now >= next_report) {
+			fprintf(stderr,
+				"    %llu s: %llu grants, %llu holder kills, %llu broker kills, %llu overlaps\n",
+				(unsigned long long)(now - start) / 1000,
+				(unsigned long long)atomic_load(&k->grants),
+				(unsigned long long)kills, (unsigned long long)bkills,
+				(unsigned long long)atomic_load(&k->overlaps));
+			next_report = now + 60000;
+		}
 	}
-	for (i = 0; i < 6; i++) {
+	for (i = 0; i < SOAK_WORKERS; i++) {
 		kill(pids[i], SIGKILL);
 		waitpid(pids[i], NULL, 0);
 	}
-	n = atomic_load(&r->n);
-	fprintf(stderr, "    %u grants, %u kills\n", n, kills);
-	CHECK(n > 20);
-	check_record(r, n > 1024 ? 1025 : n, 0);
-	broker_stop_clean(&h[0]);
-	broker_stop_clean(&h[1]);
+	for (i = 0; i < SOAK_HOSTS; i++)
+		if (hdown_until[i])
+			broker_restart(&h[i]);
+	fprintf(stderr,
+		"    %u s, seed %u: %llu grants (hosts %llu/%llu/%llu), %llu cross-host moves, "
+		"%llu holder kills, %llu broker kills (%llu restarted within the TTL, %llu after), "
+		"%llu overlaps, %llu token regressions, %llu revision falls, %llu errors\n",
+		secs, seed, (unsigned long long)atomic_load(&k->grants),
+		(unsigned long long)atomic_load(&k->per_host[0]),
+		(unsigned long long)atomic_load(&k->per_host[1]),
+		(unsigned long long)atomic_load(&k->per_host[2]),
+		(unsigned long long)atomic_load(&k->moves), (unsigned long long)kills,
+		(unsigned long long)bkills, (unsigned long long)readopt,
+		(unsigned long long)expire, (unsigned long long)atomic_load(&k->overlaps),
+		(unsigned long long)atomic_load(&k->regress),
+		(unsigned long long)atomic_load(&k->rev_fall),
+		(unsigned long long)atomic_load(&k->errors));
+	if (k->what[0])
+		FAIL_AT("%s", k->what);
+	CHECK(atomic_load(&k->grants) > 20);
+	CHECK(atomic_load(&k->moves) >= 1);
+	for (i = 0; i < SOAK_HOSTS; i++)
+		CHECK(atomic_load(&k->per_host[i]) > 0);
+	for (i = 0; i < SOAK_HOSTS; i++)
+		broker_stop_clean(&h[i]);
 	etcd3_stop(&e);
 }
 
@@ -1027,8 +1178,8 @@ TEST(cluster, broker_killed, 60)
 
 /* A process on host @host taking semaphore @key (limit 2) @rounds times,
  * counting who is inside at once (r->overlaps: a third one). */
-static pid_t sem_worker(const struct broker_proc *b, int host, const char *key, int rounds,
-			struct record *r)
+static pid_t sem_worker_n(const struct broker_proc *b, int host, const char *key, uint32_t limit,
+			  int rounds, struct record *r)
 {
 	pid_t pid;
 
@@ -1043,8 +1194,8 @@ static pid_t sem_worker(const struct broker_proc *b, int host, const char *key, 
 			uint64_t tok;
 			uint32_t at;
 
-			CHECK_OK(local_sem_acquire(s, key, 2, NULL, &tok));
-			if (atomic_fetch_add(&r->inside, 1) >= 2)
+			CHECK_OK(local_sem_acquire(s, key, limit, NULL, &tok));
+			if (atomic_fetch_add(&r->inside, 1) >= (int)limit)
 				atomic_fetch_add(&r->overlaps, 1);
 			at = atomic_fetch_add(&r->n, 1);
 			if (at < 1024) {
@@ -1061,8 +1212,120 @@ static pid_t sem_worker(const struct broker_proc *b, int host, const char *key, 
 	return pid;
 }
 
+static pid_t sem_worker(const struct broker_proc *b, int host, const char *key, int rounds,
+			struct record *r)
+{
+	return sem_worker_n(b, host, key, 2, rounds, r);
+}
+
+/* How many hosts wait for slots of semaphore @key in etcd (their waiter keys,
+ * NS "s/" hex(key) "/w/" lease; -1: no answer). */
+static int etcd_sem_waiters(const struct etcd3 *e, const char *key)
+{
+	char dir[600] = "shmlock/lock/s/", from[900], to[900], body[2000], out[4096], *c;
+	size_t n = strlen(dir);
+	int i;
+
+	for (i = 0; key[i]; i++)
+		n += (size_t)sprintf(dir + n, "%02x", (unsigned char)key[i]);
+	strcpy(dir + n, "/w/");
+	b64(dir, from);
+	dir[n + 2] = '0'; /* '/' + 1 */
+	b64(dir, to);
+	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":true}",
+		 from, to);
+	for (i = 0; i < 3; i++) {
+		if (e->pid[i] <= 0 || etcd_req(e->cport[i], "/v3/kv/range", body, out))
+			continue;
+		c = strstr(out, "\"count\":\"");
+		return c ? atoi(c + 9) : 0;
+	}
+	return -1;
+}
+
 /*
- * A cluster semaphore's limit holds across hosts and its slots are shared:
+ * FIFO across hosts for a cluster semaphore (the etcd semaphore recipe: a
+ * waiter key per host, its create revision the host's place), on hosts
+ * @h[0..2] (part of semaphore_hosts, which has started them: one etcd
+ * cluster and three brokers fewer in make check). A slot that is free while
+ * an earlier host waits for it is that host's: here the earlier host is the
+ * test itself, with a waiter key under a lease of its own. Then three hosts:
+ * the slot held on A passes to B, which queued first, then to C.
+ */
+static void sem_fifo_checks(const struct etcd3 *e, struct broker_proc *const h[3])
+{
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 10000);
+	LOCAL_OPTS(local_acquire_opts, shortw, .timeout_ms = 700);
+	struct record *r = record_new();
+	char out[4096], body[1200], wk[700] = "shmlock/lock/s/", wk64[1000], lease[32], *p;
+	const char *key = "c/qw";
+	local_session *sa, *sb;
+	pid_t pids[2];
+	size_t n;
+	int i;
+
+	/* An earlier host waiting for one slot of two. */
+	CHECK_OK(etcd_req(e->cport[0], "/v3/lease/grant", "{\"TTL\":60}", out));
+	p = strstr(out, "\"ID\":\"");
+	CHECK(p);
+	snprintf(lease, sizeof(lease), "%lld", atoll(p + 6));
+	n = strlen(wk);
+	for (i = 0; key[i]; i++)
+		n += (size_t)sprintf(wk + n, "%02x", (unsigned char)key[i]);
+	sprintf(wk + n, "/w/%016llx", (unsigned long long)atoll(lease));
+	b64(wk, wk64);
+	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"value\":\"MQ==\",\"lease\":\"%s\"}",
+		 wk64, lease);
+	CHECK_OK(etcd_req(e->cport[0], "/v3/kv/put", body, out));
+	sa = open_session(h[0], "sem-fifo", 0, 0);
+	sb = open_session(h[1], "sem-late", 0, 0);
+	CHECK_OK(local_sem_acquire(sa, key, 2, &o, NULL)); /* one slot left: its */
+	CHECK_RC(local_sem_acquire(sb, key, 2, &shortw, NULL), -ETIMEDOUT);
+	/* That host served (its waiter key gone): ours. */
+	snprintf(body, sizeof(body), "{\"key\":\"%s\"}", wk64);
+	CHECK_OK(etcd_req(e->cport[0], "/v3/kv/deleterange", body, out));
+	CHECK_OK(local_release(sa, key));
+	local_session_close(sb);
+	/* Three hosts, one slot: B queues, then C; A's release goes to B. */
+	key = "c/q1";
+	CHECK_OK(local_sem_acquire(sa, key, 1, &o, NULL));
+	pids[0] = sem_worker_n(h[1], 1, key, 1, 1, r);
+	CHECK(WAIT_FOR(etcd_sem_waiters(e, key) == 1, 10000));
+	pids[1] = sem_worker_n(h[2], 2, key, 1, 1, r);
+	CHECK(WAIT_FOR(etcd_sem_waiters(e, key) == 2, 10000));
+	CHECK_EQ(atomic_load(&r->n), 0);
+	CHECK_OK(local_release(sa, key));
+	reap(pids, 2);
+	CHECK_EQ(atomic_load(&r->overlaps), 0);
+	CHECK_EQ(atomic_load(&r->n), 2);
+	CHECK_EQ(r->host[0], 1);
+	CHECK_EQ(r->host[1], 2);
+	CHECK(WAIT_FOR(etcd_sem_waiters(e, key) == 0, 10000)); /* nobody left queued */
+	local_session_close(sa);
+}
+
+/* A cluster semaphore has one etcd key per slot, at most 64: a larger limit
+ * on a cluster key is refused (LOCAL_ELIMIT), not silently lowered; a
+ * host-local key keeps any limit. Refused before etcd is asked: no etcd here. */
+TEST(cluster, semaphore_cap, 30)
+{
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0);
+	const char *extra[] = { "--cluster", "etcd://127.0.0.1:1", "--cluster-prefix", "c/", NULL };
+	struct broker_proc a;
+	local_session *s;
+
+	broker_start(&a, extra);
+	s = open_session(&a, "cap", 0, 0);
+	CHECK_RC(local_sem_acquire(s, "c/big", CLUSTER_SEM_MAX_T + 1, &o, NULL), -LOCAL_ELIMIT);
+	CHECK_OK(local_sem_acquire(s, "l/big", CLUSTER_SEM_MAX_T + 1, &o, NULL));
+	CHECK_OK(local_release(s, "l/big"));
+	local_session_close(s);
+	broker_stop_clean(&a);
+}
+
+/*
+ * FIFO across hosts first (sem_fifo_checks(), with a third host). Then:
+ * a cluster semaphore's limit holds across hosts and its slots are shared:
  * with one slot of two taken on host A, host B gets the other at once; a
  * third taker on either host waits; a slot given back on B goes to A.
  * Then processes on both hosts take turns: never more than two inside.
@@ -1071,7 +1334,7 @@ TEST(cluster, semaphore_hosts, 60)
 {
 	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 5000);
 	LOCAL_OPTS(local_acquire_opts, shortw, .timeout_ms = 700);
-	struct broker_proc a, b;
+	struct broker_proc a, b, c;
 	struct record *r = record_new();
 	local_session *sa, *sb, *sc, *sd;
 	uint64_t t1, t2, t3;
@@ -1082,6 +1345,13 @@ TEST(cluster, semaphore_hosts, 60)
 	etcd3_start(&e);
 	host_start(&a, &e);
 	host_start(&b, &e);
+	host_start(&c, &e);
+	{
+		struct broker_proc *const h[3] = { &a, &b, &c };
+
+		sem_fifo_checks(&e, h);
+	}
+	broker_stop_clean(&c);
 	sa = open_session(&a, "sem-a", 0, 0);
 	sc = open_session(&a, "sem-a2", 0, 0);
 	sb = open_session(&b, "sem-b", 0, 0);
