@@ -24,6 +24,7 @@
 struct etcd {
 	const struct cluster_opts *o;
 	CURL *h;
+	CURLM *m; /* drives h when the request can be cancelled (cancel_poll()) */
 	uint32_t cur; /* the endpoint that answered last */
 	char token[512];
 };
