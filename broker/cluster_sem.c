@@ -620,9 +620,9 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 		ck->batch_l0 = atomic_load(&k->lock_index);
 	} else {
 		uint64_t grants = atomic_load(&k->lock_index) - ck->batch_l0;
+		uint64_t span = (uint64_t)c->o->batch_ms * 1000000ull;
 
-		batch_over = grants >= c->o->batch ||
-			     (grants && now - ck->batch_ns >= (uint64_t)c->o->batch_ms * 1000000ull);
+		batch_over = grants >= c->o->batch || (grants && now - ck->batch_ns >= span);
 	}
 	if (k->holders || k->waiters)
 		atomic_fetch_or(&k->cluster, CL_ARMED);
