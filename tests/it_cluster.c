@@ -1405,7 +1405,8 @@ TEST(cluster, semaphore_hosts, 60)
  * its slot on), does not starve another host: once the other host queued,
  * a slot held past the batch (--cluster-batch 4 here, or the batch time) is
  * given back in etcd rather than handed on, and the other host gets it.
- * Never more than two inside, across the hosts.
+ * Never more than two inside, across the hosts. Then the same for one
+ * process alone taking a slot again and again.
  */
 TEST(cluster, semaphore_batch, 60)
 {
@@ -1461,6 +1462,35 @@ TEST(cluster, semaphore_batch, 60)
 	for (i = 0; i < 5; i++)
 		CHECK(waitpid(pids[i], &st, 0) == pids[i] && WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	CHECK_EQ(atomic_load(&r->overlaps), 0);
+	/* One process taking a slot (limit 1) again and again, with no local
+	 * waiter: its slot is never idle for --cluster-linger, but its new
+	 * holds count in the batch as well. */
+	atomic_store(stop, 0);
+	atomic_store(&r->n, 0);
+	fflush(NULL);
+	pids[0] = fork();
+	CHECK(pids[0] >= 0);
+	if (pids[0] == 0) {
+		local_session *ls = open_session(&a, "greedy1", 0, 0);
+
+		while (!atomic_load(stop)) {
+			uint64_t until;
+
+			CHECK_OK(local_sem_acquire(ls, "c/s1", 1, NULL, NULL));
+			atomic_fetch_add(&r->n, 1);
+			until = now_ms() + 2; /* busy inside: hardly ever seen idle */
+			while (now_ms() < until)
+				;
+			CHECK_OK(local_release(ls, "c/s1"));
+		}
+		local_session_close(ls);
+		_exit(0);
+	}
+	CHECK(WAIT_FOR(atomic_load(&r->n) > 40, 10000));
+	CHECK_OK(local_sem_acquire(s, "c/s1", 1, &o, NULL)); /* starved before */
+	CHECK_OK(local_release(s, "c/s1"));
+	atomic_store(stop, 1);
+	CHECK(waitpid(pids[0], &st, 0) == pids[0] && WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	local_session_close(s);
 	broker_stop_clean(&a);
 	broker_stop_clean(&b);
