@@ -17,6 +17,7 @@
 /* Connecting to a member must not eat the whole budget of a call: a dead
  * member refuses at once, a stopped one would hang. */
 #define CONNECT_MS 500L
+#define CANCEL_POLL_MS 50 /* perform(): how soon a cancel is seen */
 
 void etcd_b64(const void *in, size_t len, char *out)
 {
@@ -61,14 +62,22 @@ int etcd_init(struct etcd *e, const struct cluster_opts *o)
 	memset(e, 0, sizeof(*e));
 	e->o = o;
 	e->h = curl_easy_init();
-	return e->h ? 0 : -ENOMEM;
+	e->m = curl_multi_init();
+	if (!e->h || !e->m) {
+		etcd_fini(e);
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 void etcd_fini(struct etcd *e)
 {
+	if (e->m)
+		curl_multi_cleanup(e->m);
 	if (e->h)
 		curl_easy_cleanup(e->h);
 	e->h = NULL;
+	e->m = NULL;
 }
 
 struct buf {
@@ -151,6 +160,45 @@ static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, c
 	return cancel && atomic_load(cancel) ? 1 : 0;
 }
 
+/*
+ * Run the transfer on e->h. One that can be cancelled goes through the multi
+ * interface, waiting in slices of CANCEL_POLL_MS and checking *@cancel
+ * between them: libcurl calls the progress callback only about once a second
+ * while a transfer is idle (a quiet watch), so a stop or a worker's cancel
+ * used to wait up to a second for it (a clean broker stop took ~1 s). The
+ * progress callback stays as a second check.
+ */
+static CURLcode perform(struct etcd *e, _Atomic bool *cancel)
+{
+	CURLcode rc = CURLE_RECV_ERROR;
+	CURLMsg *msg;
+	int running = 1, left;
+
+	if (!cancel || curl_multi_add_handle(e->m, e->h) != CURLM_OK)
+		return curl_easy_perform(e->h);
+	for (;;) {
+		if (curl_multi_perform(e->m, &running) != CURLM_OK) {
+			rc = CURLE_FAILED_INIT;
+			break;
+		}
+		if (!running)
+			break;
+		if (atomic_load(cancel)) {
+			rc = CURLE_ABORTED_BY_CALLBACK;
+			break;
+		}
+		if (curl_multi_poll(e->m, NULL, 0, CANCEL_POLL_MS, NULL) != CURLM_OK) {
+			rc = CURLE_FAILED_INIT;
+			break;
+		}
+	}
+	while (!running && (msg = curl_multi_info_read(e->m, &left)))
+		if (msg->msg == CURLMSG_DONE && msg->easy_handle == e->h)
+			rc = msg->data.result;
+	curl_multi_remove_handle(e->m, e->h);
+	return rc;
+}
+
 /* One request to one endpoint. Returns the curl code; *status the HTTP one. */
 static CURLcode post_once(struct etcd *e, const char *url, const char *body, struct buf *b,
 			  long timeout_ms, _Atomic bool *cancel, long *status)
@@ -189,7 +237,7 @@ static CURLcode post_once(struct etcd *e, const char *url, const char *body, str
 		curl_easy_setopt(e->h, CURLOPT_SSL_VERIFYPEER, 0L);
 		curl_easy_setopt(e->h, CURLOPT_SSL_VERIFYHOST, 0L);
 	}
-	rc = curl_easy_perform(e->h);
+	rc = perform(e, cancel);
 	*status = 0;
 	curl_easy_getinfo(e->h, CURLINFO_RESPONSE_CODE, status);
 	curl_slist_free_all(hdrs);

@@ -24,6 +24,7 @@
 struct etcd {
 	const struct cluster_opts *o;
 	CURL *h;
+	CURLM *m; /* drives h when the request can be cancelled (cancel_poll()) */
 	uint32_t cur; /* the endpoint that answered last */
 	char token[512];
 };
@@ -149,6 +150,10 @@ struct ckey {
 	uint32_t *slots; /* CSEM_MAX, allocated at the first use */
 	struct csworker *sw;
 	bool sem_queued; /* our waiter key may be in etcd: deleted when no more is wanted */
+	/* Slots being given back to hosts waiting in etcd at a batch end
+	 * (seg_key.cluster_slots is nslots - yield meanwhile: their releases
+	 * hand nothing on); batch_ns 0: the batch starts at the next look. */
+	uint32_t yield;
 	/* CK_HELD: what was last published in etcd (cluster_values.c). */
 	bool pub_valid;
 	uint64_t pub_tok, pub_vw;

@@ -17,8 +17,11 @@
  * whose create revision is its place and whose value is how many slots it
  * still wants, and takes only the free slots that the hosts queued before it
  * do not want. Nothing for us: the worker watches the directory (a slot
- * given back, a waiter served or gone), then looks again. A limit above
- * CLUSTER_SEM_MAX (64) is refused when the key takes its kind (keyops.c).
+ * given back, a waiter served or gone), then looks again. A host does not
+ * keep its slots forever by handing them on locally: after a batch
+ * (--cluster-batch, --cluster-batch-time, as for locks) it gives back what
+ * the hosts waiting need (sem_batch_end()). A limit above CLUSTER_SEM_MAX
+ * (64) is refused when the key takes its kind (keyops.c).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -337,6 +340,92 @@ static void waiter_leave(struct cluster *c, struct ckey *ck, int64_t lease)
 		ck->sem_queued = false;
 }
 
+/* The range of the semaphore's etcd directory (slots and waiter keys):
+ * @from and @to in base64; the directory's length (with its '/'). */
+static size_t sem_dir_range(const struct cluster_opts *o, const char *name, size_t len,
+			    char *from, char *to)
+{
+	char dir[660];
+	size_t n;
+
+	cluster_rec_key(o, 's', name, len, dir, sizeof(dir));
+	n = strlen(dir);
+	dir[n++] = '/';
+	dir[n] = '\0';
+	etcd_b64(dir, n, from);
+	dir[n - 1]++;
+	etcd_b64(dir, n, to);
+	return n;
+}
+
+/*
+ * The batch's question (docs/cluster.md, "The batch for semaphores"): how
+ * many slots do other hosts wait for that the free ones do not cover? Their
+ * waiter keys' counts (under another lease than @lease) less the slots
+ * nobody holds. 0 if none, or if etcd does not answer (then asked again at
+ * the next batch end: ck->others is set again).
+ */
+static uint32_t sem_others_need(struct cluster *c, struct ckey *ck, int64_t lease)
+{
+	char from[1000], to[1000];
+	json_t *rep = NULL, *kv;
+	uint64_t want = 0;
+	uint32_t taken = 0;
+	size_t dlen = sem_dir_range(c->o, ck->name, ck->len, from, to), j;
+
+	if (etcd_post(&c->etcd, "/v3/kv/range",
+		      json_pack("{s:s, s:s}", "key", from, "range_end", to), &rep, STEP_MS,
+		      &c->stop)) {
+		atomic_store(&ck->others, 1);
+		return 0;
+	}
+	json_array_foreach(json_object_get(rep, "kvs"), j, kv)
+	{
+		char raw[1000], val[64] = "";
+		const char *k64 = json_string_value(json_object_get(kv, "key"));
+		const char *v64 = json_string_value(json_object_get(kv, "value"));
+		ssize_t m = k64 && strlen(k64) < 1300 ? etcd_unb64(k64, raw) : -1;
+
+		if (m <= (ssize_t)dlen + 1)
+			continue;
+		if (raw[dlen] != 'w' || raw[dlen + 1] != '/') {
+			taken += m - (ssize_t)dlen == 8; /* a slot */
+			continue;
+		}
+		if (etcd_i64(kv, "lease") == lease)
+			continue; /* ours */
+		if (v64 && strlen(v64) < 80) {
+			ssize_t vl = etcd_unb64(v64, val);
+
+			val[vl > 0 ? vl : 0] = '\0';
+		}
+		want += strtoul(val, NULL, 10);
+	}
+	json_decref(rep);
+	if (taken < ck->limit)
+		want = want > ck->limit - taken ? want - (ck->limit - taken) : 0;
+	return want > ck->limit ? ck->limit : (uint32_t)want;
+}
+
+/* A yield under way: the slots of it that no local holder has any more go
+ * back now (into @drop); cluster_slots follows. Under the key mutex. */
+static void yield_drop_locked(struct seg_key *k, struct ckey *ck, uint32_t *drop, uint32_t *ndrop)
+{
+	uint32_t can = ck->nslots > k->holders ? ck->nslots - k->holders : 0;
+
+	if (can > ck->yield)
+		can = ck->yield;
+	while (can--) {
+		drop[(*ndrop)++] = ck->slots[--ck->nslots];
+		ck->yield--;
+	}
+	k->cluster_slots = ck->nslots - ck->yield;
+	if (!ck->nslots)
+		atomic_store(&k->cluster, atomic_load(&k->cluster) & ~CL_OPEN);
+	if (!ck->yield)
+		ck->batch_ns = 0; /* done: a new batch from the next look */
+}
+
 /* New slots: more local holders may be granted, with tokens from this
  * acquisition's revision (above every range given out before it). */
 static void slots_add_locked(struct cluster *c, struct seg_key *k, struct ckey *ck,
@@ -356,7 +445,11 @@ static void slots_add_locked(struct cluster *c, struct seg_key *k, struct ckey *
 		__atomic_store_n(&k->tok_last, base, __ATOMIC_RELAXED);
 		__atomic_store_n(&k->token, base, __ATOMIC_RELAXED);
 	}
-	k->cluster_slots = ck->nslots;
+	/* A yield under way goes on: the hosts it is for queued before us. */
+	k->cluster_slots = ck->nslots - ck->yield;
+	/* Hosts that queued while we waited were seen before: asked once at
+	 * the batch end (as for locks, open_gate()). */
+	atomic_store(&ck->others, 1);
 	atomic_store(&k->cluster, CL_KEY | CL_OPEN | CL_ARMED);
 	do {
 		n = key_grant_pending_locked(seg, k, wake, 64);
@@ -374,6 +467,8 @@ bool sem_begin(struct cluster *c, struct ckey *ck, int64_t lease)
 	ck->seen_tok = UINT64_MAX;
 	ck->epoch = atomic_load(&c->epoch);
 	ck->sem_queued = false;
+	ck->yield = 0;
+	ck->batch_ns = 0;
 	/* Refused at the key's creation (keyops.c); a key of an earlier run
 	 * under a new prefix could still have one. */
 	if (ck->limit > CSEM_MAX)
@@ -384,6 +479,45 @@ bool sem_begin(struct cluster *c, struct ckey *ck, int64_t lease)
 	return true;
 }
 
+/*
+ * A batch is over: if other hosts wait for slots (asked only if the watch
+ * saw one queue, ckey.others, or lost its place), give back as many as they
+ * need, at most all ours: the holders of those slots hand nothing on at
+ * their release (cluster_slots_over()), and the slots go back in etcd; the
+ * local waiters queue for slots again, behind the hosts queued before (a
+ * new waiter key, a later create revision). Else a new batch.
+ */
+static void sem_batch_end(struct cluster *c, uint32_t i, struct ckey *ck, int64_t lease)
+{
+	struct seg_key *k = &c->seg->keys[i];
+	uint32_t need = 0, drop[CSEM_MAX], ndrop = 0;
+
+	if (atomic_exchange(&ck->others, 0))
+		need = sem_others_need(c, ck, lease);
+	if (key_lock_timed(c->seg, k, BROKER_LOCK_MS)) {
+		if (need) /* busy: the batch stays over, asked again at the next look */
+			atomic_store(&ck->others, 1);
+		return;
+	}
+	if (!key_is_entry(k, ck) || ck->yield || !ck->nslots) {
+		key_unlock(k);
+		return;
+	}
+	if (!need) {
+		ck->batch_ns = mono_ns(); /* nobody else (that we know of): a new batch */
+		ck->batch_l0 = atomic_load(&k->lock_index);
+		key_unlock(k);
+		return;
+	}
+	ck->yield = need < ck->nslots ? need : ck->nslots;
+	yield_drop_locked(k, ck, drop, &ndrop);
+	atomic_fetch_or(&k->cluster, CL_ARMED); /* the releases ring us */
+	key_unlock(k);
+	slots_delete(c, ck, drop, ndrop);
+	blog(LOG_DEBUG, "cluster: %.*s: batch over, %u slot(s) given back to other hosts",
+	     (int)ck->len, ck->name, ck->yield + ndrop);
+}
+
 void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 {
 	struct segment *seg = c->seg;
@@ -391,7 +525,8 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 	struct csworker *w = ck->sw;
 	uint32_t drop[CSEM_MAX], ndrop = 0, demand;
 	int64_t lease = atomic_load(&c->lease_id);
-	bool lost = ck->epoch != atomic_load(&c->epoch) || !lease, publish = false;
+	bool lost = ck->epoch != atomic_load(&c->epoch) || !lease, publish = false,
+	     batch_over = false;
 	struct cpub pub;
 
 	if (w && atomic_load(&w->done)) {
@@ -409,6 +544,7 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 		 * and our waiter key. */
 		free(w);
 		ck->nslots = 0;
+		ck->yield = 0;
 		ck->sem_queued = false;
 		if (!ck->sw)
 			ck->state = CK_IDLE;
@@ -428,6 +564,7 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 		free(w);
 		slots_delete(c, ck, ck->slots, ck->nslots);
 		ck->nslots = 0;
+		ck->yield = 0;
 		waiter_leave(c, ck, lease);
 		if (!ck->sw && !ck->sem_queued) /* else retried at the next look */
 			ck->state = CK_IDLE;
@@ -440,6 +577,8 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 			ck->retry_ns = now + RETRY_MS * 1000000ull;
 		free(w);
 	}
+	if (ck->yield)
+		yield_drop_locked(k, ck, drop, &ndrop);
 	demand = k->holders + k->waiters;
 	if (demand > ck->limit)
 		demand = ck->limit;
@@ -456,7 +595,9 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 
 			while (ck->nslots > keep)
 				drop[ndrop++] = ck->slots[--ck->nslots];
-			k->cluster_slots = ck->nslots;
+			if (ck->yield > ck->nslots) /* given back anyway */
+				ck->yield = ck->nslots;
+			k->cluster_slots = ck->nslots - ck->yield;
 			if (!ck->nslots)
 				atomic_store(&k->cluster, atomic_load(&k->cluster) & ~CL_OPEN);
 			ck->idle_ns = 0;
@@ -466,6 +607,23 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 	} else {
 		ck->idle_ns = 0;
 	}
+	/* The batch, as for locks (held_tick()): after --cluster-batch grants,
+	 * or --cluster-batch-time with at least one, while slots are held and
+	 * none are being given back. Every grant counts (handoffs and new
+	 * holds, by the same process again too), so a host whose holders hand
+	 * their slots on, or take them again within the linger, still yields. */
+	if (!ck->nslots || ck->yield) {
+		if (!ck->nslots)
+			ck->batch_ns = 0;
+	} else if (!ck->batch_ns) {
+		ck->batch_ns = now;
+		ck->batch_l0 = atomic_load(&k->lock_index);
+	} else {
+		uint64_t grants = atomic_load(&k->lock_index) - ck->batch_l0;
+		uint64_t span = (uint64_t)c->o->batch_ms * 1000000ull;
+
+		batch_over = grants >= c->o->batch || (grants && now - ck->batch_ns >= span);
+	}
 	if (k->holders || k->waiters)
 		atomic_fetch_or(&k->cluster, CL_ARMED);
 	if (ck->nslots)
@@ -474,6 +632,8 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 	if (publish)
 		cvalue_publish(c, ck, &pub);
 	slots_delete(c, ck, drop, ndrop);
+	if (batch_over)
+		sem_batch_end(c, i, ck, lease);
 	/* Queued, and no worker will ask for more: leave the queue. */
 	if (!ck->sw && ck->sem_queued && demand <= ck->nslots)
 		waiter_leave(c, ck, lease);

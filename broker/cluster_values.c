@@ -346,8 +346,10 @@ out:
 	free(value);
 }
 
-/* A PUT in a lock directory (NS hex(key) "/" lease): a host queued for the
- * key. Not ours: the manager is told (ckey.others), if the key is here. */
+/* A PUT in a lock directory (NS hex(key) "/" lease), or of a semaphore's
+ * waiter key (NS "s/" hex(key) "/w/" lease, cluster_sem.c): a host queued
+ * for the key. Not ours: the manager is told (ckey.others), if the key is
+ * here. */
 static void note_queued(struct cluster *c, const char *raw, size_t n)
 {
 	char name[LOCAL_KEY_MAX + 1], mine[24];
@@ -362,6 +364,11 @@ static void note_queued(struct cluster *c, const char *raw, size_t n)
 	if (!memcmp(raw + n - 16, mine, 16))
 		return;
 	hl = n - 17 - pl;
+	if (hl > 4 && raw[pl] == 's' && raw[pl + 1] == '/' && raw[n - 19] == '/' &&
+	    raw[n - 18] == 'w') {
+		pl += 2; /* a semaphore's waiter key: its hex between "s/" and "/w/" */
+		hl -= 4;
+	}
 	if (hl % 2 || hl / 2 > LOCAL_KEY_MAX || !hl)
 		return;
 	for (i = 0; i < hl / 2; i++) {

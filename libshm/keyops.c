@@ -346,6 +346,7 @@ uint32_t key_release_hold_locked(struct segment *seg, struct seg_key *k, uint32_
 	if (how)
 		apply_loss_locked(seg, k, NODE_SESSION(atomic_load(&hn->word)), how);
 	if (w != IDX_NONE && w < seg->nnodes && delay_over_locked(k) && !cluster_gated(seg, k) &&
+	    !cluster_slots_over(k) && /* a slot being given back to another host */
 	    NODE_STATE(atomic_load(&seg->nodes[w].word)) == NODE_WAITING) {
 		/* Direct handoff: the hold node changes owner in place, so the
 		 * hold count never dips and nobody can barge in between. */

@@ -369,6 +369,16 @@ static inline bool cluster_slots_full(const struct seg_key *k)
 	       k->kind == LOCAL_KIND_SEMAPHORE && k->holders >= k->cluster_slots;
 }
 
+/* Issue 16, the semaphore's batch: the broker lowered cluster_slots below
+ * the holders, to give slots back to hosts waiting in etcd; a release then
+ * hands nothing on (the slot goes back) until the holders are within them
+ * again. Under the key mutex. */
+static inline bool cluster_slots_over(const struct seg_key *k)
+{
+	return (atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_KEY) &&
+	       k->kind == LOCAL_KIND_SEMAPHORE && k->holders > k->cluster_slots;
+}
+
 /*
  * Tell the broker's cluster thread to look at the cluster keys. The bell
  * says which look: cluster_ring() adds CLUSTER_BELL_FIND (a key it may not
