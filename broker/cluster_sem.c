@@ -162,6 +162,24 @@ static int on_change(json_t *msg, void *arg)
 	       !json_object_get(msg, "result");
 }
 
+/* The range of the semaphore's etcd directory (slots and waiter keys):
+ * @from and @to in base64; the directory's length (with its '/'). */
+static size_t sem_dir_range(const struct cluster_opts *o, const char *name, size_t len,
+			    char *from, char *to)
+{
+	char dir[660];
+	size_t n;
+
+	cluster_rec_key(o, 's', name, len, dir, sizeof(dir));
+	n = strlen(dir);
+	dir[n++] = '/';
+	dir[n] = '\0';
+	etcd_b64(dir, n, from);
+	dir[n - 1]++;
+	etcd_b64(dir, n, to);
+	return n;
+}
+
 /*
  * Take up to w->want slots, hosts in FIFO order: first our waiter key (its
  * create revision is our place), then, at each look, as many free slots as
@@ -174,7 +192,7 @@ static int on_change(json_t *msg, void *arg)
 static void *sem_worker(void *arg)
 {
 	struct csworker *w = arg;
-	char from[1000], to[1000], dir[660], wk[700], wk64[1000];
+	char from[1000], to[1000], wk[700], wk64[1000];
 	uint8_t *taken = calloc(w->limit, 1);
 	struct etcd e;
 	int err, ierr;
@@ -182,13 +200,7 @@ static void *sem_worker(void *arg)
 
 	ierr = taken ? etcd_init(&e, w->c->o) : -ENOMEM;
 	err = ierr;
-	cluster_rec_key(w->c->o, 's', w->name, w->len, dir, sizeof(dir));
-	n = strlen(dir);
-	dir[n++] = '/';
-	dir[n] = '\0';
-	etcd_b64(dir, n, from);
-	dir[n - 1]++;
-	etcd_b64(dir, n, to);
+	n = sem_dir_range(w->c->o, w->name, w->len, from, to);
 	waiter_key(w->c->o, w->name, w->len, w->lease, wk, sizeof(wk));
 	etcd_b64(wk, strlen(wk), wk64);
 	/* Queue (or update how many we want, keeping our place). */
@@ -338,24 +350,6 @@ static void waiter_leave(struct cluster *c, struct ckey *ck, int64_t lease)
 	if (etcd_post(&c->etcd, "/v3/kv/deleterange", json_pack("{s:s}", "key", wk64), NULL,
 		      STEP_MS, &c->stop) == 0)
 		ck->sem_queued = false;
-}
-
-/* The range of the semaphore's etcd directory (slots and waiter keys):
- * @from and @to in base64; the directory's length (with its '/'). */
-static size_t sem_dir_range(const struct cluster_opts *o, const char *name, size_t len,
-			    char *from, char *to)
-{
-	char dir[660];
-	size_t n;
-
-	cluster_rec_key(o, 's', name, len, dir, sizeof(dir));
-	n = strlen(dir);
-	dir[n++] = '/';
-	dir[n] = '\0';
-	etcd_b64(dir, n, from);
-	dir[n - 1]++;
-	etcd_b64(dir, n, to);
-	return n;
 }
 
 /*

@@ -203,19 +203,20 @@ static void b64(const char *in, char *out)
 	*out = '\0';
 }
 
-/* How many hosts hold or wait for @key's cluster lock in etcd (-1: no
- * answer from any member). */
-static int etcd_queue_len(const struct etcd3 *e, const char *key)
+/* How many etcd keys lie under @prefix hex(@key) @suffix (@suffix ends in
+ * '/'; -1: no answer from any member). */
+static int etcd_count_under(const struct etcd3 *e, const char *prefix, const char *key,
+			    const char *suffix)
 {
-	char dir[600] = "shmlock/lock/", from[900], to[900], body[2000], out[4096], *c;
-	size_t n = strlen(dir);
+	char dir[600], from[900], to[900], body[2000], out[4096], *c;
+	size_t n = (size_t)snprintf(dir, sizeof(dir), "%s", prefix);
 	int i;
 
 	for (i = 0; key[i]; i++)
 		n += (size_t)sprintf(dir + n, "%02x", (unsigned char)key[i]);
-	strcpy(dir + n, "/");
+	n += (size_t)sprintf(dir + n, "%s", suffix);
 	b64(dir, from);
-	dir[n] = '0'; /* '/' + 1 */
+	dir[n - 1]++; /* '/' + 1: the end of the range */
 	b64(dir, to);
 	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":true}",
 		 from, to);
@@ -226,6 +227,13 @@ static int etcd_queue_len(const struct etcd3 *e, const char *key)
 		return c ? atoi(c + 9) : 0;
 	}
 	return -1;
+}
+
+/* How many hosts hold or wait for @key's cluster lock in etcd (-1: no
+ * answer from any member). */
+static int etcd_queue_len(const struct etcd3 *e, const char *key)
+{
+	return etcd_count_under(e, "shmlock/lock/", key, "/");
 }
 
 /* A host; with @http_port, its HTTP API there (token "tok"). */
@@ -1223,25 +1231,7 @@ static pid_t sem_worker(const struct broker_proc *b, int host, const char *key, 
  * NS "s/" hex(key) "/w/" lease; -1: no answer). */
 static int etcd_sem_waiters(const struct etcd3 *e, const char *key)
 {
-	char dir[600] = "shmlock/lock/s/", from[900], to[900], body[2000], out[4096], *c;
-	size_t n = strlen(dir);
-	int i;
-
-	for (i = 0; key[i]; i++)
-		n += (size_t)sprintf(dir + n, "%02x", (unsigned char)key[i]);
-	strcpy(dir + n, "/w/");
-	b64(dir, from);
-	dir[n + 2] = '0'; /* '/' + 1 */
-	b64(dir, to);
-	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":true}",
-		 from, to);
-	for (i = 0; i < 3; i++) {
-		if (e->pid[i] <= 0 || etcd_req(e->cport[i], "/v3/kv/range", body, out))
-			continue;
-		c = strstr(out, "\"count\":\"");
-		return c ? atoi(c + 9) : 0;
-	}
-	return -1;
+	return etcd_count_under(e, "shmlock/lock/s/", key, "/w/");
 }
 
 /*
