@@ -643,17 +643,11 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
  * next sem_begin() finds any left as its own and deletes them too). */
 void sem_drop_own(struct cluster *c, struct ckey *ck, int64_t lease)
 {
-	char from[1000], to[1000], dir[660];
+	char from[1000], to[1000];
 	json_t *rep = NULL, *kv, *ops = json_array();
-	size_t n, j;
+	size_t j;
 
-	cluster_rec_key(c->o, 's', ck->name, ck->len, dir, sizeof(dir));
-	n = strlen(dir);
-	dir[n++] = '/';
-	dir[n] = '\0';
-	etcd_b64(dir, n, from);
-	dir[n - 1]++;
-	etcd_b64(dir, n, to);
+	sem_dir_range(c->o, ck->name, ck->len, from, to);
 	if (!ops || etcd_post(&c->etcd, "/v3/kv/range",
 			      json_pack("{s:s, s:s}", "key", from, "range_end", to), &rep, STEP_MS,
 			      &c->stop)) {

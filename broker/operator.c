@@ -482,15 +482,12 @@ static int op_holders(struct broker *b, const struct proto_op *req, struct page 
 	return 0;
 }
 
-static int op_sessions(struct broker *b, const struct proto_op *req, struct page *p,
-		       uint32_t *next)
+uint32_t (*operator_session_counts(const struct segment *seg))[2]
 {
-	struct segment *seg = &b->seg;
 	uint32_t (*counts)[2] = calloc(seg->caps.max_sessions, sizeof(*counts)), i;
-	uint64_t now = mono_ns();
 
 	if (!counts)
-		return -ENOMEM;
+		return NULL;
 	for (i = 0; i < seg->nnodes; i++) {
 		uint64_t w = atomic_load(&seg->nodes[i].word);
 		uint32_t slot = NODE_SESSION(w);
@@ -502,6 +499,18 @@ static int op_sessions(struct broker *b, const struct proto_op *req, struct page
 		else if (NODE_STATE(w) == NODE_WAITING)
 			counts[slot][1]++;
 	}
+	return counts;
+}
+
+static int op_sessions(struct broker *b, const struct proto_op *req, struct page *p,
+		       uint32_t *next)
+{
+	struct segment *seg = &b->seg;
+	uint32_t (*counts)[2] = operator_session_counts(seg), i;
+	uint64_t now = mono_ns();
+
+	if (!counts)
+		return -ENOMEM;
 	*next = PROTO_OP_END;
 	for (i = req->cursor; i < seg->caps.max_sessions; i++) {
 		const struct seg_session *s = &seg->sessions[i];

@@ -31,6 +31,10 @@ uint32_t operator_quarantined(const struct segment *seg,
 			      int (*cb)(uint32_t idx, const char *name, size_t len, void *arg),
 			      void *arg);
 
+/* Holds ([slot][0]) and waiting requests ([slot][1]) of every session slot,
+ * counted from the node table (no mutex); calloc'ed, NULL without memory. */
+uint32_t (*operator_session_counts(const struct segment *seg))[2];
+
 /* What MSG_OP_STATS answers (local_admin_stats()), into @r (zeroed). */
 void operator_stats(const struct broker *b, struct proto_op_stats *r);
 

@@ -390,23 +390,12 @@ static json_t *key_table(struct http *h, const struct ui_query *q)
 static json_t *sessions(struct http *h)
 {
 	struct segment *seg = &h->b->seg;
-	uint32_t (*counts)[2] = calloc(seg->caps.max_sessions, sizeof(*counts)), i, total = 0;
+	uint32_t (*counts)[2] = operator_session_counts(seg), i, total = 0;
 	uint64_t now = mono_ns();
 	json_t *rows = json_array();
 
 	if (!counts)
 		return NULL;
-	for (i = 0; i < seg->nnodes; i++) {
-		uint64_t w = atomic_load(&seg->nodes[i].word);
-		uint32_t slot = NODE_SESSION(w);
-
-		if (!w || slot >= seg->caps.max_sessions)
-			continue;
-		if (seg_node_is_hold(seg, i, w))
-			counts[slot][0]++;
-		else if (NODE_STATE(w) == NODE_WAITING)
-			counts[slot][1]++;
-	}
 	for (i = 0; i < seg->caps.max_sessions; i++) {
 		const struct seg_session *s = &seg->sessions[i];
 		char id[33];
