@@ -30,6 +30,7 @@ struct blog_limit {
 };
 bool blog_allow(struct blog_limit *l, uint64_t now_ns);
 
+/* Every timer kind, in one place so that no two modules pick one number. */
 enum timer_kind {
 	TIMER_TTL = 1,	 /* a = session slot, b = generation */
 	TIMER_DELAY = 2, /* a = key index: grant waiters when lock-delay ends */
@@ -38,6 +39,16 @@ enum timer_kind {
 	TIMER_GC = 5,	 /* periodic: reclaim keys idle for --gc-idle */
 	TIMER_SWEEP = 6, /* a = slot, b = gen: finish a sweep a stalled key held up */
 	TIMER_NOTIFY = 16, /* a = enum notify_what: service-manager messages */
+	/* The listeners' timers (each module's timer function reads a and b). */
+	TIMER_HTTP_TICK = 32,	 /* periodic: run libmicrohttpd's timeouts, reap */
+	TIMER_HTTP_WAIT = 33,	 /* a = waiter slot, b = its generation */
+	TIMER_HTTP_RUN = 34,	 /* now: run libmicrohttpd (http_server.c run_soon()) */
+	TIMER_HTTP_DELAY = 35,	 /* a = delayed answer slot, b = its generation */
+	TIMER_CONSUL_WAIT = 36,	 /* a Consul blocking query's wait ran out */
+	TIMER_LISTEN_REARM = 40, /* re-enable accepting after EMFILE (conns.c) */
+	TIMER_TCP_TICK = 48,	 /* periodic: read timeouts */
+	TIMER_TCP_WAIT = 49,	 /* a = connection slot, b = its generation */
+	TIMER_METRICS_TICK = 64, /* periodic: run the metrics listener's timeouts */
 };
 
 struct timer {

@@ -23,8 +23,6 @@ struct broker;
 #define CONN_ACCEPTS_PER_TURN 32
 /* Listener unwatched for this long when accept() finds no fd free. */
 #define CONN_BACKOFF_MS 100
-/* Timer kind: watch the listener again after a back-off. */
-#define TIMER_LISTEN_REARM 40
 
 struct conns;
 

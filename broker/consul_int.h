@@ -15,7 +15,6 @@
 
 /* Timer kind of the Consul API: a = waiter slot, b = its generation;
  * a = CONSUL_TIMER_EVAL: re-evaluate the blocking queries now. */
-#define TIMER_CONSUL_WAIT 36 /* beside TIMER_HTTP_*; 40 is TIMER_LISTEN_REARM */
 #define CONSUL_TIMER_EVAL UINT32_MAX
 #define CONSUL_VALUE_MAX (512u * 1024u) /* Consul's kv_max_value_size */
 #define CONSUL_UUID_LEN 36

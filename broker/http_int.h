@@ -17,10 +17,6 @@
 /* --http-listen, --http-socket, socket-activated; + the Consul API's two */
 #define HTTP_MAX_DAEMONS 5
 /* Timer kinds of the HTTP API in the broker's heap. */
-#define TIMER_HTTP_TICK 32 /* periodic: run libmicrohttpd's timeouts, reap */
-#define TIMER_HTTP_WAIT 33 /* a = waiter slot, b = its generation */
-#define TIMER_HTTP_RUN 34  /* now: run libmicrohttpd (see run_soon()) */
-#define TIMER_HTTP_DELAY 35 /* a = delayed answer slot, b = its generation */
 
 /* ---- routes (http_routes.c) --------------------------------------------- */
 

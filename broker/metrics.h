@@ -33,6 +33,4 @@ void metrics_stop(struct broker *b);
 void metrics_event(struct broker *b);
 void metrics_timer(struct broker *b);
 
-#define TIMER_METRICS_TICK 64 /* periodic: run libmicrohttpd's timeouts */
-
 #endif

@@ -51,10 +51,6 @@ void tcp_event(struct broker *b, uint64_t tag, uint32_t events);
 void tcp_doorbell(struct broker *b);
 void tcp_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2);
 
-/* Timer kinds in the broker's heap. */
-#define TIMER_TCP_TICK 48 /* periodic: read timeouts */
-#define TIMER_TCP_WAIT 49 /* a = connection slot, b = its generation */
-
 /* ---- the line protocol (tcp_parse.c: no broker state, fuzzed) ------------ */
 
 /* Longest line content (before '\n', '\r' included), as dflockd. */
