@@ -32,12 +32,12 @@ bool blog_allow(struct blog_limit *l, uint64_t now_ns);
 
 /* Every timer kind, in one place so that no two modules pick one number. */
 enum timer_kind {
-	TIMER_TTL = 1,	 /* a = session slot, b = generation */
-	TIMER_DELAY = 2, /* a = key index: grant waiters when lock-delay ends */
-	TIMER_SCAN = 3,	 /* periodic: repair mutexes whose owner died unseen */
-	TIMER_LEASE = 4, /* a = hold node: its lease may have run out */
-	TIMER_GC = 5,	 /* periodic: reclaim keys idle for --gc-idle */
-	TIMER_SWEEP = 6, /* a = slot, b = gen: finish a sweep a stalled key held up */
+	TIMER_TTL = 1,	   /* a = session slot, b = generation */
+	TIMER_DELAY = 2,   /* a = key index: grant waiters when lock-delay ends */
+	TIMER_SCAN = 3,	   /* periodic: repair mutexes whose owner died unseen */
+	TIMER_LEASE = 4,   /* a = hold node: its lease may have run out */
+	TIMER_GC = 5,	   /* periodic: reclaim keys idle for --gc-idle */
+	TIMER_SWEEP = 6,   /* a = slot, b = gen: finish a sweep a stalled key held up */
 	TIMER_NOTIFY = 16, /* a = enum notify_what: service-manager messages */
 	/* The listeners' timers (each module's timer function reads a and b). */
 	TIMER_HTTP_TICK = 32,	 /* periodic: run libmicrohttpd's timeouts, reap */

@@ -36,6 +36,8 @@ TEST_PKGS="$TEST_PKGS chromium"
 TEST_PKGS="$TEST_PKGS python3-consul"
 # python3-pytest: the Python binding's tests (make python-check; asyncio without a plugin).
 TEST_PKGS="$TEST_PKGS python3-pytest"
+# cppcheck: the static check in make check (make static-check); clang-format for make lint.
+TEST_PKGS="$TEST_PKGS cppcheck clang-format"
 
 # Debian packages (debian/, make deb-check): debhelper (dh_installsysusers
 # needs 13.11's sequence), dh-python and pybuild's pyproject plugin with
