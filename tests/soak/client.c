@@ -36,6 +36,7 @@ struct cl {
 	uint64_t renewed_ns;
 	uint64_t held[SOAK_KEYS]; /* our token per key; 0: not held */
 	bool leased[SOAK_KEYS];
+	uint64_t lease_from[SOAK_KEYS]; /* when the call that (re)started the lease began */
 };
 
 static LOCAL_OPTS(local_key_info, info_before);
@@ -98,6 +99,7 @@ static bool open_session(struct cl *c)
 		if (atomic_load(&c->sh->stop))
 			return false;
 		op_begin(c, OP_OPEN, SOAK_KEYS, -1);
+		c->renewed_ns = soak_now_ns(); /* before: the TTL starts inside */
 		rc = local_session_open(&o, &c->s);
 		op_end(c);
 		if (rc == 0)
@@ -112,7 +114,6 @@ static bool open_session(struct cl *c)
 			backoff_ms *= 2;
 	}
 	c->ttl_ms = o.ttl_ms;
-	c->renewed_ns = soak_now_ns();
 	return true;
 }
 
@@ -187,34 +188,65 @@ static void check_grant(struct cl *c, unsigned key, uint64_t before, uint64_t to
 	outcome(c, OUT_GRANTED);
 }
 
-/* How many live clients are inside key @key (marks of killed ones are stale). */
-static unsigned occupancy(struct cl *c, unsigned key, char *who, size_t len)
+/* The end of our mark's validity on @key: the earlier of its lease's and
+ * our TTL session's earliest possible end; 0: neither. */
+static uint64_t hold_until(const struct cl *c, unsigned key)
 {
+	uint64_t until = 0;
+
+	if (c->leased[key])
+		until = c->lease_from[key] + LEASE_MS * 1000000ull;
+	if (c->ttl_ms) {
+		uint64_t t = c->renewed_ns + c->ttl_ms * 1000000ull;
+
+		if (!until || t < until)
+			until = t;
+	}
+	return until;
+}
+
+/* How many live clients are inside key @key (marks of killed ones are
+ * stale); *expired (if non-NULL) gets the marks left out only because their
+ * lease or TTL may have run out. */
+static unsigned occupancy(struct cl *c, unsigned key, char *who, size_t len, unsigned *expired)
+{
+	uint64_t now = soak_now_ns();
 	unsigned i, n = 0;
 	size_t off = 0;
 
 	for (i = 0; i < c->cfg->clients; i++) {
 		uint64_t v = atomic_load(&c->sh->occ[key][i]);
+		uint64_t until = atomic_load(&c->sh->occ_until[key][i]);
 
 		if (!(v & 1) || (uint32_t)(v >> 1) != atomic_load(&c->sh->slot[i].inc))
 			continue;
+		if (until && now >= until) {
+			if (expired)
+				(*expired)++;
+			continue;
+		}
 		n++;
 		if (who && off < len)
-			off += (size_t)snprintf(who + off, len - off, " %u:%llu", i,
+			off += (size_t)snprintf(who + off, len - off, " %u:%llu(%s%llu ms)", i,
 						(unsigned long long)atomic_load(
-							&c->sh->occ_token[key][i]));
+							&c->sh->occ_token[key][i]),
+						until ? "valid " : "no end, ",
+						until ? (unsigned long long)(until - now) / 1000000 : 0);
 	}
 	return n;
 }
 
 static void check_occupancy(struct cl *c, unsigned key, const char *when)
 {
-	char who[160];
-	unsigned n = occupancy(c, key, NULL, 0);
+	char who[256];
+	unsigned expired = 0, n = occupancy(c, key, NULL, 0, &expired);
 
-	if (n <= soak_limit(key))
+	if (n <= soak_limit(key)) {
+		if (n + expired > soak_limit(key))
+			outcome(c, OUT_OVER_EXPIRED);
 		return;
-	occupancy(c, key, who, sizeof(who));
+	}
+	occupancy(c, key, who, sizeof(who), NULL);
 	VIOLATION(c, "%u clients inside %s (limit %u) %s; client:token%s", n, soak_key_name[key],
 		  soak_limit(key), when, who);
 }
@@ -240,10 +272,11 @@ static bool acquire(struct cl *c, unsigned key, enum mode mode);
 static void critical(struct cl *c, unsigned key)
 {
 	const char *name = soak_key_name[key];
-	uint64_t tok = c->held[key], t = 0;
+	uint64_t tok = c->held[key], t = 0, from;
 	int rc;
 
 	atomic_store(&c->sh->occ_token[key][c->idx], tok);
+	atomic_store(&c->sh->occ_until[key][c->idx], hold_until(c, key));
 	atomic_store(&c->sh->occ[key][c->idx], (uint64_t)c->inc << 1 | 1);
 	check_occupancy(c, key, "on entry");
 	switch (rng_below(&c->rng, 6)) {
@@ -265,8 +298,13 @@ static void critical(struct cl *c, unsigned key)
 		if (!c->leased[key])
 			break;
 		op_begin(c, OP_RENEW, key, 0);
+		from = soak_now_ns();
 		rc = local_renew(c->s, name, rng_below(&c->rng, 2) ? 0 : LEASE_MS, NULL);
 		op_end(c);
+		if (!rc) {
+			c->lease_from[key] = from;
+			atomic_store(&c->sh->occ_until[key][c->idx], hold_until(c, key));
+		}
 		if (rc == -LOCAL_EEXPIRED)
 			outcome(c, OUT_LEASE_LOST);
 		else if (rc)
@@ -329,7 +367,7 @@ static bool acquire(struct cl *c, unsigned key, enum mode mode)
 	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = timeout_for(c, mode));
 	uint32_t limit = key < SOAK_LOCKS ? 0 : SOAK_SEM_LIMIT;
 	const char *name = soak_key_name[key];
-	uint64_t before = atomic_load(&c->sh->max_token[key]), tok = 0;
+	uint64_t before = atomic_load(&c->sh->max_token[key]), tok = 0, t0 = soak_now_ns();
 	char value[16];
 	int rc, granted = 0;
 
@@ -384,6 +422,7 @@ static bool acquire(struct cl *c, unsigned key, enum mode mode)
 	}
 	c->held[key] = tok;
 	c->leased[key] = o.lease_ms != 0;
+	c->lease_from[key] = t0; /* the lease starts at the grant, after this */
 	return true;
 }
 
@@ -451,11 +490,13 @@ void soak_client(struct soak_shared *sh, const struct soak_config *cfg, unsigned
 		unsigned key = rng_below(&c.rng, SOAK_KEYS), r = rng_below(&c.rng, 100);
 
 		if (c.ttl_ms) {
+			uint64_t t = soak_now_ns();
+
 			rc = local_session_renew(c.s);
 			if (rc)
 				unexpected(&c, "session renew", SOAK_KEYS, rc);
 			else
-				c.renewed_ns = soak_now_ns();
+				c.renewed_ns = t;
 		}
 		if (r < 70) {
 			if (acquire(&c, key, (enum mode)rng_below(&c.rng, 3)))

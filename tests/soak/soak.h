@@ -58,6 +58,9 @@ enum soak_outcome {
 	OUT_SESSION_LOST, /* a TTL session ended (legal only when not renewed) */
 	OUT_OPEN_RETRY,	 /* session open failed while the broker was down */
 	OUT_CLOSE_ORPHAN, /* close while the broker was down: exit, let death clean up */
+	/* A grant found more marks inside than the limit, but only counting
+	 * marks whose lease or TTL session may have run out (legal). */
+	OUT_OVER_EXPIRED,
 	OUT_COUNT
 };
 
@@ -83,6 +86,12 @@ struct soak_shared {
 	 * critical section of key k, holding token occ_token[k][i]. */
 	_Atomic uint64_t occ[SOAK_KEYS][SOAK_MAX_CLIENTS];
 	_Atomic uint64_t occ_token[SOAK_KEYS][SOAK_MAX_CLIENTS];
+	/* The mark counts only before occ_until (CLOCK_MONOTONIC ns; 0: no
+	 * end): a lease or a TTL session can end a hold while its process
+	 * still waits for a nested key, and the broker then rightly hands the
+	 * slot on. The bound is taken before the call that started the lease
+	 * or the TTL, so it is never later than the broker's. */
+	_Atomic uint64_t occ_until[SOAK_KEYS][SOAK_MAX_CLIENTS];
 	_Atomic uint64_t ops[OP_COUNT];
 	_Atomic uint64_t outcomes[OUT_COUNT];
 	_Atomic uint64_t violations;
