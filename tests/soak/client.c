@@ -73,12 +73,19 @@ static void outcome(struct cl *c, enum soak_outcome o)
 	soak_violation((c)->sh, "client %u (pid %d, incarnation %u): " fmt, (c)->idx,        \
 		       (int)getpid(), (c)->inc, __VA_ARGS__)
 
+/* A mark changed: after every store to occ[key][*] (see occupancy()). */
+static void occ_changed(struct cl *c, unsigned key)
+{
+	atomic_fetch_add(&c->sh->occ_changes[key], 1);
+}
+
 static void forget_holds(struct cl *c)
 {
 	unsigned k;
 
 	for (k = 0; k < SOAK_KEYS; k++) {
 		atomic_store(&c->sh->occ[k][c->idx], 0);
+		occ_changed(c, k);
 		c->held[k] = 0;
 	}
 }
@@ -205,22 +212,55 @@ static uint64_t hold_until(const struct cl *c, unsigned key)
 	return until;
 }
 
-/* How many live clients are inside key @key (marks of killed ones are
- * stale); *expired (if non-NULL) gets the marks left out only because their
- * lease or TTL may have run out. */
+/* One client's mark as a scan read it. */
+struct occ_seen {
+	uint64_t mark, until, token;
+	uint32_t inc;
+};
+
+/*
+ * How many live clients are inside key @key, counted from a snapshot of
+ * the marks that is consistent: the marks are read until no change was
+ * counted during a read. A plain pass over them is not: a scan stopped
+ * (preempted) between two entries could see a releaser's mark from before
+ * it cleared it and, further on, the mark of the process its release let
+ * in: two clients that were never inside together. With the count
+ * unchanged from before the pass to after it, every mark seen set belongs
+ * to a hold granted before the second read and released after it (a
+ * release follows its mark's clearing and that change's count): all held
+ * together then. Marks of killed clients are stale; *expired (if non-NULL)
+ * gets those left out only because their lease or TTL may have run out.
+ * The counted marks are listed in @who.
+ */
 static unsigned occupancy(struct cl *c, unsigned key, char *who, size_t len, unsigned *expired)
 {
-	uint64_t now = soak_now_ns();
-	unsigned i, n = 0;
+	struct occ_seen seen[SOAK_MAX_CLIENTS];
+	unsigned i, n = 0, tries;
+	uint64_t now, before;
 	size_t off = 0;
 
+	for (tries = 0;; tries++) {
+		before = atomic_load(&c->sh->occ_changes[key]);
+		for (i = 0; i < c->cfg->clients; i++) {
+			seen[i].mark = atomic_load(&c->sh->occ[key][i]);
+			seen[i].until = atomic_load(&c->sh->occ_until[key][i]);
+			seen[i].token = atomic_load(&c->sh->occ_token[key][i]);
+			seen[i].inc = atomic_load(&c->sh->slot[i].inc);
+		}
+		if (atomic_load(&c->sh->occ_changes[key]) == before)
+			break;
+		if (tries == 1000) {
+			outcome(c, OUT_OCC_UNSETTLED);
+			return 0; /* never still: no verdict this time */
+		}
+	}
+	now = soak_now_ns();
 	for (i = 0; i < c->cfg->clients; i++) {
-		uint64_t v = atomic_load(&c->sh->occ[key][i]);
-		uint64_t until = atomic_load(&c->sh->occ_until[key][i]);
+		const struct occ_seen *o = &seen[i];
 
-		if (!(v & 1) || (uint32_t)(v >> 1) != atomic_load(&c->sh->slot[i].inc))
+		if (!(o->mark & 1) || (uint32_t)(o->mark >> 1) != o->inc)
 			continue;
-		if (until && now >= until) {
+		if (o->until && now >= o->until) {
 			if (expired)
 				(*expired)++;
 			continue;
@@ -228,25 +268,24 @@ static unsigned occupancy(struct cl *c, unsigned key, char *who, size_t len, uns
 		n++;
 		if (who && off < len)
 			off += (size_t)snprintf(who + off, len - off, " %u:%llu(%s%llu ms)", i,
-						(unsigned long long)atomic_load(
-							&c->sh->occ_token[key][i]),
-						until ? "valid " : "no end, ",
-						until ? (unsigned long long)(until - now) / 1000000 : 0);
+						(unsigned long long)o->token,
+						o->until ? "valid " : "no end, ",
+						o->until ? (unsigned long long)(o->until - now) / 1000000
+							 : 0);
 	}
 	return n;
 }
 
 static void check_occupancy(struct cl *c, unsigned key, const char *when)
 {
-	char who[256];
-	unsigned expired = 0, n = occupancy(c, key, NULL, 0, &expired);
+	char who[256] = "";
+	unsigned expired = 0, n = occupancy(c, key, who, sizeof(who), &expired);
 
 	if (n <= soak_limit(key)) {
 		if (n + expired > soak_limit(key))
 			outcome(c, OUT_OVER_EXPIRED);
 		return;
 	}
-	occupancy(c, key, who, sizeof(who), NULL);
 	VIOLATION(c, "%u clients inside %s (limit %u) %s; client:token%s", n, soak_key_name[key],
 		  soak_limit(key), when, who);
 }
@@ -256,6 +295,7 @@ static void release(struct cl *c, unsigned key)
 	int rc;
 
 	atomic_store(&c->sh->occ[key][c->idx], 0);
+	occ_changed(c, key);
 	op_begin(c, OP_RELEASE, key, 0);
 	rc = local_release(c->s, soak_key_name[key]);
 	op_end(c);
@@ -278,6 +318,7 @@ static void critical(struct cl *c, unsigned key)
 	atomic_store(&c->sh->occ_token[key][c->idx], tok);
 	atomic_store(&c->sh->occ_until[key][c->idx], hold_until(c, key));
 	atomic_store(&c->sh->occ[key][c->idx], (uint64_t)c->inc << 1 | 1);
+	occ_changed(c, key);
 	check_occupancy(c, key, "on entry");
 	switch (rng_below(&c->rng, 6)) {
 	case 0:

@@ -45,6 +45,7 @@ const char *const soak_op_name[OP_COUNT] = {
 static const char *const outcome_name[OUT_COUNT] = {
 	"grants", "busy", "timeouts", "watches fired", "lease losses", "session losses",
 	"open retries", "orphaned closes", "over the limit only with expired marks",
+	"unsettled occupancy reads",
 };
 
 static struct soak_shared *sh;

@@ -61,6 +61,7 @@ enum soak_outcome {
 	/* A grant found more marks inside than the limit, but only counting
 	 * marks whose lease or TTL session may have run out (legal). */
 	OUT_OVER_EXPIRED,
+	OUT_OCC_UNSETTLED, /* the marks changed through 1000 reads: no check */
 	OUT_COUNT
 };
 
@@ -92,6 +93,9 @@ struct soak_shared {
 	 * slot on. The bound is taken before the call that started the lease
 	 * or the TTL, so it is never later than the broker's. */
 	_Atomic uint64_t occ_until[SOAK_KEYS][SOAK_MAX_CLIENTS];
+	/* Counts every store to occ[k][*], after it: a scan that saw no
+	 * change is a snapshot of one moment (client.c, occupancy()). */
+	_Atomic uint64_t occ_changes[SOAK_KEYS];
 	_Atomic uint64_t ops[OP_COUNT];
 	_Atomic uint64_t outcomes[OUT_COUNT];
 	_Atomic uint64_t violations;
