@@ -781,6 +781,7 @@ TEST(cluster, no_starvation, 60)
 struct soak {
 	uint32_t limit;			   /* 1: a lock; more: a semaphore of that many slots */
 	_Atomic int inside[SOAK_WORKERS]; /* pids granted and not yet out, 0: free */
+	_Atomic uint64_t changes;	   /* counts each store to inside[], after it */
 	_Atomic uint64_t grants, overlaps, regress, rev_fall, moves, errors;
 	_Atomic uint64_t per_host[SOAK_HOSTS];
 	_Atomic int err_code[SOAK_ERRS]; /* which errors liblocal returned, and how often */
@@ -817,34 +818,46 @@ static void soak_error(struct soak *k, int rc)
 	}
 }
 
+/* Set entry @i from @was to @p, counting the change. */
+static void soak_set(struct soak *k, uint32_t i, int was, int p)
+{
+	if (atomic_compare_exchange_strong(&k->inside[i], &was, p))
+		atomic_fetch_add(&k->changes, 1);
+}
+
 /* Record @me as inside the key; the number of live processes inside,
  * itself included. An entry left by a SIGKILLed worker counts no more once
  * that worker has ended, and one with our own pid is such a leftover (we
- * were not inside: the pid was reused). */
+ * were not inside: the pid was reused). The entries are counted from a
+ * snapshot: read again while a change was counted during the read (else a
+ * read stopped half-way could see a leaver's entry and, further on, that of
+ * the process its release let in, never inside together). */
 static uint32_t soak_enter(struct soak *k, int me)
 {
-	uint32_t i, n = 0;
+	int seen[SOAK_WORKERS];
+	uint32_t i, n;
+	uint64_t before;
 	bool placed = false;
 
-	for (i = 0; i < SOAK_WORKERS; i++) {
+	for (i = 0; i < SOAK_WORKERS; i++)
+		if (atomic_load(&k->inside[i]) == me)
+			soak_set(k, i, me, 0);
+	for (i = 0; i < SOAK_WORKERS && !placed; i++) {
 		int p = atomic_load(&k->inside[i]);
 
-		if (p == me)
-			atomic_compare_exchange_strong(&k->inside[i], &p, 0);
-	}
-	for (i = 0; i < SOAK_WORKERS; i++) {
-		int p = atomic_load(&k->inside[i]);
-
-		if (!placed && (!p || ended(p)) &&
-		    atomic_compare_exchange_strong(&k->inside[i], &p, me))
+		if ((!p || ended(p)) && atomic_compare_exchange_strong(&k->inside[i], &p, me)) {
+			atomic_fetch_add(&k->changes, 1);
 			placed = true;
+		}
 	}
 	CHECK(placed); /* one entry per worker: a free or ended one exists */
-	for (i = 0; i < SOAK_WORKERS; i++) {
-		int p = atomic_load(&k->inside[i]);
-
-		n += p == me || (p && !ended(p));
-	}
+	do {
+		before = atomic_load(&k->changes);
+		for (i = 0; i < SOAK_WORKERS; i++)
+			seen[i] = atomic_load(&k->inside[i]);
+	} while (atomic_load(&k->changes) != before);
+	for (i = n = 0; i < SOAK_WORKERS; i++)
+		n += seen[i] == me || (seen[i] && !ended(seen[i]));
 	return n;
 }
 
@@ -852,11 +865,8 @@ static void soak_leave(struct soak *k, int me)
 {
 	uint32_t i;
 
-	for (i = 0; i < SOAK_WORKERS; i++) {
-		int p = me;
-
-		atomic_compare_exchange_strong(&k->inside[i], &p, 0);
-	}
+	for (i = 0; i < SOAK_WORKERS; i++)
+		soak_set(k, i, me, 0);
 }
 
 /* Rising tokens and FIFO across hosts, checked at a lock's grant (a
