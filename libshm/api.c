@@ -41,8 +41,7 @@ int api_find_inspect(local_session *s, const char *key, size_t len, struct seg_k
  * release counts the hold time. Holds that never queued are not timed: the
  * lock-free path reads no clock and writes nothing for metrics.
  */
-static void note_waited(local_session *s, const char *key, uint32_t key_idx, uint64_t tok,
-			uint64_t now)
+static void note_waited(local_session *s, uint32_t key_idx, uint64_t tok, uint64_t now)
 {
 	uint32_t i, pick = 0;
 
@@ -52,7 +51,7 @@ static void note_waited(local_session *s, const char *key, uint32_t key_idx, uin
 			pick = i; /* an empty entry, or the oldest */
 	if (!s->waited[pick].granted_ns)
 		atomic_fetch_add_explicit(&s->nwaited, 1, memory_order_relaxed);
-	s->waited[pick] = (struct waited_hold){ key_idx, key_hash(key, strlen(key)), tok, now };
+	s->waited[pick] = (struct waited_hold){ key_idx, tok, now };
 	pthread_mutex_unlock(&s->pending_lock);
 }
 
@@ -80,18 +79,24 @@ static void note_released(local_session *s, uint32_t key_idx, uint64_t tok)
 }
 
 /* Is @key's hold one note_waited() remembered? Then its release takes the
- * slow path, which times it. Process memory only: a relaxed load when none. */
-static bool waited_for(local_session *s, const char *key)
+ * slow path, which times it. Process memory only: a relaxed load when none.
+ * The key is named by the entry its key hint gives (the one the lock-free
+ * release tries, and the acquire found it in), not hashed (issue 13, N2);
+ * no hint: the slow path, which finds out. In *idx: the entry asked about. */
+static bool waited_for(local_session *s, const char *key, uint32_t *idx)
 {
-	uint32_t i, h;
 	bool hit = false;
+	uint32_t i;
 
+	*idx = IDX_NONE;
 	if (!atomic_load_explicit(&s->nwaited, memory_order_relaxed))
 		return false;
-	h = key_hash(key, strnlen(key, LOCAL_KEY_MAX + 1));
+	*idx = key_hint_idx(&s->hints, key);
+	if (*idx == IDX_NONE)
+		return true;
 	pthread_mutex_lock(&s->pending_lock);
 	for (i = 0; i < 4 && !hit; i++)
-		hit = s->waited[i].granted_ns && s->waited[i].key_hash == h;
+		hit = s->waited[i].granted_ns && s->waited[i].key_idx == *idx;
 	pthread_mutex_unlock(&s->pending_lock);
 	return hit;
 }
@@ -101,12 +106,13 @@ void api_note_wait(local_session *s, const char *key, int err, uint64_t since, u
 {
 	uint64_t now;
 
+	(void)key; /* notes name the entry (key_idx), not the string */
 	if (err && err != -ETIMEDOUT)
 		return; /* the session ended, say: the slot may be another's now */
 	now = mono_ns();
 	hist_note(&s->seg->sessions[s->who.slot].wait_hist, now - since);
 	if (!err)
-		note_waited(s, key, key_idx, tok, now);
+		note_waited(s, key_idx, tok, now);
 }
 
 /* api_acquire() past the lock-free path: queue if need be, and wait. */
@@ -114,7 +120,8 @@ static __attribute__((noinline)) int acquire_slow(local_session *s, const char *
 						  const struct acquire_req *req, int64_t timeout_ms,
 						  uint64_t *token)
 {
-	uint64_t deadline = timeout_ms > 0 ? deadline_after_ms(timeout_ms) : 0, tok = 0;
+	uint64_t deadline = timeout_ms > 0 ? deadline_after_ms(timeout_ms) : 0, tok = 0, since = 0;
+	struct acquire_req r = *req;
 	uint32_t waiter = IDX_NONE, key_idx;
 	struct seg_key *k;
 	size_t len;
@@ -132,13 +139,17 @@ static __attribute__((noinline)) int acquire_slow(local_session *s, const char *
 		err = -EBUSY;
 	if (err)
 		return err;
-	err = key_acquire_locked(s->seg, k, req, &tok, &waiter, &s->hints);
+	r.queued_ns = &since; /* the wait starts when the request queues */
+	err = key_acquire_locked(s->seg, k, &r, &tok, &waiter, &s->hints);
 	key_idx = seg_key_index(s->seg, k);
 	key_unlock(k);
 	if (err == 1) {
-		uint64_t since = mono_ns();
-
 		err = waiter_wait(s->seg, waiter, key_idx, s->who, deadline, &tok);
+		/* Out of the queue (granted and consumed, or timed out and
+		 * unlinked): no longer a request a duplicate check must find.
+		 * Anything else may have left it queued: keep counting it. */
+		if (!err || err == -ETIMEDOUT)
+			atomic_fetch_sub_explicit(&s->hints.queued, 1, memory_order_relaxed);
 		api_note_wait(s, key, err, since, key_idx, tok);
 	} else if (err == -EALREADY)
 		err = -LOCAL_EENQUEUED; /* another thread's request, or local_enqueue() */
@@ -251,6 +262,7 @@ static int release_slow(local_session *s, const char *key, size_t len)
 /* local_release() when the lock-free path (fast_unlock()) did not answer. */
 int api_release_full(local_session *s, const char *key)
 {
+	uint32_t idx;
 	size_t len;
 	int err = api_enter(s, key, &len);
 
@@ -258,9 +270,15 @@ int api_release_full(local_session *s, const char *key)
 		return err;
 	/* fast_unlock() stands aside while any waited hold is noted; a key
 	 * that is not one of them may still go lock-free (J3 metrics). */
-	if (!atomic_load_explicit(&s->npending, memory_order_relaxed) && !waited_for(s, key) &&
-	    fast_release(s->seg, key, s->who, &s->hints) == 0)
+	if (!atomic_load_explicit(&s->npending, memory_order_relaxed) && !waited_for(s, key, &idx) &&
+	    fast_release(s->seg, key, s->who, &s->hints) == 0) {
+		/* The hint was stale (the string now names another entry):
+		 * the hold released may have been a waited one, so forget
+		 * its note (untimed) rather than keep it for ever. */
+		if (idx != IDX_NONE && key_hint_idx(&s->hints, key) != idx)
+			note_released(s, key_hint_idx(&s->hints, key), 0);
 		return 0;
+	}
 	return release_slow(s, key, len);
 }
 

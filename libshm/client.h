@@ -46,7 +46,7 @@ struct local_session {
 	/* J3 metrics (api.c): holds granted after a wait, so that their
 	 * release can time them; process memory, under pending_lock. */
 	struct waited_hold {
-		uint32_t key_idx, key_hash;
+		uint32_t key_idx; /* the entry, as the key hint names it */
 		uint64_t token, granted_ns; /* 0: empty */
 	} waited[4];
 	_Atomic uint32_t nwaited;

@@ -189,6 +189,7 @@ static int enqueue_locked(struct segment *seg, struct seg_key *k, const struct a
 {
 	uint32_t key = seg_key_index(seg, k);
 	struct seg_node *node, *tail;
+	uint64_t now;
 	uint32_t n;
 
 	n = node_claim(seg, seg->caps.max_holds, seg->caps.max_waiters, req->who.slot, key, hint);
@@ -211,7 +212,10 @@ static int enqueue_locked(struct segment *seg, struct seg_key *k, const struct a
 	}
 	node->hold = IDX_NONE;
 	node->token = 0;
-	node->queued_ms = (uint32_t)(mono_ns() / 1000000); /* J3: shmlock info's wait time */
+	now = mono_ns();
+	node->queued_ms = (uint32_t)(now / 1000000); /* J3: shmlock info's wait time */
+	if (req->queued_ns)
+		*req->queued_ns = now;
 	node->next = IDX_NONE;
 	node->prev = k->q_tail;
 	atomic_store(&node->futex, k->q_tail == IDX_NONE ? NODE_FUTEX_IDLE : NODE_FUTEX_BEHIND);
@@ -252,7 +256,11 @@ int key_acquire_locked(struct segment *seg, struct seg_key *k, const struct acqu
 		*token = seg->nodes[h].token;
 		return 0;
 	}
-	if (key_find_waiter_locked(seg, k, req->who) != IDX_NONE)
+	/* A duplicate is another request of this session: none queued, no
+	 * walk (node_hints.queued, read under the key mutex that every
+	 * enqueue of the session's requests held when it counted). */
+	if ((!hints->sole || atomic_load_explicit(&hints->queued, memory_order_relaxed)) &&
+	    key_find_waiter_locked(seg, k, req->who) != IDX_NONE)
 		return -EALREADY;
 	/* No barging: a free slot goes to the queue's head, not to us. A
 	 * cluster key also needs the host's cluster lock (cluster_gated()). */
@@ -262,6 +270,8 @@ int key_acquire_locked(struct segment *seg, struct seg_key *k, const struct acqu
 	if (req->try_only)
 		return -EBUSY;
 	err = enqueue_locked(seg, k, req, waiter, &hints->wait);
+	if (err == 1)
+		atomic_fetch_add_explicit(&hints->queued, 1, memory_order_relaxed);
 	/* Cluster keys (issue 16): a waiter on a gated key asks the broker to
 	 * take the key's cluster lock. Host-local keys never get here. */
 	if (err == 1 && (cluster_gated(seg, k) || cluster_slots_full(k)))
