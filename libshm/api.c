@@ -40,19 +40,45 @@ int api_find_inspect(local_session *s, const char *key, size_t len, struct seg_k
  * slot; its hold is remembered here, in process memory, so that its
  * release counts the hold time. Holds that never queued are not timed: the
  * lock-free path reads no clock and writes nothing for metrics.
+ *
+ * The notes are lock-free (issue 13, N2: three process-mutex sections per
+ * contended lock+release were a tenth of its instructions). An entry
+ * belongs to whoever moves its granted_ns: from 0 (empty) or a time to
+ * WAITED_BUSY to fill it in, from a time to 0 to end it. A release that
+ * lost the race for an entry leaves it to the winner. Two grants noted at
+ * the same nanosecond could confuse an ending with a replacement: then a
+ * hold time is lost or mis-timed, never anything but a metric.
  */
+#define WAITED_BUSY 1ull
+
 static void note_waited(local_session *s, uint32_t key_idx, uint64_t tok, uint64_t now)
 {
-	uint32_t i, pick = 0;
+	uint32_t i, tries, pick;
+	uint64_t g, oldest;
 
-	pthread_mutex_lock(&s->pending_lock);
-	for (i = 0; i < 4; i++)
-		if (!s->waited[i].granted_ns || s->waited[i].granted_ns < s->waited[pick].granted_ns)
-			pick = i; /* an empty entry, or the oldest */
-	if (!s->waited[pick].granted_ns)
-		atomic_fetch_add_explicit(&s->nwaited, 1, memory_order_relaxed);
-	s->waited[pick] = (struct waited_hold){ key_idx, tok, now };
-	pthread_mutex_unlock(&s->pending_lock);
+	for (tries = 0; tries < 8; tries++) {
+		/* An empty entry, or else the oldest note: replaced. */
+		pick = 0;
+		oldest = UINT64_MAX;
+		for (i = 0; i < 4; i++) {
+			g = atomic_load_explicit(&s->waited[i].granted_ns, memory_order_relaxed);
+			if (g != WAITED_BUSY && g < oldest) {
+				oldest = g;
+				pick = i;
+			}
+		}
+		if (oldest == UINT64_MAX)
+			return; /* every entry being written: this note is lost */
+		if (!atomic_compare_exchange_strong(&s->waited[pick].granted_ns, &oldest,
+						    WAITED_BUSY))
+			continue;
+		if (!oldest)
+			atomic_fetch_add_explicit(&s->nwaited, 1, memory_order_relaxed);
+		atomic_store_explicit(&s->waited[pick].key_idx, key_idx, memory_order_relaxed);
+		atomic_store_explicit(&s->waited[pick].token, tok, memory_order_relaxed);
+		atomic_store_explicit(&s->waited[pick].granted_ns, now, memory_order_release);
+		return;
+	}
 }
 
 static void note_released(local_session *s, uint32_t key_idx, uint64_t tok)
@@ -61,31 +87,32 @@ static void note_released(local_session *s, uint32_t key_idx, uint64_t tok)
 
 	if (!atomic_load_explicit(&s->nwaited, memory_order_relaxed))
 		return;
-	pthread_mutex_lock(&s->pending_lock);
 	for (i = 0; i < 4; i++) {
 		struct waited_hold *w = &s->waited[i];
+		uint64_t g = atomic_load_explicit(&w->granted_ns, memory_order_acquire), t;
 
 		/* Any entry of the key ends with its release; only the
 		 * hold's own is timed (another is a hold lost meanwhile). */
-		if (w->granted_ns && w->key_idx == key_idx) {
-			if (w->token == tok)
-				hist_note(&s->seg->sessions[s->who.slot].hold_hist,
-					  mono_ns() - w->granted_ns);
-			w->granted_ns = 0;
-			atomic_fetch_sub_explicit(&s->nwaited, 1, memory_order_relaxed);
-		}
+		if (g <= WAITED_BUSY ||
+		    atomic_load_explicit(&w->key_idx, memory_order_relaxed) != key_idx)
+			continue;
+		t = atomic_load_explicit(&w->token, memory_order_relaxed);
+		if (!atomic_compare_exchange_strong(&w->granted_ns, &g, 0))
+			continue; /* replaced or ended meanwhile: not ours */
+		atomic_fetch_sub_explicit(&s->nwaited, 1, memory_order_relaxed);
+		if (t == tok)
+			hist_note(&s->seg->sessions[s->who.slot].hold_hist, mono_ns() - g);
 	}
-	pthread_mutex_unlock(&s->pending_lock);
 }
 
 /* Is @key's hold one note_waited() remembered? Then its release takes the
  * slow path, which times it. Process memory only: a relaxed load when none.
  * The key is named by the entry its key hint gives (the one the lock-free
  * release tries, and the acquire found it in), not hashed (issue 13, N2);
- * no hint: the slow path, which finds out. In *idx: the entry asked about. */
+ * no hint, or a note being written: the slow path, which finds out. In
+ * *idx: the entry asked about. */
 static bool waited_for(local_session *s, const char *key, uint32_t *idx)
 {
-	bool hit = false;
 	uint32_t i;
 
 	*idx = IDX_NONE;
@@ -94,11 +121,14 @@ static bool waited_for(local_session *s, const char *key, uint32_t *idx)
 	*idx = key_hint_idx(&s->hints, key);
 	if (*idx == IDX_NONE)
 		return true;
-	pthread_mutex_lock(&s->pending_lock);
-	for (i = 0; i < 4 && !hit; i++)
-		hit = s->waited[i].granted_ns && s->waited[i].key_idx == *idx;
-	pthread_mutex_unlock(&s->pending_lock);
-	return hit;
+	for (i = 0; i < 4; i++) {
+		uint64_t g = atomic_load_explicit(&s->waited[i].granted_ns, memory_order_acquire);
+
+		if (g == WAITED_BUSY ||
+		    (g && atomic_load_explicit(&s->waited[i].key_idx, memory_order_relaxed) == *idx))
+			return true;
+	}
+	return false;
 }
 
 void api_note_wait(local_session *s, const char *key, int err, uint64_t since, uint32_t key_idx,

@@ -44,10 +44,12 @@ struct local_session {
 	struct pending *pending;
 	_Atomic uint32_t npending; /* entries in pending: read without the lock */
 	/* J3 metrics (api.c): holds granted after a wait, so that their
-	 * release can time them; process memory, under pending_lock. */
+	 * release can time them; process memory, lock-free (issue 13, N2:
+	 * whoever moves granted_ns owns the entry, see note_waited()). */
 	struct waited_hold {
-		uint32_t key_idx; /* the entry, as the key hint names it */
-		uint64_t token, granted_ns; /* 0: empty */
+		_Atomic uint64_t granted_ns; /* 0: empty; 1: being written */
+		_Atomic uint64_t token;
+		_Atomic uint32_t key_idx; /* the entry, as the key hint names it */
 	} waited[4];
 	_Atomic uint32_t nwaited;
 };
