@@ -24,9 +24,12 @@ int api_enter(local_session *s, const char *key, size_t *len)
 
 uint64_t api_lock_deadline(uint64_t deadline_ns)
 {
-	uint64_t floor = deadline_after_ms(API_TRY_LOCK_MS);
+	uint64_t floor;
 
-	return deadline_ns && deadline_ns < floor ? floor : deadline_ns;
+	if (!deadline_ns)
+		return 0; /* no clock read for an untimed acquire (issue 13, N2) */
+	floor = deadline_after_ms(API_TRY_LOCK_MS);
+	return deadline_ns < floor ? floor : deadline_ns;
 }
 
 int api_find_inspect(local_session *s, const char *key, size_t len, struct seg_key **out)
