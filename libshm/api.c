@@ -150,11 +150,10 @@ void api_note_wait(local_session *s, const char *key, int err, uint64_t since, u
 
 /* api_acquire() past the lock-free path: queue if need be, and wait. */
 static __attribute__((noinline)) int acquire_slow(local_session *s, const char *key,
-						  const struct acquire_req *req, int64_t timeout_ms,
+						  struct acquire_req *req, int64_t timeout_ms,
 						  uint64_t *token)
 {
 	uint64_t deadline = timeout_ms > 0 ? deadline_after_ms(timeout_ms) : 0, tok = 0, since = 0;
-	struct acquire_req r = *req;
 	uint32_t waiter = IDX_NONE, key_idx;
 	struct seg_key *k;
 	size_t len;
@@ -172,8 +171,10 @@ static __attribute__((noinline)) int acquire_slow(local_session *s, const char *
 		err = -EBUSY;
 	if (err)
 		return err;
-	r.queued_ns = &since; /* the wait starts when the request queues */
-	err = key_acquire_locked(s->seg, k, &r, &tok, &waiter, &s->hints);
+	/* The wait starts when the request queues. @req is the caller's own
+	 * (api_lock_full(), api_sem_acquire_full()), dead once we return. */
+	req->queued_ns = &since;
+	err = key_acquire_locked(s->seg, k, req, &tok, &waiter, &s->hints);
 	key_idx = seg_key_index(s->seg, k);
 	key_unlock(k);
 	if (err == 1) {
@@ -194,7 +195,7 @@ static __attribute__((noinline)) int acquire_slow(local_session *s, const char *
 	return err;
 }
 
-int api_acquire(local_session *s, const char *key, const struct acquire_req *req,
+int api_acquire(local_session *s, const char *key, struct acquire_req *req,
 		int64_t timeout_ms, uint64_t *token)
 {
 	uint32_t key_idx;
