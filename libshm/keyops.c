@@ -285,6 +285,8 @@ int key_acquire_locked(struct segment *seg, struct seg_key *k, const struct acqu
  *   w->hold, w->token  — private to w until its word changes;
  *   h->word = HOLDING by w's session — the hold moves here;
  *   unlink w from the queue — repair rebuilds the queue anyway;
+ *   the staged value, if any, becomes the key's — read from w's node while
+ *     the node is still w's request;
  *   w->word = GRANTED — the waiter may now consume it (and reuse the node).
  */
 static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t w, uint32_t h)
@@ -309,16 +311,19 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	 * (found by the spin model). */
 	queue_unlink_locked(seg, k, w);
 	CRASH_POINT(HANDOFF_UNLINKED);
+	/* The staged value before GRANTED: once granted, the waiter may free
+	 * its node and stage another request's value in it (a data race
+	 * found by TSan, issue 13 N2: a key could get another key's value).
+	 * Bounds-checked: node fields may be damaged (found by fuzz_segment). */
+	if (wn->staged_len && wn->staged_len - 1 <= seg->caps.max_value &&
+	    w >= seg->caps.max_holds)
+		key_set_value_locked(seg, k, seg_staged_buf(seg, w), wn->staged_len - 1);
 	/* seq_cst, against the waiter's PARKED store and re-read. */
 	atomic_store(&wn->word, NODE_PACK(NODE_GRANTED, NODE_SESSION(ww), key));
 	CRASH_POINT(HANDOFF_GRANTED);
 	k->waiters--;
 	key_count_grant_locked(k);
 	__atomic_store_n(&k->token, token, __ATOMIC_RELAXED);
-	/* Bounds-checked: node fields may be damaged (found by fuzz_segment). */
-	if (wn->staged_len && wn->staged_len - 1 <= seg->caps.max_value &&
-	    w >= seg->caps.max_holds)
-		key_set_value_locked(seg, k, seg_staged_buf(seg, w), wn->staged_len - 1);
 	key_touch_locked(k);
 	key_count_locked(&k->n_handoffs);
 	if (hn->lease_ms)
