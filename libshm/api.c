@@ -24,9 +24,12 @@ int api_enter(local_session *s, const char *key, size_t *len)
 
 uint64_t api_lock_deadline(uint64_t deadline_ns)
 {
-	uint64_t floor = deadline_after_ms(API_TRY_LOCK_MS);
+	uint64_t floor;
 
-	return deadline_ns && deadline_ns < floor ? floor : deadline_ns;
+	if (!deadline_ns)
+		return 0; /* no clock read for an untimed acquire (issue 13, N2) */
+	floor = deadline_after_ms(API_TRY_LOCK_MS);
+	return deadline_ns < floor ? floor : deadline_ns;
 }
 
 int api_find_inspect(local_session *s, const char *key, size_t len, struct seg_key **out)
@@ -40,20 +43,45 @@ int api_find_inspect(local_session *s, const char *key, size_t len, struct seg_k
  * slot; its hold is remembered here, in process memory, so that its
  * release counts the hold time. Holds that never queued are not timed: the
  * lock-free path reads no clock and writes nothing for metrics.
+ *
+ * The notes are lock-free (issue 13, N2: three process-mutex sections per
+ * contended lock+release were a tenth of its instructions). An entry
+ * belongs to whoever moves its granted_ns: from 0 (empty) or a time to
+ * WAITED_BUSY to fill it in, from a time to 0 to end it. A release that
+ * lost the race for an entry leaves it to the winner. Two grants noted at
+ * the same nanosecond could confuse an ending with a replacement: then a
+ * hold time is lost or mis-timed, never anything but a metric.
  */
-static void note_waited(local_session *s, const char *key, uint32_t key_idx, uint64_t tok,
-			uint64_t now)
-{
-	uint32_t i, pick = 0;
+#define WAITED_BUSY 1ull
 
-	pthread_mutex_lock(&s->pending_lock);
-	for (i = 0; i < 4; i++)
-		if (!s->waited[i].granted_ns || s->waited[i].granted_ns < s->waited[pick].granted_ns)
-			pick = i; /* an empty entry, or the oldest */
-	if (!s->waited[pick].granted_ns)
-		atomic_fetch_add_explicit(&s->nwaited, 1, memory_order_relaxed);
-	s->waited[pick] = (struct waited_hold){ key_idx, key_hash(key, strlen(key)), tok, now };
-	pthread_mutex_unlock(&s->pending_lock);
+static void note_waited(local_session *s, uint32_t key_idx, uint64_t tok, uint64_t now)
+{
+	uint32_t i, tries, pick;
+	uint64_t g, oldest;
+
+	for (tries = 0; tries < 8; tries++) {
+		/* An empty entry, or else the oldest note: replaced. */
+		pick = 0;
+		oldest = UINT64_MAX;
+		for (i = 0; i < 4; i++) {
+			g = atomic_load_explicit(&s->waited[i].granted_ns, memory_order_relaxed);
+			if (g != WAITED_BUSY && g < oldest) {
+				oldest = g;
+				pick = i;
+			}
+		}
+		if (oldest == UINT64_MAX)
+			return; /* every entry being written: this note is lost */
+		if (!atomic_compare_exchange_strong(&s->waited[pick].granted_ns, &oldest,
+						    WAITED_BUSY))
+			continue;
+		if (!oldest)
+			atomic_fetch_add_explicit(&s->nwaited, 1, memory_order_relaxed);
+		atomic_store_explicit(&s->waited[pick].key_idx, key_idx, memory_order_relaxed);
+		atomic_store_explicit(&s->waited[pick].token, tok, memory_order_relaxed);
+		atomic_store_explicit(&s->waited[pick].granted_ns, now, memory_order_release);
+		return;
+	}
 }
 
 static void note_released(local_session *s, uint32_t key_idx, uint64_t tok)
@@ -62,38 +90,48 @@ static void note_released(local_session *s, uint32_t key_idx, uint64_t tok)
 
 	if (!atomic_load_explicit(&s->nwaited, memory_order_relaxed))
 		return;
-	pthread_mutex_lock(&s->pending_lock);
 	for (i = 0; i < 4; i++) {
 		struct waited_hold *w = &s->waited[i];
+		uint64_t g = atomic_load_explicit(&w->granted_ns, memory_order_acquire), t;
 
 		/* Any entry of the key ends with its release; only the
 		 * hold's own is timed (another is a hold lost meanwhile). */
-		if (w->granted_ns && w->key_idx == key_idx) {
-			if (w->token == tok)
-				hist_note(&s->seg->sessions[s->who.slot].hold_hist,
-					  mono_ns() - w->granted_ns);
-			w->granted_ns = 0;
-			atomic_fetch_sub_explicit(&s->nwaited, 1, memory_order_relaxed);
-		}
+		if (g <= WAITED_BUSY ||
+		    atomic_load_explicit(&w->key_idx, memory_order_relaxed) != key_idx)
+			continue;
+		t = atomic_load_explicit(&w->token, memory_order_relaxed);
+		if (!atomic_compare_exchange_strong(&w->granted_ns, &g, 0))
+			continue; /* replaced or ended meanwhile: not ours */
+		atomic_fetch_sub_explicit(&s->nwaited, 1, memory_order_relaxed);
+		if (t == tok)
+			hist_note(&s->seg->sessions[s->who.slot].hold_hist, mono_ns() - g);
 	}
-	pthread_mutex_unlock(&s->pending_lock);
 }
 
 /* Is @key's hold one note_waited() remembered? Then its release takes the
- * slow path, which times it. Process memory only: a relaxed load when none. */
-static bool waited_for(local_session *s, const char *key)
+ * slow path, which times it. Process memory only: a relaxed load when none.
+ * The key is named by the entry its key hint gives (the one the lock-free
+ * release tries, and the acquire found it in), not hashed (issue 13, N2);
+ * no hint, or a note being written: the slow path, which finds out. In
+ * *idx: the entry asked about. */
+static bool waited_for(local_session *s, const char *key, uint32_t *idx)
 {
-	uint32_t i, h;
-	bool hit = false;
+	uint32_t i;
 
+	*idx = IDX_NONE;
 	if (!atomic_load_explicit(&s->nwaited, memory_order_relaxed))
 		return false;
-	h = key_hash(key, strnlen(key, LOCAL_KEY_MAX + 1));
-	pthread_mutex_lock(&s->pending_lock);
-	for (i = 0; i < 4 && !hit; i++)
-		hit = s->waited[i].granted_ns && s->waited[i].key_hash == h;
-	pthread_mutex_unlock(&s->pending_lock);
-	return hit;
+	*idx = key_hint_idx(&s->hints, key);
+	if (*idx == IDX_NONE)
+		return true;
+	for (i = 0; i < 4; i++) {
+		uint64_t g = atomic_load_explicit(&s->waited[i].granted_ns, memory_order_acquire);
+
+		if (g == WAITED_BUSY ||
+		    (g && atomic_load_explicit(&s->waited[i].key_idx, memory_order_relaxed) == *idx))
+			return true;
+	}
+	return false;
 }
 
 void api_note_wait(local_session *s, const char *key, int err, uint64_t since, uint32_t key_idx,
@@ -101,20 +139,21 @@ void api_note_wait(local_session *s, const char *key, int err, uint64_t since, u
 {
 	uint64_t now;
 
+	(void)key; /* notes name the entry (key_idx), not the string */
 	if (err && err != -ETIMEDOUT)
 		return; /* the session ended, say: the slot may be another's now */
 	now = mono_ns();
 	hist_note(&s->seg->sessions[s->who.slot].wait_hist, now - since);
 	if (!err)
-		note_waited(s, key, key_idx, tok, now);
+		note_waited(s, key_idx, tok, now);
 }
 
 /* api_acquire() past the lock-free path: queue if need be, and wait. */
 static __attribute__((noinline)) int acquire_slow(local_session *s, const char *key,
-						  const struct acquire_req *req, int64_t timeout_ms,
+						  struct acquire_req *req, int64_t timeout_ms,
 						  uint64_t *token)
 {
-	uint64_t deadline = timeout_ms > 0 ? deadline_after_ms(timeout_ms) : 0, tok = 0;
+	uint64_t deadline = timeout_ms > 0 ? deadline_after_ms(timeout_ms) : 0, tok = 0, since = 0;
 	uint32_t waiter = IDX_NONE, key_idx;
 	struct seg_key *k;
 	size_t len;
@@ -132,13 +171,19 @@ static __attribute__((noinline)) int acquire_slow(local_session *s, const char *
 		err = -EBUSY;
 	if (err)
 		return err;
+	/* The wait starts when the request queues. @req is the caller's own
+	 * (api_lock_full(), api_sem_acquire_full()), dead once we return. */
+	req->queued_ns = &since;
 	err = key_acquire_locked(s->seg, k, req, &tok, &waiter, &s->hints);
 	key_idx = seg_key_index(s->seg, k);
 	key_unlock(k);
 	if (err == 1) {
-		uint64_t since = mono_ns();
-
 		err = waiter_wait(s->seg, waiter, key_idx, s->who, deadline, &tok);
+		/* Out of the queue (granted and consumed, or timed out and
+		 * unlinked): no longer a request a duplicate check must find.
+		 * Anything else may have left it queued: keep counting it. */
+		if (!err || err == -ETIMEDOUT)
+			atomic_fetch_sub_explicit(&s->hints.queued, 1, memory_order_relaxed);
 		api_note_wait(s, key, err, since, key_idx, tok);
 	} else if (err == -EALREADY)
 		err = -LOCAL_EENQUEUED; /* another thread's request, or local_enqueue() */
@@ -150,7 +195,7 @@ static __attribute__((noinline)) int acquire_slow(local_session *s, const char *
 	return err;
 }
 
-int api_acquire(local_session *s, const char *key, const struct acquire_req *req,
+int api_acquire(local_session *s, const char *key, struct acquire_req *req,
 		int64_t timeout_ms, uint64_t *token)
 {
 	uint32_t key_idx;
@@ -251,6 +296,7 @@ static int release_slow(local_session *s, const char *key, size_t len)
 /* local_release() when the lock-free path (fast_unlock()) did not answer. */
 int api_release_full(local_session *s, const char *key)
 {
+	uint32_t idx;
 	size_t len;
 	int err = api_enter(s, key, &len);
 
@@ -258,9 +304,15 @@ int api_release_full(local_session *s, const char *key)
 		return err;
 	/* fast_unlock() stands aside while any waited hold is noted; a key
 	 * that is not one of them may still go lock-free (J3 metrics). */
-	if (!atomic_load_explicit(&s->npending, memory_order_relaxed) && !waited_for(s, key) &&
-	    fast_release(s->seg, key, s->who, &s->hints) == 0)
+	if (!atomic_load_explicit(&s->npending, memory_order_relaxed) && !waited_for(s, key, &idx) &&
+	    fast_release(s->seg, key, s->who, &s->hints) == 0) {
+		/* The hint was stale (the string now names another entry):
+		 * the hold released may have been a waited one, so forget
+		 * its note (untimed) rather than keep it for ever. */
+		if (idx != IDX_NONE && key_hint_idx(&s->hints, key) != idx)
+			note_released(s, key_hint_idx(&s->hints, key), 0);
 		return 0;
+	}
 	return release_slow(s, key, len);
 }
 

@@ -538,6 +538,9 @@ int local_session_open(const struct local_session_opts *opts, local_session **ou
 		goto fail;
 	}
 	hints_spread(s);
+	/* The only handle of this session: every request it queues counts in
+	 * hints.queued (the broker's in-process handles do not say so). */
+	s->hints.sole = true;
 	lock_identity_set(s->seg, seg_session_at(s->seg, rep.slot));
 	hex_encode(rep.id, sizeof(rep.id), s->id);
 	s->fork_gen = atomic_load(&fork_gen);

@@ -44,10 +44,12 @@ struct local_session {
 	struct pending *pending;
 	_Atomic uint32_t npending; /* entries in pending: read without the lock */
 	/* J3 metrics (api.c): holds granted after a wait, so that their
-	 * release can time them; process memory, under pending_lock. */
+	 * release can time them; process memory, lock-free (issue 13, N2:
+	 * whoever moves granted_ns owns the entry, see note_waited()). */
 	struct waited_hold {
-		uint32_t key_idx, key_hash;
-		uint64_t token, granted_ns; /* 0: empty */
+		_Atomic uint64_t granted_ns; /* 0: empty; 1: being written */
+		_Atomic uint64_t token;
+		_Atomic uint32_t key_idx; /* the entry, as the key hint names it */
 	} waited[4];
 	_Atomic uint32_t nwaited;
 };
@@ -162,7 +164,7 @@ uint64_t api_lock_deadline(uint64_t deadline_ns);
 /* Find @key for a call that only looks, waiting API_INSPECT_LOCK_MS at most. */
 int api_find_inspect(local_session *s, const char *key, size_t len, struct seg_key **out);
 int api_enter(local_session *s, const char *key, size_t *len);
-int api_acquire(local_session *s, const char *key, const struct acquire_req *req,
+int api_acquire(local_session *s, const char *key, struct acquire_req *req,
 		int64_t timeout_ms, uint64_t *token);
 /* Why @s does not hold key @key_idx: -LOCAL_EEXPIRED (a lease ran out; with
  * @consume the record is used up), -LOCAL_ESESSION or -LOCAL_ENOTHELD. */

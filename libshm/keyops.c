@@ -189,6 +189,7 @@ static int enqueue_locked(struct segment *seg, struct seg_key *k, const struct a
 {
 	uint32_t key = seg_key_index(seg, k);
 	struct seg_node *node, *tail;
+	uint64_t now;
 	uint32_t n;
 
 	n = node_claim(seg, seg->caps.max_holds, seg->caps.max_waiters, req->who.slot, key, hint);
@@ -211,7 +212,10 @@ static int enqueue_locked(struct segment *seg, struct seg_key *k, const struct a
 	}
 	node->hold = IDX_NONE;
 	node->token = 0;
-	node->queued_ms = (uint32_t)(mono_ns() / 1000000); /* J3: shmlock info's wait time */
+	now = mono_ns();
+	node->queued_ms = (uint32_t)(now / 1000000); /* J3: shmlock info's wait time */
+	if (req->queued_ns)
+		*req->queued_ns = now;
 	node->next = IDX_NONE;
 	node->prev = k->q_tail;
 	atomic_store(&node->futex, k->q_tail == IDX_NONE ? NODE_FUTEX_IDLE : NODE_FUTEX_BEHIND);
@@ -252,7 +256,11 @@ int key_acquire_locked(struct segment *seg, struct seg_key *k, const struct acqu
 		*token = seg->nodes[h].token;
 		return 0;
 	}
-	if (key_find_waiter_locked(seg, k, req->who) != IDX_NONE)
+	/* A duplicate is another request of this session: none queued, no
+	 * walk (node_hints.queued, read under the key mutex that every
+	 * enqueue of the session's requests held when it counted). */
+	if ((!hints->sole || atomic_load_explicit(&hints->queued, memory_order_relaxed)) &&
+	    key_find_waiter_locked(seg, k, req->who) != IDX_NONE)
 		return -EALREADY;
 	/* No barging: a free slot goes to the queue's head, not to us. A
 	 * cluster key also needs the host's cluster lock (cluster_gated()). */
@@ -262,6 +270,8 @@ int key_acquire_locked(struct segment *seg, struct seg_key *k, const struct acqu
 	if (req->try_only)
 		return -EBUSY;
 	err = enqueue_locked(seg, k, req, waiter, &hints->wait);
+	if (err == 1)
+		atomic_fetch_add_explicit(&hints->queued, 1, memory_order_relaxed);
 	/* Cluster keys (issue 16): a waiter on a gated key asks the broker to
 	 * take the key's cluster lock. Host-local keys never get here. */
 	if (err == 1 && (cluster_gated(seg, k) || cluster_slots_full(k)))
@@ -275,6 +285,8 @@ int key_acquire_locked(struct segment *seg, struct seg_key *k, const struct acqu
  *   w->hold, w->token  — private to w until its word changes;
  *   h->word = HOLDING by w's session — the hold moves here;
  *   unlink w from the queue — repair rebuilds the queue anyway;
+ *   the staged value, if any, becomes the key's — read from w's node while
+ *     the node is still w's request;
  *   w->word = GRANTED — the waiter may now consume it (and reuse the node).
  */
 static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t w, uint32_t h)
@@ -299,16 +311,19 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	 * (found by the spin model). */
 	queue_unlink_locked(seg, k, w);
 	CRASH_POINT(HANDOFF_UNLINKED);
+	/* The staged value before GRANTED: once granted, the waiter may free
+	 * its node and stage another request's value in it (a data race
+	 * found by TSan, issue 13 N2: a key could get another key's value).
+	 * Bounds-checked: node fields may be damaged (found by fuzz_segment). */
+	if (wn->staged_len && wn->staged_len - 1 <= seg->caps.max_value &&
+	    w >= seg->caps.max_holds)
+		key_set_value_locked(seg, k, seg_staged_buf(seg, w), wn->staged_len - 1);
 	/* seq_cst, against the waiter's PARKED store and re-read. */
 	atomic_store(&wn->word, NODE_PACK(NODE_GRANTED, NODE_SESSION(ww), key));
 	CRASH_POINT(HANDOFF_GRANTED);
 	k->waiters--;
 	key_count_grant_locked(k);
 	__atomic_store_n(&k->token, token, __ATOMIC_RELAXED);
-	/* Bounds-checked: node fields may be damaged (found by fuzz_segment). */
-	if (wn->staged_len && wn->staged_len - 1 <= seg->caps.max_value &&
-	    w >= seg->caps.max_holds)
-		key_set_value_locked(seg, k, seg_staged_buf(seg, w), wn->staged_len - 1);
 	key_touch_locked(k);
 	key_count_locked(&k->n_handoffs);
 	if (hn->lease_ms)

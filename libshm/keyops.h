@@ -41,6 +41,16 @@ struct node_hints {
 	_Atomic uint32_t hold;
 	_Atomic uint32_t wait;
 	struct key_hint keys[KEY_HINTS];
+	/* Issue 13 (N2): requests this session queued (key_acquire_locked(),
+	 * under the key mutex) that may still be queued; acquire_slow() takes
+	 * back its own once its wait has taken them out of the queue, other
+	 * callers never (so it only over-counts). With @sole (this struct is
+	 * its session's only handle: local_session_open()), 0 means the
+	 * session has no request in any queue, and an acquire skips the walk
+	 * of the key's queue for a duplicate (7 other processes' node lines
+	 * per handoff with 8 processes on a key). */
+	_Atomic uint32_t queued;
+	bool sole;
 };
 
 static inline struct key_hint *key_hint_of(struct node_hints *h, const char *key)
@@ -76,6 +86,9 @@ struct acquire_req {
 	bool fast_tried; /* the lock-free path missed just now: go to the mutex */
 	const void *value; /* NULL: leave the value alone */
 	size_t value_len;
+	/* If set, an enqueue stores the clock it read for the node here: the
+	 * caller's wait starts then (J3 metrics: one clock read, not two). */
+	uint64_t *queued_ns;
 };
 
 /* ---- key table (keytab.c) --------------------------------------------- */

@@ -13,13 +13,21 @@
  *   watched   - the same on a key another process watches (mutex path)
  *   sem       - local_sem_acquire(limit 4) + local_release, no other holder
  *   semheld   - the same while another session holds one unit
+ *   contendedP - local_lock + local_release on a key that P-1 other
+ *               processes (2 <= P <= 16) lock and release in a loop too: a
+ *               FIFO handoff per pair (issue 13, N2). Only this process is
+ *               counted; the others run under valgrind as well (forked), with
+ *               instrumentation off. Run it under `taskset -c 0` for the
+ *               one-CPU case of `make bench` section 2.
  * Built by scripts/callgrind-pairs.sh, not by make: it is a measuring tool.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -31,12 +39,22 @@
 
 static char dir[64] = "/tmp/cgpairs-XXXXXX", sock[128], shm[64];
 static pid_t broker, watcher;
+static pid_t others[16];
+static int nothers;
+static bool contended_case; /* contendedP: a blocking lock, P-1 others */
+/* Shared with the contending processes: stop, and how many have locked. */
+static struct {
+	_Atomic int stop;
+	_Atomic int started;
+} *cshared;
 
 static void die(const char *what, int err)
 {
 	fprintf(stderr, "callgrind-pairs: %s: %s\n", what, err ? local_strerror(err) : "");
 	if (watcher > 0)
 		kill(watcher, SIGKILL);
+	while (nothers > 0)
+		kill(others[--nothers], SIGKILL);
 	if (broker > 0)
 		kill(broker, SIGTERM);
 	exit(1);
@@ -86,6 +104,8 @@ static int pairs(local_session *s, const char *cs, const char *key, long n)
 	while (n-- > 0 && !err) {
 		if (sem)
 			err = local_sem_acquire(s, key, 4, &try_once, NULL);
+		else if (contended_case)
+			err = local_lock(s, key, NULL, NULL); /* queue and wait */
 		else
 			err = local_lock(s, key, &try_once, NULL);
 		if (!err)
@@ -94,11 +114,23 @@ static int pairs(local_session *s, const char *cs, const char *key, long n)
 	return err;
 }
 
+/* The key's handoff count (the segment's own, read directly). */
+static uint64_t handoffs(local_session *s, const char *key)
+{
+	uint32_t i;
+
+	for (i = 0; i < s->seg->caps.max_keys; i++)
+		if (!strcmp(s->seg->keys[i].key, key))
+			return s->seg->keys[i].n_handoffs;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *key = "cg/key";
 	local_session *s, *other;
 	struct timespec t0, t1;
+	uint64_t h0;
 	long n, tries;
 	int err, st;
 
@@ -161,10 +193,47 @@ int main(int argc, char **argv)
 		}
 		pause_ms(200);
 		kill(watcher, SIGSTOP);
+	} else if (!strncmp(argv[2], "contended", 9)) {
+		int p = atoi(argv[2] + 9), i;
+
+		if (p < 2 || p > 16)
+			die("contendedP: 2 <= P <= 16", 0);
+		contended_case = true;
+		cshared = mmap(NULL, sizeof(*cshared), PROT_READ | PROT_WRITE,
+			       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (cshared == MAP_FAILED)
+			die("mmap", -errno);
+		for (i = 0; i < p - 1; i++) {
+			pid_t c = fork();
+
+			if (c < 0)
+				die("fork", -errno);
+			if (!c) {
+				local_session *o = session();
+				bool first = true;
+
+				while (!atomic_load(&cshared->stop)) {
+					if (local_lock(o, key, NULL, NULL) || local_release(o, key))
+						_exit(1);
+					if (first)
+						atomic_fetch_add(&cshared->started, 1);
+					first = false;
+				}
+				local_session_close(o);
+				_exit(0);
+			}
+			others[nothers++] = c;
+		}
+		for (tries = 0; atomic_load(&cshared->started) < p - 1; tries++) {
+			if (tries > 30000)
+				die("contending processes do not start", 0);
+			pause_ms(2);
+		}
 	}
 	err = pairs(s, argv[2], key, n);
 	if (err)
 		die("warm-up", err);
+	h0 = handoffs(s, key);
 	CALLGRIND_ZERO_STATS;
 	CALLGRIND_TOGGLE_COLLECT; /* on: valgrind --collect-atstart=no */
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -177,10 +246,17 @@ int main(int argc, char **argv)
 	CALLGRIND_DUMP_STATS_AT(argv[2]);
 	if (err)
 		die("pairs", err);
+	if (cshared) /* every pair should have been a handoff in and one out */
+		fprintf(stderr, "%s: %" PRIu64 " handoffs (all processes) during %ld pairs\n",
+			argv[2], handoffs(s, key) - h0, n);
 	if (watcher > 0) {
 		kill(watcher, SIGKILL);
 		waitpid(watcher, &st, 0);
 	}
+	if (cshared)
+		atomic_store(&cshared->stop, 1);
+	while (nothers > 0)
+		waitpid(others[--nothers], &st, 0);
 	local_session_close(s);
 	kill(broker, SIGTERM);
 	waitpid(broker, &st, 0);
