@@ -162,6 +162,10 @@ int local_wait(local_session *s, const char *key, int64_t timeout_ms, uint64_t *
 	if (!p)
 		return -LOCAL_ENOTENQUEUED;
 	err = waiter_wait(s->seg, p->node, p->key_idx, s->who, deadline, &tok);
+	/* Out of the queue: the duplicate check may skip its walk again once
+	 * the session has no other request queued (as acquire_slow()). */
+	if (!err || err == -ETIMEDOUT)
+		atomic_fetch_sub_explicit(&s->hints.queued, 1, memory_order_relaxed);
 	if (p->queued_ns) /* J3: metrics */
 		api_note_wait(s, key, err, p->queued_ns, p->key_idx, tok);
 	if (!err)
@@ -189,6 +193,7 @@ void api_drop_granted_pending(local_session *s, const char *key, size_t len, uin
 	if (p && atomic_compare_exchange_strong(&s->seg->nodes[p->node].word, &granted, 0)) {
 		*pp = p->next;
 		atomic_fetch_sub(&s->npending, 1);
+		atomic_fetch_sub_explicit(&s->hints.queued, 1, memory_order_relaxed);
 	} else
 		p = NULL;
 	pthread_mutex_unlock(&s->pending_lock);

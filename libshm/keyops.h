@@ -42,9 +42,11 @@ struct node_hints {
 	_Atomic uint32_t wait;
 	struct key_hint keys[KEY_HINTS];
 	/* Issue 13 (N2): requests this session queued (key_acquire_locked(),
-	 * under the key mutex) that may still be queued; acquire_slow() takes
-	 * back its own once its wait has taken them out of the queue, other
-	 * callers never (so it only over-counts). With @sole (this struct is
+	 * under the key mutex) that may still be queued; acquire_slow() and
+	 * local_wait() take back their own once the wait has taken it out of
+	 * the queue (granted, or timed out and unlinked), as does a release
+	 * that ends a granted local_enqueue() request nobody waited for; other
+	 * outcomes keep it counted (so it only over-counts). With @sole (this struct is
 	 * its session's only handle: local_session_open()), 0 means the
 	 * session has no request in any queue, and an acquire skips the walk
 	 * of the key's queue for a duplicate (7 other processes' node lines

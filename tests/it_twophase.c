@@ -147,6 +147,42 @@ TEST(twophase, lock_while_enqueued_says_enqueued, 20)
 	broker_stop(&b);
 }
 
+/*
+ * The session's count of queued requests (node_hints.queued, which lets an
+ * acquire skip the walk for a duplicate) is taken back when a
+ * local_wait() ends a request, and only then: after a timed-out wait and a
+ * granted one, a request queued anew must still be found by an acquire of
+ * the same key (a count taken back twice would skip the walk, and the try
+ * would answer EBUSY).
+ */
+TEST(twophase, a_queued_request_is_found_after_earlier_waits_ended, 20)
+{
+	LOCAL_OPTS(local_acquire_opts, try, .timeout_ms = 0);
+	struct broker_proc b;
+	local_session *h, *a;
+	int granted = -1;
+
+	broker_start(&b, NULL);
+	h = open_session(&b, "holder", 0, 0);
+	a = open_session(&b, "a", 0, 0);
+	CHECK_OK(local_lock(h, "tp/q1", NULL, NULL));
+	CHECK_OK(local_lock(h, "tp/q2", NULL, NULL));
+	CHECK_OK(local_enqueue(a, "tp/q2", 0, NULL, &granted, NULL));
+	CHECK_EQ(granted, 0);
+	/* A wait that times out, then one that is granted, on another key. */
+	CHECK_OK(local_enqueue(a, "tp/q1", 0, NULL, &granted, NULL));
+	CHECK_RC(local_wait(a, "tp/q1", 10, NULL), -ETIMEDOUT);
+	CHECK_RC(local_lock(a, "tp/q2", &try, NULL), -LOCAL_EENQUEUED);
+	CHECK_OK(local_enqueue(a, "tp/q1", 0, NULL, &granted, NULL));
+	CHECK_OK(local_release(h, "tp/q1"));
+	CHECK_OK(local_wait(a, "tp/q1", 1000, NULL));
+	CHECK_OK(local_release(a, "tp/q1"));
+	CHECK_RC(local_lock(a, "tp/q2", &try, NULL), -LOCAL_EENQUEUED);
+	CHECK_OK(local_release(h, "tp/q2"));
+	CHECK_OK(local_wait(a, "tp/q2", 1000, NULL));
+	broker_stop(&b);
+}
+
 struct role {
 	const struct broker_proc *b;
 	const char *key;
