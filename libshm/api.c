@@ -173,6 +173,7 @@ static __attribute__((noinline)) int acquire_slow(local_session *s, const char *
 		return err;
 	/* The wait starts when the request queues. @req is the caller's own
 	 * (api_lock_full(), api_sem_acquire_full()), dead once we return. */
+	/* cppcheck-suppress autoVariables */
 	req->queued_ns = &since;
 	err = key_acquire_locked(s->seg, k, req, &tok, &waiter, &s->hints);
 	key_idx = seg_key_index(s->seg, k);
