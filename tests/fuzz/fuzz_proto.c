@@ -31,6 +31,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		    memchr(req.force.key, '\0', req.force.key_len))
 			abort();
 		break;
+	case MSG_BIND: /* a pid the broker then checks is a child of the caller */
+		if (req.bind.pid <= 0 || req.bind.reserved)
+			abort();
+		break;
 	case MSG_CLOSE:
 	case MSG_DESTROY:
 		break;
