@@ -176,6 +176,7 @@ static __attribute__((noinline)) int acquire_slow(local_session *s, const char *
 	/* cppcheck-suppress autoVariables */
 	req->queued_ns = &since;
 	err = key_acquire_locked(s->seg, k, req, &tok, &waiter, &s->hints);
+	req->queued_ns = NULL; /* no pointer to this frame outlives it */
 	key_idx = seg_key_index(s->seg, k);
 	key_unlock(k);
 	if (err == 1) {
