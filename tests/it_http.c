@@ -882,7 +882,10 @@ TEST(http, lock_timed_acquire_times_out_and_leaves_the_queue, 20)
 	c = lock_acquire(&h.ux, s, "timed/k", 1);
 	took = now_ms() - t0;
 	CHECK_OUTCOME(c, "timeout");
-	if (took < 900 || took > 4000)
+	/* Not before its 1 s. How much later is the load's as much as ours: a
+	 * figure, and a bound (it was 4 s) only against a timeout not kept. */
+	fprintf(stderr, "    a 1 s acquire answered after %llu ms\n", (unsigned long long)took);
+	if (took < 900 || took >= 1000 + AT_ONCE_MS)
 		FAIL_AT("a 1 s acquire answered after %llu ms", (unsigned long long)took);
 	CHECK_EQ(WAITERS(holder, "timed/k"), 0);
 	CHECK_STR(key_info(holder, "timed/k")->holder_session, local_session_id(holder));
@@ -1110,7 +1113,9 @@ TEST(http, lock_wait_timeout_leaves_the_queue, 20)
 	c = op(&h.ux, s, "locks", "wt/k", "wait", "{\"timeout_s\":1}");
 	took = now_ms() - t0;
 	CHECK_OUTCOME(c, "timeout");
-	if (took < 900 || took > 4000)
+	/* As for an acquire: not before its 1 s; how much later is a figure. */
+	fprintf(stderr, "    a 1 s wait answered after %llu ms\n", (unsigned long long)took);
+	if (took < 900 || took >= 1000 + AT_ONCE_MS)
 		FAIL_AT("a 1 s wait answered after %llu ms", (unsigned long long)took);
 	CHECK_EQ(WAITERS(holder, "wt/k"), 0);
 	CHECK_ERROR(op(&h.ux, s, "locks", "wt/k", "wait", "{\"timeout_s\":1}"), 409,
@@ -1120,7 +1125,7 @@ TEST(http, lock_wait_timeout_leaves_the_queue, 20)
 	CHECK_EQ(WAITERS(holder, "wt/k"), 1);
 	t0 = now_ms();
 	CHECK_OUTCOME(op(&h.ux, s, "locks", "wt/k", "wait", "{\"timeout_s\":0}"), "timeout");
-	CHECK(now_ms() - t0 < 900);
+	CHECK_AT_ONCE(t0);
 	CHECK_EQ(WAITERS(holder, "wt/k"), 0);
 	/* Nobody is left to hand the key to. */
 	CHECK_OK(local_release(holder, "wt/k"));
@@ -2556,8 +2561,8 @@ TEST(http, idle_sessions_are_reaped_but_not_while_a_request_is_in_flight, 40)
 	w = start(&h.ux, "POST", "/v1/locks/idle%2Fk", busy, "{\"acquire_timeout_s\":15}");
 	if (!PUMP_UNTIL(WAITERS(obs, "idle/k") == 1, 5000))
 		FAIL_AT("the long wait did not queue");
-	if (!PUMP_UNTIL(!session_alive(obs, idle), 6000))
-		FAIL_AT("the idle session was not reaped within 6 s");
+	if (!PUMP_UNTIL(!session_alive(obs, idle), 10000))
+		FAIL_AT("the idle session was not reaped within 10 s");
 	gone = now_ms() - t0;
 	if (gone < 1900)
 		FAIL_AT("the idle session was reaped after %llu ms, before 2x the idle timeout",
@@ -2578,11 +2583,14 @@ TEST(http, idle_sessions_are_reaped_but_not_while_a_request_is_in_flight, 40)
 		FAIL_AT("the long wait was not granted");
 	CHECK_OUTCOME(w, "ok");
 	CHECK_STR(key_info(obs, "idle/k")->holder_session, busy);
-	/* The session is alive: its hold releases over HTTP. */
+	/* The session is alive: its hold releases over HTTP. Its idle time
+	 * runs from the end of that request, so it is timed from before the
+	 * request starts: timed from after the answer, a client held off the
+	 * CPU for 200 ms saw the reap come "early". */
+	t1 = now_ms();
 	release_ok(&h.ux, busy, "locks", "idle/k", jstr(w, "token"));
 	/* Now idle: reaped in its turn. */
-	t1 = now_ms();
-	if (!PUMP_UNTIL(!session_alive(obs, busy), 6000))
+	if (!PUMP_UNTIL(!session_alive(obs, busy), 10000))
 		FAIL_AT("the session was not reaped after its wait ended");
 	gone = now_ms() - t1;
 	CHECK(gone >= 1800);
