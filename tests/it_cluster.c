@@ -1456,7 +1456,7 @@ TEST(cluster, semaphore_cap, 30)
  */
 TEST(cluster, semaphore_hosts, 60)
 {
-	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 5000);
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 10000);
 	LOCAL_OPTS(local_acquire_opts, shortw, .timeout_ms = 700);
 	struct broker_proc a, b, c;
 	struct record *r = record_new();
@@ -1533,7 +1533,9 @@ TEST(cluster, semaphore_hosts, 60)
  */
 TEST(cluster, semaphore_batch, 60)
 {
-	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 3000);
+	/* Starved is never: 10 s (as no_starvation) leaves a TSan build on a
+	 * loaded machine room for a batch of 4 and the etcd round trips. */
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 10000);
 	struct record *r = record_new();
 	_Atomic int *stop = &r->stop;
 	struct broker_proc a, b;
