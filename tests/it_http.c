@@ -2031,16 +2031,25 @@ TEST(http, table_caps_are_503, 30)
  * sessions are refused, and the broker exits once its HTTP connections are
  * gone or a bounded drain time (1 s, http_draining()) has passed. The test
  * holds an idle connection open so the drain lasts that full second, and
- * does its checks as soon as the wait's 503 arrives (a few ms into it); it
- * asserts they all happened inside the drain, so a slow run fails loudly
- * rather than passing by luck.
+ * does its checks as soon as the wait's 503 arrives (a few ms into it).
+ *
+ * Answers that say "draining" can only come from inside the drain, so no
+ * timing check is needed when they come. A round whose checks could not
+ * all be made within the second (the broker gone: a slow machine, a TSan
+ * build) proves nothing either way: it is run again, up to DRAIN_ROUNDS
+ * times. (It used to fail such a run outright.) An answer that is wrong
+ * inside the second fails at once.
  */
-TEST(http, sigterm_drains_waits_with_503_and_ready_turns_503, 30)
+#define DRAIN_ROUNDS 3
+
+/* One round; returns whether it was too slow to judge. */
+static bool drain_round(void)
 {
 	struct hbroker h;
 	local_session *holder;
 	struct call *w, *c;
-	uint64_t t0;
+	const char *why;
+	uint64_t t0, took;
 	int idle, status;
 	char *s, *m = NULL;
 
@@ -2065,13 +2074,17 @@ TEST(http, sigterm_drains_waits_with_503_and_ready_turns_503, 30)
 		FAIL_AT("the wait in flight was not ended by SIGTERM");
 	CHECK_ERROR(w, 503, "draining");
 	c = req(&h.ux, "GET", "/ready", NULL, NULL);
-	CHECK_STATUS(c, 503);
-	CHECK_STR(c->out, "{\"status\":\"draining\"}"); /* dflockd's, exactly */
-	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "draining");
-	CHECK_STATUS(req(&h.ux, "GET", "/health", NULL, NULL), 200);
-	if (now_ms() - t0 >= 1000)
-		FAIL_AT("checks took %llu ms: outside the 1 s drain",
-			(unsigned long long)(now_ms() - t0));
+	why = status_mismatch(c, 503);
+	if (!why && strcmp(c->out, "{\"status\":\"draining\"}")) /* dflockd's, exactly */
+		why = strf("/ready said %s", c->out);
+	if (!why)
+		why = error_mismatch(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503,
+				     "draining", true);
+	if (!why)
+		why = status_mismatch(req(&h.ux, "GET", "/health", NULL, NULL), 200);
+	took = now_ms() - t0;
+	if (why && took < 1000)
+		FAIL_AT("%s (%llu ms into the drain)", why, (unsigned long long)took);
 	close(idle);
 	status = pid_wait(h.b.pid, 10000);
 	h.b.pid = 0;
@@ -2080,6 +2093,20 @@ TEST(http, sigterm_drains_waits_with_503_and_ready_turns_503, 30)
 	c = req(&h.ux, "GET", "/health", NULL, NULL);
 	CHECK_EQ(c->status, 0);
 	hb_stop(&h);
+	if (why)
+		fprintf(stderr, "    checks not done within the 1 s drain (%llu ms: %s); again\n",
+			(unsigned long long)took, why);
+	return why != NULL;
+}
+
+TEST(http, sigterm_drains_waits_with_503_and_ready_turns_503, 40)
+{
+	int round;
+
+	for (round = 0; round < DRAIN_ROUNDS; round++)
+		if (!drain_round())
+			return;
+	FAIL_AT("%d rounds in a row too slow to check inside the 1 s drain", DRAIN_ROUNDS);
 }
 
 /*
