@@ -531,6 +531,8 @@ TEST(cluster, etcd_down, 60)
 	while ((rc = local_held(s, "c/d", NULL)) == 0 && now_ms() - t0 < 10000)
 		usleep(1000);
 	ended = now_ms() - t0;
+	fprintf(stderr, "    the hold ended %llu ms after etcd stopped (TTL %s s, margin %s ms)\n",
+		(unsigned long long)ended, TTL_S, MARGIN_MS);
 	CHECK_RC(rc, -LOCAL_ECLUSTER);
 	if (ended >= (uint64_t)atoi(TTL_S) * 1000)
 		FAIL_AT("hold ended %llu ms after etcd stopped: not before the TTL",
