@@ -590,7 +590,9 @@ TEST(admin, stats_counters_move, 20)
 	CHECK_EQ(s1.ttl_expiries, s0.ttl_expiries);
 	/* A TTL expiry. */
 	s0 = s1;
-	mortal = open_session(&b, "mortal", 0, 100);
+	/* 1 s: long enough to take a key before it is gone, on a slow
+	 * machine too (with 100 ms a stall there lost the session first). */
+	mortal = open_session(&b, "mortal", 0, 1000);
 	CHECK_OK(local_lock(mortal, "st/ttl", NULL, NULL));
 	CHECK(WAIT_FOR(info_of(obs, "st/ttl")->holders == 0, 5000));
 	CHECK_OK(local_stats(obs, &s1));

@@ -1049,14 +1049,17 @@ TEST(cli, lease_outlives_the_child, 20)
 	char cmd[512];
 
 	use_broker(&b);
-	/* The child runs five leases long, and checks it still holds at the
-	 * end; a TTL on the session is renewed the same way. */
-	snprintf(cmd, sizeof(cmd), "sleep 1; '%s' info -json svc", cli_bin());
-	CHECK_EXIT(cli_run(ARGS("lock", "-lease=200ms", "-ttl=200ms", "svc", cmd), NULL, out, err,
-			   10000),
+	/* The child runs three leases long, and checks it still holds at the
+	 * end; a TTL on the session is renewed the same way. shmlock renews
+	 * three times a period: with 1 s it may be held off the CPU for 600
+	 * ms. (With 200 ms a stall of 130 ms lost the session: 1 run in the
+	 * whole suite under a stall injector.) */
+	snprintf(cmd, sizeof(cmd), "sleep 3; '%s' info -json svc", cli_bin());
+	CHECK_EXIT(cli_run(ARGS("lock", "-lease=1s", "-ttl=1s", "svc", cmd), NULL, out, err,
+			   15000),
 		   0, err);
 	CHECK_JQ(out, ".holder_count == 1 and .holders[0].lease_remaining_ms > 0 and "
-		      ".holders[0].lease_remaining_ms <= 200");
+		      ".holders[0].lease_remaining_ms <= 1000");
 	broker_stop(&b);
 }
 

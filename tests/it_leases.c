@@ -329,7 +329,9 @@ static int lease_left(const struct local_holder *hd, void *arg)
 TEST(leases, calls_after_expiry_say_expired, 20)
 {
 	static const char *const keys[] = { "exp/renew", "exp/release", "exp/held" };
-	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .lease_ms = 100);
+	/* Long enough to read the first one's lease while it runs, on a slow
+	 * machine too (100 ms was not always). */
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .lease_ms = 1000);
 	struct broker_proc b;
 	local_session *h, *obs;
 	uint64_t tok[3], left = 0;
@@ -341,9 +343,9 @@ TEST(leases, calls_after_expiry_say_expired, 20)
 	for (i = 0; i < 3; i++)
 		CHECK_OK(local_lock(h, keys[i], &o, &tok[i]));
 	CHECK_OK(local_holders(obs, keys[0], lease_left, &left));
-	CHECK(left > 0 && left <= 100);
+	CHECK(left > 0 && left <= 1000);
 	for (i = 0; i < 3; i++)
-		wait_gone(obs, keys[i], tok[i], 5000);
+		wait_gone(obs, keys[i], tok[i], 1000 + MISSED_MS);
 	CHECK_RC(local_renew(h, keys[0], 0, NULL), -LOCAL_EEXPIRED);
 	CHECK_RC(local_release(h, keys[1]), -LOCAL_EEXPIRED);
 	CHECK_RC(local_held(h, keys[2], NULL), -LOCAL_EEXPIRED);
@@ -416,7 +418,10 @@ TEST(leases, renew_without_a_lease, 20)
 /* A queued request's lease starts at its grant, not at its enqueue. */
 TEST(leases, lease_starts_at_the_grant, 20)
 {
-	LOCAL_OPTS(local_acquire_opts, leased, .timeout_ms = 0, .lease_ms = 300);
+	/* 1 s: the waiter must see its grant held before the lease ends, on a
+	 * slow machine too (300 ms was not always). */
+	enum { LEASE = 1000 };
+	LOCAL_OPTS(local_acquire_opts, leased, .timeout_ms = 0, .lease_ms = LEASE);
 	struct broker_proc b;
 	local_session *h, *w, *obs;
 	uint64_t granted_at, seen, tok = 0;
@@ -430,14 +435,14 @@ TEST(leases, lease_starts_at_the_grant, 20)
 	CHECK_OK(local_enqueue(w, "lease/queued", 0, &leased, &granted, NULL));
 	CHECK_EQ(granted, 0);
 	/* Queued for longer than its lease. */
-	expect_no_change_until(obs, "lease/queued", now_ms() + 400);
+	expect_no_change_until(obs, "lease/queued", now_ms() + LEASE + 200);
 	granted_at = now_ms();
 	CHECK_OK(local_release(h, "lease/queued"));
 	CHECK_OK(local_wait(w, "lease/queued", 5000, &tok));
 	CHECK_OK(local_held(w, "lease/queued", NULL));
-	seen = wait_gone(obs, "lease/queued", tok, 300 + MISSED_MS);
-	report_late("the expiry", seen, granted_at + 300);
-	CHECK(seen >= granted_at + 300);
+	seen = wait_gone(obs, "lease/queued", tok, LEASE + MISSED_MS);
+	report_late("the expiry", seen, granted_at + LEASE);
+	CHECK(seen >= granted_at + LEASE);
 	CHECK_RC(local_held(w, "lease/queued", NULL), -LOCAL_EEXPIRED);
 	broker_stop(&b);
 }

@@ -296,7 +296,9 @@ TEST(sessions, stale_handle_cannot_touch_new_session_in_its_slot, 20)
 
 	broker_start(&b, flags);
 	obs = open_session(&b, "obs", 0, 0);
-	mortal = open_session(&b, "mortal", 0, 100);
+	/* 1 s: long enough to take a key before it is gone, on a slow
+	 * machine too (with 100 ms a stall there lost the session first). */
+	mortal = open_session(&b, "mortal", 0, 1000);
 	CHECK_OK(local_lock(mortal, "slot/k", NULL, NULL));
 	CHECK(WAIT_SESSIONS(obs, 1, 5000));
 	heir = open_session(&b, "heir", 0, 0); /* the only free slot: mortal's */
