@@ -787,7 +787,8 @@ static void restart_matrix(int sig)
 	due = delay_end > up_at ? delay_end : up_at;
 	twd = expect_grant(&wd, (int)(due > now_ms() ? due - now_ms() : 0) + 10000);
 	at = now_ms();
-	fprintf(stderr, "    lock-delay ended %lld ms after it was due (broker back %lld ms after)\n",
+	fprintf(stderr, "    lock-delay ended %lld ms after it was due (broker back %lld ms "
+			"after)\n",
 		(long long)at - (long long)delay_end, (long long)up_at - (long long)delay_end);
 	if (at + 15 < delay_end)
 		FAIL_AT("lock-delay ended %lld ms before it was due",
