@@ -72,10 +72,13 @@ void broker_wait_ready(struct broker_proc *b, int timeout_ms)
 		FAIL_AT("broker did not come up on %s (log: %s)", b->sock, b->log);
 }
 
+/* A broker that exits ends the wait at once; one that comes up slowly (a
+ * TSan build on a loaded machine, its segment to create or re-adopt) has
+ * 15 s. */
 static void launch_with(struct broker_proc *b, const char *const *more)
 {
 	broker_spawn(b, more);
-	broker_wait_ready(b, 5000);
+	broker_wait_ready(b, 15000);
 }
 
 void broker_names(struct broker_proc *b, const char *tag)

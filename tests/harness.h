@@ -90,6 +90,23 @@ uint64_t now_ms(void);
 		ok_;                                                                       \
 	})
 
+/*
+ * "Returns at once, not after its own timeout", without a timing assertion:
+ * give the call a timeout no run reaches (NEVER_MS, beyond every test's
+ * deadline) and require it back within AT_ONCE_MS, far more than a loaded
+ * machine or a TSan build takes for one call. A call that waited for its
+ * timeout fails either way; a slow one does not.
+ */
+#define NEVER_MS 60000
+#define AT_ONCE_MS 10000
+#define CHECK_AT_ONCE(t0)                                                                 \
+	do {                                                                               \
+		uint64_t took_ = now_ms() - (t0);                                          \
+		if (took_ >= AT_ONCE_MS)                                                   \
+			FAIL_AT("answered after %llu ms, not at once",                     \
+				(unsigned long long)took_);                                \
+	} while (0)
+
 /* ---- child processes with a message pipe -------------------------------- */
 
 struct child {

@@ -882,7 +882,10 @@ TEST(http, lock_timed_acquire_times_out_and_leaves_the_queue, 20)
 	c = lock_acquire(&h.ux, s, "timed/k", 1);
 	took = now_ms() - t0;
 	CHECK_OUTCOME(c, "timeout");
-	if (took < 900 || took > 4000)
+	/* Not before its 1 s. How much later is the load's as much as ours: a
+	 * figure, and a bound (it was 4 s) only against a timeout not kept. */
+	fprintf(stderr, "    a 1 s acquire answered after %llu ms\n", (unsigned long long)took);
+	if (took < 900 || took >= 1000 + AT_ONCE_MS)
 		FAIL_AT("a 1 s acquire answered after %llu ms", (unsigned long long)took);
 	CHECK_EQ(WAITERS(holder, "timed/k"), 0);
 	CHECK_STR(key_info(holder, "timed/k")->holder_session, local_session_id(holder));
@@ -1063,7 +1066,7 @@ TEST(http, wait_restarts_the_enqueued_lease, 20)
 	struct hbroker h;
 	local_session *holder;
 	struct call *c;
-	uint64_t left = 0;
+	uint64_t left = 0, ran;
 	char *s;
 
 	hb_start(&h, false, NULL);
@@ -1074,21 +1077,26 @@ TEST(http, wait_restarts_the_enqueued_lease, 20)
 	CHECK_OK(local_release(holder, "wl/k")); /* granted now; its 3 s run */
 	if (!WAIT_FOR((local_holders(holder, "wl/k", lease_of, &left), left < 1900), 5000))
 		FAIL_AT("the grant's lease did not run");
+	ran = left;
 	c = op(&h.ux, s, "locks", "wl/k", "wait", "{\"timeout_s\":5}");
 	CHECK_OUTCOME(c, "ok");
 	CHECK_EQ(jint(c, "lease_ttl_s"), 3);
 	CHECK_EQ(local_holders(holder, "wl/k", lease_of, &left), 1);
-	CHECK(left > 2000); /* started again */
+	/* Started again: more left than before the wait (a lease only runs
+	 * down), however long the wait's round trip took on this machine (a
+	 * fixed "more than 2 s left" allowed it 1 s). */
+	CHECK(left > ran);
 	/* The same after an immediate grant. */
 	CHECK_OUTCOME(op(&h.ux, s, "locks", "wl/free", "enqueue", "{\"lease_ttl_s\":3}"),
 		      "acquired");
 	if (!WAIT_FOR((local_holders(holder, "wl/free", lease_of, &left), left < 1900), 5000))
 		FAIL_AT("the grant's lease did not run");
+	ran = left;
 	c = op(&h.ux, s, "locks", "wl/free", "wait", "{\"timeout_s\":0}");
 	CHECK_OUTCOME(c, "ok");
 	CHECK_EQ(jint(c, "lease_ttl_s"), 3);
 	CHECK_EQ(local_holders(holder, "wl/free", lease_of, &left), 1);
-	CHECK(left > 2000);
+	CHECK(left > ran);
 	hb_stop(&h);
 }
 
@@ -1110,7 +1118,9 @@ TEST(http, lock_wait_timeout_leaves_the_queue, 20)
 	c = op(&h.ux, s, "locks", "wt/k", "wait", "{\"timeout_s\":1}");
 	took = now_ms() - t0;
 	CHECK_OUTCOME(c, "timeout");
-	if (took < 900 || took > 4000)
+	/* As for an acquire: not before its 1 s; how much later is a figure. */
+	fprintf(stderr, "    a 1 s wait answered after %llu ms\n", (unsigned long long)took);
+	if (took < 900 || took >= 1000 + AT_ONCE_MS)
 		FAIL_AT("a 1 s wait answered after %llu ms", (unsigned long long)took);
 	CHECK_EQ(WAITERS(holder, "wt/k"), 0);
 	CHECK_ERROR(op(&h.ux, s, "locks", "wt/k", "wait", "{\"timeout_s\":1}"), 409,
@@ -1120,7 +1130,7 @@ TEST(http, lock_wait_timeout_leaves_the_queue, 20)
 	CHECK_EQ(WAITERS(holder, "wt/k"), 1);
 	t0 = now_ms();
 	CHECK_OUTCOME(op(&h.ux, s, "locks", "wt/k", "wait", "{\"timeout_s\":0}"), "timeout");
-	CHECK(now_ms() - t0 < 900);
+	CHECK_AT_ONCE(t0);
 	CHECK_EQ(WAITERS(holder, "wt/k"), 0);
 	/* Nobody is left to hand the key to. */
 	CHECK_OK(local_release(holder, "wt/k"));
@@ -1910,7 +1920,10 @@ TEST(http, rate_limit_per_address_is_429, 20)
 	struct call *c;
 	int i;
 
-	hb_start(&h, true, ARGS("--http-rate-limit-per-ip", "2", "--http-rate-limit-burst", "2"));
+	/* The refusals below need their requests inside one token's refill:
+	 * at 1 a second (the lowest rate) a slow run has 1 s for four of them
+	 * (at 2 a second it had 500 ms). */
+	hb_start(&h, true, ARGS("--http-rate-limit-per-ip", "1", "--http-rate-limit-burst", "2"));
 	/* The readiness probes of hb_start() are exempt: the burst is whole. */
 	CHECK_STATUS(req(&h.tcp, "GET", "/v1/stats", NULL, NULL), 200);
 	CHECK_STATUS(req(&h.tcp, "GET", "/v1/stats", NULL, NULL), 200);
@@ -1928,12 +1941,12 @@ TEST(http, rate_limit_per_address_is_429, 20)
 	CHECK_STATUS(req(&h.ux, "GET", "/v1/stats", NULL, NULL), 200);
 	CHECK_STATUS(req(&h.ux, "GET", "/v1/stats", NULL, NULL), 200);
 	CHECK_ERROR(req(&h.ux, "GET", "/v1/stats", NULL, NULL), 429, "rate_limited");
-	/* A rate, not a ban: a token comes back within about half a second. */
+	/* A rate, not a ban: a token comes back within about a second. */
 	c = NULL;
 	if (!WAIT_FOR((call_free(c), c = req(&h.tcp, "GET", "/v1/stats", NULL, NULL),
 		       c->status == 200),
-		      3000))
-		FAIL_AT("still limited after 3 s: %s", status_mismatch(c, 200));
+		      10000))
+		FAIL_AT("still limited after 10 s: %s", status_mismatch(c, 200));
 	hb_stop(&h);
 }
 
@@ -2026,16 +2039,25 @@ TEST(http, table_caps_are_503, 30)
  * sessions are refused, and the broker exits once its HTTP connections are
  * gone or a bounded drain time (1 s, http_draining()) has passed. The test
  * holds an idle connection open so the drain lasts that full second, and
- * does its checks as soon as the wait's 503 arrives (a few ms into it); it
- * asserts they all happened inside the drain, so a slow run fails loudly
- * rather than passing by luck.
+ * does its checks as soon as the wait's 503 arrives (a few ms into it).
+ *
+ * Answers that say "draining" can only come from inside the drain, so no
+ * timing check is needed when they come. A round whose checks could not
+ * all be made within the second (the broker gone: a slow machine, a TSan
+ * build) proves nothing either way: it is run again, up to DRAIN_ROUNDS
+ * times. (It used to fail such a run outright.) An answer that is wrong
+ * inside the second fails at once.
  */
-TEST(http, sigterm_drains_waits_with_503_and_ready_turns_503, 30)
+#define DRAIN_ROUNDS 3
+
+/* One round; returns whether it was too slow to judge. */
+static bool drain_round(void)
 {
 	struct hbroker h;
 	local_session *holder;
 	struct call *w, *c;
-	uint64_t t0;
+	const char *why;
+	uint64_t t0, took;
 	int idle, status;
 	char *s, *m = NULL;
 
@@ -2060,13 +2082,17 @@ TEST(http, sigterm_drains_waits_with_503_and_ready_turns_503, 30)
 		FAIL_AT("the wait in flight was not ended by SIGTERM");
 	CHECK_ERROR(w, 503, "draining");
 	c = req(&h.ux, "GET", "/ready", NULL, NULL);
-	CHECK_STATUS(c, 503);
-	CHECK_STR(c->out, "{\"status\":\"draining\"}"); /* dflockd's, exactly */
-	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "draining");
-	CHECK_STATUS(req(&h.ux, "GET", "/health", NULL, NULL), 200);
-	if (now_ms() - t0 >= 1000)
-		FAIL_AT("checks took %llu ms: outside the 1 s drain",
-			(unsigned long long)(now_ms() - t0));
+	why = status_mismatch(c, 503);
+	if (!why && strcmp(c->out, "{\"status\":\"draining\"}")) /* dflockd's, exactly */
+		why = strf("/ready said %s", c->out);
+	if (!why)
+		why = error_mismatch(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503,
+				     "draining", true);
+	if (!why)
+		why = status_mismatch(req(&h.ux, "GET", "/health", NULL, NULL), 200);
+	took = now_ms() - t0;
+	if (why && took < 1000)
+		FAIL_AT("%s (%llu ms into the drain)", why, (unsigned long long)took);
 	close(idle);
 	status = pid_wait(h.b.pid, 10000);
 	h.b.pid = 0;
@@ -2075,6 +2101,20 @@ TEST(http, sigterm_drains_waits_with_503_and_ready_turns_503, 30)
 	c = req(&h.ux, "GET", "/health", NULL, NULL);
 	CHECK_EQ(c->status, 0);
 	hb_stop(&h);
+	if (why)
+		fprintf(stderr, "    checks not done within the 1 s drain (%llu ms: %s); again\n",
+			(unsigned long long)took, why);
+	return why != NULL;
+}
+
+TEST(http, sigterm_drains_waits_with_503_and_ready_turns_503, 40)
+{
+	int round;
+
+	for (round = 0; round < DRAIN_ROUNDS; round++)
+		if (!drain_round())
+			return;
+	FAIL_AT("%d rounds in a row too slow to check inside the 1 s drain", DRAIN_ROUNDS);
 }
 
 /*
@@ -2556,8 +2596,8 @@ TEST(http, idle_sessions_are_reaped_but_not_while_a_request_is_in_flight, 40)
 	w = start(&h.ux, "POST", "/v1/locks/idle%2Fk", busy, "{\"acquire_timeout_s\":15}");
 	if (!PUMP_UNTIL(WAITERS(obs, "idle/k") == 1, 5000))
 		FAIL_AT("the long wait did not queue");
-	if (!PUMP_UNTIL(!session_alive(obs, idle), 6000))
-		FAIL_AT("the idle session was not reaped within 6 s");
+	if (!PUMP_UNTIL(!session_alive(obs, idle), 10000))
+		FAIL_AT("the idle session was not reaped within 10 s");
 	gone = now_ms() - t0;
 	if (gone < 1900)
 		FAIL_AT("the idle session was reaped after %llu ms, before 2x the idle timeout",
@@ -2578,11 +2618,14 @@ TEST(http, idle_sessions_are_reaped_but_not_while_a_request_is_in_flight, 40)
 		FAIL_AT("the long wait was not granted");
 	CHECK_OUTCOME(w, "ok");
 	CHECK_STR(key_info(obs, "idle/k")->holder_session, busy);
-	/* The session is alive: its hold releases over HTTP. */
+	/* The session is alive: its hold releases over HTTP. Its idle time
+	 * runs from the end of that request, so it is timed from before the
+	 * request starts: timed from after the answer, a client held off the
+	 * CPU for 200 ms saw the reap come "early". */
+	t1 = now_ms();
 	release_ok(&h.ux, busy, "locks", "idle/k", jstr(w, "token"));
 	/* Now idle: reaped in its turn. */
-	t1 = now_ms();
-	if (!PUMP_UNTIL(!session_alive(obs, busy), 6000))
+	if (!PUMP_UNTIL(!session_alive(obs, busy), 10000))
 		FAIL_AT("the session was not reaped after its wait ended");
 	gone = now_ms() - t1;
 	CHECK(gone >= 1800);

@@ -20,24 +20,28 @@ static uint32_t holders_of(local_session *s, const char *key)
 
 TEST(sessions, ttl_expiry_releases_holds, 20)
 {
+	enum { TTL = 1000 };
 	struct broker_proc b;
 	local_session *obs, *mortal, *renewed;
 	uint64_t t0, end;
 
 	broker_start(&b, NULL);
 	obs = open_session(&b, "obs", 0, 0);
-	mortal = open_session(&b, "mortal", 0, 200);
-	renewed = open_session(&b, "renewed", 0, 200);
+	/* A TTL of 1 s renewed every 20 ms: this process may stall for most
+	 * of a second (a loaded machine) before the renewed one is lost. With
+	 * 200 ms, a stall of 180 ms failed the test. */
+	mortal = open_session(&b, "mortal", 0, TTL);
+	renewed = open_session(&b, "renewed", 0, TTL);
 	CHECK_OK(local_lock(mortal, "ttl/a", NULL, NULL));
 	CHECK_OK(local_lock(renewed, "ttl/b", NULL, NULL));
 	t0 = now_ms();
 	/* Renew one session for 3 TTL periods; the other is left to expire. */
-	for (end = t0 + 600; now_ms() < end;) {
+	for (end = t0 + 3 * TTL; now_ms() < end;) {
 		CHECK_OK(local_session_renew(renewed));
 		usleep(20000);
 	}
-	CHECK(WAIT_FOR(holders_of(obs, "ttl/a") == 0, 2000));
-	CHECK(now_ms() - t0 >= 200);
+	CHECK(WAIT_FOR(holders_of(obs, "ttl/a") == 0, 10000));
+	CHECK(now_ms() - t0 >= TTL);
 	CHECK_EQ(holders_of(obs, "ttl/b"), 1);
 	CHECK_RC(local_release(mortal, "ttl/a"), -LOCAL_ESESSION);
 	CHECK_RC(local_session_renew(mortal), -LOCAL_ESESSION);
@@ -292,7 +296,9 @@ TEST(sessions, stale_handle_cannot_touch_new_session_in_its_slot, 20)
 
 	broker_start(&b, flags);
 	obs = open_session(&b, "obs", 0, 0);
-	mortal = open_session(&b, "mortal", 0, 100);
+	/* 1 s: long enough to take a key before it is gone, on a slow
+	 * machine too (with 100 ms a stall there lost the session first). */
+	mortal = open_session(&b, "mortal", 0, 1000);
 	CHECK_OK(local_lock(mortal, "slot/k", NULL, NULL));
 	CHECK(WAIT_SESSIONS(obs, 1, 5000));
 	heir = open_session(&b, "heir", 0, 0); /* the only free slot: mortal's */

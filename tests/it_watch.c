@@ -42,10 +42,11 @@ TEST(watch, returns_at_once_when_the_index_is_past, 20)
 	CHECK_OK(local_lock(a, "w/past", &o, NULL));
 	idx = info_of(a, "w/past")->modify_index;
 	CHECK(idx >= 1);
+	/* At once, not after the timeout; -1 waits for ever were it to wait. */
 	t0 = now_ms();
-	CHECK_OK(local_watch(a, "w/past", idx - 1, 5000, out));
+	CHECK_OK(local_watch(a, "w/past", idx - 1, NEVER_MS, out));
 	CHECK_OK(local_watch(a, "w/past", 0, -1, out));
-	CHECK(now_ms() - t0 < 1000);
+	CHECK_AT_ONCE(t0);
 	CHECK_EQ(out->modify_index, idx);
 	CHECK_EQ(out->kind, LOCAL_KIND_LOCK);
 	CHECK_EQ(out->holders, 1);
@@ -126,15 +127,18 @@ TEST(watch, times_out, 20)
 	t0 = now_ms();
 	CHECK_RC(local_watch(a, "w/quiet", idx, 150, out), -ETIMEDOUT);
 	dt = now_ms() - t0;
+	/* Never early. How late is the machine's load as much as ours: a
+	 * figure, not a check (it was < 650 ms, which a loaded CI can miss);
+	 * a timeout not kept at all is the harness's deadline. */
+	fprintf(stderr, "    a 150 ms watch timed out after %llu ms\n", (unsigned long long)dt);
 	CHECK(dt >= 150);
-	CHECK(dt < 150 + 500);
 	/* Filled all the same. */
 	CHECK_EQ(out->kind, LOCAL_KIND_LOCK);
 	CHECK_EQ(out->holders, 1);
 	CHECK_EQ(out->modify_index, idx);
 	t0 = now_ms();
 	CHECK_RC(local_watch(a, "w/quiet", idx, 0, out), -ETIMEDOUT);
-	CHECK(now_ms() - t0 < 100);
+	CHECK_AT_ONCE(t0);
 	CHECK_EQ(watchers_of(a, "w/quiet"), 0);
 	free(out);
 	broker_stop(&b);
@@ -458,7 +462,7 @@ static void *watch_forever(void *p)
 	struct destroyed_arg *a = p;
 	struct local_key_info *info = new_info();
 
-	a->r = local_watch(a->s, "w/destroyed", UINT64_MAX / 2, 3000, info);
+	a->r = local_watch(a->s, "w/destroyed", UINT64_MAX / 2, NEVER_MS, info);
 	free(info);
 	return NULL;
 }
@@ -479,7 +483,7 @@ TEST(watch, destroyed_session_ends_its_watch, 20)
 	t0 = now_ms();
 	CHECK_OK(local_session_destroy(obs, local_session_id(a.s)));
 	pthread_join(th, NULL);
-	if (now_ms() - t0 >= 1000 || a.r != -LOCAL_ESESSION)
+	if (now_ms() - t0 >= AT_ONCE_MS || a.r != -LOCAL_ESESSION)
 		FAIL_AT("the watch of the destroyed session returned %d (%s) after %llu ms; "
 			"want %d (%s) at once",
 			a.r, local_strerror(a.r), (unsigned long long)(now_ms() - t0),

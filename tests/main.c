@@ -60,11 +60,29 @@ static void sweep_leftovers(pid_t pid)
 		fprintf(stderr, "    could not remove /tmp/shmlock-test-%d-*\n", (int)pid);
 }
 
+/*
+ * A test that used more than a third of its deadline is one slow machine
+ * (CI's, a TSan or ASan build, a loaded host) away from timing out: say so
+ * in every run, with the figure. $SHMLOCK_TEST_TIMES=1 prints every test's.
+ */
+static void report_time(const struct test_case *tc, uint64_t took_ms, int timeout_s)
+{
+	const char *all = getenv("SHMLOCK_TEST_TIMES");
+
+	if (took_ms * 3 > (uint64_t)timeout_s * 1000)
+		fprintf(stderr, "    slow: %s/%s took %.1f s of its %d s deadline\n", tc->suite,
+			tc->name, (double)took_ms / 1000, timeout_s);
+	else if (all && *all && strcmp(all, "0"))
+		fprintf(stderr, "    time: %s/%s took %.1f s of its %d s deadline\n", tc->suite,
+			tc->name, (double)took_ms / 1000, timeout_s);
+}
+
 static void run_forked(void)
 {
 	const struct test_case *tc = current_case();
 	char msg[256];
 	int status = 0, pidfd, r, timeout_s;
+	uint64_t t0;
 	pid_t pid;
 
 	CU_ASSERT_PTR_NOT_NULL_FATAL(tc);
@@ -74,6 +92,7 @@ static void run_forked(void)
 	if (getenv("SHMLOCK_TEST_TIMEOUT_S") && atoi(getenv("SHMLOCK_TEST_TIMEOUT_S")) > timeout_s)
 		timeout_s = atoi(getenv("SHMLOCK_TEST_TIMEOUT_S"));
 	fflush(NULL);
+	t0 = now_ms();
 	pid = fork();
 	CU_ASSERT_FATAL(pid >= 0);
 	if (pid == 0) {
@@ -103,6 +122,7 @@ static void run_forked(void)
 		}
 	}
 	waitpid(pid, &status, 0);
+	report_time(tc, now_ms() - t0, timeout_s);
 	kill(-pid, SIGKILL); /* whatever the test left running */
 	sweep_leftovers(pid);
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
