@@ -31,6 +31,7 @@
 
 #include "broker_fixture.h"
 #include "harness.h"
+#include "net_fixture.h"
 
 #define TTL_S "3"
 #define MARGIN_MS "1000"
@@ -43,20 +44,6 @@ struct etcd3 {
 	int cport[3], pport[3];
 	char eps[160]; /* etcd://127.0.0.1:P,... for --cluster */
 };
-
-static int free_port(void)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
-	socklen_t len = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
-
-	CHECK(fd >= 0);
-	CHECK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
-	CHECK(getsockname(fd, (struct sockaddr *)&sa, &len) == 0);
-	port = ntohs(sa.sin_port);
-	close(fd);
-	return port;
-}
 
 static size_t sink(char *p, size_t size, size_t n, void *arg)
 {

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -12,18 +13,72 @@
 #include "harness.h"
 #include "net_fixture.h"
 
-int free_port(void)
+/* The kernel's range for the local ports of outgoing connections. */
+static void ephemeral_range(int *lo, int *hi)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	socklen_t n = sizeof(sa);
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+
+	*lo = 32768;
+	*hi = 60999;
+	if (f) {
+		if (fscanf(f, "%d %d", lo, hi) != 2) {
+			*lo = 32768;
+			*hi = 60999;
+		}
+		fclose(f);
+	}
+}
+
+/* Can a listener bind 127.0.0.1:@port now? (No SO_REUSEADDR: a port with
+ * connections in TIME_WAIT is passed over too.) */
+static bool port_is_free(int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool ok;
 
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    getsockname(fd, (struct sockaddr *)&sa, &n))
+	if (fd < 0)
 		FAIL_AT("finding a free port: %s", strerror(errno));
+	ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
 	close(fd);
-	return ntohs(sa.sin_port);
+	return ok;
+}
+
+/*
+ * A port below the ephemeral range. A port the kernel picked for bind(0)
+ * is one of the ephemeral ones, and between our close() and the server's
+ * bind() any outgoing connection on the machine (curl, a broker talking to
+ * etcd) may be given it as its local port: etcd then failed to start with
+ * "address already in use" (make check, cluster/no_starvation). Below the
+ * range only a listener can take a port. Consecutive ports from a start
+ * drawn per process, so that one test never gets the same port twice and
+ * the next test rarely meets this one's connections in TIME_WAIT.
+ */
+int free_port(void)
+{
+	static int next = -1;
+	int lo, hi, base = 10000, span, i;
+
+	ephemeral_range(&lo, &hi);
+	span = lo - base;
+	if (span < 1000) { /* an unusual range: the ports above it */
+		base = hi + 1;
+		span = 65536 - base;
+	}
+	if (span < 1000)
+		FAIL_AT("no port range outside the ephemeral %d-%d", lo, hi);
+	if (next < 0)
+		next = (int)(((unsigned)getpid() * 2654435761u ^ (unsigned)now_ms()) % (unsigned)span);
+	for (i = 0; i < span; i++) {
+		int port = base + next;
+
+		next = (next + 1) % span;
+		if (port_is_free(port))
+			return port;
+	}
+	FAIL_AT("no free port in %d-%d", base, base + span - 1);
+	return -1;
 }
 
 char *strf(const char *fmt, ...)

@@ -7,8 +7,9 @@
 #ifndef SHMLOCK_TEST_NET_FIXTURE_H
 #define SHMLOCK_TEST_NET_FIXTURE_H
 
-/* A free loopback TCP port: bound by the kernel's choice, then let go.
- * Fails the test when none can be had. */
+/* A free loopback TCP port below the kernel's ephemeral range (so that no
+ * outgoing connection takes it before the server binds it), a different one
+ * at each call. Fails the test when none can be had. */
 int free_port(void);
 
 /* A formatted string on the heap (tests are short-lived children: callers
