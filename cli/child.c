@@ -49,7 +49,7 @@ void child_argv_free(const struct lock_opts *o, char **argv)
 static bool is_ours(const char *e)
 {
 	static const char *const ours[] = { "SHMLOCK_HELD=", "SHMLOCK_KEY=", "SHMLOCK_TOKEN=",
-					    "SHMLOCK_SESSION=", NULL };
+					    "SHMLOCK_SESSION=", "CONSUL_LOCK_HELD=", NULL };
 	size_t i;
 
 	for (i = 0; ours[i]; i++)
@@ -69,7 +69,7 @@ char **child_env(const struct lock_opts *o, uint64_t token, const char *session_
 
 	while (environ[n])
 		n++;
-	env = calloc(n + 6, sizeof(*env));
+	env = calloc(n + 7, sizeof(*env));
 	if (!env)
 		return NULL;
 	for (i = 0; i < n; i++)
@@ -78,6 +78,9 @@ char **child_env(const struct lock_opts *o, uint64_t token, const char *session_
 			env[k++] = environ[i];
 	*kept = k;
 	bad |= asprintf(&env[k++], "SHMLOCK_HELD=true") < 0;
+	/* What `consul lock` promises its child, so that scripts written for
+	 * it run unchanged. */
+	bad |= asprintf(&env[k++], "CONSUL_LOCK_HELD=true") < 0;
 	bad |= asprintf(&env[k++], "SHMLOCK_KEY=%s", o->key) < 0;
 	bad |= asprintf(&env[k++], "SHMLOCK_TOKEN=%llu", (unsigned long long)token) < 0;
 	bad |= asprintf(&env[k++], "SHMLOCK_SESSION=%s", session_id) < 0;

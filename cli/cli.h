@@ -190,8 +190,8 @@ void table_print(struct table *t, FILE *out);
 void table_free(struct table *t);
 
 const char *kind_name(int kind);
-/* A fencing token as JSON: a string of 20 decimal digits, zero-padded, as
- * the HTTP API writes it. Tokens exceed 2^53, which a JSON number loses in
+/* A fencing token as JSON: a string of its decimal digits, the form of
+ * SHMLOCK_TOKEN too. Tokens exceed 2^53, which a JSON number loses in
  * jq 1.6 and JavaScript. */
 json_t *json_token(uint64_t token);
 /* Set @obj's @field to the @len bytes of value @v: a JSON string as it is

@@ -133,7 +133,7 @@ json_t *json_token(uint64_t token)
 {
 	char buf[24];
 
-	snprintf(buf, sizeof(buf), "%020llu", (unsigned long long)token);
+	snprintf(buf, sizeof(buf), "%llu", (unsigned long long)token);
 	return json_string(buf);
 }
 

@@ -6,5 +6,7 @@ set -eu
 broker=$1
 demo=$2
 
+echo "shmlockd: Ctrl-C stops it; its segment stays with shmlockd-keeper" \
+	"(pkill -TERM -x shmlockd-keeper ends that too)"
 "$demo" --wait-for-broker &
 exec "$broker"

@@ -56,7 +56,11 @@ grep -q "\"version\": \"$version\"" docs/openapi.json ||
 	fail "docs/openapi.json: info.version is not $version"
 [ "$("$o/shmlock" version | cut -d' ' -f2)" = "$version" ] ||
 	fail "shmlock version does not print $version"
-ok "VERSION ($version) agrees with the header, the symbol map, the OpenAPI document"
+for page in docs/liblocal.3 docs/shmlock.1 docs/shmlockd.8; do
+	grep -q "^\.TH .* \"shmlock $version\" " "$page" ||
+		fail "$page: its .TH line does not say shmlock $version"
+done
+ok "VERSION ($version) agrees with the header, the symbol map, the OpenAPI document, the man pages"
 
 # ---- LICENSE ----
 if [ -f LICENSE ] && grep -q "MIT License" LICENSE &&
