@@ -48,6 +48,15 @@ int usage_error(const char *cmd, const char *fmt, ...)
 	return EXIT_USAGE;
 }
 
+int key_usage_error(const char *cmd, const char *key)
+{
+	if (!*key)
+		return usage_error(cmd, "KEY must not be empty");
+	if (strlen(key) > LOCAL_KEY_MAX)
+		return usage_error(cmd, "KEY is longer than %d bytes", LOCAL_KEY_MAX);
+	return 0;
+}
+
 struct flag *args_flag(struct flag *flags, const char *name)
 {
 	for (; flags->name; flags++)

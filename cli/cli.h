@@ -83,6 +83,9 @@ struct flag *args_flag(struct flag *flags, const char *name);
 
 /* Print "shmlock CMD: ..." and the hint to run help; returns EXIT_USAGE. */
 int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A KEY argument that no key can be (empty, or longer than LOCAL_KEY_MAX):
+ * the same usage error from every command, EXIT_USAGE; 0 for a good one. */
+int key_usage_error(const char *cmd, const char *key);
 /* Print "shmlock: ..." to stderr. Messages echo keys, names and arguments:
  * each is escaped whole with text_escape(), so no byte of theirs reaches
  * the terminal raw. */

@@ -40,7 +40,7 @@ static int one_key_args(const char *cmd, struct flag *flags, int argc, char **ar
 			usage_error(cmd, "missing KEY");
 		return -EINVAL;
 	}
-	return 0;
+	return key_usage_error(cmd, argv[1]) ? -EINVAL : 0;
 }
 
 /* ---- info ---- */

@@ -111,13 +111,11 @@ int cmd_lock(int argc, char **argv)
 	o.key = argv[1];
 	o.child = argv + 2;
 	argv[1 + nargs] = NULL;
-	if (!*o.key)
-		return usage_error("lock", "KEY must not be empty");
-	if (strlen(o.key) > LOCAL_KEY_MAX)
-		return usage_error("lock", "KEY is longer than %d bytes", LOCAL_KEY_MAX);
+	if (key_usage_error("lock", o.key))
+		return EXIT_USAGE;
 	if (limit < 1 || limit > UINT32_MAX)
-		return usage_error("lock", "-n: the holder limit must be at least 1 (got %lld)",
-				   limit);
+		return usage_error("lock", "-n: the holder limit must be from 1 to %u (got %lld)",
+				   UINT32_MAX, limit);
 	o.limit = (uint32_t)limit;
 	if (monitor_retry < 0 || monitor_retry > UINT32_MAX)
 		return usage_error("lock", "-monitor-retry must be >= 0 (got %lld)", monitor_retry);

@@ -334,8 +334,9 @@ TEST(cli, bad_args_exit_64, 15)
 		{ "-try=-10s", "negative duration" },
 		{ "-timeout=blah", "invalid value \"blah\" for flag -timeout" },
 		{ "-monitor-retry=-5", "-monitor-retry must be >= 0" },
-		{ "-n=0", "holder limit must be at least 1" },
-		{ "-n=-2", "holder limit must be at least 1" },
+		{ "-n=0", "holder limit must be from 1 to 4294967295" },
+		{ "-n=-2", "holder limit must be from 1 to 4294967295" },
+		{ "-n=99999999999", "holder limit must be from 1 to 4294967295 (got 99999999999)" },
 		{ "-n=two", "invalid value \"two\" for flag -n" },
 		{ "-lock-delay=61s", "-lock-delay must be at most" },
 		{ "-kill-grace=5", "missing unit" },
@@ -366,6 +367,25 @@ TEST(cli, bad_args_exit_64, 15)
 	CHECK_EXIT(cli_run(ARGS("lock", "", "true"), NULL, out, err, 5000), 64, err);
 	CHECK_HAS(err, "KEY must not be empty");
 	CHECK(!exists(ran));
+	/* A key no key can be is the same usage error from every command,
+	 * refused before any connection. */
+	{
+		static const char *const cmds[] = { "lock", "info", "leader", "watch", NULL };
+		char long_key[LOCAL_KEY_MAX + 2];
+
+		memset(long_key, 'k', sizeof(long_key) - 1);
+		long_key[sizeof(long_key) - 1] = '\0';
+		for (i = 0; cmds[i]; i++) {
+			/* lock takes a command after KEY; the others nothing. */
+			const char *child = i ? NULL : "true";
+
+			CHECK_EXIT(cli_run(ARGS(cmds[i], "", child), NULL, out, err, 5000), 64, err);
+			CHECK_HAS(err, "KEY must not be empty");
+			CHECK_EXIT(cli_run(ARGS(cmds[i], long_key, child), NULL, out, err, 5000), 64,
+				   err);
+			CHECK_HAS(err, "KEY is longer than 255 bytes");
+		}
+	}
 }
 
 TEST(cli, duration_and_flag_syntax, 30)
