@@ -145,10 +145,18 @@ def strerror(code: int) -> str:
     return str(raw.decode("utf-8", "replace")) if raw else f"error {code}"
 
 
+# An acquire's two "not now" answers are errno values, whose C text speaks of
+# connections and resources ("Connection timed out"): say what they mean here.
+_TEXTS: Dict[int, str] = {
+    _errno.ETIMEDOUT: "timed out waiting for the key",
+    _errno.EBUSY: "the key is busy: it is held, or others wait for it first",
+}
+
+
 def error_for(rc: int, call: str = "") -> ShmlockError:
     """The exception for liblocal's return code @rc (negative)."""
     code = -rc if rc < 0 else rc
-    return _FAMILIES.get(code, ShmlockError)(code, strerror(code), call)
+    return _FAMILIES.get(code, ShmlockError)(code, _TEXTS.get(code) or strerror(code), call)
 
 
 def raise_for(rc: int, call: str = "") -> None:
