@@ -74,9 +74,43 @@ static int check_ms(const char *flag, int64_t ns, int64_t max_ms, int64_t *ms)
 	return 0;
 }
 
+/*
+ * consul lock's API options: where Consul's HTTP API is and how to reach it.
+ * A local broker has no such address, token or datacenter, but scripts
+ * written for consul lock pass them: accept them, and say in -verbose that
+ * they do not apply. The CONSUL_HTTP_* variables are not read either.
+ */
+static const char *const consul_api_flags[] = {
+	"http-addr",	   "token",	 "token-file", "datacenter", "ca-file", "ca-path",
+	"client-cert",	   "client-key", "tls-server-name", "namespace", "partition", NULL,
+};
+#define CONSUL_API_FLAGS 11
+_Static_assert(sizeof(consul_api_flags) / sizeof(consul_api_flags[0]) == CONSUL_API_FLAGS + 1,
+	       "CONSUL_API_FLAGS counts consul_api_flags");
+
+static void say_consul_flags_ignored(const struct lock_opts *o, const struct flag *api, bool stale)
+{
+	size_t i;
+
+	for (i = 0; api[i].name; i++)
+		if (api[i].set)
+			verbose(o, "-%s is consul lock's; it does not apply to a local broker (ignored)",
+				api[i].name);
+	if (stale)
+		verbose(o, "-stale is consul lock's; it does not apply to a local broker (ignored)");
+	for (i = 0; environ[i]; i++)
+		if (!strncmp(environ[i], "CONSUL_HTTP_", 12)) {
+			size_t n = strcspn(environ[i], "=");
+
+			verbose(o, "%.*s does not apply to a local broker (ignored)", (int)n,
+				environ[i]);
+		}
+}
+
 int cmd_lock(int argc, char **argv)
 {
 	struct lock_opts o = { .shell = true, .lock_delay_ms = -1 };
+	bool stale = false;
 	long long limit = 1, monitor_retry = 3;
 	int64_t timeout = 0, ttl = 0, lease = 0, lock_delay = 0, grace = 5000000000LL, ms;
 	struct flag flags[] = {
@@ -95,12 +129,21 @@ int cmd_lock(int argc, char **argv)
 		{ "ttl", FLAG_DURATION, &ttl, false },
 		{ "value", FLAG_STRING, &o.value, false },
 		{ "verbose", FLAG_BOOL, &o.verbose, false },
+		{ "stale", FLAG_BOOL, &stale, false },
 		CLI_FLAGS_END,
 	};
+	/* Room for the Consul API options after the table's own end. */
+	struct flag all[sizeof(flags) / sizeof(flags[0]) + CONSUL_API_FLAGS];
+	const char *ignored[CONSUL_API_FLAGS];
+	size_t nown = sizeof(flags) / sizeof(flags[0]) - 1, i;
 	char *name = NULL;
 	int nargs, r;
 
-	r = args_parse("lock", flags, argc, argv, ARGS_STOP_AT_ARG, &nargs);
+	memcpy(all, flags, nown * sizeof(flags[0]));
+	for (i = 0; i < CONSUL_API_FLAGS; i++)
+		all[nown + i] = (struct flag){ consul_api_flags[i], FLAG_STRING, &ignored[i], false };
+	all[nown + CONSUL_API_FLAGS] = flags[nown];
+	r = args_parse("lock", all, argc, argv, ARGS_STOP_AT_ARG, &nargs);
 	if (r) {
 		if (r > 0)
 			help_print("lock", stdout);
@@ -128,7 +171,7 @@ int cmd_lock(int argc, char **argv)
 	if (check_ms("lease", lease, UINT32_MAX, &ms))
 		return EXIT_USAGE;
 	o.lease_ms = (uint32_t)ms;
-	if (args_flag(flags, "lock-delay")->set) {
+	if (args_flag(all, "lock-delay")->set) {
 		if (check_ms("lock-delay", lock_delay, LOCAL_LOCK_DELAY_MAX_MS, &ms))
 			return EXIT_USAGE;
 		o.lock_delay_ms = (int32_t)ms;
@@ -144,6 +187,7 @@ int cmd_lock(int argc, char **argv)
 		return EXIT_FAIL;
 	}
 	o.name = name;
+	say_consul_flags_ignored(&o, all + nown, stale);
 	r = lock_run(&o);
 	free(name);
 	return r;

@@ -325,6 +325,34 @@ TEST(cli, help_has_no_tabs, 15)
 	CHECK_HAS(out, "shmlock ");
 }
 
+/* consul lock's command lines run unchanged: its API options are taken and
+ * set aside, and -verbose says so. */
+TEST(cli, consul_api_flags_accepted, 20)
+{
+	static char out[OUT_MAX], err[OUT_MAX];
+	struct broker_proc b;
+
+	use_broker(&b);
+	setenv("CONSUL_HTTP_TOKEN", "secret", 1);
+	CHECK_EXIT(cli_run(ARGS("lock", "-verbose", "-http-addr=127.0.0.1:8500", "-token", "t",
+				"-token-file=/nonexistent", "-datacenter", "dc1", "-ca-file=/x",
+				"-ca-path=/y", "-client-cert=/c", "-client-key=/k",
+				"-tls-server-name=s", "-namespace=n", "-partition=p", "-stale",
+				"jobs/consul", "echo ran"),
+			   NULL, out, err, 10000),
+		   0, err);
+	CHECK_HAS(out, "ran\n");
+	CHECK_HAS(err, "-http-addr is consul lock's; it does not apply to a local broker");
+	CHECK_HAS(err, "-partition is consul lock's");
+	CHECK_HAS(err, "-stale is consul lock's");
+	CHECK_HAS(err, "CONSUL_HTTP_TOKEN does not apply to a local broker");
+	/* Without -verbose, nothing is said. */
+	CHECK_EXIT(cli_run(ARGS("lock", "-http-addr", "h:1", "jobs/consul", "true"), NULL, out, err,
+			   10000),
+		   0, err);
+	CHECK(!strstr(err, "consul lock's"));
+}
+
 TEST(cli, bad_args_exit_64, 15)
 {
 	static const struct {
