@@ -400,6 +400,11 @@ SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR    ?= $(PREFIX)/lib/sysusers.d
 endif
 COMPLETIONDIR  ?= $(PREFIX)/share/bash-completion/completions
+# The README, the guides of docs/ and the network drop-in example, so that an
+# installed broker comes with what an operator reads (Debian: /usr/share/doc/shmlockd).
+DOCDIR         ?= $(PREFIX)/share/doc/shmlock
+DOC_FILES      := README.md docs/cluster.md docs/security.md docs/http-api.md docs/tcp-protocol.md \
+		  docs/consul-api.md docs/python.md docs/upgrades.md docs/web-view.md
 
 # Every function of the public header gets a man page link to liblocal(3),
 # so that `man local_lock` finds it.
@@ -417,7 +422,8 @@ INSTALLED_FILES := $(LIBDIR)/liblocal.so.$(VERSION) $(LIBDIR)/$(SONAME) $(LIBDIR
 	$(SYSTEMDUNITDIR)/shmlockd-http.socket $(SYSTEMDUNITDIR)/shmlockd-tcp.socket \
 	$(SYSTEMDUNITDIR)/shmlockd-consul.socket \
 	$(SYSTEMDUNITDIR)/shmlockd-metrics.socket \
-	$(SYSUSERSDIR)/shmlock.conf
+	$(SYSUSERSDIR)/shmlock.conf \
+	$(addprefix $(DOCDIR)/,$(notdir $(DOC_FILES))) $(DOCDIR)/examples/shmlockd-network.conf
 INSTALL_DIRS := $(sort $(dir $(INSTALLED_FILES)))
 # The directories install had to create are listed here (with DESTDIR), so
 # that uninstall removes them again once empty, and no other.
@@ -445,6 +451,10 @@ install: all
 	$(if $(CLI_SRC),install -m 0644 docs/shmlock.1 $(DESTDIR)$(MANDIR)/man1/)
 	$(if $(CLI_SRC),install -m 0644 cli/shmlock.bash-completion $(DESTDIR)$(COMPLETIONDIR)/shmlock)
 	$(MAKE) --no-print-directory install-units
+	install -m 0644 $(DOC_FILES) $(DESTDIR)$(DOCDIR)/
+	sed 's|@SBINDIR@|$(SBINDIR)|g' systemd/shmlockd-network.conf.in \
+		> $(DESTDIR)$(DOCDIR)/examples/shmlockd-network.conf
+	chmod 0644 $(DESTDIR)$(DOCDIR)/examples/shmlockd-network.conf
 	@if [ -z "$(DESTDIR)" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \
 			echo "ldconfig"; ldconfig; \

@@ -197,7 +197,14 @@ for f in /usr/lib/$ma/liblocal.so.0 /usr/lib/$ma/liblocal.so /usr/lib/$ma/libloc
 done
 grep -q '^ExecStart=/usr/sbin/shmlockd ' /lib/systemd/system/shmlockd.service ||
 	fail "shmlockd.service does not run /usr/sbin/shmlockd"
-ok "files in place: library, header, .pc, units, sysusers.d, man pages 1 3 8, completion"
+# The operator's reading (dh_compress gzips the larger ones).
+doc=/usr/share/doc/shmlockd
+for f in README.md cluster.md security.md; do
+	[ -e "$doc/$f" ] || [ -e "$doc/$f.gz" ] || fail "$doc/$f is not installed"
+done
+zcat -f "$doc/examples/shmlockd-network.conf"* 2>/dev/null | grep -q '^ExecStart=/usr/sbin/shmlockd ' ||
+	fail "$doc/examples/shmlockd-network.conf does not run /usr/sbin/shmlockd"
+ok "files in place: library, header, .pc, units, sysusers.d, man pages 1 3 8, completion, docs"
 
 # ---- the installed broker, on private paths, as the user shmlock ----
 # Its own directory, which the user shmlock can reach ($work is root's 0700).

@@ -97,6 +97,16 @@ else
 	fail "PREFIX=/usr: no shmlockd.service (ExecStart=/usr/sbin/shmlockd) in $unitdir"
 fi
 
+# The operator's reading: README, guides, the network drop-in naming the
+# installed broker.
+docdir=$dest/usr/share/doc/shmlock
+if [ -f "$docdir/README.md" ] && [ -f "$docdir/cluster.md" ] && [ -f "$docdir/security.md" ] &&
+	grep -q "^ExecStart=/usr/sbin/shmlockd " "$docdir/examples/shmlockd-network.conf" 2>/dev/null; then
+	ok "PREFIX=/usr: README, guides and the network drop-in in /usr/share/doc/shmlock"
+else
+	fail "PREFIX=/usr: docs missing from /usr/share/doc/shmlock"
+fi
+
 # Every function of the header has its man page link.
 n=0
 for f in $(sed -n 's/^LOCAL_API [^(]*[ *]\(local_[a-z_0-9]*\)(.*/\1/p' include/liblocal.h); do
