@@ -486,7 +486,8 @@ static int reclaim_stray(struct broker *b, uint32_t slot)
 
 void sessions_reclaim_untracked(struct broker *b)
 {
-	uint32_t i, n = 0;
+	static struct blog_backoff said; /* a client may keep at it */
+	uint32_t i, n = 0, quiet;
 
 	for (i = 0; i < b->seg.caps.max_sessions; i++) {
 		if (b->by_slot[i] || b->sweeps[i].pending ||
@@ -495,9 +496,10 @@ void sessions_reclaim_untracked(struct broker *b)
 		reclaim_stray(b, i);
 		n++;
 	}
-	if (n)
+	if (n && blog_backoff_allow(&said, mono_ns(), &quiet))
 		blog(LOG_WARNING, "%u session slot(s) marked in use that no session of this "
-		     "broker owns (a client wrote the table): reclaimed", n);
+		     "broker owns (a client wrote the table): reclaimed (%u such line(s) left "
+		     "out)", n, quiet);
 }
 
 uint32_t session_slot_of(struct broker *b, const uint8_t id[16])
