@@ -275,6 +275,13 @@ bool timer_peek(const struct timer_heap *h, struct timer *out);
 void timer_pop(struct timer_heap *h);
 void timer_free(struct timer_heap *h);
 
+/* identity.c: what /proc says of a process. */
+/* Its effective uid (what SO_PEERCRED gives): 0 or -errno. */
+int proc_euid(pid_t pid, uid_t *out);
+/* Does @pid map the file behind @fd (by device and inode)? 1, 0, or -errno;
+ * -EACCES: /proc will not say (another user's process, and we are not root). */
+int proc_maps_fd(pid_t pid, int fd);
+
 /* sessions.c */
 int sessions_init(struct broker *b);
 void sessions_fini(struct broker *b);

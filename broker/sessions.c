@@ -17,8 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/pidfd.h>
-#include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/random.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -737,53 +735,6 @@ void key_delay_due(struct broker *b, uint32_t idx)
 		broker_schedule(b, 0, TIMER_DELAY, idx, 0); /* more to grant */
 }
 
-/* The effective uid the kernel gives @pid: what SO_PEERCRED said at open. */
-static int proc_euid(pid_t pid, uid_t *out)
-{
-	char path[64], line[256];
-	unsigned long r, e;
-	int err = -ENOENT;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "Uid: %lu %lu", &r, &e) == 2) {
-			*out = (uid_t)e;
-			err = 0;
-			break;
-		}
-	fclose(f);
-	return err;
-}
-
-/* Does @pid map our segment? 1, 0, or -errno (-EACCES: /proc will not say:
- * another user's process, and we are not root). */
-static int maps_segment(const struct broker *b, pid_t pid)
-{
-	unsigned long long ino;
-	unsigned maj, min;
-	char path[64], line[512];
-	struct stat st;
-	int found = 0;
-	FILE *f;
-
-	if (fstat(b->shm_fd, &st) < 0)
-		return -errno;
-	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
-	f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	while (!found && fgets(line, sizeof(line), f))
-		found = sscanf(line, "%*x-%*x %*s %*x %x:%x %llu", &maj, &min, &ino) == 3 &&
-			ino == (unsigned long long)st.st_ino && maj == major(st.st_dev) &&
-			min == minor(st.st_dev);
-	fclose(f);
-	return found;
-}
-
 /*
  * A pidfd on @pid if it is the process that the slot @s says opened its
  * session, by what the kernel says of it: the start time and uid recorded
@@ -803,7 +754,7 @@ static int adopt_pidfd(const struct broker *b, const struct seg_session *s, pid_
 
 	if (fd < 0)
 		return -1;
-	mapped = maps_segment(b, pid);
+	mapped = proc_maps_fd(pid, b->shm_fd);
 	if (proc_start_time(pid, &start) || start != s->start_time || proc_euid(pid, &uid) ||
 	    uid != s->uid || !(mapped == 1 || mapped == -EACCES) || pidfd_exited(fd)) {
 		/* Gone, reused, or not the process the slot names; the pidfd
