@@ -30,6 +30,19 @@ struct blog_limit {
 };
 bool blog_allow(struct blog_limit *l, uint64_t now_ns);
 
+/* A warning that repeats while a condition lasts (a sweep retried every
+ * second): written after 1 s, 2 s, 4 s ... up to BLOG_BACKOFF_MAX_S apart,
+ * each time with the count of repeats left out since the last. Zeroed: the
+ * first line goes out at once. */
+#define BLOG_BACKOFF_MAX_S 256
+struct blog_backoff {
+	uint64_t next_ns;
+	uint32_t interval_s, suppressed;
+};
+/* Whether to write the repeat now; *@suppressed: how many were left out
+ * before this one. */
+bool blog_backoff_allow(struct blog_backoff *l, uint64_t now_ns, uint32_t *suppressed);
+
 /* Every timer kind, in one place so that no two modules pick one number. */
 enum timer_kind {
 	TIMER_TTL = 1,	   /* a = session slot, b = generation */
@@ -61,7 +74,22 @@ struct timer_heap {
 	size_t n, cap;
 };
 
-/* Broker-side record of a live session (the segment slot is the truth). */
+/*
+ * A slot this broker is still sweeping (a key it needs was busy): neither
+ * free for a new session nor a stray to reclaim, whatever the slot says.
+ */
+struct slot_sweep {
+	bool pending;
+	bool lost;
+	uint32_t gen;
+	/* The session's process, for nodes it may still be filling in. */
+	pid_t creator_pid;
+	uint64_t start_time;
+	struct blog_backoff busy_log;
+};
+
+/* Broker-side record of a live session. The segment slot carries what
+ * clients need to read; who owns it and whether it lives is decided here. */
 struct bsession {
 	uint8_t id[16];
 	uint32_t slot, gen;
@@ -70,6 +98,13 @@ struct bsession {
 	 * must exit too before the session ends (-1: none). */
 	int bound_pidfd;
 	pid_t bound_pid;
+	/* Who opened it, as the kernel said (SO_PEERCRED and /proc at open,
+	 * or checked against /proc at adoption): never read back from the
+	 * slot, which every client can write. */
+	pid_t creator_pid;
+	uid_t uid;
+	uint64_t start_time;
+	bool no_process_check; /* it outlives its process (asked for at open) */
 	struct cds_lfht_node node;
 	struct rcu_head rcu;
 };
@@ -122,6 +157,7 @@ struct broker {
 	struct timer_heap timers;
 	struct cds_lfht *by_id;	   /* id -> bsession, read under RCU */
 	struct bsession **by_slot; /* slot -> bsession, event loop only */
+	struct slot_sweep *sweeps; /* slot -> a sweep this broker owes it (sessions.c) */
 	uint64_t started_ns;
 	uint64_t quarantined_seen; /* stats.quarantined last reported */
 	bool stopping;
@@ -164,6 +200,9 @@ int access_check(const struct broker *b, int conn, const struct ucred *cred);
 
 /* log.c: stderr with sd-daemon priority prefixes, which journald parses. */
 void blog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* An audit line (what an operator did, and who): never rate-limited, so that
+ * a flood of refused requests cannot push it out. */
+void blog_audit(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void blog_set_level(int level);
 /* Is stderr the journal ($JOURNAL_STREAM matches it)? Else lines are stamped. */
 bool blog_to_journal(void);
@@ -192,8 +231,19 @@ int keeper_fetch(const char *path, int *fd); /* -ENOENT, -ECONNREFUSED: none */
 int keeper_quit(const char *path);
 int keeper_start(struct broker *b, int memfd);
 void keeper_stop(struct broker *b);
+/* The label of the segment memfd @fd ("/memfd:LABEL" without the prefix):
+ * 0, -EINVAL (not a memfd) or -errno. */
+int segment_fd_label(int fd, char *buf, size_t size);
+/* 0 when @fd (from the keeper or the fd store, named by @where in the log)
+ * is the segment of our --shm-name; else logs why not and returns -EEXIST
+ * with b->exit_code = EXIT_SEG_FOREIGN. */
+int segment_fd_is_ours(struct broker *b, int fd, const char *where);
 
 /* listen.c: the control socket, socket-activated or bound. */
+/* Under socket activation, set opts.socket_path to the path of the socket
+ * passed (so that the keeper sits beside the socket served): before
+ * shm_setup(). */
+void listen_use_activated_path(struct broker *b);
 int listen_setup(struct broker *b);
 void listen_teardown(struct broker *b);
 /*
@@ -225,6 +275,13 @@ bool timer_peek(const struct timer_heap *h, struct timer *out);
 void timer_pop(struct timer_heap *h);
 void timer_free(struct timer_heap *h);
 
+/* identity.c: what /proc says of a process. */
+/* Its effective uid (what SO_PEERCRED gives): 0 or -errno. */
+int proc_euid(pid_t pid, uid_t *out);
+/* Does @pid map the file behind @fd (by device and inode)? 1, 0, or -errno;
+ * -EACCES: /proc will not say (another user's process, and we are not root). */
+int proc_maps_fd(pid_t pid, int fd);
+
 /* sessions.c */
 int sessions_init(struct broker *b);
 void sessions_fini(struct broker *b);
@@ -254,6 +311,9 @@ void grant_stranded(struct broker *b);
 void sessions_adopt(struct broker *b);
 void session_ttl_due(struct broker *b, uint32_t slot, uint32_t gen);
 void session_sweep_due(struct broker *b, uint32_t slot, uint32_t gen);
+/* Sweep and free slots that are not free but that no session of this broker
+ * owns (clients can write any slot's state): periodic. */
+void sessions_reclaim_untracked(struct broker *b);
 
 /* How long the broker waits for a key mutex before it defers the work: a
  * client stopped inside a critical section must not stall the broker. */

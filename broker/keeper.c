@@ -63,6 +63,46 @@ int keeper_quit(const char *path)
 	return keeper_exchange(path, 'Q', KEEPER_CALL_S, NULL);
 }
 
+int segment_fd_label(int fd, char *buf, size_t size)
+{
+	static const char prefix[] = "/memfd:", suffix[] = " (deleted)";
+	char link[64], target[512];
+	size_t len;
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, target, sizeof(target) - 1);
+	if (n < 0)
+		return -errno;
+	target[n] = '\0';
+	len = (size_t)n;
+	if (len >= sizeof(suffix) - 1 && !strcmp(target + len - (sizeof(suffix) - 1), suffix))
+		target[len -= sizeof(suffix) - 1] = '\0';
+	if (strncmp(target, prefix, sizeof(prefix) - 1))
+		return -EINVAL; /* not a memfd */
+	if (len - (sizeof(prefix) - 1) >= size)
+		return -ENAMETOOLONG;
+	memcpy(buf, target + sizeof(prefix) - 1, len - (sizeof(prefix) - 1) + 1);
+	return 0;
+}
+
+int segment_fd_is_ours(struct broker *b, int fd, const char *where)
+{
+	char label[300];
+	int err = segment_fd_label(fd, label, sizeof(label));
+
+	/* The label is --shm-name without its slash (shm.c), set by the
+	 * kernel at memfd_create(): no client can change it. */
+	if (!err && !strcmp(label, b->opts.shm_name + 1))
+		return 0;
+	blog(LOG_ERR, "%s holds the segment /%s, not --shm-name %s: another broker's lock "
+	     "space, which this one must not serve. Start this broker with that broker's "
+	     "--shm-name, or with a --socket of its own (its keeper lives beside it)", where,
+	     err ? "(not a segment of this broker's kind)" : label, b->opts.shm_name);
+	b->exit_code = EXIT_SEG_FOREIGN;
+	return -EEXIST;
+}
+
 /* The keeper's socket file is still the one it bound (same inode). */
 static bool still_ours(const char *path, const struct stat *bound)
 {

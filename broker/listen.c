@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,6 +287,33 @@ int safe_bind_unix(struct broker *b, const char *path, int type, const char *wha
 		return err;
 	}
 	return fd;
+}
+
+void listen_use_activated_path(struct broker *b)
+{
+	struct sockaddr_un sa;
+	socklen_t len = sizeof(sa);
+	int fd = activated_fd();
+	size_t n;
+
+	if (fd < 0)
+		return;
+	memset(&sa, 0, sizeof(sa));
+	if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0 || sa.sun_family != AF_UNIX ||
+	    len <= offsetof(struct sockaddr_un, sun_path) || !sa.sun_path[0]) {
+		/* Abstract or unnamed: there is no directory to keep beside. */
+		blog(LOG_WARNING, "the socket-activated control socket has no path; the "
+		     "segment's keeper stays beside %s", b->opts.socket_path);
+		return;
+	}
+	n = strnlen(sa.sun_path, len - offsetof(struct sockaddr_un, sun_path));
+	if (n >= sizeof(b->opts.socket_path))
+		return;
+	if (strncmp(b->opts.socket_path, sa.sun_path, sizeof(b->opts.socket_path)))
+		blog(LOG_INFO, "serving the socket-activated %.*s (not %s): the segment's keeper "
+		     "sits beside it", (int)n, sa.sun_path, b->opts.socket_path);
+	memcpy(b->opts.socket_path, sa.sun_path, n);
+	b->opts.socket_path[n] = '\0';
 }
 
 int listen_setup(struct broker *b)

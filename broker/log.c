@@ -19,6 +19,12 @@
  *    format are limited to BLOG_SIMILAR_BURST a window of one second; the
  *    rest are counted and summarised in one line when the window ends
  *    (blog_tick() from the loop, or the next line of that format).
+ *    Audit lines (blog_audit(): what an operator did) are exempt: a refused
+ *    peer may flood the format they share with refusals, and the record of
+ *    who released what must not be what it pushes out.
+ *
+ * A warning that repeats as long as a condition lasts (blog_backoff_allow())
+ * is spaced 1 s, 2 s, 4 s ... apart instead, with the count left out.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -244,20 +250,51 @@ void blog_tick(void)
 	pthread_mutex_unlock(&similar_lock);
 }
 
-void blog(int level, const char *fmt, ...)
+/* @limited: subject to the repeats' limit (every line but an audit line). */
+static void vblog(int level, bool limited, const char *fmt, va_list ap)
 {
 	char line[1024];
-	va_list ap;
 
 	if (level > max_level)
 		return;
-	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	pthread_mutex_lock(&similar_lock);
-	if (similar_allow(fmt, level, line, mono_ns()))
+	pthread_mutex_lock(&similar_lock); /* one line at a time, either kind */
+	if (!limited || similar_allow(fmt, level, line, mono_ns()))
 		emit(level, line);
 	pthread_mutex_unlock(&similar_lock);
+}
+
+void blog(int level, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vblog(level, true, fmt, ap);
+	va_end(ap);
+}
+
+void blog_audit(int level, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vblog(level, false, fmt, ap);
+	va_end(ap);
+}
+
+bool blog_backoff_allow(struct blog_backoff *l, uint64_t now_ns, uint32_t *suppressed)
+{
+	if (l->next_ns && now_ns < l->next_ns) {
+		l->suppressed++;
+		return false;
+	}
+	*suppressed = l->suppressed;
+	l->suppressed = 0;
+	l->interval_s = !l->interval_s ? 1
+			: l->interval_s >= BLOG_BACKOFF_MAX_S / 2 ? BLOG_BACKOFF_MAX_S
+								  : l->interval_s * 2;
+	l->next_ns = now_ns + (uint64_t)l->interval_s * 1000000000ull;
+	return true;
 }
 
 bool blog_allow(struct blog_limit *l, uint64_t now_ns)

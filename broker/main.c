@@ -331,6 +331,10 @@ int main(int argc, char **argv)
 	urcu_memb_register_thread();
 	b.started_ns = mono_ns();
 	delay_notes_init();
+	/* The keeper lives beside the socket served: a broker started by
+	 * socket activation must not use the default path's (every such
+	 * broker would share it, and attach each other's segments). */
+	listen_use_activated_path(&b);
 	err = shm_setup(&b);
 	/* Work done through liblocal (the HTTP API) must not wait for ever on
 	 * a key mutex either: a client may be stopped inside one. */

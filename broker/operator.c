@@ -642,10 +642,12 @@ static int op_reset(struct broker *b, const struct proto_op *req, const struct u
 
 			if (!s)
 				continue;
-			hex_encode(s->id, sizeof(s->id), id);
+			/* Public names: an id is the session's capability. */
+			session_public_id(res.sessions[j], SESS_GEN(atomic_load(&s->state_gen)),
+					  id, sizeof(id));
 			o += (size_t)snprintf(ids + o, sizeof(ids) - o, "%s%s", o ? ", " : "", id);
 		}
-		blog(LOG_WARNING, "operator (uid %u, pid %d) reset quarantined key %s: dropped %u "
+		blog_audit(LOG_WARNING, "operator (uid %u, pid %d) reset quarantined key %s: dropped %u "
 		     "hold(s), %u queued request(s), %u watch(es)%s%s", (unsigned)who->uid,
 		     (int)who->pid, label, res.holds, res.waiters, res.watchers,
 		     o ? " of session(s) " : "", ids);

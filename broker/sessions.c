@@ -4,8 +4,12 @@
  * releases a session's holds and removes its waiters, and re-adoption of the
  * sessions recorded in a segment after a broker restart.
  *
- * The segment's session slot is the truth; struct bsession only adds what is
- * local to this broker process (the pidfd, the id index for lookups).
+ * Every client can write every session slot, so the slot is what clients
+ * read, never what the broker decides by: which slots are taken, who opened
+ * a session and whether its process lives come from this broker's own table
+ * (struct bsession, b->sweeps) and the kernel (SO_PEERCRED, pidfds, /proc).
+ * A slot that is not free but that no session of ours owns is a client's
+ * writing, and is swept and freed (sessions_reclaim_untracked()).
  */
 #include <errno.h>
 #include <poll.h>
@@ -43,7 +47,8 @@ int sessions_init(struct broker *b)
 {
 	b->by_id = cds_lfht_new_flavor(64, 64, 0, CDS_LFHT_AUTO_RESIZE, &urcu_memb_flavor, NULL);
 	b->by_slot = calloc(b->seg.caps.max_sessions, sizeof(*b->by_slot));
-	return b->by_id && b->by_slot ? 0 : -ENOMEM;
+	b->sweeps = calloc(b->seg.caps.max_sessions, sizeof(*b->sweeps));
+	return b->by_id && b->by_slot && b->sweeps ? 0 : -ENOMEM;
 }
 
 static void bsession_free_rcu(struct rcu_head *head)
@@ -82,44 +87,82 @@ void sessions_fini(struct broker *b)
 	if (b->by_id)
 		cds_lfht_destroy(b->by_id, NULL);
 	free(b->by_slot);
+	free(b->sweeps);
 }
 
-static struct bsession *track(struct broker *b, uint32_t slot, uint32_t gen, const uint8_t *id,
-			      int pidfd)
+/* Who opened a session, as the kernel told us. */
+struct creator {
+	pid_t pid;
+	uid_t uid;
+	uint64_t start_time;
+};
+
+/*
+ * Enter a session in our table and watch its process. A process we cannot
+ * watch (epoll at its watch limit, out of memory) gets no session: its death
+ * would go unseen and its holds stay for ever. On failure @pidfd is still
+ * the caller's.
+ */
+static int track(struct broker *b, uint32_t slot, uint32_t gen, const uint8_t *id, int pidfd,
+		 const struct creator *who, bool no_process_check)
 {
 	struct bsession *bs = calloc(1, sizeof(*bs));
+	int err;
 
 	if (!bs)
-		return NULL;
+		return -ENOMEM;
+	if (pidfd >= 0) {
+		err = loop_watch_fd(b, pidfd, TAG_PIDFD | slot);
+		if (err) {
+			blog(LOG_ERR, "cannot watch pid %d (%s): no session for it",
+			     (int)who->pid, strerror(-err));
+			free(bs);
+			return err;
+		}
+	}
 	memcpy(bs->id, id, sizeof(bs->id));
 	bs->slot = slot;
 	bs->gen = gen;
 	bs->pidfd = pidfd;
 	bs->bound_pidfd = -1;
+	bs->creator_pid = who->pid;
+	bs->uid = who->uid;
+	bs->start_time = who->start_time;
+	bs->no_process_check = no_process_check;
 	cds_lfht_node_init(&bs->node);
 	urcu_memb_read_lock();
 	cds_lfht_add(b->by_id, id_hash(id), &bs->node);
 	urcu_memb_read_unlock();
 	b->by_slot[slot] = bs;
-	if (pidfd >= 0)
-		loop_watch_fd(b, pidfd, TAG_PIDFD | slot);
-	return bs;
+	return 0;
 }
 
+static int reclaim_stray(struct broker *b, uint32_t slot);
+
+/*
+ * A slot for a new session, by our own table: one no session of ours has
+ * and we owe no sweep. A free one first; else a stray (marked taken by a
+ * client) is reclaimed now rather than the open refused.
+ */
 static uint32_t free_slot(struct broker *b)
 {
 	static uint32_t hint;
-	uint32_t n = b->seg.caps.max_sessions, i;
+	uint32_t n = b->seg.caps.max_sessions, i, stray = IDX_NONE;
 
 	for (i = 0; i < n; i++) {
 		uint32_t s = (hint + i) % n;
 
-		if (!b->by_slot[s] &&
-		    SESS_STATE(atomic_load(&b->seg.sessions[s].state_gen)) == SESS_FREE) {
+		if (b->by_slot[s] || b->sweeps[s].pending)
+			continue;
+		if (SESS_STATE(atomic_load(&b->seg.sessions[s].state_gen)) == SESS_FREE) {
 			hint = s + 1;
 			return s;
 		}
+		if (stray == IDX_NONE)
+			stray = s;
 	}
+	if (stray != IDX_NONE && reclaim_stray(b, stray) == 0)
+		return stray;
 	return IDX_NONE;
 }
 
@@ -146,16 +189,18 @@ static void reap_reused_pid(struct broker *b, pid_t pid)
 	uint32_t i;
 
 	for (i = 0; i < b->seg.caps.max_sessions; i++)
-		if (b->by_slot[i] && b->seg.sessions[i].creator_pid == pid)
+		if (b->by_slot[i] && b->by_slot[i]->creator_pid == pid)
 			session_died(b, i);
 }
 
 int session_open(struct broker *b, const struct proto_open *req, int pidfd, pid_t pid,
 		 uid_t uid, uint64_t start_time, struct proto_reply *rep)
 {
+	const struct creator who = { pid, uid, start_time };
 	uint32_t slot, gen;
 	struct seg_session *s;
 	uint8_t id[16];
+	int err;
 
 	reap_reused_pid(b, pid);
 	slot = free_slot(b);
@@ -183,11 +228,9 @@ int session_open(struct broker *b, const struct proto_open *req, int pidfd, pid_
 	atomic_store(&s->renewed_ns, s->created_ns);
 	/* Without a process check too, the pidfd stays: the session outlives
 	 * its process, but the lock words that process held must not. */
-	if (!track(b, slot, gen, id, pidfd)) {
-		if (pidfd >= 0)
-			close(pidfd);
-		return -ENOMEM;
-	}
+	err = track(b, slot, gen, id, pidfd, &who, req->flags & LOCAL_SESSION_NO_PROCESS_CHECK);
+	if (err)
+		return err; /* the caller closes pidfd */
 	/* Published last: clients check this word before using the slot. */
 	atomic_store(&s->state_gen, SESS_PACK(SESS_ACTIVE, gen));
 	if (s->ttl_ms)
@@ -220,15 +263,18 @@ static void note_key(struct sweep_log *l, const struct seg_key *k)
 		l->len += (size_t)n;
 }
 
-/* Remove one node of a closing session from its key; returns a node to wake. */
-/* Is the process that opened session @s still running? */
-static bool creator_alive(const struct seg_session *s)
+/* Is the process that opened the session being swept in @slot still
+ * running? As we recorded it: the slot's own fields are a client's to write. */
+static bool creator_alive(const struct broker *b, uint32_t slot)
 {
+	const struct slot_sweep *w = &b->sweeps[slot];
 	uint64_t start;
 
-	return s->creator_pid > 0 && proc_start_time(s->creator_pid, &start) == 0 &&
-	       (!s->start_time || start == s->start_time);
+	return w->creator_pid > 0 && w->start_time &&
+	       proc_start_time(w->creator_pid, &start) == 0 && start == w->start_time;
 }
+
+/* Remove one node of a closing session from its key; returns a node to wake. */
 
 static uint32_t sweep_node_locked(struct broker *b, struct seg_key *k, uint32_t i, bool lost,
 				  struct sweep_log *log, bool *busy)
@@ -250,7 +296,7 @@ static uint32_t sweep_node_locked(struct broker *b, struct seg_key *k, uint32_t 
 		 * mutex. If its process lives, that thread frees it (with a
 		 * plain store); freeing it here could let its next stores land
 		 * on a node someone else claimed. */
-		if (creator_alive(&seg->sessions[NODE_SESSION(w) % seg->caps.max_sessions]))
+		if (creator_alive(b, NODE_SESSION(w) % seg->caps.max_sessions))
 			*busy = true;
 		else
 			atomic_compare_exchange_strong(&n->word, &w, 0);
@@ -295,20 +341,23 @@ static uint32_t sweep_node_locked(struct broker *b, struct seg_key *k, uint32_t 
 /*
  * Release everything @slot holds and remove its queued requests. The slot is
  * marked CLOSING first, so no client can link a new node for it while we scan
- * (see grant_uncontended_locked()).
+ * (see grant_uncontended_locked()). b->sweeps[slot] names its process (zero:
+ * none known); a key that is busy leaves the sweep pending there, retried by
+ * TIMER_SWEEP, and the slot ours until it ends. 0, or -EBUSY then.
  */
-static void sweep(struct broker *b, uint32_t slot, bool lost, const char *why)
+static int sweep(struct broker *b, uint32_t slot, uint32_t gen, bool lost, const char *why)
 {
 	struct segment *seg = &b->seg;
 	struct seg_session *s = &seg->sessions[slot];
-	uint64_t sg = atomic_load(&s->state_gen);
+	struct slot_sweep *pend = &b->sweeps[slot];
+	uint64_t sg = SESS_PACK(SESS_CLOSING, gen);
 	struct sweep_log log = { .len = 0 };
+	uint32_t step, busy = 0, quiet;
 	char id[33];
-	uint32_t step, busy = 0;
 	int r;
 
 	s->closing_lost = lost;
-	atomic_store(&s->state_gen, SESS_PACK(SESS_CLOSING, SESS_GEN(sg)));
+	atomic_store(&s->state_gen, sg);
 	/* Waiter nodes first: a grant the dead process never took up returns
 	 * its hold without lock-delay, before the hold itself is visited as a
 	 * lost one (found by the spin model). */
@@ -349,13 +398,19 @@ static void sweep(struct broker *b, uint32_t slot, bool lost, const char *why)
 			waiter_wake(seg, wake[j]);
 		key_unlock(k);
 	}
-	session_public_id(slot, SESS_GEN(sg), id, sizeof(id));
+	session_public_id(slot, gen, id, sizeof(id));
 	if (busy) {
-		/* Stay CLOSING (no new nodes can appear) and retry the rest. */
-		blog(LOG_WARNING, "session %s: %u key(s) busy (a stalled process, or one of its "
-		     "operations in flight); retrying", id, busy);
-		broker_schedule(b, mono_ns() + 1000000000ull, TIMER_SWEEP, slot, SESS_GEN(sg));
-		return;
+		/* Stay CLOSING (no new nodes can appear) and retry the rest,
+		 * saying so less and less often while it lasts. */
+		pend->pending = true;
+		pend->lost = lost;
+		pend->gen = gen;
+		if (blog_backoff_allow(&pend->busy_log, mono_ns(), &quiet))
+			blog(LOG_WARNING, "session %s: %u key(s) busy (a stalled process, or one "
+			     "of its operations in flight); retrying (%u such line(s) left out)",
+			     id, busy, quiet);
+		broker_schedule(b, mono_ns() + 1000000000ull, TIMER_SWEEP, slot, gen);
+		return -EBUSY;
 	}
 	if (log.count)
 		blog(lost ? LOG_NOTICE : LOG_DEBUG, "session %s (%s, pid %d) %s; released %u: %s",
@@ -364,26 +419,85 @@ static void sweep(struct broker *b, uint32_t slot, bool lost, const char *why)
 		blog(lost ? LOG_INFO : LOG_DEBUG, "session %s (%s, pid %d) %s", id, s->name,
 		     s->pid, why);
 	memset(s->id, 0, sizeof(s->id));
-	atomic_store(&s->state_gen, SESS_PACK(SESS_FREE, SESS_GEN(sg)));
+	atomic_store(&s->state_gen, SESS_PACK(SESS_FREE, gen));
 	atomic_fetch_add(&seg->hdr->stats.sessions_closed, 1);
+	memset(pend, 0, sizeof(*pend));
+	return 0;
+}
+
+/* Begin the sweep of @slot, whose process is @who (NULL: none known). */
+static int sweep_slot(struct broker *b, uint32_t slot, uint32_t gen, const struct creator *who,
+		      bool lost, const char *why)
+{
+	struct slot_sweep *pend = &b->sweeps[slot];
+
+	memset(pend, 0, sizeof(*pend));
+	if (who) {
+		pend->creator_pid = who->pid;
+		pend->start_time = who->start_time;
+	}
+	return sweep(b, slot, gen, lost, why);
 }
 
 void session_sweep_due(struct broker *b, uint32_t slot, uint32_t gen)
 {
-	struct seg_session *s = seg_session_at(&b->seg, slot);
+	const struct slot_sweep *pend;
 
-	if (s && atomic_load(&s->state_gen) == SESS_PACK(SESS_CLOSING, gen))
-		sweep(b, slot, s->closing_lost, "cleaned up after a stalled key was freed");
+	if (slot >= b->seg.caps.max_sessions)
+		return;
+	pend = &b->sweeps[slot];
+	if (pend->pending && pend->gen == gen)
+		sweep(b, slot, gen, pend->lost, "cleaned up after a stalled key was freed");
 }
 
 static void end_session(struct broker *b, uint32_t slot, bool lost, const char *why)
 {
-	struct bsession *bs = b->by_slot[slot];
+	struct bsession *bs;
+	struct creator who;
+	uint32_t gen;
 
 	http_session_ended(b, slot); /* its requests in flight end first */
-	if (bs)
-		forget(b, bs);
-	sweep(b, slot, lost, why);
+	bs = b->by_slot[slot];
+	if (!bs)
+		return;
+	who = (struct creator){ bs->creator_pid, bs->uid, bs->start_time };
+	gen = bs->gen;
+	forget(b, bs);
+	sweep_slot(b, slot, gen, &who, lost, why);
+}
+
+/*
+ * A slot that is not free, but that no session of ours owns and we owe no
+ * sweep: a client wrote it (marked a free slot live, or a slot it does not
+ * own CLOSING). Nothing in it is believed: what is linked under its number
+ * is released as a closing session's would be (without lock-delay: no
+ * session of ours lost anything), and it is freed. 0, or -EBUSY: the sweep
+ * continues later, and the slot stays ours to free.
+ */
+static int reclaim_stray(struct broker *b, uint32_t slot)
+{
+	uint32_t gen = SESS_GEN(atomic_load(&b->seg.sessions[slot].state_gen));
+
+	return sweep_slot(b, slot, gen, NULL, false,
+			  "reclaimed: marked in use, but no session of this broker's");
+}
+
+void sessions_reclaim_untracked(struct broker *b)
+{
+	static struct blog_backoff said; /* a client may keep at it */
+	uint32_t i, n = 0, quiet;
+
+	for (i = 0; i < b->seg.caps.max_sessions; i++) {
+		if (b->by_slot[i] || b->sweeps[i].pending ||
+		    SESS_STATE(atomic_load(&b->seg.sessions[i].state_gen)) == SESS_FREE)
+			continue;
+		reclaim_stray(b, i);
+		n++;
+	}
+	if (n && blog_backoff_allow(&said, mono_ns(), &quiet))
+		blog(LOG_WARNING, "%u session slot(s) marked in use that no session of this "
+		     "broker owns (a client wrote the table): reclaimed (%u such line(s) left "
+		     "out)", n, quiet);
 }
 
 uint32_t session_slot_of(struct broker *b, const uint8_t id[16])
@@ -484,7 +598,7 @@ int force_release(struct broker *b, const struct proto_force_release *req)
 			continue;
 		session_public_id(NODE_SESSION(w), SESS_GEN(atomic_load(&s->state_gen)), id,
 				  sizeof(id));
-		blog(LOG_NOTICE, "operator released %.*s from session %s (%s, pid %d)",
+		blog_audit(LOG_NOTICE, "operator released %.*s from session %s (%s, pid %d)",
 		     (int)k->key_len, k->key, id, s->name, s->pid);
 		x = key_release_hold_locked(seg, k, nodes[i], REL_LOST);
 		if (x != IDX_NONE)
@@ -513,14 +627,14 @@ int session_bind(struct broker *b, const uint8_t id[16], pid_t peer, pid_t pid)
 	uint32_t slot = session_slot_of(b, id);
 	struct bsession *bs;
 	pid_t parent = 0;
-	int fd;
+	int fd, err;
 
 	if (slot == IDX_NONE || !(bs = b->by_slot[slot]) || bs->pidfd < 0)
 		return -LOCAL_ESESSION;
 	/* Only the session's own process, for a child of its own: that child
 	 * cannot be reaped, so its pid not reused, while its parent waits for
 	 * this answer. */
-	if (peer != b->seg.sessions[slot].creator_pid)
+	if (peer != bs->creator_pid)
 		return -LOCAL_EDENIED;
 	fd = (int)pidfd_open(pid, 0);
 	if (fd < 0)
@@ -529,10 +643,16 @@ int session_bind(struct broker *b, const uint8_t id[16], pid_t peer, pid_t pid)
 		close(fd);
 		return -EINVAL;
 	}
+	err = loop_watch_fd(b, fd, TAG_PIDFD | slot);
+	if (err) {
+		/* Unwatched, the child's exit would go unseen: not bound. */
+		blog(LOG_ERR, "cannot watch pid %d (%s): not bound", (int)pid, strerror(-err));
+		close(fd);
+		return err;
+	}
 	unwatch_pidfd(b, &bs->bound_pidfd);
 	bs->bound_pidfd = fd;
 	bs->bound_pid = pid;
-	loop_watch_fd(b, fd, TAG_PIDFD | slot);
 	return 0;
 }
 
@@ -556,10 +676,10 @@ void session_died(struct broker *b, uint32_t slot)
 	if (main_gone) {
 		/* First the lock words it died inside of: marked, the sweep
 		 * below (or whoever comes first) takes them and repairs. */
-		segment_reap_locks(&b->seg, (uint32_t)b->seg.sessions[slot].creator_pid);
+		segment_reap_locks(&b->seg, (uint32_t)bs->creator_pid);
 		unwatch_pidfd(b, &bs->pidfd);
 	}
-	if (!b->seg.sessions[slot].pid || bs->bound_pidfd >= 0) {
+	if (bs->no_process_check || bs->bound_pidfd >= 0) {
 		/* No process check (the session outlives its process), or a
 		 * bound process still runs: only the locks were its. */
 		if (bs->bound_pidfd >= 0)
@@ -580,7 +700,7 @@ void session_ttl_due(struct broker *b, uint32_t slot, uint32_t gen)
 	struct seg_session *s = seg_session_at(&b->seg, slot);
 	uint64_t due;
 
-	if (!s || atomic_load(&s->state_gen) != SESS_PACK(SESS_ACTIVE, gen))
+	if (!s || !b->by_slot[slot] || b->by_slot[slot]->gen != gen)
 		return; /* ended already */
 	due = atomic_load(&s->renewed_ns) + (uint64_t)s->ttl_ms * 1000000ull;
 	if (due > mono_ns()) {
@@ -615,18 +735,34 @@ void key_delay_due(struct broker *b, uint32_t idx)
 		broker_schedule(b, 0, TIMER_DELAY, idx, 0); /* more to grant */
 }
 
-/* Is the process recorded in @s still the one that opened the session? */
-static int adopt_pidfd(const struct seg_session *s, pid_t pid)
+/*
+ * A pidfd on @pid if it is the process that the slot @s says opened its
+ * session, by what the kernel says of it: the start time and uid recorded
+ * (a slot of ours never records a start time of 0), and it maps this
+ * segment, as a client does while its session is open. A client that wrote
+ * another live process into a slot (pid 1, its real start time and uid)
+ * names one that does not. Only where /proc will not show the mappings
+ * (another user's process, and we are not root) are start time and uid
+ * enough. -1 otherwise; *@who filled in on success.
+ */
+static int adopt_pidfd(const struct broker *b, const struct seg_session *s, pid_t pid,
+		       struct creator *who)
 {
 	uint64_t start;
-	int fd = pid > 0 ? (int)pidfd_open(pid, 0) : -1;
+	uid_t uid;
+	int fd = pid > 0 && s->start_time ? (int)pidfd_open(pid, 0) : -1, mapped;
 
 	if (fd < 0)
 		return -1;
-	if (proc_start_time(pid, &start) || (s->start_time && start != s->start_time)) {
-		close(fd); /* the pid was reused by another process */
+	mapped = proc_maps_fd(pid, b->shm_fd);
+	if (proc_start_time(pid, &start) || start != s->start_time || proc_euid(pid, &uid) ||
+	    uid != s->uid || !(mapped == 1 || mapped == -EACCES) || pidfd_exited(fd)) {
+		/* Gone, reused, or not the process the slot names; the pidfd
+		 * still open last says the reads above were of that process. */
+		close(fd);
 		return -1;
 	}
+	*who = (struct creator){ pid, uid, start };
 	return fd;
 }
 
@@ -640,10 +776,17 @@ void sessions_adopt(struct broker *b)
 	for (i = 0; i < seg->caps.max_sessions; i++) {
 		struct seg_session *s = &seg->sessions[i];
 		uint64_t sg = atomic_load(&s->state_gen);
+		struct creator who = { 0 };
 		int fd = -1;
 
 		if (SESS_STATE(sg) == SESS_CLOSING) {
-			sweep(b, i, s->closing_lost, "closed (finished after broker restart)");
+			/* Its process, if the kernel agrees with the slot: a node
+			 * it is filling in must not be freed under it. */
+			fd = adopt_pidfd(b, s, s->creator_pid, &who);
+			if (fd >= 0)
+				close(fd);
+			sweep_slot(b, i, SESS_GEN(sg), fd >= 0 ? &who : NULL, s->closing_lost,
+				   "closed (finished after broker restart)");
 			continue;
 		}
 		if (SESS_STATE(sg) != SESS_ACTIVE)
@@ -652,22 +795,28 @@ void sessions_adopt(struct broker *b)
 			/* Written over while we were down: trust nothing in it. */
 			blog(LOG_WARNING, "session slot %u damaged (%s); ending it", i,
 			     seg_session_problem(s));
-			sweep(b, i, true, "ended: its slot was found damaged at restart");
+			sweep_slot(b, i, SESS_GEN(sg), NULL, true,
+				   "ended: its slot was found damaged at restart");
 			continue;
 		}
-		if (s->pid && (fd = adopt_pidfd(s, s->pid)) < 0) {
+		if (s->pid && (s->pid != s->creator_pid ||
+			       (fd = adopt_pidfd(b, s, s->pid, &who)) < 0)) {
 			dead++;
 			atomic_fetch_add(&seg->hdr->stats.crash_cleanups, 1);
-			sweep(b, i, true, "invalidated: its process exited while the broker was down");
+			sweep_slot(b, i, SESS_GEN(sg), NULL, true,
+				   "invalidated: its process exited while the broker was down, or "
+				   "is not the one its slot names");
 			continue;
 		}
 		/* No process check: watch its process for the lock words only
 		 * (gone already: repair_dead_mutexes() below finds them). */
 		if (!s->pid)
-			fd = adopt_pidfd(s, s->creator_pid);
-		if (!track(b, i, SESS_GEN(sg), s->id, fd)) {
+			fd = adopt_pidfd(b, s, s->creator_pid, &who);
+		if (track(b, i, SESS_GEN(sg), s->id, fd, &who, !s->pid)) {
 			if (fd >= 0)
 				close(fd);
+			sweep_slot(b, i, SESS_GEN(sg), NULL, true,
+				   "ended: its process cannot be watched");
 			continue;
 		}
 		if (s->ttl_ms)

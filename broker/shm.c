@@ -362,6 +362,11 @@ static int attach_stored(struct broker *b, ino_t *ino)
 		close(fd);
 		return -ENOENT;
 	}
+	err = segment_fd_is_ours(b, fd, "systemd's fd store");
+	if (err) {
+		close(fd);
+		return err;
+	}
 	err = attach_fd(b, fd);
 	if (err) {
 		blog(LOG_WARNING, "segment from the fd store unusable (%s)", unusable(err));
@@ -397,6 +402,10 @@ static int fetch_kept(struct broker *b, int *fd, bool *lost)
 	if (err)
 		blog(LOG_ERR, "cannot get the segment from its keeper at %s: %s", path,
 		     strerror(-err));
+	else if ((err = segment_fd_is_ours(b, *fd, path)) != 0) {
+		close(*fd);
+		*fd = -1;
+	}
 	return err;
 }
 

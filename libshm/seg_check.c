@@ -19,5 +19,11 @@ const char *seg_session_problem(const struct seg_session *s)
 	/* A slot without a process check records no pid to watch. */
 	if ((s->flags & SESS_FLAG_NO_PROCESS_CHECK) && s->pid)
 		return "pid recorded for a session without a process check";
+	/* The broker records the start time of every process it checks, and
+	 * checks the one that opened the session. */
+	if (s->pid && !s->start_time)
+		return "no start time recorded for its process";
+	if (s->pid && s->pid != s->creator_pid)
+		return "its process is not the one that opened it";
 	return NULL;
 }

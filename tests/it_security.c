@@ -3,9 +3,11 @@
  * checked with a child that drops to an unprivileged user. */
 #include <errno.h>
 #include <grp.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "broker_fixture.h"
 #include "harness.h"
@@ -117,4 +119,66 @@ TEST(security, bad_access_flags_are_usage_errors, 20)
 		CHECK(WIFEXITED(status));
 		CHECK_EQ(WEXITSTATUS(status), 1);
 	}
+}
+
+/* How many lines of @b's log contain @what. */
+static unsigned log_count(const struct broker_proc *b, const char *what)
+{
+	FILE *f = fopen(b->log, "re");
+	char line[1024];
+	unsigned n = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, what) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* Child: as NOBODY, refused operator requests until killed. */
+static void refused_flood(void *p, int in, int out)
+{
+	const struct broker_proc *b = p;
+	unsigned n;
+
+	(void)in;
+	if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY))
+		_exit(99);
+	for (n = 1;; n++) {
+		CHECK_RC(local_admin_force_release(b->sock, "audit/k", NULL), -LOCAL_EDENIED);
+		if (n == 300)
+			say(out, "flooding");
+	}
+}
+
+/*
+ * A peer refused by the allow lists can send operator requests as fast as
+ * it likes; their lines are limited. The lines of what an admitted
+ * operator (root here) did are the audit trail and are never left out,
+ * however many refusals share the moment.
+ */
+TEST(security, a_refused_flood_never_hides_an_operator_action, 60)
+{
+	static const char *const flags[] = { "--socket-group", "65534", "--allow-uid", "4242",
+					     "--log-level", "notice", NULL };
+	struct broker_proc b;
+	local_session *root;
+	struct child flood;
+	unsigned i;
+
+	start_open_to_nobody(&b, flags);
+	root = open_session(&b, "root", 0, 0);
+	CHECK_OK(local_lock(root, "audit/k", NULL, NULL));
+	child_spawn(&flood, refused_flood, &b);
+	child_expect(&flood, "flooding", 10000);
+	CHECK_OK(local_admin_force_release(b.sock, "audit/k", NULL));
+	for (i = 1; i < 20; i++)
+		CHECK_RC(local_admin_force_release(b.sock, "audit/k", NULL), -LOCAL_ENOTHELD);
+	child_kill(&flood);
+	child_wait(&flood, 5000);
+	CHECK(log_count(&b, "from uid 65534") > 0); /* the flood was seen */
+	CHECK_EQ(log_count(&b, "to force-release audit/k from uid 0,"), 20);
+	CHECK_EQ(log_count(&b, "operator released audit/k"), 1);
+	broker_stop(&b);
 }

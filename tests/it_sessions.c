@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include "broker_fixture.h"
+#include "crashpoint.h"
 #include "harness.h"
 #include "invariants.h"
 
@@ -399,3 +400,93 @@ TEST(sessions, a_bound_child_keeps_the_session_until_it_exits, 30)
 	CHECK_EQ(holders_of(obs, "bind/k"), 0);
 	broker_stop(&b);
 }
+
+#ifdef LOCAL_CRASH_POINTS
+/* Child: queue on the key (blocking) until killed; @p: the broker. */
+static void queued_locker(void *p, int in, int out)
+{
+	local_session *s = open_session(p, "queued", 0, 0);
+	char buf[8];
+
+	say(out, "open");
+	local_lock(s, "backoff/k", NULL, NULL);
+	hear(in, buf, sizeof(buf));
+}
+
+/* Child: stop (SIGSTOP) inside the key's mutex while queueing on it. */
+static void stalled_in_mutex(void *p, int in, int out)
+{
+	LOCAL_OPTS(local_acquire_opts, timed, .timeout_ms = 100);
+	local_session *s;
+	char buf[8], num[8];
+
+	snprintf(num, sizeof(num), "%d", CP_ENQ_LINKED);
+	setenv("SHMLOCK_STOP_AT", num, 1);
+	s = open_session(p, "stalled", 0, 0);
+	say(out, "open");
+	say(out, "done %d", local_lock(s, "backoff/k", &timed, NULL));
+	hear(in, buf, sizeof(buf));
+}
+
+/* The largest N in the log's "session ...: K key(s) busy ... (N such
+ * line(s) left out)" lines, or -1 when there is none. */
+static int busy_lines_left_out(const struct broker_proc *b)
+{
+	FILE *f = fopen(b->log, "re");
+	char line[1024];
+	int most = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		const char *at = strstr(line, "key(s) busy");
+		const char *count = at ? strstr(at, "retrying (") : NULL;
+		int n;
+
+		if (count && sscanf(count, "retrying (%d such line", &n) == 1 && n > most)
+			most = n;
+	}
+	fclose(f);
+	return most;
+}
+
+/*
+ * A session whose sweep waits on a key a stopped process sits in is retried
+ * every second for as long as that lasts; its warning is not: it comes at
+ * growing intervals, each with the count of the retries it left unsaid.
+ */
+TEST(sessions, a_sweep_stuck_on_a_busy_key_warns_with_backoff, 60)
+{
+	struct broker_proc b;
+	local_session *obs;
+	struct child q, st;
+	siginfo_t si;
+	char line[64];
+
+	broker_start(&b, NULL);
+	obs = open_session(&b, "obs", 0, 0);
+	CHECK_OK(local_lock(obs, "backoff/k", NULL, NULL));
+	child_spawn(&q, queued_locker, &b);
+	child_expect(&q, "open", 5000);
+	CHECK(WAIT_FOR(({
+			       LOCAL_OPTS(local_key_info, i);
+			       !local_info(obs, "backoff/k", &i) && i.waiters == 1;
+		       }),
+		       5000));
+	child_spawn(&st, stalled_in_mutex, &b);
+	child_expect(&st, "open", 5000);
+	memset(&si, 0, sizeof(si));
+	CHECK_OK(waitid(P_PID, (id_t)st.pid, &si, WSTOPPED | WNOWAIT));
+	/* The queued one dies: its sweep needs the stalled key. */
+	child_kill(&q);
+	child_wait(&q, 5000);
+	CHECK(WAIT_FOR(busy_lines_left_out(&b) >= 0, 5000)); /* said at once */
+	CHECK(WAIT_FOR(busy_lines_left_out(&b) >= 1, 20000)); /* then less often */
+	kill(st.pid, SIGCONT);
+	CHECK_OK(child_read(&st, line, sizeof(line), 5000));
+	CHECK(WAIT_SESSIONS(obs, 2, 10000)); /* obs and the staller: the sweep ended */
+	child_kill(&st);
+	child_wait(&st, 5000);
+	broker_stop(&b);
+}
+#endif

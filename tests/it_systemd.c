@@ -115,6 +115,7 @@ struct launch {
 	int nfds;
 	const char *fdnames; /* LISTEN_FDNAMES */
 	const char *extra[4];
+	bool no_socket_flag; /* as a unit without --socket: only the activated one */
 };
 
 static pid_t launch(const struct broker_proc *b, const struct launch *l)
@@ -124,8 +125,10 @@ static pid_t launch(const struct broker_proc *b, const struct launch *l)
 	pid_t pid;
 
 	argv[n++] = broker_bin();
-	argv[n++] = "--socket";
-	argv[n++] = b->sock;
+	if (!l->no_socket_flag) {
+		argv[n++] = "--socket";
+		argv[n++] = b->sock;
+	}
 	argv[n++] = "--shm-name";
 	argv[n++] = b->shm;
 	argv[n++] = "--log-level";
@@ -394,12 +397,14 @@ TEST(systemd, socket_activation_serves_the_first_client, 20)
 	 * at bind(), and a probe connection would itself start the broker. */
 	CHECK(WAIT_FOR(file_has(b.log, "Listening on"), 5000));
 	/* Nothing runs yet: the broker starts with the first connection. Its
-	 * keeper sits beside --socket, bound or not. */
+	 * keeper sits beside the socket it serves, the activated one, not
+	 * beside --socket, which it does not bind. */
 	kb = b;
 	strcpy(kb.sock, unused);
-	CHECK(!seg_exists(&kb));
+	CHECK(!seg_exists(&b));
 	s1 = open_session(&b, "first", 0, 0);
-	CHECK(seg_exists(&kb));
+	CHECK(seg_exists(&b));
+	CHECK(!seg_exists(&kb));
 	CHECK_OK(local_lock(s1, "sa/k", NULL, &tok));
 	/* More clients after the first: the passed socket must not block the
 	 * loop (systemd-socket-activate passes it in blocking mode). */
@@ -418,8 +423,111 @@ TEST(systemd, socket_activation_serves_the_first_client, 20)
 	/* Stopped: the segment and the hold stay. */
 	CHECK_EQ(key_info(s1, "sa/k").holders, 1);
 	CHECK_EQ(key_info(s1, "sa/k").token, tok);
-	CHECK_OK(keeper_end(&kb));
+	CHECK_OK(keeper_end(&b));
 	broker_stop(&b);
+}
+
+/*
+ * A unit without --socket: the keeper goes beside the activated socket
+ * (its path from the socket itself), not beside the default path, so a
+ * restart on that socket finds the segment whatever the default is then,
+ * and holders keep their holds.
+ */
+TEST(systemd, socket_activated_restart_keeps_every_hold, 30)
+{
+	struct broker_proc b;
+	struct launch l = { .env = { NULL }, .nfds = 1, .fdnames = "control",
+			    .no_socket_flag = true };
+	char def1[200], def2[200];
+	struct role rh;
+	struct child h;
+	local_session *s;
+	uint64_t tok;
+	int lfd;
+
+	names_init(&b);
+	/* The default --socket, kept inside the test's directory. */
+	snprintf(def1, sizeof(def1), "SHMLOCK_SOCKET=%s/default1.sock", b.dir);
+	snprintf(def2, sizeof(def2), "SHMLOCK_SOCKET=%s/default2.sock", b.dir);
+	lfd = listen_socket(b.sock);
+	l.env[0] = def1;
+	l.fds[0] = lfd;
+	b.pid = launch(&b, &l);
+	rh = (struct role){ &b, "sar/k", "holder", 0, 0 };
+	spawn_role(&h, &rh);
+	tok = expect_grant(&h, 5000);
+	CHECK(seg_exists(&b)); /* beside the activated socket */
+	CHECK_EQ(WTERMSIG(exit_status_after(b.pid, SIGKILL)), SIGKILL);
+	/* Activated again, under another default. */
+	l.env[0] = def2;
+	b.pid = launch(&b, &l);
+	s = open_session(&b, "late", 0, 0);
+	CHECK_EQ(key_info(s, "sar/k").holders, 1);
+	CHECK_EQ(key_info(s, "sar/k").token, tok);
+	CHECK_EQ(key_info(s, "sar/k").holder_pid, h.pid);
+	CHECK(file_has(b.log, "from its keeper"));
+	CHECK_OK(local_session_close(s));
+	CHECK_EXITED_0(exit_status_after(b.pid, SIGTERM));
+	b.pid = 0;
+	close(lfd);
+	CHECK_OK(keeper_end(&b));
+	end_child(&h);
+	broker_stop(&b);
+}
+
+/*
+ * Two activated brokers without --socket, each with its --shm-name, and the
+ * same default path: before, both put their keeper there and the second
+ * attached the first's segment (two lock spaces merged). Each keeps its own
+ * now; and a broker whose --shm-name is not the name of the segment the
+ * keeper beside its socket holds refuses to start (exit 4).
+ */
+TEST(systemd, brokers_with_different_shm_names_never_share_a_segment, 30)
+{
+	struct broker_proc a, c, other;
+	struct launch l = { .env = { NULL }, .nfds = 1, .fdnames = "control",
+			    .no_socket_flag = true };
+	char def[200];
+	local_session *sa, *sc;
+	int lfa, lfc, status;
+
+	names_init(&a);
+	names_init(&c);
+	snprintf(def, sizeof(def), "SHMLOCK_SOCKET=%s/default.sock", a.dir);
+	l.env[0] = def;
+	lfa = listen_socket(a.sock);
+	l.fds[0] = lfa;
+	a.pid = launch(&a, &l);
+	sa = open_session(&a, "on-a", 0, 0);
+	CHECK_OK(local_lock(sa, "merge/k", NULL, NULL));
+	CHECK_EXITED_0(exit_status_after(a.pid, SIGTERM));
+	a.pid = 0;
+	/* The second: same default, its own socket and name. */
+	lfc = listen_socket(c.sock);
+	l.fds[0] = lfc;
+	last_log = c.log;
+	c.pid = launch(&c, &l);
+	sc = open_session(&c, "on-c", 0, 0);
+	CHECK_EQ(key_info(sc, "merge/k").holders, 0);
+	CHECK(!file_has(c.log, "attached existing segment"));
+	CHECK_OK(local_session_close(sc));
+	CHECK_EXITED_0(exit_status_after(c.pid, SIGTERM));
+	c.pid = 0;
+	/* A's socket with another --shm-name: refused, A's segment kept. */
+	close(lfa);
+	other = a;
+	snprintf(other.shm, sizeof(other.shm), "%s", c.shm);
+	l = (struct launch){ .env = { NULL } };
+	status = exit_status_after(launch(&other, &l), 0);
+	CHECK(WIFEXITED(status));
+	CHECK_EQ(WEXITSTATUS(status), 4);
+	CHECK(file_has(a.log, "not --shm-name"));
+	CHECK_EQ(key_info(sa, "merge/k").holders, 1); /* read in the segment */
+	close(lfc);
+	CHECK_OK(keeper_end(&a));
+	CHECK_OK(keeper_end(&c));
+	broker_stop(&a);
+	broker_stop(&c);
 }
 
 /* One HTTP/1.0 GET over the Unix socket @path; the whole answer in @out. */
