@@ -196,6 +196,7 @@ int session_open(struct broker *b, const struct proto_open *req, int pidfd, pid_
 	atomic_fetch_add(&b->seg.hdr->stats.sessions_opened, 1);
 	rep->slot = slot;
 	rep->gen = gen;
+	owners_open_reply(b, pid, rep);
 	memcpy(rep->id, id, sizeof(id));
 	blog(LOG_DEBUG, "session %u opened for pid %d (%s)", slot, (int)pid, s->name);
 	return 0;
@@ -556,7 +557,7 @@ void session_died(struct broker *b, uint32_t slot)
 	if (main_gone) {
 		/* First the lock words it died inside of: marked, the sweep
 		 * below (or whoever comes first) takes them and repairs. */
-		segment_reap_locks(&b->seg, (uint32_t)b->seg.sessions[slot].creator_pid);
+		segment_mark_gone_owners(&b->seg);
 		unwatch_pidfd(b, &bs->pidfd);
 	}
 	if (!b->seg.sessions[slot].pid || bs->bound_pidfd >= 0) {
