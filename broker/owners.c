@@ -161,6 +161,7 @@ static void sync_sessions(uint64_t now)
 static bool owner_gone(void *ctx, uint32_t owner)
 {
 	uint64_t now = mono_ns();
+	bool seen = false;
 	uint32_t i;
 
 	(void)ctx;
@@ -169,16 +170,24 @@ static bool owner_gone(void *ctx, uint32_t owner)
 	if (owner == own.self)
 		return false;
 	sync_sessions(now);
+	/* Every match counts: a pid a new client reuses may still be listed
+	 * for the session of its exited predecessor (whose death is queued). */
 	for (i = 0; i < own.b->seg.caps.max_sessions; i++)
-		if (own.known[i].pid == owner && own.known[i].fd >= 0)
-			return exited(own.known[i].fd);
+		if (own.known[i].pid == owner && own.known[i].fd >= 0) {
+			if (!exited(own.known[i].fd))
+				return false;
+			seen = true;
+		}
 	for (i = 0; i < LINGER_MAX; i++) {
 		struct lingering *l = &own.linger[i];
 
-		if (l->fd >= 0 && l->pid == owner)
-			return l->until_ns <= now || exited(l->fd);
+		if (l->fd >= 0 && l->pid == owner) {
+			if (l->until_ns > now && !exited(l->fd))
+				return false;
+			seen = true;
+		}
 	}
-	if (blog_allow(&own.forged_log, now))
+	if (!seen && blog_allow(&own.forged_log, now))
 		blog(LOG_WARNING, "a lock word names pid %u, which is no process of any session "
 		     "here (a forged owner, or one long gone): breaking it; the next taker "
 		     "repairs the key", owner);
