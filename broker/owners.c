@@ -18,6 +18,10 @@
  * duplicate of each pidfd so that liveness stays answerable after the
  * session's own descriptor is closed.
  *
+ * When a session's process cannot be read (out of descriptors), nobody is
+ * judged gone until it can: breaking a live owner's word would let two
+ * processes into a key at once, while waiting only delays a repair.
+ *
  * The judge runs on the event loop only (the cluster manager's threads use
  * the kernel's judge on their own view of the segment).
  */
@@ -60,6 +64,7 @@ static struct {
 	struct lingering linger[LINGER_MAX];
 	struct lw_judge judge;
 	struct blog_limit forged_log;
+	bool incomplete; /* a session's process could not be read: unsure */
 	uint32_t self;
 	uint64_t ns_dev, ns_ino;
 } own;
@@ -72,22 +77,22 @@ static bool exited(int fd)
 	return poll(&p, 1, 0) == 1;
 }
 
-/* The pid (in our namespace) of the live process behind pidfd @fd; 0 if it
- * has exited or cannot be read. The kernel's own record of that process. */
-static uint32_t pidfd_pid(int fd)
+/* The pid (in our namespace) of the process behind pidfd @fd, the kernel's
+ * own record of it: > 0; 0 when it has exited; -1 when we cannot read it
+ * (out of descriptors, say). */
+static long pidfd_pid(int fd)
 {
 	char path[64], line[128];
-	uint32_t pid = 0;
+	long pid = -1, v;
 	FILE *f;
-	long v;
 
 	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
 	f = fopen(path, "re");
 	if (!f)
-		return 0;
+		return -1;
 	while (fgets(line, sizeof(line), f))
 		if (sscanf(line, "Pid: %ld", &v) == 1) {
-			pid = v > 0 && v <= LW_OWNER_MASK ? (uint32_t)v : 0;
+			pid = v > 0 && v <= LW_OWNER_MASK ? v : v == -1 ? 0 : -1;
 			break;
 		}
 	fclose(f);
@@ -132,7 +137,9 @@ static void sync_sessions(uint64_t now)
 {
 	struct broker *b = own.b;
 	uint32_t i;
+	long pid;
 
+	own.incomplete = false;
 	for (i = 0; i < b->seg.caps.max_sessions; i++) {
 		const struct bsession *bs = b->by_slot[i];
 		struct known *kn = &own.known[i];
@@ -147,12 +154,21 @@ static void sync_sessions(uint64_t now)
 		kn->gen = bs->gen;
 		if (bs->pidfd < 0)
 			continue;
+		pid = -1;
 		kn->fd = fcntl(bs->pidfd, F_DUPFD_CLOEXEC, 3);
 		if (kn->fd >= 0)
-			kn->pid = pidfd_pid(kn->fd);
-		if (kn->fd >= 0 && !kn->pid) {
+			pid = pidfd_pid(kn->fd);
+		if (pid > 0) {
+			kn->pid = (uint32_t)pid;
+			continue;
+		}
+		if (kn->fd >= 0)
 			close(kn->fd); /* exited already: nothing of it may stay */
-			kn->fd = -1;
+		kn->fd = -1;
+		if (pid < 0) {
+			/* Unknown for now: judge nobody gone until we know. */
+			kn->bs = NULL;
+			own.incomplete = true;
 		}
 	}
 }
@@ -187,6 +203,8 @@ static bool owner_gone(void *ctx, uint32_t owner)
 			seen = true;
 		}
 	}
+	if (own.incomplete)
+		return false; /* it may be the session we could not read */
 	if (!seen && blog_allow(&own.forged_log, now))
 		blog(LOG_WARNING, "a lock word names pid %u, which is no process of any session "
 		     "here (a forged owner, or one long gone): breaking it; the next taker "
