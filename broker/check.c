@@ -9,7 +9,9 @@
  * Findings come in two grades:
  *   problem: an invariant the lock algorithms rely on is broken (an index
  *            out of range, a list that does not match the node table, a
- *            count that lies, a token above the counter). Exit status 2.
+ *            count that lies, a token above the counter, a lock word naming
+ *            a process that has nothing to do with the segment). Exit
+ *            status 2.
  *   note:    work a broker does routinely and has not done yet (sessions
  *            whose process died while no broker ran, a sweep cut short, a
  *            mutex whose owner died, a node an interrupted operation left

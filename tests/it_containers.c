@@ -78,10 +78,10 @@ static void in_pid_ns(void *arg, int in, int out)
 {
 	struct ns_job *job = arg;
 	int host_fd = open("/proc/sys/kernel/ns_last_pid", O_RDWR | O_CLOEXEC), st, tries;
-	int ask[2], told[2];
+	int ask[2], told[2], gate[2];
 	pid_t init, client = -1, want = 0;
 
-	if (host_fd < 0 || pipe(ask) || pipe(told) || unshare(CLONE_NEWPID))
+	if (host_fd < 0 || pipe(ask) || pipe(told) || pipe(gate) || unshare(CLONE_NEWPID))
 		_exit(91);
 	init = fork();
 	if (init == 0) {
@@ -114,8 +114,13 @@ static void in_pid_ns(void *arg, int in, int out)
 		client = fork();
 		if (client == 0) {
 			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			char go;
+
 			if (job->equal_pid && getpid() != want)
 				_exit(93);
+			/* Our "host" line goes first on the shared pipe. */
+			if (read(gate[0], &go, 1) != 1)
+				_exit(96);
 			own_proc();
 			job->fn(job->arg, in, out);
 			_exit(0);
@@ -130,6 +135,8 @@ static void in_pid_ns(void *arg, int in, int out)
 	if (client < 0)
 		_exit(95);
 	say(out, "host %d", (int)client);
+	if (write(gate[1], "g", 1) != 1)
+		_exit(97);
 	waitpid(client, &st, 0);
 	kill(init, SIGKILL);
 	_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
