@@ -201,6 +201,31 @@ TEST(forged_owner, new_keys_are_created_under_a_forged_table_word, 60)
 	broker_stop_clean(&b);
 }
 
+/* Words forged while no broker runs do not outlive its restart. */
+TEST(forged_owner, a_restarted_broker_breaks_forged_words, 60)
+{
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 10000);
+	struct broker_proc b;
+	local_session *s, *v;
+
+	broker_start(&b, small_caps);
+	s = open_session(&b, "attacker", 0, 0);
+	make_key(s, "r/k");
+	broker_signal_wait(&b, SIGKILL);
+	stall_key(entry_of(s, "r/k"), FORGED_OWNER);
+	atomic_store(&s->seg->hdr->table_lock, FORGED_OWNER);
+	broker_restart(&b);
+	v = open_session(&b, "victim", 0, 0);
+	CHECK_OK(local_lock(v, "r/k", &o, NULL));
+	CHECK_OK(local_release(v, "r/k"));
+	CHECK_OK(local_lock(v, "r/new", &o, NULL));
+	CHECK_OK(local_release(v, "r/new"));
+	CHECK_EQ(segment_violations(v), 0);
+	CHECK_OK(local_session_close(v));
+	CHECK_OK(local_session_close(s));
+	broker_stop_clean(&b);
+}
+
 /* An operator's release and reset go through a forged word. */
 TEST(forged_owner, operator_release_and_reset_work, 90)
 {
