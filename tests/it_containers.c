@@ -7,7 +7,7 @@
  * one the broker sees, which must not make it judge the host's pids in its
  * own namespace (where they name nobody, or someone else).
  *
- * The tests need root (namespaces, mounting /proc, ns_last_pid).
+ * The tests need root (namespaces, mounting /proc, choosing a pid).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,21 +50,34 @@ struct ns_job {
 	bool equal_pid; /* the client's pid in its namespace = the broker's view */
 };
 
-/* Write @pid - 1 to ns_last_pid through @fd: the next fork in that
- * namespace gets @pid if it is free. */
-static bool set_last_pid(int fd, pid_t pid)
-{
-	char buf[32];
-	int n = snprintf(buf, sizeof(buf), "%d", (int)pid - 1);
+/* clone3()'s arguments up to set_tid (CLONE_ARGS_SIZE_VER1): glibc has no
+ * wrapper, and <linux/sched.h> clashes with <sched.h>. */
+struct clone3_args {
+	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
+	uint64_t set_tid, set_tid_size;
+};
 
-	return pwrite(fd, buf, (size_t)n, 0) == n;
+/* fork(), with pid @pid both in our children's pid namespace (one level
+ * down) and in ours: -errno (EEXIST: taken in one of them). */
+static pid_t fork_as(pid_t pid)
+{
+	pid_t tids[2] = { pid, pid }; /* innermost first */
+	struct clone3_args a = { .exit_signal = SIGCHLD, .set_tid = (uintptr_t)tids,
+				 .set_tid_size = 2 };
+	long r = syscall(SYS_clone3, &a, sizeof(a));
+
+	return r < 0 ? -errno : (pid_t)r;
 }
 
-static pid_t host_last_pid(int fd)
+static pid_t host_last_pid(void)
 {
 	char buf[32] = "";
+	int fd = open("/proc/sys/kernel/ns_last_pid", O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
 
-	return pread(fd, buf, sizeof(buf) - 1, 0) > 0 ? (pid_t)atoi(buf) : 0;
+	if (fd >= 0)
+		close(fd);
+	return n > 0 ? (pid_t)atoi(buf) : 300;
 }
 
 /*
@@ -71,66 +85,45 @@ static pid_t host_last_pid(int fd)
  * its init alive, and run the job's client in it. Reports "host PID" (the
  * client's pid as the broker will see it) before the client's own lines.
  * For equal_pid, the client's pid in its namespace is made equal to its
- * host pid: ns_last_pid is set in both namespaces just before the fork,
- * which is retried until nobody else on the host took the pid first.
+ * host pid: clone3() with set_tid picks the same pid at both levels.
  */
 static void in_pid_ns(void *arg, int in, int out)
 {
 	struct ns_job *job = arg;
-	int host_fd = open("/proc/sys/kernel/ns_last_pid", O_RDWR | O_CLOEXEC), st, tries;
-	int ask[2], told[2], gate[2];
-	pid_t init, client = -1, want = 0;
+	pid_t init, client = -1, want;
+	int gate[2], st, tries;
 
-	if (host_fd < 0 || pipe(ask) || pipe(told) || pipe(gate) || unshare(CLONE_NEWPID))
+	if (pipe(gate) || unshare(CLONE_NEWPID))
 		_exit(91);
 	init = fork();
 	if (init == 0) {
-		/* pid 1 there: its own /proc, then set ns_last_pid on request. */
-		char buf[32];
-		int fd;
-
+		/* pid 1 there, with its own /proc: keeps the namespace alive. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		own_proc();
-		fd = open("/proc/sys/kernel/ns_last_pid", O_RDWR | O_CLOEXEC);
-		while (read(ask[0], buf, sizeof(buf)) > 0) {
-			char ok = set_last_pid(fd, (pid_t)atoi(buf)) ? 'y' : 'n';
-
-			(void)!write(told[1], &ok, 1);
-		}
 		for (;;)
 			pause();
 	}
-	for (tries = 0; tries < (job->equal_pid ? 500 : 1); tries++) {
-		if (job->equal_pid) {
-			char buf[32], ok = 'n';
-
-			want = host_last_pid(host_fd) + 200;
-			snprintf(buf, sizeof(buf), "%d", (int)want);
-			if (write(ask[1], buf, strlen(buf) + 1) < 0 || read(told[0], &ok, 1) != 1 ||
-			    ok != 'y' || !set_last_pid(host_fd, want))
-				_exit(92);
-		}
+	/* Above the pids in use now, and well below pid_max (32768 at
+	 * least): pids wrap to 300 after it. */
+	want = host_last_pid() + 1000;
+	if (want > 30000)
+		want = 1000;
+	for (tries = 0; tries < 100; tries++) {
 		fflush(NULL);
-		client = fork();
-		if (client == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			char go;
-
-			if (job->equal_pid && getpid() != want)
-				_exit(93);
-			/* Our "host" line goes first on the shared pipe. */
-			if (read(gate[0], &go, 1) != 1)
-				_exit(96);
-			own_proc();
-			job->fn(job->arg, in, out);
-			_exit(0);
-		}
-		if (client < 0)
-			_exit(94);
-		if (!job->equal_pid || client == want)
+		client = job->equal_pid ? fork_as(want + 17 * tries) : fork();
+		if (client != -EEXIST)
 			break;
-		waitpid(client, &st, 0); /* someone on the host took it: again */
-		client = -1;
+	}
+	if (client == 0) {
+		char go;
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		/* Our "host" line goes first on the shared pipe. */
+		if (read(gate[0], &go, 1) != 1)
+			_exit(96);
+		own_proc();
+		job->fn(job->arg, in, out);
+		_exit(0);
 	}
 	if (client < 0)
 		_exit(95);
