@@ -78,8 +78,8 @@ static bool exited(int fd)
 }
 
 /* The pid (in our namespace) of the process behind pidfd @fd, the kernel's
- * own record of it: > 0; 0 when it has exited; -1 when we cannot read it
- * (out of descriptors, say). */
+ * own record of it: > 0; 0 when it has exited (or has no pid here); -1 when
+ * we cannot read it (out of descriptors, say). */
 static long pidfd_pid(int fd)
 {
 	char path[64], line[128];
@@ -92,7 +92,8 @@ static long pidfd_pid(int fd)
 		return -1;
 	while (fgets(line, sizeof(line), f))
 		if (sscanf(line, "Pid: %ld", &v) == 1) {
-			pid = v > 0 && v <= LW_OWNER_MASK ? v : v == -1 ? 0 : -1;
+			/* -1: exited; 0: not in our namespace (never admitted). */
+			pid = v > 0 && v <= LW_OWNER_MASK ? v : v <= 0 ? 0 : -1;
 			break;
 		}
 	fclose(f);
