@@ -19,6 +19,7 @@
 #include "tcp.h"
 #include "consul.h"
 #include "cluster.h"
+#include "owners.h"
 
 /* A per-event log line that may come in bursts (100 000 leases expiring
  * together): at most BLOG_BURST lines a second, then one line saying how

@@ -9,7 +9,9 @@
  * Findings come in two grades:
  *   problem: an invariant the lock algorithms rely on is broken (an index
  *            out of range, a list that does not match the node table, a
- *            count that lies, a token above the counter). Exit status 2.
+ *            count that lies, a token above the counter, a lock word naming
+ *            a process that has nothing to do with the segment). Exit
+ *            status 2.
  *   note:    work a broker does routinely and has not done yet (sessions
  *            whose process died while no broker ran, a sweep cut short, a
  *            mutex whose owner died, a node an interrupted operation left
@@ -73,21 +75,79 @@ static const char *key_name(const struct seg_key *k, char *buf, size_t size)
 	return buf;
 }
 
-/* glibc keeps a mutex's futex word in __data.__lock: the owner's tid, and
- * FUTEX_OWNER_DIED once the kernel has found the owner dead. */
-enum mutex_state { MUTEX_FREE, MUTEX_HELD, MUTEX_OWNER_DIED };
+/* A lock word's state: free, held, left by a dead owner, or naming a live
+ * process that does not map the segment (a forged owner). */
+enum mutex_state { MUTEX_FREE, MUTEX_HELD, MUTEX_OWNER_DIED, MUTEX_FORGED };
 
-/* A lock word (lockword.h): free, held by a live process, or by a dead one. */
-static enum mutex_state mutex_state(const _Atomic uint32_t *w)
+/* The segment's line in /proc/PID/maps ("/memfd:LABEL (deleted)"). */
+static char seg_label[300];
+
+/*
+ * Does process @pid map the segment? 1 yes, 0 no, -1 cannot tell (its maps
+ * are not ours to read). Only a process that maps it can be inside a lock
+ * word: any other owner was written there by a client.
+ */
+static int maps_segment(uint32_t pid)
+{
+	char path[64], line[512];
+	int found = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%u/maps", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return errno == ENOENT ? 0 : -1;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, seg_label) != NULL;
+	/* An empty read of a live process's maps: not allowed to look. */
+	if (!found && ferror(f))
+		found = -1;
+	fclose(f);
+	return found;
+}
+
+/*
+ * Where /proc/PID/maps is not ours to read: is @pid the broker or the
+ * process of a session the segment records? Those records are the clients'
+ * to write, so this only makes a report: a "no" is a strong sign of a
+ * forged owner, a "yes" proves nothing (the broker judges by its own table).
+ */
+static bool recorded_in(const struct segment *seg, uint32_t pid)
+{
+	uint32_t i;
+
+	if (pid == atomic_load(&seg->hdr->broker_pid))
+		return true;
+	for (i = 0; i < seg->caps.max_sessions; i++) {
+		const struct seg_session *s = &seg->sessions[i];
+
+		if (SESS_STATE(atomic_load(&s->state_gen)) != SESS_FREE &&
+		    (uint32_t)s->creator_pid == pid)
+			return true;
+	}
+	return false;
+}
+
+/* A lock word (lockword.h): free, held by a live process of the segment,
+ * left by a dead one, or naming a process that has nothing to do with it. */
+static enum mutex_state mutex_state(const struct segment *seg, const _Atomic uint32_t *w)
 {
 	uint32_t v = atomic_load_explicit(w, memory_order_relaxed);
+	int maps;
 
 	if (!v)
 		return MUTEX_FREE;
 	if ((v & LW_DIED) || lw_pid_gone(LW_OWNER(v)))
 		return MUTEX_OWNER_DIED;
+	maps = seg_label[0] ? maps_segment(LW_OWNER(v)) : -1;
+	if (maps == 0 || (maps < 0 && !recorded_in(seg, LW_OWNER(v))))
+		return MUTEX_FORGED;
 	return MUTEX_HELD;
 }
+
+/* What the broker does with a forged owner, for the report. */
+#define FORGED_FIX "a running broker breaks it within a second, a starting one at once; " \
+		   "'shmlock reset KEY' breaks a key's now"
 
 /* Per key, what the node table says (the truth the lists must match). */
 struct key_tally {
@@ -368,7 +428,13 @@ static void check_keys(const struct segment *seg, struct report *r, const struct
 		if (k->token > tokens)
 			PROBLEM(r, "key '%s': last token %llu above the counter %llu", name,
 				(unsigned long long)k->token, (unsigned long long)tokens);
-		ms = mutex_state(&k->lock);
+		ms = mutex_state(seg, &k->lock);
+		if (ms == MUTEX_FORGED) {
+			PROBLEM(r, "key '%s': its lock word names pid %u, a process that does not "
+				"map this segment: a forged owner, which stops every use of the "
+				"key; " FORGED_FIX, name, LW_OWNER(atomic_load(&k->lock)));
+			continue;
+		}
 		if (ms == MUTEX_OWNER_DIED) {
 			NOTE(r, "key '%s': its mutex owner died mid-operation; the next locker "
 			     "rebuilds it from the node table", name);
@@ -416,7 +482,8 @@ static void check_index(const struct segment *seg, struct report *r)
 static void scan(const struct segment *seg, struct report *r)
 {
 	struct key_tally *t = calloc(seg->caps.max_keys, sizeof(*t));
-	bool table_dead = mutex_state(&seg->hdr->table_lock) == MUTEX_OWNER_DIED;
+	enum mutex_state table = mutex_state(seg, &seg->hdr->table_lock);
+	bool table_dead = table == MUTEX_OWNER_DIED;
 
 	if (!t) {
 		PROBLEM(r, "out of memory");
@@ -424,6 +491,11 @@ static void scan(const struct segment *seg, struct report *r)
 	}
 	if (atomic_load(&seg->hdr->token_counter) < seg->hdr->created_realtime_ns)
 		PROBLEM(r, "token counter below its seed: tokens could repeat");
+	if (table == MUTEX_FORGED)
+		PROBLEM(r, "the key table's lock word names pid %u, a process that does not map "
+			"this segment: a forged owner, which stops the creation of keys; a "
+			"running broker breaks it within a second, a starting one at once",
+			LW_OWNER(atomic_load(&seg->hdr->table_lock)));
 	if (table_dead)
 		NOTE(r, "the key table's mutex owner died; the next locker rebuilds the index");
 	else
@@ -571,6 +643,7 @@ int check_segment(const struct broker_opts *o)
 		return err == -LOCAL_EVERSION ? 1 : 2;
 	}
 	broker = live_broker(&seg);
+	snprintf(seg_label, sizeof(seg_label), "/memfd:%s (deleted)", o->shm_name + 1);
 	printf("shmlockd --check: %s: %zu bytes; keys %u, sessions %u, holds %u, waiters %u, "
 	       "value %u; %s\n", o->shm_name, seg.size, seg.caps.max_keys, seg.caps.max_sessions,
 	       seg.caps.max_holds, seg.caps.max_waiters, seg.caps.max_value,

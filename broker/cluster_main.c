@@ -32,6 +32,7 @@
 #include "clock.h"
 #include "cluster_int.h"
 #include "futex.h"
+#include "lockword.h"
 
 #define TICK_MS 50u	   /* the manager looks at held keys at least this often */
 #define FULL_MS 1000u	   /* ... and at every key entry */
@@ -807,6 +808,7 @@ int cluster_start(struct broker *b)
 	c->view = b->seg;
 	c->view.lock_budgeted = false;
 	c->view.lock_budget_ns = 0;
+	c->view.lock_judge = &lw_pid_judge; /* owners.c judges on the loop only */
 	c->seg = &c->view;
 	c->o = o;
 	c->margin_ms = o->margin_ms ? o->margin_ms : o->lease_ttl_s * 200u;

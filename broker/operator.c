@@ -611,6 +611,27 @@ void operator_stats(const struct broker *b, struct proto_op_stats *r)
 	api_seg_stats(&b->seg, r);
 }
 
+/*
+ * No quarantined entry of that name: the key may be stuck on its lock word
+ * instead (a forged owner the periodic scan has not broken yet). Break and
+ * repair it now if its owner is gone; name a live owner otherwise.
+ */
+static int reset_word(struct broker *b, const struct proto_op *req, const struct ucred *who)
+{
+	uint32_t owner;
+	int err = owners_reset_word(b, req->key, req->key_len, &owner);
+
+	if (!err)
+		blog(LOG_WARNING, "operator (uid %u, pid %d) reset %.*s: its lock word named pid "
+		     "%u, no live process of a session; broken, and the key repaired",
+		     (unsigned)who->uid, (int)who->pid, (int)req->key_len, req->key, owner);
+	else if (err == -EBUSY)
+		blog(LOG_WARNING, "operator reset of %.*s: its lock word is held by pid %u, a live "
+		     "process of a session; it lets go when that process exits or its session "
+		     "is destroyed", (int)req->key_len, req->key, owner);
+	return err == -EBUSY ? -ETIMEDOUT : err;
+}
+
 /* Reset every quarantined entry named @req->key; -ENOENT if there is none. */
 static int op_reset(struct broker *b, const struct proto_op *req, const struct ucred *who)
 {
@@ -653,6 +674,8 @@ static int op_reset(struct broker *b, const struct proto_op *req, const struct u
 		     o ? " of session(s) " : "", ids);
 		done++;
 	}
+	if (!done && err == -ENOENT)
+		err = reset_word(b, req, who);
 	return done ? 0 : err;
 }
 

@@ -239,6 +239,7 @@ int session_open(struct broker *b, const struct proto_open *req, int pidfd, pid_
 	atomic_fetch_add(&b->seg.hdr->stats.sessions_opened, 1);
 	rep->slot = slot;
 	rep->gen = gen;
+	owners_open_reply(b, pid, rep);
 	memcpy(rep->id, id, sizeof(id));
 	blog(LOG_DEBUG, "session %u opened for pid %d (%s)", slot, (int)pid, s->name);
 	return 0;
@@ -676,7 +677,7 @@ void session_died(struct broker *b, uint32_t slot)
 	if (main_gone) {
 		/* First the lock words it died inside of: marked, the sweep
 		 * below (or whoever comes first) takes them and repairs. */
-		segment_reap_locks(&b->seg, (uint32_t)bs->creator_pid);
+		segment_mark_gone_owners(&b->seg);
 		unwatch_pidfd(b, &bs->pidfd);
 	}
 	if (bs->no_process_check || bs->bound_pidfd >= 0) {

@@ -92,6 +92,8 @@ static int attach_fd(struct broker *b, int fd)
 		return err;
 	}
 	err = seg_bind(&b->seg, mem, (size_t)st.st_size);
+	if (!err)
+		err = owners_attach(b); /* who may hold a lock word: owners.c */
 	if (err) {
 		munmap(mem, (size_t)st.st_size);
 		close(cfd);

@@ -93,7 +93,8 @@ int cmd_reset(int argc, char **argv)
 	if (err == -ENOENT)
 		errorf("%s is not quarantined (see 'shmlock keys -quarantined')", argv[1]);
 	else if (err == -ETIMEDOUT)
-		errorf("cannot reset %s now: a process holds the key table; try again", argv[1]);
+		errorf("cannot reset %s now: a live process holds its lock word or the key "
+		       "table's (the broker's log names it); try again", argv[1]);
 	else if (err)
 		errorf("cannot reset %s: %s", argv[1], cli_strerror(err));
 	return err ? exit_for(err) : EXIT_OK;

@@ -236,6 +236,12 @@ static const char reset_text[] =
 	"  damaged: its holders lose it, its queued requests fail, and its next\n"
 	"  use creates it afresh. No other key is touched.\n"
 	"\n"
+	"  A KEY that is not quarantined but stuck on its lock word, which\n"
+	"  names a process that exited or never had a session (a forged\n"
+	"  owner), is repaired instead: the word is broken and the key keeps\n"
+	"  its holders. A live process of a session holding the word is named\n"
+	"  in the broker's log (exit 1: try again).\n"
+	"\n"
 	"Options:\n"
 	"\n"
 	"  -socket=PATH   The broker's socket.\n";

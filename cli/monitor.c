@@ -84,6 +84,15 @@ static void *monitor_main(void *arg)
 		r = check(m);
 		if (atomic_load(&m->stop))
 			break;
+		if (r == -ETIMEDOUT) {
+			/* The key's lock word stayed taken (a stopped client, or
+			 * one that wrote someone else's pid there): no answer is
+			 * not a loss. Nothing changes the hold while the word is
+			 * taken; ask again. */
+			if (!pause_retry(m))
+				break;
+			continue;
+		}
 		if (r) {
 			lost(m, r);
 			break;

@@ -457,7 +457,7 @@ static int build_open(const struct local_session_opts *o, struct proto_open *req
 
 static int send_close(const local_session *s);
 static void session_free(local_session *s);
-static void lock_identity_set(struct segment *seg, const struct seg_session *slot);
+static void lock_identity_set(struct segment *seg, const struct proto_reply *rep);
 
 /*
  * Where a new session starts looking for free nodes (issue 13, the cache-line
@@ -541,7 +541,7 @@ int local_session_open(const struct local_session_opts *opts, local_session **ou
 	/* The only handle of this session: every request it queues counts in
 	 * hints.queued (the broker's in-process handles do not say so). */
 	s->hints.sole = true;
-	lock_identity_set(s->seg, seg_session_at(s->seg, rep.slot));
+	lock_identity_set(s->seg, &rep);
 	hex_encode(rep.id, sizeof(rep.id), s->id);
 	s->fork_gen = atomic_load(&fork_gen);
 	*out = s;
@@ -552,21 +552,30 @@ fail:
 }
 
 /*
- * Who this process is in lock words: its pid as the broker saw it open
- * @slot (our pid, unless we live in another pid namespace than the broker),
- * since the broker is the one that reaps the locks of a process that died.
- * Only a process whose own pids are the broker's judges owners itself.
+ * Who this process is in lock words: its pid as the broker saw it open the
+ * session (our pid, unless we live in another pid namespace than the
+ * broker), since the broker is the one that reaps the locks of a process
+ * that died. Only a process whose pid namespace is the broker's judges
+ * owners itself: elsewhere a pid names another process, or none, and a
+ * live owner could be taken for dead (even when our pid here happens to be
+ * the one the broker sees). The namespace is compared by its identity, the
+ * inode of /proc/self/ns/pid, never by pids.
  */
-static void lock_identity_set(struct segment *seg, const struct seg_session *slot)
+static void lock_identity_set(struct segment *seg, const struct proto_reply *rep)
 {
-	int32_t pid = slot->creator_pid;
+	int32_t pid = rep->peer_pid;
+	struct stat st;
+	bool same_ns;
 
 	if (pid <= 0 || (uint32_t)pid > LW_OWNER_MASK)
 		return;
-	if (seg->lock_self != (uint32_t)pid) {
+	same_ns = rep->pidns_ino && stat("/proc/self/ns/pid", &st) == 0 &&
+		  (uint64_t)st.st_dev == rep->pidns_dev && (uint64_t)st.st_ino == rep->pidns_ino;
+	/* Written once per mapping: every session of a process says the same. */
+	if (seg->lock_self != (uint32_t)pid)
 		seg->lock_self = (uint32_t)pid;
-		seg->lock_judge = pid == getpid();
-	}
+	if (seg->lock_judge != (same_ns ? &lw_pid_judge : NULL))
+		seg->lock_judge = same_ns ? &lw_pid_judge : NULL;
 }
 
 static void session_free(local_session *s)

@@ -461,18 +461,23 @@ int api_release_tried(local_session *s, const char *key);
 int key_repair_locked(struct segment *seg, struct seg_key *k);
 
 /*
- * Repair every key (and the table) whose lock owner died: such a lock is
- * only noticed when someone next locks it, and a waiter granted by a releaser
- * that died before its wake-up call sleeps until then. Reads each lock word
- * without locking; takes only the dead ones, without waiting (a busy one is
- * left for the next call). Returns how many were repaired.
+ * Repair every key (and the table) whose lock owner is gone by this
+ * process's judge (seg->lock_judge: in the broker, dead or never admitted):
+ * such a lock is only noticed when someone next locks it, and a waiter
+ * granted by a releaser that died before its wake-up call sleeps until then.
+ * Reads each lock word without locking; takes only the gone ones, without
+ * waiting (a busy one is left for the next call). Returns how many were
+ * repaired.
  */
 uint32_t segment_repair_dead_mutexes(struct segment *seg);
 
-/* The broker: process @pid exited (its pidfd said so). Mark every lock word
- * it held as left by a dead owner (lockword.h), waking the waiters; the next
- * taker repairs. Returns how many it held. */
-uint32_t segment_reap_locks(struct segment *seg, uint32_t pid);
+/*
+ * Mark every lock word whose owner seg->lock_judge says is gone as left by a
+ * dead owner (lockword.h), waking its waiters; the next taker repairs. The
+ * broker calls it when a client process exits, before its sweep takes the
+ * keys. Returns how many it marked.
+ */
+uint32_t segment_mark_gone_owners(struct segment *seg);
 
 /* Sanity checks used before trusting a key's own fields (repair quarantines
  * a key that fails them) and its list heads and counts (repair rebuilds).

@@ -723,14 +723,14 @@ int keytab_find_until(struct segment *seg, const char *key, size_t len, bool cre
 	return err;
 }
 
-/* The table lock and every key lock whose owner died (or no longer runs):
+/* The table lock and every key lock whose owner is gone (by the judge):
  * taken without waiting, repaired, released. One busy now is left for
  * later: the caller (the broker) must never wait on a lock word. */
 uint32_t segment_repair_dead_mutexes(struct segment *seg)
 {
 	uint32_t i, n = 0;
 
-	if (lw_reap_if_gone(&seg->hdr->table_lock) &&
+	if (lw_reap_if_gone(&seg->hdr->table_lock, seg->lock_judge) &&
 	    table_locked(seg, word_trylock(seg, &seg->hdr->table_lock)) == 0) {
 		table_unlock(seg);
 		n++;
@@ -738,7 +738,7 @@ uint32_t segment_repair_dead_mutexes(struct segment *seg)
 	for (i = 0; i < seg->caps.max_keys; i++) {
 		struct seg_key *k = &seg->keys[i];
 
-		if (lw_reap_if_gone(&k->lock) && key_trylock(seg, k) == 0) {
+		if (lw_reap_if_gone(&k->lock, seg->lock_judge) && key_trylock(seg, k) == 0) {
 			key_unlock(k);
 			n++;
 		}
@@ -746,11 +746,11 @@ uint32_t segment_repair_dead_mutexes(struct segment *seg)
 	return n;
 }
 
-uint32_t segment_reap_locks(struct segment *seg, uint32_t pid)
+uint32_t segment_mark_gone_owners(struct segment *seg)
 {
-	uint32_t i, n = lw_reap(&seg->hdr->table_lock, pid);
+	uint32_t i, n = lw_reap_if_gone(&seg->hdr->table_lock, seg->lock_judge);
 
 	for (i = 0; i < seg->caps.max_keys; i++)
-		n += lw_reap(&seg->keys[i].lock, pid);
+		n += lw_reap_if_gone(&seg->keys[i].lock, seg->lock_judge);
 	return n;
 }

@@ -28,6 +28,19 @@ bool lw_pid_gone(uint32_t pid)
 	return gone;
 }
 
+static bool pid_gone(void *ctx, uint32_t owner)
+{
+	(void)ctx;
+	return lw_pid_gone(owner);
+}
+
+const struct lw_judge lw_pid_judge = { pid_gone, NULL };
+
+static bool judged_gone(const struct lw_judge *judge, uint32_t owner)
+{
+	return judge && judge->gone(judge->ctx, owner);
+}
+
 /* Mark @w, seen holding @v, as left by a dead owner; wake every sleeper. */
 static bool mark_died(_Atomic uint32_t *w, uint32_t v)
 {
@@ -38,7 +51,8 @@ static bool mark_died(_Atomic uint32_t *w, uint32_t v)
 	return true;
 }
 
-int lw_lock(_Atomic uint32_t *w, uint32_t self, uint64_t deadline_ns, bool judge)
+int lw_lock(_Atomic uint32_t *w, uint32_t self, uint64_t deadline_ns,
+	    const struct lw_judge *judge)
 {
 	uint32_t want = self, v;
 	uint64_t check_at = 0, now, until;
@@ -75,7 +89,7 @@ int lw_lock(_Atomic uint32_t *w, uint32_t self, uint64_t deadline_ns, bool judge
 			 * it still runs (a short wait may end before check_at). */
 			if (judge && !checked) {
 				checked = true;
-				if (lw_pid_gone(LW_OWNER(v)))
+				if (judged_gone(judge, LW_OWNER(v)))
 					mark_died(w, v);
 				continue;
 			}
@@ -87,7 +101,7 @@ int lw_lock(_Atomic uint32_t *w, uint32_t self, uint64_t deadline_ns, bool judge
 			/* The same owner for a while: stopped, or dead unseen. */
 			check_at = now + LW_CHECK_NS;
 			checked = true;
-			if (judge && lw_pid_gone(LW_OWNER(v)))
+			if (judged_gone(judge, LW_OWNER(v)))
 				mark_died(w, v);
 			continue;
 		}
@@ -125,16 +139,7 @@ void lw_unlock(_Atomic uint32_t *w)
 		futex_wake(w, 1);
 }
 
-bool lw_reap(_Atomic uint32_t *w, uint32_t pid)
-{
-	uint32_t v = atomic_load(w);
-
-	if (v == 0 || (v & LW_DIED) || LW_OWNER(v) != pid)
-		return false;
-	return mark_died(w, v);
-}
-
-bool lw_reap_if_gone(_Atomic uint32_t *w)
+bool lw_reap_if_gone(_Atomic uint32_t *w, const struct lw_judge *judge)
 {
 	uint32_t v = atomic_load(w);
 
@@ -142,5 +147,5 @@ bool lw_reap_if_gone(_Atomic uint32_t *w)
 		return false;
 	if (v & LW_DIED)
 		return true;
-	return lw_pid_gone(LW_OWNER(v)) && (mark_died(w, v) || (atomic_load(w) & LW_DIED));
+	return judged_gone(judge, LW_OWNER(v)) && (mark_died(w, v) || (atomic_load(w) & LW_DIED));
 }

@@ -15,7 +15,7 @@
 #include "segment.h"
 
 #define PROTO_MAGIC 0x4c4d4853u /* "SHML" */
-#define PROTO_VERSION 1u
+#define PROTO_VERSION 2u
 
 enum proto_type {
 	MSG_OPEN = 1,	 /* open a session; reply carries the segment fd */
@@ -77,6 +77,14 @@ struct proto_reply {
 	uint32_t gen;
 	uint32_t seg_abi;
 	uint8_t id[16];
+	/* MSG_OPEN: the client's pid as the broker sees it (SO_PEERCRED), the
+	 * owner it writes into lock words; and the broker's pid namespace
+	 * (st_dev and st_ino of its /proc/self/ns/pid), so that the client
+	 * judges owners only if its own pids are the broker's. */
+	int32_t peer_pid;
+	uint32_t reserved;
+	uint64_t pidns_dev;
+	uint64_t pidns_ino;
 };
 
 struct proto_force_release {

@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lockword.h"
 #include "segment.h"
 
 #define ALIGN64(x) (((x) + 63) & ~(uint64_t)63)
@@ -170,6 +171,6 @@ int seg_bind(struct segment *seg, void *mem, size_t size)
 	seg->rung_local = false;
 	/* Until a session says how the broker sees us: our own pid. */
 	seg->lock_self = (uint32_t)getpid();
-	seg->lock_judge = true;
+	seg->lock_judge = &lw_pid_judge;
 	return 0;
 }

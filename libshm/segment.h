@@ -28,6 +28,8 @@
 
 #include "liblocal.h"
 
+struct lw_judge; /* lockword.h */
+
 #define SEG_MAGIC 0x4b434f4c4d485321ull /* "!SHMLOCK" little-endian */
 /* 2: lock-free holds stay NODE_FAST_CLAIMED while the fast word names
  * them, and lock_index/modify_index lag behind the fast word (fast_base).
@@ -421,11 +423,13 @@ struct segment {
 	 * busy locks (lock_budgeted), however many keys are stuck. */
 	uint64_t lock_budget_ns;
 	bool lock_budgeted;
-	/* Who we are in lock words: our pid as the broker sees it (set from
-	 * our session slot), and whether our own view of pids is the broker's
-	 * (then a waiter may judge an owner dead itself; see lockword.h). */
+	/* Who we are in lock words: our pid as the broker sees it (from its
+	 * answer to our session's open), and who may judge a word's owner
+	 * gone: the broker's own table in the broker, the kernel in a client
+	 * that shares the broker's pid namespace, nobody in one that does not
+	 * (NULL). See lockword.h. */
 	uint32_t lock_self;
-	bool lock_judge;
+	const struct lw_judge *lock_judge;
 	/* The broker's own mapping (broker/loop.c): a ring this process makes
 	 * (a lease its in-process sessions took, a grant to a waiter it armed)
 	 * only sets rung_local, which the loop handles at the end of its turn,

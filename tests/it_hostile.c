@@ -13,8 +13,9 @@
  *    once the attacker is gone.
  *
  * "Stopped inside a critical section" is staged by writing the pid of a
- * stopped process of ours into a lock word: exactly what a client that
- * stopped (SIGSTOP) holding that lock leaves there.
+ * stopped client of ours (a process with a session) into a lock word:
+ * exactly what a client that stopped (SIGSTOP) holding that lock leaves
+ * there.
  */
 #include <errno.h>
 #include <poll.h>
@@ -28,54 +29,37 @@
 #include "harness.h"
 #include "invariants.h"
 #include "lockword.h"
+#include "word_fixture.h"
 
 static const char *const small_caps[] = { "--max-keys",    "64", "--max-holds",    "16",
 					  "--max-waiters", "16", "--max-sessions", "16", NULL };
 
-/* A process that stops itself at once and stays stopped: a live owner that
- * never lets go. */
-static pid_t stopped_process(void)
+/* A client of @b (a session of its own: the broker breaks a word naming
+ * any other process) that stops itself at once and stays stopped: a live
+ * owner that never lets go. */
+static pid_t stopped_process(const struct broker_proc *b)
 {
 	siginfo_t si;
-	pid_t pid = fork();
+	pid_t pid;
 
+	fflush(NULL);
+	pid = fork();
 	CHECK(pid >= 0);
 	if (pid == 0) {
+		open_session(b, "stopped", 0, 0);
 		raise(SIGSTOP);
 		_exit(0);
 	}
 	memset(&si, 0, sizeof(si));
-	CHECK_OK(waitid(P_PID, (id_t)pid, &si, WSTOPPED | WNOWAIT));
+	CHECK_OK(waitid(P_PID, (id_t)pid, &si, WSTOPPED | WEXITED | WNOWAIT));
+	CHECK_EQ(si.si_code, CLD_STOPPED); /* not dead: its session opened */
 	return pid;
-}
-
-/* Leave @k as a client stopped inside key_lock() would: its lock word
- * naming that process, and the fast path shut (key_lock() sets SLOW first). */
-static void stall_key(struct seg_key *k, pid_t owner)
-{
-	atomic_store(&k->lock, (uint32_t)owner);
-	atomic_fetch_or(&k->fast, FAST_SLOW);
 }
 
 static void end_process(pid_t pid)
 {
 	kill(pid, SIGKILL);
 	pid_wait(pid, 5000);
-}
-
-/* @key's entry, which must exist (no lock taken: we are the attacker). */
-static struct seg_key *entry_of(local_session *s, const char *key)
-{
-	uint32_t i;
-
-	for (i = 0; i < s->seg->caps.max_keys; i++) {
-		struct seg_key *k = &s->seg->keys[i];
-
-		if (atomic_load(&k->state) == KEY_USED && k->key_len == strlen(key) &&
-		    !memcmp(k->key, key, k->key_len))
-			return k;
-	}
-	FAIL_AT("key %s not found", key);
 }
 
 /* The broker still answers: a session opens (open_session() fails the
@@ -220,7 +204,7 @@ TEST(hostile, a_thousand_stalled_keys_do_not_stall_the_broker, 90)
 	obs = open_session(&b, "obs", 0, 0);
 	child_spawn(&h, many_holder, &b);
 	child_expect(&h, "held", 30000);
-	stopped = stopped_process();
+	stopped = stopped_process(&b);
 	for (i = 0; i < 1000; i++) {
 		snprintf(name, sizeof(name), "many/%d", i);
 		stall_key(entry_of(obs, name), stopped);
@@ -230,7 +214,8 @@ TEST(hostile, a_thousand_stalled_keys_do_not_stall_the_broker, 90)
 	/* 200 ms a key would be 200 s; one budget a turn answers at once. */
 	broker_answers(&b);
 	broker_answers(&b);
-	CHECK_EQ(live_sessions(obs), 2); /* obs, and the dead one still closing */
+	/* obs, the stopped one, and the dead one still closing */
+	CHECK_EQ(live_sessions(obs), 3);
 	end_process(stopped); /* the owner is gone: its words are repaired */
 	CHECK(WAIT_SESSIONS(obs, 1, 30000));
 	CHECK_OK(local_lock(obs, "many/999", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 5000 },
@@ -270,7 +255,7 @@ TEST(hostile, deadlines_hold_against_a_stopped_lock_owner, 60)
 	CHECK_OK(local_release(v, "d/k"));
 	CHECK_OK(local_lock(v, "d/other", NULL, NULL));
 	CHECK_OK(local_release(v, "d/other"));
-	stopped = stopped_process();
+	stopped = stopped_process(&b);
 	k = entry_of(v, "d/k");
 	stall_key(k, stopped);
 

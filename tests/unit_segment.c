@@ -168,7 +168,7 @@ TEST(unit, entries_find_a_key_the_index_hides, 10)
 	ci = seg_key_index(&seg, c);
 	CHECK_EQ(seg_key_index(&seg, b), (seg_key_index(&seg, a) + 1) % small_caps.max_keys);
 	CHECK_EQ(ci, (seg_key_index(&seg, b) + 1) % small_caps.max_keys);
-	CHECK_OK(lw_lock(&seg.hdr->table_lock, seg.lock_self, 0, true));
+	CHECK_OK(lw_lock(&seg.hdr->table_lock, seg.lock_self, 0, &lw_pid_judge));
 	key_entry_free_locked(&seg, seg_key_index(&seg, b)); /* a tombstone before c */
 	lw_unlock(&seg.hdr->table_lock);
 	CHECK_EQ(atomic_load(&b->state), KEY_FREED);
@@ -179,7 +179,7 @@ TEST(unit, entries_find_a_key_the_index_hides, 10)
 	CHECK(k == c);
 	key_unlock(k);
 	/* Freeing the cluster's end cleans back to the live entry before it. */
-	CHECK_OK(lw_lock(&seg.hdr->table_lock, seg.lock_self, 0, true));
+	CHECK_OK(lw_lock(&seg.hdr->table_lock, seg.lock_self, 0, &lw_pid_judge));
 	key_entry_free_locked(&seg, ci);
 	lw_unlock(&seg.hdr->table_lock);
 	CHECK_EQ(atomic_load(&c->state), KEY_FREE);
