@@ -1,0 +1,435 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""The fault suite of cluster keys (docs/jepsen.md).
+
+A real 3-member etcd on loopback, three brokers as three hosts, each reaching
+etcd through a proxy of its own that can cut it off (tests/jepsen/cluster.py),
+clients on liblocal (tests/jepsen/worker.c) on one cluster lock and one
+cluster semaphore of 2 slots on every host, and a nemesis that injects a
+seeded, printed schedule of faults. After the last fault has healed the run
+goes on for the liveness bound and a little more, then tests/jepsen/check.py
+judges the records.
+
+  run.py --broker BIN --worker BIN --short [--seed N]
+  run.py --broker BIN --worker BIN --seconds S [--runs N] [--seed N]
+
+--short runs a fixed list of faults (the parameters from the seed, 1 by
+default), --seconds a random schedule of that length per run. Exits 1 on a
+violation, 2 when the harness itself could not run.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check  # noqa: E402
+from cluster import (PDEATH, Broker, Etcd, Ports, Proxy, proc_state,  # noqa: E402
+                     signal_pid, wait_for)
+
+HOSTS = 3
+PREFIX = "jepsen/"
+LOCK_KEY = "jepsen/lock"
+SEM_KEY = "jepsen/sem"
+SEM_LIMIT = 2
+TTL_S = 3
+MARGIN_MS = 1000
+LOCK_WORKERS = SEM_WORKERS = 2  # per host
+# Crash points inside the key mutex (libshm/crashpoint.h): queueing on a busy
+# key (ENQ_LINKED), or granted at once (GRANT_DONE).
+CP_ENQ_LINKED, CP_GRANT_DONE = 5, 3
+
+
+class HarnessError(Exception):
+    pass
+
+
+class Run:
+    def __init__(self, args, seed, rundir):
+        self.args, self.seed, self.dir = args, seed, rundir
+        self.rng = random.Random(seed)
+        self.t0 = time.monotonic()
+        self.nemlog = open(os.path.join(rundir, "nemesis.log"), "a", buffering=1)
+        self.event("note", "harness started")
+        self.workers = []  # [Popen, host, kind, name]
+        self.nworkers = 0
+        ports = Ports()
+        self.etcd = Etcd(rundir, ports)
+        self.proxy = Proxy(HOSTS, self.etcd.cport, ports)
+        self.brokers = [Broker(args.broker, rundir, h, self.proxy.endpoints(h), PREFIX, TTL_S,
+                               MARGIN_MS) for h in range(HOSTS)]
+        self.fence = os.path.join(rundir, "fence")
+
+    # ---- records ------------------------------------------------------------
+
+    def event(self, what, text):
+        """Write down a nemesis event (CLOCK_MONOTONIC, as the workers' records)."""
+        self.nemlog.write("%d %s %s\n" % (time.monotonic_ns(), what, text))
+        if what != "note" or self.args.verbose:
+            print("  %7.2f s  %-5s %s" % (time.monotonic() - self.t0, what, text), flush=True)
+
+    # ---- clients ------------------------------------------------------------
+
+    def spawn(self, h, kind, count=0, env=None, tag="w"):
+        self.nworkers += 1
+        name = "%s%d-h%d-%s" % (tag, self.nworkers, h, kind)
+        argv = PDEATH + [self.args.worker, "--socket", self.brokers[h].sock, "--host", str(h),
+                         "--id", str(self.nworkers), "--kind", kind,
+                         "--key", LOCK_KEY if kind == "lock" else SEM_KEY,
+                         "--limit", str(SEM_LIMIT if kind == "sem" else 1),
+                         "--log", os.path.join(self.dir, "w-%s.log" % name),
+                         "--until-ns", str(time.monotonic_ns() + 3600 * 10**9),
+                         "--hold-us", "1000" if kind == "lock" else "3000",
+                         "--seed", str(self.seed * 1000 + self.nworkers)]
+        if kind == "lock":
+            argv += ["--fence", self.fence]
+        if count:
+            argv += ["--count", str(count), "--once", "1"]
+        e = dict(os.environ)
+        for k in ("SHMLOCK_STOP_AT", "SHMLOCK_CRASH_AT", "SHMLOCK_NO_FAST_PATH"):
+            e.pop(k, None)
+        e.update(env or {})
+        p = subprocess.Popen(argv, env=e, stdin=subprocess.DEVNULL)
+        w = [p, h, kind, name]
+        self.workers.append(w)
+        return w
+
+    def pick_worker(self, h, kind):
+        ws = [w for w in self.workers if w[1] == h and w[2] == kind and w[3].startswith("w")
+              and w[0].poll() is None]
+        if not ws:
+            raise HarnessError("no running %s worker on host %d" % (kind, h))
+        return self.rng.choice(ws)
+
+    def replace(self, w, why):
+        """A worker that did not do what it was told is killed and replaced."""
+        self.event("note", "%s %s: killed and replaced" % (w[3], why))
+        signal_pid(w[0].pid, signal.SIGKILL)
+        w[0].wait()
+        self.workers.remove(w)
+        self.spawn(w[1], w[2])
+
+    # ---- faults: each applies, waits, heals, and writes both down -------------
+
+    def sleep(self, s):
+        time.sleep(s)
+
+    def cut_off(self, h, how, dur):
+        """Cut host @h off from etcd for @dur s: 'refuse' or 'blackhole' its
+        network, or 'pause' its broker."""
+        if how == "pause":
+            self.brokers[h].signal(signal.SIGSTOP)
+        else:
+            self.proxy.set(h, how)
+        self.sleep(dur)
+        if how == "pause":
+            self.brokers[h].signal(signal.SIGCONT)
+        else:
+            self.proxy.set(h, "up")
+
+    def partition(self, h, mode, dur):
+        d = "partition h%d %s %.1fs" % (h, mode, dur)
+        self.event("begin", d)
+        self.cut_off(h, mode, dur)
+        self.event("heal", d)
+
+    def broker_pause(self, h, dur):
+        d = "broker-pause h%d %.1fs (TTL %ds)" % (h, dur, TTL_S)
+        self.event("begin", d)
+        self.cut_off(h, "pause", dur)
+        self.event("heal", d)
+
+    def broker_kill(self, h, down):
+        d = "broker-kill h%d, restarted after %.1fs" % (h, down)
+        self.event("begin", d)
+        self.brokers[h].kill()
+        self.sleep(down)
+        self.brokers[h].start()
+        self.event("heal", d)
+
+    def client_pause(self, h, kind, dur):
+        w = self.pick_worker(h, kind)
+        d = "client-pause %s %.1fs" % (w[3], dur)
+        self.event("begin", d)
+        signal_pid(w[0].pid, signal.SIGSTOP)
+        self.sleep(dur)
+        signal_pid(w[0].pid, signal.SIGCONT)
+        self.event("heal", d)
+
+    def stopped(self, w, timeout_s):
+        return wait_for(lambda: proc_state(w[0].pid) == "T" or w[0].poll() is not None,
+                        timeout_s) and w[0].poll() is None
+
+    def client_stop_in_hold(self, h, kind, how, dur, settle):
+        """A holder stops itself inside its hold; its host is cut off (@how)
+        past the lease; @settle s after the heal (its host has a new lease
+        by then) the holder goes on, believing it still holds."""
+        w = self.pick_worker(h, kind)
+        d = "client-stop-in-hold %s + %s h%d %.1fs, continued %.1fs after" % (
+            w[3], how, h, dur, settle)
+        self.event("begin", d)
+        signal_pid(w[0].pid, signal.SIGUSR1)
+        if not self.stopped(w, 15):
+            self.replace(w, "did not stop inside a hold within 15 s")
+            self.event("heal", d + " (no stop)")
+            return
+        self.event("note", "%s stopped inside its hold" % w[3])
+        self.cut_off(h, how, dur)
+        self.sleep(settle)
+        signal_pid(w[0].pid, signal.SIGCONT)
+        self.event("heal", d)
+
+    def client_trap_in_mutex(self, h, how, dur, settle):
+        """A client stops inside the lock key's mutex (SHMLOCK_STOP_AT at a
+        crash point of a CRASH_POINTS build); its host is cut off (@how) past
+        the lease; @settle s after the heal it goes on."""
+        d = "client-stop-in-key-mutex h%d + %s %.1fs, continued %.1fs after" % (h, how, dur,
+                                                                                 settle)
+        self.event("begin", d)
+        trap = None
+        for attempt in range(4):
+            cp = CP_ENQ_LINKED if attempt % 2 == 0 else CP_GRANT_DONE
+            trap = self.spawn(h, "lock", count=1, tag="t",
+                              env={"SHMLOCK_STOP_AT": str(cp), "SHMLOCK_NO_FAST_PATH": "1"})
+            if self.stopped(trap, 15):
+                self.event("note", "%s stopped at crash point %d" % (trap[3], cp))
+                break
+            if trap[0].poll() is None:
+                self.event("note", "%s neither stopped nor ended within 15 s: killed" % trap[3])
+                signal_pid(trap[0].pid, signal.SIGKILL)
+                trap[0].wait()
+            trap = None
+        if trap is None:
+            raise HarnessError("no client stopped inside the key mutex in 4 attempts")
+        self.cut_off(h, how, dur)
+        self.sleep(settle)
+        signal_pid(trap[0].pid, signal.SIGCONT)
+        self.event("heal", d)
+
+    def etcd_member(self, role, how, dur):
+        lead = self.etcd.leader()
+        if lead is None:
+            raise HarnessError("etcd has no leader")
+        i = lead if role == "leader" else self.rng.choice([j for j in range(3) if j != lead])
+        d = "etcd-%s m%d (%s) %.1fs" % (how, i, role, dur)
+        self.event("begin", d)
+        self.etcd_down([i], how, dur)
+        self.event("heal", d)
+
+    def etcd_majority(self, how, dur):
+        lead = self.etcd.leader()
+        if lead is None:
+            raise HarnessError("etcd has no leader")
+        two = [lead, self.rng.choice([j for j in range(3) if j != lead])]
+        d = "etcd-majority-%s m%d m%d %.1fs" % (how, two[0], two[1], dur)
+        self.event("begin", d)
+        self.etcd_down(two, how, dur)
+        self.event("heal", d)
+
+    def etcd_restart_all(self, dur):
+        d = "etcd-restart-all, down %.1fs" % dur
+        self.event("begin", d)
+        self.etcd_down([0, 1, 2], "kill", dur)
+        self.event("heal", d)
+
+    def etcd_down(self, members, how, dur):
+        for i in members:
+            if how == "stop":
+                self.etcd.signal(i, signal.SIGSTOP)
+            else:
+                self.etcd.kill(i)
+        self.sleep(dur)
+        for i in members:
+            if how == "stop":
+                self.etcd.signal(i, signal.SIGCONT)
+            else:
+                self.etcd.start(i)
+        if not self.etcd.wait_healthy(range(3), 30):
+            raise HarnessError("etcd not healthy 30 s after the fault healed")
+
+    # ---- schedules ------------------------------------------------------------
+
+    def short_schedule(self):
+        """The fixed list of make check: the faults the product is known to
+        have broken under, and one of each other kind that is quick."""
+        r, hs = self.rng, list(range(HOSTS))
+        r.shuffle(hs)
+        past = lambda: TTL_S + 1.5 + r.random() * 2  # past the lease
+        return [
+            ("client_trap_in_mutex", hs[0], "refuse", past(), 1.5 + r.random()),
+            ("broker_pause", hs[1], past()),
+            ("client_stop_in_hold", hs[2], "sem", "pause", past(), 1.5 + r.random()),
+            ("client_stop_in_hold", hs[0], "lock", "blackhole", past(), 1.5 + r.random()),
+            ("broker_pause", hs[2], 1 + r.random() * 6.5),
+            ("partition", hs[1], "refuse", past()),
+            ("etcd_member", "follower", "stop", 2 + r.random() * 2),
+            ("etcd_restart_all", 0.5 + r.random()),
+        ]
+
+    def random_op(self):
+        r = self.rng
+        h = r.randrange(HOSTS)
+        past = TTL_S + 1 + r.random() * 4.5
+        settle = 1 + r.random() * 2
+        cut = r.choice(["refuse", "blackhole", "pause"])
+        return r.choice([
+            ("partition", h, r.choice(["refuse", "blackhole"]), 1 + r.random() * 6),
+            ("broker_pause", h, 1 + r.random() * 6.5),
+            ("broker_kill", h, r.choice([0, TTL_S + 1.5])),
+            ("client_pause", h, r.choice(["lock", "sem"]), 0.5 + r.random() * 3.5),
+            ("client_stop_in_hold", h, r.choice(["lock", "sem"]), cut, past, settle),
+            ("client_trap_in_mutex", h, cut, past, settle),
+            ("etcd_member", r.choice(["leader", "follower"]), r.choice(["stop", "kill"]),
+             1 + r.random() * 5),
+            ("etcd_majority", r.choice(["stop", "kill"]), TTL_S + r.random() * 4),
+            ("etcd_restart_all", 0.5 + r.random() * 2),
+        ])
+
+    # ---- the run --------------------------------------------------------------
+
+    def start(self):
+        self.etcd.start_all()
+        if not self.etcd.wait_healthy(range(3), 30):
+            raise HarnessError("etcd did not become healthy in 30 s (logs in %s)" % self.dir)
+        for b in self.brokers:
+            b.start()
+        for h in range(HOSTS):
+            for _ in range(LOCK_WORKERS):
+                self.spawn(h, "lock")
+            for _ in range(SEM_WORKERS):
+                self.spawn(h, "sem")
+
+    def run_schedule(self, seconds):
+        gap = lambda: 1 + self.rng.random() * 1.5
+        if seconds is None:
+            ops = self.short_schedule()
+            print("schedule (seed %d): %s" % (self.seed, "; ".join(
+                "%s%r" % (o[0], tuple(round(x, 2) if isinstance(x, float) else x
+                                      for x in o[1:])) for o in ops)), flush=True)
+            for op in ops:
+                self.sleep(gap())
+                getattr(self, op[0])(*op[1:])
+            return
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.sleep(gap())
+            op = self.random_op()
+            getattr(self, op[0])(*op[1:])
+
+    def continue_stragglers(self):
+        """Every fault has healed: a client still stopped is the harness's
+        mistake, continued here (and the heal written down) so that liveness
+        is judged from then."""
+        for w in self.workers:
+            if w[0].poll() is None and proc_state(w[0].pid) == "T":
+                self.event("heal", "%s still stopped: continued" % w[3])
+                signal_pid(w[0].pid, signal.SIGCONT)
+
+    def stop(self):
+        for w in self.workers:
+            signal_pid(w[0].pid, signal.SIGCONT)
+            signal_pid(w[0].pid, signal.SIGKILL)
+        for w in self.workers:
+            w[0].wait()
+        for b in self.brokers:
+            b.stop()
+        self.proxy.stop()
+        self.etcd.stop_all()
+        self.nemlog.close()
+
+
+def one_run(args, seed, n, total):
+    rundir = tempfile.mkdtemp(prefix="shmlock-jepsen-%d-" % os.getpid())
+    liveness = args.liveness_s
+    with open(os.path.join(rundir, "run.json"), "w") as f:
+        json.dump({"lock_key": LOCK_KEY, "sem_key": SEM_KEY, "sem_limit": SEM_LIMIT,
+                   "hosts": HOSTS, "liveness_s": liveness, "seed": seed,
+                   "seconds": args.seconds}, f)
+    print("== jepsen run %d/%d, seed %d, %s, records in %s" % (
+        n, total, seed, "short" if args.short else "%d s" % args.seconds, rundir), flush=True)
+    run = Run(args, seed, rundir)
+    started = time.monotonic()
+    # The harness's own deadline: a fault that wedges the harness ends the
+    # run instead of hanging make check.
+    limit = (args.seconds or 60) + liveness + 240
+    timer = threading.Timer(limit, lambda: (print("jepsen: run over its %d s deadline" % limit,
+                                                  flush=True), os._exit(2)))
+    timer.daemon = True
+    timer.start()
+    try:
+        run.start()
+        run.event("note", "started")
+        run.run_schedule(None if args.short else args.seconds)
+        run.continue_stragglers()
+        # After the last heal: the liveness bound, and 2 s more for the
+        # records to show it.
+        run.event("note", "quiet for %.0f s" % (liveness + 2))
+        run.sleep(liveness + 2)
+        run.event("note", "end")
+    except HarnessError as e:
+        print("jepsen: harness: %s (records in %s)" % (e, rundir), flush=True)
+        run.stop()
+        timer.cancel()
+        return 2
+    finally:
+        if not run.nemlog.closed:
+            run.stop()
+        timer.cancel()
+    print("  run took %.0f s; checking" % (time.monotonic() - started), flush=True)
+    cfg, workers, nemesis = check.load(rundir)
+    bad = check.judge(cfg, workers, nemesis)
+    if bad:
+        print("jepsen: %d violation(s); records kept in %s" % (bad, rundir))
+        for h in range(HOSTS):
+            log = os.path.join(rundir, "broker-h%d.log" % h)
+            subprocess.call(["sh", "-c", "grep -c '' %s | sed 's/^/  broker-h%d.log lines: /';"
+                             " grep -i 'cluster' %s | tail -8" % (log, h, log)])
+        return 1
+    print("jepsen: run %d/%d: no violation" % (n, total), flush=True)
+    if not args.keep:
+        shutil.rmtree(rundir, ignore_errors=True)
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--broker", required=True)
+    ap.add_argument("--worker", required=True)
+    ap.add_argument("--short", action="store_true")
+    ap.add_argument("--seconds", type=int, default=60)
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--seed", type=int)
+    ap.add_argument("--liveness-s", type=float)
+    ap.add_argument("--keep", action="store_true", help="keep the records of passing runs")
+    ap.add_argument("--verbose", action="store_true")
+    args = ap.parse_args()
+    if args.short:
+        args.seconds, args.runs = None, 1
+    if args.liveness_s is None:
+        # The done-criterion is 10 s; make check's run gets more room, as a
+        # loaded 2-core machine slows the recovery, not the faults.
+        args.liveness_s = 15.0 if args.short else 10.0
+    if args.seed is None:
+        args.seed = 1 if args.short else int(time.time()) % 100000
+    feat = subprocess.run([args.worker, "--features"], capture_output=True, text=True).stdout
+    if feat.strip() != "crash-points":
+        print("jepsen: %s is not a CRASH_POINTS=1 build" % args.worker, file=sys.stderr)
+        return 2
+    if not shutil.which("etcd") or not shutil.which("setpriv"):
+        print("jepsen: needs etcd (etcd-server) and setpriv (util-linux)", file=sys.stderr)
+        return 2
+    worst = 0
+    for i in range(args.runs):
+        worst = max(worst, one_run(args, args.seed + i, i + 1, args.runs))
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())
