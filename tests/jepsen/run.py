@@ -42,9 +42,10 @@ SEM_LIMIT = 2
 TTL_S = 3
 MARGIN_MS = 1000
 LOCK_WORKERS = SEM_WORKERS = 2  # per host
-# Crash points inside the key mutex (libshm/crashpoint.h): queueing on a busy
-# key (ENQ_LINKED), or granted at once (GRANT_DONE).
-CP_ENQ_LINKED, CP_GRANT_DONE = 5, 3
+# Crash points inside the key mutex (libshm/crashpoint.h): handing the key to a
+# local waiter at the release (HANDOFF_HOLD_SET: the key is open on the host by
+# construction), or queueing on it (ENQ_LINKED).
+CP_HANDOFF_HOLD_SET, CP_ENQ_LINKED = 9, 5
 
 
 class HarnessError(Exception):
@@ -72,8 +73,7 @@ class Run:
     def event(self, what, text):
         """Write down a nemesis event (CLOCK_MONOTONIC, as the workers' records)."""
         self.nemlog.write("%d %s %s\n" % (time.monotonic_ns(), what, text))
-        if what != "note" or self.args.verbose:
-            print("  %7.2f s  %-5s %s" % (time.monotonic() - self.t0, what, text), flush=True)
+        print("  %7.2f s  %-5s %s" % (time.monotonic() - self.t0, what, text), flush=True)
 
     # ---- clients ------------------------------------------------------------
 
@@ -186,6 +186,21 @@ class Run:
         signal_pid(w[0].pid, signal.SIGCONT)
         self.event("heal", d)
 
+    def local_holders(self, h):
+        """The lock's clients on host @h whose last record is a grant."""
+        out = []
+        for w in self.workers:
+            if w[1] != h or w[2] != "lock" or w[0].poll() is not None:
+                continue
+            with open(os.path.join(self.dir, "w-%s.log" % w[3]), "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 200))
+                lines = f.read().split(b"\n")
+            last = [x for x in lines if x][-1:]
+            if last and last[0].startswith(b"G "):
+                out.append(w[3])
+        return out
+
     def client_trap_in_mutex(self, h, how, dur, settle):
         """A client stops inside the lock key's mutex (SHMLOCK_STOP_AT at a
         crash point of a CRASH_POINTS build); its host is cut off (@how) past
@@ -193,21 +208,32 @@ class Run:
         d = "client-stop-in-key-mutex h%d + %s %.1fs, continued %.1fs after" % (h, how, dur,
                                                                                  settle)
         self.event("begin", d)
-        trap = None
-        for attempt in range(4):
-            cp = CP_ENQ_LINKED if attempt % 2 == 0 else CP_GRANT_DONE
+        trap, end = None, time.monotonic() + 30
+        for attempt in range(8):
+            cp = CP_HANDOFF_HOLD_SET if attempt % 2 == 0 else CP_ENQ_LINKED
             trap = self.spawn(h, "lock", count=1, tag="t",
                               env={"SHMLOCK_STOP_AT": str(cp), "SHMLOCK_NO_FAST_PATH": "1"})
-            if self.stopped(trap, 15):
-                self.event("note", "%s stopped at crash point %d" % (trap[3], cp))
+            if not self.stopped(trap, 15):
+                if trap[0].poll() is None:
+                    self.event("note", "%s neither stopped nor ended in 15 s: killed" % trap[3])
+                    signal_pid(trap[0].pid, signal.SIGKILL)
+                    trap[0].wait()
+                trap = None
+                continue
+            # The case that matters: the key open on the host (a holder
+            # inside, the trap itself at a handoff, or another who cannot
+            # release while the trap has the mutex). Otherwise the trap goes
+            # on (one attempt) and another is placed.
+            time.sleep(0.1)  # a grant or release just made is written down
+            inside = self.local_holders(h)
+            self.event("note", "%s stopped at crash point %d; inside on h%d: %s" % (
+                trap[3], cp, h, ", ".join(inside) or "nobody"))
+            if inside or time.monotonic() > end:
                 break
-            if trap[0].poll() is None:
-                self.event("note", "%s neither stopped nor ended within 15 s: killed" % trap[3])
-                signal_pid(trap[0].pid, signal.SIGKILL)
-                trap[0].wait()
-            trap = None
+            signal_pid(trap[0].pid, signal.SIGCONT)
+            trap[0].wait()
         if trap is None:
-            raise HarnessError("no client stopped inside the key mutex in 4 attempts")
+            raise HarnessError("no client stopped inside the key mutex in 8 attempts")
         self.cut_off(h, how, dur)
         self.sleep(settle)
         signal_pid(trap[0].pid, signal.SIGCONT)
@@ -408,7 +434,6 @@ def main():
     ap.add_argument("--seed", type=int)
     ap.add_argument("--liveness-s", type=float)
     ap.add_argument("--keep", action="store_true", help="keep the records of passing runs")
-    ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
     if args.short:
         args.seconds, args.runs = None, 1
