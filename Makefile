@@ -570,6 +570,8 @@ help:
 	@echo 'make run        run shmlockd in the foreground with a short demo'
 	@echo 'make bench      print the benchmark tables'
 	@echo 'make python-check  the Python binding'"'"'s pytest suite against this build'
+	@echo 'make jepsen     the fault suite of cluster keys (docs/jepsen.md): SECONDS=60 RUNS=3'
+	@echo '                [SEED=N]; make jepsen-short is its fixed schedule (in make check)'
 	@echo 'make install    install under $$(DESTDIR)$$(PREFIX) (ldconfig when DESTDIR is empty)'
 	@echo 'make uninstall  remove what make install wrote (same PREFIX, DESTDIR and O)'
 	@echo 'make deb        build the Debian packages into $$(O)/deb'

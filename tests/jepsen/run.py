@@ -11,7 +11,7 @@ goes on for the liveness bound and a little more, then tests/jepsen/check.py
 judges the records.
 
   run.py --broker BIN --worker BIN --short [--seed N]
-  run.py --broker BIN --worker BIN --seconds S [--runs N] [--seed N]
+  run.py --broker BIN --worker BIN --seconds S [--runs N] [--seed N] [--faults K,...]
 
 --short runs a fixed list of faults (the parameters from the seed, 1 by
 default), --seconds a random schedule of that length per run. Exits 1 on a
@@ -299,13 +299,14 @@ class Run:
             ("etcd_restart_all", 0.5 + r.random()),
         ]
 
-    def random_op(self):
+    def random_ops(self):
+        """One fault of each kind, with random parameters."""
         r = self.rng
         h = r.randrange(HOSTS)
         past = TTL_S + 1 + r.random() * 4.5
         settle = 1 + r.random() * 2
         cut = r.choice(["refuse", "blackhole", "pause"])
-        return r.choice([
+        return [
             ("partition", h, r.choice(["refuse", "blackhole"]), 1 + r.random() * 6),
             ("broker_pause", h, 1 + r.random() * 6.5),
             ("broker_kill", h, r.choice([0, TTL_S + 1.5])),
@@ -316,7 +317,7 @@ class Run:
              1 + r.random() * 5),
             ("etcd_majority", r.choice(["stop", "kill"]), TTL_S + r.random() * 4),
             ("etcd_restart_all", 0.5 + r.random() * 2),
-        ])
+        ]
 
     # ---- the run --------------------------------------------------------------
 
@@ -343,10 +344,18 @@ class Run:
                 self.sleep(gap())
                 getattr(self, op[0])(*op[1:])
             return
+        # Every kind once, in a random order, however short the run, then
+        # kinds at random until the time is up.
+        kinds = lambda: [op for op in self.random_ops()
+                         if not self.args.faults or op[0] in self.args.faults]
+        first = kinds()
+        if not first:
+            raise HarnessError("no fault of the kinds %s" % ",".join(self.args.faults))
+        self.rng.shuffle(first)
         end = time.monotonic() + seconds
-        while time.monotonic() < end:
+        while first or time.monotonic() < end:
             self.sleep(gap())
-            op = self.random_op()
+            op = first.pop() if first else self.rng.choice(kinds())
             getattr(self, op[0])(*op[1:])
 
     def continue_stragglers(self):
@@ -384,7 +393,7 @@ def one_run(args, seed, n, total):
     started = time.monotonic()
     # The harness's own deadline: a fault that wedges the harness ends the
     # run instead of hanging make check.
-    limit = (args.seconds or 60) + liveness + 240
+    limit = max(args.seconds or 0, 120) + liveness + 240
     timer = threading.Timer(limit, lambda: (print("jepsen: run over its %d s deadline" % limit,
                                                   flush=True), os._exit(2)))
     timer.daemon = True
@@ -434,6 +443,8 @@ def main():
     ap.add_argument("--seed", type=int)
     ap.add_argument("--liveness-s", type=float)
     ap.add_argument("--keep", action="store_true", help="keep the records of passing runs")
+    ap.add_argument("--faults", type=lambda v: v.split(","), default=[],
+                    help="only these kinds of fault (comma-separated), without --short")
     args = ap.parse_args()
     if args.short:
         args.seconds, args.runs = None, 1

@@ -207,10 +207,11 @@ static int run(struct worker *w)
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: jepsen-worker --features\n"
-			"       jepsen-worker --socket PATH --host N --id N --kind lock|sem --key K\n"
-			"                     [--limit N] [--fence FILE] --log FILE --until-ns NS\n"
-			"                     [--count N] [--once 1] [--hold-us US] [--seed N]\n");
+	fprintf(stderr,
+		"usage: jepsen-worker --features\n"
+		"       jepsen-worker --socket PATH --host N --id N --kind lock|sem --key K\n"
+		"                     [--limit N] [--fence FILE] --log FILE --until-ns NS\n"
+		"                     [--count N] [--once 1] [--hold-us US] [--seed N]\n");
 	return 2;
 }
 
