@@ -17,7 +17,10 @@ and judges, with CLOCK_MONOTONIC compared across processes (one machine):
                 (every grant written down, confirmed or not);
   fencing       no confirmed hold of the lock key refused by the fenced file;
   liveness      every host granted each key within liveness_s of the last
-                heal.
+                heal;
+  availability  no lease lost while only one etcd follower was down (the
+                harness counts the brokers' reports and writes a
+                'minority-fault: N ...' note after each such fault).
 
 A hold is confirmed when its release returned 0: the product still counted it
 as held then, so the recorded interval [grant, release] lies inside a real
@@ -114,27 +117,31 @@ def overlaps(holds):
 
 
 def max_concurrent(holds, limit):
-    """(max holders at once, grants beyond the limit, examples) over confirmed holds."""
+    """(max holders at once, grants beyond the limit, examples, (first, last))
+    over confirmed holds; first and last: the first and the last grant beyond
+    the limit (None without any)."""
     ev = []
     for h in holds:
         if h.status == "ok":
             ev.append((h.start, 1, h))
             ev.append((h.end, 0, h))  # at one instant, ends before starts
     ev.sort(key=lambda e: (e[0], e[1]))
-    cur, best, excess, examples, inside = 0, 0, 0, [], set()
-    for _, up, h in ev:
+    cur, best, excess, examples, inside, first, last = 0, 0, 0, [], set(), None, None
+    for t, up, h in ev:
         if up:
             cur += 1
             inside.add(h)
             if cur > limit:
                 excess += 1
+                first = t if first is None else first
+                last = t
                 if len(examples) < EXAMPLES:
                     examples.append(sorted(inside, key=lambda x: x.start))
         else:
             cur -= 1
             inside.discard(h)
         best = max(best, cur)
-    return best, excess, examples
+    return best, excess, examples, (first, last)
 
 
 def token_regressions(holds):
@@ -184,7 +191,7 @@ def judge(cfg, workers, nemesis, out=sys.stdout):
     lock = [h for h in holds if h.kind == "lock" and h.key == cfg["lock_key"]]
     sem = [h for h in holds if h.kind == "sem" and h.key == cfg["sem_key"]]
     heals = [t for t, what, _ in nemesis if what == "heal"]
-    last_heal = max(heals) if heals else min((h.start for h in holds), default=0)
+    last_heal = max(heals) if heals else T0  # no fault: served from the start
     bound = int(cfg["liveness_s"] * 1e9)
     last_record = max([h.end or h.start for h in holds], default=0)
     bad = 0
@@ -223,8 +230,9 @@ def judge(cfg, workers, nemesis, out=sys.stdout):
         p("  stopped inside its hold: %r" % h)
 
     p("semaphore %s (limit %d): holds %s" % (cfg["sem_key"], cfg["sem_limit"], count(sem)))
-    best, excess, ex = max_concurrent(sem, cfg["sem_limit"])
-    p("  max concurrent (confirmed holds): %d" % best)
+    best, excess, ex, (first, last) = max_concurrent(sem, cfg["sem_limit"])
+    p("  max concurrent (confirmed holds): %d%s" % (best, "" if first is None else (
+        ", over the limit from %.3f s to %.3f s" % ((first - T0) / 1e9, (last - T0) / 1e9))))
     violation("semaphore limit", excess, ex,
               lambda e: "%d inside:\n      " % len(e) + "\n      ".join(map(repr, e)))
     dup = len(sem) - len({h.token for h in sem})
@@ -245,6 +253,14 @@ def judge(cfg, workers, nemesis, out=sys.stdout):
         violation("liveness (%s)" % name, len(late), late,
                   lambda e: "host %d: %s" % (e[0], "never served" if e[1] is None else
                                              "first served %.3f s after the heal" % (e[1] / 1e9)))
+    minority = [(t, text) for t, what, text in nemesis
+                if what == "note" and text.startswith("minority-fault:")]
+    lost = [(t, text) for t, text in minority if int(text.split()[1]) > 0]
+    p("availability: %d fault(s) of one etcd follower, %d with leases lost" % (
+        len(minority), len(lost)))
+    violation("availability (a lease lost while only a follower was down)",
+              sum(int(text.split()[1]) for _, text in lost), lost,
+              lambda e: "%.3f s: %s" % ((e[0] - T0) / 1e9, e[1]))
     if errors:
         p("errors returned: " + ", ".join("%s %s %d: %d" % (k + (v,))
                                           for k, v in sorted(errors.items())))

@@ -151,6 +151,23 @@ class Etcd:
                 return ids[st["leader"]]
         return None
 
+    def move_leader_off(self, i, timeout_s=10):
+        """Make another member than @i the leader (etcd's MoveLeader, asked
+        of the leader); True once it is."""
+        lead = self.leader()
+        if lead is None:
+            return False
+        if lead != i:
+            return True
+        target = next(j for j in range(3) if j != i and self.running(j))
+        try:
+            tid = self._post(target, "/v3/maintenance/status", "{}")["header"]["member_id"]
+            self._post(lead, "/v3/maintenance/transfer-leadership",
+                       json.dumps({"targetID": tid}), timeout_s=5)
+        except (OSError, ValueError, KeyError):
+            pass
+        return wait_for(lambda: self.leader() not in (None, i), timeout_s, 0.1)
+
     def running(self, i):
         return self.proc[i] is not None and self.proc[i].poll() is None
 

@@ -102,9 +102,10 @@ class Semaphore(unittest.TestCase):
         two = [worker("a", 0, "sem", *hold(1 * S, 3 * S, 1)),
                worker("b", 1, "sem", *hold(2 * S, 4 * S, 2))]
         self.assertEqual(check.max_concurrent(sum((w[1] for w in two), []), 2)[:2], (2, 0))
+
         three = two + [worker("c", 1, "sem", *hold(2 * S + 5, 2 * S + 9, 3))]
         bad, out = run(three + served(5 * S))
-        self.assertIn("max concurrent (confirmed holds): 3", out)
+        self.assertIn("max concurrent (confirmed holds): 3, over the limit from 2.000 s", out)
         self.assertIn("VIOLATION semaphore limit: 1", out)
 
     def test_end_and_start_at_one_instant_is_a_handoff(self):
@@ -133,6 +134,19 @@ class Liveness(unittest.TestCase):
               worker("s1", 1, "sem", *hold(11 * S, 12 * S, 2))]
         bad, out = run(ws, heal)
         self.assertIn("host 1: never served", out)
+
+
+class Availability(unittest.TestCase):
+    def test_lease_lost_to_a_follower_found(self):
+        nem = check.parse_nemesis([
+            "%d note minority-fault: 0 lease(s) lost while one follower member was down (h0 0)"
+            % S,
+            "%d note minority-fault: 2 lease(s) lost while one first-follower member was down"
+            " (h0 1, h1 1)" % (2 * S)])
+        out = io.StringIO()
+        bad = check.judge(CFG, served(5 * S), nem, out)
+        self.assertEqual(bad, 2, out.getvalue())
+        self.assertIn("2 fault(s) of one etcd follower, 1 with leases lost", out.getvalue())
 
 
 if __name__ == "__main__":
