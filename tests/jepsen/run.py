@@ -55,6 +55,7 @@ class HarnessError(Exception):
 class Run:
     def __init__(self, args, seed, rundir):
         self.args, self.seed, self.dir = args, seed, rundir
+        self.ttl = args.ttl_s
         self.rng = random.Random(seed)
         self.t0 = time.monotonic()
         self.nemlog = open(os.path.join(rundir, "nemesis.log"), "a", buffering=1)
@@ -64,7 +65,7 @@ class Run:
         ports = Ports()
         self.etcd = Etcd(rundir, ports)
         self.proxy = Proxy(HOSTS, self.etcd.cport, ports)
-        self.brokers = [Broker(args.broker, rundir, h, self.proxy.endpoints(h), PREFIX, TTL_S,
+        self.brokers = [Broker(args.broker, rundir, h, self.proxy.endpoints(h), PREFIX, self.ttl,
                                MARGIN_MS) for h in range(HOSTS)]
         self.fence = os.path.join(rundir, "fence")
 
@@ -77,7 +78,7 @@ class Run:
 
     # ---- clients ------------------------------------------------------------
 
-    def spawn(self, h, kind, count=0, env=None, tag="w"):
+    def spawn(self, h, kind, once=False, env=None, tag="w"):
         self.nworkers += 1
         name = "%s%d-h%d-%s" % (tag, self.nworkers, h, kind)
         argv = PDEATH + [self.args.worker, "--socket", self.brokers[h].sock, "--host", str(h),
@@ -90,8 +91,8 @@ class Run:
                          "--seed", str(self.seed * 1000 + self.nworkers)]
         if kind == "lock":
             argv += ["--fence", self.fence]
-        if count:
-            argv += ["--count", str(count), "--once", "1"]
+        if once:
+            argv += ["--once", "1"]
         e = dict(os.environ)
         for k in ("SHMLOCK_STOP_AT", "SHMLOCK_CRASH_AT", "SHMLOCK_NO_FAST_PATH"):
             e.pop(k, None)
@@ -141,7 +142,7 @@ class Run:
         self.event("heal", d)
 
     def broker_pause(self, h, dur):
-        d = "broker-pause h%d %.1fs (TTL %ds)" % (h, dur, TTL_S)
+        d = "broker-pause h%d %.1fs (TTL %ds)" % (h, dur, self.ttl)
         self.event("begin", d)
         self.cut_off(h, "pause", dur)
         self.event("heal", d)
@@ -240,7 +241,7 @@ class Run:
         trap, end = None, time.monotonic() + 30
         for attempt in range(8):
             cp = CP_HANDOFF_HOLD_SET if attempt % 2 == 0 else CP_ENQ_LINKED
-            trap = self.spawn(h, kind, count=1, tag="t",
+            trap = self.spawn(h, kind, once=True, tag="t",
                               env={"SHMLOCK_STOP_AT": str(cp), "SHMLOCK_NO_FAST_PATH": "1"})
             if not self.stopped(trap, 15):
                 if trap[0].poll() is None:
@@ -297,7 +298,7 @@ class Run:
         self.event("heal", d)
         # A renewal missed while the member was down ends at the local
         # deadline, TTL - margin after the last renewal: wait that out.
-        self.sleep(TTL_S)
+        self.sleep(self.ttl)
         lost = [a - b for a, b in zip(self.lease_losses(), before)]
         self.event("note", "%s %d lease(s) lost while one %s member was down (%s)" % (
             "minority-fault:" if role != "leader" else "leader-fault:", sum(lost),
@@ -341,7 +342,7 @@ class Run:
         have broken under, and one of each other kind that is quick."""
         r, hs = self.rng, list(range(HOSTS))
         r.shuffle(hs)
-        past = lambda: TTL_S + 1.5 + r.random() * 2  # past the lease
+        past = lambda: self.ttl + 1.5 + r.random() * 2  # past the lease
         return [
             ("client_trap_in_mutex", hs[0], "lock", "refuse", past(), 1.5 + r.random()),
             ("broker_pause", hs[1], past()),
@@ -354,23 +355,24 @@ class Run:
         ]
 
     def random_ops(self):
-        """One fault of each kind, with random parameters."""
+        """One fault of each kind, each with its own host and parameters."""
         r = self.rng
-        h = r.randrange(HOSTS)
-        past = TTL_S + 1 + r.random() * 4.5
-        settle = 1 + r.random() * 2
-        cut = r.choice(["refuse", "blackhole", "pause"])
+        h = lambda: r.randrange(HOSTS)
+        past = lambda: self.ttl + 1 + r.random() * 4.5
+        settle = lambda: 1 + r.random() * 2
+        cut = lambda: r.choice(["refuse", "blackhole", "pause"])
+        kind = lambda: r.choice(["lock", "sem"])
         return [
-            ("partition", h, r.choice(["refuse", "blackhole"]), 1 + r.random() * 6),
-            ("broker_pause", h, 1 + r.random() * 6.5),
-            ("broker_kill", h, r.choice([0, TTL_S + 1.5])),
-            ("client_pause", h, r.choice(["lock", "sem"]), 0.5 + r.random() * 3.5),
-            ("client_stop_in_hold", h, r.choice(["lock", "sem"]), cut, past, settle),
-            ("client_trap_in_mutex", h, r.choice(["lock", "sem"]), cut, past, settle),
+            ("partition", h(), r.choice(["refuse", "blackhole"]), 1 + r.random() * 6),
+            ("broker_pause", h(), 1 + r.random() * 6.5),
+            ("broker_kill", h(), r.choice([0, self.ttl + 1.5])),
+            ("client_pause", h(), kind(), 0.5 + r.random() * 3.5),
+            ("client_stop_in_hold", h(), kind(), cut(), past(), settle()),
+            ("client_trap_in_mutex", h(), kind(), cut(), past(), settle()),
             ("etcd_member", r.choice(["leader", "follower", "first-follower"]),
              r.choice(["stop", "kill"]),
              1 + r.random() * 5),
-            ("etcd_majority", r.choice(["stop", "kill"]), TTL_S + r.random() * 4),
+            ("etcd_majority", r.choice(["stop", "kill"]), self.ttl + r.random() * 4),
             ("etcd_restart_all", 0.5 + r.random() * 2),
         ]
 
@@ -516,6 +518,8 @@ def main():
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--seed", type=int)
     ap.add_argument("--liveness-s", type=float)
+    ap.add_argument("--ttl-s", type=int, default=TTL_S,
+                    help="the brokers' etcd lease TTL (default %d s; margin 1000 ms)" % TTL_S)
     ap.add_argument("--keep", action="store_true", help="keep the records of passing runs")
     ap.add_argument("--faults", type=lambda v: v.split(","), default=[],
                     help="only these kinds of fault (comma-separated), without --short")

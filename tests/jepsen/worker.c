@@ -46,7 +46,7 @@
 
 struct worker {
 	const char *socket, *kind, *key, *fence_path, *log_path;
-	int host, id, limit, count, once;
+	int host, id, limit, once;
 	uint64_t until_ns, hold_us, seed;
 	int log_fd, fence_fd;
 	local_session *s;
@@ -111,10 +111,12 @@ static int fence_offer(struct worker *w, uint64_t tok)
 	return r;
 }
 
-static const char *fence_str(int r, char *buf)
+#define FENCE_NONE 2 /* a semaphore's holder offers no token */
+
+static const char *fence_str(int r, char buf[16])
 {
-	if (r == 0 || r == 1)
-		return r ? "1" : "0";
+	if (r == FENCE_NONE)
+		return "-";
 	snprintf(buf, 16, "%d", r);
 	return buf;
 }
@@ -146,8 +148,8 @@ static int acquire(struct worker *w, uint64_t *tok)
 
 static void hold_once(struct worker *w, uint64_t tok)
 {
-	int lock = !strcmp(w->kind, "lock"), f0 = 2, f1 = 2, rc;
-	char b0[16] = "-", b1[16] = "-";
+	int lock = !strcmp(w->kind, "lock"), f0 = FENCE_NONE, f1 = FENCE_NONE, rc;
+	char b0[16], b1[16];
 	uint64_t t;
 
 	note(w, "G %llu %llu\n", (unsigned long long)mono_ns(), (unsigned long long)tok);
@@ -164,15 +166,15 @@ static void hold_once(struct worker *w, uint64_t tok)
 	t = mono_ns();
 	rc = local_release(w->s, w->key);
 	note(w, "R %llu %llu %d %s %s\n", (unsigned long long)t, (unsigned long long)tok, rc,
-	     f0 == 2 ? "-" : fence_str(f0, b0), f1 == 2 ? "-" : fence_str(f1, b1));
+	     fence_str(f0, b0), fence_str(f1, b1));
 }
 
 static int run(struct worker *w)
 {
-	int done = 0, rc;
 	uint64_t tok;
+	int rc;
 
-	while (mono_ns() < w->until_ns && (!w->count || done < w->count)) {
+	while (mono_ns() < w->until_ns) {
 		if (!w->s) {
 			rc = session_open(w);
 			if (rc) {
@@ -197,7 +199,6 @@ static int run(struct worker *w)
 			continue;
 		}
 		hold_once(w, tok);
-		done++;
 		usleep((useconds_t)(next_rand(w) % 1000));
 	}
 	if (w->s)
@@ -211,7 +212,7 @@ static int usage(void)
 		"usage: jepsen-worker --features\n"
 		"       jepsen-worker --socket PATH --host N --id N --kind lock|sem --key K\n"
 		"                     [--limit N] [--fence FILE] --log FILE --until-ns NS\n"
-		"                     [--count N] [--once 1] [--hold-us US] [--seed N]\n");
+		"                     [--once 1] [--hold-us US] [--seed N]\n");
 	return 2;
 }
 
@@ -250,8 +251,6 @@ int main(int argc, char **argv)
 			w.log_path = v;
 		else if (!strcmp(k, "--until-ns"))
 			w.until_ns = strtoull(v, NULL, 10);
-		else if (!strcmp(k, "--count"))
-			w.count = atoi(v);
 		else if (!strcmp(k, "--once"))
 			w.once = atoi(v);
 		else if (!strcmp(k, "--hold-us"))
