@@ -363,16 +363,19 @@ class Broker:
             self.proc.wait()
 
     def stop(self):
-        """A clean stop (SIGTERM), SIGKILL after 10 s."""
-        if self.proc is None:
-            return
-        self.signal(signal.SIGCONT)
-        self.signal(signal.SIGTERM)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.kill()
-        try:
-            os.unlink("/dev/shm" + self.shm)
-        except OSError:
-            pass
+        """A clean stop (SIGTERM), SIGKILL after 10 s; then the segment's
+        keeper (a process the broker forked, which outlives it to hand the
+        segment to the next broker) is ended by removing its socket file, and
+        the segment's name is unlinked."""
+        if self.proc is not None:
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        for path in (self.sock + ".keep", "/dev/shm" + self.shm):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass

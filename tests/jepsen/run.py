@@ -472,8 +472,17 @@ def one_run(args, seed, n, total):
     # The harness's own deadline: a fault that wedges the harness ends the
     # run instead of hanging make check.
     limit = max(args.seconds or 0, 120) + liveness + 240
-    timer = threading.Timer(limit, lambda: (print("jepsen: run over its %d s deadline" % limit,
-                                                  flush=True), os._exit(2)))
+
+    def overdue():
+        print("jepsen: run over its %d s deadline (records in %s)" % (limit, rundir), flush=True)
+        for b in run.brokers:  # the keepers outlive us otherwise (see Broker.stop)
+            try:
+                os.unlink(b.sock + ".keep")
+            except OSError:
+                pass
+        os._exit(2)  # every other child has PR_SET_PDEATHSIG
+
+    timer = threading.Timer(limit, overdue)
     timer.daemon = True
     timer.start()
     try:
