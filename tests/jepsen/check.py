@@ -26,7 +26,10 @@ A hold is confirmed when its release returned 0: the product still counted it
 as held then, so the recorded interval [grant, release] lies inside a real
 hold. A hold whose release failed (lost to a fault, as the product reported)
 ended at an unknown time: it is left out of exclusion and limit, but its grant
-counts for token order, and a refusal by the fence counts as fencing at work.
+counts for token order (its record can follow a later grant of a higher token
+only if its client was descheduled longer than the brokers' margin between
+the grant and the record), and a refusal by the fence counts as fencing at
+work.
 
 Prints a summary with counts and exits 1 on any violation, 2 on unusable input.
 """
