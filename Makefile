@@ -220,6 +220,7 @@ check: deps
 		CFLAGS="-O1 -g" test
 	$(MAKE) fuzz-short
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 soak-short
+	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 jepsen-short
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 valgrind
 	$(MAKE) O=build/tsan CRASH_POINTS=1 WERROR=1 SANITIZE=thread CFLAGS="-O1 -g" test-tsan
 	$(MAKE) O=build/check model
@@ -271,6 +272,39 @@ soak-short: $(SOAK) $(BROKER)
 cluster-soak: $(TESTS) $(BROKER) $(CLI)
 	SECONDS_SOAK=$(SECONDS) RUNS=$(or $(RUNS),1) $(if $(SEED),SEED=$(SEED)) \
 		sh scripts/cluster-soak.sh $(O)
+
+# The fault suite of cluster keys (docs/jepsen.md): a real 3-member etcd,
+# three brokers as hosts behind TCP proxies that partition, liblocal clients
+# on a lock and a semaphore, a seeded nemesis (broker, client and etcd
+# SIGSTOP/SIGKILL, partitions, a client stopped inside its hold or inside the
+# key mutex), then tests/jepsen/check.py over the records. It needs a
+# CRASH_POINTS=1 build (the stop inside the key mutex): without one it runs
+# in build/check. make jepsen [SECONDS=60] [RUNS=3] [SEED=N]; jepsen-short
+# is the fixed schedule that check runs.
+.PHONY: jepsen jepsen-short
+JEPSEN_WORKER := $(O)/jepsen/jepsen-worker
+JEPSEN_RUN = PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 tests/jepsen/run.py --broker $(abspath $(BROKER)) \
+	--worker $(abspath $(JEPSEN_WORKER))
+
+$(JEPSEN_WORKER): $(O)/tests/jepsen/worker.o $(STLIB)
+	$(call say,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread
+
+ifeq ($(CRASH_POINTS),1)
+jepsen: $(JEPSEN_WORKER) $(BROKER)
+	PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 tests/jepsen/test_check.py
+	$(JEPSEN_RUN) --seconds $(SECONDS) --runs $(or $(RUNS),3) $(if $(SEED),--seed $(SEED))
+
+jepsen-short: $(JEPSEN_WORKER) $(BROKER)
+	PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 tests/jepsen/test_check.py
+	$(JEPSEN_RUN) --short $(if $(SEED),--seed $(SEED))
+else
+# Without crash points the stop inside the key mutex cannot be had: the
+# build make check tests with.
+jepsen jepsen-short:
+	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 $@
+endif
 
 # The Promela model of the per-key protocol (tests/model/key.pml), checked
 # exhaustively with spin; MODEL_DEFS=-DBUG_... reproduces an open bug.
@@ -546,6 +580,8 @@ help:
 	@echo 'make run        run shmlockd in the foreground with a short demo'
 	@echo 'make bench      print the benchmark tables'
 	@echo 'make python-check  the Python binding'"'"'s pytest suite against this build'
+	@echo 'make jepsen     the fault suite of cluster keys (docs/jepsen.md): SECONDS=60 RUNS=3'
+	@echo '                [SEED=N]; make jepsen-short is its fixed schedule (in make check)'
 	@echo 'make install    install under $$(DESTDIR)$$(PREFIX) (ldconfig when DESTDIR is empty)'
 	@echo 'make uninstall  remove what make install wrote (same PREFIX, DESTDIR and O)'
 	@echo 'make deb        build the Debian packages into $$(O)/deb'
