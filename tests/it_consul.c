@@ -573,6 +573,95 @@ TEST(consul, kv_lock_is_the_segment_lock, 20)
 	broker_stop_clean(&b);
 }
 
+/* Leader discovery as Consul's guide does it: read the lock key, then its
+ * Session's info. Here the holder is a liblocal session, not this API's. */
+TEST(consul, a_liblocal_hold_is_a_kv_entry_with_its_session, 30)
+{
+	struct broker_proc b;
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .value = "node-a:5432",
+		   .value_len = 11);
+	LOCAL_OPTS(local_key_info, ki);
+	struct local_session_opts so;
+	local_session *ls;
+	struct resp *r;
+	struct bg *g;
+	json_t *e, *si, *a;
+	const char *sid;
+	uint64_t tok, idx;
+	size_t i;
+	bool listed = false;
+
+	cstart(&b, NULL);
+	local_session_opts_init(&so);
+	so.socket_path = b.sock;
+	so.name = "pg-primary";
+	so.lock_delay_ms = 2500;
+	so.ttl_ms = 15000;
+	so.behavior = LOCAL_BEHAVIOR_DELETE;
+	CHECK_OK(local_session_open(&so, &ls));
+	CHECK_OK(local_lock(ls, "svc/primary", &o, &tok));
+	CHECK_OK(local_info(ls, "svc/primary", &ki));
+	e = kv_entry("svc/primary");
+	CHECK(!strcmp(json_string_value(json_object_get(e, "Key")), "svc/primary"));
+	CHECK(!strcmp(json_string_value(json_object_get(e, "Value")), "bm9kZS1hOjU0MzI="));
+	CHECK_EQ(jint(e, "LockIndex"), (long long)ki.lock_index);
+	sid = json_string_value(json_object_get(e, "Session"));
+	CHECK(sid && sid[0]);
+	r = call("GET", strf("/v1/session/info/%s", sid), NULL);
+	CHECK_STATUS(r, 200);
+	a = js(r);
+	if (json_array_size(a) != 1)
+		FAIL_AT("session/info/%s answered %s", sid, r->body);
+	si = json_array_get(a, 0);
+	CHECK(!strcmp(json_string_value(json_object_get(si, "ID")), sid));
+	CHECK(!strcmp(json_string_value(json_object_get(si, "Name")), "pg-primary"));
+	CHECK(!strcmp(json_string_value(json_object_get(si, "Node")), "node1"));
+	CHECK_EQ(jint(si, "LockDelay"), 2500000000LL);
+	CHECK(!strcmp(json_string_value(json_object_get(si, "Behavior")), "delete"));
+	CHECK(!strcmp(json_string_value(json_object_get(si, "TTL")), "15s"));
+	CHECK(jint(si, "CreateIndex") > 0 && jint(si, "ModifyIndex") >= jint(si, "CreateIndex"));
+	/* the session lists show it too */
+	a = js(call("GET", "/v1/session/node/node1", NULL));
+	json_array_foreach(a, i, si)
+		listed |= !strcmp(json_string_value(json_object_get(si, "ID")), sid);
+	CHECK(listed);
+	CHECK(json_array_size(js(call("GET", "/v1/session/list", NULL))) == 1);
+	/* ?recurse and ?keys list the key */
+	a = js(call("GET", "/v1/kv/svc/?recurse", NULL));
+	CHECK(json_array_size(a) == 1 &&
+	      !strcmp(json_string_value(json_object_get(json_array_get(a, 0), "Session")), sid));
+	a = js(call("GET", "/v1/kv/?keys", NULL));
+	CHECK(json_array_size(a) == 1 &&
+	      !strcmp(json_string_value(json_array_get(a, 0)), "svc/primary"));
+	/* a session of this API cannot take it */
+	CHECK(!put_bool(strf("/v1/kv/svc/primary?acquire=%s", session_create(NULL)), "x"));
+	CHECK(!strcmp(json_string_value(json_object_get(kv_entry("svc/primary"), "Session")),
+		      sid));
+	/* a blocking query on the key ends when liblocal releases it: the
+	 * entry existed only as the hold, and is gone with it */
+	r = call("GET", "/v1/kv/svc/primary", NULL);
+	idx = r->index;
+	g = bg_start(strf("/v1/kv/svc/primary?index=%llu&wait=20s", (unsigned long long)idx));
+	wait_blocked(1);
+	CHECK_OK(local_release(ls, "svc/primary"));
+	r = bg_join(g);
+	CHECK(r->index > idx);
+	CHECK_STATUS(r, 404);
+	/* and a blocking query on a free key ends when liblocal takes it */
+	r = call("GET", "/v1/kv/svc/primary", NULL);
+	idx = r->index;
+	g = bg_start(strf("/v1/kv/svc/primary?index=%llu&wait=20s", (unsigned long long)idx));
+	wait_blocked(1);
+	CHECK_OK(local_lock(ls, "svc/primary", &o, &tok));
+	r = bg_join(g);
+	CHECK_STATUS(r, 200);
+	CHECK(!strcmp(json_string_value(json_object_get(json_array_get(js(r), 0), "Session")),
+		      sid));
+	local_session_close(ls);
+	CHECK(json_array_size(js(call("GET", strf("/v1/session/info/%s", sid), NULL))) == 0);
+	broker_stop_clean(&b);
+}
+
 TEST(consul, behavior_release_and_delete_on_destroy, 20)
 {
 	struct broker_proc b;
@@ -693,15 +782,16 @@ TEST(consul, blocking_queries_woken_by_api_liblocal_and_cli, 30)
 	{
 		char *s = session_create("{\"Name\":\"x\"}");
 
+		/* this API's session and liblocal's */
 		r = bg_join(g);
-		CHECK(json_array_size(js(r)) == 1 && r->index > idx);
+		CHECK(json_array_size(js(r)) == 2 && r->index > idx);
 		idx = r->index;
 		g = bg_start(strf("/v1/session/list?index=%llu&wait=20s",
 				  (unsigned long long)idx));
 		wait_blocked(1);
 		call("PUT", strf("/v1/session/destroy/%s", s), NULL);
 		r = bg_join(g);
-		CHECK(json_array_size(js(r)) == 0 && r->index > idx);
+		CHECK(json_array_size(js(r)) == 1 && r->index > idx);
 	}
 	CHECK_EQ(stat_of("watched_keys"), 0);
 	local_session_close(ls);
