@@ -320,6 +320,55 @@ static char *curl_cmd(const char *fmt, ...)
 	return strdup(buf);
 }
 
+/* `shmlock lock -socket=... -lock-delay=0 FLAGS... KEY cat`, holding KEY until
+ * the test closes *@wfd (cat's standard input). */
+static pid_t cli_hold(const struct broker_proc *b, const char *flags[], int nflags,
+		      const char *key, int *wfd)
+{
+	const char *cli = getenv("SHMLOCK_CLI_BIN"), *argv[16];
+	char sockarg[200];
+	int pfd[2], n = 0, i;
+	pid_t pid;
+
+	if (!cli)
+		FAIL_AT("SHMLOCK_CLI_BIN is not set (run through 'make test')");
+	if (nflags > 10)
+		FAIL_AT("too many flags");
+	snprintf(sockarg, sizeof(sockarg), "-socket=%s", b->sock);
+	argv[n++] = cli;
+	argv[n++] = "lock";
+	argv[n++] = sockarg;
+	argv[n++] = "-lock-delay=0";
+	for (i = 0; i < nflags; i++)
+		argv[n++] = flags[i];
+	argv[n++] = key;
+	argv[n++] = "cat";
+	argv[n] = NULL;
+	if (pipe(pfd))
+		FAIL_AT("pipe");
+	pid = fork();
+	if (pid == 0) {
+		dup2(pfd[0], 0);
+		close(pfd[1]);
+		execv(cli, (char *const *)argv);
+		_exit(127);
+	}
+	close(pfd[0]);
+	*wfd = pfd[1];
+	return pid;
+}
+
+/* tests/consul_client.py, also when not run from the top of the tree. */
+static char *consul_client_script(void)
+{
+	char *script = strf("tests/consul_client.py");
+
+	if (access(script, R_OK))
+		script = strf("%.*s/consul_client.py", (int)(strrchr(__FILE__, '/') - __FILE__),
+			      __FILE__);
+	return script;
+}
+
 static local_session *lsession(const struct broker_proc *b)
 {
 	return open_session(b, "it_consul", 0, 0);
@@ -633,6 +682,11 @@ TEST(consul, a_liblocal_hold_is_a_kv_entry_with_its_session, 30)
 	a = js(call("GET", "/v1/kv/?keys", NULL));
 	CHECK(json_array_size(a) == 1 &&
 	      !strcmp(json_string_value(json_array_get(a, 0)), "svc/primary"));
+	/* a semaphore held by liblocal is not shown (docs/consul-api.md says why) */
+	CHECK_OK(local_sem_acquire(ls, "svc/pool", 3, &o, &tok));
+	CHECK_STATUS(call("GET", "/v1/kv/svc/pool", NULL), 404);
+	CHECK(json_array_size(js(call("GET", "/v1/kv/svc/?recurse", NULL))) == 1);
+	CHECK_OK(local_release(ls, "svc/pool"));
 	/* a session of this API cannot take it */
 	CHECK(!put_bool(strf("/v1/kv/svc/primary?acquire=%s", session_create(NULL)), "x"));
 	CHECK(!strcmp(json_string_value(json_object_get(kv_entry("svc/primary"), "Session")),
@@ -691,14 +745,12 @@ TEST(consul, blocking_queries_woken_by_api_liblocal_and_cli, 30)
 {
 	struct broker_proc b;
 	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0);
-	const char *cli = getenv("SHMLOCK_CLI_BIN");
 	local_session *ls;
 	struct resp *r;
 	struct bg *g;
 	uint64_t idx, tok;
 	pid_t pid;
-	int st, pfd[2];
-	char sockarg[200];
+	int st, wfd;
 
 	cstart(&b, NULL);
 	ls = lsession(&b);
@@ -733,30 +785,17 @@ TEST(consul, blocking_queries_woken_by_api_liblocal_and_cli, 30)
 	CHECK(r->index > idx && !json_object_get(json_array_get(js(r), 0), "Session"));
 	idx = r->index;
 	/* a prefix query, woken by the CLI's lock of a key under it */
-	if (!cli)
-		FAIL_AT("SHMLOCK_CLI_BIN is not set (run through 'make test')");
 	r = call("GET", "/v1/kv/w/?recurse", NULL);
 	idx = r->index;
 	g = bg_start(strf("/v1/kv/w/?recurse&index=%llu&wait=20s", (unsigned long long)idx));
 	wait_blocked(1);
-	snprintf(sockarg, sizeof(sockarg), "-socket=%s", b.sock);
-	if (pipe(pfd))
-		FAIL_AT("pipe");
-	pid = fork();
-	if (pid == 0) {
-		/* holds w/k until the test closes the pipe */
-		dup2(pfd[0], 0);
-		close(pfd[1]);
-		execl(cli, cli, "lock", sockarg, "-lock-delay=0", "w/k", "cat", (char *)NULL);
-		_exit(127);
-	}
-	close(pfd[0]);
+	pid = cli_hold(&b, NULL, 0, "w/k", &wfd);
 	r = bg_join(g);
 	CHECK(r->index > idx && json_object_get(json_array_get(js(r), 0), "Session"));
 	idx = r->index;
 	g = bg_start(strf("/v1/kv/w/?recurse&index=%llu&wait=20s", (unsigned long long)idx));
 	wait_blocked(1);
-	close(pfd[1]); /* the CLI's command ends: it releases */
+	close(wfd); /* the CLI's command ends: it releases */
 	r = bg_join(g);
 	CHECK(r->index > idx && !json_object_get(json_array_get(js(r), 0), "Session"));
 	waitpid(pid, &st, 0);
@@ -1030,15 +1069,34 @@ TEST(consul, recipe_semaphore_with_contenders_that_die, 40)
 TEST(consul, python_consul_client_runs_a_lock_and_leader_election, 40)
 {
 	struct broker_proc b;
-	char *script = strf("tests/consul_client.py"), *cmd;
+	char *cmd;
 	int st;
 
 	cstart(&b, NULL);
-	if (access(script, R_OK)) /* not run from the top of the tree */
-		script = strf("%.*s/consul_client.py", (int)(strrchr(__FILE__, '/') - __FILE__),
-			      __FILE__);
-	cmd = strf("/usr/bin/python3 '%s' %d", script, port);
+	cmd = strf("/usr/bin/python3 '%s' %d", consul_client_script(), port);
 	st = system(cmd);
+	if (!WIFEXITED(st) || WEXITSTATUS(st))
+		FAIL_AT("%s failed (status %d)", cmd, st);
+	broker_stop_clean(&b);
+}
+
+/* Consul's leader discovery, by python3-consul, of a leader that is
+ * `shmlock lock` (the CLI's session, its -name and -value). */
+TEST(consul, python_consul_discovers_a_cli_leader_by_name, 40)
+{
+	const char *flags[] = { "-name=web-leader", "-value=10.0.0.7:80", "-pass-stdin" };
+	struct broker_proc b;
+	char *cmd;
+	int st, wfd;
+	pid_t pid;
+
+	cstart(&b, NULL);
+	pid = cli_hold(&b, flags, 3, "service/web/leader", &wfd);
+	cmd = strf("/usr/bin/python3 '%s' %d discover service/web/leader web-leader 10.0.0.7:80",
+		   consul_client_script(), port);
+	st = system(cmd);
+	close(wfd);
+	waitpid(pid, NULL, 0);
 	if (!WIFEXITED(st) || WEXITSTATUS(st))
 		FAIL_AT("%s failed (status %d)", cmd, st);
 	broker_stop_clean(&b);
