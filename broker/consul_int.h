@@ -66,6 +66,8 @@ struct kv {
 	/* Made for a hold from elsewhere, never written here: it goes when the
 	 * hold goes (a PUT makes it a plain entry). */
 	bool held_only;
+	uint64_t seg_modify; /* the segment key's modify_index when its hold's
+			      * value was last copied here */
 };
 
 enum cw_kind { CW_KEY, CW_PREFIX, CW_SESSIONS };

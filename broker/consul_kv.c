@@ -138,7 +138,7 @@ static int set_value(struct kv *e, const char *val, size_t len)
 struct hold {
 	struct csession *owner; /* a session of this API holds it */
 	char foreign[32];	/* else a session from elsewhere: its public id */
-	uint64_t lock_index;
+	uint64_t lock_index, modify_index;
 	char *val; /* the hold's value, as far as --max-value (malloc'd) */
 	size_t len;
 };
@@ -174,6 +174,7 @@ static int read_hold(struct consul *c, const char *key, struct hold *h)
 	if (ki.kind != LOCAL_KIND_LOCK || !ki.holders || !ki.holder_session[0])
 		return 0;
 	h->lock_index = ki.lock_index;
+	h->modify_index = ki.modify_index;
 	h->len = ki.value_len < cap ? ki.value_len : cap;
 	h->owner = consul_session_of_hex(c, ki.holder_session, &live, &slot);
 	if (!h->owner && live)
@@ -206,6 +207,7 @@ static bool import_held(struct consul *c, const char *key)
 			e->held_only = true;
 			snprintf(e->foreign, sizeof(e->foreign), "%s", h.foreign);
 			e->lock_index = h.lock_index;
+			e->seg_modify = h.modify_index;
 			e->create = e->modify = c->kv_index = consul_bump(c);
 			made = true;
 		}
@@ -259,7 +261,7 @@ static bool kv_sync_at(struct consul *c, size_t i, bool *gone)
 {
 	struct kv *e = c->ents[i];
 	struct hold h;
-	bool changed = false;
+	bool changed = false, new_holder;
 
 	*gone = false;
 	if (read_hold(c, e->key, &h) < 0)
@@ -271,17 +273,22 @@ static bool kv_sync_at(struct consul *c, size_t i, bool *gone)
 		*gone = true;
 		return true;
 	}
-	if (h.owner != e->owner || strcmp(h.foreign, e->foreign)) {
+	new_holder = h.owner != e->owner || strcmp(h.foreign, e->foreign);
+	/* A holder from elsewhere writes the value, as Consul's acquire does,
+	 * when it takes the key or changes its hold's value (the segment key's
+	 * modify_index moved): a PUT during its hold stands until then. */
+	if (h.foreign[0] && (new_holder || h.modify_index != e->seg_modify) &&
+	    (h.len != e->len || (h.len && memcmp(h.val, e->val, h.len))) &&
+	    !set_value(e, h.val, h.len))
+		changed = true;
+	e->seg_modify = h.modify_index;
+	if (new_holder) {
 		if (h.owner || h.foreign[0])
 			e->lock_index = next_lock_index(e, h.lock_index);
 		e->owner = h.owner;
 		snprintf(e->foreign, sizeof(e->foreign), "%s", h.foreign);
 		changed = true;
 	}
-	/* A holder from elsewhere writes the value, as Consul's acquire does. */
-	if (h.foreign[0] && (h.len != e->len || (h.len && memcmp(h.val, e->val, h.len))) &&
-	    !set_value(e, h.val, h.len))
-		changed = true;
 	hold_free(&h);
 	if (changed)
 		e->modify = c->kv_index = consul_bump(c);

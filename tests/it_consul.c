@@ -711,6 +711,16 @@ TEST(consul, a_liblocal_hold_is_a_kv_entry_with_its_session, 30)
 	CHECK_STATUS(r, 200);
 	CHECK(!strcmp(json_string_value(json_object_get(json_array_get(js(r), 0), "Session")),
 		      sid));
+	/* a PUT during the hold stands, and makes the entry a plain one that
+	 * outlives the hold */
+	CHECK(put_bool("/v1/kv/svc/primary", "manual"));
+	e = kv_entry("svc/primary");
+	CHECK(!strcmp(json_string_value(json_object_get(e, "Value")), "bWFudWFs"));
+	CHECK(!strcmp(json_string_value(json_object_get(e, "Session")), sid));
+	CHECK_OK(local_release(ls, "svc/primary"));
+	e = kv_entry("svc/primary");
+	CHECK(!json_object_get(e, "Session"));
+	CHECK(!strcmp(json_string_value(json_object_get(e, "Value")), "bWFudWFs"));
 	local_session_close(ls);
 	CHECK(json_array_size(js(call("GET", strf("/v1/session/info/%s", sid), NULL))) == 0);
 	broker_stop_clean(&b);
