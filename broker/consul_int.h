@@ -38,6 +38,21 @@ struct csession {
 	char ip[64];
 };
 
+/* What a session entry shows (this API's sessions and others'). */
+struct csession_view {
+	const char *id, *name;
+	json_t *node_checks, *service_checks;
+	uint64_t lock_delay_ns, ttl_ns, create_index, modify_index;
+	bool behavior_delete;
+};
+
+/* A session from elsewhere (liblocal, the CLI, the other faces) as this API
+ * last saw it in a slot: its indexes are given when first seen. */
+struct cforeign {
+	uint32_t gen;
+	uint64_t index; /* 0: none seen in this slot */
+};
+
 /* A KV entry (plain data or a lock: both live here, the lock's hold in the
  * segment). */
 struct kv {
@@ -48,6 +63,11 @@ struct kv {
 	uint64_t flags, create, modify, lock_index;
 	struct csession *owner; /* the session of this API holding it */
 	char foreign[32];	/* a holder from elsewhere (public id), "" none */
+	/* Made for a hold from elsewhere, never written here: it goes when the
+	 * hold goes (a PUT makes it a plain entry). */
+	bool held_only;
+	uint64_t seg_modify; /* the segment key's modify_index when its hold's
+			      * value was last copied here */
 };
 
 enum cw_kind { CW_KEY, CW_PREFIX, CW_SESSIONS };
@@ -93,6 +113,8 @@ struct consul {
 	/* sessions by segment slot */
 	struct csession **by_slot;
 	uint32_t nsessions;
+	/* sessions from elsewhere by segment slot (consul_foreign.c) */
+	struct cforeign *foreign;
 	/* the broker's own session: watches and inspection */
 	local_session *self;
 	uint32_t self_slot;
@@ -151,6 +173,20 @@ struct csession *consul_session_of_hex(struct consul *c, const char *hex, bool *
 void consul_sessions_close_all(struct consul *c);
 uint64_t consul_sessions_view(struct consul *c);
 json_t *consul_session_list_json(struct consul *c, const char *node);
+
+json_t *consul_session_json(struct consul *c, const struct csession_view *v);
+
+/* consul_foreign.c: sessions of liblocal, the CLI and the other faces */
+/* Give sessions from elsewhere that appeared since last time their indexes,
+ * and move the session lists' index if any came or went. */
+void consul_foreign_scan(struct consul *c);
+/* The public id ("s3g7") of the live session from elsewhere in @slot; false
+ * if there is none (free, this API's own, the broker's watcher). */
+bool consul_foreign_id(struct consul *c, uint32_t slot, char *out, size_t size);
+/* The entry of the session from elsewhere in @slot, or NULL. */
+json_t *consul_foreign_json(struct consul *c, uint32_t slot);
+/* The entry of the session from elsewhere named @id ("s3g7"), or NULL. */
+json_t *consul_foreign_find_json(struct consul *c, const char *id);
 
 /* consul_kv.c */
 void consul_kv_route(struct hreq *r, const char *rest);

@@ -12,7 +12,7 @@
  *   Consul session's segment session without waiting: one FIFO, one fencing
  *   order with liblocal, the CLI, dflockd's HTTP and TCP clients. The value
  *   is attached to the hold too, so local_info() shows it.
- * - The Session of an entry is read back from the segment (kv_sync()): a
+ * - The Session of an entry is read back from the segment (kv_sync_at()): a
  *   holder that is not a session of this API shows as its public id
  *   ("s3g7"), and a hold lost elsewhere (an operator's force-release)
  *   clears it. Each such change is a modification (ModifyIndex, and
@@ -120,73 +120,218 @@ void consul_kv_free(struct consul *c)
 
 /* ---- lock state from the segment ------------------------------------------ */
 
-struct holder_probe {
-	char id[LOCAL_SESSION_ID_LEN + 1];
-	bool any;
-};
-
-static int first_holder(const struct local_holder *hl, void *arg)
+static int set_value(struct kv *e, const char *val, size_t len)
 {
-	struct holder_probe *p = arg;
+	char *v = NULL;
 
-	snprintf(p->id, sizeof(p->id), "%s", hl->session);
-	p->any = true;
-	return 1;
+	if (len && !(v = malloc(len)))
+		return -ENOMEM;
+	if (len)
+		memcpy(v, val, len);
+	free(e->val);
+	e->val = v;
+	e->len = len;
+	return 0;
 }
 
-/* Bring @e's Session in line with the segment's holder: true if it changed. */
-static bool kv_sync(struct consul *c, struct kv *e)
+/* What the segment says of a key's lock. */
+struct hold {
+	struct csession *owner; /* a session of this API holds it */
+	char foreign[32];	/* else a session from elsewhere: its public id */
+	uint64_t lock_index, modify_index;
+	char *val; /* the hold's value, as far as --max-value (malloc'd) */
+	size_t len;
+};
+
+static void hold_free(struct hold *h)
 {
-	struct holder_probe p = { .any = false };
-	struct csession *owner = NULL;
-	char foreign[sizeof(e->foreign)] = "";
-	int err = local_holders(c->self, e->key, first_holder, &p);
+	free(h->val);
+	h->val = NULL;
+}
 
-	if (err < 0 && err != -ENOENT)
-		return false; /* a stalled key: look again next time */
-	if (p.any) {
-		bool live;
-		uint32_t slot;
+/* The holder of @key's lock, its lock_index and the hold's value; a
+ * semaphore or a free key has no holder. The holder's identity is the
+ * broker's session table's (consul_session_of_hex(), consul_foreign_id()),
+ * never the segment's word for it. */
+static int read_hold(struct consul *c, const char *key, struct hold *h)
+{
+	size_t cap = c->b->seg.caps.max_value;
+	LOCAL_OPTS(local_key_info, ki);
+	uint32_t slot;
+	bool live;
+	int err;
 
-		owner = consul_session_of_hex(c, p.id, &live, &slot);
-		if (!owner && live) {
-			uint64_t sg = atomic_load(&c->b->seg.sessions[slot].state_gen);
+	memset(h, 0, sizeof(*h));
+	if (!(h->val = malloc(cap ? cap : 1)))
+		return -ENOMEM;
+	ki.value_buf = h->val;
+	ki.value_buf_size = cap;
+	err = local_info(c->self, key, &ki);
+	if (err < 0) {
+		hold_free(h);
+		return err;
+	}
+	if (ki.kind != LOCAL_KIND_LOCK || !ki.holders || !ki.holder_session[0])
+		return 0;
+	h->lock_index = ki.lock_index;
+	h->modify_index = ki.modify_index;
+	h->len = ki.value_len < cap ? ki.value_len : cap;
+	h->owner = consul_session_of_hex(c, ki.holder_session, &live, &slot);
+	if (!h->owner && live)
+		consul_foreign_id(c, slot, h->foreign, sizeof(h->foreign));
+	return 0;
+}
 
-			session_public_id(slot, SESS_GEN(sg), foreign, sizeof(foreign));
+/* A new holder's LockIndex: the key's lock_index in the segment, and never
+ * less than one past the entry's (the segment's count restarts when an idle
+ * key is reclaimed; Consul's never goes back). */
+static uint64_t next_lock_index(const struct kv *e, uint64_t seg_lock_index)
+{
+	return seg_lock_index > e->lock_index ? seg_lock_index : e->lock_index + 1;
+}
+
+/* A held lock with no entry (taken by liblocal, the CLI, the other faces):
+ * an entry made of the hold, gone with it. True if one was made. */
+static bool import_held(struct consul *c, const char *key)
+{
+	struct hold h;
+	struct kv *e;
+	bool made = false;
+
+	if (find(c, key) || read_hold(c, key, &h) < 0)
+		return false;
+	if (h.foreign[0] && (e = insert(c, key, strlen(key)))) {
+		if (set_value(e, h.val, h.len)) {
+			remove_at(c, lower_bound(c, key));
+		} else {
+			e->held_only = true;
+			snprintf(e->foreign, sizeof(e->foreign), "%s", h.foreign);
+			e->lock_index = h.lock_index;
+			e->seg_modify = h.modify_index;
+			e->create = e->modify = c->kv_index = consul_bump(c);
+			made = true;
 		}
 	}
-	if (owner == e->owner && !strcmp(foreign, e->foreign))
-		return false;
-	if (owner || foreign[0])
-		e->lock_index++;
-	e->owner = owner;
-	snprintf(e->foreign, sizeof(e->foreign), "%s", foreign);
-	e->modify = c->kv_index = consul_bump(c);
-	return true;
+	hold_free(&h);
+	return made;
+}
+
+struct held_keys {
+	struct consul *c;
+	char (*keys)[LOCAL_KEY_MAX + 1];
+	size_t n, cap;
+};
+
+static int collect_held(const char *key, const struct local_key_info *ki, void *arg)
+{
+	struct held_keys *hk = arg;
+
+	if (ki->kind != LOCAL_KIND_LOCK || !ki->holders || find(hk->c, key))
+		return 0;
+	if (hk->n == hk->cap) {
+		size_t cap = hk->cap ? hk->cap * 2 : 16;
+		void *p = realloc(hk->keys, cap * sizeof(*hk->keys));
+
+		if (!p)
+			return -ENOMEM;
+		hk->keys = p;
+		hk->cap = cap;
+	}
+	snprintf(hk->keys[hk->n++], sizeof(*hk->keys), "%s", key);
+	return 0;
+}
+
+/* import_held() for every held lock under @prefix. Keys are gathered first:
+ * local_keys() walks the table, local_info() then reads each on its own. */
+static void import_prefix(struct consul *c, const char *prefix)
+{
+	struct held_keys hk = { .c = c };
+	size_t i;
+
+	local_keys(c->self, prefix, collect_held, &hk);
+	for (i = 0; i < hk.n; i++)
+		import_held(c, hk.keys[i]);
+	free(hk.keys);
+}
+
+/* Bring entry @i's Session (and, for a holder from elsewhere, its value) in
+ * line with the segment's holder: true if it changed; *gone when the entry
+ * was only that hold, now released, and is removed. */
+static bool kv_sync_at(struct consul *c, size_t i, bool *gone)
+{
+	struct kv *e = c->ents[i];
+	struct hold h;
+	bool changed = false, new_holder;
+
+	*gone = false;
+	if (read_hold(c, e->key, &h) < 0)
+		return false; /* a stalled key: look again next time */
+	if (e->held_only && !h.owner && !h.foreign[0]) {
+		hold_free(&h);
+		remove_at(c, i);
+		c->kv_del_index = c->kv_index = consul_bump(c);
+		*gone = true;
+		return true;
+	}
+	new_holder = h.owner != e->owner || strcmp(h.foreign, e->foreign);
+	/* A holder from elsewhere writes the value, as Consul's acquire does,
+	 * when it takes the key or changes its hold's value (the segment key's
+	 * modify_index moved): a PUT during its hold stands until then. */
+	if (h.foreign[0] && (new_holder || h.modify_index != e->seg_modify) &&
+	    (h.len != e->len || (h.len && memcmp(h.val, e->val, h.len))) &&
+	    !set_value(e, h.val, h.len))
+		changed = true;
+	e->seg_modify = h.modify_index;
+	if (new_holder) {
+		if (h.owner || h.foreign[0])
+			e->lock_index = next_lock_index(e, h.lock_index);
+		e->owner = h.owner;
+		snprintf(e->foreign, sizeof(e->foreign), "%s", h.foreign);
+		changed = true;
+	}
+	hold_free(&h);
+	if (changed)
+		e->modify = c->kv_index = consul_bump(c);
+	return changed;
+}
+
+/* Sync @key's entry, or make one for a hold from elsewhere: true if the
+ * table changed. */
+static bool sync_key(struct consul *c, const char *key)
+{
+	size_t i = lower_bound(c, key);
+	bool gone;
+
+	if (i < c->nents && !strcmp(c->ents[i]->key, key))
+		return kv_sync_at(c, i, &gone);
+	return import_held(c, key);
 }
 
 static void sync_range(struct consul *c, const char *prefix, bool exact)
 {
 	size_t n = strlen(prefix), i;
-	struct kv *e;
+	bool gone;
 
 	if (exact) {
-		if ((e = find(c, prefix)))
-			kv_sync(c, e);
+		sync_key(c, prefix);
 		return;
 	}
-	for (i = lower_bound(c, prefix); i < c->nents && has_prefix(c->ents[i], prefix, n); i++)
-		kv_sync(c, c->ents[i]);
+	import_prefix(c, prefix);
+	i = lower_bound(c, prefix);
+	while (i < c->nents && has_prefix(c->ents[i], prefix, n)) {
+		kv_sync_at(c, i, &gone);
+		if (!gone)
+			i++;
+	}
 }
 
 bool consul_kv_sync_all(struct consul *c)
 {
 	bool any = false;
-	struct kv *e;
 	uint32_t i;
 
 	for (i = 0; i < c->nwatch; i++)
-		if ((e = find(c, c->watch[i].key)) && kv_sync(c, e))
+		if (sync_key(c, c->watch[i].key))
 			any = true;
 	return any;
 }
@@ -380,18 +525,12 @@ static int arg_u64(struct hreq *r, const char *name, uint64_t *out)
 	return 1;
 }
 
-static int set_value(struct kv *e, const char *val, size_t len)
+/* The segment's count of acquisitions of @key (0 if unreadable). */
+static uint64_t seg_lock_index(struct consul *c, const char *key)
 {
-	char *v = NULL;
+	LOCAL_OPTS(local_key_info, ki);
 
-	if (len && !(v = malloc(len)))
-		return -ENOMEM;
-	if (len)
-		memcpy(v, val, len);
-	free(e->val);
-	e->val = v;
-	e->len = len;
-	return 0;
+	return local_info(c->self, key, &ki) ? 0 : ki.lock_index;
 }
 
 static void put(struct hreq *r, const char *key, size_t klen)
@@ -433,9 +572,8 @@ static void put(struct hreq *r, const char *key, size_t klen)
 		consul_reply_text(r, 503, "the broker is shutting down");
 		return;
 	}
+	sync_key(c, key);
 	e = find(c, key);
-	if (e)
-		kv_sync(c, e);
 	if (has_cas && (cas == 0 ? e != NULL : (!e || e->modify != cas))) {
 		consul_reply(r, 200, json_false());
 		return;
@@ -482,10 +620,11 @@ static void put(struct hreq *r, const char *key, size_t klen)
 		return;
 	}
 	e->flags = flags; /* as Consul: a PUT without ?flags (acquire, release too) sets 0 */
+	e->held_only = false;
 	if (acquire && e->owner != cs) {
 		e->owner = cs;
 		e->foreign[0] = '\0';
-		e->lock_index++;
+		e->lock_index = next_lock_index(e, seg_lock_index(c, key));
 	} else if (acquire) {
 		/* Held already: Consul replaces the value, and so does the
 		 * segment (local_lock() again with the value). */
@@ -532,8 +671,7 @@ static void del(struct hreq *r, const char *key)
 			remove_at(c, i);
 			any = true;
 		}
-	} else if ((e = find(c, key))) {
-		kv_sync(c, e);
+	} else if (sync_key(c, key), (e = find(c, key))) {
 		if (has_cas && e->modify != cas) {
 			consul_reply(r, 200, json_false());
 			return;

@@ -40,7 +40,8 @@ int csessions_init(struct consul *c)
 	int err;
 
 	c->by_slot = calloc(c->b->seg.caps.max_sessions, sizeof(*c->by_slot));
-	if (!c->by_slot)
+	c->foreign = calloc(c->b->seg.caps.max_sessions, sizeof(*c->foreign));
+	if (!c->by_slot || !c->foreign)
 		return -ENOMEM;
 	proc_start_time(getpid(), &broker_start_time);
 	/* The broker's own session for this API: it watches keys for the
@@ -67,6 +68,8 @@ void csessions_fini(struct consul *c)
 	}
 	free(c->by_slot);
 	c->by_slot = NULL;
+	free(c->foreign);
+	c->foreign = NULL;
 }
 
 /* A field of @j, its name matched without case, as Go's encoding/json
@@ -143,24 +146,39 @@ struct csession *consul_session_of_hex(struct consul *c, const char *hex, bool *
 	return *live ? by_slot_live(c, *slot) : NULL;
 }
 
-static json_t *entry_json(struct consul *c, const struct csession *cs)
+json_t *consul_session_json(struct consul *c, const struct csession_view *v)
 {
 	char ttl[32] = "";
-	json_t *checks = json_array(), *j;
+	json_t *checks = json_array(), *e;
 	size_t i;
-	json_t *v;
 
-	if (cs->ttl_s)
-		consul_format_duration(cs->ttl_s * 1000000000ull, ttl, sizeof(ttl));
-	json_array_foreach(cs->node_checks, i, v)
-		json_array_append(checks, v);
-	j = json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:O, s:O, s:o, s:I, s:I}", "ID", cs->id,
-		      "Name", cs->name, "Node", c->node, "LockDelay", (json_int_t)cs->lock_delay_ns,
-		      "Behavior", cs->behavior_delete ? "delete" : "release", "TTL", ttl,
-		      "NodeChecks", cs->node_checks, "ServiceChecks", cs->service_checks, "Checks",
-		      checks, "CreateIndex", (json_int_t)cs->create_index, "ModifyIndex",
-		      (json_int_t)cs->modify_index);
-	return j;
+	if (v->ttl_ns)
+		consul_format_duration(v->ttl_ns, ttl, sizeof(ttl));
+	json_array_foreach(v->node_checks, i, e)
+		json_array_append(checks, e);
+	return json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:O, s:O, s:o, s:I, s:I}", "ID", v->id,
+			 "Name", v->name, "Node", c->node, "LockDelay", (json_int_t)v->lock_delay_ns,
+			 "Behavior", v->behavior_delete ? "delete" : "release", "TTL", ttl,
+			 "NodeChecks", v->node_checks, "ServiceChecks", v->service_checks, "Checks",
+			 checks, "CreateIndex", (json_int_t)v->create_index, "ModifyIndex",
+			 (json_int_t)v->modify_index);
+}
+
+static json_t *entry_json(struct consul *c, const struct csession *cs)
+{
+	struct csession_view v = {
+		.id = cs->id,
+		.name = cs->name,
+		.node_checks = cs->node_checks,
+		.service_checks = cs->service_checks,
+		.lock_delay_ns = cs->lock_delay_ns,
+		.ttl_ns = cs->ttl_s * 1000000000ull,
+		.create_index = cs->create_index,
+		.modify_index = cs->modify_index,
+		.behavior_delete = cs->behavior_delete,
+	};
+
+	return consul_session_json(c, &v);
 }
 
 uint64_t consul_sessions_view(struct consul *c)
@@ -175,9 +193,15 @@ json_t *consul_session_list_json(struct consul *c, const char *node)
 
 	if (node && strcmp(node, c->node))
 		return a;
-	for (i = 0; i < c->b->seg.caps.max_sessions; i++)
-		if (by_slot_live(c, i))
-			json_array_append_new(a, entry_json(c, c->by_slot[i]));
+	/* By slot: this API's sessions and those of liblocal, the CLI and the
+	 * other faces (holders whose keys the KV API shows), one list. */
+	for (i = 0; i < c->b->seg.caps.max_sessions; i++) {
+		json_t *e = by_slot_live(c, i) ? entry_json(c, c->by_slot[i])
+					       : consul_foreign_json(c, i);
+
+		if (e)
+			json_array_append_new(a, e);
+	}
 	return a;
 }
 
@@ -450,14 +474,17 @@ void consul_session_route(struct hreq *r, const char *rest)
 		}
 		consul_reply(r, 200, json_true());
 	} else if ((id = after(rest, "info/"))) {
+		json_t *e;
+
 		if (!need(r, "GET"))
 			return;
+		consul_foreign_scan(c);
 		if (consul_block(r, CW_SESSIONS, NULL, consul_sessions_view(c)))
 			return;
 		cs = consul_session_find(c, id);
 		a = json_array();
-		if (cs)
-			json_array_append_new(a, entry_json(c, cs));
+		if ((e = cs ? entry_json(c, cs) : consul_foreign_find_json(c, id)))
+			json_array_append_new(a, e);
 		consul_set_index(r, consul_sessions_view(c));
 		consul_reply(r, 200, a);
 	} else if ((id = after(rest, "renew/"))) {
@@ -473,6 +500,7 @@ void consul_session_route(struct hreq *r, const char *rest)
 	} else if (!strcmp(rest, "list") || (id = after(rest, "node/"))) {
 		if (!need(r, "GET"))
 			return;
+		consul_foreign_scan(c);
 		if (consul_block(r, CW_SESSIONS, NULL, consul_sessions_view(c)))
 			return;
 		consul_set_index(r, consul_sessions_view(c));

@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: MIT
 """Debian's python3-consul against shmlockd's Consul-compatible API
 (tests/it_consul.c runs it): sessions, a lock with acquire/release, leader
-election with a blocking query, a session's TTL renew. Exits non-zero on
-the first mismatch."""
+election with a blocking query, a session's TTL renew. With
+"PORT discover KEY NAME VALUE": leader discovery of a holder from elsewhere
+(KEY's value and its session's Name). Exits non-zero on the first
+mismatch."""
 import sys
 import threading
 
@@ -17,6 +19,29 @@ def check(cond, what):
     if not cond:
         print("consul_client.py: FAILED:", what, file=sys.stderr)
         sys.exit(1)
+
+
+def discover(key, name, value):
+    """Consul's leader discovery: read the key, then its Session's info.
+    The holder (shmlock lock) may still be starting: wait for it with a
+    blocking query, 20 s at most in all."""
+    index, e = c.kv.get(key)
+    for _ in range(20):
+        if e is not None and "Session" in e:
+            break
+        index, e = c.kv.get(key, index=index, wait="1s")
+    check(e is not None and "Session" in e, "%s is not held: %r" % (key, e))
+    check(e["Value"] == value.encode(), "the leader's value %r" % e)
+    index, info = c.session.info(e["Session"])
+    check(info is not None, "no info for session %s" % e["Session"])
+    check(info["ID"] == e["Session"] and info["Name"] == name, "session info %r" % info)
+    print("consul_client.py: leader %s is %s (%s) on %s" % (key, info["Name"], value,
+                                                            info["Node"]))
+    sys.exit(0)
+
+
+if len(sys.argv) == 6 and sys.argv[2] == "discover":
+    discover(sys.argv[3], sys.argv[4], sys.argv[5])
 
 
 # Sessions

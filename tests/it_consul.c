@@ -320,6 +320,55 @@ static char *curl_cmd(const char *fmt, ...)
 	return strdup(buf);
 }
 
+/* `shmlock lock -socket=... -lock-delay=0 FLAGS... KEY cat`, holding KEY until
+ * the test closes *@wfd (cat's standard input). */
+static pid_t cli_hold(const struct broker_proc *b, const char *flags[], int nflags,
+		      const char *key, int *wfd)
+{
+	const char *cli = getenv("SHMLOCK_CLI_BIN"), *argv[16];
+	char sockarg[200];
+	int pfd[2], n = 0, i;
+	pid_t pid;
+
+	if (!cli)
+		FAIL_AT("SHMLOCK_CLI_BIN is not set (run through 'make test')");
+	if (nflags > 10)
+		FAIL_AT("too many flags");
+	snprintf(sockarg, sizeof(sockarg), "-socket=%s", b->sock);
+	argv[n++] = cli;
+	argv[n++] = "lock";
+	argv[n++] = sockarg;
+	argv[n++] = "-lock-delay=0";
+	for (i = 0; i < nflags; i++)
+		argv[n++] = flags[i];
+	argv[n++] = key;
+	argv[n++] = "cat";
+	argv[n] = NULL;
+	if (pipe(pfd))
+		FAIL_AT("pipe");
+	pid = fork();
+	if (pid == 0) {
+		dup2(pfd[0], 0);
+		close(pfd[1]);
+		execv(cli, (char *const *)argv);
+		_exit(127);
+	}
+	close(pfd[0]);
+	*wfd = pfd[1];
+	return pid;
+}
+
+/* tests/consul_client.py, also when not run from the top of the tree. */
+static char *consul_client_script(void)
+{
+	char *script = strf("tests/consul_client.py");
+
+	if (access(script, R_OK))
+		script = strf("%.*s/consul_client.py", (int)(strrchr(__FILE__, '/') - __FILE__),
+			      __FILE__);
+	return script;
+}
+
 static local_session *lsession(const struct broker_proc *b)
 {
 	return open_session(b, "it_consul", 0, 0);
@@ -573,6 +622,110 @@ TEST(consul, kv_lock_is_the_segment_lock, 20)
 	broker_stop_clean(&b);
 }
 
+/* Leader discovery as Consul's guide does it: read the lock key, then its
+ * Session's info. Here the holder is a liblocal session, not this API's. */
+TEST(consul, a_liblocal_hold_is_a_kv_entry_with_its_session, 30)
+{
+	struct broker_proc b;
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .value = "node-a:5432",
+		   .value_len = 11);
+	LOCAL_OPTS(local_key_info, ki);
+	struct local_session_opts so;
+	local_session *ls;
+	struct resp *r;
+	struct bg *g;
+	json_t *e, *si, *a;
+	const char *sid;
+	uint64_t tok, idx;
+	size_t i;
+	bool listed = false;
+
+	cstart(&b, NULL);
+	local_session_opts_init(&so);
+	so.socket_path = b.sock;
+	so.name = "pg-primary";
+	so.lock_delay_ms = 2500;
+	so.ttl_ms = 15000;
+	so.behavior = LOCAL_BEHAVIOR_DELETE;
+	CHECK_OK(local_session_open(&so, &ls));
+	CHECK_OK(local_lock(ls, "svc/primary", &o, &tok));
+	CHECK_OK(local_info(ls, "svc/primary", &ki));
+	e = kv_entry("svc/primary");
+	CHECK(!strcmp(json_string_value(json_object_get(e, "Key")), "svc/primary"));
+	CHECK(!strcmp(json_string_value(json_object_get(e, "Value")), "bm9kZS1hOjU0MzI="));
+	CHECK_EQ(jint(e, "LockIndex"), (long long)ki.lock_index);
+	sid = json_string_value(json_object_get(e, "Session"));
+	CHECK(sid && sid[0]);
+	r = call("GET", strf("/v1/session/info/%s", sid), NULL);
+	CHECK_STATUS(r, 200);
+	a = js(r);
+	if (json_array_size(a) != 1)
+		FAIL_AT("session/info/%s answered %s", sid, r->body);
+	si = json_array_get(a, 0);
+	CHECK(!strcmp(json_string_value(json_object_get(si, "ID")), sid));
+	CHECK(!strcmp(json_string_value(json_object_get(si, "Name")), "pg-primary"));
+	CHECK(!strcmp(json_string_value(json_object_get(si, "Node")), "node1"));
+	CHECK_EQ(jint(si, "LockDelay"), 2500000000LL);
+	CHECK(!strcmp(json_string_value(json_object_get(si, "Behavior")), "delete"));
+	CHECK(!strcmp(json_string_value(json_object_get(si, "TTL")), "15s"));
+	CHECK(jint(si, "CreateIndex") > 0 && jint(si, "ModifyIndex") >= jint(si, "CreateIndex"));
+	/* the session lists show it too */
+	a = js(call("GET", "/v1/session/node/node1", NULL));
+	json_array_foreach(a, i, si)
+		listed |= !strcmp(json_string_value(json_object_get(si, "ID")), sid);
+	CHECK(listed);
+	CHECK(json_array_size(js(call("GET", "/v1/session/list", NULL))) == 1);
+	/* ?recurse and ?keys list the key */
+	a = js(call("GET", "/v1/kv/svc/?recurse", NULL));
+	CHECK(json_array_size(a) == 1 &&
+	      !strcmp(json_string_value(json_object_get(json_array_get(a, 0), "Session")), sid));
+	a = js(call("GET", "/v1/kv/?keys", NULL));
+	CHECK(json_array_size(a) == 1 &&
+	      !strcmp(json_string_value(json_array_get(a, 0)), "svc/primary"));
+	/* a semaphore held by liblocal is not shown (docs/consul-api.md says why) */
+	CHECK_OK(local_sem_acquire(ls, "svc/pool", 3, &o, &tok));
+	CHECK_STATUS(call("GET", "/v1/kv/svc/pool", NULL), 404);
+	CHECK(json_array_size(js(call("GET", "/v1/kv/svc/?recurse", NULL))) == 1);
+	CHECK_OK(local_release(ls, "svc/pool"));
+	/* a session of this API cannot take it */
+	CHECK(!put_bool(strf("/v1/kv/svc/primary?acquire=%s", session_create(NULL)), "x"));
+	CHECK(!strcmp(json_string_value(json_object_get(kv_entry("svc/primary"), "Session")),
+		      sid));
+	/* a blocking query on the key ends when liblocal releases it: the
+	 * entry existed only as the hold, and is gone with it */
+	r = call("GET", "/v1/kv/svc/primary", NULL);
+	idx = r->index;
+	g = bg_start(strf("/v1/kv/svc/primary?index=%llu&wait=20s", (unsigned long long)idx));
+	wait_blocked(1);
+	CHECK_OK(local_release(ls, "svc/primary"));
+	r = bg_join(g);
+	CHECK(r->index > idx);
+	CHECK_STATUS(r, 404);
+	/* and a blocking query on a free key ends when liblocal takes it */
+	r = call("GET", "/v1/kv/svc/primary", NULL);
+	idx = r->index;
+	g = bg_start(strf("/v1/kv/svc/primary?index=%llu&wait=20s", (unsigned long long)idx));
+	wait_blocked(1);
+	CHECK_OK(local_lock(ls, "svc/primary", &o, &tok));
+	r = bg_join(g);
+	CHECK_STATUS(r, 200);
+	CHECK(!strcmp(json_string_value(json_object_get(json_array_get(js(r), 0), "Session")),
+		      sid));
+	/* a PUT during the hold stands, and makes the entry a plain one that
+	 * outlives the hold */
+	CHECK(put_bool("/v1/kv/svc/primary", "manual"));
+	e = kv_entry("svc/primary");
+	CHECK(!strcmp(json_string_value(json_object_get(e, "Value")), "bWFudWFs"));
+	CHECK(!strcmp(json_string_value(json_object_get(e, "Session")), sid));
+	CHECK_OK(local_release(ls, "svc/primary"));
+	e = kv_entry("svc/primary");
+	CHECK(!json_object_get(e, "Session"));
+	CHECK(!strcmp(json_string_value(json_object_get(e, "Value")), "bWFudWFs"));
+	local_session_close(ls);
+	CHECK(json_array_size(js(call("GET", strf("/v1/session/info/%s", sid), NULL))) == 0);
+	broker_stop_clean(&b);
+}
+
 TEST(consul, behavior_release_and_delete_on_destroy, 20)
 {
 	struct broker_proc b;
@@ -602,14 +755,12 @@ TEST(consul, blocking_queries_woken_by_api_liblocal_and_cli, 30)
 {
 	struct broker_proc b;
 	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0);
-	const char *cli = getenv("SHMLOCK_CLI_BIN");
 	local_session *ls;
 	struct resp *r;
 	struct bg *g;
 	uint64_t idx, tok;
 	pid_t pid;
-	int st, pfd[2];
-	char sockarg[200];
+	int st, wfd;
 
 	cstart(&b, NULL);
 	ls = lsession(&b);
@@ -644,30 +795,17 @@ TEST(consul, blocking_queries_woken_by_api_liblocal_and_cli, 30)
 	CHECK(r->index > idx && !json_object_get(json_array_get(js(r), 0), "Session"));
 	idx = r->index;
 	/* a prefix query, woken by the CLI's lock of a key under it */
-	if (!cli)
-		FAIL_AT("SHMLOCK_CLI_BIN is not set (run through 'make test')");
 	r = call("GET", "/v1/kv/w/?recurse", NULL);
 	idx = r->index;
 	g = bg_start(strf("/v1/kv/w/?recurse&index=%llu&wait=20s", (unsigned long long)idx));
 	wait_blocked(1);
-	snprintf(sockarg, sizeof(sockarg), "-socket=%s", b.sock);
-	if (pipe(pfd))
-		FAIL_AT("pipe");
-	pid = fork();
-	if (pid == 0) {
-		/* holds w/k until the test closes the pipe */
-		dup2(pfd[0], 0);
-		close(pfd[1]);
-		execl(cli, cli, "lock", sockarg, "-lock-delay=0", "w/k", "cat", (char *)NULL);
-		_exit(127);
-	}
-	close(pfd[0]);
+	pid = cli_hold(&b, NULL, 0, "w/k", &wfd);
 	r = bg_join(g);
 	CHECK(r->index > idx && json_object_get(json_array_get(js(r), 0), "Session"));
 	idx = r->index;
 	g = bg_start(strf("/v1/kv/w/?recurse&index=%llu&wait=20s", (unsigned long long)idx));
 	wait_blocked(1);
-	close(pfd[1]); /* the CLI's command ends: it releases */
+	close(wfd); /* the CLI's command ends: it releases */
 	r = bg_join(g);
 	CHECK(r->index > idx && !json_object_get(json_array_get(js(r), 0), "Session"));
 	waitpid(pid, &st, 0);
@@ -693,15 +831,16 @@ TEST(consul, blocking_queries_woken_by_api_liblocal_and_cli, 30)
 	{
 		char *s = session_create("{\"Name\":\"x\"}");
 
+		/* this API's session and liblocal's */
 		r = bg_join(g);
-		CHECK(json_array_size(js(r)) == 1 && r->index > idx);
+		CHECK(json_array_size(js(r)) == 2 && r->index > idx);
 		idx = r->index;
 		g = bg_start(strf("/v1/session/list?index=%llu&wait=20s",
 				  (unsigned long long)idx));
 		wait_blocked(1);
 		call("PUT", strf("/v1/session/destroy/%s", s), NULL);
 		r = bg_join(g);
-		CHECK(json_array_size(js(r)) == 0 && r->index > idx);
+		CHECK(json_array_size(js(r)) == 1 && r->index > idx);
 	}
 	CHECK_EQ(stat_of("watched_keys"), 0);
 	local_session_close(ls);
@@ -940,15 +1079,34 @@ TEST(consul, recipe_semaphore_with_contenders_that_die, 40)
 TEST(consul, python_consul_client_runs_a_lock_and_leader_election, 40)
 {
 	struct broker_proc b;
-	char *script = strf("tests/consul_client.py"), *cmd;
+	char *cmd;
 	int st;
 
 	cstart(&b, NULL);
-	if (access(script, R_OK)) /* not run from the top of the tree */
-		script = strf("%.*s/consul_client.py", (int)(strrchr(__FILE__, '/') - __FILE__),
-			      __FILE__);
-	cmd = strf("/usr/bin/python3 '%s' %d", script, port);
+	cmd = strf("/usr/bin/python3 '%s' %d", consul_client_script(), port);
 	st = system(cmd);
+	if (!WIFEXITED(st) || WEXITSTATUS(st))
+		FAIL_AT("%s failed (status %d)", cmd, st);
+	broker_stop_clean(&b);
+}
+
+/* Consul's leader discovery, by python3-consul, of a leader that is
+ * `shmlock lock` (the CLI's session, its -name and -value). */
+TEST(consul, python_consul_discovers_a_cli_leader_by_name, 40)
+{
+	const char *flags[] = { "-name=web-leader", "-value=10.0.0.7:80", "-pass-stdin" };
+	struct broker_proc b;
+	char *cmd;
+	int st, wfd;
+	pid_t pid;
+
+	cstart(&b, NULL);
+	pid = cli_hold(&b, flags, 3, "service/web/leader", &wfd);
+	cmd = strf("/usr/bin/python3 '%s' %d discover service/web/leader web-leader 10.0.0.7:80",
+		   consul_client_script(), port);
+	st = system(cmd);
+	close(wfd);
+	waitpid(pid, NULL, 0);
 	if (!WIFEXITED(st) || WEXITSTATUS(st))
 		FAIL_AT("%s failed (status %d)", cmd, st);
 	broker_stop_clean(&b);
