@@ -237,6 +237,10 @@ bench: deps
 	@case ",$${SHMLOCK_BENCH_ONLY:-12}," in *,12,*) \
 		echo "== 12. Cluster keys on etcd (scripts/cluster-bench.sh; docs/cluster.md)"; \
 		sh scripts/cluster-bench.sh $(O);; esac
+	@# Section 13, the Python binding against fcntl.flock and raw ctypes, in one process.
+	@case ",$${SHMLOCK_BENCH_ONLY:-13}," in *,13,*) \
+		SHMLOCK_LIBLOCAL=$(abspath $(O))/$(SONAME) SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) \
+		PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 python/bench/binding.py;; esac
 
 # ---- the Python binding (python/, docs/python.md) -------------------------
 

@@ -31,11 +31,36 @@ _CLOSE_GRACE = 0.5
 # its thread (and its waiter slot) within that time.
 _ASYNC_SLICE = 0.25
 
+# fork() generations: bumped in the child, so that a session (which belongs
+# to the process that opened it) sees a fork with one compare instead of a
+# getpid() system call on every operation.
+_forks = [0]
+
+
+def _after_fork_in_child() -> None:
+    _forks[0] += 1
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+# Keys as liblocal takes them, encoded and checked once: a program takes the
+# same few keys over and over. Bounded: emptied when full.
+_KEY_CACHE_MAX = 4096
+_keys: Dict[Union[str, bytes], bytes] = {}
+
 
 def _key(key: Union[str, bytes]) -> bytes:
+    try:
+        return _keys[key]
+    except (KeyError, TypeError):  # TypeError: unhashable (bytearray, memoryview)
+        pass
     b = key.encode("utf-8") if isinstance(key, str) else bytes(key)
     if b"\0" in b:
         raise ValueError("a key must not contain NUL")
+    if isinstance(key, (str, bytes)):
+        if len(_keys) >= _KEY_CACHE_MAX:
+            _keys.clear()
+        _keys[key] = b
     return b
 
 
@@ -71,12 +96,16 @@ class Hold:
     parent's (liblocal's rule), and an explicit release() raises Forked.
     """
 
-    def __init__(self, session: "Session", key: str, token: int, limit: int = 0) -> None:
+    __slots__ = ("session", "key", "token", "limit", "released", "_kb")
+
+    def __init__(self, session: "Session", key: str, token: int, limit: int = 0,
+                 _kb: Optional[bytes] = None) -> None:
         self.session = session
         self.key = key
         self.token = token
         self.limit = limit  # 0: a lock; >= 1: a semaphore of that limit
         self.released = False
+        self._kb = _kb if _kb is not None else _key(key)
 
     @property
     def kind(self) -> str:
@@ -87,7 +116,7 @@ class Hold:
         if self.released:
             return
         try:
-            self.session.release(self.key)
+            self.session._release(self._kb)
         except ShmlockError as e:
             if e.code != _lib.EFORKED:
                 self.released = True
@@ -121,7 +150,7 @@ class Hold:
 
     def __exit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException],
                  tb: Optional[TracebackType]) -> None:
-        if self.released or os.getpid() != self.session.pid:
+        if self.released or self.session._gen != _forks[0]:
             return
         try:
             self.release()
@@ -220,6 +249,7 @@ class Session:
         self._h: Optional[int] = None
         self._closed = True
         self.pid = os.getpid()
+        self._gen = _forks[0]
         opts = _lib.SessionOpts()
         lib.local_session_opts_init_sz(byref(opts), ctypes.sizeof(opts))
         # ctypes keeps no reference to bytes stored in c_char_p fields.
@@ -240,9 +270,21 @@ class Session:
         raise_for(lib.local_session_open(byref(opts), byref(h)), "local_session_open")
         self._h = h.value
         self.id: str = lib.local_session_id(self._h).decode("ascii")
-        self._cond = threading.Condition()
-        self._active = 0
+        # The calls in flight, one entry each, for close() to wait for. A
+        # list, not a counter under a lock: append() and pop() are single
+        # C calls, atomic for the interpreter, at a tenth of a lock's cost
+        # on every operation. _idle is set by the last call to leave once
+        # close() has begun; _closing serializes close() itself.
+        self._inflight: List[None] = []
+        self._idle = threading.Event()
+        self._closing = threading.Lock()
         self._closed = False
+        # Options of the plain acquires (no lease, no value) by timeout_ms,
+        # made once, by reference (byref() keeps the struct alive): liblocal
+        # only reads them.
+        self._opts: Dict[int, Any] = {}
+        self._lock_fn, self._release_fn = lib.local_lock, lib.local_release
+        self._sem_fn = lib.local_sem_acquire
 
     # ---- lifetime -------------------------------------------------------
 
@@ -253,25 +295,35 @@ class Session:
     @property
     def forked(self) -> bool:
         """True in a child process after fork(): this session is the parent's."""
-        return os.getpid() != self.pid
+        return self._gen != _forks[0]
+
+    def _enter(self) -> int:
+        """Count a call in flight (close() waits for it) and return the handle."""
+        # The fork check comes first: in a child, a lock held by a parent's
+        # thread at fork time would never be released.
+        if self._gen != _forks[0]:
+            raise error_for(-_lib.EFORKED)
+        # Counted first, then checked: a close() that began before sees the
+        # entry and waits for it; one that began after is seen here.
+        self._inflight.append(None)
+        h = self._h
+        if self._closed or h is None:
+            self._leave()
+            raise error_for(-_lib.ESESSION)
+        return h
+
+    def _leave(self) -> None:
+        self._inflight.pop()
+        if self._closed and not self._inflight:
+            self._idle.set()
 
     @contextmanager
     def _use(self) -> Iterator[int]:
-        # The pid check comes first: in a child, a lock held by a parent's
-        # thread at fork time would never be released.
-        if os.getpid() != self.pid:
-            raise error_for(-_lib.EFORKED)
-        with self._cond:
-            if self._closed or self._h is None:
-                raise error_for(-_lib.ESESSION)
-            self._active += 1
+        h = self._enter()
         try:
-            yield self._h
+            yield h
         finally:
-            with self._cond:
-                self._active -= 1
-                if not self._active:
-                    self._cond.notify_all()
+            self._leave()
 
     def close(self) -> None:
         """End the session: release every hold (no lock-delay), leave every queue.
@@ -285,22 +337,18 @@ class Session:
         if self._h is None:
             return
         lib = _lib.lib()
-        if os.getpid() != self.pid:
+        if self._gen != _forks[0]:
             h, self._h, self._closed = self._h, None, True
             lib.local_session_close(h)
             return
-        with self._cond:
+        with self._closing:
             if self._h is None:
                 return
             self._closed = True
-            deadline = time.monotonic() + _CLOSE_GRACE
-            while self._active and time.monotonic() < deadline:
-                self._cond.wait(deadline - time.monotonic())
-            if self._active:
+            if self._inflight and not self._idle.wait(_CLOSE_GRACE):
                 # Wake the blocked waits: a destroyed session makes them return.
                 lib.local_session_destroy(self._h, self.id.encode())
-                while self._active:
-                    self._cond.wait()
+                self._idle.wait()
             h, self._h = self._h, None
         lib.local_session_close(h)
 
@@ -333,6 +381,18 @@ class Session:
 
     # ---- acquire / release --------------------------------------------
 
+    def _opts_ref(self, timeout: Optional[float], lease: Optional[float], value: Value) -> Any:
+        """The acquire options by reference; those of a plain acquire made once."""
+        if lease is None and value is None:
+            ms = -1 if timeout is None else timeout_ms(timeout)
+            o = self._opts.get(ms)
+            if o is None:
+                o = byref(self._acq_opts(timeout, None, None))
+                if len(self._opts) < 64:
+                    self._opts[ms] = o
+            return o
+        return byref(self._acq_opts(timeout, lease, _val(value)))
+
     @staticmethod
     def _acq_opts(timeout: Optional[float], lease: Optional[float],
                   value: Optional[bytes]) -> _lib.AcquireOpts:
@@ -355,13 +415,17 @@ class Session:
         attached to the hold, for leader discovery. Use as
         ``with session.lock("jobs/nightly", timeout=5) as hold: ...``.
         """
-        v = _val(value)
-        o = self._acq_opts(timeout, lease, v)
+        kb = _key(key)
+        o = self._opts_ref(timeout, lease, value)
         tok = c_uint64()
-        with self._use() as h:
-            rc = _lib.lib().local_lock(h, _key(key), byref(o), byref(tok))
-        raise_for(rc, "local_lock")
-        return Hold(self, key, tok.value)
+        h = self._enter()
+        try:
+            rc = self._lock_fn(h, kb, o, byref(tok))
+        finally:
+            self._leave()
+        if rc < 0:
+            raise error_for(rc, "local_lock")
+        return Hold(self, key, tok.value, 0, kb)
 
     def try_lock(self, key: str, *, lease: Optional[float] = None,
                  value: Value = None) -> Optional[Hold]:
@@ -381,18 +445,30 @@ class Session:
         """
         if limit < 1:
             raise ValueError("a semaphore's limit is at least 1")
-        v = _val(value)
-        o = self._acq_opts(timeout, lease, v)
+        kb = _key(key)
+        o = self._opts_ref(timeout, lease, value)
         tok = c_uint64()
-        with self._use() as h:
-            rc = _lib.lib().local_sem_acquire(h, _key(key), limit, byref(o), byref(tok))
-        raise_for(rc, "local_sem_acquire")
-        return Hold(self, key, tok.value, limit)
+        h = self._enter()
+        try:
+            rc = self._sem_fn(h, kb, limit, o, byref(tok))
+        finally:
+            self._leave()
+        if rc < 0:
+            raise error_for(rc, "local_sem_acquire")
+        return Hold(self, key, tok.value, limit, kb)
 
     def release(self, key: str) -> None:
         """Release the session's hold on @key (local_release()); NotHeld / Expired if lost."""
-        with self._use() as h:
-            raise_for(_lib.lib().local_release(h, _key(key)), "local_release")
+        self._release(_key(key))
+
+    def _release(self, kb: bytes) -> None:
+        h = self._enter()
+        try:
+            rc = self._release_fn(h, kb)
+        finally:
+            self._leave()
+        if rc < 0:
+            raise error_for(rc, "local_release")
 
     def renew_hold(self, key: str, lease: Optional[float] = None) -> float:
         """Extend the lease on @key to @lease seconds (None: original); return seconds left."""

@@ -185,13 +185,54 @@ def test_close_ends_a_blocked_wait(session: shmlock.Session, broker: object, key
         waiter.lock(key)
 
 
+def test_close_under_busy_threads(broker: object, key: str) -> None:
+    """Threads locking and releasing on one session while another closes it:
+    every call either completes or raises SessionEnded, and close() returns."""
+    s = shmlock.Session(name="busy")
+    stop = threading.Event()
+    ok: list = []
+    bad: list = []
+
+    def run(i: int) -> None:
+        k = f"{key}/{i}"
+        while not stop.is_set():
+            try:
+                with s.lock(k, timeout=1):
+                    pass
+                ok.append(i)
+            except shmlock.SessionEnded:
+                return
+            except BaseException as e:  # noqa: B902 - anything else is a failure
+                bad.append(e)
+                return
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: len(ok) >= 200, what="the threads to lock and release")
+    s.close()
+    stop.set()
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads)
+    assert not bad, bad
+    with pytest.raises(shmlock.SessionEnded):
+        s.lock(key, timeout=0)
+
+
 def test_bad_arguments(session: shmlock.Session) -> None:
     with pytest.raises(shmlock.InvalidArgument):
         session.lock("", timeout=0)
     with pytest.raises(ValueError):
         session.lock("k" * 300, timeout=0)
-    with pytest.raises(ValueError):
-        session.lock("a\0b", timeout=0)
+    for _ in range(2):  # refused every time, not only before a cache saw it
+        with pytest.raises(ValueError):
+            session.lock("a\0b", timeout=0)
+    # Keys of every accepted type name the same key.
+    with session.lock("bytes/key", timeout=0) as h:
+        assert session.held(b"bytes/key") == h.token
+        assert session.held(bytearray(b"bytes/key")) == h.token
+        assert session.held(memoryview(b"bytes/key")) == h.token
 
 
 def test_no_broker_is_broker_unavailable(tmp_path: object) -> None:
