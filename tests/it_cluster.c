@@ -81,50 +81,46 @@ static int etcd_req(int port, const char *path, const char *body, char *out)
 	return rc == CURLE_OK && status == 200 ? 0 : -1;
 }
 
-static void etcd3_start(struct etcd3 *e)
+/* Start member @i of @e (its names and ports set; its data kept from an
+ * earlier start, if any: a restart). */
+static void etcd3_spawn(struct etcd3 *e, int i)
 {
-	char cluster[300], cmd[160];
-	int i, n = 0;
+	char cluster[300], name[16], data[128], curl[64], purl[64], log[128];
+	int j, n = 0;
 
-	memset(e, 0, sizeof(*e));
-	snprintf(e->dir, sizeof(e->dir), "/tmp/shmlock-test-%d-etcd-XXXXXX", (int)getpid());
-	CHECK(mkdtemp(e->dir));
-	for (i = 0; i < 3; i++) {
-		e->cport[i] = free_port();
-		e->pport[i] = free_port();
+	for (j = 0; j < 3; j++)
 		n += snprintf(cluster + n, sizeof(cluster) - (size_t)n, "%sm%d=http://127.0.0.1:%d",
-			      i ? "," : "", i, e->pport[i]);
-	}
-	snprintf(e->eps, sizeof(e->eps), "etcd://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
-		 e->cport[0], e->cport[1], e->cport[2]);
-	for (i = 0; i < 3; i++) {
-		char name[16], data[128], curl[64], purl[64], log[128];
+			      j ? "," : "", j, e->pport[j]);
+	snprintf(name, sizeof(name), "m%d", i);
+	snprintf(data, sizeof(data), "%s/m%d", e->dir, i);
+	snprintf(log, sizeof(log), "%s/m%d.log", e->dir, i);
+	snprintf(curl, sizeof(curl), "http://127.0.0.1:%d", e->cport[i]);
+	snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", e->pport[i]);
+	fflush(NULL);
+	e->pid[i] = fork();
+	CHECK(e->pid[i] >= 0);
+	if (e->pid[i] == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 
-		snprintf(name, sizeof(name), "m%d", i);
-		snprintf(data, sizeof(data), "%s/m%d", e->dir, i);
-		snprintf(log, sizeof(log), "%s/m%d.log", e->dir, i);
-		snprintf(curl, sizeof(curl), "http://127.0.0.1:%d", e->cport[i]);
-		snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", e->pport[i]);
-		fflush(NULL);
-		e->pid[i] = fork();
-		CHECK(e->pid[i] >= 0);
-		if (e->pid[i] == 0) {
-			int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			if (fd >= 0) {
-				dup2(fd, 1);
-				dup2(fd, 2);
-			}
-			execlp("etcd", "etcd", "--name", name, "--data-dir", data,
-			       "--listen-client-urls", curl, "--advertise-client-urls", curl,
-			       "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
-			       "--initial-cluster", cluster, "--initial-cluster-state", "new",
-			       "--initial-cluster-token", e->dir, "--heartbeat-interval", "50",
-			       "--election-timeout", "500", (char *)NULL);
-			_exit(127);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
 		}
+		execlp("etcd", "etcd", "--name", name, "--data-dir", data, "--listen-client-urls",
+		       curl, "--advertise-client-urls", curl, "--listen-peer-urls", purl,
+		       "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
+		       "--initial-cluster-state", "new", "--initial-cluster-token", e->dir,
+		       "--heartbeat-interval", "50", "--election-timeout", "500", (char *)NULL);
+		_exit(127);
 	}
+}
+
+static void etcd3_wait_healthy(struct etcd3 *e)
+{
+	char cmd[160];
+	int i;
+
 	for (i = 0; i < 3; i++) {
 		char out[4096];
 
@@ -137,6 +133,24 @@ static void etcd3_start(struct etcd3 *e)
 			FAIL_AT("etcd member %d not healthy", i);
 		}
 	}
+}
+
+static void etcd3_start(struct etcd3 *e)
+{
+	int i;
+
+	memset(e, 0, sizeof(*e));
+	snprintf(e->dir, sizeof(e->dir), "/tmp/shmlock-test-%d-etcd-XXXXXX", (int)getpid());
+	CHECK(mkdtemp(e->dir));
+	for (i = 0; i < 3; i++) {
+		e->cport[i] = free_port();
+		e->pport[i] = free_port();
+	}
+	snprintf(e->eps, sizeof(e->eps), "etcd://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
+		 e->cport[0], e->cport[1], e->cport[2]);
+	for (i = 0; i < 3; i++)
+		etcd3_spawn(e, i);
+	etcd3_wait_healthy(e);
 }
 
 static void etcd3_stop(struct etcd3 *e)
@@ -1701,15 +1715,23 @@ static int log_count(const struct broker_proc *b, const char *what)
 }
 
 #ifdef LOCAL_CRASH_POINTS
+/* Take cluster key @key on @s: a lock, or (@sem) a semaphore of limit 1. */
+static int take(local_session *s, const char *key, bool sem, const struct local_acquire_opts *o,
+		uint64_t *tok)
+{
+	return sem ? local_sem_acquire(s, key, 1, o, tok) : local_lock(s, key, o, tok);
+}
+
 /*
  * A client stopped inside a cluster key's mutex (its release, at a crash
  * point) while its host loses its etcd lease: the broker cannot close the
  * key then. The host gets a new lease, and another host takes the key in
  * etcd; the key opened under the old lease must stay shut under the new one
- * (no local grant while the other host holds it), be closed and logged once
- * its mutex frees, and be served through etcd again afterwards.
+ * (no local grant while the other host holds it: for a semaphore of limit 1,
+ * no holder beyond it), be closed and logged once its mutex frees, and be
+ * served through etcd again once the other host lets go (it never was).
  */
-TEST(cluster, unclosed_key_shut_under_a_later_lease, 60)
+static void unclosed_case(const char *key, bool sem)
 {
 	LOCAL_OPTS(local_acquire_opts, shortw, .timeout_ms = 1500);
 	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 10000);
@@ -1737,20 +1759,21 @@ TEST(cluster, unclosed_key_shut_under_a_later_lease, 60)
 		setenv("SHMLOCK_STOP_AT", num, 1);
 		setenv("SHMLOCK_NO_FAST_PATH", "1", 1);
 		s = open_session(&a, "stalled", 0, 0);
-		if (local_lock(s, "c/u", NULL, &tok))
+		if (take(s, key, sem, NULL, &tok))
 			_exit(2);
 		r->token[0] = tok;
-		local_release(s, "c/u"); /* stops inside, holding the key's mutex */
+		local_release(s, key); /* stops inside, holding the key's mutex */
 		_exit(0);
 	}
 	CHECK(waitpid(x, &st, WUNTRACED) == x && WIFSTOPPED(st));
-	lease = etcd_lease_under(&e, "shmlock/lock/", "c/u", "/");
+	lease = sem ? etcd_lease_under(&e, "shmlock/lock/s/", key, "/00000000")
+		    : etcd_lease_under(&e, "shmlock/lock/", key, "/");
 	CHECK(lease != 0);
-	/* Host A's lease ends at etcd (as if it expired): its cluster lock of
-	 * c/u goes, and host B takes c/u. */
+	/* Host A's lease ends at etcd (as if it expired): its cluster lock
+	 * (its slot) goes, and host B takes the key. */
 	etcd_revoke(&e, lease);
 	sb = open_session(&b, "other", 0, 0);
-	CHECK_OK(local_lock(sb, "c/u", &o, &tb));
+	CHECK_OK(take(sb, key, sem, &o, &tb));
 	CHECK(tb > r->token[0]);
 	/* Host A saw it and has a new lease. */
 	if (!WAIT_FOR(log_count(&a, "lease gone at etcd") >= 1 && log_count(&a, "granted") >= 2,
@@ -1760,27 +1783,39 @@ TEST(cluster, unclosed_key_shut_under_a_later_lease, 60)
 	/* The stopped client goes on: its release ends, the mutex frees. */
 	kill(x, SIGCONT);
 	CHECK(waitpid(x, &st, 0) == x && WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	/* No grant of c/u on host A while host B holds it. */
+	/* No grant on host A while host B holds the key. */
 	sa = open_session(&a, "late", 0, 0);
-	rc = local_lock(sa, "c/u", &shortw, &ta);
+	rc = take(sa, key, sem, &shortw, &ta);
 	if (rc == 0)
-		FAIL_AT("c/u granted on host A (token %llu) while host B holds it (token %llu)",
+		FAIL_AT("%s granted on host A (token %llu) while host B holds it (token %llu)", key,
 			(unsigned long long)ta, (unsigned long long)tb);
 	CHECK_RC(rc, -ETIMEDOUT);
 	if (!WAIT_FOR(broker_log_has(&a, "after its lease ended"), 10000)) {
 		print_log(&a);
-		FAIL_AT("host A never said it closed c/u");
+		FAIL_AT("host A never said it closed %s", key);
 	}
 	/* Served again through etcd once host B lets go. */
-	CHECK_OK(local_release(sb, "c/u"));
-	CHECK_OK(local_lock(sa, "c/u", &o, &ta));
+	CHECK_OK(local_release(sb, key));
+	rc = take(sa, key, sem, &o, &ta);
+	if (rc)
+		FAIL_AT("host A not served after the stall healed: %d", rc);
 	CHECK(ta > tb);
-	CHECK_OK(local_release(sa, "c/u"));
+	CHECK_OK(local_release(sa, key));
 	local_session_close(sa);
 	local_session_close(sb);
 	broker_stop_clean(&a);
 	broker_stop_clean(&b);
 	etcd3_stop(&e);
+}
+
+TEST(cluster, unclosed_key_shut_under_a_later_lease, 60)
+{
+	unclosed_case("c/u", false);
+}
+
+TEST(cluster, unclosed_semaphore_shut_then_served, 60)
+{
+	unclosed_case("c/us", true);
 }
 #endif
 
@@ -1898,5 +1933,65 @@ TEST(cluster, stopped_member_costs_no_hold, 60)
 	CHECK_OK(local_release(s, "c/h"));
 	local_session_close(s);
 	broker_stop_clean(&a);
+	etcd3_stop(&e);
+}
+
+/*
+ * All of etcd restarted while a host holds a key and another waits: the
+ * holding host's lease ends locally (its deadline passes while etcd is
+ * away) and it gives that lease up. A restarted etcd extends every lease
+ * by its TTL, so the lease must be revoked, retried until etcd answers, for
+ * the waiting host to be served at once rather than a TTL later (10 s here:
+ * it is served well within that).
+ */
+TEST(cluster, lease_revoked_after_etcd_restart, 90)
+{
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	local_session *s;
+	struct etcd3 e;
+	uint64_t tok, back;
+	pid_t pid;
+	int i;
+
+	etcd3_start(&e);
+	/* TTL 10 s, margin 6 s: the local deadline is 4 s after a renewal. */
+	{
+		const char *extra[] = { "--cluster",	       e.eps,	      "--cluster-prefix",
+					"c/",		       "--cluster-lease-ttl", "10",
+					"--cluster-margin",   "6000",	      "--log-level",
+					"info",		       NULL };
+
+		broker_start(&a, extra);
+	}
+	host_start(&b, &e);
+	s = open_session(&a, "holder", 0, 0);
+	CHECK_OK(local_lock(s, "c/rv", NULL, &tok));
+	pid = waiter_at(&b, 1, "c/rv", r);
+	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/rv") == 2, 10000));
+	for (i = 0; i < 3; i++) {
+		kill(e.pid[i], SIGKILL);
+		waitpid(e.pid[i], NULL, 0);
+		e.pid[i] = 0;
+	}
+	/* Host A's deadline passes: the hold ends, the lease is given up. */
+	CHECK(WAIT_FOR(local_held(s, "c/rv", NULL) == -LOCAL_ECLUSTER, 10000));
+	for (i = 0; i < 3; i++)
+		etcd3_spawn(&e, i);
+	etcd3_wait_healthy(&e);
+	back = now_ms();
+	if (!WAIT_FOR(atomic_load(&r->n) == 1, 8000)) {
+		print_log(&a);
+		FAIL_AT("host B not served %llu ms after etcd came back (the old lease lives 10 s)",
+			(unsigned long long)(now_ms() - back));
+	}
+	fprintf(stderr, "    host B served %llu ms after etcd came back\n",
+		(unsigned long long)(now_ms() - back));
+	reap(&pid, 1);
+	CHECK(r->token[0] > tok);
+	CHECK(broker_log_has(&a, "revoked"));
+	local_session_close(s);
+	broker_stop_clean(&a);
+	broker_stop_clean(&b);
 	etcd3_stop(&e);
 }
