@@ -270,11 +270,13 @@ static void *lease_thread(void *arg)
 				wait_until(c, revoke_at && revoke_at < wake ? revoke_at : wake);
 				continue;
 			}
+			/* The segment first: a key the manager opens under
+			 * lease_id must find it there (cluster_gated()). */
+			atomic_store(&c->seg->hdr->cluster_lease_id, id);
 			set_deadline(c, sent + (uint64_t)ttl * 1000000000ull -
 					       (uint64_t)c->margin_ms * 1000000ull);
 			atomic_fetch_add(&c->epoch, 1);
 			atomic_store(&c->lease_id, id);
-			atomic_store(&c->seg->hdr->cluster_lease_id, id);
 			atomic_store(&c->lease_seen_ns, sent);
 			blog(LOG_INFO, "cluster: lease %016" PRIx64 " granted (TTL %" PRId64 " s)",
 			     (uint64_t)id, ttl);
@@ -361,6 +363,7 @@ static int open_gate(struct cluster *c, uint32_t i, struct ckey *ck)
 	if (r)
 		return r == -ETIMEDOUT ? -EAGAIN : r;
 	if (!key_is(k, ck) || !k->waiters || atomic_load(&c->lease_id) != ck->w->lease ||
+	    atomic_load(&seg->hdr->cluster_lease_id) != ck->w->lease ||
 	    atomic_load(&c->epoch) != ck->epoch || mono_ns() >= atomic_load(&c->deadline_ns)) {
 		key_unlock(k);
 		return -ENOENT;
@@ -774,6 +777,11 @@ static void look_at(struct cluster *c, uint32_t i, uint64_t now)
  * (a tick) only the keys in some cluster state (c->active), so that an idle
  * manager costs what its cluster keys cost, not what --max-keys does.
  */
+static bool stays_active(const struct ckey *ck, uint64_t now)
+{
+	return ck->state != CK_IDLE || ck->retry_ns > now || ck->unclosed_ns;
+}
+
 static void scan(struct cluster *c, bool full)
 {
 	uint64_t now = mono_ns();
@@ -786,15 +794,14 @@ static void scan(struct cluster *c, bool full)
 		for (i = 0; i < c->seg->caps.max_keys; i++)
 			look_at(c, i, now);
 	}
-	/* The list anew: the keys that are not idle now, or to be retried. */
+	/* The list anew: the keys that are not idle now, or to be retried, or
+	 * left open by a lease that ended. */
 	for (i = 0, j = 0; full && i < c->seg->caps.max_keys; i++)
-		if (c->keys[i].state != CK_IDLE || c->keys[i].retry_ns > now ||
-		    c->keys[i].unclosed_ns)
+		if (stays_active(&c->keys[i], now))
 			c->active[j++] = i;
 	if (!full) {
 		for (i = 0; i < c->nactive; i++)
-			if (c->keys[c->active[i]].state != CK_IDLE ||
-			    c->keys[c->active[i]].retry_ns > now || c->keys[c->active[i]].unclosed_ns)
+			if (stays_active(&c->keys[c->active[i]], now))
 				c->active[j++] = c->active[i];
 	}
 	c->nactive = j;
@@ -833,7 +840,9 @@ static void *manager(void *arg)
 			paused = now;
 		woke_by = 0;
 		if (paused) {
-			if (atomic_load(&c->lease_seen_ns) > paused) {
+			/* No lease: nothing granted to protect (jeopardy drops
+			 * the grants), and keys left open are to be closed. */
+			if (atomic_load(&c->lease_seen_ns) > paused || !atomic_load(&c->lease_id)) {
 				paused = 0;
 			} else {
 				ask_lease_check(c, paused);
