@@ -649,6 +649,12 @@ static void adopt_tick(struct cluster *c, uint32_t i, struct ckey *ck)
  * as soon as its mutex frees, tried at every look, and say so until then,
  * less and less often. False while it stays open.
  */
+/* A key's name length, bounded (the segment is untrusted). */
+static uint32_t key_name_len(const struct seg_key *k)
+{
+	return k->key_len <= LOCAL_KEY_MAX ? k->key_len : 0;
+}
+
 static bool close_stale(struct cluster *c, uint32_t i, struct ckey *ck, int64_t lease,
 			uint64_t now)
 {
@@ -668,28 +674,32 @@ static bool close_stale(struct cluster *c, uint32_t i, struct ckey *ck, int64_t 
 
 			if (gap > UNCLOSED_LOG_MAX_MS * 1000000ull)
 				gap = UNCLOSED_LOG_MAX_MS * 1000000ull;
+			/* The name read without the mutex: bounded, a hint. */
 			blog(LOG_ERR,
-			     "cluster: key entry %u (lease %016" PRIx64 " ended) still open after "
-			     "%" PRIu64 " ms: its mutex is held; nothing is granted until it is "
-			     "closed",
-			     i, (uint64_t)lease, (uint64_t)((now - ck->unclosed_ns) / 1000000ull));
+			     "cluster: %.*s (key entry %u, lease %016" PRIx64 " ended) still open "
+			     "after %" PRIu64 " ms: its mutex is held; nothing is granted until it "
+			     "is closed",
+			     (int)key_name_len(k), k->key, i, (uint64_t)lease,
+			     (uint64_t)((now - ck->unclosed_ns) / 1000000ull));
 			ck->unclosed_log_ns = now + gap;
 		}
 		c->lingering = true; /* again at the next tick */
 		return false;
 	}
 	was_open = atomic_load(&k->cluster) & CL_OPEN;
-	if (atomic_load(&k->state) == KEY_USED && atomic_load(&k->cluster_lease) == lease)
+	if (atomic_load(&k->state) == KEY_USED && atomic_load(&k->cluster_lease) == lease) {
 		ended = key_close_locked(seg, k);
-	else
+		/* Only what jeopardy could not close: a key given up before
+		 * its lease ended is shut already, and has nothing to tell. */
+		if (was_open || ended)
+			blog(LOG_WARNING,
+			     "cluster: %.*s closed %" PRIu64
+			     " ms after its lease ended, %u hold(s) ended",
+			     (int)key_name_len(k), k->key,
+			     (uint64_t)((mono_ns() - ck->unclosed_ns) / 1000000ull), ended);
+	} else {
 		atomic_store(&k->cluster_lease, 0); /* a free entry's leftover */
-	/* Only what jeopardy could not close: a key given up before its lease
-	 * ended is shut already, and has nothing to tell. */
-	if (was_open || ended)
-		blog(LOG_WARNING,
-		     "cluster: %.*s closed %" PRIu64 " ms after its lease ended, %u hold(s) ended",
-		     (int)k->key_len, k->key, (uint64_t)((mono_ns() - ck->unclosed_ns) / 1000000ull),
-		     ended);
+	}
 	key_unlock(k);
 	ck->unclosed_ns = 0;
 	return true;
