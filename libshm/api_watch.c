@@ -59,6 +59,12 @@ int local_held(local_session *s, const char *key, uint64_t *token)
 	if (err)
 		return err;
 	err = api_find_inspect(s, key, len, &k);
+	/* A cluster key's mutex held by a stopped process (its broker,
+	 * stopped inside a look at the key): past the host's deadline no
+	 * hold of a cluster key is valid here, whoever holds the mutex. */
+	if (err == -ETIMEDOUT && cluster_prefix_match(s->seg, key, len) &&
+	    cluster_deadline_passed(s->seg))
+		return -LOCAL_ECLUSTER;
 	if (err)
 		return err == -ENOENT ? (session_is(s->seg, s->who) ? -LOCAL_ENOTHELD
 								     : -LOCAL_ESESSION)
