@@ -249,18 +249,22 @@ static CURLcode post_once(struct etcd *e, const char *url, const char *body, str
 static int authenticate(struct etcd *e, uint32_t timeout_ms, _Atomic bool *cancel);
 
 /*
- * One attempt's share of a call's @timeout_ms: a stopped member accepts the
- * connection (the kernel does) and never answers, so one attempt given the
- * whole budget cost every renewal its deadline while the quorum was fine.
- * Each endpoint gets its share (at least ATTEMPT_MIN_MS), the rest of the
- * budget goes to the next ones; a watch, quiet by nature, keeps all of it.
+ * One attempt's share of what is left of a call's budget: a stopped member
+ * accepts the connection (the kernel does) and never answers, so one attempt
+ * given the whole budget cost every renewal its deadline while the quorum
+ * was fine. What is left is shared among the endpoints not yet tried in this
+ * round (@tried of @n), at least ATTEMPT_MIN_MS each: the last one gets all
+ * of it, and a member that refuses at once (dead) leaves its share to the
+ * others, which may need it (an election after the leader died). A watch,
+ * quiet by nature, keeps all of it.
  */
-static long attempt_ms(const struct buf *b, uint32_t timeout_ms, uint32_t n, uint64_t left_ns)
+static long attempt_ms(const struct buf *b, uint32_t n, uint32_t tried, uint64_t left_ns)
 {
-	uint64_t left = left_ns / 1000000ull + 1, share = n ? timeout_ms / n : timeout_ms;
+	uint64_t left = left_ns / 1000000ull + 1, share;
 
-	if (b->watch || b->cb)
+	if (b->watch || b->cb || tried >= n)
 		return (long)left;
+	share = left / (n - tried);
 	if (share < ATTEMPT_MIN_MS)
 		share = ATTEMPT_MIN_MS;
 	return (long)(share < left ? share : left);
@@ -293,7 +297,7 @@ static int post_raw(struct etcd *e, const char *path, const char *body, struct b
 		b->n = 0;
 		if (b->p)
 			b->p[0] = '\0';
-		rc = post_once(e, url, body, b, attempt_ms(b, timeout_ms, n, end - now), cancel,
+		rc = post_once(e, url, body, b, attempt_ms(b, n, tries, end - now), cancel,
 			       &status);
 		if ((b->watch || b->cb) && b->verdict)
 			return 0;
