@@ -948,9 +948,11 @@ static void publish_prefixes(struct broker *b, struct cluster *c)
 		if (!cluster_prefix_match(&b->seg, k->key, k->key_len)) {
 			atomic_store(&k->cluster, 0);
 			atomic_store(&k->cluster_lease, 0);
-		} else if (c && c->adopt_id && (atomic_load(&k->cluster) & CL_OPEN) &&
-			   atomic_load(&k->cluster_lease) == c->adopt_id) {
-			/* Open under the lease we re-adopt: checked in etcd. */
+		} else if (c && c->adopt_id && atomic_load(&k->cluster_lease) == c->adopt_id &&
+			   ((atomic_load(&k->cluster) & CL_OPEN) || k->holders)) {
+			/* Open under the lease we re-adopt, or held while it
+			 * yielded to another host (the gate closed, our etcd
+			 * key still there until the release): checked in etcd. */
 			struct ckey *ck = &c->keys[i];
 
 			atomic_store(&k->cluster, CL_KEY | CL_OPEN | CL_ARMED);

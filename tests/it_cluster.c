@@ -1199,6 +1199,11 @@ TEST(cluster, broker_restart, 60)
 	CHECK_OK(local_lock(s, "c/r", NULL, &tok));
 	pid = waiter_at(&b, 1, "c/r", r);
 	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/r") == 2, 10000));
+	/* Host A's batch (100 ms) ends with host B waiting: A yields, its
+	 * gate closed while the holder goes on. The restart must re-adopt a
+	 * key held so too (it ended the hold when only open keys were). Not
+	 * announced: this leaves it the time. */
+	usleep(400000);
 	broker_signal_wait(&a, SIGKILL);
 	broker_restart(&a);
 	/* Past the TTL: the old broker's lease would have expired by now had
