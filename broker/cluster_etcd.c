@@ -252,19 +252,20 @@ static int authenticate(struct etcd *e, uint32_t timeout_ms, _Atomic bool *cance
  * One attempt's share of what is left of a call's budget: a stopped member
  * accepts the connection (the kernel does) and never answers, so one attempt
  * given the whole budget cost every renewal its deadline while the quorum
- * was fine. What is left is shared among the endpoints not yet tried in this
- * round (@tried of @n), at least ATTEMPT_MIN_MS each: the last one gets all
- * of it, and a member that refuses at once (dead) leaves its share to the
- * others, which may need it (an election after the leader died). A watch,
+ * was fine. While another endpoint is left to try in this round (@tried of
+ * @n), an attempt gets half of what is left (at least ATTEMPT_MIN_MS), the
+ * last one all of it: a slow but live member (a loaded disk, an election
+ * after the leader died) keeps as much time as can be spared, and a member
+ * that refuses at once (dead) leaves its share to the others. A watch,
  * quiet by nature, keeps all of it.
  */
 static long attempt_ms(const struct buf *b, uint32_t n, uint32_t tried, uint64_t left_ns)
 {
 	uint64_t left = left_ns / 1000000ull + 1, share;
 
-	if (b->watch || b->cb || tried >= n)
+	if (b->watch || b->cb || tried + 1 >= n)
 		return (long)left;
-	share = left / (n - tried);
+	share = left / 2;
 	if (share < ATTEMPT_MIN_MS)
 		share = ATTEMPT_MIN_MS;
 	return (long)(share < left ? share : left);
