@@ -6,6 +6,7 @@
  * last first; TLS and authentication as etcdctl offers them.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
@@ -18,6 +19,7 @@
  * member refuses at once, a stopped one would hang. */
 #define CONNECT_MS 500L
 #define CANCEL_POLL_MS 50 /* perform(): how soon a cancel is seen */
+#define ATTEMPT_MIN_MS 250u /* an attempt at one endpoint, at least (attempt_ms()) */
 
 void etcd_b64(const void *in, size_t len, char *out)
 {
@@ -246,6 +248,29 @@ static CURLcode post_once(struct etcd *e, const char *url, const char *body, str
 
 static int authenticate(struct etcd *e, uint32_t timeout_ms, _Atomic bool *cancel);
 
+/*
+ * One attempt's share of what is left of a call's budget: a stopped member
+ * accepts the connection (the kernel does) and never answers, so one attempt
+ * given the whole budget cost every renewal its deadline while the quorum
+ * was fine. While another endpoint is left to try in this round (@tried of
+ * @n), an attempt gets half of what is left (at least ATTEMPT_MIN_MS), the
+ * last one all of it: a slow but live member (a loaded disk, an election
+ * after the leader died) keeps as much time as can be spared, and a member
+ * that refuses at once (dead) leaves its share to the others. A watch,
+ * quiet by nature, keeps all of it.
+ */
+static long attempt_ms(const struct buf *b, uint32_t n, uint32_t tried, uint64_t left_ns)
+{
+	uint64_t left = left_ns / 1000000ull + 1, share;
+
+	if (b->watch || b->cb || tried + 1 >= n)
+		return (long)left;
+	share = left / 2;
+	if (share < ATTEMPT_MIN_MS)
+		share = ATTEMPT_MIN_MS;
+	return (long)(share < left ? share : left);
+}
+
 /* POST to the endpoints in turn until one answers; @b gets the body. */
 static int post_raw(struct etcd *e, const char *path, const char *body, struct buf *b,
 		    uint32_t timeout_ms, _Atomic bool *cancel, bool may_auth)
@@ -273,7 +298,7 @@ static int post_raw(struct etcd *e, const char *path, const char *body, struct b
 		b->n = 0;
 		if (b->p)
 			b->p[0] = '\0';
-		rc = post_once(e, url, body, b, (long)((end - now) / 1000000ull) + 1, cancel,
+		rc = post_once(e, url, body, b, attempt_ms(b, n, tries, end - now), cancel,
 			       &status);
 		if ((b->watch || b->cb) && b->verdict)
 			return 0;
@@ -404,6 +429,30 @@ int etcd_watch_stream(struct etcd *e, json_t *req, uint32_t timeout_ms, _Atomic 
 	if (!err && !b.verdict)
 		return -EAGAIN; /* the stream ended (a member went away): again */
 	return err;
+}
+
+json_t *etcd_cmp_lease(const char *k64, int64_t lease)
+{
+	char ls[24];
+
+	snprintf(ls, sizeof(ls), "%" PRId64, lease);
+	return json_pack("{s:s, s:s, s:s, s:s}", "key", k64, "target", "LEASE", "result", "EQUAL",
+			 "lease", ls);
+}
+
+json_t *etcd_op_del_if_lease(const char *k64, int64_t lease)
+{
+	return json_pack("{s:{s:[o], s:[{s:{s:s}}]}}", "request_txn", "compare",
+			 etcd_cmp_lease(k64, lease), "success", "request_delete_range", "key", k64);
+}
+
+int etcd_del_if_lease(struct etcd *e, const char *k64, int64_t lease, uint32_t timeout_ms,
+		      _Atomic bool *cancel)
+{
+	return etcd_post(e, "/v3/kv/txn",
+			 json_pack("{s:[o], s:[{s:{s:s}}]}", "compare", etcd_cmp_lease(k64, lease),
+				   "success", "request_delete_range", "key", k64),
+			 NULL, timeout_ms, cancel);
 }
 
 /* Base64 decoding of @in into @out (room for 3 * strlen(in) / 4 bytes);

@@ -62,6 +62,18 @@ void etcd_b64(const void *in, size_t len, char *out);
 /* An int64 field that the gateway writes as a string (or a number); 0 if absent. */
 int64_t etcd_i64(const json_t *obj, const char *name);
 
+/*
+ * Guarded writes (no delete by name): a compare that etcd key @k64 exists
+ * under @lease, and the nested op that deletes @k64 only so (for the success
+ * list of a txn). NULL when out of memory.
+ */
+json_t *etcd_cmp_lease(const char *k64, int64_t lease);
+json_t *etcd_op_del_if_lease(const char *k64, int64_t lease);
+/* Delete @k64 if it is under @lease (one txn): 0 deleted or not ours, or
+ * an error of etcd_post(). */
+int etcd_del_if_lease(struct etcd *e, const char *k64, int64_t lease, uint32_t timeout_ms,
+		      _Atomic bool *cancel);
+
 /* ---- the lock recipe for one key (cluster_lock.c) ------------------------ */
 
 struct cworker {
@@ -133,6 +145,10 @@ struct ckey {
 	struct cworker *w;  /* CK_ACQ */
 	char ekey[680];	    /* CK_HELD: our etcd key */
 	uint64_t epoch;	    /* the lease generation it was taken under */
+	int64_t lease;	    /* CK_HELD, CK_SEM: the etcd lease it was taken under */
+	/* Open under a lease that ended, and its mutex busy since
+	 * unclosed_ns: retried at every tick, logged at unclosed_log_ns. */
+	uint64_t unclosed_ns, unclosed_log_ns;
 	int64_t rev;	    /* CK_HELD: its create revision */
 	uint64_t batch_ns;  /* CK_HELD: when the current batch began */
 	uint64_t batch_l0;  /* ... and the key's lock_index then */
@@ -203,6 +219,11 @@ struct cluster {
 	_Atomic int64_t lease_id; /* 0: none (jeopardy, or not yet granted) */
 	_Atomic uint64_t epoch;	  /* +1 at every new lease */
 	_Atomic uint64_t deadline_ns; /* local holds end at this CLOCK_MONOTONIC time */
+	/* CLOCK_MONOTONIC: the lease thread last learnt the state of the
+	 * lease (a renewal sent then was answered, a new lease, or jeopardy).
+	 * The manager, after a pause, acts on nothing before this passes the
+	 * time it woke (lease_check_ns: asked for). */
+	_Atomic uint64_t lease_seen_ns, lease_check_ns;
 	uint32_t margin_ms;
 	int64_t adopt_id; /* the lease of the broker before us, to re-adopt */
 	bool lingering; /* manager: a held key is idle, to be looked at again soon */

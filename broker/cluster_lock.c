@@ -121,16 +121,16 @@ static void delete_own(struct etcd *e, struct cworker *w)
 	char k64[920];
 
 	etcd_b64(w->ekey, strlen(w->ekey), k64);
-	etcd_post(e, "/v3/kv/deleterange", json_pack("{s:s}", "key", k64), NULL, STEP_MS, NULL);
+	etcd_del_if_lease(e, k64, w->lease, STEP_MS, NULL);
 }
 
 /* Acquired: did the host before us leave a lock-delay behind (lost while
  * a holder held the key; cluster_values.c)? Not found or unreadable: none. */
 static void owed_delay(struct etcd *e, struct cworker *w, const char *name, size_t len)
 {
-	char dkey[700], k64[1000], raw[64];
+	char dkey[700], k64[1000], raw[64], mod[24];
 	const char *v64;
-	json_t *rep = NULL;
+	json_t *rep = NULL, *kv;
 	long long lease;
 	unsigned ms;
 	ssize_t n;
@@ -145,15 +145,20 @@ static void owed_delay(struct etcd *e, struct cworker *w, const char *name, size
 	if (etcd_post(e, "/v3/kv/range", json_pack("{s:s, s:b}", "key", k64, "serializable", 1),
 		      &rep, STEP_MS, &w->cancel))
 		return;
-	v64 = json_string_value(
-		json_object_get(json_array_get(json_object_get(rep, "kvs"), 0), "value"));
+	kv = json_array_get(json_object_get(rep, "kvs"), 0);
+	v64 = json_string_value(json_object_get(kv, "value"));
 	if (v64 && strlen(v64) < 80 && (n = etcd_unb64(v64, raw)) > 0) {
 		raw[n] = '\0';
 		if (sscanf(raw, "%lld %u", &lease, &ms) == 2 && lease != w->lease)
 			w->delay_ms = ms <= LOCAL_LOCK_DELAY_MAX_MS ? ms : LOCAL_LOCK_DELAY_MAX_MS;
-		/* Honoured here: not owed again by the hosts after us. */
-		etcd_post(e, "/v3/kv/deleterange", json_pack("{s:s}", "key", k64), NULL, STEP_MS,
-			  &w->cancel);
+		/* Honoured here: not owed again by the hosts after us. Only
+		 * the record read: one written since is another's debt. */
+		snprintf(mod, sizeof(mod), "%" PRId64, etcd_i64(kv, "mod_revision"));
+		etcd_post(e, "/v3/kv/txn",
+			  json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s}}]}", "compare", "key",
+				    k64, "target", "MOD", "result", "EQUAL", "mod_revision", mod,
+				    "success", "request_delete_range", "key", k64),
+			  NULL, STEP_MS, &w->cancel);
 	}
 	json_decref(rep);
 }

@@ -41,6 +41,12 @@
 #define GRANT_MS 2000u	   /* a lease grant attempt */
 #define REGRANT_MS 500u	   /* between lease grant attempts */
 #define RENEW_RETRY_MS 250u /* after a failed renewal */
+#define REVOKE_MS 1000u	   /* a revoke attempt of a lease we gave up */
+#define REVOKE_RETRY_MS 250u /* ... and between attempts */
+#define OLD_LEASES 4u	   /* leases given up, revoked until etcd answers */
+#define PAUSE_MS 500u	   /* the manager woke this much later than it meant to: paused */
+#define UNCLOSED_LOG_MS 1000u /* a key that could not be closed: logged after 1 s, 2 s, 4 s ... */
+#define UNCLOSED_LOG_MAX_MS 60000u
 #define SEQ_SPAN (1ull << CLUSTER_SEQ_BITS)
 
 /* A count read without the key mutex, as a hint (re-checked under it). */
@@ -72,6 +78,15 @@ static uint32_t end_holds_locked(struct segment *seg, struct seg_key *k)
 	return n;
 }
 
+/* Shut @k (its cluster lock is lost, or never was ours): no grant, and
+ * every local hold ended. The count of holds ended. */
+static uint32_t key_close_locked(struct segment *seg, struct seg_key *k)
+{
+	atomic_store(&k->cluster, atomic_load(&k->cluster) & ~CL_OPEN);
+	atomic_store(&k->cluster_lease, 0);
+	return end_holds_locked(seg, k);
+}
+
 /* ---- the lease thread ------------------------------------------------------ */
 
 static void wait_until(struct cluster *c, uint64_t at_ns)
@@ -98,29 +113,31 @@ static void jeopardy(struct cluster *c, const char *why)
 	atomic_store(&seg->hdr->cluster_lease_id, 0);
 	for (i = 0; i < seg->caps.max_keys; i++) {
 		struct seg_key *k = &seg->keys[i];
-		int tries;
 
 		if (atomic_load(&k->state) != KEY_USED || !(atomic_load(&k->cluster) & CL_KEY))
 			continue;
 		/* A client stopped inside the key's critical section cannot
-		 * grant meanwhile; keep trying for a while, then report. */
-		for (tries = 0; tries < 10; tries++)
-			if (key_lock_timed(seg, k, BROKER_LOCK_MS) != -ETIMEDOUT)
-				break;
-		if (tries == 10) {
+		 * grant meanwhile, nor after: the key was opened under the
+		 * lease that ends here (seg_key.cluster_lease), which no later
+		 * lease matches. The manager closes it once its mutex frees
+		 * (close_stale()); one try here, so that a few busy keys do not
+		 * hold the next lease back. */
+		if (key_lock_timed(seg, k, BROKER_LOCK_MS)) {
 			left++;
 			continue;
 		}
-		if (atomic_load(&k->state) == KEY_USED) {
-			atomic_store(&k->cluster, atomic_load(&k->cluster) & ~CL_OPEN);
-			ended += end_holds_locked(seg, k);
-		}
+		if (atomic_load(&k->state) == KEY_USED)
+			ended += key_close_locked(seg, k);
 		key_unlock(k);
 	}
+	atomic_store(&c->lease_seen_ns, mono_ns()); /* known: gone */
 	blog(LOG_WARNING, "cluster: %s: %u local hold(s) of cluster keys ended%s", why, ended,
 	     left ? " (some keys busy: see below)" : "");
 	if (left)
-		blog(LOG_ERR, "cluster: %u cluster key(s) could not be closed (mutex held)", left);
+		blog(LOG_ERR,
+		     "cluster: %u cluster key(s) could not be closed (mutex held): shut by their "
+		     "lease, closed as soon as their mutex frees",
+		     left);
 	cluster_ring(seg->hdr);
 }
 
@@ -167,45 +184,101 @@ static int lease_renew(struct etcd *e, int64_t id, uint32_t timeout_ms, _Atomic 
 	return err;
 }
 
-static void lease_revoke(struct etcd *e, int64_t id)
+/* 0 revoked, or gone at etcd already (an error answer: not found); else no
+ * answer in time. */
+static int lease_revoke(struct etcd *e, int64_t id, _Atomic bool *stop)
 {
 	char s[24];
+	int err;
 
 	snprintf(s, sizeof(s), "%" PRId64, id);
-	etcd_post(e, "/v3/lease/revoke", json_pack("{s:s}", "ID", s), NULL, 1000, NULL);
+	err = etcd_post(e, "/v3/lease/revoke", json_pack("{s:s}", "ID", s), NULL, REVOKE_MS, stop);
+	return err == -EIO ? 0 : err;
+}
+
+/*
+ * The leases we gave up (jeopardy) are revoked, so that their etcd keys, the
+ * cluster locks the other hosts wait for, go at once: tried again until etcd
+ * answers, however long it is away (a restarted etcd extends every lease by
+ * a TTL, so waiting for the old one to expire costs the other hosts that
+ * much). Returns when the next attempt is due (0: none left).
+ */
+static uint64_t revoke_old(struct cluster *c, struct etcd *e, int64_t *old, uint64_t *due)
+{
+	uint64_t now = mono_ns(), next = 0;
+	uint32_t j;
+
+	for (j = 0; j < OLD_LEASES; j++) {
+		if (!old[j])
+			continue;
+		if (now >= due[j]) {
+			if (lease_revoke(e, old[j], &c->stop) == 0) {
+				blog(LOG_INFO, "cluster: lease %016" PRIx64 " revoked",
+				     (uint64_t)old[j]);
+				old[j] = 0;
+				continue;
+			}
+			now = mono_ns();
+			due[j] = now + REVOKE_RETRY_MS * 1000000ull;
+		}
+		if (!next || due[j] < next)
+			next = due[j];
+	}
+	return next;
+}
+
+static void give_up_lease(int64_t *old, uint64_t *due, int64_t id)
+{
+	uint32_t j, at = 0;
+
+	for (j = 0; j < OLD_LEASES; j++)
+		if (!old[j] || due[j] < due[at])
+			at = j; /* a free place, else the longest tried */
+	for (j = 0; j < OLD_LEASES; j++)
+		if (!old[j]) {
+			at = j;
+			break;
+		}
+	if (old[at])
+		blog(LOG_WARNING, "cluster: lease %016" PRIx64 " no longer revoked (too many)",
+		     (uint64_t)old[at]);
+	old[at] = id;
+	due[at] = 0;
 }
 
 static void *lease_thread(void *arg)
 {
 	struct cluster *c = arg;
 	uint64_t renew_ns = (uint64_t)c->o->lease_ttl_s * 1000000000ull / 3, next = 0;
-	int64_t id = c->adopt_id, old = 0, ttl = 0;
+	uint64_t old_due[OLD_LEASES] = { 0 };
+	int64_t id = c->adopt_id, old[OLD_LEASES] = { 0 }, ttl = 0;
 	bool adopting = id != 0;
 	struct etcd e;
 
 	if (etcd_init(&e, c->o))
 		return NULL;
 	while (!atomic_load(&c->stop)) {
-		uint64_t now = mono_ns(), deadline = atomic_load(&c->deadline_ns), sent;
+		uint64_t now = mono_ns(), deadline = atomic_load(&c->deadline_ns), sent, wake;
+		uint64_t revoke_at = revoke_old(c, &e, old, old_due);
 		int err;
 
 		if (!id) {
-			if (old) {
-				lease_revoke(&e, old); /* frees its etcd keys at once */
-				old = 0;
-			}
 			sent = mono_ns();
 			ttl = 0;
 			id = lease_grant(c, &e, &ttl);
 			if (!id) {
-				wait_until(c, mono_ns() + REGRANT_MS * 1000000ull);
+				wake = mono_ns() + REGRANT_MS * 1000000ull;
+				wait_until(c, revoke_at && revoke_at < wake ? revoke_at : wake);
 				continue;
 			}
+			/* The segment first: a key the manager opens under
+			 * lease_id must find it there (cluster_gated()). */
+			atomic_store(&c->seg->hdr->cluster_lease_id, id);
 			set_deadline(c, sent + (uint64_t)ttl * 1000000000ull -
 					       (uint64_t)c->margin_ms * 1000000ull);
 			atomic_fetch_add(&c->epoch, 1);
 			atomic_store(&c->lease_id, id);
-			atomic_store(&c->seg->hdr->cluster_lease_id, id);
+			atomic_store(&c->lease_seen_ns, sent);
 			blog(LOG_INFO, "cluster: lease %016" PRIx64 " granted (TTL %" PRId64 " s)",
 			     (uint64_t)id, ttl);
 			next = sent + renew_ns;
@@ -215,12 +288,16 @@ static void *lease_thread(void *arg)
 		if (now >= deadline) {
 			adopting = false;
 			jeopardy(c, "lease not renewed in time");
-			old = id;
+			give_up_lease(old, old_due, id);
 			id = 0;
 			continue;
 		}
+		/* The manager woke from a pause: the lease first (see manager()). */
+		if (atomic_load(&c->lease_check_ns) > atomic_load(&c->lease_seen_ns))
+			next = now;
 		if (now < next) {
-			wait_until(c, next < deadline ? next : deadline);
+			wake = next < deadline ? next : deadline;
+			wait_until(c, revoke_at && revoke_at < wake ? revoke_at : wake);
 			continue;
 		}
 		/* The lease lasts at least TTL from when etcd received this,
@@ -241,6 +318,7 @@ static void *lease_thread(void *arg)
 				     (uint64_t)id);
 				cluster_ring(c->seg->hdr);
 			}
+			atomic_store(&c->lease_seen_ns, sent);
 		} else if (err == -ENOENT) {
 			adopting = false;
 			jeopardy(c, "lease gone at etcd");
@@ -252,7 +330,7 @@ static void *lease_thread(void *arg)
 	if (id) {
 		/* A clean stop: the local holds end first, then the lease. */
 		jeopardy(c, "stopping");
-		lease_revoke(&e, id);
+		lease_revoke(&e, id, NULL);
 	}
 	etcd_fini(&e);
 	return NULL;
@@ -286,6 +364,7 @@ static int open_gate(struct cluster *c, uint32_t i, struct ckey *ck)
 	if (r)
 		return r == -ETIMEDOUT ? -EAGAIN : r;
 	if (!key_is(k, ck) || !k->waiters || atomic_load(&c->lease_id) != ck->w->lease ||
+	    atomic_load(&seg->hdr->cluster_lease_id) != ck->w->lease ||
 	    atomic_load(&c->epoch) != ck->epoch || mono_ns() >= atomic_load(&c->deadline_ns)) {
 		key_unlock(k);
 		return -ENOENT;
@@ -321,6 +400,7 @@ static int open_gate(struct cluster *c, uint32_t i, struct ckey *ck)
 	/* Whether hosts queued behind us while we waited is not known here
 	 * (their puts may have been seen before this): asked once. */
 	atomic_store(&ck->others, 1);
+	atomic_store(&k->cluster_lease, ck->w->lease);
 	atomic_store(&k->cluster, CL_KEY | CL_OPEN | CL_ARMED);
 	ck->batch_ns = mono_ns();
 	ck->batch_l0 = l;
@@ -475,12 +555,12 @@ static void acq_tick(struct cluster *c, uint32_t i, struct ckey *ck)
 		err = open_gate(c, i, ck);
 		if (err == -EAGAIN)
 			return; /* key busy: next tick */
+		strcpy(ck->ekey, w->ekey);
+		ck->lease = w->lease;
 		if (!err) {
-			strcpy(ck->ekey, w->ekey);
 			ck->rev = w->rev;
 			ck->state = CK_HELD;
 		} else {
-			strcpy(ck->ekey, w->ekey);
 			release_etcd(c, ck); /* nobody to give it to */
 		}
 	} else {
@@ -525,6 +605,7 @@ static void adopt_tick(struct cluster *c, uint32_t i, struct ckey *ck)
 	if (!atomic_load(&w->done))
 		return;
 	strcpy(ck->ekey, w->ekey);
+	ck->lease = w->lease;
 	ck->rev = w->rev;
 	if (!w->err) {
 		ck->state = CK_HELD;
@@ -541,8 +622,7 @@ static void adopt_tick(struct cluster *c, uint32_t i, struct ckey *ck)
 		     ck->name, strerror(-w->err));
 		if (key_lock_timed(seg, k, BROKER_LOCK_MS) == 0) {
 			if (key_is(k, ck)) {
-				atomic_store(&k->cluster, atomic_load(&k->cluster) & ~CL_OPEN);
-				end_holds_locked(seg, k);
+				key_close_locked(seg, k);
 				sem = k->kind == LOCAL_KIND_SEMAPHORE;
 			}
 			key_unlock(k);
@@ -562,13 +642,84 @@ static void adopt_tick(struct cluster *c, uint32_t i, struct ckey *ck)
 	ck->w = NULL;
 }
 
+/*
+ * Key entry @i was opened under @lease, which is not the host's lease now:
+ * it ended while a client held the key's mutex (a stopped or descheduled
+ * client), or the broker before us left it. Nothing is granted under it
+ * meanwhile (cluster_gated() compares the leases); shut it (its holds end)
+ * as soon as its mutex frees, tried at every look, and say so until then,
+ * less and less often. False while it stays open.
+ */
+/* A key's name length, bounded (the segment is untrusted). */
+static uint32_t key_name_len(const struct seg_key *k)
+{
+	return k->key_len <= LOCAL_KEY_MAX ? k->key_len : 0;
+}
+
+static bool close_stale(struct cluster *c, uint32_t i, struct ckey *ck, int64_t lease,
+			uint64_t now)
+{
+	struct segment *seg = c->seg;
+	struct seg_key *k = &seg->keys[i];
+	uint32_t ended = 0;
+	bool was_open;
+
+	if (!ck->unclosed_ns) {
+		ck->unclosed_ns = now;
+		ck->unclosed_log_ns = now + UNCLOSED_LOG_MS * 1000000ull;
+	}
+	if (key_lock_timed(seg, k, BROKER_LOCK_MS)) {
+		now = mono_ns();
+		if (now >= ck->unclosed_log_ns) {
+			uint64_t gap = (ck->unclosed_log_ns - ck->unclosed_ns) * 2;
+
+			if (gap > UNCLOSED_LOG_MAX_MS * 1000000ull)
+				gap = UNCLOSED_LOG_MAX_MS * 1000000ull;
+			/* The name read without the mutex: bounded, a hint. */
+			blog(LOG_ERR,
+			     "cluster: %.*s (key entry %u, lease %016" PRIx64 " ended) still open "
+			     "after %" PRIu64 " ms: its mutex is held; nothing is granted until it "
+			     "is closed",
+			     (int)key_name_len(k), k->key, i, (uint64_t)lease,
+			     (uint64_t)((now - ck->unclosed_ns) / 1000000ull));
+			ck->unclosed_log_ns = now + gap;
+		}
+		c->lingering = true; /* again at the next tick */
+		return false;
+	}
+	was_open = atomic_load(&k->cluster) & CL_OPEN;
+	if (atomic_load(&k->state) == KEY_USED && atomic_load(&k->cluster_lease) == lease) {
+		ended = key_close_locked(seg, k);
+		/* Only what jeopardy could not close: a key given up before
+		 * its lease ended is shut already, and has nothing to tell. */
+		if (was_open || ended)
+			blog(LOG_WARNING,
+			     "cluster: %.*s closed %" PRIu64
+			     " ms after its lease ended, %u hold(s) ended",
+			     (int)key_name_len(k), k->key,
+			     (uint64_t)((mono_ns() - ck->unclosed_ns) / 1000000ull), ended);
+	} else {
+		atomic_store(&k->cluster_lease, 0); /* a free entry's leftover */
+	}
+	key_unlock(k);
+	ck->unclosed_ns = 0;
+	return true;
+}
+
 /* The manager's look at key entry @i. */
 static void look_at(struct cluster *c, uint32_t i, uint64_t now)
 {
 	struct segment *seg = c->seg;
 	struct seg_key *k = &seg->keys[i];
 	struct ckey *ck = &c->keys[i];
-	int64_t lease;
+	int64_t lease = atomic_load(&k->cluster_lease);
+
+	/* Opened under a lease that is not ours now: shut first, whatever
+	 * else is pending (the etcd side went with that lease). The keys of
+	 * a lease being re-adopted are adopt_tick()'s. */
+	if (lease && ck->state != CK_ADOPT && lease != atomic_load(&c->lease_id) &&
+	    !close_stale(c, i, ck, lease, now))
+		return;
 
 	if (ck->state == CK_ACQ) {
 		acq_tick(c, i, ck);
@@ -637,6 +788,11 @@ static void look_at(struct cluster *c, uint32_t i, uint64_t now)
  * (a tick) only the keys in some cluster state (c->active), so that an idle
  * manager costs what its cluster keys cost, not what --max-keys does.
  */
+static bool stays_active(const struct ckey *ck, uint64_t now)
+{
+	return ck->state != CK_IDLE || ck->retry_ns > now || ck->unclosed_ns;
+}
+
 static void scan(struct cluster *c, bool full)
 {
 	uint64_t now = mono_ns();
@@ -649,17 +805,28 @@ static void scan(struct cluster *c, bool full)
 		for (i = 0; i < c->seg->caps.max_keys; i++)
 			look_at(c, i, now);
 	}
-	/* The list anew: the keys that are not idle now, or to be retried. */
+	/* The list anew: the keys that are not idle now, or to be retried, or
+	 * left open by a lease that ended. */
 	for (i = 0, j = 0; full && i < c->seg->caps.max_keys; i++)
-		if (c->keys[i].state != CK_IDLE || c->keys[i].retry_ns > now)
+		if (stays_active(&c->keys[i], now))
 			c->active[j++] = i;
 	if (!full) {
 		for (i = 0; i < c->nactive; i++)
-			if (c->keys[c->active[i]].state != CK_IDLE ||
-			    c->keys[c->active[i]].retry_ns > now)
+			if (stays_active(&c->keys[c->active[i]], now))
 				c->active[j++] = c->active[i];
 	}
 	c->nactive = j;
+}
+
+/* The manager woke from a pause at @at: the lease thread renews now. */
+static void ask_lease_check(struct cluster *c, uint64_t at)
+{
+	if (atomic_load(&c->lease_check_ns) >= at)
+		return;
+	atomic_store(&c->lease_check_ns, at);
+	pthread_mutex_lock(&c->mu);
+	pthread_cond_broadcast(&c->stop_cv);
+	pthread_mutex_unlock(&c->mu);
 }
 
 static void *manager(void *arg)
@@ -667,11 +834,33 @@ static void *manager(void *arg)
 	struct cluster *c = arg;
 	struct seg_header *h = c->seg->hdr;
 	uint32_t last = atomic_load(&h->cluster_bell) - CLUSTER_BELL_FIND; /* the first: full */
-	uint64_t next_full = 0, nfull = 0, nlooks = 0, wait_ms;
+	uint64_t next_full = 0, nfull = 0, nlooks = 0, wait_ms, woke_by = 0, paused = 0;
 	uint32_t i;
 
 	while (!atomic_load(&c->stop)) {
 		uint32_t v = atomic_load(&h->cluster_bell);
+		uint64_t now = mono_ns();
+
+		/* Woken long after it meant to (the broker was stopped, or
+		 * starved), or past the lease's deadline: what it knew may be
+		 * stale, and so may be any etcd write it would make. Nothing
+		 * before the lease thread has looked at the lease again (and
+		 * dropped the local grants, if it is lost). */
+		if (!paused && ((woke_by && now > woke_by + PAUSE_MS * 1000000ull) ||
+				(atomic_load(&c->lease_id) && now >= atomic_load(&c->deadline_ns))))
+			paused = now;
+		woke_by = 0;
+		if (paused) {
+			/* No lease: nothing granted to protect (jeopardy drops
+			 * the grants), and keys left open are to be closed. */
+			if (atomic_load(&c->lease_seen_ns) > paused || !atomic_load(&c->lease_id)) {
+				paused = 0;
+			} else {
+				ask_lease_check(c, paused);
+				futex_wait_until(&h->cluster_bell, v, now + TICK_MS * 1000000ull);
+				continue;
+			}
+		}
 		/* Every entry only when a key we may not know gained a waiter
 		 * (cluster_ring()); a release of a key we hold rings the low
 		 * half (cluster_ring_release()): our own keys are enough. */
@@ -693,8 +882,9 @@ static void *manager(void *arg)
 		wait_ms = c->lingering && c->o->linger_ms < TICK_MS ? c->o->linger_ms : TICK_MS;
 		if (!wait_ms)
 			wait_ms = 1;
+		woke_by = mono_ns() + wait_ms * 1000000ull;
 		if (atomic_load(&h->cluster_bell) == v && !atomic_load(&c->stop))
-			futex_wait_until(&h->cluster_bell, v, mono_ns() + wait_ms * 1000000ull);
+			futex_wait_until(&h->cluster_bell, v, woke_by);
 		atomic_store(&h->cluster_listening, 0);
 	}
 	/* How busy the manager was (the cost of the bell: docs/cluster.md). */
@@ -758,8 +948,12 @@ static void publish_prefixes(struct broker *b, struct cluster *c)
 			continue;
 		if (!cluster_prefix_match(&b->seg, k->key, k->key_len)) {
 			atomic_store(&k->cluster, 0);
-		} else if (c && c->adopt_id && (atomic_load(&k->cluster) & CL_OPEN)) {
-			/* Open under the lease we re-adopt: checked in etcd. */
+			atomic_store(&k->cluster_lease, 0);
+		} else if (c && c->adopt_id && atomic_load(&k->cluster_lease) == c->adopt_id &&
+			   ((atomic_load(&k->cluster) & CL_OPEN) || k->holders)) {
+			/* Open under the lease we re-adopt, or held while it
+			 * yielded to another host (the gate closed, our etcd
+			 * key still there until the release): checked in etcd. */
 			struct ckey *ck = &c->keys[i];
 
 			atomic_store(&k->cluster, CL_KEY | CL_OPEN | CL_ARMED);
@@ -770,6 +964,7 @@ static void publish_prefixes(struct broker *b, struct cluster *c)
 			ck->epoch = 1; /* the lease thread's first: the adoption */
 		} else {
 			atomic_store(&k->cluster, CL_KEY);
+			atomic_store(&k->cluster_lease, 0);
 			/* Holds of an earlier run whose cluster locks this broker
 			 * does not hold. */
 			if (k->holders)

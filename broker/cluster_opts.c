@@ -41,7 +41,7 @@ const char cluster_usage_text[] =
 	"  --cluster-margin MS     local holds of cluster keys end this long before\n"
 	"                          the lease could expire at etcd when it cannot be\n"
 	"                          renewed (default: a fifth of the TTL, at least\n"
-	"                          1000; less than the TTL)\n"
+	"                          1000; less than 2/3 of the TTL)\n"
 	"  --cluster-batch N       while other hosts wait, hand a cluster key among\n"
 	"                          local waiters at most N times (default 1000)\n"
 	"  --cluster-batch-time MS ... or for at most MS milliseconds (default 100)\n"
@@ -162,8 +162,12 @@ int cluster_opts_check(const struct cluster_opts *o)
 		fprintf(stderr, "shmlockd: --cluster needs at least one --cluster-prefix\n");
 		return -1;
 	}
-	if (o->margin_ms && o->margin_ms >= o->lease_ttl_s * 1000u) {
-		fprintf(stderr, "shmlockd: --cluster-margin must be less than the lease TTL\n");
+	/* The lease is renewed every TTL/3: a margin of 2/3 TTL or more puts
+	 * the local deadline before the next renewal, and every host would
+	 * give its holds up at every turn. */
+	if (o->margin_ms && (uint64_t)o->margin_ms * 3 >= (uint64_t)o->lease_ttl_s * 2000u) {
+		fprintf(stderr, "shmlockd: --cluster-margin must be less than two thirds of the "
+				"lease TTL (the lease is renewed every third)\n");
 		return -1;
 	}
 	if (o->password[0] && !o->user[0]) {

@@ -70,7 +70,7 @@ static json_t *waiter_op(const char *wk64, int64_t lease, uint32_t left)
 	char lease_s[24], v[16], v64[32];
 
 	if (!left)
-		return json_pack("{s:{s:s}}", "request_delete_range", "key", wk64);
+		return etcd_op_del_if_lease(wk64, lease);
 	lease_str(lease, lease_s, sizeof(lease_s));
 	snprintf(v, sizeof(v), "%u", left);
 	etcd_b64(v, strlen(v), v64);
@@ -140,8 +140,7 @@ static void sem_parse(struct csworker *w, struct etcd *e, json_t *rep, size_t dl
 		 * Deleted, then taken anew below (if ours to take): a slot's
 		 * tokens come from the revision of its own creation. */
 		if (!w->mine[idx] && etcd_i64(kv, "lease") == w->lease &&
-		    etcd_post(e, "/v3/kv/deleterange", json_pack("{s:s}", "key", k64), NULL,
-			      STEP_MS, &w->cancel) == 0) {
+		    etcd_del_if_lease(e, k64, w->lease, STEP_MS, &w->cancel) == 0) {
 			taken[idx] = 0;
 			v->nslots--;
 		}
@@ -278,8 +277,7 @@ static void *sem_worker(void *arg)
 	 * behind us back for as long as our lease lives). A failed delete
 	 * leaves w->queued for the manager to retry. */
 	if (!ierr && !w->got && w->queued &&
-	    etcd_post(&e, "/v3/kv/deleterange", json_pack("{s:s}", "key", wk64), NULL, STEP_MS,
-		      NULL) == 0)
+	    etcd_del_if_lease(&e, wk64, w->lease, STEP_MS, NULL) == 0)
 		w->queued = false;
 	if (!ierr)
 		etcd_fini(&e);
@@ -314,9 +312,12 @@ static int sem_worker_start(struct cluster *c, struct ckey *ck, uint32_t want, i
 	return 0;
 }
 
-/* Give back slots @idx[0..n) (a txn of deletes; lost with the lease anyway
- * if etcd does not answer). */
-static void slots_delete(struct cluster *c, struct ckey *ck, const uint32_t *idx, uint32_t n)
+/* Give back slots @idx[0..n) taken under @lease (lost with the lease anyway
+ * if etcd does not answer). Each delete is guarded by that lease: a slot
+ * our lease lost (it expired while this broker was stopped) may be another
+ * host's now, under the same name, and must stay. */
+static void slots_delete(struct cluster *c, struct ckey *ck, int64_t lease, const uint32_t *idx,
+			 uint32_t n)
 {
 	json_t *ops = json_array();
 	uint32_t i;
@@ -326,8 +327,7 @@ static void slots_delete(struct cluster *c, struct ckey *ck, const uint32_t *idx
 
 		slot_key(c->o, ck->name, ck->len, idx[i], sk, sizeof(sk));
 		etcd_b64(sk, strlen(sk), k64);
-		json_array_append_new(ops, json_pack("{s:{s:s}}", "request_delete_range", "key",
-						     k64));
+		json_array_append_new(ops, etcd_op_del_if_lease(k64, lease));
 	}
 	if (ops && n)
 		etcd_post(&c->etcd, "/v3/kv/txn", json_pack("{s:o}", "success", ops), NULL, STEP_MS,
@@ -347,8 +347,7 @@ static void waiter_leave(struct cluster *c, struct ckey *ck, int64_t lease)
 		return;
 	waiter_key(c->o, ck->name, ck->len, lease, wk, sizeof(wk));
 	etcd_b64(wk, strlen(wk), wk64);
-	if (etcd_post(&c->etcd, "/v3/kv/deleterange", json_pack("{s:s}", "key", wk64), NULL,
-		      STEP_MS, &c->stop) == 0)
+	if (etcd_del_if_lease(&c->etcd, wk64, lease, STEP_MS, &c->stop) == 0)
 		ck->sem_queued = false;
 }
 
@@ -441,6 +440,7 @@ static void slots_add_locked(struct cluster *c, struct seg_key *k, struct ckey *
 	}
 	/* A yield under way goes on: the hosts it is for queued before us. */
 	k->cluster_slots = ck->nslots - ck->yield;
+	atomic_store(&k->cluster_lease, w->lease);
 	/* Hosts that queued while we waited were seen before: asked once at
 	 * the batch end (as for locks, open_gate()). */
 	atomic_store(&ck->others, 1);
@@ -460,6 +460,7 @@ bool sem_begin(struct cluster *c, struct ckey *ck, int64_t lease)
 	ck->pub_tok = 0;
 	ck->seen_tok = UINT64_MAX;
 	ck->epoch = atomic_load(&c->epoch);
+	ck->lease = lease;
 	ck->sem_queued = false;
 	ck->yield = 0;
 	ck->batch_ns = 0;
@@ -507,7 +508,7 @@ static void sem_batch_end(struct cluster *c, uint32_t i, struct ckey *ck, int64_
 	yield_drop_locked(k, ck, drop, &ndrop);
 	atomic_fetch_or(&k->cluster, CL_ARMED); /* the releases ring us */
 	key_unlock(k);
-	slots_delete(c, ck, drop, ndrop);
+	slots_delete(c, ck, ck->lease, drop, ndrop);
 	blog(LOG_DEBUG, "cluster: %.*s: batch over, %u slot(s) given back to other hosts",
 	     (int)ck->len, ck->name, ck->yield + ndrop);
 }
@@ -546,7 +547,7 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 	}
 	if (key_lock_timed(seg, k, BROKER_LOCK_MS)) {
 		if (w) { /* give them back: we could not use them */
-			slots_delete(c, ck, w->idx, w->got);
+			slots_delete(c, ck, w->lease, w->idx, w->got);
 			free(w);
 		}
 		return;
@@ -554,9 +555,9 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 	if (!key_is_entry(k, ck)) {
 		key_unlock(k);
 		if (w)
-			slots_delete(c, ck, w->idx, w->got);
+			slots_delete(c, ck, w->lease, w->idx, w->got);
 		free(w);
-		slots_delete(c, ck, ck->slots, ck->nslots);
+		slots_delete(c, ck, ck->lease, ck->slots, ck->nslots);
 		ck->nslots = 0;
 		ck->yield = 0;
 		waiter_leave(c, ck, lease);
@@ -625,7 +626,7 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 	key_unlock(k);
 	if (publish)
 		cvalue_publish(c, ck, &pub);
-	slots_delete(c, ck, drop, ndrop);
+	slots_delete(c, ck, ck->lease, drop, ndrop);
 	if (batch_over)
 		sem_batch_end(c, i, ck, lease);
 	/* Queued, and no worker will ask for more: leave the queue. */
@@ -659,8 +660,7 @@ void sem_drop_own(struct cluster *c, struct ckey *ck, int64_t lease)
 		const char *k64 = json_string_value(json_object_get(kv, "key"));
 
 		if (k64 && etcd_i64(kv, "lease") == lease)
-			json_array_append_new(ops, json_pack("{s:{s:s}}", "request_delete_range",
-							     "key", k64));
+			json_array_append_new(ops, etcd_op_del_if_lease(k64, lease));
 	}
 	json_decref(rep);
 	if (json_array_size(ops))

@@ -141,6 +141,26 @@ static json_t *op_del(const char *key)
 	return json_pack("{s:{s:s}}", "request_delete_range", "key", k64);
 }
 
+/*
+ * A txn of @ops (taken over) made only while our claim on @ck stands: a
+ * lock's etcd key (ck->ekey) is there under the lease it was taken under;
+ * a semaphore's record (NS "v/" hex) is ours. A broker that was stopped past
+ * its lease must not delete what another host wrote there since.
+ */
+static json_t *guarded(struct cluster *c, struct ckey *ck, json_t *ops)
+{
+	char vkey[700], k64[1000];
+	const char *key = ck->ekey;
+
+	if (ck->state == CK_SEM) {
+		cluster_rec_key(c->o, 'v', ck->name, ck->len, vkey, sizeof(vkey));
+		key = vkey;
+	}
+	etcd_b64(key, strlen(key), k64);
+	return json_pack("{s:[o], s:o}", "compare", etcd_cmp_lease(k64, ck->lease), "success",
+			 ops);
+}
+
 void cvalue_publish(struct cluster *c, struct ckey *ck, struct cpub *p)
 {
 	char vkey[700], dkey[700], sid[33], ds[48], *val = NULL, *v64 = NULL;
@@ -178,8 +198,12 @@ void cvalue_publish(struct cluster *c, struct ckey *ck, struct cpub *p)
 			json_array_append_new(ops, op_del(dkey));
 		}
 	}
-	if (etcd_post(&c->etcd, "/v3/kv/txn", json_pack("{s:o}", "success", ops), NULL, PUB_MS,
-		      &c->stop))
+	/* A semaphore's record is put under the lease, which etcd checks;
+	 * the first has nothing to compare with. */
+	if (etcd_post(&c->etcd, "/v3/kv/txn",
+		      ck->state == CK_SEM && p->held ? json_pack("{s:o}", "success", ops)
+						     : guarded(c, ck, ops),
+		      NULL, PUB_MS, &c->stop))
 		ck->pub_valid = false; /* again at the next look */
 	ops = NULL;
 out:
@@ -207,8 +231,9 @@ int cvalue_release(struct cluster *c, struct ckey *ck)
 	ck->pub_valid = false;
 	if (!ops)
 		return -ENOMEM;
-	return etcd_post(&c->etcd, "/v3/kv/txn", json_pack("{s:o}", "success", ops), NULL,
-			 3000, &c->stop);
+	/* Only while the lease it was taken under still has them: the records
+	 * are one per key, and another host's may stand there by now. */
+	return etcd_post(&c->etcd, "/v3/kv/txn", guarded(c, ck, ops), NULL, 3000, &c->stop);
 }
 
 /* ---- other hosts' records (the watch thread) ------------------------------ */

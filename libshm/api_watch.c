@@ -59,6 +59,12 @@ int local_held(local_session *s, const char *key, uint64_t *token)
 	if (err)
 		return err;
 	err = api_find_inspect(s, key, len, &k);
+	/* A cluster key's mutex held by a stopped process (its broker,
+	 * stopped inside a look at the key): past the host's deadline no
+	 * hold of a cluster key is valid here, whoever holds the mutex. */
+	if (err == -ETIMEDOUT && cluster_prefix_match(s->seg, key, len) &&
+	    cluster_deadline_passed(s->seg))
+		return -LOCAL_ECLUSTER;
 	if (err)
 		return err == -ENOENT ? (session_is(s->seg, s->who) ? -LOCAL_ENOTHELD
 								     : -LOCAL_ESESSION)
@@ -66,10 +72,11 @@ int local_held(local_session *s, const char *key, uint64_t *token)
 	h = key_find_hold_locked(s->seg, k, s->who);
 	if (h != IDX_NONE && token)
 		*token = s->seg->nodes[h].token;
-	/* Cluster keys (issue 16): past the host's deadline a hold no broker
-	 * ended is not safe any more (another host may be granted soon). */
+	/* Cluster keys: past the host's deadline, or under a lease the host
+	 * no longer holds, a hold no broker ended is not safe any more
+	 * (another host may be granted soon, or already is). */
 	if (h != IDX_NONE && (atomic_load(&k->cluster) & CL_KEY) &&
-	    cluster_deadline_passed(s->seg))
+	    cluster_key_stale(s->seg, k))
 		h = IDX_NONE, err = -LOCAL_ECLUSTER;
 	key_unlock(k);
 	if (err)
@@ -181,9 +188,10 @@ int local_watch(local_session *s, const char *key, uint64_t after_index, int64_t
 		idx = atomic_load(&k->modify_index);
 		if (idx > after_index)
 			break;
-		/* Cluster keys (issue 16): the host's deadline ends the watch,
-		 * so that a holder's monitor learns of it with no broker. */
-		if ((atomic_load(&k->cluster) & CL_KEY) && cluster_deadline_passed(s->seg)) {
+		/* Cluster keys: the host's deadline (or a lease the key was not
+		 * opened under) ends the watch, so that a holder's monitor
+		 * learns of it with no broker. */
+		if ((atomic_load(&k->cluster) & CL_KEY) && cluster_key_stale(s->seg, k)) {
 			err = -LOCAL_ECLUSTER;
 			break;
 		}

@@ -349,11 +349,28 @@ static inline bool cluster_deadline_passed(const struct segment *seg)
 #define CLUSTER_SEQ_BITS 24
 
 /*
+ * Is what was granted of cluster key @k void now? Past the host's deadline,
+ * or opened under an etcd lease that is not the host's lease now
+ * (seg_key.cluster_lease): a later lease owns no etcd lock the key was taken
+ * under. A key never opened (lease 0) has nothing granted to void. Under the
+ * key mutex (or as a hint without it).
+ */
+static inline bool cluster_key_stale(const struct segment *seg, const struct seg_key *k)
+{
+	int64_t lease = atomic_load_explicit(&k->cluster_lease, memory_order_relaxed);
+
+	return cluster_deadline_passed(seg) ||
+	       (lease && lease != atomic_load_explicit(&seg->hdr->cluster_lease_id,
+						       memory_order_acquire));
+}
+
+/*
  * May nobody be granted @k now? A cluster key is gated unless the broker
- * opened it (it holds the key's cluster lock), and also once the range the
- * broker set for this acquisition is spent or void: key_next_token_locked()
- * must never draw a cluster key's token from the segment's counter. Under
- * the key mutex; false for every host-local key.
+ * opened it (it holds the key's cluster lock) under the lease the host holds
+ * now and before the host's deadline, and also once the range the broker
+ * set for this acquisition is spent or void: key_next_token_locked() must
+ * never draw a cluster key's token from the segment's counter. Under the key
+ * mutex; false for every host-local key.
  */
 static inline bool cluster_gated(const struct segment *seg, const struct seg_key *k)
 {
@@ -362,7 +379,8 @@ static inline bool cluster_gated(const struct segment *seg, const struct seg_key
 
 	if (!(st & CL_KEY))
 		return false;
-	if (!(st & CL_OPEN) || cluster_deadline_passed(seg))
+	if (!(st & CL_OPEN) || !atomic_load_explicit(&k->cluster_lease, memory_order_relaxed) ||
+	    cluster_key_stale(seg, k))
 		return true;
 	off = __atomic_load_n(&k->tok_off, __ATOMIC_RELAXED);
 	hi = __atomic_load_n(&k->tok_hi, __ATOMIC_RELAXED);

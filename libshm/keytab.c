@@ -579,8 +579,9 @@ static int create_locked(struct segment *seg, uint32_t hash, const char *key, si
 	memcpy(k->key, key, len);
 	k->key[len] = '\0';
 	k->key_len = (uint32_t)len;
-	/* Issue 16: a key under a cluster prefix starts gated (cluster_gated()). */
+	/* A key under a cluster prefix starts gated (cluster_gated()). */
 	atomic_store(&k->cluster, cluster_prefix_match(seg, key, len) ? CL_KEY : 0);
+	atomic_store(&k->cluster_lease, 0);
 	atomic_store(&k->hash, hash);
 	atomic_store(&k->state, KEY_USED);
 	atomic_store_explicit(&seg->index[slot], idx + 1, memory_order_release);

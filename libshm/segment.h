@@ -48,8 +48,11 @@ struct lw_judge; /* lockword.h */
  * 10: a release wakes the granted waiter after unlocking the key, and the
  * broker wakes granted waiters left asleep (segment_wake_granted()); a queued
  * request behind the head has NODE_FUTEX_BEHIND. An older broker would leave
- * a waiter asleep if its releaser died between the two (issue 13). */
-#define SEG_ABI 10u
+ * a waiter asleep if its releaser died between the two (issue 13).
+ * 11: a cluster key is open only under the etcd lease it was opened under
+ * (seg_key.cluster_lease against seg_header.cluster_lease_id): an older
+ * client would grant under a later lease a key the broker could not close. */
+#define SEG_ABI 11u
 
 #define SEG_NAME_MAX 64 /* session name, including the NUL */
 #define SEG_CLUSTER_PREFIXES 8	  /* --cluster-prefix, at most this many */
@@ -295,6 +298,12 @@ struct seg_key {
 	/* A cluster semaphore: the slots this host reserved in etcd; no new
 	 * hold beyond them (cluster_slots_full()). Under the mutex. */
 	uint32_t cluster_slots;
+	/* A cluster key: the etcd lease of this host under which the broker
+	 * opened it (0: none). Grants and holds are valid only while it is
+	 * the host's lease now (seg_header.cluster_lease_id): a key the broker
+	 * could not close when that lease ended stays shut under the next one
+	 * (cluster_gated()). Under the mutex. */
+	_Atomic int64_t cluster_lease;
 	char key[LOCAL_KEY_MAX + 1];
 	/* This entry's share of the slow-path counters (issue 13: not one
 	 * line every process writes). Raised under the mutex only, with a

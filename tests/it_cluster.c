@@ -30,6 +30,7 @@
 #include <curl/curl.h>
 
 #include "broker_fixture.h"
+#include "crashpoint.h"
 #include "harness.h"
 #include "net_fixture.h"
 
@@ -80,50 +81,46 @@ static int etcd_req(int port, const char *path, const char *body, char *out)
 	return rc == CURLE_OK && status == 200 ? 0 : -1;
 }
 
-static void etcd3_start(struct etcd3 *e)
+/* Start member @i of @e (its names and ports set; its data kept from an
+ * earlier start, if any: a restart). */
+static void etcd3_spawn(struct etcd3 *e, int i)
 {
-	char cluster[300], cmd[160];
-	int i, n = 0;
+	char cluster[300], name[16], data[128], curl[64], purl[64], log[128];
+	int j, n = 0;
 
-	memset(e, 0, sizeof(*e));
-	snprintf(e->dir, sizeof(e->dir), "/tmp/shmlock-test-%d-etcd-XXXXXX", (int)getpid());
-	CHECK(mkdtemp(e->dir));
-	for (i = 0; i < 3; i++) {
-		e->cport[i] = free_port();
-		e->pport[i] = free_port();
+	for (j = 0; j < 3; j++)
 		n += snprintf(cluster + n, sizeof(cluster) - (size_t)n, "%sm%d=http://127.0.0.1:%d",
-			      i ? "," : "", i, e->pport[i]);
-	}
-	snprintf(e->eps, sizeof(e->eps), "etcd://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
-		 e->cport[0], e->cport[1], e->cport[2]);
-	for (i = 0; i < 3; i++) {
-		char name[16], data[128], curl[64], purl[64], log[128];
+			      j ? "," : "", j, e->pport[j]);
+	snprintf(name, sizeof(name), "m%d", i);
+	snprintf(data, sizeof(data), "%s/m%d", e->dir, i);
+	snprintf(log, sizeof(log), "%s/m%d.log", e->dir, i);
+	snprintf(curl, sizeof(curl), "http://127.0.0.1:%d", e->cport[i]);
+	snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", e->pport[i]);
+	fflush(NULL);
+	e->pid[i] = fork();
+	CHECK(e->pid[i] >= 0);
+	if (e->pid[i] == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 
-		snprintf(name, sizeof(name), "m%d", i);
-		snprintf(data, sizeof(data), "%s/m%d", e->dir, i);
-		snprintf(log, sizeof(log), "%s/m%d.log", e->dir, i);
-		snprintf(curl, sizeof(curl), "http://127.0.0.1:%d", e->cport[i]);
-		snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", e->pport[i]);
-		fflush(NULL);
-		e->pid[i] = fork();
-		CHECK(e->pid[i] >= 0);
-		if (e->pid[i] == 0) {
-			int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			if (fd >= 0) {
-				dup2(fd, 1);
-				dup2(fd, 2);
-			}
-			execlp("etcd", "etcd", "--name", name, "--data-dir", data,
-			       "--listen-client-urls", curl, "--advertise-client-urls", curl,
-			       "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
-			       "--initial-cluster", cluster, "--initial-cluster-state", "new",
-			       "--initial-cluster-token", e->dir, "--heartbeat-interval", "50",
-			       "--election-timeout", "500", (char *)NULL);
-			_exit(127);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
 		}
+		execlp("etcd", "etcd", "--name", name, "--data-dir", data, "--listen-client-urls",
+		       curl, "--advertise-client-urls", curl, "--listen-peer-urls", purl,
+		       "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
+		       "--initial-cluster-state", "new", "--initial-cluster-token", e->dir,
+		       "--heartbeat-interval", "50", "--election-timeout", "500", (char *)NULL);
+		_exit(127);
 	}
+}
+
+static void etcd3_wait_healthy(struct etcd3 *e)
+{
+	char cmd[160];
+	int i;
+
 	for (i = 0; i < 3; i++) {
 		char out[4096];
 
@@ -136,6 +133,24 @@ static void etcd3_start(struct etcd3 *e)
 			FAIL_AT("etcd member %d not healthy", i);
 		}
 	}
+}
+
+static void etcd3_start(struct etcd3 *e)
+{
+	int i;
+
+	memset(e, 0, sizeof(*e));
+	snprintf(e->dir, sizeof(e->dir), "/tmp/shmlock-test-%d-etcd-XXXXXX", (int)getpid());
+	CHECK(mkdtemp(e->dir));
+	for (i = 0; i < 3; i++) {
+		e->cport[i] = free_port();
+		e->pport[i] = free_port();
+	}
+	snprintf(e->eps, sizeof(e->eps), "etcd://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
+		 e->cport[0], e->cport[1], e->cport[2]);
+	for (i = 0; i < 3; i++)
+		etcd3_spawn(e, i);
+	etcd3_wait_healthy(e);
 }
 
 static void etcd3_stop(struct etcd3 *e)
@@ -190,12 +205,13 @@ static void b64(const char *in, char *out)
 	*out = '\0';
 }
 
-/* How many etcd keys lie under @prefix hex(@key) @suffix (@suffix ends in
- * '/'; -1: no answer from any member). */
-static int etcd_count_under(const struct etcd3 *e, const char *prefix, const char *key,
-			    const char *suffix)
+/* The range of etcd keys under @prefix hex(@key) @suffix (its last byte
+ * bumped is the end), asked of the first member that answers: the answer in
+ * @out (4096 bytes); -1: no answer from any member. */
+static int etcd_range_under(const struct etcd3 *e, const char *prefix, const char *key,
+			    const char *suffix, bool count_only, char *out)
 {
-	char dir[600], from[900], to[900], body[2000], out[4096], *c;
+	char dir[600], from[900], to[900], body[2000];
 	size_t n = (size_t)snprintf(dir, sizeof(dir), "%s", prefix);
 	int i;
 
@@ -205,15 +221,51 @@ static int etcd_count_under(const struct etcd3 *e, const char *prefix, const cha
 	b64(dir, from);
 	dir[n - 1]++; /* '/' + 1: the end of the range */
 	b64(dir, to);
-	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":true}",
-		 from, to);
-	for (i = 0; i < 3; i++) {
-		if (e->pid[i] <= 0 || etcd_req(e->cport[i], "/v3/kv/range", body, out))
-			continue;
-		c = strstr(out, "\"count\":\"");
-		return c ? atoi(c + 9) : 0;
-	}
+	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":%s}",
+		 from, to, count_only ? "true" : "false");
+	for (i = 0; i < 3; i++)
+		if (e->pid[i] > 0 && etcd_req(e->cport[i], "/v3/kv/range", body, out) == 0)
+			return 0;
 	return -1;
+}
+
+/* How many etcd keys lie under @prefix hex(@key) @suffix (@suffix ends in
+ * '/'; -1: no answer from any member). */
+static int etcd_count_under(const struct etcd3 *e, const char *prefix, const char *key,
+			    const char *suffix)
+{
+	char out[4096], *c;
+
+	if (etcd_range_under(e, prefix, key, suffix, true, out))
+		return -1;
+	c = strstr(out, "\"count\":\"");
+	return c ? atoi(c + 9) : 0;
+}
+
+/* The etcd lease of the first key under @prefix hex(@key) @suffix (0: none,
+ * or no answer). */
+static long long etcd_lease_under(const struct etcd3 *e, const char *prefix, const char *key,
+				  const char *suffix)
+{
+	char out[4096], *c;
+
+	if (etcd_range_under(e, prefix, key, suffix, false, out))
+		return 0;
+	c = strstr(out, "\"lease\":\"");
+	return c ? atoll(c + 9) : 0;
+}
+
+/* Revoke etcd lease @lease (a host's: as if it expired). */
+static void etcd_revoke(const struct etcd3 *e, long long lease)
+{
+	char body[64], out[4096];
+	int i;
+
+	snprintf(body, sizeof(body), "{\"ID\":\"%lld\"}", lease);
+	for (i = 0; i < 3; i++)
+		if (e->pid[i] > 0 && etcd_req(e->cport[i], "/v3/lease/revoke", body, out) == 0)
+			return;
+	FAIL_AT("lease %lld not revoked", lease);
 }
 
 /* How many hosts hold or wait for @key's cluster lock in etcd (-1: no
@@ -225,11 +277,14 @@ static int etcd_queue_len(const struct etcd3 *e, const char *key)
 
 /* A host whose etcd lease has a TTL of @ttl_s; with @http_port, its HTTP API
  * there (token "tok"). */
-static void host_start_ttl(struct broker_proc *b, const struct etcd3 *e, int http_port,
-			   const char *ttl_s)
+/* A host reaching etcd at @eps, with an etcd lease of TTL @ttl_s; with
+ * @http_port, its HTTP API there (token "tok"); with @linger_ms, that
+ * --cluster-linger and its log at level info. */
+static void host_start_at(struct broker_proc *b, const char *eps, int http_port,
+			  const char *ttl_s, const char *linger_ms)
 {
 	static char listen[32];
-	const char *extra[] = { "--cluster",	     e->eps,	       "--cluster-prefix",
+	const char *extra[] = { "--cluster",	     eps,	       "--cluster-prefix",
 				"c/",		     "--cluster-lease-ttl", ttl_s,
 				"--cluster-margin", MARGIN_MS,	       "--cluster-batch",
 				"4",		     NULL,		       NULL,
@@ -243,8 +298,19 @@ static void host_start_ttl(struct broker_proc *b, const struct etcd3 *e, int htt
 		extra[12] = "--auth-token";
 		extra[13] = "tok";
 		extra[14] = "--http-extensions"; /* 409 lease_expired says why */
+	} else if (linger_ms) {
+		extra[10] = "--cluster-linger";
+		extra[11] = linger_ms;
+		extra[12] = "--log-level";
+		extra[13] = "info";
 	}
 	broker_start(b, extra);
+}
+
+static void host_start_ttl(struct broker_proc *b, const struct etcd3 *e, int http_port,
+			   const char *ttl_s)
+{
+	host_start_at(b, e->eps, http_port, ttl_s, NULL);
 }
 
 static void host_start_http(struct broker_proc *b, const struct etcd3 *e, int http_port)
@@ -1133,6 +1199,11 @@ TEST(cluster, broker_restart, 60)
 	CHECK_OK(local_lock(s, "c/r", NULL, &tok));
 	pid = waiter_at(&b, 1, "c/r", r);
 	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/r") == 2, 10000));
+	/* Host A's batch (100 ms) ends with host B waiting: A yields, its
+	 * gate closed while the holder goes on. The restart must re-adopt a
+	 * key held so too (it ended the hold when only open keys were). Not
+	 * announced: this leaves it the time. */
+	usleep(400000);
 	broker_signal_wait(&a, SIGKILL);
 	broker_restart(&a);
 	/* Past the TTL: the old broker's lease would have expired by now had
@@ -1617,6 +1688,313 @@ TEST(cluster, semaphore_batch, 60)
 	CHECK_OK(local_release(s, "c/s1"));
 	atomic_store(stop, 1);
 	CHECK(waitpid(pids[0], &st, 0) == pids[0] && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	local_session_close(s);
+	broker_stop_clean(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
+
+/* @b's log, to stderr (a failure's evidence). */
+static void print_log(const struct broker_proc *b)
+{
+	char cmd[200];
+
+	snprintf(cmd, sizeof(cmd), "cat '%s' >&2", b->log);
+	if (system(cmd))
+		fprintf(stderr, "    (no log at %s)\n", b->log);
+}
+
+/* How many lines of @b's log contain @what. */
+static int log_count(const struct broker_proc *b, const char *what)
+{
+	FILE *f = fopen(b->log, "re");
+	char line[1024];
+	int n = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, what) != NULL;
+	fclose(f);
+	return n;
+}
+
+#ifdef LOCAL_CRASH_POINTS
+/* Take cluster key @key on @s: a lock, or (@sem) a semaphore of limit 1. */
+static int take(local_session *s, const char *key, bool sem, const struct local_acquire_opts *o,
+		uint64_t *tok)
+{
+	return sem ? local_sem_acquire(s, key, 1, o, tok) : local_lock(s, key, o, tok);
+}
+
+/*
+ * A client stopped inside a cluster key's mutex (its release, at a crash
+ * point) while its host loses its etcd lease: the broker cannot close the
+ * key then. The host gets a new lease, and another host takes the key in
+ * etcd; the key opened under the old lease must stay shut under the new one
+ * (no local grant while the other host holds it: for a semaphore of limit 1,
+ * no holder beyond it), be closed and logged once its mutex frees, and be
+ * served through etcd again once the other host lets go (it never was).
+ */
+static void unclosed_case(const char *key, bool sem)
+{
+	LOCAL_OPTS(local_acquire_opts, shortw, .timeout_ms = 1500);
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 10000);
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	local_session *sa, *sb;
+	struct etcd3 e;
+	uint64_t tb, ta;
+	long long lease;
+	pid_t x;
+	int st, rc;
+
+	etcd3_start(&e);
+	host_start_at(&a, e.eps, 0, "6", "5");
+	host_start(&b, &e);
+	fflush(NULL);
+	x = fork();
+	CHECK(x >= 0);
+	if (x == 0) {
+		char num[8];
+		local_session *s;
+		uint64_t tok;
+
+		snprintf(num, sizeof(num), "%d", CP_REL_UNLINKED);
+		setenv("SHMLOCK_STOP_AT", num, 1);
+		setenv("SHMLOCK_NO_FAST_PATH", "1", 1);
+		s = open_session(&a, "stalled", 0, 0);
+		if (take(s, key, sem, NULL, &tok))
+			_exit(2);
+		r->token[0] = tok;
+		local_release(s, key); /* stops inside, holding the key's mutex */
+		_exit(0);
+	}
+	CHECK(waitpid(x, &st, WUNTRACED) == x && WIFSTOPPED(st));
+	lease = sem ? etcd_lease_under(&e, "shmlock/lock/s/", key, "/00000000")
+		    : etcd_lease_under(&e, "shmlock/lock/", key, "/");
+	CHECK(lease != 0);
+	/* Host A's lease ends at etcd (as if it expired): its cluster lock
+	 * (its slot) goes, and host B takes the key. */
+	etcd_revoke(&e, lease);
+	sb = open_session(&b, "other", 0, 0);
+	CHECK_OK(take(sb, key, sem, &o, &tb));
+	CHECK(tb > r->token[0]);
+	/* Host A saw it and has a new lease. */
+	if (!WAIT_FOR(log_count(&a, "lease gone at etcd") >= 1 && log_count(&a, "granted") >= 2,
+		      15000))
+		FAIL_AT("host A got no new lease (log: %s)", a.log);
+	CHECK(broker_log_has(&a, "could not be closed"));
+	/* The stopped client goes on: its release ends, the mutex frees. */
+	kill(x, SIGCONT);
+	CHECK(waitpid(x, &st, 0) == x && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	/* No grant on host A while host B holds the key. */
+	sa = open_session(&a, "late", 0, 0);
+	rc = take(sa, key, sem, &shortw, &ta);
+	if (rc == 0)
+		FAIL_AT("%s granted on host A (token %llu) while host B holds it (token %llu)", key,
+			(unsigned long long)ta, (unsigned long long)tb);
+	CHECK_RC(rc, -ETIMEDOUT);
+	if (!WAIT_FOR(broker_log_has(&a, "after its lease ended"), 10000)) {
+		print_log(&a);
+		FAIL_AT("host A never said it closed %s", key);
+	}
+	/* Served again through etcd once host B lets go. */
+	CHECK_OK(local_release(sb, key));
+	rc = take(sa, key, sem, &o, &ta);
+	if (rc)
+		FAIL_AT("host A not served after the stall healed: %d", rc);
+	CHECK(ta > tb);
+	CHECK_OK(local_release(sa, key));
+	local_session_close(sa);
+	local_session_close(sb);
+	broker_stop_clean(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
+
+TEST(cluster, unclosed_key_shut_under_a_later_lease, 60)
+{
+	unclosed_case("c/u", false);
+}
+
+TEST(cluster, unclosed_semaphore_shut_then_served, 60)
+{
+	unclosed_case("c/us", true);
+}
+#endif
+
+/*
+ * A broker stopped (SIGSTOP) while it lingers on a semaphore slot it is
+ * about to give back, and its lease ends meanwhile: another host takes that
+ * slot, under the same etcd name. The resumed broker must not delete it
+ * (every delete is guarded by the lease the slot was taken under, and a
+ * resumed broker checks its lease before it writes), and must not admit a
+ * holder beyond the limit.
+ */
+TEST(cluster, resumed_broker_keeps_off_another_hosts_slot, 60)
+{
+	LOCAL_OPTS(local_acquire_opts, shortw, .timeout_ms = 1500);
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 10000);
+	struct broker_proc a, b;
+	local_session *sa, *sb;
+	struct etcd3 e;
+	long long lease;
+	int rc;
+
+	etcd3_start(&e);
+	/* TTL 6 s: the stop below ends well before the local deadline, so
+	 * only etcd can tell host A that its lease is gone. */
+	host_start_at(&a, e.eps, 0, "6", "1000");
+	host_start(&b, &e);
+	sa = open_session(&a, "sem-a", 0, 0);
+	sb = open_session(&b, "sem-b", 0, 0);
+	CHECK_OK(local_sem_acquire(sa, "c/sl", 1, &o, NULL));
+	lease = etcd_lease_under(&e, "shmlock/lock/s/", "c/sl", "/00000000");
+	CHECK(lease != 0);
+	CHECK_OK(local_release(sa, "c/sl")); /* the slot lingers 1 s on host A */
+	usleep(200000); /* the manager has seen the release (it ticks every 50 ms) */
+	kill(a.pid, SIGSTOP);
+	etcd_revoke(&e, lease);
+	CHECK_OK(local_sem_acquire(sb, "c/sl", 1, &o, NULL)); /* the slot, now host B's */
+	CHECK(etcd_lease_under(&e, "shmlock/lock/s/", "c/sl", "/00000000") != lease);
+	usleep(1500000); /* host A stays stopped past its linger */
+	kill(a.pid, SIGCONT);
+	if (!WAIT_FOR(broker_log_has(&a, "lease gone at etcd"), 10000))
+		FAIL_AT("host A never saw its lease gone (log: %s)", a.log);
+	CHECK_EQ(etcd_count_under(&e, "shmlock/lock/s/", "c/sl", "/00000000"), 1);
+	/* Limit 1, held on host B: nobody on host A. */
+	rc = local_sem_acquire(sa, "c/sl", 1, &shortw, NULL);
+	if (rc == 0)
+		FAIL_AT("a second holder of c/sl (limit 1) on host A");
+	CHECK_RC(rc, -ETIMEDOUT);
+	CHECK_OK(local_release(sb, "c/sl"));
+	CHECK_OK(local_sem_acquire(sa, "c/sl", 1, &o, NULL));
+	CHECK_OK(local_release(sa, "c/sl"));
+	local_session_close(sa);
+	local_session_close(sb);
+	broker_stop_clean(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
+
+/* Is member @i of @e the raft leader? -1: no answer. */
+static int etcd_is_leader(const struct etcd3 *e, int i)
+{
+	char out[4096], *m, *l;
+
+	if (etcd_req(e->cport[i], "/v3/maintenance/status", "{}", out))
+		return -1;
+	m = strstr(out, "\"member_id\":\"");
+	l = strstr(out, "\"leader\":\"");
+	if (!m || !l)
+		return -1;
+	return strtoull(m + 13, NULL, 10) == strtoull(l + 10, NULL, 10);
+}
+
+/*
+ * One etcd member stopped (SIGSTOP: it accepts connections and never
+ * answers), the quorum intact: a host that asked it first keeps its lease
+ * and its holds, failing over to the other members within each renewal.
+ * The member stopped is a follower (a stopped leader costs an election,
+ * which the TTL here would not cover on a loaded machine).
+ */
+TEST(cluster, stopped_member_costs_no_hold, 60)
+{
+	static char eps[160];
+	struct broker_proc a;
+	local_session *s;
+	struct etcd3 e;
+	uint64_t t0, lost = 0;
+	int f = -1, i, rc = 0;
+
+	etcd3_start(&e);
+	for (i = 0; i < 3 && f < 0; i++)
+		if (WAIT_FOR(etcd_is_leader(&e, i) >= 0, 5000) && etcd_is_leader(&e, i) == 0)
+			f = i;
+	CHECK(f >= 0);
+	/* The follower first: every thread of the broker asks it first. */
+	snprintf(eps, sizeof(eps), "etcd://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", e.cport[f],
+		 e.cport[(f + 1) % 3], e.cport[(f + 2) % 3]);
+	host_start_at(&a, eps, 0, TTL_S, "5");
+	s = open_session(&a, "holder", 0, 0);
+	CHECK_OK(local_lock(s, "c/h", NULL, NULL));
+	kill(e.pid[f], SIGSTOP);
+	t0 = now_ms();
+	/* Two local deadlines (TTL - margin) and more. */
+	while (now_ms() - t0 < 2000ull * (uint64_t)(atoi(TTL_S) * 1000 - atoi(MARGIN_MS)) / 1000 +
+					1000) {
+		rc = local_held(s, "c/h", NULL);
+		if (rc) {
+			lost = now_ms() - t0;
+			break;
+		}
+		usleep(10000);
+	}
+	kill(e.pid[f], SIGCONT);
+	if (rc)
+		FAIL_AT("the hold was lost %llu ms after one member (of 3) stopped: %d",
+			(unsigned long long)lost, rc);
+	CHECK_OK(local_release(s, "c/h"));
+	local_session_close(s);
+	broker_stop_clean(&a);
+	etcd3_stop(&e);
+}
+
+/*
+ * All of etcd restarted while a host holds a key and another waits: the
+ * holding host's lease ends locally (its deadline passes while etcd is
+ * away) and it gives that lease up. A restarted etcd extends every lease
+ * by its TTL, so the lease must be revoked, retried until etcd answers, for
+ * the waiting host to be served at once rather than a TTL later (10 s here:
+ * it is served well within that).
+ */
+TEST(cluster, lease_revoked_after_etcd_restart, 90)
+{
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	local_session *s;
+	struct etcd3 e;
+	uint64_t tok, back;
+	pid_t pid;
+	int i;
+
+	etcd3_start(&e);
+	/* TTL 10 s, margin 6 s: the local deadline is 4 s after a renewal. */
+	{
+		const char *extra[] = { "--cluster",	       e.eps,	      "--cluster-prefix",
+					"c/",		       "--cluster-lease-ttl", "10",
+					"--cluster-margin",   "6000",	      "--log-level",
+					"info",		       NULL };
+
+		broker_start(&a, extra);
+	}
+	host_start(&b, &e);
+	s = open_session(&a, "holder", 0, 0);
+	CHECK_OK(local_lock(s, "c/rv", NULL, &tok));
+	pid = waiter_at(&b, 1, "c/rv", r);
+	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/rv") == 2, 10000));
+	for (i = 0; i < 3; i++) {
+		kill(e.pid[i], SIGKILL);
+		waitpid(e.pid[i], NULL, 0);
+		e.pid[i] = 0;
+	}
+	/* Host A's deadline passes: the hold ends, the lease is given up. */
+	CHECK(WAIT_FOR(local_held(s, "c/rv", NULL) == -LOCAL_ECLUSTER, 10000));
+	for (i = 0; i < 3; i++)
+		etcd3_spawn(&e, i);
+	etcd3_wait_healthy(&e);
+	back = now_ms();
+	if (!WAIT_FOR(atomic_load(&r->n) == 1, 8000)) {
+		print_log(&a);
+		FAIL_AT("host B not served %llu ms after etcd came back (the old lease lives 10 s)",
+			(unsigned long long)(now_ms() - back));
+	}
+	fprintf(stderr, "    host B served %llu ms after etcd came back\n",
+		(unsigned long long)(now_ms() - back));
+	reap(&pid, 1);
+	CHECK(r->token[0] > tok);
+	CHECK(broker_log_has(&a, "revoked"));
 	local_session_close(s);
 	broker_stop_clean(&a);
 	broker_stop_clean(&b);
