@@ -148,6 +148,8 @@ void api_note_wait(local_session *s, const char *key, int err, uint64_t since, u
 		note_waited(s, key_idx, tok, now);
 }
 
+static int release_slow(local_session *s, const char *key, size_t len);
+
 /* api_acquire() past the lock-free path: queue if need be, and wait. */
 static __attribute__((noinline)) int acquire_slow(local_session *s, const char *key,
 						  struct acquire_req *req, int64_t timeout_ms,
@@ -162,6 +164,7 @@ static __attribute__((noinline)) int acquire_slow(local_session *s, const char *
 	err = api_enter(s, key, &len);
 	if (err)
 		return err;
+again:
 	/* The key's lock, too, is waited for no longer than the caller
 	 * said: a process stopped inside it must not make a timed call hang. */
 	err = keytab_find_hinted(s->seg, key, len, true, &k,
@@ -187,6 +190,16 @@ static __attribute__((noinline)) int acquire_slow(local_session *s, const char *
 		if (!err || err == -ETIMEDOUT)
 			atomic_fetch_sub_explicit(&s->hints.queued, 1, memory_order_relaxed);
 		api_note_wait(s, key, err, since, key_idx, tok);
+		if (!err && cluster_grant_void(s->seg, k)) {
+			/* Handed over under a lease the host no longer holds:
+			 * a releaser stopped inside the key's mutex went on
+			 * with its handoff after the key was shut. Give the
+			 * hold back and queue again, as if never granted. */
+			err = release_slow(s, key, len);
+			if (!err && (!deadline || mono_ns() < deadline))
+				goto again;
+			err = err ? err : -ETIMEDOUT;
+		}
 	} else if (err == -EALREADY)
 		err = -LOCAL_EENQUEUED; /* another thread's request, or local_enqueue() */
 	if (!err) {

@@ -162,6 +162,17 @@ int local_wait(local_session *s, const char *key, int64_t timeout_ms, uint64_t *
 	if (!p)
 		return -LOCAL_ENOTENQUEUED;
 	err = waiter_wait(s->seg, p->node, p->key_idx, s->who, deadline, &tok);
+	if (!err) {
+		struct seg_key *k = seg_key_at(s->seg, p->key_idx);
+
+		/* A grant handed over under a lease the host no longer holds
+		 * (acquire_slow() queues again; a two-phase request cannot):
+		 * give it back and say the host lost the key. */
+		if (k && cluster_grant_void(s->seg, k)) {
+			err = api_release_tried(s, key);
+			err = err ? err : -LOCAL_ECLUSTER;
+		}
+	}
 	/* Out of the queue: the duplicate check may skip its walk again once
 	 * the session has no other request queued (as acquire_slow()). */
 	if (!err || err == -ETIMEDOUT)

@@ -389,6 +389,20 @@ static inline bool cluster_gated(const struct segment *seg, const struct seg_key
 	       __atomic_load_n(&k->tok_last, __ATOMIC_RELAXED) >= hi;
 }
 
+/*
+ * A waiter's grant of cluster key @k, just consumed, is void: the key was
+ * opened under a lease the host no longer holds (or its deadline passed).
+ * The gate is checked when a hold is handed over, but a releaser stopped
+ * between that check and the handoff goes on when it resumes, after the
+ * broker has shut the key; the waiter is the last to look before its
+ * caller is told. Without the key mutex (the hold is the waiter's).
+ */
+static inline bool cluster_grant_void(const struct segment *seg, const struct seg_key *k)
+{
+	return (atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_KEY) &&
+	       cluster_key_stale(seg, k);
+}
+
 /* A cluster semaphore's limit is at most this many slots (one etcd key
  * each, broker/cluster_sem.c): a larger one is refused with LOCAL_ELIMIT
  * when the key takes its kind (keyops.c). */
