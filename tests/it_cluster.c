@@ -32,6 +32,7 @@
 #include "broker_fixture.h"
 #include "crashpoint.h"
 #include "harness.h"
+#include "key_fixture.h"
 #include "net_fixture.h"
 
 #define TTL_S "3"
@@ -1807,6 +1808,96 @@ static void unclosed_case(const char *key, bool sem)
 	CHECK(ta > tb);
 	CHECK_OK(local_release(sa, key));
 	local_session_close(sa);
+	local_session_close(sb);
+	broker_stop_clean(&a);
+	broker_stop_clean(&b);
+	etcd3_stop(&e);
+}
+
+/*
+ * A releaser stopped inside a cluster key's mutex in the middle of a local
+ * handoff (the waiter's hold written, the grant not yet made) while its
+ * host loses its lease; another host takes the key. When the releaser goes
+ * on, its handoff ends under a lease the host no longer holds: the waiter
+ * must give that grant back and wait on, and be granted only through etcd
+ * again, with a token above the other host's.
+ */
+TEST(cluster, stale_handoff_is_given_back, 60)
+{
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 10000);
+	struct broker_proc a, b;
+	struct record *r = record_new();
+	local_session *sb;
+	struct etcd3 e;
+	uint64_t tb;
+	long long lease;
+	pid_t x, w;
+	int st;
+
+	etcd3_start(&e);
+	host_start_at(&a, e.eps, 0, "6", "5");
+	host_start(&b, &e);
+	fflush(NULL);
+	x = fork();
+	CHECK(x >= 0);
+	if (x == 0) {
+		char num[8];
+		local_session *s;
+		uint64_t tok;
+
+		snprintf(num, sizeof(num), "%d", CP_HANDOFF_HOLD_SET);
+		setenv("SHMLOCK_STOP_AT", num, 1);
+		setenv("SHMLOCK_NO_FAST_PATH", "1", 1);
+		s = open_session(&a, "stalled", 0, 0);
+		if (local_lock(s, "c/h", NULL, &tok))
+			_exit(2);
+		r->token[0] = tok;
+		atomic_store(&r->inside, 1);
+		if (!WAIT_FOR(info_of(s, "c/h")->waiters == 1, 20000))
+			_exit(3);
+		local_release(s, "c/h"); /* stops inside its handoff */
+		_exit(0);
+	}
+	CHECK(WAIT_FOR(atomic_load(&r->inside) == 1, 20000));
+	w = fork();
+	CHECK(w >= 0);
+	if (w == 0) {
+		LOCAL_OPTS(local_acquire_opts, long_wait, .timeout_ms = 40000);
+		local_session *s = open_session(&a, "waiter", 0, 0);
+		uint64_t tok = 0;
+		int rc = local_lock(s, "c/h", &long_wait, &tok);
+
+		r->token[1] = tok;
+		r->host[1] = rc;
+		if (!rc)
+			local_release(s, "c/h");
+		_exit(0);
+	}
+	CHECK(waitpid(x, &st, WUNTRACED) == x && WIFSTOPPED(st));
+	lease = etcd_lease_under(&e, "shmlock/lock/", "c/h", "/");
+	CHECK(lease != 0);
+	etcd_revoke(&e, lease);
+	sb = open_session(&b, "other", 0, 0);
+	CHECK_OK(local_lock(sb, "c/h", &o, &tb));
+	CHECK(tb > r->token[0]);
+	if (!WAIT_FOR(log_count(&a, "lease gone at etcd") >= 1 && log_count(&a, "granted") >= 2,
+		      15000))
+		FAIL_AT("host A got no new lease (log: %s)", a.log);
+	/* The releaser goes on: its handoff ends under the old lease. */
+	kill(x, SIGCONT);
+	CHECK(waitpid(x, &st, 0) == x && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	if (!WAIT_FOR(broker_log_has(&a, "after its lease ended"), 10000)) {
+		print_log(&a);
+		FAIL_AT("host A never said it closed c/h");
+	}
+	/* Host B lets go: the waiter is served through etcd, above B. */
+	CHECK_OK(local_release(sb, "c/h"));
+	CHECK(waitpid(w, &st, 0) == w && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK_RC(r->host[1], 0);
+	if (r->token[1] <= tb)
+		FAIL_AT("the waiter on host A returned token %llu, not above host B's %llu: a "
+			"handoff under a lost lease was kept",
+			(unsigned long long)r->token[1], (unsigned long long)tb);
 	local_session_close(sb);
 	broker_stop_clean(&a);
 	broker_stop_clean(&b);
