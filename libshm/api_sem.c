@@ -169,8 +169,11 @@ int local_wait(local_session *s, const char *key, int64_t timeout_ms, uint64_t *
 		 * (acquire_slow() queues again; a two-phase request cannot):
 		 * give it back and say the host lost the key. */
 		if (k && cluster_grant_void(s->seg, k)) {
+			/* Not held any more (the broker ended it as it shut the
+			 * key) or given back now: either way, not granted. */
 			err = api_release_tried(s, key);
-			err = err ? err : -LOCAL_ECLUSTER;
+			if (!err || err == -LOCAL_ENOTHELD || err == -LOCAL_EEXPIRED)
+				err = -LOCAL_ECLUSTER;
 		}
 	}
 	/* Out of the queue: the duplicate check may skip its walk again once

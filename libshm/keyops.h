@@ -395,12 +395,18 @@ static inline bool cluster_gated(const struct segment *seg, const struct seg_key
  * The gate is checked when a hold is handed over, but a releaser stopped
  * between that check and the handoff goes on when it resumes, after the
  * broker has shut the key; the waiter is the last to look before its
- * caller is told. Without the key mutex (the hold is the waiter's).
+ * caller is told. Without the key mutex (the hold is the waiter's, unless
+ * the broker ended it when it shut the key).
  */
 static inline bool cluster_grant_void(const struct segment *seg, const struct seg_key *k)
 {
-	return (atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_KEY) &&
-	       cluster_key_stale(seg, k);
+	uint32_t st = atomic_load_explicit(&k->cluster, memory_order_relaxed);
+
+	/* Shut already (the broker may have closed it, ending the hold, before
+	 * the waiter looks), or open under another lease. */
+	return (st & CL_KEY) &&
+	       (!(st & CL_OPEN) || !atomic_load_explicit(&k->cluster_lease, memory_order_relaxed) ||
+		cluster_key_stale(seg, k));
 }
 
 /* A cluster semaphore's limit is at most this many slots (one etcd key
