@@ -179,7 +179,8 @@ $(EXAMPLES): $(O)/examples/%: $(O)/docs/examples/%.o $(STLIB)
 # Tests link the static archive so they can reach internal functions too,
 # and the broker's HTTP route table (checked against the OpenAPI document).
 $(TESTS): $(TESTLIB_SRC:%.c=$(O)/%.o) $(UNIT_SRC:%.c=$(O)/%.o) $(INTEG_SRC:%.c=$(O)/%.o) \
-		$(O)/tests/main.o $(O)/broker/http_routes.o $(O)/broker/http_body.o $(STLIB)
+		$(O)/tests/main.o $(O)/tests/runner.o $(O)/tests/isolate.o \
+		$(O)/broker/http_routes.o $(O)/broker/http_body.o $(STLIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) $(CUNIT_LIBS) $(CURL_LIBS) $(HTTP_LIBS) $(TLS_LIBS) \
 		-lpthread
