@@ -297,14 +297,16 @@ test-tsan: $(TESTS) $(BROKER) $(if $(CLI_SRC),$(CLI))
 	@if ls $(O)/tsan.* >/dev/null 2>&1; then cat $(O)/tsan.*; \
 		echo "ThreadSanitizer reported the above"; exit 1; fi
 
-# memcheck over the unit suite. The runner forks every test; valgrind
-# follows fork() (the child runs on the same valgrind), and an error in a
-# child makes that child exit with --error-exitcode, which fails its test
-# and so the run. Children of exec() (brokers) are not traced.
+# memcheck over the in-process suites (unit, keyops). The runner forks
+# every test; valgrind follows fork() (the child runs on the same
+# valgrind), and an error in a child makes that child exit with
+# --error-exitcode, which fails its test and so the run. Children of exec() (brokers) are not traced.
 VALGRIND := valgrind -q --error-exitcode=1 --trace-children=no --child-silent-after-fork=no \
 	--leak-check=full --errors-for-leak-kinds=definite --suppressions=tests/valgrind.supp
+# One test at a time: a test under memcheck runs 20 to 50 times slower, and
+# two beside it on a small machine would push it past its deadline.
 valgrind: $(TESTS) $(BROKER)
-	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) $(VALGRIND) $(TESTS) unit
+	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) SHMLOCK_TEST_JOBS=1 $(VALGRIND) $(TESTS) unit keyops
 
 # The public header must compile on its own, as C and as C++ (liburcu does
 # the same for its headers).

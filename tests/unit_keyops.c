@@ -76,7 +76,7 @@ static uint32_t node_session(struct mem_seg *b, uint32_t n)
 	return NODE_SESSION(atomic_load(&b->seg.nodes[n].word));
 }
 
-TEST(keyops, first_request_is_granted_the_rest_queue_in_arrival_order, 10)
+TEST(keyops, first_request_is_granted_the_rest_queue_in_arrival_order, 30)
 {
 	struct mem_seg b;
 	struct seg_key *k;
@@ -115,7 +115,7 @@ TEST(keyops, first_request_is_granted_the_rest_queue_in_arrival_order, 10)
 	key_unlock(k);
 }
 
-TEST(keyops, release_hands_the_hold_to_the_queue_head_with_a_larger_token, 10)
+TEST(keyops, release_hands_the_hold_to_the_queue_head_with_a_larger_token, 30)
 {
 	struct mem_seg b;
 	struct seg_key *k;
@@ -145,7 +145,7 @@ TEST(keyops, release_hands_the_hold_to_the_queue_head_with_a_larger_token, 10)
 	key_unlock(k);
 }
 
-TEST(keyops, lost_hold_with_lock_delay_hands_nothing_on_until_it_ends, 10)
+TEST(keyops, lost_hold_with_lock_delay_hands_nothing_on_until_it_ends, 30)
 {
 	struct mem_seg b;
 	struct seg_key *k;
@@ -176,7 +176,7 @@ TEST(keyops, lost_hold_with_lock_delay_hands_nothing_on_until_it_ends, 10)
 	key_unlock(k);
 }
 
-TEST(keyops, semaphore_grants_up_to_its_limit_and_refuses_another_kind, 10)
+TEST(keyops, semaphore_grants_up_to_its_limit_and_refuses_another_kind, 30)
 {
 	struct mem_seg b;
 	struct seg_key *k;
@@ -201,7 +201,7 @@ TEST(keyops, semaphore_grants_up_to_its_limit_and_refuses_another_kind, 10)
 	key_unlock(k);
 }
 
-TEST(keyops, repair_rebuilds_a_scrambled_queue_in_arrival_order, 10)
+TEST(keyops, repair_rebuilds_a_scrambled_queue_in_arrival_order, 30)
 {
 	struct mem_seg b;
 	struct seg_key *k;
@@ -234,7 +234,7 @@ TEST(keyops, repair_rebuilds_a_scrambled_queue_in_arrival_order, 10)
 	key_unlock(k);
 }
 
-TEST(keyops, repair_finishes_a_handoff_whose_releaser_died, 10)
+TEST(keyops, repair_finishes_a_handoff_whose_releaser_died, 30)
 {
 	struct mem_seg b;
 	struct seg_key *k;
@@ -267,7 +267,7 @@ TEST(keyops, repair_finishes_a_handoff_whose_releaser_died, 10)
 	key_unlock(k);
 }
 
-TEST(keyops, repair_quarantines_a_key_whose_own_fields_are_damaged, 10)
+TEST(keyops, repair_quarantines_a_key_whose_own_fields_are_damaged, 30)
 {
 	struct mem_seg b;
 	struct seg_key *k;
@@ -283,7 +283,7 @@ TEST(keyops, repair_quarantines_a_key_whose_own_fields_are_damaged, 10)
 	key_unlock(k);
 }
 
-TEST(keyops, closed_session_is_refused_before_any_change, 10)
+TEST(keyops, closed_session_is_refused_before_any_change, 30)
 {
 	struct mem_seg b;
 	struct seg_key *k;
