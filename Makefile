@@ -210,7 +210,10 @@ test: $(TESTS) $(BROKER) $(if $(CLI_SRC),$(CLI)) $(EXAMPLES)
 		SHMLOCK_EXAMPLES_DIR=$(abspath $(O))/examples $(TESTS)
 
 # The README's test command: -Werror build with crash points, then the same
-# suite under ASan+UBSan.
+# suite under ASan+UBSan. The test suites run side by side (tests/runner.c;
+# SHMLOCK_TEST_JOBS). Every step with O=build/check passes the same flags,
+# so that no step rebuilds what another built. make lint (clang-format over
+# the whole tree) joins these once the tree has had its formatting commit.
 check: deps
 	$(MAKE) header-check
 	$(MAKE) static-check
@@ -223,7 +226,7 @@ check: deps
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 soak-short
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 valgrind
 	$(MAKE) O=build/tsan CRASH_POINTS=1 WERROR=1 SANITIZE=thread CFLAGS="-O1 -g" test-tsan
-	$(MAKE) O=build/check model
+	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 model
 	$(MAKE) deb-check
 
 run: deps-run
