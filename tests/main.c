@@ -176,11 +176,12 @@ static unsigned jobs_wanted(void)
 	return cpus > 0 ? 2 * (unsigned)cpus : 2;
 }
 
-/* Ctrl-C or a kill of the run: take the tests' process groups with us. */
+/* Ctrl-C or a kill of the run: take the tests' process groups with us
+ * (their directories stay in $TMPDIR: removing them is no work for a
+ * signal handler). */
 static void on_stop(int sig)
 {
-	runner_end();
-	isolate_remove_tree(run_dir);
+	runner_kill_all();
 	signal(sig, SIG_DFL);
 	raise(sig);
 }

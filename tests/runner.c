@@ -290,6 +290,15 @@ void runner_print_slowest(FILE *to, size_t top)
 	free(shown);
 }
 
+void runner_kill_all(void)
+{
+	size_t i;
+
+	for (i = 0; i < nruns; i++)
+		if (runs[i].started && !runs[i].done)
+			kill(-runs[i].pid, SIGKILL);
+}
+
 void runner_end(void)
 {
 	size_t i;

@@ -52,5 +52,7 @@ void runner_print_slowest(FILE *to, size_t top);
 
 /* Kill whatever still runs (an interrupted run) and free the records. */
 void runner_end(void);
+/* Only the killing, as a signal handler may: kill() of each process group. */
+void runner_kill_all(void);
 
 #endif
