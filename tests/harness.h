@@ -38,17 +38,17 @@ void test_register(const struct test_case *tc);
  * a deadline of @timeout_s_ seconds. */
 #define TEST(suite_, name_, timeout_s_) TEST_FLAGS(suite_, name_, timeout_s_, 0)
 
-#define TEST_FLAGS(suite_, name_, timeout_s_, flags_)                                     \
-	static void test_##name_(void);                                                     \
-	static const struct test_case tc_##name_ = { .suite = #suite_,                      \
-						     .name = #name_,                        \
-						     .fn = test_##name_,                    \
-						     .timeout_s = timeout_s_,               \
-						     .flags = flags_ };                     \
-	__attribute__((constructor)) static void reg_##name_(void)                          \
-	{                                                                                  \
-		test_register(&tc_##name_);                                                \
-	}                                                                                  \
+#define TEST_FLAGS(suite_, name_, timeout_s_, flags_)                         \
+	static void test_##name_(void);                                       \
+	static const struct test_case tc_##name_ = { .suite = #suite_,        \
+						     .name = #name_,          \
+						     .fn = test_##name_,      \
+						     .timeout_s = timeout_s_, \
+						     .flags = flags_ };       \
+	__attribute__((constructor)) static void reg_##name_(void)            \
+	{                                                                     \
+		test_register(&tc_##name_);                                   \
+	}                                                                     \
 	static void test_##name_(void)
 
 #define FAIL_AT(...)                                                                      \

@@ -54,7 +54,8 @@ static int loopback_up(void)
 	if (fd < 0)
 		return -errno;
 	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
-	if (ioctl(fd, SIOCGIFFLAGS, &ifr) || (ifr.ifr_flags |= IFF_UP, ioctl(fd, SIOCSIFFLAGS, &ifr)))
+	if (ioctl(fd, SIOCGIFFLAGS, &ifr) ||
+	    (ifr.ifr_flags |= IFF_UP, ioctl(fd, SIOCSIFFLAGS, &ifr)))
 		r = -errno;
 	close(fd);
 	return r;

@@ -357,8 +357,8 @@ TEST(find, completion_asks_the_typed_socket_and_never_waits, 30)
 		 "echo \"2:${COMPREPLY[*]}\"; "
 		 "COMP_WORDS=(shmlock info -socket=%s \"\"); COMP_CWORD=3; _shmlock; "
 		 "echo \"3:${COMPREPLY[*]}\"' 2>&1",
-		 src ? src : ".", NEVER_MS, (int)(strrchr(bin("SHMLOCK_CLI_BIN"), '/') -
-					bin("SHMLOCK_CLI_BIN")),
+		 src ? src : ".", NEVER_MS,
+		 (int)(strrchr(bin("SHMLOCK_CLI_BIN"), '/') - bin("SHMLOCK_CLI_BIN")),
 		 bin("SHMLOCK_CLI_BIN"), b.sock, b.sock, dead);
 	t0 = now_ms();
 	CHECK_EQ(sh(cmd, out, sizeof(out)), 0);

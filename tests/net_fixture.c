@@ -177,7 +177,8 @@ bool http_reply_header(const struct http_reply *r, const char *name, char *buf, 
 	size_t n = strlen(name);
 	const char *line;
 
-	for (line = r->headers; line && *line; line += strcspn(line, "\n") + (line[strcspn(line, "\n")] != 0)) {
+	for (line = r->headers; line && *line;
+	     line += strcspn(line, "\n") + (line[strcspn(line, "\n")] != 0)) {
 		size_t len = strcspn(line, "\r\n");
 		const char *v = line + n + 1;
 

@@ -22,17 +22,17 @@ char *strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* ---- an HTTP client (libcurl) ------------------------------------------- */
 
 struct http_req {
-	const char *method;	     /* NULL: GET */
-	const char *url;	     /* http://127.0.0.1:PORT/... or http://localhost/... */
-	const char *unix_socket;     /* connect there instead of TCP; NULL: TCP */
-	const char *const *headers;  /* "Name: value" lines, NULL-terminated; NULL: none */
-	const char *body;	     /* NULL: none */
-	long timeout_ms;	     /* 0: 30 s */
+	const char *method;	    /* NULL: GET */
+	const char *url;	    /* http://127.0.0.1:PORT/... or http://localhost/... */
+	const char *unix_socket;    /* connect there instead of TCP; NULL: TCP */
+	const char *const *headers; /* "Name: value" lines, NULL-terminated; NULL: none */
+	const char *body;	    /* NULL: none */
+	long timeout_ms;	    /* 0: 30 s */
 };
 
 struct http_reply {
-	long status;   /* 0 when nothing answered */
-	char *body;    /* NUL-terminated (also when empty), malloc'ed */
+	long status; /* 0 when nothing answered */
+	char *body;  /* NUL-terminated (also when empty), malloc'ed */
 	size_t len;
 	char *headers; /* the header lines as received, malloc'ed */
 };

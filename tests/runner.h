@@ -25,7 +25,7 @@ struct test_run {
 	int pidfd;	/* -1 where pidfd_open() is unknown (valgrind) */
 	uint64_t t0_ms; /* start, on now_ms()'s clock */
 	uint64_t took_ms;
-	int status; /* raw wait status */
+	int status;    /* raw wait status */
 	char dir[512]; /* the test's HOME and XDG_RUNTIME_DIR are below */
 	char out[512]; /* its stdout and stderr */
 };

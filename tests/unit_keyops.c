@@ -13,8 +13,9 @@
 #include "harness.h"
 #include "keyops.h"
 
-static const struct seg_caps caps = { .max_keys = 8, .max_sessions = 8,
-				      .max_waiters = 16, .max_holds = 16, .max_value = 32 };
+static const struct seg_caps caps = {
+	.max_keys = 8, .max_sessions = 8, .max_waiters = 16, .max_holds = 16, .max_value = 32
+};
 
 struct mem_seg {
 	struct segment seg;
@@ -58,8 +59,9 @@ static struct seg_key *key_locked(struct mem_seg *b, const char *name)
 static int acquire(struct mem_seg *b, struct seg_key *k, uint32_t slot, uint32_t kind,
 		   uint32_t limit, bool try_only, uint64_t *token, uint32_t *waiter)
 {
-	struct acquire_req req = { .who = who(slot), .kind = kind, .limit = limit,
-				   .try_only = try_only };
+	struct acquire_req req = {
+		.who = who(slot), .kind = kind, .limit = limit, .try_only = try_only
+	};
 
 	*token = 0;
 	*waiter = IDX_NONE;
