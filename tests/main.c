@@ -8,7 +8,8 @@
  * and the test fails; the suite goes on.
  *
  * Usage: shmlock-tests [SUITE[/TEST]]...   (default: all)
- * $SHMLOCK_TEST_JOBS: tests at once (default: twice the online CPUs).
+ * $SHMLOCK_TEST_JOBS: tests at once (default: twice the online CPUs, and
+ * one at a time while the load average is above that plus the CPUs).
  * $SHMLOCK_TEST_TIMES=1: every test's time, not only the slow ones'.
  */
 #include <CUnit/Basic.h>
@@ -166,14 +167,29 @@ static int choose(int argc, char **argv)
 	return 0;
 }
 
+static unsigned cpus(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n > 0 ? (unsigned)n : 1;
+}
+
 static unsigned jobs_wanted(void)
 {
 	const char *env = getenv("SHMLOCK_TEST_JOBS");
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
 	if (env && atoi(env) > 0)
 		return (unsigned)atoi(env);
-	return cpus > 0 ? 2 * (unsigned)cpus : 2;
+	return 2 * cpus();
+}
+
+/* The load beyond which one test runs at a time: our own jobs plus one per
+ * CPU; none when the jobs were asked for by hand. */
+static double busy_load(unsigned jobs)
+{
+	const char *env = getenv("SHMLOCK_TEST_JOBS");
+
+	return env && atoi(env) > 0 ? 0 : (double)(jobs + cpus());
 }
 
 /* Ctrl-C or a kill of the run: take the tests' process groups with us
@@ -198,7 +214,7 @@ int main(int argc, char **argv)
 		perror("making the run's directory");
 		return 2;
 	}
-	if (runner_init(chosen, nchosen, jobs_wanted(), run_dir))
+	if (runner_init(chosen, nchosen, jobs_wanted(), busy_load(jobs_wanted()), run_dir))
 		return 2;
 	signal(SIGINT, on_stop);
 	signal(SIGTERM, on_stop);

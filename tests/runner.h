@@ -32,10 +32,12 @@ struct test_run {
 
 /*
  * Prepare @n tests (kept by reference: @tcs must outlive the run) to run up
- * to @jobs at once under the run's directory @run_dir. Nothing starts yet.
- * 0 or -ENOMEM.
+ * to @jobs at once under the run's directory @run_dir; while the machine's
+ * load average exceeds @busy_load (0: never), one at a time. Nothing starts
+ * yet. 0 or -ENOMEM.
  */
-int runner_init(const struct test_case *const *tcs, size_t n, unsigned jobs, const char *run_dir);
+int runner_init(const struct test_case *const *tcs, size_t n, unsigned jobs, double busy_load,
+		const char *run_dir);
 
 /* Run tests, in the background of each other, until test @i is done;
  * its record. */
