@@ -210,11 +210,21 @@ test: $(TESTS) $(BROKER) $(if $(CLI_SRC),$(CLI)) $(EXAMPLES)
 		SHMLOCK_EXAMPLES_DIR=$(abspath $(O))/examples $(TESTS)
 
 # The README's test command: -Werror build with crash points, then the same
-# suite under ASan+UBSan. The test suites run side by side (tests/runner.c;
-# SHMLOCK_TEST_JOBS). Every step with O=build/check passes the same flags,
-# so that no step rebuilds what another built. make lint (clang-format over
-# the whole tree) joins these once the tree has had its formatting commit.
+# suite under ASan+UBSan, and the reliability steps. The test suites run
+# side by side (tests/runner.c; SHMLOCK_TEST_JOBS). The spin models (one
+# CPU for many minutes) run beside the other steps, which mostly wait on
+# brokers, clients and timers. Every step with O=build/check passes the
+# same flags, so that no step rebuilds what another built. make lint
+# (clang-format over the whole tree) joins these once the tree has had its
+# formatting commit.
+.PHONY: check-steps check-model
 check: deps
+	$(MAKE) -j2 check-model check-steps
+
+check-model:
+	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 model
+
+check-steps:
 	$(MAKE) header-check
 	$(MAKE) static-check
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 install-check
@@ -226,7 +236,6 @@ check: deps
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 soak-short
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 valgrind
 	$(MAKE) O=build/tsan CRASH_POINTS=1 WERROR=1 SANITIZE=thread CFLAGS="-O1 -g" test-tsan
-	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 model
 	$(MAKE) deb-check
 
 run: deps-run
