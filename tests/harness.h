@@ -20,18 +20,35 @@ struct test_case {
 	const char *name;
 	void (*fn)(void);
 	int timeout_s;
+	unsigned flags; /* TEST_ALONE, TEST_HOST */
 };
 
+/* The test runs while no other test does: it measures, or it changes what
+ * every test shares (the machine's load, a unit systemd knows). */
+#define TEST_ALONE 1u
+/* The test sees the host's /run, /dev/shm and network, not a private copy
+ * (isolate.h); it still gets its own HOME and XDG_RUNTIME_DIR. */
+#define TEST_HOST 2u
+
+/* Adds @tc to the run. Registration is unbounded: a test that cannot be
+ * added (out of memory) ends the program with a message, never silently. */
 void test_register(const struct test_case *tc);
 
-#define TEST(suite_, name_, timeout_s_)                                                  \
-	static void test_##name_(void);                                                     \
-	static const struct test_case tc_##name_ = { #suite_, #name_, test_##name_,         \
-						     timeout_s_ };                            \
-	__attribute__((constructor)) static void reg_##name_(void)                          \
-	{                                                                                  \
-		test_register(&tc_##name_);                                                \
-	}                                                                                  \
+/* A test: the body runs in a forked child with its own environment, under
+ * a deadline of @timeout_s_ seconds. */
+#define TEST(suite_, name_, timeout_s_) TEST_FLAGS(suite_, name_, timeout_s_, 0)
+
+#define TEST_FLAGS(suite_, name_, timeout_s_, flags_)                         \
+	static void test_##name_(void);                                       \
+	static const struct test_case tc_##name_ = { .suite = #suite_,        \
+						     .name = #name_,          \
+						     .fn = test_##name_,      \
+						     .timeout_s = timeout_s_, \
+						     .flags = flags_ };       \
+	__attribute__((constructor)) static void reg_##name_(void)            \
+	{                                                                     \
+		test_register(&tc_##name_);                                   \
+	}                                                                     \
 	static void test_##name_(void)
 
 #define FAIL_AT(...)                                                                      \

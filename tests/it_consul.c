@@ -47,76 +47,37 @@ struct resp {
 	size_t len;
 	uint64_t index; /* X-Consul-Index, 0 when absent */
 	bool leader_hdr;
-	char ctype[64];
 };
-
-static size_t on_body(char *p, size_t size, size_t n, void *arg)
-{
-	struct resp *r = arg;
-	char *b = realloc(r->body, r->len + size * n + 1);
-
-	if (!b)
-		return 0;
-	memcpy(b + r->len, p, size * n);
-	r->len += size * n;
-	b[r->len] = '\0';
-	r->body = b;
-	return size * n;
-}
-
-static size_t on_header(char *p, size_t size, size_t n, void *arg)
-{
-	struct resp *r = arg;
-	size_t len = size * n;
-
-	if (len > 15 && !strncasecmp(p, "X-Consul-Index:", 15))
-		r->index = strtoull(p + 15, NULL, 10);
-	if (len > 21 && !strncasecmp(p, "X-Consul-KnownLeader:", 21))
-		r->leader_hdr = true;
-	if (len > 13 && !strncasecmp(p, "Content-Type:", 13))
-		snprintf(r->ctype, sizeof(r->ctype), "%.*s", (int)(len - 14 > 63 ? 63 : len - 14),
-			 p + 14);
-	return len;
-}
 
 /* One request; @hdr an extra header or NULL. */
 static struct resp *call_h(const char *method, const char *path, const char *body,
 			   const char *hdr)
 {
+	const char *const headers[] = { hdr, NULL };
 	struct resp *r = calloc(1, sizeof(*r));
-	struct curl_slist *h = NULL;
-	CURL *c = curl_easy_init();
-	char *url = strf("http://127.0.0.1:%d%s", port, path);
-	CURLcode rc;
+	struct http_reply reply;
+	char value[64];
+	int rc;
 
-	if (!r || !c)
-		FAIL_AT("curl_easy_init");
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-	if (body) {
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
-	}
-	if (hdr)
-		h = curl_slist_append(h, hdr);
-	h = curl_slist_append(h, "Expect:");
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-	rc = curl_easy_perform(c);
+	if (!r)
+		FAIL_AT("out of memory");
+	rc = http_do(&(struct http_req){ .method = method,
+					 .url = strf("http://127.0.0.1:%d%s", port, path),
+					 .headers = headers,
+					 .body = body },
+		     &reply);
 	if (rc == CURLE_COULDNT_CONNECT && connect_may_fail)
 		r->status = 0; /* the listener is not up yet */
 	else if (rc != CURLE_OK)
-		FAIL_AT("%s %s: %s", method, path, curl_easy_strerror(rc));
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
-	curl_slist_free_all(h);
-	curl_easy_cleanup(c);
-	free(url);
-	if (!r->body)
-		r->body = strdup("");
+		FAIL_AT("%s %s: %s", method, path, curl_easy_strerror((CURLcode)rc));
+	else
+		r->status = reply.status;
+	if (http_reply_header(&reply, "X-Consul-Index", value, sizeof(value)))
+		r->index = strtoull(value, NULL, 10);
+	r->leader_hdr = http_reply_header(&reply, "X-Consul-KnownLeader", value, sizeof(value));
+	r->body = reply.body;
+	r->len = reply.len;
+	free(reply.headers);
 	return r;
 }
 

@@ -22,11 +22,10 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include <curl/curl.h>
-
 #include "broker_fixture.h"
 #include "client.h"
 #include "harness.h"
+#include "net_fixture.h"
 
 /* ---- running shmlockd --check and shmlock ------------------------------------ */
 
@@ -103,18 +102,6 @@ static int shmlock(const struct broker_proc *b, char *out, size_t size, ...)
 
 /* ---- HTTP, just enough for a session and a lock ------------------------------- */
 
-static size_t sink(char *p, size_t size, size_t n, void *arg)
-{
-	char *buf = arg;
-	size_t have = strlen(buf), len = size * n;
-
-	if (have + len < 1024) {
-		memcpy(buf + have, p, len);
-		buf[have + len] = '\0';
-	}
-	return len;
-}
-
 /* An HTTP socket in a directory of our own: the broker refuses to bind in
  * one that others can write, such as /tmp itself. */
 static void http_sock_path(char *out, size_t size)
@@ -132,34 +119,27 @@ static void http_sock_remove(char *path)
 	rmdir(path);
 }
 
+/* POST @body to @path on the HTTP socket @sock (as session @session, or
+ * none): the status, the reply's first 1023 bytes in @reply. */
 static long http_post(const char *sock, const char *path, const char *session, const char *body,
 		      char *reply)
 {
-	CURL *e = curl_easy_init();
-	struct curl_slist *h = NULL;
-	char url[256], hdr[96];
-	long status = 0;
+	const char *const headers[] = { "Content-Type: application/json",
+					session ? strf("X-Dflockd-Session: %s", session) : NULL,
+					NULL };
+	struct http_reply r;
+	long status;
 
-	CHECK(e);
-	reply[0] = '\0';
-	snprintf(url, sizeof(url), "http://localhost%s", path);
-	curl_easy_setopt(e, CURLOPT_URL, url);
-	curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, sock);
-	h = curl_slist_append(h, "Content-Type: application/json");
-	if (session) {
-		snprintf(hdr, sizeof(hdr), "X-Dflockd-Session: %s", session);
-		h = curl_slist_append(h, hdr);
-	}
-	curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
-	curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, sink);
-	curl_easy_setopt(e, CURLOPT_WRITEDATA, reply);
-	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 10000L);
-	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	if (curl_easy_perform(e) == CURLE_OK)
-		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-	curl_slist_free_all(h);
-	curl_easy_cleanup(e);
+	http_do(&(struct http_req){ .method = "POST",
+				    .url = strf("http://localhost%s", path),
+				    .unix_socket = sock,
+				    .headers = headers,
+				    .body = body,
+				    .timeout_ms = 10000 },
+		&r);
+	snprintf(reply, 1024, "%s", r.body);
+	status = r.status;
+	http_reply_free(&r);
 	return status;
 }
 
@@ -350,41 +330,19 @@ TEST(operator, inspection_does_not_wait_for_a_stalled_key, 30)
 
 /* ---- item 5: a quarantined key is listed, and reset --------------------------------- */
 
-static size_t grow(char *p, size_t size, size_t n, void *arg)
-{
-	char **buf = arg;
-	size_t have = *buf ? strlen(*buf) : 0, len = size * n;
-	char *nb = realloc(*buf, have + len + 1);
-
-	if (!nb)
-		return 0;
-	memcpy(nb + have, p, len);
-	nb[have + len] = '\0';
-	*buf = nb;
-	return len;
-}
-
 /* GET @path on the HTTP socket: the body (malloc'ed). */
 static char *http_get(const char *sock, const char *path)
 {
-	CURL *e = curl_easy_init();
-	char url[256], *body = NULL;
-	long status = 0;
+	struct http_reply r;
 
-	CHECK(e);
-	snprintf(url, sizeof(url), "http://localhost%s", path);
-	curl_easy_setopt(e, CURLOPT_URL, url);
-	curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, sock);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, grow);
-	curl_easy_setopt(e, CURLOPT_WRITEDATA, &body);
-	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 10000L);
-	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	CHECK(curl_easy_perform(e) == CURLE_OK);
-	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_cleanup(e);
-	CHECK_EQ(status, 200);
-	CHECK(body);
-	return body;
+	CHECK_EQ(http_do(&(struct http_req){ .url = strf("http://localhost%s", path),
+					     .unix_socket = sock,
+					     .timeout_ms = 10000 },
+			 &r),
+		 0);
+	CHECK_EQ(r.status, 200);
+	free(r.headers);
+	return r.body;
 }
 
 TEST(operator, a_quarantined_key_is_listed_and_reset, 60)

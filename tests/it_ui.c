@@ -16,7 +16,6 @@
  * with the test (PR_SET_PDEATHSIG) and is waited for with a deadline.
  */
 #include <arpa/inet.h>
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -47,59 +46,27 @@ struct ui_env {
 	char listen[32];
 };
 
-/* ---- HTTP with libcurl --------------------------------------------------- */
-
-struct buf {
-	char *p;
-	size_t n;
-};
-
-static size_t on_data(char *d, size_t sz, size_t nm, void *arg)
-{
-	struct buf *b = arg;
-	char *p = realloc(b->p, b->n + sz * nm + 1);
-
-	if (!p)
-		return 0;
-	memcpy(p + b->n, d, sz * nm);
-	b->p = p;
-	b->n += sz * nm;
-	b->p[b->n] = '\0';
-	return sz * nm;
-}
+/* ---- HTTP ---------------------------------------------------------------- */
 
 /* GET @path: the status; the body in *@body (malloc), the type in @type. */
 static long get(const struct ui_env *e, const char *path, bool auth, char **body, char *type,
 		size_t tsize)
 {
-	CURL *c = curl_easy_init();
-	struct curl_slist *hdr = NULL;
-	struct buf b = { calloc(1, 1), 0 };
+	const char *const headers[] = { auth ? "Authorization: Bearer " UI_TOKEN : NULL, NULL };
 	char url[1024];
-	char *ct = NULL;
-	long status = 0;
+	struct http_reply r;
+	long status;
 
-	CHECK(c && b.p);
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", e->port, path);
-	if (auth)
-		hdr = curl_slist_append(hdr, "Authorization: Bearer " UI_TOKEN);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, 40L);
-	if (curl_easy_perform(c) == CURLE_OK) {
-		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-		curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
-		if (type)
-			snprintf(type, tsize, "%s", ct ? ct : "");
+	http_do(&(struct http_req){ .url = url, .headers = headers, .timeout_ms = 40000 }, &r);
+	if (type && !http_reply_header(&r, "Content-Type", type, tsize))
+		type[0] = '\0';
+	status = r.status;
+	if (body) {
+		*body = r.body;
+		r.body = NULL;
 	}
-	curl_slist_free_all(hdr);
-	curl_easy_cleanup(c);
-	if (body)
-		*body = b.p;
-	else
-		free(b.p);
+	http_reply_free(&r);
 	return status;
 }
 
@@ -544,7 +511,7 @@ TEST(ui, api_token_paging_search_sort_over_10000_keys, 60)
 				_exit(st == 200 && b && strstr(b, "\"key\":\"late/one\"") ? 0 : 1);
 			}
 		}
-		CHECK(WAIT_FOR(views_waiting(&e) == 2, 5000));
+		CHECK(WAIT_FOR(views_waiting(&e) == 2, 20000));
 		CHECK_OK(local_lock(s, "late/one", &wait20, &tok));
 		for (k = 0; k < 2; k++) {
 			wst = -1;

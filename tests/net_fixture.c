@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: MIT
 /* Shared helpers of the network listener tests (net_fixture.h). */
 #include <arpa/inet.h>
+#include <curl/curl.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -93,4 +96,98 @@ char *strf(const char *fmt, ...)
 	if (n < 0)
 		FAIL_AT("out of memory");
 	return s;
+}
+
+/* Append what libcurl hands us to a growing NUL-terminated buffer. */
+struct growing {
+	char **p;
+	size_t *n;
+};
+
+static size_t append(char *data, size_t size, size_t nmemb, void *arg)
+{
+	struct growing *g = arg;
+	size_t len = size * nmemb;
+	char *p = realloc(*g->p, *g->n + len + 1);
+
+	if (!p)
+		return 0;
+	memcpy(p + *g->n, data, len);
+	*g->n += len;
+	p[*g->n] = '\0';
+	*g->p = p;
+	return len;
+}
+
+int http_do(const struct http_req *req, struct http_reply *out)
+{
+	size_t hlen = 0;
+	struct growing body = { &out->body, &out->len }, head = { &out->headers, &hlen };
+	struct curl_slist *h = NULL;
+	CURL *c = curl_easy_init();
+	const char *const *line;
+	CURLcode rc;
+
+	memset(out, 0, sizeof(*out));
+	if (!c)
+		FAIL_AT("curl_easy_init failed");
+	curl_easy_setopt(c, CURLOPT_URL, req->url);
+	if (req->unix_socket)
+		curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, req->unix_socket);
+	if (req->method)
+		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req->method);
+	if (req->body) {
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, req->body);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(req->body));
+	}
+	for (line = req->headers; line && *line; line++)
+		h = curl_slist_append(h, *line);
+	/* No "Expect: 100-continue" round trip before a body. */
+	h = curl_slist_append(h, "Expect:");
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, append);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, append);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, &head);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, req->timeout_ms ? req->timeout_ms : 30000L);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	rc = curl_easy_perform(c);
+	if (rc == CURLE_OK)
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+	if (!out->body)
+		out->body = calloc(1, 1);
+	if (!out->headers)
+		out->headers = calloc(1, 1);
+	if (!out->body || !out->headers)
+		FAIL_AT("out of memory");
+	return (int)rc;
+}
+
+void http_reply_free(struct http_reply *r)
+{
+	free(r->body);
+	free(r->headers);
+	memset(r, 0, sizeof(*r));
+}
+
+bool http_reply_header(const struct http_reply *r, const char *name, char *buf, size_t size)
+{
+	size_t n = strlen(name);
+	const char *line;
+
+	for (line = r->headers; line && *line;
+	     line += strcspn(line, "\n") + (line[strcspn(line, "\n")] != 0)) {
+		size_t len = strcspn(line, "\r\n");
+		const char *v = line + n + 1;
+
+		if (len <= n || line[n] != ':' || strncasecmp(line, name, n))
+			continue;
+		while (*v == ' ' || *v == '\t')
+			v++;
+		snprintf(buf, size, "%.*s", (int)(len - (size_t)(v - line)), v);
+		return true;
+	}
+	return false;
 }

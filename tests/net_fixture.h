@@ -2,10 +2,13 @@
 /*
  * Helpers the tests of the network listeners share (HTTP, Consul, TCP,
  * metrics, `shmlock status`): a free loopback port for a broker to listen
- * on, and formatted strings for URLs, bodies and flags.
+ * on, formatted strings for URLs, bodies and flags, and one HTTP client.
  */
 #ifndef SHMLOCK_TEST_NET_FIXTURE_H
 #define SHMLOCK_TEST_NET_FIXTURE_H
+
+#include <stdbool.h>
+#include <stddef.h>
 
 /* A free loopback TCP port below the kernel's ephemeral range (so that no
  * outgoing connection takes it before the server binds it), a different one
@@ -15,5 +18,32 @@ int free_port(void);
 /* A formatted string on the heap (tests are short-lived children: callers
  * may leave it). Fails the test when out of memory. */
 char *strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- an HTTP client (libcurl) ------------------------------------------- */
+
+struct http_req {
+	const char *method;	    /* NULL: GET */
+	const char *url;	    /* http://127.0.0.1:PORT/... or http://localhost/... */
+	const char *unix_socket;    /* connect there instead of TCP; NULL: TCP */
+	const char *const *headers; /* "Name: value" lines, NULL-terminated; NULL: none */
+	const char *body;	    /* NULL: none */
+	long timeout_ms;	    /* 0: 30 s */
+};
+
+struct http_reply {
+	long status; /* 0 when nothing answered */
+	char *body;  /* NUL-terminated (also when empty), malloc'ed */
+	size_t len;
+	char *headers; /* the header lines as received, malloc'ed */
+};
+
+/* Send @req and fill @out (free it with http_reply_free()). Returns the
+ * CURLcode: 0 when an answer came (whatever its status). Fails the test
+ * only when out of memory. */
+int http_do(const struct http_req *req, struct http_reply *out);
+void http_reply_free(struct http_reply *r);
+/* Header @name's value in @r (case-insensitive name, without the line's
+ * CR LF) into @buf; false when absent. */
+bool http_reply_header(const struct http_reply *r, const char *name, char *buf, size_t size);
 
 #endif
