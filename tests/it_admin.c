@@ -538,6 +538,13 @@ static void hold_and_wait(void *p, int in, int out)
 	hear(in, buf, sizeof(buf));
 }
 
+static uint64_t sessions_closed(local_session *obs)
+{
+	LOCAL_OPTS(local_stats, st);
+
+	return local_stats(obs, &st) ? 0 : st.sessions_closed;
+}
+
 TEST(admin, stats_counters_move, 20)
 {
 	static const char *const flags[] = { "--max-keys", "64", "--max-sessions", "16",
@@ -595,6 +602,9 @@ TEST(admin, stats_counters_move, 20)
 	mortal = open_session(&b, "mortal", 0, 1000);
 	CHECK_OK(local_lock(mortal, "st/ttl", NULL, NULL));
 	CHECK(WAIT_FOR(info_of(obs, "st/ttl")->holders == 0, 5000));
+	/* The hold goes first, then the session's slot: its close is
+	 * counted when the sweep frees the slot, a moment later. */
+	CHECK(WAIT_FOR(sessions_closed(obs) - s0.sessions_closed == 1, 5000));
 	CHECK_OK(local_stats(obs, &s1));
 	CHECK_EQ(s1.ttl_expiries - s0.ttl_expiries, 1);
 	CHECK_EQ(s1.sessions_opened - s0.sessions_opened, 1);
