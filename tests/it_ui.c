@@ -25,9 +25,11 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -93,6 +95,45 @@ static long views_waiting(const struct ui_env *e)
 
 	json_decref(j);
 	return n;
+}
+
+/*
+ * A view's long poll from @q (state?...&since=STAMP), as the page does it:
+ * an answer that lacks @want came from some other change (an idle key
+ * reclaimed, say), so wait on from that answer's stamp. Exit status 0 once
+ * an answer has @want (NULL: once *@stop is set and an answer comes), 1 on
+ * an error. For forked children.
+ */
+static void poll_view(const struct ui_env *e, const char *q, const char *want,
+		      const _Atomic int *stop)
+{
+	char path[512];
+	int tries;
+
+	snprintf(path, sizeof(path), "%s", q);
+	for (tries = 0; tries < 100; tries++) {
+		char *b = NULL, *cut;
+		long st = get(e, path, true, &b, NULL, 0);
+		json_t *j;
+
+		if (stop && atomic_load(stop))
+			_exit(st == 200 ? 0 : 1);
+		if (st != 200 || !b)
+			_exit(1);
+		if (want && strstr(b, want))
+			_exit(0);
+		j = json_loads(b, 0, NULL);
+		free(b);
+		if (!j || !json_string_value(json_object_get(j, "stamp")))
+			_exit(1);
+		cut = strstr(path, "since=");
+		if (!cut)
+			_exit(1);
+		snprintf(cut, sizeof(path) - (size_t)(cut - path), "since=%s",
+			 json_string_value(json_object_get(j, "stamp")));
+		json_decref(j);
+	}
+	_exit(1);
 }
 
 static void ui_start(struct ui_env *e, const char *const *more)
@@ -499,17 +540,18 @@ TEST(ui, api_token_paging_search_sort_over_10000_keys, 60)
 	json_decref(j);
 	{
 		pid_t kids[2];
+		/* Set before the broker is stopped: the drain's answer ends the
+		 * view's poll (MAP_SHARED: the forked view reads it). */
+		_Atomic int *stopping = mmap(NULL, sizeof(*stopping), PROT_READ | PROT_WRITE,
+					     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 		int k, wst;
 
+		CHECK(stopping != MAP_FAILED);
 		for (k = 0; k < 2; k++) {
 			kids[k] = fork();
 			CHECK(kids[k] >= 0);
-			if (!kids[k]) {
-				char *b = NULL;
-				long st = get(&e, q, true, &b, NULL, 0);
-
-				_exit(st == 200 && b && strstr(b, "\"key\":\"late/one\"") ? 0 : 1);
-			}
+			if (!kids[k])
+				poll_view(&e, q, "\"key\":\"late/one\"", NULL);
 		}
 		CHECK(WAIT_FOR(views_waiting(&e) == 2, 20000));
 		CHECK_OK(local_lock(s, "late/one", &wait20, &tok));
@@ -530,8 +572,9 @@ TEST(ui, api_token_paging_search_sort_over_10000_keys, 60)
 		kids[0] = fork();
 		CHECK(kids[0] >= 0);
 		if (!kids[0])
-			_exit(get(&e, q, true, NULL, NULL, 0) == 200 ? 0 : 1);
-		CHECK(WAIT_FOR(views_waiting(&e) == 1, 5000));
+			poll_view(&e, q, NULL, stopping);
+		CHECK(WAIT_FOR(views_waiting(&e) == 1, 20000));
+		atomic_store(stopping, 1);
 		local_session_close(s);
 		broker_stop_clean(&e.b);
 		wst = -1;
