@@ -209,6 +209,21 @@ bool broker_log_has(const struct broker_proc *b, const char *what)
 	return found;
 }
 
+unsigned broker_log_count(const struct broker_proc *b, const char *what)
+{
+	FILE *f = fopen(b->log, "re");
+	char *line = NULL;
+	size_t size = 0;
+	unsigned n = 0;
+
+	while (f && getline(&line, &size, f) >= 0)
+		n += strstr(line, what) != NULL;
+	free(line);
+	if (f)
+		fclose(f);
+	return n;
+}
+
 void broker_stop_clean(struct broker_proc *b)
 {
 	char cmd[200];

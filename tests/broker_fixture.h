@@ -55,6 +55,8 @@ int keeper_end(const struct broker_proc *b);
 
 /* Does @b's log have a line containing @what? */
 bool broker_log_has(const struct broker_proc *b, const char *what);
+/* How many lines of @b's log contain @what. */
+unsigned broker_log_count(const struct broker_proc *b, const char *what);
 /* SIGTERM, and require a clean exit (status 0: under ASan or UBSan a report,
  * even one made while stopping, ends the broker with another status; its
  * log is printed then), then as broker_stop(). */

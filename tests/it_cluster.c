@@ -1705,21 +1705,6 @@ static void print_log(const struct broker_proc *b)
 		fprintf(stderr, "    (no log at %s)\n", b->log);
 }
 
-/* How many lines of @b's log contain @what. */
-static int log_count(const struct broker_proc *b, const char *what)
-{
-	FILE *f = fopen(b->log, "re");
-	char line[1024];
-	int n = 0;
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		n += strstr(line, what) != NULL;
-	fclose(f);
-	return n;
-}
-
 #ifdef LOCAL_CRASH_POINTS
 /* Take cluster key @key on @s: a lock, or (@sem) a semaphore of limit 1. */
 static int take(local_session *s, const char *key, bool sem, const struct local_acquire_opts *o,
@@ -1782,7 +1767,8 @@ static void unclosed_case(const char *key, bool sem)
 	CHECK_OK(take(sb, key, sem, &o, &tb));
 	CHECK(tb > r->token[0]);
 	/* Host A saw it and has a new lease. */
-	if (!WAIT_FOR(log_count(&a, "lease gone at etcd") >= 1 && log_count(&a, "granted") >= 2,
+	if (!WAIT_FOR(broker_log_count(&a, "lease gone at etcd") >= 1 &&
+			      broker_log_count(&a, "granted") >= 2,
 		      15000))
 		FAIL_AT("host A got no new lease (log: %s)", a.log);
 	CHECK(broker_log_has(&a, "could not be closed"));
@@ -1880,7 +1866,8 @@ TEST(cluster, stale_handoff_is_given_back, 60)
 	sb = open_session(&b, "other", 0, 0);
 	CHECK_OK(local_lock(sb, "c/h", &o, &tb));
 	CHECK(tb > r->token[0]);
-	if (!WAIT_FOR(log_count(&a, "lease gone at etcd") >= 1 && log_count(&a, "granted") >= 2,
+	if (!WAIT_FOR(broker_log_count(&a, "lease gone at etcd") >= 1 &&
+			      broker_log_count(&a, "granted") >= 2,
 		      15000))
 		FAIL_AT("host A got no new lease (log: %s)", a.log);
 	/* The releaser goes on: its handoff ends under the old lease. */

@@ -121,21 +121,6 @@ TEST(security, bad_access_flags_are_usage_errors, 20)
 	}
 }
 
-/* How many lines of @b's log contain @what. */
-static unsigned log_count(const struct broker_proc *b, const char *what)
-{
-	FILE *f = fopen(b->log, "re");
-	char line[1024];
-	unsigned n = 0;
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		n += strstr(line, what) != NULL;
-	fclose(f);
-	return n;
-}
-
 /* Child: as NOBODY, refused operator requests until killed. */
 static void refused_flood(void *p, int in, int out)
 {
@@ -177,8 +162,8 @@ TEST(security, a_refused_flood_never_hides_an_operator_action, 60)
 		CHECK_RC(local_admin_force_release(b.sock, "audit/k", NULL), -LOCAL_ENOTHELD);
 	child_kill(&flood);
 	child_wait(&flood, 5000);
-	CHECK(log_count(&b, "from uid 65534") > 0); /* the flood was seen */
-	CHECK_EQ(log_count(&b, "to force-release audit/k from uid 0,"), 20);
-	CHECK_EQ(log_count(&b, "operator released audit/k"), 1);
+	CHECK(broker_log_count(&b, "from uid 65534") > 0); /* the flood was seen */
+	CHECK_EQ(broker_log_count(&b, "to force-release audit/k from uid 0,"), 20);
+	CHECK_EQ(broker_log_count(&b, "operator released audit/k"), 1);
 	broker_stop(&b);
 }
