@@ -44,11 +44,11 @@ struct lw_judge; /* lockword.h */
  * 8: handoffs and timeouts are counted per key entry (n_handoffs,
  * n_timeouts), no longer in the header's stats line.
  * 9: a cluster semaphore's slots reserved in etcd (seg_key.cluster_slots, the
- * former pad; issue 16): an older client would grant past them.
+ * former pad): an older client would grant past them.
  * 10: a release wakes the granted waiter after unlocking the key, and the
  * broker wakes granted waiters left asleep (segment_wake_granted()); a queued
  * request behind the head has NODE_FUTEX_BEHIND. An older broker would leave
- * a waiter asleep if its releaser died between the two (issue 13).
+ * a waiter asleep if its releaser died between the two.
  * 11: a cluster key is open only under the etcd lease it was opened under
  * (seg_key.cluster_lease against seg_header.cluster_lease_id): an older
  * client would grant under a later lease a key the broker could not close. */
