@@ -214,9 +214,8 @@ test: $(TESTS) $(BROKER) $(if $(CLI_SRC),$(CLI)) $(EXAMPLES)
 # side by side (tests/runner.c; SHMLOCK_TEST_JOBS). The spin models (one
 # CPU for many minutes) run beside the other steps, which mostly wait on
 # brokers, clients and timers. Every step with O=build/check passes the
-# same flags, so that no step rebuilds what another built. make lint
-# (clang-format over the whole tree) joins these once the tree has had its
-# formatting commit.
+# same flags, so that no step rebuilds what another built. make lint runs
+# cppcheck and clang-format over the whole tree.
 .PHONY: check-steps check-model
 check: deps
 	$(MAKE) -j2 check-model check-steps
@@ -226,7 +225,7 @@ check-model:
 
 check-steps:
 	$(MAKE) header-check
-	$(MAKE) static-check
+	$(MAKE) lint
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 install-check
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 test
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 python-check
@@ -582,8 +581,7 @@ deb:
 C_TRACKED = git ls-files -z -- '*.c' '*.h'
 
 # clang-format (.clang-format) over the whole tree: make lint fails on any
-# file it would change. Not in make check yet: the tree was laid out by
-# hand, and one formatting commit (make format-all) must come first.
+# file it would change (make format-all rewrites them).
 lint: static-check
 	$(C_TRACKED) | xargs -0 clang-format-14 --dry-run -Werror
 
@@ -591,8 +589,7 @@ lint: static-check
 format-all:
 	$(C_TRACKED) | xargs -0 clang-format-14 -i
 
-# Only the lines changed since $(LINT_BASE), for a branch made before the
-# whole tree was formatted: `make lint-changed LINT_BASE=main~3`.
+# Only the lines changed since $(LINT_BASE): `make lint-changed LINT_BASE=main~3`.
 LINT_BASE ?= HEAD
 lint-changed:
 	git clang-format-14 --diff --extensions c,h $(LINT_BASE) -- libshm broker cli include tests

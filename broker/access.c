@@ -72,7 +72,8 @@ int access_check(const struct broker *b, int conn, const struct ucred *cred)
 
 	if (!o->nallow_uid && !o->nallow_gid)
 		return 0;
-	if (cred->uid == 0 || cred->uid == geteuid() || listed(o->allow_uid, o->nallow_uid, cred->uid))
+	if (cred->uid == 0 || cred->uid == geteuid() ||
+	    listed(o->allow_uid, o->nallow_uid, cred->uid))
 		return 0;
 	if (listed(o->allow_gid, o->nallow_gid, cred->gid))
 		return 0;

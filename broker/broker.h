@@ -132,8 +132,8 @@ struct broker_opts {
 	uint32_t replace_wait_ms;
 	struct http_opts http;
 	struct tcp_opts tcp;
-	struct consul_opts consul; /* consul_*.c: the Consul-compatible API */
-	char metrics_listen[128]; /* metrics.c: --metrics-listen; "" when off */
+	struct consul_opts consul;   /* consul_*.c: the Consul-compatible API */
+	char metrics_listen[128];    /* metrics.c: --metrics-listen; "" when off */
 	struct cluster_opts cluster; /* cluster_*.c: cluster keys on etcd */
 };
 
@@ -142,16 +142,16 @@ struct broker {
 	struct segment seg;
 	void *mem;
 	size_t mem_size;
-	int shm_fd;  /* the description clients get (it carries the in-use mark) */
-	int keep_fd; /* the one the keeper and the fd store hold */
-	int lock_fd; /* flocked: this broker owns the segment */
-	bool keeper;	   /* a keeper holds our segment (keeper.c) */
-	bool seg_rejected; /* the live header no longer validates: no new sessions */
-	bool owns_segment; /* holds the flock that makes it ours alone */
-	bool served;	   /* reached the event loop */
+	int shm_fd;	      /* the description clients get (it carries the in-use mark) */
+	int keep_fd;	      /* the one the keeper and the fd store hold */
+	int lock_fd;	      /* flocked: this broker owns the segment */
+	bool keeper;	      /* a keeper holds our segment (keeper.c) */
+	bool seg_rejected;    /* the live header no longer validates: no new sessions */
+	bool owns_segment;    /* holds the flock that makes it ours alone */
+	bool served;	      /* reached the event loop */
 	bool created_segment; /* shm.c: made by this run, not adopted */
 	int listen_fd;
-	bool listen_owned; /* we bound it (not socket-activated): unlink at exit */
+	bool listen_owned;   /* we bound it (not socket-activated): unlink at exit */
 	struct conns *conns; /* conns.c: connections yet to send their request */
 	int epfd, timerfd, sigfd;
 	uint64_t armed_ns; /* what timerfd is set to; 0: disarmed */
@@ -164,10 +164,10 @@ struct broker {
 	bool stopping;
 	int exit_code; /* a refusal's own exit status (EXIT_*), 0: the generic 1 */
 	/* notify.c */
-	bool notify;	       /* $NOTIFY_SOCKET set: a service manager listens */
-	bool seg_from_store;   /* the segment fd came from systemd's fd store */
-	uint64_t watchdog_ns;  /* WATCHDOG=1 interval (half WATCHDOG_USEC); 0: off */
-	char status[128];      /* the last STATUS= sent */
+	bool notify;	      /* $NOTIFY_SOCKET set: a service manager listens */
+	bool seg_from_store;  /* the segment fd came from systemd's fd store */
+	uint64_t watchdog_ns; /* WATCHDOG=1 interval (half WATCHDOG_USEC); 0: off */
+	char status[128];     /* the last STATUS= sent */
 	/* leases.c */
 	int lease_efd;
 	pthread_t lease_thread;
@@ -184,7 +184,6 @@ struct broker {
 	/* cluster_*.c: NULL unless --cluster is given */
 	struct cluster *cluster;
 };
-
 
 /* delay_notes.c: who put a key in lock-delay (MSG_OP_LOCK_DELAY). */
 void delay_notes_init(void);
@@ -287,8 +286,8 @@ int proc_maps_fd(pid_t pid, int fd);
 int sessions_init(struct broker *b);
 void sessions_fini(struct broker *b);
 /* Open a session for a peer; fills slot/gen/id. Returns 0 or -code. */
-int session_open(struct broker *b, const struct proto_open *req, int pidfd, pid_t pid,
-		 uid_t uid, uint64_t start_time, struct proto_reply *rep);
+int session_open(struct broker *b, const struct proto_open *req, int pidfd, pid_t pid, uid_t uid,
+		 uint64_t start_time, struct proto_reply *rep);
 /* Close by id. @voluntary: the owner asked (no lock-delay). */
 int session_close_id(struct broker *b, const uint8_t id[16], bool voluntary);
 /* MSG_BIND from process @peer: bind its child @pid to the session @id. */
@@ -365,8 +364,8 @@ void loop_unwatch_fd(struct broker *b, int fd);
 #define TAG_TIMER (4ull << 56)
 #define TAG_SIGNAL (5ull << 56)
 #define TAG_LEASE (6ull << 56)
-#define TAG_HTTP (7ull << 56)	  /* value: libmicrohttpd daemon index */
-#define TAG_HTTP_HUP (8ull << 56) /* value: HTTP waiter slot */
+#define TAG_HTTP (7ull << 56)	    /* value: libmicrohttpd daemon index */
+#define TAG_HTTP_HUP (8ull << 56)   /* value: HTTP waiter slot */
 #define TAG_TCP_LISTEN (9ull << 56) /* value: TCP listener index */
 #define TAG_TCP (10ull << 56)	    /* value: generation << 32 | connection slot */
 #define TAG_METRICS (11ull << 56)   /* the metrics listener's libmicrohttpd (metrics.c) */

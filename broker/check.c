@@ -146,8 +146,9 @@ static enum mutex_state mutex_state(const struct segment *seg, const _Atomic uin
 }
 
 /* What the broker does with a forged owner, for the report. */
-#define FORGED_FIX "a running broker breaks it within a second, a starting one at once; " \
-		   "'shmlock reset KEY' breaks a key's now"
+#define FORGED_FIX                                                             \
+	"a running broker breaks it within a second, a starting one at once; " \
+	"'shmlock reset KEY' breaks a key's now"
 
 /* Per key, what the node table says (the truth the lists must match). */
 struct key_tally {
@@ -176,14 +177,18 @@ static void check_sessions(const struct segment *seg, struct report *r)
 			continue;
 		}
 		if (st == SESS_CLOSING) {
-			NOTE(r, "session slot %u (%s): its sweep was cut short; the next broker "
-			     "finishes it", i, s->name);
+			NOTE(r,
+			     "session slot %u (%s): its sweep was cut short; the next broker "
+			     "finishes it",
+			     i, s->name);
 			continue;
 		}
-		if (s->pid && (proc_start_time(s->pid, &start) ||
-			       (s->start_time && start != s->start_time)))
-			NOTE(r, "session slot %u (%s, pid %d): its process is gone; a broker "
-			     "releases what it held", i, s->name, s->pid);
+		if (s->pid &&
+		    (proc_start_time(s->pid, &start) || (s->start_time && start != s->start_time)))
+			NOTE(r,
+			     "session slot %u (%s, pid %d): its process is gone; a broker "
+			     "releases what it held",
+			     i, s->name, s->pid);
 	}
 }
 
@@ -206,7 +211,8 @@ static void check_nodes(const struct segment *seg, struct report *r, struct key_
 			continue;
 		}
 		if (ki >= seg->caps.max_keys || si >= seg->caps.max_sessions) {
-			PROBLEM(r, "node %u: names key %u / session slot %u, out of range", i, ki, si);
+			PROBLEM(r, "node %u: names key %u / session slot %u, out of range", i, ki,
+				si);
 			continue;
 		}
 		if ((st == NODE_HOLDING || st == NODE_FAST_CLAIMED) != hold_node &&
@@ -216,22 +222,27 @@ static void check_nodes(const struct segment *seg, struct report *r, struct key_
 			continue;
 		}
 		if ((st == NODE_HOLDING || st == NODE_GRANTED) && n->token > tokens)
-			PROBLEM(r, "node %u: token %llu above the counter %llu: it could be "
-				"granted twice", i, (unsigned long long)n->token,
-				(unsigned long long)tokens);
+			PROBLEM(r,
+				"node %u: token %llu above the counter %llu: it could be "
+				"granted twice",
+				i, (unsigned long long)n->token, (unsigned long long)tokens);
 		sg = atomic_load(&seg->sessions[si].state_gen);
 		/* A lock-free hold stays FAST_CLAIMED while its key's fast word
 		 * names it; an unnamed one is an operation in flight. */
 		if (st == NODE_CLAIMED ||
 		    (st == NODE_FAST_CLAIMED && !seg_node_is_hold(seg, i, w))) {
 			if (SESS_STATE(sg) == SESS_FREE)
-				NOTE(r, "node %u: left claimed by an operation that died; freed by "
-				     "the next repair of its key", i);
+				NOTE(r,
+				     "node %u: left claimed by an operation that died; freed by "
+				     "the next repair of its key",
+				     i);
 			continue;
 		}
 		if (SESS_STATE(sg) == SESS_FREE)
-			PROBLEM(r, "node %u (state %u): belongs to session slot %u, which has "
-				"ended", i, st, si);
+			PROBLEM(r,
+				"node %u (state %u): belongs to session slot %u, which has "
+				"ended",
+				i, st, si);
 		else if (SESS_STATE(sg) == SESS_ACTIVE && SESS_GEN(sg) != n->session_gen)
 			PROBLEM(r, "node %u (state %u): left by an earlier session in slot %u", i,
 				st, si);
@@ -324,7 +335,8 @@ static void check_holders(const struct segment *seg, struct report *r, const str
 		uint64_t w = nd ? atomic_load(&nd->word) : 0;
 
 		if (!nd || NODE_STATE(w) != NODE_HOLDING || NODE_KEY(w) != ki) {
-			PROBLEM(r, "key '%s': its holder list reaches node %u, not one of its holds",
+			PROBLEM(r,
+				"key '%s': its holder list reaches node %u, not one of its holds",
 				name, i);
 			return;
 		}
@@ -416,9 +428,10 @@ static void check_keys(const struct segment *seg, struct report *r, const struct
 			continue;
 		}
 		if (!key_fields_sane(seg, k)) {
-			PROBLEM(r, "key entry %u ('%s'): fields out of range (kind %u, limit %u, "
-				"length %u); it would be quarantined", i, name, k->kind, k->limit,
-				k->key_len);
+			PROBLEM(r,
+				"key entry %u ('%s'): fields out of range (kind %u, limit %u, "
+				"length %u); it would be quarantined",
+				i, name, k->kind, k->limit, k->key_len);
 			continue;
 		}
 		if (atomic_load(&k->hash) != key_hash(k->key, k->key_len))
@@ -430,21 +443,27 @@ static void check_keys(const struct segment *seg, struct report *r, const struct
 				(unsigned long long)k->token, (unsigned long long)tokens);
 		ms = mutex_state(seg, &k->lock);
 		if (ms == MUTEX_FORGED) {
-			PROBLEM(r, "key '%s': its lock word names pid %u, a process that does not "
+			PROBLEM(r,
+				"key '%s': its lock word names pid %u, a process that does not "
 				"map this segment: a forged owner, which stops every use of the "
-				"key; " FORGED_FIX, name, LW_OWNER(atomic_load(&k->lock)));
+				"key; " FORGED_FIX,
+				name, LW_OWNER(atomic_load(&k->lock)));
 			continue;
 		}
 		if (ms == MUTEX_OWNER_DIED) {
-			NOTE(r, "key '%s': its mutex owner died mid-operation; the next locker "
-			     "rebuilds it from the node table", name);
+			NOTE(r,
+			     "key '%s': its mutex owner died mid-operation; the next locker "
+			     "rebuilds it from the node table",
+			     name);
 			continue; /* its lists may be half-changed, by design */
 		}
 		if (ms == MUTEX_HELD)
 			continue; /* being changed right now */
 		if (!key_links_sane(seg, k)) {
-			PROBLEM(r, "key '%s': list heads or counts inconsistent (holders %u, "
-				"waiters %u)", name, k->holders, k->waiters);
+			PROBLEM(r,
+				"key '%s': list heads or counts inconsistent (holders %u, "
+				"waiters %u)",
+				name, k->holders, k->waiters);
 			continue;
 		}
 		if (t[i].waiting != k->waiters)
@@ -492,7 +511,8 @@ static void scan(const struct segment *seg, struct report *r)
 	if (atomic_load(&seg->hdr->token_counter) < seg->hdr->created_realtime_ns)
 		PROBLEM(r, "token counter below its seed: tokens could repeat");
 	if (table == MUTEX_FORGED)
-		PROBLEM(r, "the key table's lock word names pid %u, a process that does not map "
+		PROBLEM(r,
+			"the key table's lock word names pid %u, a process that does not map "
 			"this segment: a forged owner, which stops the creation of keys; a "
 			"running broker breaks it within a second, a starting one at once",
 			LW_OWNER(atomic_load(&seg->hdr->table_lock)));
@@ -599,9 +619,11 @@ static int check_open(const struct broker_opts *o)
 		return fd;
 	printf("shmlockd --check: %s: no segment to check: its keeper at %s does not answer "
 	       "(%s), and no broker or keeper of that label is seen in /proc; pass the "
-	       "broker's --socket\n", o->shm_name, path,
+	       "broker's --socket\n",
+	       o->shm_name, path,
 	       err == -ENOENT || err == -ECONNREFUSED ? "no broker ran there, or it was "
-	       "stopped with --destroy-segment-on-exit" : strerror(-err));
+							"stopped with --destroy-segment-on-exit"
+						      : strerror(-err));
 	return -1;
 }
 
@@ -636,7 +658,8 @@ int check_segment(const struct broker_opts *o)
 		printf("shmlockd --check: %s: header invalid: %s; a broker refuses to replace it "
 		       "while a process maps it (exit status 3, naming them): let them exit, "
 		       "or start it with --replace-segment --replace-wait SECONDS "
-		       "(shmlockd(8), UPGRADES)\n", o->shm_name,
+		       "(shmlockd(8), UPGRADES)\n",
+		       o->shm_name,
 		       err == -LOCAL_EVERSION ? "another layout version"
 					      : "magic, sizes or offsets do not add up");
 		munmap(mem, (size_t)st.st_size);
@@ -645,8 +668,9 @@ int check_segment(const struct broker_opts *o)
 	broker = live_broker(&seg);
 	snprintf(seg_label, sizeof(seg_label), "/memfd:%s (deleted)", o->shm_name + 1);
 	printf("shmlockd --check: %s: %zu bytes; keys %u, sessions %u, holds %u, waiters %u, "
-	       "value %u; %s\n", o->shm_name, seg.size, seg.caps.max_keys, seg.caps.max_sessions,
-	       seg.caps.max_holds, seg.caps.max_waiters, seg.caps.max_value,
+	       "value %u; %s\n",
+	       o->shm_name, seg.size, seg.caps.max_keys, seg.caps.max_sessions, seg.caps.max_holds,
+	       seg.caps.max_waiters, seg.caps.max_value,
 	       broker ? "a broker is running" : "no broker running");
 	for (attempt = 0; attempt < (broker ? 3 : 1); attempt++) {
 		free(text);
@@ -665,8 +689,8 @@ int check_segment(const struct broker_opts *o)
 	fputs(text, stdout);
 	free(text);
 	printf("shmlockd --check: %s: %s (%u problem%s, %u note%s)\n", o->shm_name,
-	       r.problems ? "DAMAGED" : "healthy", r.problems, r.problems == 1 ? "" : "s",
-	       r.notes, r.notes == 1 ? "" : "s");
+	       r.problems ? "DAMAGED" : "healthy", r.problems, r.problems == 1 ? "" : "s", r.notes,
+	       r.notes == 1 ? "" : "s");
 	munmap(mem, (size_t)st.st_size);
 	return r.problems ? 2 : 0;
 }

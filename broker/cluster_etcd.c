@@ -18,7 +18,7 @@
 /* Connecting to a member must not eat the whole budget of a call: a dead
  * member refuses at once, a stopped one would hang. */
 #define CONNECT_MS 500L
-#define CANCEL_POLL_MS 50 /* perform(): how soon a cancel is seen */
+#define CANCEL_POLL_MS 50   /* perform(): how soon a cancel is seen */
 #define ATTEMPT_MIN_MS 250u /* an attempt at one endpoint, at least (attempt_ms()) */
 
 void etcd_b64(const void *in, size_t len, char *out)
@@ -85,8 +85,8 @@ void etcd_fini(struct etcd *e)
 struct buf {
 	char *p;
 	size_t n, cap;
-	bool watch;	/* a watch: stop at the first event */
-	int verdict;	/* watch: 1 deleted, 2 cancelled by etcd */
+	bool watch;  /* a watch: stop at the first event */
+	int verdict; /* watch: 1 deleted, 2 cancelled by etcd */
 	/* A stream (etcd_watch_stream()): each complete message to @cb. */
 	int (*cb)(json_t *msg, void *arg);
 	void *arg;
@@ -358,8 +358,8 @@ static int authenticate(struct etcd *e, uint32_t timeout_ms, _Atomic bool *cance
 	return err;
 }
 
-int etcd_post(struct etcd *e, const char *path, json_t *body, json_t **out,
-	      uint32_t timeout_ms, _Atomic bool *cancel)
+int etcd_post(struct etcd *e, const char *path, json_t *body, json_t **out, uint32_t timeout_ms,
+	      _Atomic bool *cancel)
 {
 	char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	struct buf b = { 0 };
@@ -465,7 +465,8 @@ ssize_t etcd_unb64(const char *in, void *out)
 	ssize_t n = 0;
 
 	for (; *in && *in != '='; in++) {
-		const char *tab = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+		const char *tab =
+			"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 		const char *c = strchr(tab, *in);
 
 		if (!c)

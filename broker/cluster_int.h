@@ -24,7 +24,7 @@
 struct etcd {
 	const struct cluster_opts *o;
 	CURL *h;
-	CURLM *m; /* drives h when the request can be cancelled (cancel_poll()) */
+	CURLM *m;     /* drives h when the request can be cancelled (cancel_poll()) */
 	uint32_t cur; /* the endpoint that answered last */
 	char token[512];
 };
@@ -37,8 +37,8 @@ void etcd_fini(struct etcd *e);
  * @timeout_ms passes. Returns 0, -ETIMEDOUT (nobody answered in time),
  * -ECANCELED (*@cancel became true), -EIO (an error answer; logged at debug).
  */
-int etcd_post(struct etcd *e, const char *path, json_t *body, json_t **out,
-	      uint32_t timeout_ms, _Atomic bool *cancel);
+int etcd_post(struct etcd *e, const char *path, json_t *body, json_t **out, uint32_t timeout_ms,
+	      _Atomic bool *cancel);
 /*
  * Watch the etcd key @key_b64 (base64, as etcd returns it) from revision
  * @from_rev for its deletion: 0 deleted, -EAGAIN nothing within @timeout_ms
@@ -79,18 +79,18 @@ int etcd_del_if_lease(struct etcd *e, const char *k64, int64_t lease, uint32_t t
 struct cworker {
 	struct cluster *c;
 	pthread_t thread;
-	char dir[640];	 /* namespace + hex(key) + "/" */
-	char ekey[680];	 /* dir + lease id in hex */
+	char dir[640];	/* namespace + hex(key) + "/" */
+	char ekey[680]; /* dir + lease id in hex */
 	int64_t lease;
 	uint64_t epoch;
 	_Atomic bool cancel;
 	_Atomic bool done;
 	bool adopt; /* re-adoption: our key must exist and hold the lock already */
-	int err;     /* when done: 0 acquired */
+	int err;    /* when done: 0 acquired */
 	char name[LOCAL_KEY_MAX + 1]; /* the key */
 	size_t len;
 	uint32_t delay_ms; /* when acquired: lock-delay left by a host lost holding it */
-	int64_t rev; /* when acquired: the create revision of ekey */
+	int64_t rev;	   /* when acquired: the create revision of ekey */
 };
 
 /* The etcd key of @name's record of kind @what ('v': the holder's value,
@@ -99,8 +99,8 @@ void cluster_rec_key(const struct cluster_opts *o, char what, const char *name, 
 		     char *out, size_t size);
 
 /* Start the recipe for key @name under @lease (a thread). */
-int cworker_start(struct cluster *c, struct cworker *w, const char *name, size_t len,
-		  int64_t lease, uint64_t epoch, bool adopt);
+int cworker_start(struct cluster *c, struct cworker *w, const char *name, size_t len, int64_t lease,
+		  uint64_t epoch, bool adopt);
 /* Join a finished (or cancelled) worker. */
 void cworker_join(struct cworker *w);
 /* The etcd key directory of key @name. */
@@ -119,7 +119,7 @@ enum ckey_state {
 };
 
 #define CSEM_MAX CLUSTER_SEM_MAX /* slots of one cluster semaphore (keyops.h) */
-#define CSEM_BATCH 16 /* slots asked for at once */
+#define CSEM_BATCH 16		 /* slots asked for at once */
 
 /* A worker taking slots of a cluster semaphore (cluster_sem.c). */
 struct csworker {
@@ -142,20 +142,20 @@ struct ckey {
 	uint32_t state;
 	uint32_t len;
 	char name[LOCAL_KEY_MAX + 1];
-	struct cworker *w;  /* CK_ACQ */
-	char ekey[680];	    /* CK_HELD: our etcd key */
-	uint64_t epoch;	    /* the lease generation it was taken under */
-	int64_t lease;	    /* CK_HELD, CK_SEM: the etcd lease it was taken under */
+	struct cworker *w; /* CK_ACQ */
+	char ekey[680];	   /* CK_HELD: our etcd key */
+	uint64_t epoch;	   /* the lease generation it was taken under */
+	int64_t lease;	   /* CK_HELD, CK_SEM: the etcd lease it was taken under */
 	/* Open under a lease that ended, and its mutex busy since
 	 * unclosed_ns: retried at every tick, logged at unclosed_log_ns. */
 	uint64_t unclosed_ns, unclosed_log_ns;
-	int64_t rev;	    /* CK_HELD: its create revision */
-	uint64_t batch_ns;  /* CK_HELD: when the current batch began */
-	uint64_t batch_l0;  /* ... and the key's lock_index then */
-	uint64_t retry_ns;  /* CK_IDLE: after a failed attempt, not before */
-	bool yielding;	    /* CK_HELD: closed for other hosts; give up once free */
-	uint64_t idle_ns;   /* CK_HELD: first seen idle (0: in use) ... */
-	uint64_t idle_l;    /* ... with this lock_index */
+	int64_t rev;	   /* CK_HELD: its create revision */
+	uint64_t batch_ns; /* CK_HELD: when the current batch began */
+	uint64_t batch_l0; /* ... and the key's lock_index then */
+	uint64_t retry_ns; /* CK_IDLE: after a failed attempt, not before */
+	bool yielding;	   /* CK_HELD: closed for other hosts; give up once free */
+	uint64_t idle_ns;  /* CK_HELD: first seen idle (0: in use) ... */
+	uint64_t idle_l;   /* ... with this lock_index */
 	/* Another host queued for this key's lock since we last asked etcd:
 	 * set by the watch thread (cluster_values.c), cleared by the manager
 	 * before it asks. A hint: a batch ends with a count query only when
@@ -208,7 +208,7 @@ struct cluster {
 	 * the loop's alone; the threads here have BROKER_LOCK_MS per wait. */
 	struct segment view;
 	const struct cluster_opts *o;
-	struct etcd etcd; /* the manager thread's */
+	struct etcd etcd;  /* the manager thread's */
 	struct ckey *keys; /* per key entry */
 	pthread_t mgr, lease_thr;
 	bool mgr_running, lease_running;
@@ -216,8 +216,8 @@ struct cluster {
 	pthread_mutex_t mu; /* stop_cv */
 	pthread_cond_t stop_cv;
 	/* The host's lease, written by the lease thread. */
-	_Atomic int64_t lease_id; /* 0: none (jeopardy, or not yet granted) */
-	_Atomic uint64_t epoch;	  /* +1 at every new lease */
+	_Atomic int64_t lease_id;     /* 0: none (jeopardy, or not yet granted) */
+	_Atomic uint64_t epoch;	      /* +1 at every new lease */
 	_Atomic uint64_t deadline_ns; /* local holds end at this CLOCK_MONOTONIC time */
 	/* CLOCK_MONOTONIC: the lease thread last learnt the state of the
 	 * lease (a renewal sent then was answered, a new lease, or jeopardy).
@@ -225,8 +225,8 @@ struct cluster {
 	 * time it woke (lease_check_ns: asked for). */
 	_Atomic uint64_t lease_seen_ns, lease_check_ns;
 	uint32_t margin_ms;
-	int64_t adopt_id; /* the lease of the broker before us, to re-adopt */
-	bool lingering; /* manager: a held key is idle, to be looked at again soon */
+	int64_t adopt_id;	   /* the lease of the broker before us, to re-adopt */
+	bool lingering;		   /* manager: a held key is idle, to be looked at again soon */
 	uint32_t *active, nactive; /* manager: entries not CK_IDLE (scan()) */
 	/* Other hosts' holders (cluster_values.c): the watch thread writes,
 	 * the event loop reads (cluster_remote_fill()). */
@@ -269,8 +269,7 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now);
 /* ---- values, leaders and watches across hosts (cluster_values.c) --------- */
 
 /* Under @k's mutex: fill @p if what etcd shows for @ck is out of date. */
-bool cvalue_snapshot_locked(struct cluster *c, struct seg_key *k, struct ckey *ck,
-			    struct cpub *p);
+bool cvalue_snapshot_locked(struct cluster *c, struct seg_key *k, struct ckey *ck, struct cpub *p);
 /* Publish @p (frees its value). */
 void cvalue_publish(struct cluster *c, struct ckey *ck, struct cpub *p);
 /* The delete of a release: our lock key and our records, in one txn. */

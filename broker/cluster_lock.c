@@ -26,8 +26,7 @@
 #define STEP_MS 3000u  /* one request */
 #define WATCH_MS 5000u /* one watch, before looking again */
 
-void cluster_dir(const struct cluster_opts *o, const char *name, size_t len, char *out,
-		 size_t size)
+void cluster_dir(const struct cluster_opts *o, const char *name, size_t len, char *out, size_t size)
 {
 	size_t n = (size_t)snprintf(out, size, "%s", o->ns), i;
 
@@ -63,10 +62,10 @@ static int create_own(struct etcd *e, struct cworker *w, int64_t *rev, bool *exi
 
 	etcd_b64(w->ekey, strlen(w->ekey), k64);
 	snprintf(lease, sizeof(lease), "%" PRId64, w->lease);
-	req = json_pack("{s:[{s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}], s:[{s:{s:s}}]}",
-			"compare", "key", k64, "target", "CREATE", "create_revision", "0",
-			"success", "request_put", "key", k64, "value", "", "lease", lease,
-			"failure", "request_range", "key", k64);
+	req = json_pack("{s:[{s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}], s:[{s:{s:s}}]}", "compare",
+			"key", k64, "target", "CREATE", "create_revision", "0", "success",
+			"request_put", "key", k64, "value", "", "lease", lease, "failure",
+			"request_range", "key", k64);
 	err = etcd_post(e, "/v3/kv/txn", req, &rep, STEP_MS, &w->cancel);
 	if (err)
 		return err;
@@ -219,8 +218,8 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-int cworker_start(struct cluster *c, struct cworker *w, const char *name, size_t len,
-		  int64_t lease, uint64_t epoch, bool adopt)
+int cworker_start(struct cluster *c, struct cworker *w, const char *name, size_t len, int64_t lease,
+		  uint64_t epoch, bool adopt)
 {
 	int err;
 

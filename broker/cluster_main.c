@@ -34,17 +34,17 @@
 #include "futex.h"
 #include "lockword.h"
 
-#define TICK_MS 50u	   /* the manager looks at held keys at least this often */
-#define FULL_MS 1000u	   /* ... and at every key entry */
-#define RETRY_MS 200u	   /* after a failed recipe */
-#define RELEASE_MS 3000u   /* deleting our etcd key */
-#define GRANT_MS 2000u	   /* a lease grant attempt */
-#define REGRANT_MS 500u	   /* between lease grant attempts */
-#define RENEW_RETRY_MS 250u /* after a failed renewal */
-#define REVOKE_MS 1000u	   /* a revoke attempt of a lease we gave up */
-#define REVOKE_RETRY_MS 250u /* ... and between attempts */
-#define OLD_LEASES 4u	   /* leases given up, revoked until etcd answers */
-#define PAUSE_MS 500u	   /* the manager woke this much later than it meant to: paused */
+#define TICK_MS 50u	      /* the manager looks at held keys at least this often */
+#define FULL_MS 1000u	      /* ... and at every key entry */
+#define RETRY_MS 200u	      /* after a failed recipe */
+#define RELEASE_MS 3000u      /* deleting our etcd key */
+#define GRANT_MS 2000u	      /* a lease grant attempt */
+#define REGRANT_MS 500u	      /* between lease grant attempts */
+#define RENEW_RETRY_MS 250u   /* after a failed renewal */
+#define REVOKE_MS 1000u	      /* a revoke attempt of a lease we gave up */
+#define REVOKE_RETRY_MS 250u  /* ... and between attempts */
+#define OLD_LEASES 4u	      /* leases given up, revoked until etcd answers */
+#define PAUSE_MS 500u	      /* the manager woke this much later than it meant to: paused */
 #define UNCLOSED_LOG_MS 1000u /* a key that could not be closed: logged after 1 s, 2 s, 4 s ... */
 #define UNCLOSED_LOG_MAX_MS 60000u
 #define SEQ_SPAN (1ull << CLUSTER_SEQ_BITS)
@@ -155,8 +155,9 @@ static int64_t lease_grant(struct cluster *c, struct etcd *e, int64_t *ttl)
 	json_t *rep = NULL;
 	int64_t id = 0;
 
-	if (etcd_post(e, "/v3/lease/grant", json_pack("{s:I}", "TTL", (json_int_t)c->o->lease_ttl_s),
-		      &rep, GRANT_MS, &c->stop) == 0) {
+	if (etcd_post(e, "/v3/lease/grant",
+		      json_pack("{s:I}", "TTL", (json_int_t)c->o->lease_ttl_s), &rep, GRANT_MS,
+		      &c->stop) == 0) {
 		id = etcd_i64(rep, "ID");
 		*ttl = etcd_i64(rep, "TTL");
 	}
@@ -275,7 +276,7 @@ static void *lease_thread(void *arg)
 			 * lease_id must find it there (cluster_gated()). */
 			atomic_store(&c->seg->hdr->cluster_lease_id, id);
 			set_deadline(c, sent + (uint64_t)ttl * 1000000000ull -
-					       (uint64_t)c->margin_ms * 1000000ull);
+						(uint64_t)c->margin_ms * 1000000ull);
 			atomic_fetch_add(&c->epoch, 1);
 			atomic_store(&c->lease_id, id);
 			atomic_store(&c->lease_seen_ns, sent);
@@ -307,7 +308,7 @@ static void *lease_thread(void *arg)
 				  &ttl);
 		if (!err) {
 			set_deadline(c, sent + (uint64_t)ttl * 1000000000ull -
-					       (uint64_t)c->margin_ms * 1000000ull);
+						(uint64_t)c->margin_ms * 1000000ull);
 			next = sent + renew_ns;
 			if (adopting) {
 				/* The lease of the broker before us lives: ours. */
@@ -487,8 +488,9 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 		 * ask etcd: it ends with a release, which rings us. */
 		uint64_t grants = atomic_load(&k->lock_index) - ck->batch_l0;
 
-		batch_over = grants >= c->o->batch || grants >= SEQ_SPAN / 2 ||
-			     (grants && now - ck->batch_ns >= (uint64_t)c->o->batch_ms * 1000000ull);
+		batch_over =
+			grants >= c->o->batch || grants >= SEQ_SPAN / 2 ||
+			(grants && now - ck->batch_ns >= (uint64_t)c->o->batch_ms * 1000000ull);
 	}
 	/* In use (or yielding): ring us at the next release without handoff.
 	 * Lingering: we look again after --cluster-linger anyway. */
@@ -590,7 +592,8 @@ static void adopt_tick(struct cluster *c, uint32_t i, struct ckey *ck)
 	if (!w) {
 		if (atomic_load(&c->epoch) == 0)
 			return; /* the lease thread has not answered yet */
-		if (atomic_load(&c->epoch) != ck->epoch || atomic_load(&c->lease_id) != c->adopt_id) {
+		if (atomic_load(&c->epoch) != ck->epoch ||
+		    atomic_load(&c->lease_id) != c->adopt_id) {
 			ck->state = CK_IDLE; /* not re-adopted: jeopardy ended the holds */
 			return;
 		}
@@ -656,8 +659,7 @@ static uint32_t key_name_len(const struct seg_key *k)
 	return k->key_len <= LOCAL_KEY_MAX ? k->key_len : 0;
 }
 
-static bool close_stale(struct cluster *c, uint32_t i, struct ckey *ck, int64_t lease,
-			uint64_t now)
+static bool close_stale(struct cluster *c, uint32_t i, struct ckey *ck, int64_t lease, uint64_t now)
 {
 	struct segment *seg = c->seg;
 	struct seg_key *k = &seg->keys[i];
@@ -944,7 +946,8 @@ static void publish_prefixes(struct broker *b, struct cluster *c)
 	for (i = 0; i < b->seg.caps.max_keys; i++) {
 		struct seg_key *k = &b->seg.keys[i];
 
-		if (atomic_load(&k->state) != KEY_USED || key_lock_timed(&b->seg, k, BROKER_LOCK_MS))
+		if (atomic_load(&k->state) != KEY_USED ||
+		    key_lock_timed(&b->seg, k, BROKER_LOCK_MS))
 			continue;
 		if (!cluster_prefix_match(&b->seg, k->key, k->key_len)) {
 			atomic_store(&k->cluster, 0);
@@ -968,7 +971,8 @@ static void publish_prefixes(struct broker *b, struct cluster *c)
 			/* Holds of an earlier run whose cluster locks this broker
 			 * does not hold. */
 			if (k->holders)
-				blog(LOG_NOTICE, "cluster: %u hold(s) of %.*s from an earlier run ended",
+				blog(LOG_NOTICE,
+				     "cluster: %u hold(s) of %.*s from an earlier run ended",
 				     end_holds_locked(&b->seg, k), (int)k->key_len, k->key);
 		}
 		key_unlock(k);

@@ -80,8 +80,10 @@ static int parse_endpoints(struct cluster_opts *o, const char *arg)
 		n = end ? (size_t)(end - p) : strlen(p);
 		if (!n || n > 100 || o->nendpoints == CLUSTER_EP_MAX || !memchr(p, ':', n) ||
 		    memchr(p, '/', n)) {
-			fprintf(stderr, "shmlockd: --cluster: bad endpoint list '%s' (at most %d "
-					"HOST:PORT)\n", arg, CLUSTER_EP_MAX);
+			fprintf(stderr,
+				"shmlockd: --cluster: bad endpoint list '%s' (at most %d "
+				"HOST:PORT)\n",
+				arg, CLUSTER_EP_MAX);
 			return -1;
 		}
 		snprintf(o->endpoints[o->nendpoints++], sizeof(o->endpoints[0]), "%s%.*s", scheme,

@@ -85,8 +85,8 @@ struct sem_view {
 	uint32_t nslots, earlier;
 };
 
-static void sem_parse(struct csworker *w, struct etcd *e, json_t *rep, size_t dlen,
-		      uint8_t *taken, struct sem_view *v)
+static void sem_parse(struct csworker *w, struct etcd *e, json_t *rep, size_t dlen, uint8_t *taken,
+		      struct sem_view *v)
 {
 	json_t *kv;
 	size_t j;
@@ -163,8 +163,8 @@ static int on_change(json_t *msg, void *arg)
 
 /* The range of the semaphore's etcd directory (slots and waiter keys):
  * @from and @to in base64; the directory's length (with its '/'). */
-static size_t sem_dir_range(const struct cluster_opts *o, const char *name, size_t len,
-			    char *from, char *to)
+static size_t sem_dir_range(const struct cluster_opts *o, const char *name, size_t len, char *from,
+			    char *to)
 {
 	char dir[660];
 	size_t n;
@@ -214,8 +214,8 @@ static void *sem_worker(void *arg)
 		uint32_t i, allow;
 
 		err = etcd_post(&e, "/v3/kv/range",
-				json_pack("{s:s, s:s}", "key", from, "range_end", to), &rep, STEP_MS,
-				&w->cancel);
+				json_pack("{s:s, s:s}", "key", from, "range_end", to), &rep,
+				STEP_MS, &w->cancel);
 		if (err)
 			break;
 		sem_parse(w, &e, rep, n, taken, &v);
@@ -241,9 +241,9 @@ static void *sem_worker(void *arg)
 			etcd_b64(sk, strlen(sk), k64);
 			lease_str(w->lease, lease, sizeof(lease));
 			req = json_pack("{s:[{s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}, o]}",
-					"compare", "key", k64, "target", "CREATE", "create_revision",
-					"0", "success", "request_put", "key", k64, "value", "",
-					"lease", lease,
+					"compare", "key", k64, "target", "CREATE",
+					"create_revision", "0", "success", "request_put", "key",
+					k64, "value", "", "lease", lease,
 					waiter_op(wk64, w->lease, w->want - w->got - 1));
 			rep = NULL;
 			if (etcd_post(&e, "/v3/kv/txn", req, &rep, STEP_MS, &w->cancel) == 0 &&

@@ -54,8 +54,7 @@ void cluster_rec_key(const struct cluster_opts *o, char what, const char *name, 
 
 /* ---- publishing (the manager) -------------------------------------------- */
 
-bool cvalue_snapshot_locked(struct cluster *c, struct seg_key *k, struct ckey *ck,
-			    struct cpub *p)
+bool cvalue_snapshot_locked(struct cluster *c, struct seg_key *k, struct ckey *ck, struct cpub *p)
 {
 	struct segment *seg = c->seg;
 	uint32_t idx = seg_key_index(seg, k), h = k->h_head;
@@ -157,8 +156,7 @@ static json_t *guarded(struct cluster *c, struct ckey *ck, json_t *ops)
 		key = vkey;
 	}
 	etcd_b64(key, strlen(key), k64);
-	return json_pack("{s:[o], s:o}", "compare", etcd_cmp_lease(k64, ck->lease), "success",
-			 ops);
+	return json_pack("{s:[o], s:o}", "compare", etcd_cmp_lease(k64, ck->lease), "success", ops);
 }
 
 void cvalue_publish(struct cluster *c, struct ckey *ck, struct cpub *p)
@@ -225,9 +223,9 @@ int cvalue_release(struct cluster *c, struct ckey *ck)
 	cluster_rec_key(c->o, 'v', ck->name, ck->len, vkey, sizeof(vkey));
 	cluster_rec_key(c->o, 'd', ck->name, ck->len, dkey, sizeof(dkey));
 	/* A semaphore (cluster_sem.c) has no lock key: its slots go apart. */
-	ops = ck->state == CK_SEM ? json_pack("[o, o]", op_del(vkey), op_del(dkey))
-				  : json_pack("[o, o, o]", op_del(ck->ekey), op_del(vkey),
-					      op_del(dkey));
+	ops = ck->state == CK_SEM
+		      ? json_pack("[o, o]", op_del(vkey), op_del(dkey))
+		      : json_pack("[o, o, o]", op_del(ck->ekey), op_del(vkey), op_del(dkey));
 	ck->pub_valid = false;
 	if (!ops)
 		return -ENOMEM;
@@ -251,8 +249,7 @@ static struct cremote *remote_find(struct cluster *c, const char *name, size_t l
 /* A change of @name's record seen: its value (@v, @vlen; NULL: none) into
  * the local key, whose watchers wake. Not while this host holds the key:
  * there the local holder is the truth (and its record ours). */
-static void touch_local(struct cluster *c, const char *name, size_t len, const void *v,
-			size_t vlen)
+static void touch_local(struct cluster *c, const char *name, size_t len, const void *v, size_t vlen)
 {
 	struct segment *seg = c->seg;
 	struct seg_key *k;
@@ -477,7 +474,7 @@ static int load_all(struct cluster *c, struct etcd *e, const char *from, const c
 		    int64_t *rev)
 {
 	json_t *rep = NULL, *kv;
-	char (*seen)[LOCAL_KEY_MAX + 1] = NULL;
+	char(*seen)[LOCAL_KEY_MAX + 1] = NULL;
 	size_t i, n;
 	uint32_t j;
 	int err;

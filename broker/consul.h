@@ -41,7 +41,7 @@ struct MHD_Connection;
 /* The listener in h->d[@daemon] serves the Consul API: 0 or -errno. */
 int consul_start(struct http *h, unsigned daemon);
 void consul_stop(struct http *h); /* end waits, sessions, data */
-void consul_free(struct http *h);  /* after the daemons stopped */
+void consul_free(struct http *h); /* after the daemons stopped */
 /* Does connection @conn belong to the Consul listener? */
 bool consul_conn(struct http *h, struct MHD_Connection *conn);
 /* Route, authenticate and answer a Consul request (after the Host and

@@ -79,7 +79,7 @@ struct cwait {
 	uint32_t gen;
 	enum cw_kind kind;
 	uint64_t index;
-	int fd; /* the client's socket, watched for a hang-up; -1: not */
+	int fd;			     /* the client's socket, watched for a hang-up; -1: not */
 	char key[LOCAL_KEY_MAX + 1]; /* the key or prefix */
 };
 
@@ -87,7 +87,7 @@ struct cwait {
 struct cwatch {
 	char key[LOCAL_KEY_MAX + 1];
 	struct seg_key *k;
-	uint32_t node; /* our NODE_WATCHING node */
+	uint32_t node;	 /* our NODE_WATCHING node */
 	uint32_t expect; /* the watcher thread's last seen change word */
 	bool want;	 /* mark while recomputing the set */
 };

@@ -414,11 +414,11 @@ static json_t *base64(const char *in, size_t n)
 
 static json_t *entry_json(const struct kv *e)
 {
-	json_t *j = json_pack("{s:I, s:s, s:o, s:o, s:I, s:I}", "LockIndex",
-			      (json_int_t)e->lock_index, "Key", e->key, "Flags",
-			      consul_u64(e->flags),
-			      "Value", e->len ? base64(e->val, e->len) : json_null(), "CreateIndex",
-			      (json_int_t)e->create, "ModifyIndex", (json_int_t)e->modify);
+	json_t *j =
+		json_pack("{s:I, s:s, s:o, s:o, s:I, s:I}", "LockIndex", (json_int_t)e->lock_index,
+			  "Key", e->key, "Flags", consul_u64(e->flags), "Value",
+			  e->len ? base64(e->val, e->len) : json_null(), "CreateIndex",
+			  (json_int_t)e->create, "ModifyIndex", (json_int_t)e->modify);
 
 	if (!j) /* a key that is not UTF-8: JSON cannot say it */
 		return NULL;

@@ -185,8 +185,7 @@ static int hexval(char ch)
 	return -1;
 }
 
-int consul_unescape(const char *in, size_t n, char *out, size_t size, size_t *out_len,
-		    bool plus)
+int consul_unescape(const char *in, size_t n, char *out, size_t size, size_t *out_len, bool plus)
 {
 	size_t i, o = 0;
 
@@ -237,8 +236,12 @@ int64_t consul_duration(const char *s)
 	static const struct {
 		const char *unit;
 		uint64_t ns;
-	} units[] = { { "ns", 1 }, { "us", 1000 }, { "ms", 1000000 }, { "s", 1000000000ull },
-		      { "m", 60000000000ull }, { "h", 3600000000000ull } };
+	} units[] = { { "ns", 1 },
+		      { "us", 1000 },
+		      { "ms", 1000000 },
+		      { "s", 1000000000ull },
+		      { "m", 60000000000ull },
+		      { "h", 3600000000000ull } };
 	uint64_t total = 0;
 	bool any = false;
 
@@ -281,8 +284,8 @@ void consul_format_duration(uint64_t ns, char *out, size_t size)
 	if (ns % 1000000000ull)
 		snprintf(out, size, "%" PRIu64 "ms", ns / UINT64_C(1000000));
 	else if (s >= 3600)
-		snprintf(out, size, "%" PRIu64 "h%" PRIu64 "m%" PRIu64 "s", s / 3600,
-			 s % 3600 / 60, s % 60);
+		snprintf(out, size, "%" PRIu64 "h%" PRIu64 "m%" PRIu64 "s", s / 3600, s % 3600 / 60,
+			 s % 60);
 	else if (s >= 60)
 		snprintf(out, size, "%" PRIu64 "m%" PRIu64 "s", s / 60, s % 60);
 	else
@@ -372,8 +375,8 @@ bool consul_block(struct hreq *r, enum cw_kind kind, const char *key, uint64_t v
 	cx(r)->waiter = slot;
 	c->active_waits++;
 	watch_hangup(c, r, (uint32_t)slot);
-	broker_schedule(c->b, mono_ns() + wait_ms * 1000000ull, TIMER_CONSUL_WAIT,
-			(uint32_t)slot, w->gen);
+	broker_schedule(c->b, mono_ns() + wait_ms * 1000000ull, TIMER_CONSUL_WAIT, (uint32_t)slot,
+			w->gen);
 	hreq_suspend(r);
 	consul_watch_update(c);
 	return true;
@@ -475,8 +478,7 @@ void consul_request_done(struct hreq *r)
 
 	if (!q)
 		return;
-	if (c && q->waiter >= 0 && (uint32_t)q->waiter < c->nwaits &&
-	    c->waits[q->waiter].r == r) {
+	if (c && q->waiter >= 0 && (uint32_t)q->waiter < c->nwaits && c->waits[q->waiter].r == r) {
 		unwatch_hangup(c, &c->waits[q->waiter]);
 		c->waits[q->waiter].r = NULL;
 		c->waits[q->waiter].gen++;
@@ -553,11 +555,11 @@ static void agent_route(struct hreq *r, const char *rest)
 			     json_pack("{s:{s:s, s:s, s:s, s:b, s:s}, s:{s:s, s:s, s:i, s:i},"
 				       " s:{s:{s:s, s:s, s:s}}}",
 				       "Config", "Datacenter", "dc1", "NodeName", c->node,
-				       "Version",
-				       SHMLOCK_VERSION, "Server", 1, "Revision", "shmlock",
-				       "Member", "Name", c->node, "Addr", "127.0.0.1", "Port", 8301,
-				       "Status", 1, "Stats", "shmlock", "blocking_queries", waits,
-				       "watched_keys", watched, "sessions", sessions));
+				       "Version", SHMLOCK_VERSION, "Server", 1, "Revision",
+				       "shmlock", "Member", "Name", c->node, "Addr", "127.0.0.1",
+				       "Port", 8301, "Status", 1, "Stats", "shmlock",
+				       "blocking_queries", waits, "watched_keys", watched,
+				       "sessions", sessions));
 	} else {
 		consul_reply_text(r, 404, "Not Found");
 	}
@@ -598,8 +600,9 @@ void consul_dispatch(struct hreq *r)
 		return;
 	}
 	if (!http_rate_allow(r->h, r->ip)) {
-		consul_reply_text(r, 429, "Your IP is issuing too many concurrent connections, "
-					  "please rate limit your calls");
+		consul_reply_text(r, 429,
+				  "Your IP is issuing too many concurrent connections, "
+				  "please rate limit your calls");
 		return;
 	}
 	if (r->body_too_large) {

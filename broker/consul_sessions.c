@@ -79,9 +79,7 @@ static json_t *jget(json_t *j, const char *name)
 	const char *k;
 	json_t *v;
 
-	json_object_foreach(j, k, v)
-		if (!strcasecmp(k, name))
-			return v;
+	json_object_foreach(j, k, v) if (!strcasecmp(k, name)) return v;
 	return NULL;
 }
 
@@ -154,14 +152,13 @@ json_t *consul_session_json(struct consul *c, const struct csession_view *v)
 
 	if (v->ttl_ns)
 		consul_format_duration(v->ttl_ns, ttl, sizeof(ttl));
-	json_array_foreach(v->node_checks, i, e)
-		json_array_append(checks, e);
-	return json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:O, s:O, s:o, s:I, s:I}", "ID", v->id,
-			 "Name", v->name, "Node", c->node, "LockDelay", (json_int_t)v->lock_delay_ns,
-			 "Behavior", v->behavior_delete ? "delete" : "release", "TTL", ttl,
-			 "NodeChecks", v->node_checks, "ServiceChecks", v->service_checks, "Checks",
-			 checks, "CreateIndex", (json_int_t)v->create_index, "ModifyIndex",
-			 (json_int_t)v->modify_index);
+	json_array_foreach(v->node_checks, i, e) json_array_append(checks, e);
+	return json_pack(
+		"{s:s, s:s, s:s, s:I, s:s, s:s, s:O, s:O, s:o, s:I, s:I}", "ID", v->id, "Name",
+		v->name, "Node", c->node, "LockDelay", (json_int_t)v->lock_delay_ns, "Behavior",
+		v->behavior_delete ? "delete" : "release", "TTL", ttl, "NodeChecks", v->node_checks,
+		"ServiceChecks", v->service_checks, "Checks", checks, "CreateIndex",
+		(json_int_t)v->create_index, "ModifyIndex", (json_int_t)v->modify_index);
 }
 
 static json_t *entry_json(struct consul *c, const struct csession *cs)
@@ -219,9 +216,10 @@ static int check_list(struct hreq *r, json_t *j, const char *field, bool objects
 		consul_reply_text(r, 400, "Request decode failed: %s must be a list", field);
 		return -1;
 	}
-	json_array_foreach(v, i, e) {
-		const char *name = objects ? json_string_value(jget(e, "ID"))
-					   : json_string_value(e);
+	json_array_foreach(v, i, e)
+	{
+		const char *name =
+			objects ? json_string_value(jget(e, "ID")) : json_string_value(e);
 
 		if (!name) {
 			consul_reply_text(r, 400, "Request decode failed: malformed %s", field);
@@ -316,9 +314,9 @@ static void create(struct hreq *r)
 		goto out;
 	}
 	if ((v = jget(j, "TTL")) && !json_is_null(v)) {
-		int64_t ns = json_is_string(v) ? (json_string_length(v) ? consul_duration(
-								    json_string_value(v))
-							      : 0)
+		int64_t ns = json_is_string(v) ? (json_string_length(v)
+							  ? consul_duration(json_string_value(v))
+							  : 0)
 					       : -1;
 		uint32_t min = h->b->opts.consul.ttl_min_s;
 
@@ -330,7 +328,8 @@ static void create(struct hreq *r)
 		if (ns && (ns % 1000000000ll || ttl_s < min || ttl_s > TTL_MAX_S)) {
 			consul_reply_text(r, 400,
 					  "Invalid Session TTL '%" PRId64 "', must be between "
-					  "[%us=24h0m0s]", ns, min);
+					  "[%us=24h0m0s]",
+					  ns, min);
 			goto out;
 		}
 	}
@@ -363,13 +362,17 @@ static void create(struct hreq *r)
 		goto out;
 	}
 	if (c->nsessions >= http_sessions_cap(h)) {
-		consul_reply_text(r, 500, "%u sessions open: this API's share of the session "
-					  "table (--http-max-sessions)", c->nsessions);
+		consul_reply_text(r, 500,
+				  "%u sessions open: this API's share of the session "
+				  "table (--http-max-sessions)",
+				  c->nsessions);
 		goto out;
 	}
 	if (!ip || (o->max_sessions_per_ip && ip->sessions >= o->max_sessions_per_ip)) {
-		consul_reply_text(r, 429, "%s has too many sessions open "
-					  "(--http-max-sessions-per-ip)", r->ip);
+		consul_reply_text(r, 429,
+				  "%s has too many sessions open "
+				  "(--http-max-sessions-per-ip)",
+				  r->ip);
 		goto out;
 	}
 	memset(&req, 0, sizeof(req));
@@ -505,8 +508,8 @@ void consul_session_route(struct hreq *r, const char *rest)
 			return;
 		consul_set_index(r, consul_sessions_view(c));
 		consul_reply(r, 200, consul_session_list_json(c, strcmp(rest, "list") ? id : NULL));
-	} else if (!strcmp(rest, "destroy/") || !strcmp(rest, "info/") ||
-		   !strcmp(rest, "renew/") || !strcmp(rest, "node/")) {
+	} else if (!strcmp(rest, "destroy/") || !strcmp(rest, "info/") || !strcmp(rest, "renew/") ||
+		   !strcmp(rest, "node/")) {
 		consul_reply_text(r, 400, "Missing %s", strcmp(rest, "node/") ? "session" : "node");
 	} else {
 		consul_reply_text(r, 404, "Not Found");

@@ -32,7 +32,6 @@
 #define SYS_futex_waitv 449
 #endif
 
-
 static uint32_t word_of(struct seg_key *k)
 {
 	return atomic_load(key_change_futex(k));
@@ -63,8 +62,10 @@ static void *watch_thread(void *arg)
 			break;
 		if (syscall(SYS_futex_waitv, wv, n + 1, 0, NULL, CLOCK_MONOTONIC) < 0 &&
 		    errno != EAGAIN && errno != EINTR) {
-			blog(LOG_ERR, "consul: futex_waitv: %s; changes made outside the "
-			     "Consul API no longer wake blocking queries", strerror(errno));
+			blog(LOG_ERR,
+			     "consul: futex_waitv: %s; changes made outside the "
+			     "Consul API no longer wake blocking queries",
+			     strerror(errno));
 			break;
 		}
 		moved = false;
@@ -167,7 +168,8 @@ static void want(struct consul *c, const char *key)
 	}
 	if (c->nwatch >= CONSUL_WATCH_MAX) {
 		if (!full_logged)
-			blog(LOG_WARNING, "consul: over %d keys under blocking queries; changes "
+			blog(LOG_WARNING,
+			     "consul: over %d keys under blocking queries; changes "
 			     "made outside the Consul API to the others wake no one",
 			     CONSUL_WATCH_MAX);
 		full_logged = true;

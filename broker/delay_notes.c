@@ -53,8 +53,7 @@ static bool died(const struct seg_session *s)
 	rp = strrchr(buf, ')');
 	if (!rp || rp[1] != ' ' || rp[2] == 'Z' || rp[2] == 'X')
 		return true;
-	return s->start_time && !proc_start_time(s->creator_pid, &start) &&
-	       start != s->start_time;
+	return s->start_time && !proc_start_time(s->creator_pid, &start) && start != s->start_time;
 }
 
 static void note(const struct seg_key *k, const struct seg_session *s, unsigned how,

@@ -16,20 +16,20 @@
 struct broker;
 
 struct http_opts {
-	char listen[128];     /* HOST:PORT or :PORT; "" when off */
-	char unix_path[108];  /* HTTP over a Unix socket; "" when off */
-	uint32_t idle_timeout_s;  /* sessions reaped after 2x this idle */
-	uint32_t default_lease_s; /* lease_ttl_s omitted or 0 */
-	char auth_token[256];	  /* "" when off */
-	uint32_t max_sessions;	  /* 0: only the segment's capacity */
+	char listen[128];	      /* HOST:PORT or :PORT; "" when off */
+	char unix_path[108];	      /* HTTP over a Unix socket; "" when off */
+	uint32_t idle_timeout_s;      /* sessions reaped after 2x this idle */
+	uint32_t default_lease_s;     /* lease_ttl_s omitted or 0 */
+	char auth_token[256];	      /* "" when off */
+	uint32_t max_sessions;	      /* 0: only the segment's capacity */
 	uint32_t max_sessions_per_ip; /* 0: no limit */
 	uint32_t rate_per_ip;	      /* requests a second; 0: no limit */
 	uint32_t rate_burst;
 	char cors_origins[512]; /* comma-separated; "*" any; "" off */
 	/* Safe defaults (docs/http-api.md, "Who can reach the API"). */
-	bool insecure_no_auth;	      /* TCP without a token is allowed */
-	char allowed_hosts[512];      /* more Host names accepted on TCP */
-	uint32_t max_connections;     /* 0: from the fd limit */
+	bool insecure_no_auth;		 /* TCP without a token is allowed */
+	char allowed_hosts[512];	 /* more Host names accepted on TCP */
+	uint32_t max_connections;	 /* 0: from the fd limit */
 	uint32_t max_connections_per_ip; /* 0: half of max_connections (TCP) */
 	uint32_t connection_timeout_s;	 /* idle or unfinished request */
 	/* shmlock's own answers where they say more than dflockd's (stats

@@ -96,8 +96,7 @@ void http_delayed_forget(struct hreq *r)
 {
 	struct http *h = r->h;
 
-	if (r->delayed >= 0 && (uint32_t)r->delayed < h->ndelayed &&
-	    h->delayed[r->delayed] == r) {
+	if (r->delayed >= 0 && (uint32_t)r->delayed < h->ndelayed && h->delayed[r->delayed] == r) {
 		h->delayed[r->delayed] = NULL;
 		h->delayed_gen[r->delayed]++;
 	}

@@ -55,14 +55,14 @@ extern const struct route_def http_routes[];
 extern const size_t http_nroutes;
 
 struct route_match {
-	enum http_route id;	/* R_NONE: no route of this method */
-	bool path_known;	/* some route has this path (then 405) */
-	char allow[64];		/* methods of the routes with this path */
+	enum http_route id;	       /* R_NONE: no route of this method */
+	bool path_known;	       /* some route has this path (then 405) */
+	char allow[64];		       /* methods of the routes with this path */
 	char param[LOCAL_KEY_MAX + 1]; /* the decoded {key} or {id} */
 	size_t param_len;
-	bool bad_param;		/* malformed key (400) */
-	bool open_path;		/* the path of an open route, any method: no token */
-	bool probe_path;	/* /health or /ready, any method: no rate limit */
+	bool bad_param;	 /* malformed key (400) */
+	bool open_path;	 /* the path of an open route, any method: no token */
+	bool probe_path; /* /health or /ready, any method: no rate limit */
 };
 
 enum http_method http_method_of(const char *m);
@@ -89,7 +89,7 @@ struct hreq {
 	bool tcp; /* came over TCP (Host is checked), not the Unix socket */
 	/* The answer, kept while the connection is suspended. */
 	int status;
-	char *reply; /* JSON text (malloc) or NULL */
+	char *reply;	   /* JSON text (malloc) or NULL */
 	const char *allow; /* 405: the Allow header */
 	bool suspended;
 	bool answered;
@@ -304,8 +304,7 @@ struct http {
 	uint32_t nips;
 	struct http_counters c;
 	struct consul *consul; /* consul_*.c; NULL when off */
-	struct ui *ui; /* K4: the web view's long polls (ui_server.c); NULL until used */
+	struct ui *ui;	       /* K4: the web view's long polls (ui_server.c); NULL until used */
 };
-
 
 #endif

@@ -53,12 +53,12 @@ struct op_args {
  * (tcp_format_token()).
  */
 #define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
-#define SIPROUND                                                                           \
-	do {                                                                               \
-		v0 += v1, v1 = ROTL(v1, 13), v1 ^= v0, v0 = ROTL(v0, 32);                  \
-		v2 += v3, v3 = ROTL(v3, 16), v3 ^= v2;                                     \
-		v0 += v3, v3 = ROTL(v3, 21), v3 ^= v0;                                     \
-		v2 += v1, v1 = ROTL(v1, 17), v1 ^= v2, v2 = ROTL(v2, 32);                  \
+#define SIPROUND                                                          \
+	do {                                                              \
+		v0 += v1, v1 = ROTL(v1, 13), v1 ^= v0, v0 = ROTL(v0, 32); \
+		v2 += v3, v3 = ROTL(v3, 16), v3 ^= v2;                    \
+		v0 += v3, v3 = ROTL(v3, 21), v3 ^= v0;                    \
+		v2 += v1, v1 = ROTL(v1, 17), v1 ^= v2, v2 = ROTL(v2, 32); \
 	} while (0)
 
 static uint64_t siphash2(const uint64_t k[2], uint64_t m0, uint64_t m1)
@@ -214,7 +214,8 @@ static bool parse_args(struct hreq *r, struct op_args *a)
 	switch (r->rt.id) {
 	case R_LOCK:
 		bad = json_unpack_ex(j, &e, 0, strict ? "{s:I, s?I !}" : "{s?I, s?I !}",
-				     "acquire_timeout_s", &a->timeout_s, "lease_ttl_s", &a->lease_s);
+				     "acquire_timeout_s", &a->timeout_s, "lease_ttl_s",
+				     &a->lease_s);
 		break;
 	case R_SEM:
 		bad = json_unpack_ex(j, &e, 0, strict ? "{s:I, s:I, s?I !}" : "{s?I, s?I, s?I !}",
@@ -302,8 +303,9 @@ static void reply_granted(struct hreq *r, struct hsession *hs, const char *statu
 	r->h->c.grants++;
 	if (lease_s < 0 || sl > 16) { /* never: leases are not negative */
 		http_format_token(r->h, hs, token, text);
-		hreq_reply_json(r, 200, json_pack("{s:s, s:s, s:I}", "status", status, "token",
-						  text, "lease_ttl_s", lease_s));
+		hreq_reply_json(r, 200,
+				json_pack("{s:s, s:s, s:I}", "status", status, "token", text,
+					  "lease_ttl_s", lease_s));
 		return;
 	}
 	memcpy(text, "{\"status\":\"", 11);
@@ -641,7 +643,8 @@ static bool waiting_on(struct http *h, struct hsession *hs, const char *key)
 	uint32_t i;
 
 	for (i = 0; hs->waiting && i < h->nwaiters; i++)
-		if (h->waiters[i].req && h->waiters[i].sess == hs && !strcmp(h->waiters[i].key, key))
+		if (h->waiters[i].req && h->waiters[i].sess == hs &&
+		    !strcmp(h->waiters[i].key, key))
 			return true;
 	return false;
 }
@@ -827,8 +830,9 @@ void http_lock_op(struct hreq *r)
 		if (err)
 			hreq_local_error(r, release_error(r->h, err));
 		else
-			hreq_reply_json(r, 200, json_pack("{s:I}", "remaining_s",
-							  (json_int_t)((left_ms + 999) / 1000)));
+			hreq_reply_json(r, 200,
+					json_pack("{s:I}", "remaining_s",
+						  (json_int_t)((left_ms + 999) / 1000)));
 		return;
 	default:
 		hreq_error(r, 404, "not_found", "no such route");

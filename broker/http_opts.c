@@ -137,26 +137,28 @@ int http_opt_parse(struct http_opts *o, int opt, const char *arg)
 		return opt_number("http-max-sessions", arg, 0, UINT32_MAX, &o->max_sessions);
 	case OPT_HTTP_MAX_PER_IP:
 		return opt_number("http-max-sessions-per-ip", arg, 0, UINT32_MAX,
-			      &o->max_sessions_per_ip);
+				  &o->max_sessions_per_ip);
 	case OPT_HTTP_RATE:
 		return opt_number("http-rate-limit-per-ip", arg, 0, 1000000, &o->rate_per_ip);
 	case OPT_HTTP_BURST:
 		return opt_number("http-rate-limit-burst", arg, 1, 1000000, &o->rate_burst);
 	case OPT_HTTP_CORS:
 		return opt_string("http-cors-allowed-origins", arg, o->cors_origins,
-			    sizeof(o->cors_origins));
+				  sizeof(o->cors_origins));
 	case OPT_HTTP_INSECURE:
 		o->insecure_no_auth = true;
 		return 0;
 	case OPT_HTTP_HOSTS:
-		return opt_string("http-allowed-hosts", arg, o->allowed_hosts, sizeof(o->allowed_hosts));
+		return opt_string("http-allowed-hosts", arg, o->allowed_hosts,
+				  sizeof(o->allowed_hosts));
 	case OPT_HTTP_MAX_CONNS:
 		return opt_number("http-max-connections", arg, 1, 1000000, &o->max_connections);
 	case OPT_HTTP_MAX_CONNS_PER_IP:
 		return opt_number("http-max-connections-per-ip", arg, 1, 1000000,
-			      &o->max_connections_per_ip);
+				  &o->max_connections_per_ip);
 	case OPT_HTTP_CONN_TIMEOUT:
-		return opt_number("http-connection-timeout", arg, 1, 86400, &o->connection_timeout_s);
+		return opt_number("http-connection-timeout", arg, 1, 86400,
+				  &o->connection_timeout_s);
 	case OPT_HTTP_EXTENSIONS:
 		o->extensions = true;
 		return 0;

@@ -34,8 +34,7 @@ const struct route_def http_routes[] = {
 };
 const size_t http_nroutes = sizeof(http_routes) / sizeof(http_routes[0]);
 
-static const char *const method_names[M_COUNT] = { "GET", "POST", "DELETE", "OPTIONS",
-						   "OTHER" };
+static const char *const method_names[M_COUNT] = { "GET", "POST", "DELETE", "OPTIONS", "OTHER" };
 
 enum http_method http_method_of(const char *m)
 {
@@ -121,8 +120,7 @@ static int decode_segment(const char *s, size_t n, char *out, size_t *out_len)
 
 /* Does @path match @pattern? The raw text of its parameter segment, if
  * any, goes to *param / *param_n. */
-static bool path_matches(const char *path, const char *pattern, const char **param,
-			 size_t *param_n)
+static bool path_matches(const char *path, const char *pattern, const char **param, size_t *param_n)
 {
 	*param = NULL;
 	*param_n = 0;

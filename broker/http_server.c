@@ -162,9 +162,8 @@ json_t *hreq_json(struct hreq *r)
 		return NULL;
 	}
 	if (!strict)
-		json_object_foreach_safe(j, tmp, name, v)
-			if (json_is_null(v))
-				json_object_del(j, name);
+		json_object_foreach_safe(j, tmp, name, v) if (json_is_null(v))
+			json_object_del(j, name);
 	return j;
 }
 
@@ -247,8 +246,9 @@ static void add_cors(struct hreq *r, struct MHD_Response *resp)
 	}
 	/* On every answer to an allowed origin, as dflockd. */
 	MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
-	MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-				"Authorization, Content-Type, X-Dflockd-Session, X-Shmlock-Session");
+	MHD_add_response_header(
+		resp, "Access-Control-Allow-Headers",
+		"Authorization, Content-Type, X-Dflockd-Session, X-Shmlock-Session");
 	MHD_add_response_header(resp, "Access-Control-Max-Age", "300");
 }
 
@@ -486,8 +486,8 @@ static void dispatch(struct hreq *r)
 		return;
 	if (r->rt.id == R_NONE) {
 		if (r->rt.path_known)
-			hreq_error(r, 405, "method_not_allowed", "%.16s is not allowed here (Allow: %s)",
-				   r->verb, r->rt.allow);
+			hreq_error(r, 405, "method_not_allowed",
+				   "%.16s is not allowed here (Allow: %s)", r->verb, r->rt.allow);
 		else
 			hreq_error(r, 404, "not_found", "no such route");
 		return;
@@ -543,8 +543,8 @@ static void client_ip(struct MHD_Connection *c, char *out, size_t size, bool *tc
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-				  const char *method, const char *version,
-				  const char *upload, size_t *upload_size, void **ctx)
+				  const char *method, const char *version, const char *upload,
+				  size_t *upload_size, void **ctx)
 {
 	struct http *h = cls;
 	struct hreq *r = *ctx;
@@ -734,9 +734,8 @@ static int start_daemon(struct http *h, int fd)
 			     MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
 			     MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
 			     MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes, h,
-			     MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
-			     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->connection_timeout_s,
-			     MHD_OPTION_CONNECTION_LIMIT, max,
+			     MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_CONNECTION_TIMEOUT,
+			     (unsigned)o->connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, max,
 			     MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_END);
 	if (!d)
 		return -EINVAL;
@@ -760,10 +759,13 @@ static int check_auth_default(const struct http_opts *o, int act, const char *co
 	if (o->auth_token[0] || o->insecure_no_auth)
 		return 0;
 	if (o->listen[0] || (act >= 0 && is_tcp(act)) || consul_listen[0]) {
-		blog(LOG_ERR, "refusing to serve HTTP on TCP (%s) without --auth-token or "
+		blog(LOG_ERR,
+		     "refusing to serve HTTP on TCP (%s) without --auth-token or "
 		     "--auth-token-file: every local user could take and release any lock. "
 		     "Use --http-socket, or pass --http-insecure-no-auth to allow it",
-		     o->listen[0] ? o->listen : consul_listen[0] ? consul_listen : "socket-activated");
+		     o->listen[0]	? o->listen
+		     : consul_listen[0] ? consul_listen
+					: "socket-activated");
 		return -EPERM;
 	}
 	return 0;
@@ -824,7 +826,7 @@ int http_start(struct broker *b)
 		     act >= 0 ? " (socket-activated)" : "");
 	if (!o->auth_token[0] && (o->listen[0] || (act >= 0 && is_tcp(act))))
 		blog(LOG_WARNING, "HTTP API on TCP without a token (--http-insecure-no-auth): "
-		     "every local user may take and release any lock");
+				  "every local user may take and release any lock");
 	return 0;
 }
 

@@ -110,7 +110,8 @@ void http_sessions_create(struct hreq *r)
 		 * with --http-extensions. */
 		hreq_error(r, 503, o->extensions ? "max_http_sessions" : "max_sessions",
 			   "%u HTTP sessions open: HTTP's share of the session table "
-			   "(--http-max-sessions)", h->nsessions);
+			   "(--http-max-sessions)",
+			   h->nsessions);
 		return;
 	}
 	if (!ip || (o->max_sessions_per_ip && ip->sessions >= o->max_sessions_per_ip)) {
@@ -148,8 +149,9 @@ void http_sessions_create(struct hreq *r)
 	h->nsessions++;
 	ip->sessions++;
 	hex_encode(rep.id, sizeof(rep.id), id);
-	hreq_reply_json(r, 200, json_pack("{s:s, s:i}", "session_id", id, "idle_timeout_s",
-					  (json_int_t)o->idle_timeout_s));
+	hreq_reply_json(r, 200,
+			json_pack("{s:s, s:i}", "session_id", id, "idle_timeout_s",
+				  (json_int_t)o->idle_timeout_s));
 }
 
 /* The live HTTP session named by @text (32 hex digits), or NULL. */
@@ -163,9 +165,8 @@ static struct hsession *lookup(struct http *h, const char *text, bool *malformed
 	if (*malformed)
 		return NULL;
 	slot = session_slot_of(h->b, id);
-	if (slot == IDX_NONE || !(hs = h->by_slot[slot]) || !session_is(&h->b->seg,
-								       (struct owner){ hs->slot,
-										       hs->gen }))
+	if (slot == IDX_NONE || !(hs = h->by_slot[slot]) ||
+	    !session_is(&h->b->seg, (struct owner){ hs->slot, hs->gen }))
 		return NULL;
 	return hs;
 }
@@ -206,8 +207,8 @@ void http_sessions_ping(struct hreq *r)
 
 struct hsession *http_session_of(struct hreq *r)
 {
-	const char *text = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-						       "X-Dflockd-Session");
+	const char *text =
+		MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Dflockd-Session");
 	struct hsession *hs;
 	bool malformed;
 

@@ -15,8 +15,8 @@
 #include "operator.h"
 
 /* Status codes the API answers with, in the order of the counters. */
-static const int status_codes[HTTP_STATUS_SLOTS] = { 200, 204, 400, 401, 404, 405,
-						     408, 409, 410, 421, 429, 500, 503 };
+static const int status_codes[HTTP_STATUS_SLOTS] = { 200, 204, 400, 401, 404, 405, 408,
+						     409, 410, 421, 429, 500, 503 };
 /* Upper bounds of the duration histogram, in seconds. */
 static const double buckets[12] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
 				    0.01,   0.05,    0.1,    0.5,   1.0,    10.0 };
@@ -218,24 +218,22 @@ void http_stats(struct hreq *r)
 			    json_pack("{s:i, s:i, s:i}", "total", (json_int_t)st.sessions, "http",
 				      (json_int_t)http_sessions_count(h), "local",
 				      (json_int_t)(st.sessions - http_sessions_count(h))));
-	json_object_set_new(j, "capacity",
-			    json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "keys",
-				      (json_int_t)st.keys, "max_keys", (json_int_t)st.max_keys,
-				      "holds", (json_int_t)st.holds, "max_holds",
-				      (json_int_t)st.max_holds, "waiters", (json_int_t)st.waiters,
-				      "max_waiters", (json_int_t)st.max_waiters, "sessions",
-				      (json_int_t)st.sessions, "max_sessions",
-				      (json_int_t)st.max_sessions, "max_value",
-				      (json_int_t)st.max_value));
-	json_object_set_new(j, "counters",
-			    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "grants",
-				      (json_int_t)st.grants, "timeouts", (json_int_t)st.timeouts,
-				      "handoffs", (json_int_t)st.handoffs, "lease_expiries",
-				      (json_int_t)st.lease_expiries, "ttl_expiries",
-				      (json_int_t)st.ttl_expiries, "crash_cleanups",
-				      (json_int_t)st.crash_cleanups, "repairs",
-				      (json_int_t)st.repairs, "quarantined",
-				      (json_int_t)st.quarantined));
+	json_object_set_new(
+		j, "capacity",
+		json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "keys",
+			  (json_int_t)st.keys, "max_keys", (json_int_t)st.max_keys, "holds",
+			  (json_int_t)st.holds, "max_holds", (json_int_t)st.max_holds, "waiters",
+			  (json_int_t)st.waiters, "max_waiters", (json_int_t)st.max_waiters,
+			  "sessions", (json_int_t)st.sessions, "max_sessions",
+			  (json_int_t)st.max_sessions, "max_value", (json_int_t)st.max_value));
+	json_object_set_new(
+		j, "counters",
+		json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "grants",
+			  (json_int_t)st.grants, "timeouts", (json_int_t)st.timeouts, "handoffs",
+			  (json_int_t)st.handoffs, "lease_expiries", (json_int_t)st.lease_expiries,
+			  "ttl_expiries", (json_int_t)st.ttl_expiries, "crash_cleanups",
+			  (json_int_t)st.crash_cleanups, "repairs", (json_int_t)st.repairs,
+			  "quarantined", (json_int_t)st.quarantined));
 	json_object_set_new(j, "http_connections", json_integer(h->connections));
 	quarantined = json_array();
 	operator_quarantined(&h->b->seg, stats_quarantined, quarantined);
@@ -250,33 +248,39 @@ static void requests(struct text *t, const struct http_counters *c)
 	int m, rt, s, i;
 
 	text_put(t, "# HELP shmlock_http_requests_total HTTP requests answered.\n"
-	       "# TYPE shmlock_http_requests_total counter\n");
+		    "# TYPE shmlock_http_requests_total counter\n");
 	for (m = 0; m < M_COUNT; m++)
 		for (rt = 0; rt < R_COUNT; rt++)
 			for (s = 0; s < HTTP_STATUS_SLOTS; s++)
 				if (c->requests[m][rt][s])
 					text_put(t,
-					    "shmlock_http_requests_total{method=\"%s\",route=\"%s\","
-					    "status=\"%d\"} %llu\n",
-					    http_method_name((enum http_method)m),
-					    http_route_name((enum http_route)rt), status_codes[s],
-					    (unsigned long long)c->requests[m][rt][s]);
+						 "shmlock_http_requests_total{method=\"%s\",route="
+						 "\"%s\","
+						 "status=\"%d\"} %llu\n",
+						 http_method_name((enum http_method)m),
+						 http_route_name((enum http_route)rt),
+						 status_codes[s],
+						 (unsigned long long)c->requests[m][rt][s]);
 	text_put(t, "# HELP shmlock_http_request_duration_seconds Time from request to answer.\n"
-	       "# TYPE shmlock_http_request_duration_seconds histogram\n");
+		    "# TYPE shmlock_http_request_duration_seconds histogram\n");
 	for (rt = 0; rt < R_COUNT; rt++) {
 		const char *name = http_route_name((enum http_route)rt);
 
 		if (!c->duration_count[rt])
 			continue;
 		for (i = 0; i < 12; i++)
-			text_put(t, "shmlock_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} "
-			       "%llu\n",
-			    name, buckets[i], (unsigned long long)c->duration_bucket[rt][i]);
-		text_put(t, "shmlock_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %llu\n"
-		       "shmlock_http_request_duration_seconds_sum{route=\"%s\"} %.9f\n"
-		       "shmlock_http_request_duration_seconds_count{route=\"%s\"} %llu\n",
-		    name, (unsigned long long)c->duration_count[rt], name, c->duration_sum[rt], name,
-		    (unsigned long long)c->duration_count[rt]);
+			text_put(t,
+				 "shmlock_http_request_duration_seconds_bucket{route=\"%s\",le=\"%"
+				 "g\"} "
+				 "%llu\n",
+				 name, buckets[i], (unsigned long long)c->duration_bucket[rt][i]);
+		text_put(t,
+			 "shmlock_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} "
+			 "%llu\n"
+			 "shmlock_http_request_duration_seconds_sum{route=\"%s\"} %.9f\n"
+			 "shmlock_http_request_duration_seconds_count{route=\"%s\"} %llu\n",
+			 name, (unsigned long long)c->duration_count[rt], name, c->duration_sum[rt],
+			 name, (unsigned long long)c->duration_count[rt]);
 	}
 }
 

@@ -95,10 +95,11 @@ int segment_fd_is_ours(struct broker *b, int fd, const char *where)
 	 * kernel at memfd_create(): no client can change it. */
 	if (!err && !strcmp(label, b->opts.shm_name + 1))
 		return 0;
-	blog(LOG_ERR, "%s holds the segment /%s, not --shm-name %s: another broker's lock "
+	blog(LOG_ERR,
+	     "%s holds the segment /%s, not --shm-name %s: another broker's lock "
 	     "space, which this one must not serve. Start this broker with that broker's "
-	     "--shm-name, or with a --socket of its own (its keeper lives beside it)", where,
-	     err ? "(not a segment of this broker's kind)" : label, b->opts.shm_name);
+	     "--shm-name, or with a --socket of its own (its keeper lives beside it)",
+	     where, err ? "(not a segment of this broker's kind)" : label, b->opts.shm_name);
 	b->exit_code = EXIT_SEG_FOREIGN;
 	return -EEXIST;
 }
@@ -108,8 +109,7 @@ static bool still_ours(const char *path, const struct stat *bound)
 {
 	struct stat st;
 
-	return lstat(path, &st) == 0 && st.st_ino == bound->st_ino &&
-	       st.st_dev == bound->st_dev;
+	return lstat(path, &st) == 0 && st.st_ino == bound->st_ino && st.st_dev == bound->st_dev;
 }
 
 static void serve(int conn, int memfd, const char *path)
@@ -137,8 +137,8 @@ static void serve(int conn, int memfd, const char *path)
 	}
 }
 
-static void __attribute__((noreturn)) keeper_main(int lfd, int memfd, const char *path,
-						  const struct stat *bound)
+static void __attribute__((noreturn))
+keeper_main(int lfd, int memfd, const char *path, const struct stat *bound)
 {
 	sigset_t none;
 	int fd, sfd;
@@ -147,8 +147,7 @@ static void __attribute__((noreturn)) keeper_main(int lfd, int memfd, const char
 	 * Out of the way first: either may sit on the other's number. */
 	lfd = fcntl(lfd, F_DUPFD_CLOEXEC, 100);
 	memfd = fcntl(memfd, F_DUPFD_CLOEXEC, 100);
-	if (lfd < 0 || memfd < 0 || dup3(lfd, 3, O_CLOEXEC) != 3 ||
-	    dup3(memfd, 4, O_CLOEXEC) != 4)
+	if (lfd < 0 || memfd < 0 || dup3(lfd, 3, O_CLOEXEC) != 3 || dup3(memfd, 4, O_CLOEXEC) != 4)
 		_exit(1);
 	lfd = 3;
 	memfd = 4;

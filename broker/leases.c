@@ -192,8 +192,9 @@ void lease_due(struct broker *b, uint32_t i, uint64_t at)
 	}
 	w = atomic_load(&n->word);
 	if (NODE_STATE(w) != NODE_HOLDING || NODE_KEY(w) != seg_key_index(seg, k) ||
-	    !n->lease_until_ns || key_find_hold_locked(seg, k, (struct owner){ NODE_SESSION(w),
-									    n->session_gen }) == IDX_NONE) {
+	    !n->lease_until_ns ||
+	    key_find_hold_locked(seg, k, (struct owner){ NODE_SESSION(w), n->session_gen }) ==
+		    IDX_NONE) {
 		key_unlock(k); /* released, or not a hold any more */
 		return;
 	}

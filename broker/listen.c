@@ -201,9 +201,10 @@ static int probe(const struct sockaddr_un *sa, int type)
 static int refuse(struct broker *b, const char *what, const char *path, const char *bad,
 		  const char *why)
 {
-	blog(LOG_ERR, "refusing %s %s: %s is %s; use a directory only this user (uid %u) or "
-	     "root can change, e.g. one it creates itself", what, path, bad, why,
-	     (unsigned)geteuid());
+	blog(LOG_ERR,
+	     "refusing %s %s: %s is %s; use a directory only this user (uid %u) or "
+	     "root can change, e.g. one it creates itself",
+	     what, path, bad, why, (unsigned)geteuid());
 	b->exit_code = EXIT_UNSAFE_PATH;
 	return -EPERM;
 }
@@ -237,8 +238,10 @@ int safe_bind_unix(struct broker *b, const char *path, int type, const char *wha
 	if (dirfd == -EPERM)
 		return refuse(b, what, path, bad, why);
 	if (dirfd == -ENOENT && strstr(why, "runtime directory")) {
-		blog(LOG_ERR, "cannot bind %s %s: %s is %s; create it first, or use a path "
-		     "under the runtime directory", what, path, bad, why);
+		blog(LOG_ERR,
+		     "cannot bind %s %s: %s is %s; create it first, or use a path "
+		     "under the runtime directory",
+		     what, path, bad, why);
 		return dirfd;
 	}
 	if (dirfd < 0) {
@@ -250,8 +253,10 @@ int safe_bind_unix(struct broker *b, const char *path, int type, const char *wha
 	if (fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0) {
 		if (!S_ISSOCK(st.st_mode) || st.st_uid != geteuid()) {
 			close(dirfd);
-			blog(LOG_ERR, "refusing %s %s: the name is taken by %s owned by uid %u; "
-			     "remove it if no server of ours is meant to be there", what, path,
+			blog(LOG_ERR,
+			     "refusing %s %s: the name is taken by %s owned by uid %u; "
+			     "remove it if no server of ours is meant to be there",
+			     what, path,
 			     S_ISSOCK(st.st_mode) ? "a socket" : "a file that is no socket",
 			     (unsigned)st.st_uid);
 			b->exit_code = EXIT_UNSAFE_PATH;
@@ -274,8 +279,8 @@ int safe_bind_unix(struct broker *b, const char *path, int type, const char *wha
 	old_mask = umask(0117);
 	err = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
 	umask(old_mask);
-	if (!err && (fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-		     !S_ISSOCK(st.st_mode) || (st.st_mode & 0777) != 0660))
+	if (!err && (fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISSOCK(st.st_mode) ||
+		     (st.st_mode & 0777) != 0660))
 		err = -EIO;
 	if (!err && b->opts.have_group &&
 	    fchownat(dirfd, base, (uid_t)-1, b->opts.group, AT_SYMLINK_NOFOLLOW) < 0)
@@ -302,16 +307,20 @@ void listen_use_activated_path(struct broker *b)
 	if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0 || sa.sun_family != AF_UNIX ||
 	    len <= offsetof(struct sockaddr_un, sun_path) || !sa.sun_path[0]) {
 		/* Abstract or unnamed: there is no directory to keep beside. */
-		blog(LOG_WARNING, "the socket-activated control socket has no path; the "
-		     "segment's keeper stays beside %s", b->opts.socket_path);
+		blog(LOG_WARNING,
+		     "the socket-activated control socket has no path; the "
+		     "segment's keeper stays beside %s",
+		     b->opts.socket_path);
 		return;
 	}
 	n = strnlen(sa.sun_path, len - offsetof(struct sockaddr_un, sun_path));
 	if (n >= sizeof(b->opts.socket_path))
 		return;
 	if (strncmp(b->opts.socket_path, sa.sun_path, sizeof(b->opts.socket_path)))
-		blog(LOG_INFO, "serving the socket-activated %.*s (not %s): the segment's keeper "
-		     "sits beside it", (int)n, sa.sun_path, b->opts.socket_path);
+		blog(LOG_INFO,
+		     "serving the socket-activated %.*s (not %s): the segment's keeper "
+		     "sits beside it",
+		     (int)n, sa.sun_path, b->opts.socket_path);
 	memcpy(b->opts.socket_path, sa.sun_path, n);
 	b->opts.socket_path[n] = '\0';
 }
@@ -381,7 +390,8 @@ static int split_spec(const char *spec, char *host, size_t hsize, char *port, si
 
 int listen_spec_loopback(const char *spec)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+	struct addrinfo hints = { .ai_family = AF_UNSPEC,
+				  .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
 	struct addrinfo *ai = NULL, *a;
 	char host[128], port[16];
@@ -416,7 +426,8 @@ int listen_spec_loopback(const char *spec)
  */
 int listen_tcp_spec(const char *spec, const char *flag, const char *what)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+	struct addrinfo hints = { .ai_family = AF_UNSPEC,
+				  .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
 	struct addrinfo *ai = NULL;
 	char host[128], port[16];

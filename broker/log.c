@@ -47,7 +47,7 @@ void blog_set_level(int level)
 
 int blog_parse_level(const char *s)
 {
-	static const char *const names[] = { "emerg", "alert", "crit", "err",
+	static const char *const names[] = { "emerg",	"alert",  "crit", "err",
 					     "warning", "notice", "info", "debug" };
 	int i;
 
@@ -150,7 +150,7 @@ bool blog_to_journal(void)
 
 static void emit(int level, const char *line)
 {
-	static const char *const tags[] = { "emerg", "alert", "crit", "error",
+	static const char *const tags[] = { "emerg",   "alert",	 "crit", "error",
 					    "warning", "notice", "info", "debug" };
 	char safe[4096], stamp[40];
 	struct timespec ts;
@@ -191,8 +191,8 @@ static void summarise(struct similar *s, uint64_t now)
 	if (!s->dropped)
 		return;
 	snprintf(line, sizeof(line), "%u more line%s like this in the last %.1f s, the last: %s",
-		 s->dropped, s->dropped == 1 ? "" : "s",
-		 (double)(now - s->window_ns) / 1e9, s->last);
+		 s->dropped, s->dropped == 1 ? "" : "s", (double)(now - s->window_ns) / 1e9,
+		 s->last);
 	emit(s->level, line);
 	s->dropped = 0;
 }
@@ -290,7 +290,7 @@ bool blog_backoff_allow(struct blog_backoff *l, uint64_t now_ns, uint32_t *suppr
 	}
 	*suppressed = l->suppressed;
 	l->suppressed = 0;
-	l->interval_s = !l->interval_s ? 1
+	l->interval_s = !l->interval_s				  ? 1
 			: l->interval_s >= BLOG_BACKOFF_MAX_S / 2 ? BLOG_BACKOFF_MAX_S
 								  : l->interval_s * 2;
 	l->next_ns = now_ns + (uint64_t)l->interval_s * 1000000000ull;

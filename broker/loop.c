@@ -60,8 +60,8 @@ void loop_unwatch_fd(struct broker *b, int fd)
 
 /* The peer's pidfd: SO_PEERPIDFD, else SO_PEERCRED + pidfd_open, checked
  * against the start time the client reported so a reused pid is refused. */
-static int peer_pidfd(struct broker *b, int conn, const struct ucred *cred,
-		      uint64_t claimed_start, uint64_t *start)
+static int peer_pidfd(struct broker *b, int conn, const struct ucred *cred, uint64_t claimed_start,
+		      uint64_t *start)
 {
 	socklen_t len = sizeof(int);
 	int fd = -1;
@@ -74,8 +74,7 @@ static int peer_pidfd(struct broker *b, int conn, const struct ucred *cred,
 		if (fd < 0)
 			return -LOCAL_EDENIED;
 	}
-	if (proc_start_time(cred->pid, start) ||
-	    (claimed_start && *start != claimed_start)) {
+	if (proc_start_time(cred->pid, start) || (claimed_start && *start != claimed_start)) {
 		close(fd);
 		return -LOCAL_EDENIED;
 	}
@@ -150,8 +149,10 @@ static int close_allowed(struct broker *b, int conn)
 		return -LOCAL_EDENIED;
 	err = access_check(b, conn, &cred);
 	if (err)
-		blog(LOG_WARNING, "refused to close a session for uid %u (pid %d): not in "
-		     "--allow-uid/gid", (unsigned)cred.uid, (int)cred.pid);
+		blog(LOG_WARNING,
+		     "refused to close a session for uid %u (pid %d): not in "
+		     "--allow-uid/gid",
+		     (unsigned)cred.uid, (int)cred.pid);
 	return err;
 }
 
@@ -278,7 +279,8 @@ static void report_quarantine(struct broker *b)
 		if (n > 0)
 			used += (size_t)n;
 	}
-	blog(LOG_WARNING, "%llu key entr%s found damaged and quarantined (%s); "
+	blog(LOG_WARNING,
+	     "%llu key entr%s found damaged and quarantined (%s); "
 	     "see shmlock keys -quarantined, and shmlock reset KEY to bring one back",
 	     (unsigned long long)(now - b->quarantined_seen),
 	     now - b->quarantined_seen == 1 ? "y" : "ies", names[0] ? names : "none left");
@@ -305,8 +307,9 @@ static void periodic_gc(struct broker *b)
 
 	if (n)
 		blog(LOG_DEBUG, "reclaimed %u idle key(s)", n);
-	broker_schedule(b, mono_ns() + (idle_ns / 4 > SCAN_INTERVAL_NS ? idle_ns / 4 : SCAN_INTERVAL_NS),
-			TIMER_GC, 0, 0);
+	broker_schedule(
+		b, mono_ns() + (idle_ns / 4 > SCAN_INTERVAL_NS ? idle_ns / 4 : SCAN_INTERVAL_NS),
+		TIMER_GC, 0, 0);
 }
 
 static void handle_timers(struct broker *b)
@@ -352,8 +355,9 @@ static void handle_signal(struct broker *b)
 		return;
 	if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
 		blog(LOG_NOTICE, "signal %u: stopping%s", si.ssi_signo,
-		     b->opts.destroy_segment_on_exit ? " and removing the segment"
-						     : "; the segment and every hold stay in place");
+		     b->opts.destroy_segment_on_exit
+			     ? " and removing the segment"
+			     : "; the segment and every hold stay in place");
 		b->stopping = true;
 	}
 }
@@ -459,7 +463,7 @@ int loop_run(struct broker *b)
 	if (err)
 		return err;
 	b->seg.ring_local = true; /* from here on the loop sees its own rings */
-	notify_ready(b); /* READY=1: segment attached, sessions re-adopted */
+	notify_ready(b);	  /* READY=1: segment attached, sessions re-adopted */
 	blog(LOG_INFO, "ready on %s, segment %s",
 	     b->listen_owned ? b->opts.socket_path : "the socket-activated socket",
 	     b->opts.shm_name);

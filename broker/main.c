@@ -70,9 +70,26 @@ static const char usage_text[] =
 	"processes, 5 a socket path in a directory other users can change.\n"
 	"With --check: 0 healthy, 1 the segment cannot be read, 2 problems found.\n";
 
-enum { OPT_SOCKET = 256, OPT_SHM, OPT_KEYS, OPT_SESSIONS, OPT_WAITERS, OPT_HOLDS, OPT_VALUE,
-       OPT_LOG, OPT_DESTROY, OPT_FALLBACK, OPT_GC, OPT_CHECK, OPT_GROUP, OPT_ALLOW_UID,
-       OPT_ALLOW_GID, OPT_REPLACE, OPT_REPLACE_WAIT, OPT_METRICS_LISTEN /* J3 */ };
+enum {
+	OPT_SOCKET = 256,
+	OPT_SHM,
+	OPT_KEYS,
+	OPT_SESSIONS,
+	OPT_WAITERS,
+	OPT_HOLDS,
+	OPT_VALUE,
+	OPT_LOG,
+	OPT_DESTROY,
+	OPT_FALLBACK,
+	OPT_GC,
+	OPT_CHECK,
+	OPT_GROUP,
+	OPT_ALLOW_UID,
+	OPT_ALLOW_GID,
+	OPT_REPLACE,
+	OPT_REPLACE_WAIT,
+	OPT_METRICS_LISTEN /* J3 */
+};
 
 static const struct option base_opts[] = {
 	{ "socket", required_argument, NULL, OPT_SOCKET },
@@ -141,8 +158,11 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 {
 	int c, lvl;
 
-	o->caps = (struct seg_caps){ .max_keys = 4096, .max_sessions = 1024,
-				     .max_waiters = 4096, .max_holds = 4096, .max_value = 1024 };
+	o->caps = (struct seg_caps){ .max_keys = 4096,
+				     .max_sessions = 1024,
+				     .max_waiters = 4096,
+				     .max_holds = 4096,
+				     .max_value = 1024 };
 	o->log_level = LOG_INFO;
 	o->gc_idle_ms = 60000;
 	http_opts_default(&o->http);
@@ -185,7 +205,8 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 			err = access_parse_group(optarg, &o->group);
 			o->have_group = !err;
 			if (err)
-				fprintf(stderr, "shmlockd: --socket-group: no such group '%s'\n", optarg);
+				fprintf(stderr, "shmlockd: --socket-group: no such group '%s'\n",
+					optarg);
 			break;
 		case OPT_ALLOW_UID:
 			err = access_parse_ids(optarg, o->allow_uid, &o->nallow_uid);
@@ -208,7 +229,8 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 		case OPT_LOG:
 			lvl = blog_parse_level(optarg);
 			if (lvl < 0) {
-				fprintf(stderr, "shmlockd: --log-level: unknown level '%s'\n", optarg);
+				fprintf(stderr, "shmlockd: --log-level: unknown level '%s'\n",
+					optarg);
 				err = -1;
 			}
 			o->log_level = lvl;
@@ -227,7 +249,8 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 			break;
 		case OPT_METRICS_LISTEN: /* J3 */
 			if (strlen(optarg) >= sizeof(o->metrics_listen) || !optarg[0]) {
-				fprintf(stderr, "shmlockd: --metrics-listen: [HOST:]PORT expected\n");
+				fprintf(stderr,
+					"shmlockd: --metrics-listen: [HOST:]PORT expected\n");
 				err = -1;
 				break;
 			}
@@ -236,7 +259,8 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 		case OPT_REPLACE_WAIT:
 			err = parse_u32("replace-wait", optarg, &o->replace_wait_ms);
 			if (!err && o->replace_wait_ms > 86400) {
-				fprintf(stderr, "shmlockd: --replace-wait: at most 86400 seconds\n");
+				fprintf(stderr,
+					"shmlockd: --replace-wait: at most 86400 seconds\n");
 				err = -1;
 			}
 			o->replace_wait_ms *= 1000;
@@ -293,14 +317,18 @@ static void warn_exposed(const struct broker_opts *o)
 {
 	if (o->http.listen[0] && !o->http.auth_token[0] && o->http.insecure_no_auth &&
 	    !listen_spec_loopback(o->http.listen))
-		blog(LOG_WARNING, "--http-listen %s is not a loopback address and "
+		blog(LOG_WARNING,
+		     "--http-listen %s is not a loopback address and "
 		     "--http-insecure-no-auth is set: every host that reaches it may take, "
-		     "release and read any lock; set --auth-token-file", o->http.listen);
+		     "release and read any lock; set --auth-token-file",
+		     o->http.listen);
 	if (o->tcp.listen[0] && !o->http.auth_token[0] && o->tcp.insecure_no_auth &&
 	    !listen_spec_loopback(o->tcp.listen))
-		blog(LOG_WARNING, "--tcp-listen %s is not a loopback address and "
+		blog(LOG_WARNING,
+		     "--tcp-listen %s is not a loopback address and "
 		     "--tcp-insecure-no-auth is set: every host that reaches it may take and "
-		     "release any lock; set --auth-token-file", o->tcp.listen);
+		     "release any lock; set --auth-token-file",
+		     o->tcp.listen);
 }
 
 int main(int argc, char **argv)

@@ -37,9 +37,8 @@ static enum MHD_Result answer(struct MHD_Connection *c, unsigned status, const c
 	struct MHD_Response *resp;
 	enum MHD_Result ret;
 
-	resp = MHD_create_response_from_buffer(strlen(text), (void *)text,
-					       owned ? MHD_RESPMEM_MUST_FREE
-						     : MHD_RESPMEM_PERSISTENT);
+	resp = MHD_create_response_from_buffer(
+		strlen(text), (void *)text, owned ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
 	if (!resp) {
 		if (owned)
 			free((void *)text);
@@ -54,8 +53,8 @@ static enum MHD_Result answer(struct MHD_Connection *c, unsigned status, const c
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-				  const char *method, const char *version,
-				  const char *upload_data, size_t *upload_size, void **con_cls)
+				  const char *method, const char *version, const char *upload_data,
+				  size_t *upload_size, void **con_cls)
 {
 	struct broker *b = cls;
 	struct text t = { NULL, 0, 0 };
@@ -72,8 +71,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return MHD_YES;
 	}
 	if (strcmp(url, "/metrics"))
-		return answer(c, 404, "text/plain", "not found: this listener serves /metrics only\n",
-			      false, NULL);
+		return answer(c, 404, "text/plain",
+			      "not found: this listener serves /metrics only\n", false, NULL);
 	if (strcmp(method, "GET") && strcmp(method, "HEAD"))
 		return answer(c, 405, "text/plain", "method not allowed\n", false, "GET, HEAD");
 	metrics_render_broker(b, &t);
@@ -102,7 +101,8 @@ int metrics_start(struct broker *b)
 	if (!spec[0] && act < 0)
 		return 0;
 	if (spec[0] && act >= 0) {
-		blog(LOG_ERR, "--metrics-listen and a socket-activated \"metrics\" socket: pick one");
+		blog(LOG_ERR,
+		     "--metrics-listen and a socket-activated \"metrics\" socket: pick one");
 		return -EINVAL;
 	}
 	fd = act >= 0 ? act : listen_tcp_spec(spec, "--metrics-listen", "metrics");
@@ -118,9 +118,8 @@ int metrics_start(struct broker *b)
 	m->d = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, b,
 				MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
 				b, MHD_OPTION_CONNECTION_TIMEOUT,
-				(unsigned)METRICS_CONNECTION_TIMEOUT_S,
-				MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_MAX_CONNECTIONS,
-				MHD_OPTION_END);
+				(unsigned)METRICS_CONNECTION_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
+				(unsigned)METRICS_MAX_CONNECTIONS, MHD_OPTION_END);
 	if (!m->d)
 		return -EINVAL;
 	info = MHD_get_daemon_info(m->d, MHD_DAEMON_INFO_EPOLL_FD);

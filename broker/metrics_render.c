@@ -47,13 +47,13 @@ void text_put(struct text *t, const char *fmt, ...)
 void text_gauge(struct text *t, const char *name, const char *help, uint64_t v)
 {
 	text_put(t, "# HELP %s %s\n# TYPE %s gauge\n%s %llu\n", name, help, name, name,
-	    (unsigned long long)v);
+		 (unsigned long long)v);
 }
 
 void text_counter(struct text *t, const char *name, const char *help, uint64_t v)
 {
 	text_put(t, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
-	    (unsigned long long)v);
+		 (unsigned long long)v);
 }
 
 struct hist_sum {
@@ -72,8 +72,7 @@ static void hist_add(struct hist_sum *s, struct seg_hist *h)
 		s->bucket[i] += atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
 }
 
-static void histogram(struct text *t, const char *name, const char *help,
-		      const struct hist_sum *s)
+static void histogram(struct text *t, const char *name, const char *help, const struct hist_sum *s)
 {
 	uint64_t cum = 0;
 	unsigned i;
@@ -84,11 +83,11 @@ static void histogram(struct text *t, const char *name, const char *help,
 		/* A scrape racing a note may see a bucket ahead of the count:
 		 * buckets never exceed +Inf. */
 		text_put(t, "%s_bucket{le=\"%g\"} %llu\n", name, (double)hist_bounds_us[i] / 1e6,
-		    (unsigned long long)(cum < s->count ? cum : s->count));
+			 (unsigned long long)(cum < s->count ? cum : s->count));
 	}
 	text_put(t, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
-	    (unsigned long long)s->count, name, (double)s->sum_us / 1e6, name,
-	    (unsigned long long)s->count);
+		 (unsigned long long)s->count, name, (double)s->sum_us / 1e6, name,
+		 (unsigned long long)s->count);
 }
 
 void metrics_render_broker(struct broker *b, struct text *t)
@@ -103,12 +102,13 @@ void metrics_render_broker(struct broker *b, struct text *t)
 		hist_add(&wait, &b->seg.sessions[i].wait_hist);
 		hist_add(&hold, &b->seg.sessions[i].hold_hist);
 	}
-	text_put(t, "# HELP shmlock_build_info The broker's version; always 1.\n"
-	       "# TYPE shmlock_build_info gauge\n"
-	       "shmlock_build_info{version=\"%s\",seg_abi=\"%u\"} 1\n",
-	    SHMLOCK_VERSION, SEG_ABI);
+	text_put(t,
+		 "# HELP shmlock_build_info The broker's version; always 1.\n"
+		 "# TYPE shmlock_build_info gauge\n"
+		 "shmlock_build_info{version=\"%s\",seg_abi=\"%u\"} 1\n",
+		 SHMLOCK_VERSION, SEG_ABI);
 	text_gauge(t, "shmlock_uptime_seconds", "Seconds since the segment's broker started.",
-	      st.uptime_ms / 1000);
+		   st.uptime_ms / 1000);
 	text_gauge(t, "shmlock_sessions", "Live sessions (all transports).", st.sessions);
 	text_gauge(t, "shmlock_holds", "Holds of locks and semaphore slots.", st.holds);
 	text_gauge(t, "shmlock_waiters", "Queued requests.", st.waiters);
@@ -120,21 +120,23 @@ void metrics_render_broker(struct broker *b, struct text *t)
 	text_counter(t, "shmlock_grants_total", "Grants of any key, any transport.", st.grants);
 	text_counter(t, "shmlock_timeouts_total", "Waits that timed out.", st.timeouts);
 	text_counter(t, "shmlock_handoffs_total", "Holds handed directly to a queued waiter.",
-		st.handoffs);
+		     st.handoffs);
 	text_counter(t, "shmlock_lease_expiries_total", "Holds ended by lease expiry.",
-		st.lease_expiries);
-	text_counter(t, "shmlock_crash_cleanups_total", "Sessions cleaned up after their process died.",
-		st.crash_cleanups);
-	text_counter(t, "shmlock_ttl_expiries_total", "Sessions ended by TTL expiry.", st.ttl_expiries);
+		     st.lease_expiries);
+	text_counter(t, "shmlock_crash_cleanups_total",
+		     "Sessions cleaned up after their process died.", st.crash_cleanups);
+	text_counter(t, "shmlock_ttl_expiries_total", "Sessions ended by TTL expiry.",
+		     st.ttl_expiries);
 	text_counter(t, "shmlock_repairs_total", "Key mutexes repaired after their owner died.",
-		st.repairs);
+		     st.repairs);
 	text_gauge(t, "shmlock_quarantined_keys",
-	      "Key entries quarantined as damaged now (shmlock reset KEY).", st.quarantined_keys);
+		   "Key entries quarantined as damaged now (shmlock reset KEY).",
+		   st.quarantined_keys);
 	text_counter(t, "shmlock_quarantined_total", "Key entries found damaged and quarantined.",
-		st.quarantined);
+		     st.quarantined);
 	text_counter(t, "shmlock_sessions_opened_total", "Sessions opened.", st.sessions_opened);
-	text_counter(t, "shmlock_sessions_closed_total", "Sessions ended (closed, expired, cleaned up).",
-		st.sessions_closed);
+	text_counter(t, "shmlock_sessions_closed_total",
+		     "Sessions ended (closed, expired, cleaned up).", st.sessions_closed);
 	histogram(t, "shmlock_wait_seconds",
 		  "Time acquires that queued spent waiting, until granted or timed out "
 		  "(acquires granted at once are not timed).",

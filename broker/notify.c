@@ -171,5 +171,6 @@ void notify_stopping(struct broker *b)
 		sd_notify(0, "STOPPING=1\nSTATUS=stopping; removing the segment\n"
 			     "FDSTOREREMOVE=1\nFDNAME=" STORE_NAME);
 	else
-		sd_notify(0, "STOPPING=1\nSTATUS=stopping; the segment and every hold stay in place");
+		sd_notify(0,
+			  "STOPPING=1\nSTATUS=stopping; the segment and every hold stay in place");
 }

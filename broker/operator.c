@@ -104,8 +104,7 @@ static uint32_t first_holder(const struct segment *seg, const struct seg_key *k,
 }
 
 /* Holds and queued requests of entry @idx, from the node table. */
-static void count_nodes(const struct segment *seg, uint32_t idx, uint32_t *holds,
-			uint32_t *waiting)
+static void count_nodes(const struct segment *seg, uint32_t idx, uint32_t *holds, uint32_t *waiting)
 {
 	uint32_t i;
 
@@ -173,8 +172,7 @@ static int add_waiter(const struct segment *seg, uint32_t i, uint32_t now_ms, st
 
 static uint32_t find_entry(const struct segment *seg, const char *key, size_t len);
 
-static int op_waiters(struct broker *b, const struct proto_op *req, struct page *p,
-		      uint32_t *next)
+static int op_waiters(struct broker *b, const struct proto_op *req, struct page *p, uint32_t *next)
 {
 	struct segment *seg = &b->seg;
 	uint32_t idx = find_entry(seg, req->key, req->key_len), i;
@@ -237,8 +235,8 @@ static uint32_t collect_holders(const struct segment *seg, const struct seg_key 
  * caller holds the key's mutex and every field is as good as local_info()'s.
  * Returns 0, or -ENOSPC when the page is full.
  */
-static int describe_key(const struct segment *seg, uint32_t idx, uint32_t flags,
-			unsigned want, struct page *p, size_t limit)
+static int describe_key(const struct segment *seg, uint32_t idx, uint32_t flags, unsigned want,
+			struct page *p, size_t limit)
 {
 	const struct seg_key *k = &seg->keys[idx];
 	uint64_t vw = atomic_load(&k->value_word), now = mono_ns(), delay = k->delay_until_ns;
@@ -355,7 +353,8 @@ static uint32_t find_entry(const struct segment *seg, const char *key, size_t le
 	for (i = 0; i < seg->caps.max_keys; i++) {
 		uint32_t st = atomic_load(&seg->keys[i].state);
 
-		if ((st != KEY_USED && st != KEY_QUARANTINED) || !name_is(&seg->keys[i], key, len, false))
+		if ((st != KEY_USED && st != KEY_QUARANTINED) ||
+		    !name_is(&seg->keys[i], key, len, false))
 			continue;
 		if (st == KEY_USED)
 			return i;
@@ -386,10 +385,10 @@ static int op_keys(struct broker *b, const struct proto_op *req, struct page *p,
 		if (p->count && mono_ns() >= end)
 			break;
 		want = req->flags & PROTO_OP_HOLDERS ? WANT_HOLDERS : 0;
-		err = st == KEY_USED ? describe_live(seg, i, req->key, req->key_len, true, want, p,
-						     PROTO_OP_PAGE)
-				     : describe_key(seg, i, PROTO_KEY_QUARANTINED, want, p,
-						    PROTO_OP_PAGE);
+		err = st == KEY_USED
+			      ? describe_live(seg, i, req->key, req->key_len, true, want, p,
+					      PROTO_OP_PAGE)
+			      : describe_key(seg, i, PROTO_KEY_QUARANTINED, want, p, PROTO_OP_PAGE);
 		if (err == -ENOSPC)
 			break;
 	}
@@ -436,7 +435,6 @@ static int op_info(struct broker *b, const struct proto_op *req, struct page *p)
 	return 0;
 }
 
-
 /*
  * The holders of @key. Found through the index, with the key's mutex if it
  * comes within OP_LOCK_MS, a first page is its holder list (a lock has one:
@@ -444,8 +442,7 @@ static int op_info(struct broker *b, const struct proto_op *req, struct page *p)
  * than a page, a later page, a busy or quarantined key) they come from the
  * node table, which needs no mutex.
  */
-static int op_holders(struct broker *b, const struct proto_op *req, struct page *p,
-		      uint32_t *next)
+static int op_holders(struct broker *b, const struct proto_op *req, struct page *p, uint32_t *next)
 {
 	struct segment *seg = &b->seg;
 	uint32_t idx = IDX_NONE, i, n = 0;
@@ -484,7 +481,7 @@ static int op_holders(struct broker *b, const struct proto_op *req, struct page 
 
 uint32_t (*operator_session_counts(const struct segment *seg))[2]
 {
-	uint32_t (*counts)[2] = calloc(seg->caps.max_sessions, sizeof(*counts)), i;
+	uint32_t(*counts)[2] = calloc(seg->caps.max_sessions, sizeof(*counts)), i;
 
 	if (!counts)
 		return NULL;
@@ -502,11 +499,10 @@ uint32_t (*operator_session_counts(const struct segment *seg))[2]
 	return counts;
 }
 
-static int op_sessions(struct broker *b, const struct proto_op *req, struct page *p,
-		       uint32_t *next)
+static int op_sessions(struct broker *b, const struct proto_op *req, struct page *p, uint32_t *next)
 {
 	struct segment *seg = &b->seg;
-	uint32_t (*counts)[2] = operator_session_counts(seg), i;
+	uint32_t(*counts)[2] = operator_session_counts(seg), i;
 	uint64_t now = mono_ns();
 
 	if (!counts)
@@ -622,13 +618,16 @@ static int reset_word(struct broker *b, const struct proto_op *req, const struct
 	int err = owners_reset_word(b, req->key, req->key_len, &owner);
 
 	if (!err)
-		blog(LOG_WARNING, "operator (uid %u, pid %d) reset %.*s: its lock word named pid "
+		blog(LOG_WARNING,
+		     "operator (uid %u, pid %d) reset %.*s: its lock word named pid "
 		     "%u, no live process of a session; broken, and the key repaired",
 		     (unsigned)who->uid, (int)who->pid, (int)req->key_len, req->key, owner);
 	else if (err == -EBUSY)
-		blog(LOG_WARNING, "operator reset of %.*s: its lock word is held by pid %u, a live "
+		blog(LOG_WARNING,
+		     "operator reset of %.*s: its lock word is held by pid %u, a live "
 		     "process of a session; it lets go when that process exits or its session "
-		     "is destroyed", (int)req->key_len, req->key, owner);
+		     "is destroyed",
+		     (int)req->key_len, req->key, owner);
 	return err == -EBUSY ? -ETIMEDOUT : err;
 }
 
@@ -664,14 +663,15 @@ static int op_reset(struct broker *b, const struct proto_op *req, const struct u
 			if (!s)
 				continue;
 			/* Public names: an id is the session's capability. */
-			session_public_id(res.sessions[j], SESS_GEN(atomic_load(&s->state_gen)),
-					  id, sizeof(id));
+			session_public_id(res.sessions[j], SESS_GEN(atomic_load(&s->state_gen)), id,
+					  sizeof(id));
 			o += (size_t)snprintf(ids + o, sizeof(ids) - o, "%s%s", o ? ", " : "", id);
 		}
-		blog_audit(LOG_WARNING, "operator (uid %u, pid %d) reset quarantined key %s: dropped %u "
-		     "hold(s), %u queued request(s), %u watch(es)%s%s", (unsigned)who->uid,
-		     (int)who->pid, label, res.holds, res.waiters, res.watchers,
-		     o ? " of session(s) " : "", ids);
+		blog_audit(LOG_WARNING,
+			   "operator (uid %u, pid %d) reset quarantined key %s: dropped %u "
+			   "hold(s), %u queued request(s), %u watch(es)%s%s",
+			   (unsigned)who->uid, (int)who->pid, label, res.holds, res.waiters,
+			   res.watchers, o ? " of session(s) " : "", ids);
 		done++;
 	}
 	if (!done && err == -ENOENT)

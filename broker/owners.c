@@ -207,9 +207,11 @@ static bool owner_gone(void *ctx, uint32_t owner)
 	if (own.incomplete)
 		return false; /* it may be the session we could not read */
 	if (!seen && blog_allow(&own.forged_log, now))
-		blog(LOG_WARNING, "a lock word names pid %u, which is no process of any session "
+		blog(LOG_WARNING,
+		     "a lock word names pid %u, which is no process of any session "
 		     "here (a forged owner, or one long gone): breaking it; the next taker "
-		     "repairs the key", owner);
+		     "repairs the key",
+		     owner);
 	return true;
 }
 

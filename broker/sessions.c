@@ -114,8 +114,8 @@ static int track(struct broker *b, uint32_t slot, uint32_t gen, const uint8_t *i
 	if (pidfd >= 0) {
 		err = loop_watch_fd(b, pidfd, TAG_PIDFD | slot);
 		if (err) {
-			blog(LOG_ERR, "cannot watch pid %d (%s): no session for it",
-			     (int)who->pid, strerror(-err));
+			blog(LOG_ERR, "cannot watch pid %d (%s): no session for it", (int)who->pid,
+			     strerror(-err));
 			free(bs);
 			return err;
 		}
@@ -193,8 +193,8 @@ static void reap_reused_pid(struct broker *b, pid_t pid)
 			session_died(b, i);
 }
 
-int session_open(struct broker *b, const struct proto_open *req, int pidfd, pid_t pid,
-		 uid_t uid, uint64_t start_time, struct proto_reply *rep)
+int session_open(struct broker *b, const struct proto_open *req, int pidfd, pid_t pid, uid_t uid,
+		 uint64_t start_time, struct proto_reply *rep)
 {
 	const struct creator who = { pid, uid, start_time };
 	uint32_t slot, gen;
@@ -392,7 +392,8 @@ static int sweep(struct broker *b, uint32_t slot, uint32_t gen, bool lost, const
 			nwake += key_grant_pending_locked(seg, k, wake + nwake, 63);
 		}
 		if (k->delay_until_ns > mono_ns())
-			broker_schedule(b, k->delay_until_ns, TIMER_DELAY, seg_key_index(seg, k), 0);
+			broker_schedule(b, k->delay_until_ns, TIMER_DELAY, seg_key_index(seg, k),
+					0);
 		/* Wake under the mutex: a broker dying in between leaves it
 		 * EOWNERDEAD, and repair wakes the granted waiters. */
 		for (j = 0; j < nwake; j++)
@@ -407,7 +408,8 @@ static int sweep(struct broker *b, uint32_t slot, uint32_t gen, bool lost, const
 		pend->lost = lost;
 		pend->gen = gen;
 		if (blog_backoff_allow(&pend->busy_log, mono_ns(), &quiet))
-			blog(LOG_WARNING, "session %s: %u key(s) busy (a stalled process, or one "
+			blog(LOG_WARNING,
+			     "session %s: %u key(s) busy (a stalled process, or one "
 			     "of its operations in flight); retrying (%u such line(s) left out)",
 			     id, busy, quiet);
 		broker_schedule(b, mono_ns() + 1000000000ull, TIMER_SWEEP, slot, gen);
@@ -417,8 +419,8 @@ static int sweep(struct broker *b, uint32_t slot, uint32_t gen, bool lost, const
 		blog(lost ? LOG_NOTICE : LOG_DEBUG, "session %s (%s, pid %d) %s; released %u: %s",
 		     id, s->name, s->pid, why, log.count, log.keys);
 	else
-		blog(lost ? LOG_INFO : LOG_DEBUG, "session %s (%s, pid %d) %s", id, s->name,
-		     s->pid, why);
+		blog(lost ? LOG_INFO : LOG_DEBUG, "session %s (%s, pid %d) %s", id, s->name, s->pid,
+		     why);
 	memset(s->id, 0, sizeof(s->id));
 	atomic_store(&s->state_gen, SESS_PACK(SESS_FREE, gen));
 	atomic_fetch_add(&seg->hdr->stats.sessions_closed, 1);
@@ -496,9 +498,11 @@ void sessions_reclaim_untracked(struct broker *b)
 		n++;
 	}
 	if (n && blog_backoff_allow(&said, mono_ns(), &quiet))
-		blog(LOG_WARNING, "%u session slot(s) marked in use that no session of this "
+		blog(LOG_WARNING,
+		     "%u session slot(s) marked in use that no session of this "
 		     "broker owns (a client wrote the table): reclaimed (%u such line(s) left "
-		     "out)", n, quiet);
+		     "out)",
+		     n, quiet);
 }
 
 uint32_t session_slot_of(struct broker *b, const uint8_t id[16])
@@ -585,7 +589,8 @@ int force_release(struct broker *b, const struct proto_force_release *req)
 	/* Collect first: each release may hand its node to a waiter. */
 	for (i = k->h_head; i < seg->nnodes && n < k->holders && steps++ < seg->nnodes;
 	     i = seg->nodes[i].next) {
-		struct seg_session *s = seg_session_at(seg, NODE_SESSION(atomic_load(&seg->nodes[i].word)));
+		struct seg_session *s =
+			seg_session_at(seg, NODE_SESSION(atomic_load(&seg->nodes[i].word)));
 
 		if (req->all || (s && !memcmp(s->id, req->holder, sizeof(s->id))))
 			nodes[n++] = i;
@@ -600,7 +605,7 @@ int force_release(struct broker *b, const struct proto_force_release *req)
 		session_public_id(NODE_SESSION(w), SESS_GEN(atomic_load(&s->state_gen)), id,
 				  sizeof(id));
 		blog_audit(LOG_NOTICE, "operator released %.*s from session %s (%s, pid %d)",
-		     (int)k->key_len, k->key, id, s->name, s->pid);
+			   (int)k->key_len, k->key, id, s->name, s->pid);
 		x = key_release_hold_locked(seg, k, nodes[i], REL_LOST);
 		if (x != IDX_NONE)
 			wake[nwake++] = x;
@@ -684,8 +689,10 @@ void session_died(struct broker *b, uint32_t slot)
 		/* No process check (the session outlives its process), or a
 		 * bound process still runs: only the locks were its. */
 		if (bs->bound_pidfd >= 0)
-			blog(LOG_INFO, "session slot %u: its process exited; kept until pid %d, "
-			     "bound to it, exits too", slot, (int)bs->bound_pid);
+			blog(LOG_INFO,
+			     "session slot %u: its process exited; kept until pid %d, "
+			     "bound to it, exits too",
+			     slot, (int)bs->bound_pid);
 		repair_dead_mutexes(b);
 		return;
 	}
@@ -800,8 +807,8 @@ void sessions_adopt(struct broker *b)
 				   "ended: its slot was found damaged at restart");
 			continue;
 		}
-		if (s->pid && (s->pid != s->creator_pid ||
-			       (fd = adopt_pidfd(b, s, s->pid, &who)) < 0)) {
+		if (s->pid &&
+		    (s->pid != s->creator_pid || (fd = adopt_pidfd(b, s, s->pid, &who)) < 0)) {
 			dead++;
 			atomic_fetch_add(&seg->hdr->stats.crash_cleanups, 1);
 			sweep_slot(b, i, SESS_GEN(sg), NULL, true,
@@ -821,8 +828,9 @@ void sessions_adopt(struct broker *b)
 			continue;
 		}
 		if (s->ttl_ms)
-			broker_schedule(b, atomic_load(&s->renewed_ns) + (uint64_t)s->ttl_ms * 1000000ull,
-					TIMER_TTL, i, SESS_GEN(sg));
+			broker_schedule(
+				b, atomic_load(&s->renewed_ns) + (uint64_t)s->ttl_ms * 1000000ull,
+				TIMER_TTL, i, SESS_GEN(sg));
 		adopted++;
 	}
 	repair_dead_mutexes(b);

@@ -245,8 +245,7 @@ static void scan_users(const struct target *t, struct users *u)
  * (--replace-segment); @strict false: we have no reason to think there is a
  * segment at all (a first start), and look only at what we can see.
  */
-static bool in_use(struct broker *b, const struct target *t, int fd, bool strict,
-		   struct users *u)
+static bool in_use(struct broker *b, const struct target *t, int fd, bool strict, struct users *u)
 {
 	memset(u, 0, sizeof(*u));
 	scan_users(t, u);
@@ -269,16 +268,17 @@ static void describe_users(const struct users *u, char *buf, size_t size)
 		len += (size_t)snprintf(buf + len, len < size ? size - len : 0, "%spid %d (%s)",
 					i ? ", " : "", (int)u->pid[i], u->comm[i]);
 	if (u->n > USERS_NAMED && len < size)
-		len += (size_t)snprintf(buf + len, size - len, " and %u more",
-					u->n - USERS_NAMED);
+		len += (size_t)snprintf(buf + len, size - len, " and %u more", u->n - USERS_NAMED);
 	if (len >= size)
 		return;
 	if (u->marked && (u->hidden || !u->n))
-		snprintf(buf + len, size - len, "%sprocesses this broker cannot see (its in-use "
+		snprintf(buf + len, size - len,
+			 "%sprocesses this broker cannot see (its in-use "
 			 "mark is held; %u processes could not be inspected)",
 			 u->n ? "; and maybe " : "", u->hidden);
 	else if (!u->n)
-		snprintf(buf + len, size - len, "maybe one of %u processes this broker cannot "
+		snprintf(buf + len, size - len,
+			 "maybe one of %u processes this broker cannot "
 			 "inspect (no in-use mark held, but clients of older brokers hold none): "
 			 "make sure none of them uses it, then start with --replace-segment",
 			 u->hidden);
@@ -306,17 +306,21 @@ static int wait_unused(struct broker *b, const struct target *t, int fd, bool st
 	while (in_use(b, t, fd, strict, &u)) {
 		describe_users(&u, who, sizeof(who));
 		if (mono_ns() >= deadline) {
-			blog(LOG_ERR, "refusing to replace %s (%s): it cannot be used; still in "
+			blog(LOG_ERR,
+			     "refusing to replace %s (%s): it cannot be used; still in "
 			     "use by %s. They may hold locks in it: stop them (or let them "
 			     "exit), then start the broker again, or start it with "
 			     "--replace-segment --replace-wait SECONDS to wait for them "
-			     "(shmlockd(8), UPGRADES)", what, why, who);
+			     "(shmlockd(8), UPGRADES)",
+			     what, why, who);
 			b->exit_code = EXIT_SEG_IN_USE;
 			return -EBUSY;
 		}
 		if (!told)
-			blog(LOG_WARNING, "%s (%s) cannot be used; waiting up to %u s for its "
-			     "users to exit: %s", what, why, b->opts.replace_wait_ms / 1000, who);
+			blog(LOG_WARNING,
+			     "%s (%s) cannot be used; waiting up to %u s for its "
+			     "users to exit: %s",
+			     what, why, b->opts.replace_wait_ms / 1000, who);
 		told = true;
 		if (sigtimedwait(&stop, NULL, &tick) > 0)
 			return -EINTR;
@@ -339,8 +343,7 @@ static int wait_fd_unused(struct broker *b, int fd, bool marked_fd, const char *
 	} else {
 		err = wait_unused(b, &t, own, true, what, why);
 		if (!err)
-			blog(LOG_WARNING, "%s (%s) is used by no process; replacing it", what,
-			     why);
+			blog(LOG_WARNING, "%s (%s) is used by no process; replacing it", what, why);
 	}
 	if (own >= 0)
 		close(own);
@@ -532,7 +535,7 @@ static int took(struct broker *b)
 		return err; /* an unsafe path: refused as for the control socket */
 	if (err)
 		blog(LOG_WARNING, "without a keeper the segment survives a restart only in "
-		     "the fd store, if there is one");
+				  "the fd store, if there is one");
 	return 0;
 }
 
@@ -547,8 +550,10 @@ static int adopted(struct broker *b)
 	blog(LOG_NOTICE, "attached existing segment %s (%zu bytes%s)", b->opts.shm_name,
 	     b->mem_size, b->seg_from_store ? ", from the fd store" : ", from its keeper");
 	if (memcmp(&b->seg.caps, &b->opts.caps, sizeof(b->seg.caps)))
-		blog(LOG_WARNING, "segment %s keeps its own capacities; restart with a "
-		     "new --shm-name to change them", b->opts.shm_name);
+		blog(LOG_WARNING,
+		     "segment %s keeps its own capacities; restart with a "
+		     "new --shm-name to change them",
+		     b->opts.shm_name);
 	return 0;
 }
 
@@ -626,9 +631,11 @@ int shm_revalidate(struct broker *b)
 		     now.index_size != b->seg.index_size))
 		err = -LOCAL_ECORRUPT;
 	if (err && !b->seg_rejected)
-		blog(LOG_CRIT, "the segment's header no longer validates (%s): a client wrote "
+		blog(LOG_CRIT,
+		     "the segment's header no longer validates (%s): a client wrote "
 		     "into it; refusing new sessions until it does (holders carry on). "
-		     "shmlockd --check says more", local_strerror(err));
+		     "shmlockd --check says more",
+		     local_strerror(err));
 	else if (!err && b->seg_rejected)
 		blog(LOG_WARNING, "the segment's header validates again; opening sessions");
 	b->seg_rejected = err != 0;

@@ -62,9 +62,18 @@ void tcp_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2);
 
 enum tcp_cmd {
 	TC_NONE = 0,
-	TC_L, TC_R, TC_N, TC_E, TC_W,
-	TC_SL, TC_SR, TC_SN, TC_SE, TC_SW,
-	TC_AUTH, TC_STATS,
+	TC_L,
+	TC_R,
+	TC_N,
+	TC_E,
+	TC_W,
+	TC_SL,
+	TC_SR,
+	TC_SN,
+	TC_SE,
+	TC_SW,
+	TC_AUTH,
+	TC_STATS,
 };
 
 /* dflockd's internal error codes (logged, never sent: the reply is "error"). */
@@ -84,9 +93,9 @@ struct tcp_req {
 	enum tcp_cmd cmd;
 	char key[TCP_LINE_MAX + 1];
 	size_t key_len;
-	int64_t timeout_s; /* l, sl, w, sw */
-	int64_t lease_s;   /* 0: the default */
-	int64_t limit;	   /* sl, se; 1 otherwise */
+	int64_t timeout_s;	    /* l, sl, w, sw */
+	int64_t lease_s;	    /* 0: the default */
+	int64_t limit;		    /* sl, se; 1 otherwise */
 	char arg[TCP_LINE_MAX + 1]; /* r, n: the token text; auth: the secret */
 };
 

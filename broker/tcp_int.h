@@ -24,7 +24,7 @@ struct tcp_hold {
 /* The connection's outstanding e/se for a key (dflockd's two-phase record). */
 struct tcp_enq {
 	char key[LOCAL_KEY_MAX + 1];
-	bool acquired;	/* granted at once: fence/salt are its token */
+	bool acquired; /* granted at once: fence/salt are its token */
 	uint64_t fence, salt;
 	uint32_t lease_s;
 };
@@ -41,7 +41,7 @@ struct tconn {
 	bool eof;     /* the peer shut its side: answer what came, then close */
 	bool closing; /* close once the output is written */
 	bool authed;
-	uint32_t events; /* what epoll watches now */
+	uint32_t events;	/* what epoll watches now */
 	uint64_t line_since_ns; /* since when a line is awaited */
 	uint64_t out_since_ns;	/* since when output is pending */
 	/* The session the connection acts through, opened on first use. */
@@ -63,7 +63,7 @@ struct tconn {
 	uint32_t nholds, cap_holds;
 	struct tcp_enq *enqs;
 	uint32_t nenqs, cap_enqs;
-	void *ssl; /* SSL *: TLS is on */
+	void *ssl;	     /* SSL *: TLS is on */
 	bool tls_want_write; /* the library must write before it can go on */
 };
 

@@ -595,7 +595,8 @@ static json_int_t conn_of(struct tcp *t, const char *id)
 	uint32_t i;
 
 	for (i = 0; i < t->nconns; i++)
-		if (t->conns[i] && t->conns[i]->ls && !strcmp(local_session_id(t->conns[i]->ls), id))
+		if (t->conns[i] && t->conns[i]->ls &&
+		    !strcmp(local_session_id(t->conns[i]->ls), id))
 			return (json_int_t)t->conns[i]->id;
 	return 0;
 }
@@ -618,15 +619,16 @@ static int stats_key(const char *key, const struct local_key_info *ki, void *arg
 						"lease_expires_in_s", (double)f.lease_ms / 1000.0,
 						"waiters", (json_int_t)ki->waiters));
 	} else if (ki->kind == LOCAL_KIND_LOCK) {
-		json_array_append_new(w->idle_locks, json_pack("{s:o, s:f}", "key", j, "idle_s", 0.0));
+		json_array_append_new(w->idle_locks,
+				      json_pack("{s:o, s:f}", "key", j, "idle_s", 0.0));
 	} else if (ki->kind == LOCAL_KIND_SEMAPHORE && (ki->holders || ki->waiters)) {
-		json_array_append_new(w->sems,
-				      json_pack("{s:o, s:I, s:i, s:i}", "key", j, "limit",
-						(json_int_t)ki->limit, "holders",
-						(json_int_t)ki->holders, "waiters",
-						(json_int_t)ki->waiters));
+		json_array_append_new(w->sems, json_pack("{s:o, s:I, s:i, s:i}", "key", j, "limit",
+							 (json_int_t)ki->limit, "holders",
+							 (json_int_t)ki->holders, "waiters",
+							 (json_int_t)ki->waiters));
 	} else if (ki->kind == LOCAL_KIND_SEMAPHORE) {
-		json_array_append_new(w->idle_sems, json_pack("{s:o, s:f}", "key", j, "idle_s", 0.0));
+		json_array_append_new(w->idle_sems,
+				      json_pack("{s:o, s:f}", "key", j, "idle_s", 0.0));
 	} else {
 		json_decref(j);
 	}
@@ -642,8 +644,8 @@ void tcp_stats(struct tcp *t, struct tconn *c)
 
 	local_keys(t->observer, "", stats_key, &w);
 	j = json_pack("{s:i, s:o, s:o, s:o, s:o}", "connections", (json_int_t)t->live, "locks",
-		      w.locks, "semaphores", w.sems, "idle_locks", w.idle_locks,
-		      "idle_semaphores", w.idle_sems);
+		      w.locks, "semaphores", w.sems, "idle_locks", w.idle_locks, "idle_semaphores",
+		      w.idle_sems);
 	text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	if (!text) {

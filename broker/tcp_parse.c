@@ -18,8 +18,8 @@ long tcp_frame(const char *buf, size_t len, const char *lines[3], size_t lens[3]
 
 	for (i = 0; i < 3; i++) {
 		size_t avail = len - pos, n;
-		const char *nl = memchr(buf + pos, '\n', avail < TCP_LINE_MAX + 1 ? avail
-										 : TCP_LINE_MAX + 1);
+		const char *nl = memchr(buf + pos, '\n',
+					avail < TCP_LINE_MAX + 1 ? avail : TCP_LINE_MAX + 1);
 
 		if (!nl)
 			return avail > TCP_LINE_MAX ? -1 : 0;
@@ -34,9 +34,9 @@ long tcp_frame(const char *buf, size_t len, const char *lines[3], size_t lens[3]
 }
 
 static const char *const names[] = {
-	[TC_L] = "l",	[TC_R] = "r",	[TC_N] = "n",	[TC_E] = "e",	[TC_W] = "w",
-	[TC_SL] = "sl", [TC_SR] = "sr", [TC_SN] = "sn", [TC_SE] = "se", [TC_SW] = "sw",
-	[TC_AUTH] = "auth", [TC_STATS] = "stats",
+	[TC_L] = "l",	[TC_R] = "r",	[TC_N] = "n",	    [TC_E] = "e",
+	[TC_W] = "w",	[TC_SL] = "sl", [TC_SR] = "sr",	    [TC_SN] = "sn",
+	[TC_SE] = "se", [TC_SW] = "sw", [TC_AUTH] = "auth", [TC_STATS] = "stats",
 };
 
 const char *tcp_cmd_name(enum tcp_cmd c)
@@ -246,14 +246,15 @@ enum tcp_perr tcp_parse(const char *const lines[3], const size_t lens[3], struct
 static void put_hex16(char *out, uint64_t v)
 {
 	/* Two digits a byte from a table: one per grant, on every acquire. */
-	static const char pairs[] = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
-				    "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f"
-				    "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
-				    "606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f"
-				    "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f"
-				    "a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
-				    "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
-				    "e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
+	static const char pairs[] =
+		"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+		"202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f"
+		"404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
+		"606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f"
+		"808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f"
+		"a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
+		"c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
+		"e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
 	int i;
 
 	for (i = 14; i >= 0; i -= 2, v >>= 8)
@@ -270,10 +271,10 @@ void tcp_format_token(uint64_t fence, uint64_t salt, char out[33])
 
 /* One more than the value of a hex digit (either case); 0: not one. */
 static const uint8_t hexval1[256] = {
-	['0'] = 1,  ['1'] = 2,	['2'] = 3,  ['3'] = 4,	['4'] = 5,  ['5'] = 6,	['6'] = 7,
-	['7'] = 8,  ['8'] = 9,	['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14,
-	['e'] = 15, ['f'] = 16, ['A'] = 11, ['B'] = 12, ['C'] = 13, ['D'] = 14, ['E'] = 15,
-	['F'] = 16,
+	['0'] = 1,  ['1'] = 2,	['2'] = 3,  ['3'] = 4,	['4'] = 5,  ['5'] = 6,
+	['6'] = 7,  ['7'] = 8,	['8'] = 9,  ['9'] = 10, ['a'] = 11, ['b'] = 12,
+	['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16, ['A'] = 11, ['B'] = 12,
+	['C'] = 13, ['D'] = 14, ['E'] = 15, ['F'] = 16,
 };
 
 static bool hex16(const char *s, uint64_t *out)

@@ -45,7 +45,8 @@ int tcp_start(struct broker *b)
 	if (!o->listen[0] && act < 0)
 		return 0;
 	if (!b->opts.http.auth_token[0] && !o->insecure_no_auth) {
-		blog(LOG_ERR, "refusing to serve the TCP protocol (%s) without --auth-token or "
+		blog(LOG_ERR,
+		     "refusing to serve the TCP protocol (%s) without --auth-token or "
 		     "--auth-token-file: every local user could take and release any lock. "
 		     "Pass --tcp-insecure-no-auth to allow it",
 		     o->listen[0] ? o->listen : "socket-activated");
@@ -90,7 +91,7 @@ int tcp_start(struct broker *b)
 	     act >= 0 ? " (socket-activated)" : "", t->tls_ctx ? " with TLS" : "");
 	if (!b->opts.http.auth_token[0])
 		blog(LOG_WARNING, "TCP protocol without a token (--tcp-insecure-no-auth): "
-		     "every local user may take and release any lock");
+				  "every local user may take and release any lock");
 	return 0;
 }
 
@@ -213,8 +214,8 @@ void tcp_conn_update(struct tcp *t, struct tconn *c)
 	 * answered, and two epoll_ctl() per wait are what it would cost to
 	 * switch it off and on. Only input that comes meanwhile turns it off
 	 * (tcp_event()), until the wait ends. */
-	if ((!c->waiting || ((c->events & EPOLLIN) && !c->wait_input)) && !c->eof &&
-	    !c->closing && c->out_len < TCP_OUT_HIGH)
+	if ((!c->waiting || ((c->events & EPOLLIN) && !c->wait_input)) && !c->eof && !c->closing &&
+	    c->out_len < TCP_OUT_HIGH)
 		ev.events |= EPOLLIN;
 	if (c->out_len || c->tls_want_write)
 		ev.events |= EPOLLOUT;

@@ -30,8 +30,8 @@ void ui_free(struct http *h);
 /* ---- the snapshot (ui_state.c) ------------------------------------------- */
 
 struct ui_query {
-	char q[256];	   /* substring of the key name; "" all */
-	char sort[16];	   /* key, kind, holders, waiters, delay, grants */
+	char q[256];   /* substring of the key name; "" all */
+	char sort[16]; /* key, kind, holders, waiters, delay, grants */
 	bool desc;
 	uint32_t offset, limit;
 };

@@ -18,9 +18,9 @@
 #include "operator.h"
 #include "ui.h"
 
-#define UI_LIST_MAX 200	   /* sessions, leases, quarantined keys shown */
-#define UI_ROW_HOLDERS 16  /* holders listed per key (the count is exact) */
-#define UI_ROW_WAITERS 32  /* queued requests listed per key */
+#define UI_LIST_MAX 200	  /* sessions, leases, quarantined keys shown */
+#define UI_ROW_HOLDERS 16 /* holders listed per key (the count is exact) */
+#define UI_ROW_WAITERS 32 /* queued requests listed per key */
 
 static uint64_t mix(uint64_t h, uint64_t v)
 {
@@ -146,7 +146,9 @@ static json_t *tok_str(uint64_t t)
 
 static const char *kind_name(uint32_t kind)
 {
-	return kind == LOCAL_KIND_LOCK ? "lock" : kind == LOCAL_KIND_SEMAPHORE ? "semaphore" : "none";
+	return kind == LOCAL_KIND_LOCK	      ? "lock"
+	       : kind == LOCAL_KIND_SEMAPHORE ? "semaphore"
+					      : "none";
 }
 
 static uint64_t ms_left(uint64_t until, uint64_t now)
@@ -229,8 +231,11 @@ static int row_cmp(const void *pa, const void *pb)
 
 static enum ui_sort sort_of(const char *s)
 {
-	return !strcmp(s, "holders") ? S_HOLDERS : !strcmp(s, "waiters") ? S_WAITERS :
-	       !strcmp(s, "delay") ? S_DELAY : !strcmp(s, "grants") ? S_GRANTS : S_KEY;
+	return !strcmp(s, "holders")   ? S_HOLDERS
+	       : !strcmp(s, "waiters") ? S_WAITERS
+	       : !strcmp(s, "delay")   ? S_DELAY
+	       : !strcmp(s, "grants")  ? S_GRANTS
+				       : S_KEY;
 }
 
 static json_t *session_ref(const struct segment *seg, uint64_t w)
@@ -264,8 +269,8 @@ static json_t *page_rows(struct http *h, struct krow *rows, uint32_t n)
 	uint64_t now = mono_ns();
 	uint32_t now_ms = (uint32_t)(now / 1000000), i, j;
 	int32_t *pos = malloc(seg->caps.max_keys * sizeof(*pos));
-	uint32_t (*hold)[UI_ROW_HOLDERS] = calloc(n ? n : 1, sizeof(*hold));
-	uint32_t (*wait)[UI_ROW_WAITERS] = calloc(n ? n : 1, sizeof(*wait));
+	uint32_t(*hold)[UI_ROW_HOLDERS] = calloc(n ? n : 1, sizeof(*hold));
+	uint32_t(*wait)[UI_ROW_WAITERS] = calloc(n ? n : 1, sizeof(*wait));
 	uint32_t *nh = calloc(n ? n : 1, sizeof(*nh)), *nw = calloc(n ? n : 1, sizeof(*nw));
 	json_t *out = json_array();
 
@@ -300,33 +305,40 @@ static json_t *page_rows(struct http *h, struct krow *rows, uint32_t n)
 			uint64_t since = seen_since(h->ui, nd->token);
 
 			json_object_set_new(x, "token", tok_str(nd->token));
-			json_object_set_new(x, "held_ms", json_integer(since && since < now ?
-				(json_int_t)((now - since) / 1000000) : 0));
-			json_object_set_new(x, "lease_ms", json_integer(nd->lease_until_ns ?
-				(json_int_t)ms_left(nd->lease_until_ns, now) : 0));
+			json_object_set_new(
+				x, "held_ms",
+				json_integer(since && since < now
+						     ? (json_int_t)((now - since) / 1000000)
+						     : 0));
+			json_object_set_new(
+				x, "lease_ms",
+				json_integer(nd->lease_until_ns
+						     ? (json_int_t)ms_left(nd->lease_until_ns, now)
+						     : 0));
 			json_array_append_new(hs, x);
 		}
 		for (j = 0; j < nw[i]; j++) {
 			const struct seg_node *nd = &seg->nodes[wait[i][j]];
 			json_t *x = session_ref(seg, atomic_load(&nd->word));
 
-			json_object_set_new(x, "waiting_ms",
-					    json_integer((json_int_t)(uint32_t)(now_ms - nd->queued_ms)));
+			json_object_set_new(
+				x, "waiting_ms",
+				json_integer((json_int_t)(uint32_t)(now_ms - nd->queued_ms)));
 			json_array_append_new(ws, x);
 		}
-		row = json_pack("{s:o, s:s, s:i, s:b, s:i, s:i, s:I, s:I, s:o, s:o}",
-				"key", str_n(rows[i].name, rows[i].len),
-				"kind", kind_name(k->kind), "limit", (json_int_t)k->limit,
-				"quarantined", quar, "holders", (json_int_t)rows[i].holders,
-				"waiters", (json_int_t)rows[i].waiters,
-				"grants", (json_int_t)rows[i].grants,
-				"delay_ms", (json_int_t)rows[i].delay_ms, "holding", hs, "queue", ws);
+		row = json_pack("{s:o, s:s, s:i, s:b, s:i, s:i, s:I, s:I, s:o, s:o}", "key",
+				str_n(rows[i].name, rows[i].len), "kind", kind_name(k->kind),
+				"limit", (json_int_t)k->limit, "quarantined", quar, "holders",
+				(json_int_t)rows[i].holders, "waiters", (json_int_t)rows[i].waiters,
+				"grants", (json_int_t)rows[i].grants, "delay_ms",
+				(json_int_t)rows[i].delay_ms, "holding", hs, "queue", ws);
 		if (row && rows[i].delay_ms && !delay_note_get(rows[i].name, rows[i].len, &d))
-			json_object_set_new(row, "delay_by",
-				json_pack("{s:o, s:i, s:b, s:b}", "name", str0(d.name, sizeof(d.name)),
-					  "pid", (json_int_t)d.pid,
-					  "died", (d.how & PROTO_DELAY_DIED) != 0,
-					  "session_end", (d.how & PROTO_DELAY_SESSION) != 0));
+			json_object_set_new(
+				row, "delay_by",
+				json_pack("{s:o, s:i, s:b, s:b}", "name",
+					  str0(d.name, sizeof(d.name)), "pid", (json_int_t)d.pid,
+					  "died", (d.how & PROTO_DELAY_DIED) != 0, "session_end",
+					  (d.how & PROTO_DELAY_SESSION) != 0));
 		json_array_append_new(out, row);
 	}
 done:
@@ -390,7 +402,7 @@ static json_t *key_table(struct http *h, const struct ui_query *q)
 static json_t *sessions(struct http *h)
 {
 	struct segment *seg = &h->b->seg;
-	uint32_t (*counts)[2] = operator_session_counts(seg), i, total = 0;
+	uint32_t(*counts)[2] = operator_session_counts(seg), i, total = 0;
 	uint64_t now = mono_ns();
 	json_t *rows = json_array();
 
@@ -405,14 +417,18 @@ static json_t *sessions(struct http *h)
 		if (total++ >= UI_LIST_MAX)
 			continue;
 		hex_encode(s->id, sizeof(s->id), id);
-		json_array_append_new(rows, json_pack(
-			"{s:s, s:o, s:i, s:i, s:i, s:I, s:i, s:i, s:i}", "session", id,
-			"name", str0(s->name, sizeof(s->name)), "pid", (json_int_t)s->pid,
-			"uid", (json_int_t)s->uid, "ttl_ms", (json_int_t)s->ttl_ms,
-			"ttl_remaining_ms", (json_int_t)(s->ttl_ms ?
-				ms_left(atomic_load(&s->renewed_ns) + s->ttl_ms * 1000000ull, now) : 0),
-			"lock_delay_ms", (json_int_t)s->lock_delay_ms,
-			"holds", (json_int_t)counts[i][0], "waiting", (json_int_t)counts[i][1]));
+		json_array_append_new(
+			rows,
+			json_pack("{s:s, s:o, s:i, s:i, s:i, s:I, s:i, s:i, s:i}", "session", id,
+				  "name", str0(s->name, sizeof(s->name)), "pid", (json_int_t)s->pid,
+				  "uid", (json_int_t)s->uid, "ttl_ms", (json_int_t)s->ttl_ms,
+				  "ttl_remaining_ms",
+				  (json_int_t)(s->ttl_ms ? ms_left(atomic_load(&s->renewed_ns) +
+									   s->ttl_ms * 1000000ull,
+								   now)
+							 : 0),
+				  "lock_delay_ms", (json_int_t)s->lock_delay_ms, "holds",
+				  (json_int_t)counts[i][0], "waiting", (json_int_t)counts[i][1]));
 	}
 	free(counts);
 	return json_pack("{s:i, s:o}", "total", (json_int_t)total, "rows", rows);
@@ -433,7 +449,8 @@ static json_t *leases(struct http *h)
 		const char *name;
 		json_t *x;
 
-		if (!w || !until || NODE_KEY(w) >= seg->caps.max_keys || !seg_node_is_hold(seg, i, w))
+		if (!w || !until || NODE_KEY(w) >= seg->caps.max_keys ||
+		    !seg_node_is_hold(seg, i, w))
 			continue;
 		if (total++ >= UI_LIST_MAX)
 			continue;
@@ -442,7 +459,8 @@ static json_t *leases(struct http *h)
 		x = session_ref(seg, w);
 		json_object_set_new(x, "key", str_n(name, len));
 		json_object_set_new(x, "token", tok_str(nd->token));
-		json_object_set_new(x, "remaining_ms", json_integer((json_int_t)ms_left(until, now)));
+		json_object_set_new(x, "remaining_ms",
+				    json_integer((json_int_t)ms_left(until, now)));
 		json_array_append_new(rows, x);
 	}
 	return json_pack("{s:i, s:o}", "total", (json_int_t)total, "rows", rows);
@@ -463,22 +481,21 @@ static json_t *counters(struct http *h)
 
 	memset(&s, 0, sizeof(s));
 	operator_stats(h->b, &s);
-	return json_pack("{s:i, s:I, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I,"
-			 " s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s}",
-			 "broker_pid", (json_int_t)s.broker_pid, "uptime_ms",
-			 (json_int_t)s.uptime_ms, "sessions", (json_int_t)s.sessions, "keys",
-			 (json_int_t)s.keys, "holds", (json_int_t)s.holds, "waiters",
-			 (json_int_t)s.waiters, "max_sessions", (json_int_t)s.max_sessions,
-			 "max_keys", (json_int_t)s.max_keys, "max_holds", (json_int_t)s.max_holds,
-			 "max_waiters", (json_int_t)s.max_waiters, "quarantined_keys",
-			 (json_int_t)s.quarantined_keys, "grants", (json_int_t)s.grants, "timeouts",
-			 (json_int_t)s.timeouts, "handoffs", (json_int_t)s.handoffs,
-			 "lease_expiries", (json_int_t)s.lease_expiries, "ttl_expiries",
-			 (json_int_t)s.ttl_expiries, "crash_cleanups", (json_int_t)s.crash_cleanups,
-			 "repairs", (json_int_t)s.repairs, "sessions_opened",
-			 (json_int_t)s.sessions_opened, "sessions_closed",
-			 (json_int_t)s.sessions_closed, "quarantine_events", (json_int_t)s.quarantined,
-			 "version", SHMLOCK_VERSION);
+	return json_pack(
+		"{s:i, s:I, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I,"
+		" s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s}",
+		"broker_pid", (json_int_t)s.broker_pid, "uptime_ms", (json_int_t)s.uptime_ms,
+		"sessions", (json_int_t)s.sessions, "keys", (json_int_t)s.keys, "holds",
+		(json_int_t)s.holds, "waiters", (json_int_t)s.waiters, "max_sessions",
+		(json_int_t)s.max_sessions, "max_keys", (json_int_t)s.max_keys, "max_holds",
+		(json_int_t)s.max_holds, "max_waiters", (json_int_t)s.max_waiters,
+		"quarantined_keys", (json_int_t)s.quarantined_keys, "grants", (json_int_t)s.grants,
+		"timeouts", (json_int_t)s.timeouts, "handoffs", (json_int_t)s.handoffs,
+		"lease_expiries", (json_int_t)s.lease_expiries, "ttl_expiries",
+		(json_int_t)s.ttl_expiries, "crash_cleanups", (json_int_t)s.crash_cleanups,
+		"repairs", (json_int_t)s.repairs, "sessions_opened", (json_int_t)s.sessions_opened,
+		"sessions_closed", (json_int_t)s.sessions_closed, "quarantine_events",
+		(json_int_t)s.quarantined, "version", SHMLOCK_VERSION);
 }
 
 json_t *ui_snapshot(struct http *h, const struct ui_query *q, uint64_t stamp)
@@ -489,8 +506,7 @@ json_t *ui_snapshot(struct http *h, const struct ui_query *q, uint64_t stamp)
 	operator_quarantined(&h->b->seg, quar_one, quar);
 	snprintf(st, sizeof(st), "%016llx", (unsigned long long)stamp);
 	j = json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:i}", "stamp", st, "keys", key_table(h, q),
-		      "sessions", sessions(h), "leases", leases(h), "quarantined", quar,
-		      "counters", counters(h), "views_waiting",
-		      (json_int_t)(h->ui ? h->ui->nwaits : 0));
+		      "sessions", sessions(h), "leases", leases(h), "quarantined", quar, "counters",
+		      counters(h), "views_waiting", (json_int_t)(h->ui ? h->ui->nwaits : 0));
 	return j;
 }

@@ -37,7 +37,8 @@ int cmd_release(int argc, char **argv)
 	err = local_admin_force_release(c.socket, argv[1], holder);
 	if (err == -LOCAL_ECORRUPT)
 		errorf("%s is quarantined as damaged; 'shmlock reset %s' drops its holds and "
-		       "brings it back", argv[1], argv[1]);
+		       "brings it back",
+		       argv[1], argv[1]);
 	else if (err == -LOCAL_ENOTHELD)
 		errorf("%s is not held%s%s", argv[1], holder ? " by session " : "",
 		       holder ? holder : "");
@@ -94,7 +95,8 @@ int cmd_reset(int argc, char **argv)
 		errorf("%s is not quarantined (see 'shmlock keys -quarantined')", argv[1]);
 	else if (err == -ETIMEDOUT)
 		errorf("cannot reset %s now: a live process holds its lock word or the key "
-		       "table's (the broker's log names it); try again", argv[1]);
+		       "table's (the broker's log names it); try again",
+		       argv[1]);
 	else if (err)
 		errorf("cannot reset %s: %s", argv[1], cli_strerror(err));
 	return err ? exit_for(err) : EXIT_OK;

@@ -48,8 +48,9 @@ void child_argv_free(const struct lock_opts *o, char **argv)
 
 static bool is_ours(const char *e)
 {
-	static const char *const ours[] = { "SHMLOCK_HELD=", "SHMLOCK_KEY=", "SHMLOCK_TOKEN=",
-					    "SHMLOCK_SESSION=", "CONSUL_LOCK_HELD=", NULL };
+	static const char *const ours[] = { "SHMLOCK_HELD=",	 "SHMLOCK_KEY=",
+					    "SHMLOCK_TOKEN=",	 "SHMLOCK_SESSION=",
+					    "CONSUL_LOCK_HELD=", NULL };
 	size_t i;
 
 	for (i = 0; ours[i]; i++)

@@ -27,13 +27,13 @@
  */
 enum {
 	EXIT_OK = 0,
-	EXIT_FAIL = 1,		/* timeout, busy, or any other failure */
-	EXIT_CHILD = 2,		/* the child failed, under -child-exit-code */
-	EXIT_LOST = 3,		/* the hold was lost and the child was stopped */
-	EXIT_USAGE = 64,	/* bad command line */
-	EXIT_UNAVAILABLE = 69,	/* no broker could be reached, or it refused us */
-	EXIT_NOEXEC = 126,	/* the child was found but cannot be executed */
-	EXIT_NOTFOUND = 127,	/* the child's program was not found */
+	EXIT_FAIL = 1,	       /* timeout, busy, or any other failure */
+	EXIT_CHILD = 2,	       /* the child failed, under -child-exit-code */
+	EXIT_LOST = 3,	       /* the hold was lost and the child was stopped */
+	EXIT_USAGE = 64,       /* bad command line */
+	EXIT_UNAVAILABLE = 69, /* no broker could be reached, or it refused us */
+	EXIT_NOEXEC = 126,     /* the child was found but cannot be executed */
+	EXIT_NOTFOUND = 127,   /* the child's program was not found */
 };
 
 /* The exit status for a failure of liblocal @err (negative): EXIT_UNAVAILABLE
@@ -123,17 +123,17 @@ struct cli_common {
 	bool json;	    /* -json */
 };
 
-#define CLI_FLAG_JSON(c)                                                                           \
-	{                                                                                          \
-		"json", FLAG_BOOL, &(c)->json, false                                               \
+#define CLI_FLAG_JSON(c)                             \
+	{                                            \
+		"json", FLAG_BOOL, &(c)->json, false \
 	}
-#define CLI_FLAG_SOCKET(c)                                                                         \
-	{                                                                                          \
-		"socket", FLAG_STRING, &(c)->socket, false                                         \
+#define CLI_FLAG_SOCKET(c)                                 \
+	{                                                  \
+		"socket", FLAG_STRING, &(c)->socket, false \
 	}
-#define CLI_FLAGS_END                                                                              \
-	{                                                                                          \
-		NULL, FLAG_BOOL, NULL, false                                                       \
+#define CLI_FLAGS_END                        \
+	{                                    \
+		NULL, FLAG_BOOL, NULL, false \
 	}
 
 /*

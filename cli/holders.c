@@ -88,17 +88,17 @@ size_t key_info_value_len(const struct local_key_info *ki)
 
 json_t *key_info_json(const char *key, const struct local_key_info *ki, bool with_value)
 {
-	json_t *j = json_pack(
-		"{s:s, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I}", "kind",
-		kind_name(ki->kind), "limit", (json_int_t)ki->limit, "holder_count",
-		(json_int_t)ki->holders, "waiters", (json_int_t)ki->waiters, "token",
-		json_token(ki->token), "lock_index", (json_int_t)ki->lock_index, "modify_index",
-		(json_int_t)ki->modify_index, "lock_delay_remaining_ms",
-		(json_int_t)ki->lock_delay_remaining_ms, "value_len", (json_int_t)ki->value_len);
+	json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:o, s:I, s:I, s:I, s:I}", "kind",
+			      kind_name(ki->kind), "limit", (json_int_t)ki->limit, "holder_count",
+			      (json_int_t)ki->holders, "waiters", (json_int_t)ki->waiters, "token",
+			      json_token(ki->token), "lock_index", (json_int_t)ki->lock_index,
+			      "modify_index", (json_int_t)ki->modify_index,
+			      "lock_delay_remaining_ms", (json_int_t)ki->lock_delay_remaining_ms,
+			      "value_len", (json_int_t)ki->value_len);
 
-	if (j && (json_set_text(j, "key", key) ||
-		  (with_value &&
-		   json_set_value(j, "value", ki->value_buf, key_info_value_len(ki))))) {
+	if (j &&
+	    (json_set_text(j, "key", key) ||
+	     (with_value && json_set_value(j, "value", ki->value_buf, key_info_value_len(ki))))) {
 		json_decref(j);
 		return NULL;
 	}

@@ -8,8 +8,8 @@
 #include "cli.h"
 #include "client.h"
 
-#define STR_(x)		 #x
-#define STR(x)		 STR_(x)
+#define STR_(x) #x
+#define STR(x) STR_(x)
 #define LIBLOCAL_VERSION local_version() /* the library run with, not built with */
 
 static void row2(struct table *t, const char *name, const char *fmt, ...)
@@ -94,8 +94,8 @@ static json_t *names_json(const struct names *l)
 /* The broker's own facts (NULL: an older broker that cannot tell). */
 static void print_broker(struct table *t, const struct proto_op_broker *bi, bool down)
 {
-	const char *act = bi && (bi->flags & PROTO_BROKER_CONTROL_ACTIVATED) ?
-				  " (socket-activated)" : "";
+	const char *act =
+		bi && (bi->flags & PROTO_BROKER_CONTROL_ACTIVATED) ? " (socket-activated)" : "";
 
 	if (!bi && down) {
 		row2(t, "broker", "%s", "not running (a read-only view of its segment)");
@@ -114,9 +114,8 @@ static void print_broker(struct table *t, const struct proto_op_broker *bi, bool
 	if (bi->http_listen[0] || bi->http_socket[0] || (bi->flags & PROTO_BROKER_HTTP_ACTIVATED)) {
 		char http[300];
 
-		snprintf(http, sizeof(http), "%s%s%s%s%s%s",
-			 bi->http_listen[0] ? "http://" : "", bi->http_listen,
-			 bi->http_listen[0] && bi->http_socket[0] ? ", " : "",
+		snprintf(http, sizeof(http), "%s%s%s%s%s%s", bi->http_listen[0] ? "http://" : "",
+			 bi->http_listen, bi->http_listen[0] && bi->http_socket[0] ? ", " : "",
 			 bi->http_socket[0] ? "unix:" : "", bi->http_socket,
 			 bi->flags & PROTO_BROKER_HTTP_ACTIVATED ? "socket-activated" : "");
 		table_add(t, (const char *const[]){ "http", http });
@@ -130,7 +129,8 @@ static void print_broker(struct table *t, const struct proto_op_broker *bi, bool
 		row2(t, "tcp", "%s", "off");
 	if (bi->http_listen[0] || bi->tcp_listen[0] ||
 	    (bi->flags & (PROTO_BROKER_HTTP_ACTIVATED | PROTO_BROKER_TCP_ACTIVATED)))
-		row2(t, "auth token", "%s", bi->flags & PROTO_BROKER_AUTH_TOKEN ? "required" : "none");
+		row2(t, "auth token", "%s",
+		     bi->flags & PROTO_BROKER_AUTH_TOKEN ? "required" : "none");
 }
 
 static json_t *broker_json(const struct proto_op_broker *bi)
@@ -139,11 +139,11 @@ static json_t *broker_json(const struct proto_op_broker *bi)
 		return json_null();
 	return json_pack("{s:s, s:I, s:s, s:s, s:b, s:I, s:I, s:{s:s?, s:s?, s:b}, "
 			 "s:{s:s?, s:b, s:b}, s:b}",
-			 "version", bi->version, "pid", (json_int_t)bi->broker_pid,
-			 "socket", bi->socket_path, "segment", bi->shm_name, "socket_activated",
+			 "version", bi->version, "pid", (json_int_t)bi->broker_pid, "socket",
+			 bi->socket_path, "segment", bi->shm_name, "socket_activated",
 			 (int)!!(bi->flags & PROTO_BROKER_CONTROL_ACTIVATED), "segment_abi",
-			 (json_int_t)bi->seg_abi, "protocol", (json_int_t)bi->proto_version,
-			 "http", "listen", bi->http_listen[0] ? bi->http_listen : NULL, "socket",
+			 (json_int_t)bi->seg_abi, "protocol", (json_int_t)bi->proto_version, "http",
+			 "listen", bi->http_listen[0] ? bi->http_listen : NULL, "socket",
 			 bi->http_socket[0] ? bi->http_socket : NULL, "socket_activated",
 			 (int)!!(bi->flags & PROTO_BROKER_HTTP_ACTIVATED), "tcp", "listen",
 			 bi->tcp_listen[0] ? bi->tcp_listen : NULL, "tls",
@@ -241,7 +241,7 @@ int cmd_status(int argc, char **argv)
 	err = cli_admin_stats(c.socket, &st, &nq);
 	if (!err && nq)
 		err = cli_admin_keys(c.socket, NULL, LOCAL_KEYS_QUARANTINED, collect_name, NULL,
-				       &q);
+				     &q);
 	if (err) {
 		errorf("cannot read the broker's state: %s", cli_strerror(err));
 		names_free(&q);
@@ -318,7 +318,9 @@ static int print_keys(const struct key_list *l)
 		char limit[16], holders[16], waiters[16], delay[32], token[24];
 		char *by = holders_text(&r->h);
 		const char *cells[8] = { r->name, key_kind_text(r->ki.kind, r->flags),
-					 limit, holders, waiters, delay, token, by };
+					 limit,	  holders,
+					 waiters, delay,
+					 token,	  by };
 
 		snprintf(limit, sizeof(limit), "%u", r->ki.limit);
 		snprintf(holders, sizeof(holders), "%u", r->ki.holders);
@@ -358,8 +360,10 @@ int cmd_keys(int argc, char **argv)
 {
 	struct cli_common c = { 0 };
 	bool quarantined = false;
-	struct flag flags[] = { CLI_FLAG_JSON(&c), CLI_FLAG_SOCKET(&c),
-				{ "quarantined", FLAG_BOOL, &quarantined, false }, CLI_FLAGS_END };
+	struct flag flags[] = { CLI_FLAG_JSON(&c),
+				CLI_FLAG_SOCKET(&c),
+				{ "quarantined", FLAG_BOOL, &quarantined, false },
+				CLI_FLAGS_END };
 	struct key_list l = { 0 };
 	int nargs, r, err, rc = EXIT_FAIL;
 	size_t i;
@@ -372,8 +376,8 @@ int cmd_keys(int argc, char **argv)
 	/* Served by the broker without a session: works with every table full.
 	 * Each key's holders come with it, read under the same mutex. */
 	err = cli_admin_keys(c.socket, nargs ? argv[1] : NULL,
-			       quarantined ? LOCAL_KEYS_QUARANTINED : 0, collect_key, collect_holder,
-			       &l);
+			     quarantined ? LOCAL_KEYS_QUARANTINED : 0, collect_key, collect_holder,
+			     &l);
 	if (err) {
 		errorf("cannot list the keys: %s", cli_strerror(err));
 		rc = exit_for(err);

@@ -97,9 +97,8 @@ static json_t *queue_json(const struct queue *q)
 
 	for (i = 0; a && i < q->n; i++) {
 		const struct local_waiter *v = &q->v[i];
-		json_t *o = json_pack("{s:I, s:I, s:I}", "position", (json_int_t)v->position,
-				      "pid", (json_int_t)v->pid, "waiting_ms",
-				      (json_int_t)v->waiting_ms);
+		json_t *o = json_pack("{s:I, s:I, s:I}", "position", (json_int_t)v->position, "pid",
+				      (json_int_t)v->pid, "waiting_ms", (json_int_t)v->waiting_ms);
 
 		if (!o || json_set_text(o, "session", v->session) ||
 		    json_set_text(o, "name", v->name) || json_array_append_new(a, o)) {
@@ -232,9 +231,9 @@ int cmd_info(int argc, char **argv)
 	}
 	if (c.json) {
 		j = key_info_json(argv[1], ki, true);
-		if (j && (key_flags_json(j, kf) ||
-			  json_object_set_new(j, "holders", holders_json(&h)) ||
-			  json_object_set_new(j, "queue", queue_json(&q)))) {
+		if (j &&
+		    (key_flags_json(j, kf) || json_object_set_new(j, "holders", holders_json(&h)) ||
+		     json_object_set_new(j, "queue", queue_json(&q)))) {
 			json_decref(j);
 			j = NULL;
 		}
@@ -293,10 +292,10 @@ int cmd_leader(int argc, char **argv)
 		json_t *j = json_pack("{s:o}", "leader", l);
 
 		if (j && (json_set_text(j, "key", key) ||
-			  (led && (json_set_text(l, "session", ki->holder_session) ||
-				   json_set_text(l, "name", ki->holder_name) ||
-				   json_set_value(j, "value", ki->value_buf,
-						  key_info_value_len(ki)))))) {
+			  (led &&
+			   (json_set_text(l, "session", ki->holder_session) ||
+			    json_set_text(l, "name", ki->holder_name) ||
+			    json_set_value(j, "value", ki->value_buf, key_info_value_len(ki)))))) {
 			json_decref(j);
 			j = NULL;
 		}

@@ -105,16 +105,16 @@ const char *monitor_reason(int code);
 /* ---- run.c / supervise.c: the child and its process group ---- */
 
 /* The signals that stop the child; shmlock takes them by signalfd. */
-#define STOP_SIGNALS                                                                               \
-	{                                                                                          \
-		SIGTERM, SIGINT, SIGHUP, SIGQUIT                                                   \
+#define STOP_SIGNALS                             \
+	{                                        \
+		SIGTERM, SIGINT, SIGHUP, SIGQUIT \
 	}
 
 struct job_spec {
 	char **argv; /* argv[0] is looked up in $PATH */
 	char **envp;
 	bool pass_stdin;
-	bool take_tty; /* hand the terminal's foreground to the child's group */
+	bool take_tty;	/* hand the terminal's foreground to the child's group */
 	pid_t tty_pgrp; /* and give it back to this group */
 	int64_t grace_ms;
 	sigset_t child_mask; /* the signal mask shmlock started with */

@@ -81,8 +81,8 @@ static int check_ms(const char *flag, int64_t ns, int64_t max_ms, int64_t *ms)
  * they do not apply. The CONSUL_HTTP_* variables are not read either.
  */
 static const char *const consul_api_flags[] = {
-	"http-addr",	   "token",	 "token-file", "datacenter", "ca-file", "ca-path",
-	"client-cert",	   "client-key", "tls-server-name", "namespace", "partition", NULL,
+	"http-addr",   "token",	     "token-file",	"datacenter", "ca-file",   "ca-path",
+	"client-cert", "client-key", "tls-server-name", "namespace",  "partition", NULL,
 };
 #define CONSUL_API_FLAGS 11
 _Static_assert(sizeof(consul_api_flags) / sizeof(consul_api_flags[0]) == CONSUL_API_FLAGS + 1,
@@ -94,10 +94,13 @@ static void say_consul_flags_ignored(const struct lock_opts *o, const struct fla
 
 	for (i = 0; api[i].name; i++)
 		if (api[i].set)
-			verbose(o, "-%s is consul lock's; it does not apply to a local broker (ignored)",
+			verbose(o,
+				"-%s is consul lock's; it does not apply to a local broker "
+				"(ignored)",
 				api[i].name);
 	if (stale)
-		verbose(o, "-stale is consul lock's; it does not apply to a local broker (ignored)");
+		verbose(o,
+			"-stale is consul lock's; it does not apply to a local broker (ignored)");
 	for (i = 0; environ[i]; i++)
 		if (!strncmp(environ[i], "CONSUL_HTTP_", 12)) {
 			size_t n = strcspn(environ[i], "=");
@@ -141,7 +144,8 @@ int cmd_lock(int argc, char **argv)
 
 	memcpy(all, flags, nown * sizeof(flags[0]));
 	for (i = 0; i < CONSUL_API_FLAGS; i++)
-		all[nown + i] = (struct flag){ consul_api_flags[i], FLAG_STRING, &ignored[i], false };
+		all[nown + i] =
+			(struct flag){ consul_api_flags[i], FLAG_STRING, &ignored[i], false };
 	all[nown + CONSUL_API_FLAGS] = flags[nown];
 	r = args_parse("lock", all, argc, argv, ARGS_STOP_AT_ARG, &nargs);
 	if (r) {

@@ -255,7 +255,8 @@ static int acquire(struct run *r)
 		.key = o->key,
 		.limit = o->limit,
 		.opts = { .sz = sizeof(a.opts), /* J3: sized options */
-			  .timeout_ms = o->timeout_ms, .lease_ms = o->lease_ms },
+			  .timeout_ms = o->timeout_ms,
+			  .lease_ms = o->lease_ms },
 	};
 	pthread_t thread;
 	int err;
@@ -351,8 +352,10 @@ static int start_child(struct run *r)
 		int b = local_session_bind_process(r->s, r->job.pid);
 
 		if (b)
-			verbose(o, "could not bind the supervisor to the session (%s): a kill "
-				"of this process would release the hold at once", local_strerror(b));
+			verbose(o,
+				"could not bind the supervisor to the session (%s): a kill "
+				"of this process would release the hold at once",
+				local_strerror(b));
 		err = job_go(&r->job);
 	}
 	if (err)

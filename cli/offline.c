@@ -74,8 +74,10 @@ static int offline_open(const char *socket, struct offline *o)
 	static bool said;
 
 	if (!said)
-		fprintf(stderr, "shmlock: no broker answers; a read-only view of its segment, "
-			"kept at %s\n", o->keeper);
+		fprintf(stderr,
+			"shmlock: no broker answers; a read-only view of its segment, "
+			"kept at %s\n",
+			o->keeper);
 	said = true;
 	return 0;
 }

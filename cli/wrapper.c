@@ -63,8 +63,8 @@ static int block_stop_signals(struct holder_env *env)
 }
 
 /* In the holder, right after fork(). */
-__attribute__((noreturn)) static void holder_main(const struct lock_opts *o,
-						  struct holder_env *env, pid_t wrapper)
+__attribute__((noreturn)) static void holder_main(const struct lock_opts *o, struct holder_env *env,
+						  pid_t wrapper)
 {
 	sigset_t set;
 
@@ -176,7 +176,6 @@ int lock_run(const struct lock_opts *o)
 			errorf("cannot wait for the holder: %s", strerror(errno));
 			return EXIT_FAIL;
 		}
-		mirror(info.si_code == CLD_EXITED ? W_EXITCODE(info.si_status, 0)
-						  : info.si_status);
+		mirror(info.si_code == CLD_EXITED ? W_EXITCODE(info.si_status, 0) : info.si_status);
 	}
 }

@@ -64,7 +64,7 @@ extern "C" {
  */
 #define LOCAL_OPTS(TYPE, ...) LOCAL_OPTS_(TYPE, __VA_ARGS__, )
 #define LOCAL_OPTS_(TYPE, NAME, ...) struct TYPE NAME = { .sz = sizeof(struct TYPE), __VA_ARGS__ }
-#define LOCAL_HAS(PTR, FIELD)                                                                  \
+#define LOCAL_HAS(PTR, FIELD) \
 	((PTR)->sz >= offsetof(__typeof__(*(PTR)), FIELD) + sizeof((PTR)->FIELD))
 
 /* The largest key, in bytes (keys are 1..LOCAL_KEY_MAX bytes, no NUL). */
@@ -101,12 +101,12 @@ enum local_error {
 	LOCAL_ENOTENQUEUED,	      /* local_wait() without local_enqueue() */
 	/* No broker found: the most telling outcome of the paths tried (see
 	 * "FINDING THE BROKER" in liblocal(3)). */
-	LOCAL_ENOSOCKET,	      /* no socket at any path tried */
-	LOCAL_EREFUSED,		      /* a socket, but no broker listening on it */
-	LOCAL_ENOTSOCK,		      /* something else than a socket at the path */
-	LOCAL_EACCESS,		      /* the socket's mode or group lets us not in */
-	LOCAL_EUNSAFE,		      /* socket in a directory others could plant */
-	LOCAL_ECLUSTER,		      /* this host lost the cluster key's lock (etcd) */
+	LOCAL_ENOSOCKET, /* no socket at any path tried */
+	LOCAL_EREFUSED,	 /* a socket, but no broker listening on it */
+	LOCAL_ENOTSOCK,	 /* something else than a socket at the path */
+	LOCAL_EACCESS,	 /* the socket's mode or group lets us not in */
+	LOCAL_EUNSAFE,	 /* socket in a directory others could plant */
+	LOCAL_ECLUSTER,	 /* this host lost the cluster key's lock (etcd) */
 	LOCAL_ELAST
 };
 
@@ -137,7 +137,7 @@ struct local_session_opts {
 	int32_t lock_delay_ms;	 /* -1: default (15000); 0..60000 */
 	int behavior;		 /* enum local_behavior */
 	unsigned flags;		 /* enum local_session_flags */
-	int32_t broker_wait_ms;  /* no broker listening: retry this long; -1:
+	int32_t broker_wait_ms;	 /* no broker listening: retry this long; -1:
 				  * $SHMLOCK_BROKER_WAIT_MS, else 5000 */
 };
 
@@ -164,8 +164,7 @@ LOCAL_API void local_session_opts_init_sz(struct local_session_opts *opts, size_
  * unknown behavior or flags, sz unset), -E2BIG (opts from a newer header set
  * a field this library does not know), -ENOMEM.
  */
-LOCAL_API int local_session_open(const struct local_session_opts *opts,
-				 local_session **out);
+LOCAL_API int local_session_open(const struct local_session_opts *opts, local_session **out);
 
 /*
  * End a session: release every hold (without lock-delay: this is voluntary),
@@ -225,8 +224,8 @@ struct local_acquire_opts {
  * -LOCAL_EVALUESIZE, -LOCAL_EMAXKEYS, -LOCAL_EMAXHOLDS, -LOCAL_EMAXWAITERS,
  * -LOCAL_ESESSION, -LOCAL_EFORKED, -LOCAL_ECORRUPT.
  */
-LOCAL_API int local_lock(local_session *s, const char *key,
-			 const struct local_acquire_opts *opts, uint64_t *token);
+LOCAL_API int local_lock(local_session *s, const char *key, const struct local_acquire_opts *opts,
+			 uint64_t *token);
 
 /*
  * Release the session's hold on @key and hand the key to the next waiter.
@@ -241,7 +240,7 @@ struct local_key_info {
 	size_t sz; /* sizeof(struct local_key_info): LOCAL_OPTS() */
 	int kind;  /* enum local_kind */
 	uint32_t limit, holders, waiters;
-	uint64_t token; /* the current (lock) holder's fencing token; 0 if free */
+	uint64_t token;	       /* the current (lock) holder's fencing token; 0 if free */
 	uint64_t lock_index;   /* number of acquisitions of this key */
 	uint64_t modify_index; /* number of changes of this key */
 	uint64_t lock_delay_remaining_ms;
@@ -365,7 +364,7 @@ struct local_session_info {
 	size_t sz; /* filled in by liblocal */
 	char id[LOCAL_SESSION_ID_LEN + 1];
 	char name[64];
-	int32_t pid;	/* 0: no process check */
+	int32_t pid; /* 0: no process check */
 	uint32_t uid;
 	uint32_t ttl_ms;
 	uint64_t ttl_remaining_ms;
@@ -441,18 +440,16 @@ LOCAL_API int local_admin_stats(const char *socket_path, struct local_stats *out
  * has no value (value_len is its length); see local_admin_info(). @flags:
  * LOCAL_KEYS_*. Stops early if a callback returns non-zero (that value is
  * returned). */
-LOCAL_API int local_admin_keys(const char *socket_path, const char *prefix, unsigned flags,
-			       int (*cb)(const char *key, const struct local_key_info *ki,
-					 unsigned key_flags, void *arg),
-			       int (*holder_cb)(const char *key, const struct local_holder *h,
-						void *arg),
-			       void *arg);
+LOCAL_API int local_admin_keys(
+	const char *socket_path, const char *prefix, unsigned flags,
+	int (*cb)(const char *key, const struct local_key_info *ki, unsigned key_flags, void *arg),
+	int (*holder_cb)(const char *key, const struct local_holder *h, void *arg), void *arg);
 
 /* local_info() by the broker (the value included, as far as out->value_buf
  * has room), with *key_flags (if non-NULL) LOCAL_KEY_*.
  * A key that does not exist: kind LOCAL_KIND_NONE, and 0. */
-LOCAL_API int local_admin_info(const char *socket_path, const char *key,
-			       struct local_key_info *out, unsigned *key_flags);
+LOCAL_API int local_admin_info(const char *socket_path, const char *key, struct local_key_info *out,
+			       unsigned *key_flags);
 
 /* local_holders() by the broker (from the node table: never blocked by a
  * stalled key), quarantined keys included. */

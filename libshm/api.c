@@ -127,8 +127,8 @@ static bool waited_for(local_session *s, const char *key, uint32_t *idx)
 	for (i = 0; i < 4; i++) {
 		uint64_t g = atomic_load_explicit(&s->waited[i].granted_ns, memory_order_acquire);
 
-		if (g == WAITED_BUSY ||
-		    (g && atomic_load_explicit(&s->waited[i].key_idx, memory_order_relaxed) == *idx))
+		if (g == WAITED_BUSY || (g && atomic_load_explicit(&s->waited[i].key_idx,
+								   memory_order_relaxed) == *idx))
 			return true;
 	}
 	return false;
@@ -214,8 +214,8 @@ again:
 	return err;
 }
 
-int api_acquire(local_session *s, const char *key, struct acquire_req *req,
-		int64_t timeout_ms, uint64_t *token)
+int api_acquire(local_session *s, const char *key, struct acquire_req *req, int64_t timeout_ms,
+		uint64_t *token)
 {
 	uint32_t key_idx;
 	uint64_t tok = 0;
@@ -243,9 +243,8 @@ int api_acquire(local_session *s, const char *key, struct acquire_req *req,
 }
 
 /* local_lock() when the lock-free path (fast_lock()) did not answer. */
-int api_lock_full(local_session *s, const char *key,
-					       const struct local_acquire_opts *opts,
-					       uint64_t *token)
+int api_lock_full(local_session *s, const char *key, const struct local_acquire_opts *opts,
+		  uint64_t *token)
 {
 	/* fast_lock() has just tried the lock-free path: not twice. */
 	struct acquire_req req = { .kind = LOCAL_KIND_LOCK, .limit = 1, .fast_tried = true };
@@ -323,8 +322,8 @@ int api_release_full(local_session *s, const char *key)
 		return err;
 	/* fast_unlock() stands aside while any waited hold is noted; a key
 	 * that is not one of them may still go lock-free (J3 metrics). */
-	if (!atomic_load_explicit(&s->npending, memory_order_relaxed) && !waited_for(s, key, &idx) &&
-	    fast_release(s->seg, key, s->who, &s->hints) == 0) {
+	if (!atomic_load_explicit(&s->npending, memory_order_relaxed) &&
+	    !waited_for(s, key, &idx) && fast_release(s->seg, key, s->who, &s->hints) == 0) {
 		/* The hint was stale (the string now names another entry):
 		 * the hold released may have been a waited one, so forget
 		 * its note (untimed) rather than keep it for ever. */

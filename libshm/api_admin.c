@@ -58,8 +58,8 @@ int local_holders(local_session *s, const char *key,
 		session_label(s->seg, NODE_SESSION(atomic_load(&node->word)), v[n].session,
 			      v[n].name, &v[n].pid);
 		v[n].token = node->token;
-		v[n].lease_remaining_ms = node->lease_until_ns ? ms_left(node->lease_until_ns, now)
-							       : 0;
+		v[n].lease_remaining_ms =
+			node->lease_until_ns ? ms_left(node->lease_until_ns, now) : 0;
 		n++;
 	}
 	key_unlock(k);
@@ -113,7 +113,7 @@ int local_sessions(local_session *s, int (*cb)(const struct local_session_info *
 		   void *arg)
 {
 	struct segment *seg;
-	uint32_t (*counts)[2], i;
+	uint32_t(*counts)[2], i;
 	uint64_t now = mono_ns();
 	int err;
 

@@ -25,7 +25,7 @@
 struct op_conn {
 	char path[PATHS_LEN]; /* given, or found by the first call */
 	bool found;
-	char *buf;	      /* PROTO_OP_MAX_REPLY */
+	char *buf; /* PROTO_OP_MAX_REPLY */
 };
 
 static int op_open(struct op_conn *c, const char *socket_path)
@@ -249,8 +249,7 @@ static int op_pages(struct op_conn *c, int type, const char *key, size_t key_len
 	return err;
 }
 
-_Static_assert(PROTO_KEY_QUARANTINED == LOCAL_KEY_QUARANTINED &&
-		       PROTO_KEY_BUSY == LOCAL_KEY_BUSY,
+_Static_assert(PROTO_KEY_QUARANTINED == LOCAL_KEY_QUARANTINED && PROTO_KEY_BUSY == LOCAL_KEY_BUSY,
 	       "key flags travel as they are");
 
 int local_admin_stats(const char *socket_path, struct local_stats *out_caller,
@@ -376,8 +375,8 @@ static int keys_page(struct op_conn *c, const struct proto_op_reply *rep, void *
 }
 
 int local_admin_keys(const char *socket_path, const char *prefix, unsigned flags,
-		     int (*cb)(const char *key, const struct local_key_info *ki,
-			       unsigned key_flags, void *arg),
+		     int (*cb)(const char *key, const struct local_key_info *ki, unsigned key_flags,
+			       void *arg),
 		     int (*holder_cb)(const char *key, const struct local_holder *h, void *arg),
 		     void *arg)
 {

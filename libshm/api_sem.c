@@ -231,8 +231,9 @@ int api_pending_arm_word(local_session *s, const char *key, _Atomic uint64_t **w
 		return err;
 	pthread_mutex_lock(&s->pending_lock);
 	p = *find_pending(s, key, len);
-	err = !p ? -LOCAL_ENOTENQUEUED
-		 : waiter_arm_doorbell(s->seg, p->node, p->key_idx, s->who) ? 0 : 1;
+	err = !p							 ? -LOCAL_ENOTENQUEUED
+	      : waiter_arm_doorbell(s->seg, p->node, p->key_idx, s->who) ? 0
+									 : 1;
 	if (p && word) {
 		*word = &s->seg->nodes[p->node].word;
 		*waiting = NODE_PACK(NODE_WAITING, s->who.slot, p->key_idx);

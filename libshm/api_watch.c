@@ -66,17 +66,16 @@ int local_held(local_session *s, const char *key, uint64_t *token)
 	    cluster_deadline_passed(s->seg))
 		return -LOCAL_ECLUSTER;
 	if (err)
-		return err == -ENOENT ? (session_is(s->seg, s->who) ? -LOCAL_ENOTHELD
-								     : -LOCAL_ESESSION)
-				      : err;
+		return err == -ENOENT
+			       ? (session_is(s->seg, s->who) ? -LOCAL_ENOTHELD : -LOCAL_ESESSION)
+			       : err;
 	h = key_find_hold_locked(s->seg, k, s->who);
 	if (h != IDX_NONE && token)
 		*token = s->seg->nodes[h].token;
 	/* Cluster keys: past the host's deadline, or under a lease the host
 	 * no longer holds, a hold no broker ended is not safe any more
 	 * (another host may be granted soon, or already is). */
-	if (h != IDX_NONE && (atomic_load(&k->cluster) & CL_KEY) &&
-	    cluster_key_stale(s->seg, k))
+	if (h != IDX_NONE && (atomic_load(&k->cluster) & CL_KEY) && cluster_key_stale(s->seg, k))
 		h = IDX_NONE, err = -LOCAL_ECLUSTER;
 	key_unlock(k);
 	if (err)

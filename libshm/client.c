@@ -169,7 +169,8 @@ static int try_connect(const char *path, struct lookup_try *t)
 		t->err = -LOCAL_EACCESS;
 		if (stat(path, &st) == 0)
 			snprintf(t->why, sizeof(t->why),
-				 "permission denied (socket mode %04o, uid %u, gid %u; we are uid %u)",
+				 "permission denied (socket mode %04o, uid %u, gid %u; we are uid "
+				 "%u)",
 				 (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid,
 				 (unsigned)st.st_gid, (unsigned)geteuid());
 		else
@@ -199,7 +200,8 @@ static void pause_backoff(uint64_t *delay_ms, uint64_t deadline_ns)
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
 	if (*delay_ms < BROKER_RETRY_MAX_MS)
-		*delay_ms = *delay_ms * 2 < BROKER_RETRY_MAX_MS ? *delay_ms * 2 : BROKER_RETRY_MAX_MS;
+		*delay_ms =
+			*delay_ms * 2 < BROKER_RETRY_MAX_MS ? *delay_ms * 2 : BROKER_RETRY_MAX_MS;
 }
 
 int broker_find(const char *path, char used[PATHS_LEN], uint64_t deadline_ns)
@@ -444,8 +446,8 @@ static int build_open(const struct local_session_opts *o, struct proto_open *req
 	memset(req, 0, sizeof(*req));
 	proto_init_hdr(&req->hdr, MSG_OPEN, sizeof(*req));
 	req->ttl_ms = o->ttl_ms;
-	req->lock_delay_ms = o->lock_delay_ms < 0 ? LOCAL_LOCK_DELAY_DEFAULT_MS
-						  : (uint32_t)o->lock_delay_ms;
+	req->lock_delay_ms =
+		o->lock_delay_ms < 0 ? LOCAL_LOCK_DELAY_DEFAULT_MS : (uint32_t)o->lock_delay_ms;
 	req->behavior = (uint32_t)o->behavior;
 	req->flags = o->flags;
 	proc_start_time(getpid(), &start);

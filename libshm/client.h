@@ -164,8 +164,8 @@ uint64_t api_lock_deadline(uint64_t deadline_ns);
 /* Find @key for a call that only looks, waiting API_INSPECT_LOCK_MS at most. */
 int api_find_inspect(local_session *s, const char *key, size_t len, struct seg_key **out);
 int api_enter(local_session *s, const char *key, size_t *len);
-int api_acquire(local_session *s, const char *key, struct acquire_req *req,
-		int64_t timeout_ms, uint64_t *token);
+int api_acquire(local_session *s, const char *key, struct acquire_req *req, int64_t timeout_ms,
+		uint64_t *token);
 /* Why @s does not hold key @key_idx: -LOCAL_EEXPIRED (a lease ran out; with
  * @consume the record is used up), -LOCAL_ESESSION or -LOCAL_ENOTHELD. */
 int api_not_held(local_session *s, uint32_t key_idx, bool consume);

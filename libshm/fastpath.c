@@ -80,8 +80,8 @@ static __attribute__((noinline)) struct seg_key *find_probe(struct segment *seg,
  * bounded compare ends inside the buffer and equality means the caller's
  * key has a valid length: one load, not key_len and the byte it names.
  */
-static inline struct seg_key *find(struct segment *seg, const char *key,
-				   struct node_hints *hints, uint64_t *f, uint32_t *out_idx)
+static inline struct seg_key *find(struct segment *seg, const char *key, struct node_hints *hints,
+				   uint64_t *f, uint32_t *out_idx)
 {
 	struct key_hint *kh = key_hint_of(hints, key);
 	uint32_t idx = atomic_load_explicit(&kh->idx, memory_order_relaxed);
@@ -93,16 +93,15 @@ static inline struct seg_key *find(struct segment *seg, const char *key,
 	k = &seg->keys[idx];
 	*f = atomic_load_explicit(&k->fast, memory_order_acquire);
 	if (atomic_load_explicit(&k->state, memory_order_relaxed) != KEY_USED ||
-	    k->key[LOCAL_KEY_MAX] != '\0' ||
-	    strncmp(k->key, key, LOCAL_KEY_MAX + 1) != 0)
+	    k->key[LOCAL_KEY_MAX] != '\0' || strncmp(k->key, key, LOCAL_KEY_MAX + 1) != 0)
 		return find_probe(seg, key, kh, f, out_idx);
 	*out_idx = idx; /* the caller's, without a division by the entry size */
 	return *f & FAST_SLOW ? NULL : k;
 }
 
 /* The word of our hold, if the fast word names one of ours; else 0. */
-static inline __attribute__((always_inline)) uint64_t
-ours(const struct segment *seg, uint64_t f, uint32_t key, struct owner who)
+static inline __attribute__((always_inline)) uint64_t ours(const struct segment *seg, uint64_t f,
+							   uint32_t key, struct owner who)
 {
 	uint32_t h = FAST_HOLDER(f);
 	const struct seg_node *n;
@@ -129,8 +128,8 @@ ours(const struct segment *seg, uint64_t f, uint32_t key, struct owner who)
  * holder has come since, and then our CAS against @f fails. 0: the mutex
  * path must draw.
  */
-static inline __attribute__((always_inline)) uint64_t
-fast_token(const struct seg_key *k, uint64_t f)
+static inline __attribute__((always_inline)) uint64_t fast_token(const struct seg_key *k,
+								 uint64_t f)
 {
 	uint64_t b = atomic_load_explicit(&k->fast_base, memory_order_relaxed);
 	uint64_t n = (FAST_SEQ(f) + 1 - FBASE_SEQ(b)) & FAST_SEQ_MASK;
@@ -242,8 +241,7 @@ static inline bool usable(const local_session *s)
  * a lease expire has notes to drop (one load of its own slot). */
 static inline void acquired(local_session *s, uint32_t key_idx, uint64_t tok, uint64_t *token)
 {
-	if (atomic_load_explicit(&s->seg->sessions[s->who.slot].expired_next,
-				 memory_order_relaxed))
+	if (atomic_load_explicit(&s->seg->sessions[s->who.slot].expired_next, memory_order_relaxed))
 		api_forget_expiry(s, key_idx);
 	if (token)
 		*token = tok;
@@ -262,8 +260,9 @@ entry_acquire(local_session *s, const char *key, uint32_t kind, uint32_t limit,
 	int err;
 
 	if (__builtin_expect(!s || !key || !usable(s) || !limit || crash_fast_path_off() ||
-	    (opts && (opts->sz != sizeof(*opts) || opts->lease_ms || opts->value ||
-		      opts->value_len)), 0))
+				     (opts && (opts->sz != sizeof(*opts) || opts->lease_ms ||
+					       opts->value || opts->value_len)),
+			     0))
 		return FAST_MISS;
 	err = acquire(s->seg, key, kind, limit, opts && opts->timeout_ms == 0, s->who, &s->hints,
 		      &tok, &key_idx);
@@ -290,7 +289,7 @@ int fast_sem_acquire(local_session *s, const char *key, uint32_t limit,
 
 /* The lock-free release, inlined into both entry points below. */
 static inline __attribute__((always_inline)) int release(struct segment *seg, const char *key,
-							  struct owner who, struct node_hints *hints)
+							 struct owner who, struct node_hints *hints)
 {
 	uint64_t f, w;
 	uint32_t idx;
@@ -317,8 +316,7 @@ static inline __attribute__((always_inline)) int release(struct segment *seg, co
 	return 0;
 }
 
-int fast_release(struct segment *seg, const char *key, struct owner who,
-		 struct node_hints *hints)
+int fast_release(struct segment *seg, const char *key, struct owner who, struct node_hints *hints)
 {
 	if (crash_fast_path_off())
 		return FAST_MISS;

@@ -27,7 +27,8 @@ static inline int futex_wait_until(_Atomic uint32_t *word, uint32_t expected, ui
 		ts.tv_nsec = (long)(deadline_ns % 1000000000ull);
 		tsp = &ts;
 	}
-	r = syscall(SYS_futex, word, FUTEX_WAIT_BITSET, expected, tsp, NULL, FUTEX_BITSET_MATCH_ANY);
+	r = syscall(SYS_futex, word, FUTEX_WAIT_BITSET, expected, tsp, NULL,
+		    FUTEX_BITSET_MATCH_ANY);
 	if (r == 0 || errno == EAGAIN)
 		return 0;
 	return -errno;

@@ -24,7 +24,9 @@ int keeper_exchange(const char *path, char cmd, int timeout_s, int *fd)
 	} ctl;
 	char ans = 0;
 	struct iovec iov = { &ans, 1 };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = ctl.buf,
 			     .msg_controllen = sizeof(ctl.buf) };
 	struct cmsghdr *c;
 	int sock, err = 0, got = -1;

@@ -126,7 +126,7 @@ uint64_t key_next_token_locked(struct segment *seg, struct seg_key *k)
 		tok = last + 1;
 		goto drawn;
 	}
-	span = grants < TOKEN_SPAN_MIN ? TOKEN_SPAN_MIN
+	span = grants < TOKEN_SPAN_MIN	 ? TOKEN_SPAN_MIN
 	       : grants > TOKEN_SPAN_MAX ? TOKEN_SPAN_MAX
 					 : grants;
 	g = atomic_fetch_add(&seg->hdr->token_counter, span);
@@ -141,8 +141,9 @@ drawn:
 	return tok;
 }
 
-static int grant_uncontended_locked(struct segment *seg, struct seg_key *k, const struct acquire_req *req,
-			     uint64_t *token, _Atomic uint32_t *hint)
+static int grant_uncontended_locked(struct segment *seg, struct seg_key *k,
+				    const struct acquire_req *req, uint64_t *token,
+				    _Atomic uint32_t *hint)
 {
 	uint32_t key = seg_key_index(seg, k);
 	struct seg_node *node;
@@ -315,8 +316,7 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	 * its node and stage another request's value in it (a data race
 	 * found by TSan, issue 13 N2: a key could get another key's value).
 	 * Bounds-checked: node fields may be damaged (found by fuzz_segment). */
-	if (wn->staged_len && wn->staged_len - 1 <= seg->caps.max_value &&
-	    w >= seg->caps.max_holds)
+	if (wn->staged_len && wn->staged_len - 1 <= seg->caps.max_value && w >= seg->caps.max_holds)
 		key_set_value_locked(seg, k, seg_staged_buf(seg, w), wn->staged_len - 1);
 	/* seq_cst, against the waiter's PARKED store and re-read. */
 	atomic_store(&wn->word, NODE_PACK(NODE_GRANTED, NODE_SESSION(ww), key));
@@ -352,8 +352,7 @@ static void apply_loss_locked(struct segment *seg, struct seg_key *k, uint32_t s
 		key_set_value_locked(seg, k, NULL, 0);
 }
 
-uint32_t key_release_hold_locked(struct segment *seg, struct seg_key *k, uint32_t h,
-				 unsigned how)
+uint32_t key_release_hold_locked(struct segment *seg, struct seg_key *k, uint32_t h, unsigned how)
 {
 	struct seg_node *hn = &seg->nodes[h];
 	uint32_t w = k->q_head;

@@ -85,7 +85,7 @@ struct acquire_req {
 	uint32_t limit; /* 1 for locks */
 	uint32_t lease_ms;
 	bool try_only;
-	bool fast_tried; /* the lock-free path missed just now: go to the mutex */
+	bool fast_tried;   /* the lock-free path missed just now: go to the mutex */
 	const void *value; /* NULL: leave the value alone */
 	size_t value_len;
 	/* If set, an enqueue stores the clock it read for the node here: the
@@ -253,8 +253,7 @@ extern void (*key_delay_hook)(const struct seg_key *k, const struct seg_session 
  * End hold @h. Hands the key to the next waiter when allowed; returns the
  * waiter node to wake after unlocking, or IDX_NONE.
  */
-uint32_t key_release_hold_locked(struct segment *seg, struct seg_key *k, uint32_t h,
-				 unsigned how);
+uint32_t key_release_hold_locked(struct segment *seg, struct seg_key *k, uint32_t h, unsigned how);
 
 /*
  * Grant queued requests while the key has room and no lock-delay runs.
@@ -295,7 +294,7 @@ void key_touch_locked(struct seg_key *k);
  * spent. Strictly increasing per key, unique across keys; not ordered across
  * keys (docs/architecture.md, "Fencing tokens").
  */
-#define TOKEN_SPAN_MIN 16ull	     /* a new key's first range */
+#define TOKEN_SPAN_MIN 16ull	    /* a new key's first range */
 #define TOKEN_SPAN_MAX (1ull << 20) /* a busy key's ranges grow to this */
 
 /* The token of the grant that makes lock_index @grants, from the key's
@@ -337,8 +336,8 @@ static inline bool cluster_deadline_passed(const struct segment *seg)
 }
 
 /* seg_key.cluster bits, written under the key mutex. */
-#define CL_KEY 1u  /* under a --cluster-prefix: a grant needs the host's cluster lock */
-#define CL_OPEN 2u /* the broker holds the key's cluster lock: grants may go on */
+#define CL_KEY 1u   /* under a --cluster-prefix: a grant needs the host's cluster lock */
+#define CL_OPEN 2u  /* the broker holds the key's cluster lock: grants may go on */
 #define CL_ARMED 4u /* the broker wants a ring at the next release without handoff */
 
 /* A cluster key's tokens: CLUSTER_TOKEN_BASE + (etcd revision of the host's
@@ -360,8 +359,8 @@ static inline bool cluster_key_stale(const struct segment *seg, const struct seg
 	int64_t lease = atomic_load_explicit(&k->cluster_lease, memory_order_relaxed);
 
 	return cluster_deadline_passed(seg) ||
-	       (lease && lease != atomic_load_explicit(&seg->hdr->cluster_lease_id,
-						       memory_order_acquire));
+	       (lease &&
+		lease != atomic_load_explicit(&seg->hdr->cluster_lease_id, memory_order_acquire));
 }
 
 /*
@@ -468,8 +467,7 @@ void seg_ring(struct segment *seg);
 int fast_acquire(struct segment *seg, const char *key, const struct acquire_req *req,
 		 uint64_t *token, struct node_hints *hints, uint32_t *key_idx);
 /* Release of our hold on a key without its mutex: 0 or FAST_MISS. */
-int fast_release(struct segment *seg, const char *key, struct owner who,
-		 struct node_hints *hints);
+int fast_release(struct segment *seg, const char *key, struct owner who, struct node_hints *hints);
 /* The whole of local_lock() and local_release(): the lock-free path with no
  * request built and no call layer (issue 13: those were a third of the
  * cost), and when that cannot answer, a tail call to api_lock_full() or
@@ -572,10 +570,9 @@ static inline bool key_links_sane(const struct segment *seg, const struct seg_ke
 	/* The ends of the queue are waiting requests of this key: a cycle or
 	 * a stale link that skipped a node shows there, in O(1), before a
 	 * grant walks into it. */
-	if (k->q_head != IDX_NONE && (!key_queue_end_ok(seg, k, k->q_head) ||
-				      seg->nodes[k->q_head].prev != IDX_NONE ||
-				      !key_queue_end_ok(seg, k, k->q_tail) ||
-				      seg->nodes[k->q_tail].next != IDX_NONE))
+	if (k->q_head != IDX_NONE &&
+	    (!key_queue_end_ok(seg, k, k->q_head) || seg->nodes[k->q_head].prev != IDX_NONE ||
+	     !key_queue_end_ok(seg, k, k->q_tail) || seg->nodes[k->q_tail].next != IDX_NONE))
 		return false;
 	return k->kind == LOCAL_KIND_NONE || k->holders <= k->limit;
 }

@@ -118,8 +118,8 @@ static void adopt_fast_hold_locked(struct segment *seg, struct seg_key *k)
  * touch; so while anyone watches, every change goes through the mutex). */
 static bool fast_eligible(const struct seg_key *k)
 {
-	if (atomic_load(&k->state) != KEY_USED || k->q_head != IDX_NONE ||
-	    k->delay_until_ns != 0 || atomic_load(&k->watchers) != 0)
+	if (atomic_load(&k->state) != KEY_USED || k->q_head != IDX_NONE || k->delay_until_ns != 0 ||
+	    atomic_load(&k->watchers) != 0)
 		return false;
 	/* Cluster keys (issue 16) stay on the mutex path: its release tells
 	 * the broker when the host may give up the key's cluster lock. */
@@ -175,8 +175,7 @@ void key_clear_fast_holder_locked(struct seg_key *k)
 	uint64_t f = atomic_load_explicit(&k->fast, memory_order_relaxed);
 
 	if (FAST_HOLDER(f))
-		atomic_store_explicit(&k->fast, FAST_PACK(1, 0, FAST_SEQ(f)),
-				      memory_order_release);
+		atomic_store_explicit(&k->fast, FAST_PACK(1, 0, FAST_SEQ(f)), memory_order_release);
 }
 
 /*
@@ -284,8 +283,8 @@ static int word_lock(struct segment *seg, _Atomic uint32_t *w, uint64_t deadline
 	r = lw_lock(w, seg->lock_self, deadline_ns, seg->lock_judge);
 	if (seg->lock_budgeted) {
 		now = mono_ns();
-		seg->lock_budget_ns -= now - start < seg->lock_budget_ns ? now - start
-									  : seg->lock_budget_ns;
+		seg->lock_budget_ns -=
+			now - start < seg->lock_budget_ns ? now - start : seg->lock_budget_ns;
 	}
 	return r == LW_RECOVER ? EOWNERDEAD : r == -ETIMEDOUT ? ETIMEDOUT : 0;
 }
@@ -612,8 +611,7 @@ static uint32_t find_unindexed_locked(struct segment *seg, uint32_t hash, const 
 	return IDX_NONE;
 }
 
-int keytab_find(struct segment *seg, const char *key, size_t len, bool create,
-		struct seg_key **out)
+int keytab_find(struct segment *seg, const char *key, size_t len, bool create, struct seg_key **out)
 {
 	return keytab_find_until(seg, key, len, create, out, lock_deadline(seg->lock_timeout_ms));
 }
@@ -719,7 +717,8 @@ int keytab_find_until(struct segment *seg, const char *key, size_t len, bool cre
 	else if (!create)
 		err = -ENOENT;
 	else
-		err = slot == IDX_NONE ? -LOCAL_EMAXKEYS : create_locked(seg, hash, key, len, slot, out);
+		err = slot == IDX_NONE ? -LOCAL_EMAXKEYS
+				       : create_locked(seg, hash, key, len, slot, out);
 	table_unlock(seg);
 	return err;
 }

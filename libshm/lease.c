@@ -56,9 +56,9 @@ int local_renew(local_session *s, const char *key, uint32_t lease_ms, uint64_t *
 		return err;
 	err = keytab_find(s->seg, key, klen, false, &k);
 	if (err)
-		return err == -ENOENT ? (session_is(s->seg, s->who) ? -LOCAL_ENOTHELD
-								     : -LOCAL_ESESSION)
-				      : err;
+		return err == -ENOENT
+			       ? (session_is(s->seg, s->who) ? -LOCAL_ENOTHELD : -LOCAL_ESESSION)
+			       : err;
 	h = key_find_hold_locked(s->seg, k, s->who);
 	if (h == IDX_NONE) {
 		key_unlock(k);

@@ -51,8 +51,7 @@ static bool mark_died(_Atomic uint32_t *w, uint32_t v)
 	return true;
 }
 
-int lw_lock(_Atomic uint32_t *w, uint32_t self, uint64_t deadline_ns,
-	    const struct lw_judge *judge)
+int lw_lock(_Atomic uint32_t *w, uint32_t self, uint64_t deadline_ns, const struct lw_judge *judge)
 {
 	uint32_t want = self, v;
 	uint64_t check_at = 0, now, until;

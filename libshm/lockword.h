@@ -78,8 +78,7 @@ extern const struct lw_judge lw_pid_judge;
  * (NULL: nobody here; the broker will). Returns 0, LW_RECOVER, or
  * -ETIMEDOUT.
  */
-int lw_lock(_Atomic uint32_t *w, uint32_t self, uint64_t deadline_ns,
-	    const struct lw_judge *judge);
+int lw_lock(_Atomic uint32_t *w, uint32_t self, uint64_t deadline_ns, const struct lw_judge *judge);
 
 /* Take @w if free (or its owner is known dead): 0, LW_RECOVER, or -EBUSY. */
 int lw_trylock(_Atomic uint32_t *w, uint32_t self);

@@ -74,8 +74,7 @@ int proto_decode_request(const void *buf, size_t len, union proto_request *out)
 		out->op.key[out->op.key_len] = '\0';
 		/* A key names one key. */
 		if ((type == MSG_OP_INFO || type == MSG_OP_HOLDERS || type == MSG_OP_RESET ||
-		     type == MSG_OP_LOCK_DELAY ||
-		     type == MSG_OP_WAITERS) &&
+		     type == MSG_OP_LOCK_DELAY || type == MSG_OP_WAITERS) &&
 		    !out->op.key_len)
 			return -LOCAL_EPROTO;
 		return type;
@@ -109,8 +108,7 @@ int proto_decode_reply(const void *buf, size_t len, struct proto_reply *out)
 	return 0;
 }
 
-int proto_decode_op_reply(const void *buf, size_t len, struct proto_op_reply *out,
-			  size_t min_rec)
+int proto_decode_op_reply(const void *buf, size_t len, struct proto_op_reply *out, size_t min_rec)
 {
 	int type = check_hdr(buf, len);
 	size_t off = sizeof(*out);

@@ -18,11 +18,11 @@
 #define PROTO_VERSION 2u
 
 enum proto_type {
-	MSG_OPEN = 1,	 /* open a session; reply carries the segment fd */
-	MSG_CLOSE = 2,	 /* close a session by id (the id is the secret) */
-	MSG_DESTROY = 3, /* operator: invalidate any session by id */
+	MSG_OPEN = 1,	       /* open a session; reply carries the segment fd */
+	MSG_CLOSE = 2,	       /* close a session by id (the id is the secret) */
+	MSG_DESTROY = 3,       /* operator: invalidate any session by id */
 	MSG_FORCE_RELEASE = 4, /* operator: release a key from a holder, or all */
-	MSG_BIND = 5, /* bind a child of the session's process to the session too */
+	MSG_BIND = 5,	       /* bind a child of the session's process to the session too */
 	/*
 	 * Operator requests served by the broker itself, without a session:
 	 * they work with every table full, and read the segment with bounded
@@ -31,15 +31,15 @@ enum proto_type {
 	 * struct proto_op_reply followed by its records; a listing comes in
 	 * pages, each request naming where the last page ended (cursor).
 	 */
-	MSG_OP_STATS = 10,    /* one struct proto_op_stats */
-	MSG_OP_KEYS = 11,     /* key entries from cursor, by prefix: proto_op_key */
-	MSG_OP_INFO = 12,     /* one key, with its value: proto_op_key */
-	MSG_OP_HOLDERS = 13,  /* the key's holds from node cursor: proto_op_holder */
-	MSG_OP_SESSIONS = 14, /* session slots from cursor: proto_op_session */
-	MSG_OP_RESET = 15,    /* reset a quarantined key: no records */
-	MSG_OP_BROKER = 16,   /* the broker itself: one struct proto_op_broker */
+	MSG_OP_STATS = 10,	/* one struct proto_op_stats */
+	MSG_OP_KEYS = 11,	/* key entries from cursor, by prefix: proto_op_key */
+	MSG_OP_INFO = 12,	/* one key, with its value: proto_op_key */
+	MSG_OP_HOLDERS = 13,	/* the key's holds from node cursor: proto_op_holder */
+	MSG_OP_SESSIONS = 14,	/* session slots from cursor: proto_op_session */
+	MSG_OP_RESET = 15,	/* reset a quarantined key: no records */
+	MSG_OP_BROKER = 16,	/* the broker itself: one struct proto_op_broker */
 	MSG_OP_LOCK_DELAY = 17, /* why a key is in lock-delay: 0 or 1 proto_op_delay */
-	MSG_OP_WAITERS = 18,  /* the key's queued requests from node cursor: proto_op_waiter */
+	MSG_OP_WAITERS = 18,	/* the key's queued requests from node cursor: proto_op_waiter */
 	MSG_REPLY = 100,
 	MSG_OP_REPLY = 101,
 };
@@ -110,8 +110,8 @@ struct proto_force_release {
 
 struct proto_op {
 	struct proto_hdr hdr;
-	uint32_t cursor; /* where the page starts (entry, slot or node index) */
-	uint32_t flags;	 /* PROTO_OP_* */
+	uint32_t cursor;  /* where the page starts (entry, slot or node index) */
+	uint32_t flags;	  /* PROTO_OP_* */
 	uint32_t key_len; /* MSG_OP_KEYS: the prefix (0: every key); else the key */
 	char key[LOCAL_KEY_MAX + 1];
 };
@@ -125,8 +125,8 @@ struct proto_op_reply {
 };
 
 /* proto_op_key.flags and the flags liblocal reports (LOCAL_KEY_*). */
-#define PROTO_KEY_QUARANTINED 1u /* taken out of service as damaged */
-#define PROTO_KEY_BUSY 2u	 /* its mutex stayed held: fields read without it */
+#define PROTO_KEY_QUARANTINED 1u      /* taken out of service as damaged */
+#define PROTO_KEY_BUSY 2u	      /* its mutex stayed held: fields read without it */
 #define PROTO_KEY_MORE_HOLDERS 0x100u /* too many to send along: ask MSG_OP_HOLDERS */
 
 /* Every record starts with its size (8-byte multiple, trailing bytes included). */
@@ -140,8 +140,8 @@ struct proto_op_key {
 	uint64_t token, lock_index, modify_index, lock_delay_remaining_ms;
 	uint8_t holder_id[16];
 	char holder_name[SEG_NAME_MAX];
-	uint32_t key_len;   /* bytes of key that follow */
-	uint32_t value_len; /* bytes of value after the key (MSG_OP_INFO), else 0 */
+	uint32_t key_len;     /* bytes of key that follow */
+	uint32_t value_len;   /* bytes of value after the key (MSG_OP_INFO), else 0 */
 	uint32_t value_total; /* the value's length */
 	uint32_t nholders;    /* PROTO_OP_HOLDERS: holder records right after this one */
 };
@@ -174,10 +174,10 @@ struct proto_op_session {
 
 /* MSG_OP_BROKER: what `shmlock status` shows of the broker (not of the
  * client that asks). Strings are NUL-terminated; "" when off. */
-#define PROTO_BROKER_TCP_TLS 1u	    /* the TCP protocol speaks TLS */
-#define PROTO_BROKER_AUTH_TOKEN 2u  /* HTTP and TCP need the token */
-#define PROTO_BROKER_HTTP_ACTIVATED 4u /* an HTTP socket came from systemd */
-#define PROTO_BROKER_TCP_ACTIVATED 8u  /* a TCP socket came from systemd */
+#define PROTO_BROKER_TCP_TLS 1u		   /* the TCP protocol speaks TLS */
+#define PROTO_BROKER_AUTH_TOKEN 2u	   /* HTTP and TCP need the token */
+#define PROTO_BROKER_HTTP_ACTIVATED 4u	   /* an HTTP socket came from systemd */
+#define PROTO_BROKER_TCP_ACTIVATED 8u	   /* a TCP socket came from systemd */
 #define PROTO_BROKER_CONTROL_ACTIVATED 16u /* the control socket came from systemd */
 struct proto_op_broker {
 	uint32_t size;
@@ -194,12 +194,12 @@ struct proto_op_broker {
 };
 
 /* MSG_OP_LOCK_DELAY: the hold whose loss put the key in lock-delay. */
-#define PROTO_DELAY_LOST 1u	 /* REL_LOST */
-#define PROTO_DELAY_SESSION 2u	 /* REL_SESSION_END: its session ended */
+#define PROTO_DELAY_LOST 1u	/* REL_LOST */
+#define PROTO_DELAY_SESSION 2u	/* REL_SESSION_END: its session ended */
 #define PROTO_DELAY_DIED 0x100u /* ... because its process died */
 struct proto_op_delay {
 	uint32_t size;
-	int32_t pid; /* the process that opened the session */
+	int32_t pid;  /* the process that opened the session */
 	uint32_t how; /* PROTO_DELAY_* */
 	uint32_t reserved;
 	uint64_t remaining_ms;
@@ -254,7 +254,6 @@ int proto_decode_reply(const void *buf, size_t len, struct proto_reply *out);
  * its records tile the rest exactly (each at least @min_rec bytes, 8-byte
  * multiples). Returns 0, -LOCAL_EVERSION or -LOCAL_EPROTO.
  */
-int proto_decode_op_reply(const void *buf, size_t len, struct proto_op_reply *out,
-			  size_t min_rec);
+int proto_decode_op_reply(const void *buf, size_t len, struct proto_op_reply *out, size_t min_rec);
 
 #endif

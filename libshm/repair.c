@@ -113,7 +113,8 @@ int key_repair_locked(struct segment *seg, struct seg_key *k)
 			if (holds_for(seg, n->hold, w) &&
 			    (!is_lock || holder == IDX_NONE || holder == n->hold)) {
 				/* The hold had moved to this waiter; finish. */
-				atomic_store(&n->word, NODE_PACK(NODE_GRANTED, NODE_SESSION(w), key));
+				atomic_store(&n->word,
+					     NODE_PACK(NODE_GRANTED, NODE_SESSION(w), key));
 				count_grant(k, n);
 				if (is_lock)
 					holder = n->hold;

@@ -12,7 +12,7 @@
 
 /* Documented limits of the broker's capacity flags (shmlockd(8)). */
 #define CAP_KEYS_MAX (1u << 22)
-#define CAP_SESSIONS_MAX (1u << 20) /* node words keep 24 bits of slot */
+#define CAP_SESSIONS_MAX (1u << 20)    /* node words keep 24 bits of slot */
 #define CAP_NODES_MAX ((1u << 24) - 1) /* the fast word keeps 24 bits of node + 1 */
 
 int seg_caps_valid(const struct seg_caps *c)
@@ -48,9 +48,11 @@ static void layout_for(const struct seg_caps *c, struct layout *l)
 	uint64_t nnodes = (uint64_t)c->max_holds + c->max_waiters;
 
 	l->off_sessions = ALIGN64(sizeof(struct seg_header));
-	l->off_keys = ALIGN64(l->off_sessions + (uint64_t)c->max_sessions * sizeof(struct seg_session));
+	l->off_keys =
+		ALIGN64(l->off_sessions + (uint64_t)c->max_sessions * sizeof(struct seg_session));
 	l->off_index = ALIGN64(l->off_keys + (uint64_t)c->max_keys * sizeof(struct seg_key));
-	l->off_nodes = ALIGN64(l->off_index + (uint64_t)index_size_for(c->max_keys) * sizeof(uint32_t));
+	l->off_nodes =
+		ALIGN64(l->off_index + (uint64_t)index_size_for(c->max_keys) * sizeof(uint32_t));
 	l->off_values = ALIGN64(l->off_nodes + nnodes * sizeof(struct seg_node));
 	l->off_lease_bits = ALIGN64(l->off_values + (uint64_t)c->max_keys * 2 * c->max_value);
 	l->off_staged = ALIGN64(l->off_lease_bits + (nnodes + 63) / 64 * sizeof(uint64_t));

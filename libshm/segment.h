@@ -54,7 +54,7 @@ struct lw_judge; /* lockword.h */
  * client would grant under a later lease a key the broker could not close. */
 #define SEG_ABI 11u
 
-#define SEG_NAME_MAX 64 /* session name, including the NUL */
+#define SEG_NAME_MAX 64		  /* session name, including the NUL */
 #define SEG_CLUSTER_PREFIXES 8	  /* --cluster-prefix, at most this many */
 #define SEG_CLUSTER_PREFIX_MAX 64 /* bytes of one, with room for a NUL */
 #define SESS_EXPIRED_SLOTS 8
@@ -93,7 +93,7 @@ struct seg_session {
 	_Atomic uint64_t renewed_ns; /* CLOCK_MONOTONIC of the last renew */
 	uint8_t id[16];
 	char name[SEG_NAME_MAX];
-	int32_t pid; /* 0: no process check */
+	int32_t pid;	     /* 0: no process check */
 	int32_t creator_pid; /* the process that opened it, check or not */
 	uint32_t uid;
 	uint64_t start_time; /* /proc/PID/stat field 22, against pid reuse */
@@ -109,7 +109,7 @@ struct seg_session {
 	_Atomic uint32_t expired_next;
 	struct {
 		_Atomic uint32_t key; /* key index + 1; 0: empty */
-		uint32_t why; /* 0: a lease expired; 1: a cluster key's lock was lost */
+		uint32_t why;	      /* 0: a lease expired; 1: a cluster key's lock was lost */
 		uint64_t token;
 	} expired[SESS_EXPIRED_SLOTS];
 	/* Written only by the session's own process, on the contended path
@@ -128,10 +128,10 @@ struct seg_session {
  */
 enum seg_node_state {
 	NODE_FREE = 0,
-	NODE_CLAIMED = 1, /* being filled in under the key mutex */
-	NODE_WAITING = 2, /* queued, in the key's FIFO */
-	NODE_GRANTED = 3, /* waiter handed a hold (node->hold) not yet consumed */
-	NODE_HOLDING = 4, /* a hold, in the key's holder list */
+	NODE_CLAIMED = 1,  /* being filled in under the key mutex */
+	NODE_WAITING = 2,  /* queued, in the key's FIFO */
+	NODE_GRANTED = 3,  /* waiter handed a hold (node->hold) not yet consumed */
+	NODE_HOLDING = 4,  /* a hold, in the key's holder list */
 	NODE_WATCHING = 5, /* a local_watch() in progress: keeps the key alive */
 	/*
 	 * Claimed by a lock-free acquire (one CAS), filled in without the key
@@ -149,7 +149,7 @@ enum seg_node_state {
 #define NODE_STATE(w) ((uint32_t)((w)&0xff))
 #define NODE_SESSION(w) ((uint32_t)(((w) >> 8) & 0xffffff))
 #define NODE_KEY(w) ((uint32_t)((w) >> 32))
-#define NODE_PACK(state, sess, key)                                                   \
+#define NODE_PACK(state, sess, key) \
 	(((uint64_t)(key) << 32) | ((uint64_t)((sess)&0xffffff) << 8) | (uint64_t)(state))
 
 #define NODE_FUTEX_IDLE 0u
@@ -167,12 +167,12 @@ struct seg_node {
 	uint32_t session_gen;
 	uint32_t next; /* FIFO or holder list, IDX_NONE-terminated */
 	uint32_t prev;
-	uint32_t hold;	   /* NODE_GRANTED: the hold node given to this waiter */
-	uint32_t lease_ms; /* NODE_WAITING: the lease to start at the grant */
-	uint64_t seq;	       /* arrival order within the key */
-	uint64_t token;	       /* HOLDING/GRANTED: the fencing token */
+	uint32_t hold;		 /* NODE_GRANTED: the hold node given to this waiter */
+	uint32_t lease_ms;	 /* NODE_WAITING: the lease to start at the grant */
+	uint64_t seq;		 /* arrival order within the key */
+	uint64_t token;		 /* HOLDING/GRANTED: the fencing token */
 	uint64_t lease_until_ns; /* 0: no lease */
-	uint32_t staged_len; /* NODE_WAITING: value to attach at the grant, + 1; 0: none */
+	uint32_t staged_len;	 /* NODE_WAITING: value to attach at the grant, + 1; 0: none */
 	/* NODE_WAITING: CLOCK_MONOTONIC in ms (low 32 bits) when it queued, for
 	 * `shmlock info` (J3); in the line's spare bytes, on the queueing path. */
 	uint32_t queued_ms;
@@ -226,8 +226,8 @@ static inline bool key_state_free(uint32_t st)
 #define FAST_FOLD_EVERY (1ull << 30)
 #define FAST_HOLDER(f) ((uint32_t)(((f) >> 39) & 0xffffff)) /* node + 1; 0: free */
 #define FAST_SEQ(f) ((f)&FAST_SEQ_MASK)
-#define FAST_PACK(slow, holder, seq)                                                      \
-	(((slow) ? FAST_SLOW : 0) | ((uint64_t)((holder)&0xffffff) << 39) |                 \
+#define FAST_PACK(slow, holder, seq)                                        \
+	(((slow) ? FAST_SLOW : 0) | ((uint64_t)((holder)&0xffffff) << 39) | \
 	 ((uint64_t)(seq)&FAST_SEQ_MASK))
 
 /*
@@ -245,8 +245,8 @@ static inline bool key_state_free(uint32_t st)
 #define FBASE_FOLDING (1ull << 41)
 #define FBASE_HELD (1ull << 40)
 #define FBASE_SEQ(b) ((b)&FAST_SEQ_MASK)
-#define FBASE_PACK(seq, held, folding)                                                    \
-	(((uint64_t)(seq)&FAST_SEQ_MASK) | ((held) ? FBASE_HELD : 0) |                       \
+#define FBASE_PACK(seq, held, folding)                                 \
+	(((uint64_t)(seq)&FAST_SEQ_MASK) | ((held) ? FBASE_HELD : 0) | \
 	 ((folding) ? FBASE_FOLDING : 0))
 
 struct seg_key {
@@ -255,7 +255,7 @@ struct seg_key {
 	_Atomic uint64_t fast;
 	_Atomic uint32_t state;
 	_Atomic uint32_t hash; /* read without the mutex by lookups */
-	uint32_t kind; /* enum local_kind */
+	uint32_t kind;	       /* enum local_kind */
 	uint32_t limit;
 	/* Derived from the nodes (rebuilt by repair): */
 	uint32_t holders, waiters;
@@ -331,7 +331,7 @@ struct seg_caps {
 struct seg_stats {
 	_Atomic uint64_t timeouts;
 	_Atomic uint64_t handoffs;
-	_Atomic uint64_t repairs;	  /* EOWNERDEAD recoveries */
+	_Atomic uint64_t repairs;	 /* EOWNERDEAD recoveries */
 	_Atomic uint64_t crash_cleanups; /* sessions whose process died */
 	_Atomic uint64_t ttl_expiries;
 	_Atomic uint64_t sessions_opened;
@@ -354,11 +354,11 @@ struct seg_header {
 	uint64_t created_realtime_ns;
 	_Atomic uint32_t broker_pid;
 	_Atomic uint64_t broker_started_ns; /* CLOCK_MONOTONIC */
-	_Atomic uint32_t broker_doorbell; /* futex: clients ring the broker */
-	_Atomic uint32_t broker_listening; /* the broker sleeps on the doorbell */
-	_Atomic uint32_t table_lock;	  /* lockword.h: key creation and reclaim */
-	uint32_t index_tombs;		  /* under table_mutex */
-	uint32_t key_hint_unused;	  /* (was a hint; entries are placed by hash now) */
+	_Atomic uint32_t broker_doorbell;   /* futex: clients ring the broker */
+	_Atomic uint32_t broker_listening;  /* the broker sleeps on the doorbell */
+	_Atomic uint32_t table_lock;	    /* lockword.h: key creation and reclaim */
+	uint32_t index_tombs;		    /* under table_mutex */
+	uint32_t key_hint_unused;	    /* (was a hint; entries are placed by hash now) */
 	struct seg_stats stats;
 	/* Cluster keys (docs/cluster.md, broker/cluster_*.c). The broker writes
 	 * the prefixes before it serves; key creation reads them, so a key

@@ -46,7 +46,7 @@ static bool contended_case; /* contendedP: a blocking lock, P-1 others */
 static struct {
 	_Atomic int stop;
 	_Atomic int started;
-} *cshared;
+} * cshared;
 
 static void die(const char *what, int err)
 {

@@ -72,8 +72,8 @@ static void run(struct shared *sh, const char *sock, const char *key, double sec
 
 int main(int argc, char **argv)
 {
-	struct shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
-				 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct shared *sh =
+		mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	double secs;
 	int n, i;
 

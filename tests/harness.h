@@ -51,34 +51,34 @@ void test_register(const struct test_case *tc);
 	}                                                                     \
 	static void test_##name_(void)
 
-#define FAIL_AT(...)                                                                      \
-	do {                                                                               \
-		fprintf(stderr, "    %s:%d: ", __FILE__, __LINE__);                            \
-		fprintf(stderr, __VA_ARGS__);                                              \
-		fputc('\n', stderr);                                                       \
-		_exit(1);                                                                  \
+#define FAIL_AT(...)                                                \
+	do {                                                        \
+		fprintf(stderr, "    %s:%d: ", __FILE__, __LINE__); \
+		fprintf(stderr, __VA_ARGS__);                       \
+		fputc('\n', stderr);                                \
+		_exit(1);                                           \
 	} while (0)
 
-#define CHECK(cond)                                                                       \
-	do {                                                                               \
-		if (!(cond))                                                               \
-			FAIL_AT("CHECK(%s) failed", #cond);                                \
+#define CHECK(cond)                                         \
+	do {                                                \
+		if (!(cond))                                \
+			FAIL_AT("CHECK(%s) failed", #cond); \
 	} while (0)
 
-#define CHECK_EQ(a, b)                                                                    \
-	do {                                                                               \
-		long long a_ = (long long)(a), b_ = (long long)(b);                        \
-		if (a_ != b_)                                                              \
-			FAIL_AT("%s == %s failed: %lld != %lld", #a, #b, a_, b_);          \
+#define CHECK_EQ(a, b)                                                            \
+	do {                                                                      \
+		long long a_ = (long long)(a), b_ = (long long)(b);               \
+		if (a_ != b_)                                                     \
+			FAIL_AT("%s == %s failed: %lld != %lld", #a, #b, a_, b_); \
 	} while (0)
 
 /* Expect a liblocal return code, printing both as text on failure. */
-#define CHECK_RC(expr, want)                                                              \
-	do {                                                                               \
-		int r_ = (expr), w_ = (want);                                              \
-		if (r_ != w_)                                                              \
-			FAIL_AT("%s returned %d (%s), expected %d (%s)", #expr, r_,         \
-				local_strerror(r_), w_, local_strerror(w_));               \
+#define CHECK_RC(expr, want)                                                        \
+	do {                                                                        \
+		int r_ = (expr), w_ = (want);                                       \
+		if (r_ != w_)                                                       \
+			FAIL_AT("%s returned %d (%s), expected %d (%s)", #expr, r_, \
+				local_strerror(r_), w_, local_strerror(w_));        \
 	} while (0)
 
 #define CHECK_OK(expr) CHECK_RC(expr, 0)
@@ -91,20 +91,20 @@ uint64_t now_ms(void);
  * Returns whether it held. For conditions no event announces (another
  * process's state), never as a substitute for a wake-up we can wait on.
  */
-#define WAIT_FOR(cond, timeout_ms)                                                         \
-	({                                                                                 \
-		uint64_t end_ = now_ms() + (timeout_ms);                                   \
-		int ok_ = 0;                                                               \
-		for (;;) {                                                                 \
-			if (cond) {                                                        \
-				ok_ = 1;                                                   \
-				break;                                                     \
-			}                                                                  \
-			if (now_ms() >= end_)                                              \
-				break;                                                     \
-			usleep(1000);                                                      \
-		}                                                                          \
-		ok_;                                                                       \
+#define WAIT_FOR(cond, timeout_ms)                       \
+	({                                               \
+		uint64_t end_ = now_ms() + (timeout_ms); \
+		int ok_ = 0;                             \
+		for (;;) {                               \
+			if (cond) {                      \
+				ok_ = 1;                 \
+				break;                   \
+			}                                \
+			if (now_ms() >= end_)            \
+				break;                   \
+			usleep(1000);                    \
+		}                                        \
+		ok_;                                     \
 	})
 
 /*
@@ -116,12 +116,11 @@ uint64_t now_ms(void);
  */
 #define NEVER_MS 60000
 #define AT_ONCE_MS 10000
-#define CHECK_AT_ONCE(t0)                                                                 \
-	do {                                                                               \
-		uint64_t took_ = now_ms() - (t0);                                          \
-		if (took_ >= AT_ONCE_MS)                                                   \
-			FAIL_AT("answered after %llu ms, not at once",                     \
-				(unsigned long long)took_);                                \
+#define CHECK_AT_ONCE(t0)                                                                          \
+	do {                                                                                       \
+		uint64_t took_ = now_ms() - (t0);                                                  \
+		if (took_ >= AT_ONCE_MS)                                                           \
+			FAIL_AT("answered after %llu ms, not at once", (unsigned long long)took_); \
 	} while (0)
 
 /* ---- child processes with a message pipe -------------------------------- */

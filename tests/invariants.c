@@ -23,11 +23,11 @@ unsigned used_nodes(local_session *s)
 	return n;
 }
 
-#define VIOLATION(...)                                                                   \
-	do {                                                                              \
-		fprintf(stderr, "    invariant: " __VA_ARGS__);                             \
-		fputc('\n', stderr);                                                       \
-		bad++;                                                                     \
+#define VIOLATION(...)                                          \
+	do {                                                    \
+		fprintf(stderr, "    invariant: " __VA_ARGS__); \
+		fputc('\n', stderr);                            \
+		bad++;                                          \
 	} while (0)
 
 static int check_key(struct segment *seg, uint32_t ki)
@@ -69,7 +69,8 @@ static int check_key(struct segment *seg, uint32_t ki)
 		if (!ss || atomic_load(&ss->state_gen) !=
 				   SESS_PACK(SESS_ACTIVE, seg->nodes[i].session_gen))
 			VIOLATION("key %s: node %u (state %u) belongs to a session that is not "
-				  "active", k->key, i, NODE_STATE(w));
+				  "active",
+				  k->key, i, NODE_STATE(w));
 	}
 	if (holding != k->holders)
 		VIOLATION("key %s: %u holding nodes, count says %u", k->key, holding, k->holders);
@@ -81,7 +82,8 @@ static int check_key(struct segment *seg, uint32_t ki)
 	if (k->kind != LOCAL_KIND_NONE && holding > k->limit)
 		VIOLATION("key %s: %u holders over limit %u", k->key, holding, k->limit);
 	for (n = 0, i = k->h_head; i != IDX_NONE && n <= seg->nnodes; i = seg->nodes[i].next, n++)
-		if (i >= seg->nnodes || NODE_STATE(atomic_load(&seg->nodes[i].word)) != NODE_HOLDING) {
+		if (i >= seg->nnodes ||
+		    NODE_STATE(atomic_load(&seg->nodes[i].word)) != NODE_HOLDING) {
 			VIOLATION("key %s: holder list reaches a non-holding node", k->key);
 			break;
 		}
@@ -89,7 +91,8 @@ static int check_key(struct segment *seg, uint32_t ki)
 		VIOLATION("key %s: holder list has %u entries, %u holding", k->key, n, holding);
 	prev = IDX_NONE;
 	for (n = 0, i = k->q_head; i != IDX_NONE && n <= seg->nnodes; i = seg->nodes[i].next, n++) {
-		if (i >= seg->nnodes || NODE_STATE(atomic_load(&seg->nodes[i].word)) != NODE_WAITING) {
+		if (i >= seg->nnodes ||
+		    NODE_STATE(atomic_load(&seg->nodes[i].word)) != NODE_WAITING) {
 			VIOLATION("key %s: queue reaches a non-waiting node", k->key);
 			break;
 		}
@@ -111,17 +114,17 @@ static int check_key(struct segment *seg, uint32_t ki)
 	if (k->token > counter || k->tok_last > counter ||
 	    (k->tok_off <= k->token && k->tok_hi > counter))
 		VIOLATION("key %s: token %llu / last %llu / range end %llu above the counter "
-			  "%llu", k->key, (unsigned long long)k->token,
-			  (unsigned long long)k->tok_last, (unsigned long long)k->tok_hi,
-			  (unsigned long long)counter);
+			  "%llu",
+			  k->key, (unsigned long long)k->token, (unsigned long long)k->tok_last,
+			  (unsigned long long)k->tok_hi, (unsigned long long)counter);
 	for (i = k->h_head, n = 0; i != IDX_NONE && i < seg->nnodes && n <= seg->nnodes;
 	     i = seg->nodes[i].next, n++) {
 		uint64_t next = key_token_for(k, atomic_load(&k->lock_index) + 1);
 
 		if (seg->nodes[i].token > counter || (next && seg->nodes[i].token >= next))
 			VIOLATION("key %s: holder node %u has token %llu, at or above the "
-				  "key's next %llu (counter %llu)", k->key, i,
-				  (unsigned long long)seg->nodes[i].token,
+				  "key's next %llu (counter %llu)",
+				  k->key, i, (unsigned long long)seg->nodes[i].token,
 				  (unsigned long long)next, (unsigned long long)counter);
 	}
 	key_unlock(k);

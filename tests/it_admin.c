@@ -153,8 +153,11 @@ TEST(admin, force_release_of_every_holder, 20)
 	CHECK_RC(local_held(c, "adm/sem3", NULL), -LOCAL_ENOTHELD);
 	CHECK_RC(local_held(d, "adm/sem3", NULL), -LOCAL_ENOTHELD);
 	/* No lock-delay (0 for both): free at once. */
-	CHECK_OK(local_sem_acquire(obs, "adm/sem3", 3,
-				   &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL));
+	CHECK_OK(local_sem_acquire(
+		obs, "adm/sem3", 3,
+		&(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+					      .timeout_ms = 0 },
+		NULL));
 	CHECK_EQ(segment_violations(obs), 0);
 	CHECK(WAIT_SESSIONS(obs, 4, 5000));
 	broker_stop(&b);
@@ -547,9 +550,10 @@ static uint64_t sessions_closed(local_session *obs)
 
 TEST(admin, stats_counters_move, 20)
 {
-	static const char *const flags[] = { "--max-keys", "64", "--max-sessions", "16",
-					     "--max-holds", "32", "--max-waiters", "48",
-					     "--max-value", "100", NULL };
+	static const char *const flags[] = {
+		"--max-keys",	 "64", "--max-sessions", "16",	"--max-holds", "32",
+		"--max-waiters", "48", "--max-value",	 "100", NULL
+	};
 	LOCAL_OPTS(local_acquire_opts, timed, .timeout_ms = 20);
 	LOCAL_OPTS(local_stats, s0);
 	LOCAL_OPTS(local_stats, s1);
@@ -587,8 +591,10 @@ TEST(admin, stats_counters_move, 20)
 	CHECK(s1.uptime_ms >= s0.uptime_ms);
 	/* A lease expiry. */
 	s0 = s1;
-	CHECK_OK(local_lock(a, "st/lease", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0,
-									.lease_ms = 50 },
+	CHECK_OK(local_lock(a, "st/lease",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 0,
+							  .lease_ms = 50 },
 			    &tok));
 	CHECK(WAIT_FOR(local_check_token(obs, "st/lease", tok) == -LOCAL_ESTALE, 5000));
 	CHECK_OK(local_stats(obs, &s1));

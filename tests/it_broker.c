@@ -214,8 +214,7 @@ TEST(broker, damaged_segment_entries_are_contained, 30)
 	for (n = 0; n < seg->nnodes && atomic_load(&seg->nodes[n].word); n++)
 		;
 	CHECK(n < seg->nnodes);
-	atomic_store(&seg->nodes[n].word,
-		     NODE_PACK(NODE_HOLDING, victim->who.slot, 0xfffffff0u));
+	atomic_store(&seg->nodes[n].word, NODE_PACK(NODE_HOLDING, victim->who.slot, 0xfffffff0u));
 	CHECK_OK(local_session_close(victim));
 	CHECK_EQ(atomic_load(&seg->nodes[n].word), 0);
 	CHECK_EQ(kill(b.pid, 0), 0);
@@ -304,7 +303,7 @@ TEST(broker, a_stopped_client_in_a_critical_section_does_not_stall_the_broker, 3
 	CHECK_EQ(live_sessions(obs), 4); /* obs, staller, late, D still closing */
 	kill(st.pid, SIGCONT);
 	CHECK_OK(child_read(&st, line, sizeof(line), 5000));
-	CHECK(!strcmp(line, "done -110")); /* its own timed wait ran out */
+	CHECK(!strcmp(line, "done -110"));  /* its own timed wait ran out */
 	CHECK(WAIT_SESSIONS(obs, 3, 5000)); /* the retried sweep finished */
 	CHECK_EQ(key_info(obs, "stall/k").waiters, 0);
 	CHECK_EQ(segment_violations(obs), 0);

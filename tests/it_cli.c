@@ -18,7 +18,7 @@
 #include "harness.h"
 
 #define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
-#define OUT_MAX	  65536
+#define OUT_MAX 65536
 
 /* ---- running the CLI ---- */
 
@@ -148,18 +148,18 @@ static int exit_code(int status)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-#define CHECK_EXIT(status, code, err)                                                              \
-	do {                                                                                       \
-		int s_ = (status);                                                                 \
-		if (!WIFEXITED(s_) || WEXITSTATUS(s_) != (code))                                   \
-			FAIL_AT("shmlock ended with %d, expected exit %d; stderr: %s",             \
-				exit_code(s_), (code), (err));                                     \
+#define CHECK_EXIT(status, code, err)                                                  \
+	do {                                                                           \
+		int s_ = (status);                                                     \
+		if (!WIFEXITED(s_) || WEXITSTATUS(s_) != (code))                       \
+			FAIL_AT("shmlock ended with %d, expected exit %d; stderr: %s", \
+				exit_code(s_), (code), (err));                         \
 	} while (0)
 
-#define CHECK_HAS(text, needle)                                                                    \
-	do {                                                                                       \
-		if (!strstr((text), (needle)))                                                     \
-			FAIL_AT("\"%s\" not found in: %s", (needle), (text));                      \
+#define CHECK_HAS(text, needle)                                               \
+	do {                                                                  \
+		if (!strstr((text), (needle)))                                \
+			FAIL_AT("\"%s\" not found in: %s", (needle), (text)); \
 	} while (0)
 
 /* ---- the world around it ---- */
@@ -255,10 +255,10 @@ static bool jq_true(const char *json, const char *filter)
 	return system(cmd) == 0;
 }
 
-#define CHECK_JQ(json, filter)                                                                     \
-	do {                                                                                       \
-		if (!jq_true((json), (filter)))                                                    \
-			FAIL_AT("jq -e '%s' failed on: %s", (filter), (json));                     \
+#define CHECK_JQ(json, filter)                                                 \
+	do {                                                                   \
+		if (!jq_true((json), (filter)))                                \
+			FAIL_AT("jq -e '%s' failed on: %s", (filter), (json)); \
 	} while (0)
 
 /* Where a source file is: under $SHMLOCK_SRCDIR, the current directory
@@ -407,10 +407,11 @@ TEST(cli, bad_args_exit_64, 15)
 			/* lock takes a command after KEY; the others nothing. */
 			const char *child = i ? NULL : "true";
 
-			CHECK_EXIT(cli_run(ARGS(cmds[i], "", child), NULL, out, err, 5000), 64, err);
-			CHECK_HAS(err, "KEY must not be empty");
-			CHECK_EXIT(cli_run(ARGS(cmds[i], long_key, child), NULL, out, err, 5000), 64,
+			CHECK_EXIT(cli_run(ARGS(cmds[i], "", child), NULL, out, err, 5000), 64,
 				   err);
+			CHECK_HAS(err, "KEY must not be empty");
+			CHECK_EXIT(cli_run(ARGS(cmds[i], long_key, child), NULL, out, err, 5000),
+				   64, err);
 			CHECK_HAS(err, "KEY is longer than 255 bytes");
 		}
 	}
@@ -445,7 +446,8 @@ TEST(cli, duration_and_flag_syntax, 30)
 	}
 	for (i = 0; bad[i]; i++) {
 		snprintf(flag, sizeof(flag), "-kill-grace=%s", bad[i]);
-		CHECK_EXIT(cli_run(ARGS("lock", flag, "k", "true"), NULL, out, err, 10000), 64, err);
+		CHECK_EXIT(cli_run(ARGS("lock", flag, "k", "true"), NULL, out, err, 10000), 64,
+			   err);
 		if (!strstr(err, "invalid value"))
 			FAIL_AT("\"%s\" was accepted: %s", bad[i], err);
 	}
@@ -664,8 +666,8 @@ TEST(cli, exit_statuses_are_distinct, 40)
 	chmod(noexec, 0644);
 	use_broker(&b);
 	/* Not found, not executable: with and without a shell. */
-	CHECK_EXIT(cli_run(ARGS("lock", "-shell=false", "k", "shmlock-no-such-program"), NULL,
-			   out, err, 10000),
+	CHECK_EXIT(cli_run(ARGS("lock", "-shell=false", "k", "shmlock-no-such-program"), NULL, out,
+			   err, 10000),
 		   127, err);
 	CHECK_HAS(err, "cannot run shmlock-no-such-program");
 	CHECK_EXIT(cli_run(ARGS("lock", "-shell=false", "k", noexec), NULL, out, err, 10000), 126,
@@ -676,8 +678,7 @@ TEST(cli, exit_statuses_are_distinct, 40)
 	CHECK(!strstr(out, "ran"));
 	/* -timeout=0 is consul lock's "no limit", not a try: a free key is
 	 * taken, a held one waited for. */
-	CHECK_EXIT(cli_run(ARGS("lock", "-timeout=0", "k", "true"), NULL, out, err, 10000), 0,
-		   err);
+	CHECK_EXIT(cli_run(ARGS("lock", "-timeout=0", "k", "true"), NULL, out, err, 10000), 0, err);
 	{
 		local_session *s = open_session(&b, "holder", 0, 0);
 		struct proc p;
@@ -752,13 +753,15 @@ TEST(cli, force_release_stops_child_and_grandchild, 20)
 	 * the 1 s grace (without it the family sleeps 300 s, far past
 	 * cli_finish()'s deadline). How soon after is a figure. */
 	CHECK(pid_gone(child) && pid_gone(grandchild));
-	fprintf(stderr, "    the stubborn family was gone %llu ms after release -force "
-			"(grace 1 s)\n", (unsigned long long)took);
+	fprintf(stderr,
+		"    the stubborn family was gone %llu ms after release -force "
+		"(grace 1 s)\n",
+		(unsigned long long)took);
 	CHECK(took >= 900);
 	/* Without a stubborn child, SIGTERM ends it at once: well inside a
 	 * grace that no run reaches. */
-	start_family(&p, ARGS("lock", "-kill-grace=600s", "-lock-delay=0", "svc", FAMILY),
-		     &child, &grandchild);
+	start_family(&p, ARGS("lock", "-kill-grace=600s", "-lock-delay=0", "svc", FAMILY), &child,
+		     &grandchild);
 	t0 = now_ms();
 	CHECK_EXIT(cli_run(ARGS("release", "-force", "svc"), NULL, out, err, 5000), 0, err);
 	CHECK_EXIT(cli_finish(&p, out, err, AT_ONCE_MS), 3, err);
@@ -808,7 +811,10 @@ static void signal_stops_group(int sig)
 	CHECK(pid_gone(child) && pid_gone(grandchild));
 	/* A release, not a loss: no lock-delay for the next holder. */
 	CHECK_EQ(holders_of(obs, "svc"), 0);
-	CHECK_OK(local_lock(obs, "svc", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL));
+	CHECK_OK(local_lock(obs, "svc",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 0 },
+			    NULL));
 	broker_stop(&b);
 }
 
@@ -1104,8 +1110,7 @@ TEST(cli, lease_outlives_the_child, 20)
 	 * ms. (With 200 ms a stall of 130 ms lost the session: 1 run in the
 	 * whole suite under a stall injector.) */
 	snprintf(cmd, sizeof(cmd), "sleep 3; '%s' info -json svc", cli_bin());
-	CHECK_EXIT(cli_run(ARGS("lock", "-lease=1s", "-ttl=1s", "svc", cmd), NULL, out, err,
-			   15000),
+	CHECK_EXIT(cli_run(ARGS("lock", "-lease=1s", "-ttl=1s", "svc", cmd), NULL, out, err, 15000),
 		   0, err);
 	CHECK_JQ(out, ".holder_count == 1 and .holders[0].lease_remaining_ms > 0 and "
 		      ".holders[0].lease_remaining_ms <= 1000");
@@ -1191,7 +1196,8 @@ TEST(cli, kind_and_limit_conflicts, 20)
 TEST(cli, json_is_exact, 30)
 {
 	static char out[OUT_MAX], err[OUT_MAX];
-	LOCAL_OPTS(local_acquire_opts, v, .timeout_ms = -1, .value = "\xff\xfe:1\"x", .value_len = 6);
+	LOCAL_OPTS(local_acquire_opts, v, .timeout_ms = -1, .value = "\xff\xfe:1\"x",
+		   .value_len = 6);
 	struct broker_proc b;
 	local_session *s;
 	uint64_t token = 0;
@@ -1219,9 +1225,9 @@ TEST(cli, json_is_exact, 30)
 		 ".value_encoding == \"percent\"",
 		 want);
 	CHECK_JQ(out, filter);
-	CHECK_EXIT(cli_run(ARGS("watch", "-json", "-timeout=50ms", "svc/exact"), NULL, out, err,
-			   5000),
-		   0, err);
+	CHECK_EXIT(
+		cli_run(ARGS("watch", "-json", "-timeout=50ms", "svc/exact"), NULL, out, err, 5000),
+		0, err);
 	snprintf(filter, sizeof(filter), ".token == %s and .value_encoding == \"percent\"", want);
 	CHECK_JQ(out, filter);
 	/* A free key: the token is a string of zeros, not a number. */
@@ -1234,13 +1240,13 @@ TEST(cli, json_is_exact, 30)
 	broker_stop(&b);
 }
 
-
 TEST(cli, inspection_json_parses, 30)
 {
 	static char out[OUT_MAX], err[OUT_MAX];
 	struct broker_proc b;
 	local_session *s;
-	LOCAL_OPTS(local_acquire_opts, v, .timeout_ms = -1, .value = "10.0.0.1:80", .value_len = 11);
+	LOCAL_OPTS(local_acquire_opts, v, .timeout_ms = -1, .value = "10.0.0.1:80",
+		   .value_len = 11);
 
 	use_broker(&b);
 	s = open_session(&b, "inspected", 0, 0);
@@ -1284,9 +1290,11 @@ TEST(cli, inspection_json_parses, 30)
 
 /* ---- hostile names (issue 18, item 13) ---- */
 
-#define EVIL_KEY     "evil\x1b[2J\nFORGED-KEY  lock  1"
-#define EVIL_NAME    "name\x1b]0;pwned\x07\nFORGED-NAME\xc2\x9b" "31m"
-#define EVIL_VALUE   "v\x1b[31m\r\nFORGED-VALUE\"\\"
+#define EVIL_KEY "evil\x1b[2J\nFORGED-KEY  lock  1"
+#define EVIL_NAME                                   \
+	"name\x1b]0;pwned\x07\nFORGED-NAME\xc2\x9b" \
+	"31m"
+#define EVIL_VALUE "v\x1b[31m\r\nFORGED-VALUE\"\\"
 #define NOT_UTF8_KEY "bad\xff\xfe/key"
 
 /* Human output must carry no raw control character of a name: no ESC, no
@@ -1306,9 +1314,8 @@ static void check_clean(const char *what, const char *text)
 TEST(cli, hostile_names_are_escaped, 30)
 {
 	static char out[OUT_MAX], err[OUT_MAX];
-	LOCAL_OPTS(local_acquire_opts, v, .timeout_ms = -1,
-					 .value = EVIL_VALUE,
-					 .value_len = sizeof(EVIL_VALUE) - 1);
+	LOCAL_OPTS(local_acquire_opts, v, .timeout_ms = -1, .value = EVIL_VALUE,
+		   .value_len = sizeof(EVIL_VALUE) - 1);
 	struct broker_proc b;
 	local_session *s;
 
@@ -1349,8 +1356,7 @@ TEST(cli, hostile_names_are_escaped, 30)
 	CHECK_JQ(out, ".key == \"evil\\u001b[2J\\nFORGED-KEY  lock  1\" and "
 		      "(.leader.name | endswith(\"FORGED-NAME\\u009b31m\"))");
 
-	CHECK_EXIT(cli_run(ARGS("watch", "-timeout=50ms", EVIL_KEY), NULL, out, err, 5000), 0,
-		   err);
+	CHECK_EXIT(cli_run(ARGS("watch", "-timeout=50ms", EVIL_KEY), NULL, out, err, 5000), 0, err);
 	check_clean("watch", out);
 	/* A quote in a name or value cannot close its field either. */
 	CHECK_HAS(out, "value=\"v\\x1b[31m\\r\\nFORGED-VALUE\\\"\\\\\"\n");
@@ -1395,10 +1401,12 @@ TEST(cli, watch_prints_each_change, 20)
 	c = as_child(&p);
 	CHECK_OK(child_read(&c, line, sizeof(line), 10000));
 	CHECK_JQ(line, ".holder_count == 0");
-	CHECK_OK(local_lock(
-		s, "w/key",
-		&(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = -1, .value = "v1", .value_len = 2 },
-		NULL));
+	CHECK_OK(local_lock(s, "w/key",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = -1,
+							  .value = "v1",
+							  .value_len = 2 },
+			    NULL));
 	CHECK_OK(child_read(&c, line, sizeof(line), 5000));
 	CHECK_JQ(line, ".holder_count == 1 and .value == \"v1\" and .holder.name == \"changer\"");
 	CHECK_OK(local_release(s, "w/key"));

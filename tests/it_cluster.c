@@ -281,15 +281,25 @@ static int etcd_queue_len(const struct etcd3 *e, const char *key)
 /* A host reaching etcd at @eps, with an etcd lease of TTL @ttl_s; with
  * @http_port, its HTTP API there (token "tok"); with @linger_ms, that
  * --cluster-linger and its log at level info. */
-static void host_start_at(struct broker_proc *b, const char *eps, int http_port,
-			  const char *ttl_s, const char *linger_ms)
+static void host_start_at(struct broker_proc *b, const char *eps, int http_port, const char *ttl_s,
+			  const char *linger_ms)
 {
 	static char listen[32];
-	const char *extra[] = { "--cluster",	     eps,	       "--cluster-prefix",
-				"c/",		     "--cluster-lease-ttl", ttl_s,
-				"--cluster-margin", MARGIN_MS,	       "--cluster-batch",
-				"4",		     NULL,		       NULL,
-				NULL,		     NULL,		       NULL,
+	const char *extra[] = { "--cluster",
+				eps,
+				"--cluster-prefix",
+				"c/",
+				"--cluster-lease-ttl",
+				ttl_s,
+				"--cluster-margin",
+				MARGIN_MS,
+				"--cluster-batch",
+				"4",
+				NULL,
+				NULL,
+				NULL,
+				NULL,
+				NULL,
 				NULL };
 
 	if (http_port) {
@@ -366,8 +376,8 @@ struct record {
 
 static struct record *record_new(void)
 {
-	struct record *r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE,
-				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct record *r =
+		mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 
 	CHECK(r != MAP_FAILED);
 	memset(r, 0, sizeof(*r));
@@ -620,7 +630,6 @@ TEST(cluster, etcd_down, 60)
 	etcd3_stop(&e);
 }
 
-
 /* `shmlock lock -socket=SOCK KEY CHILD` on @b, CHILD writing its pid to
  * @pidfile and sleeping: shmlock's pid. */
 static pid_t cli_lock(const struct broker_proc *b, const char *key, const char *pidfile)
@@ -847,9 +856,9 @@ TEST(cluster, no_starvation, 60)
 #define SOAK_SERVE_GRACE_MS 30000
 
 struct soak {
-	uint32_t limit;			   /* 1: a lock; more: a semaphore of that many slots */
+	uint32_t limit;			  /* 1: a lock; more: a semaphore of that many slots */
 	_Atomic int inside[SOAK_WORKERS]; /* pids granted and not yet out, 0: free */
-	_Atomic uint64_t changes;	   /* counts each store to inside[], after it */
+	_Atomic uint64_t changes;	  /* counts each store to inside[], after it */
 	_Atomic uint64_t grants, overlaps, regress, rev_fall, moves, errors;
 	_Atomic uint64_t per_host[SOAK_HOSTS];
 	_Atomic int err_code[SOAK_ERRS]; /* which errors liblocal returned, and how often */
@@ -943,8 +952,9 @@ static void soak_check_order(struct soak *k, int host, uint64_t tok)
 {
 	if (tok <= k->last_tok) {
 		atomic_fetch_add(&k->regress, 1);
-		soak_note(k, "token %llu not above %llu (host %d after %d)", (unsigned long long)tok,
-			  (unsigned long long)k->last_tok, host, k->last_host);
+		soak_note(k, "token %llu not above %llu (host %d after %d)",
+			  (unsigned long long)tok, (unsigned long long)k->last_tok, host,
+			  k->last_host);
 	}
 	if ((tok >> CLUSTER_SEQ_BITS_T) < (k->last_tok >> CLUSTER_SEQ_BITS_T)) {
 		atomic_fetch_add(&k->rev_fall, 1);
@@ -1001,7 +1011,9 @@ static pid_t soak_worker(const struct broker_proc *b, int host, const char *key,
 			n = soak_enter(k, me);
 			if (n > k->limit) {
 				atomic_fetch_add(&k->overlaps, 1);
-				soak_note(k, "pid %d (host %d) granted with %u processes inside, limit %u",
+				soak_note(k,
+					  "pid %d (host %d) granted with %u processes inside, "
+					  "limit %u",
 					  me, host, n - 1, k->limit);
 			}
 			if (k->limit == 1)
@@ -1054,8 +1066,8 @@ static unsigned int soak_seconds(void)
 static void run_soak(const char *key, uint32_t limit)
 {
 	struct broker_proc h[SOAK_HOSTS];
-	struct soak *k = mmap(NULL, sizeof(*k), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-			      -1, 0);
+	struct soak *k =
+		mmap(NULL, sizeof(*k), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	unsigned int secs = soak_seconds(), seed;
 	bool brokers = secs >= 20;
 	uint64_t start, end, next_broker, next_report, hdown_until[SOAK_HOSTS] = { 0 };
@@ -1067,8 +1079,9 @@ static void run_soak(const char *key, uint32_t limit)
 	CHECK(k != MAP_FAILED);
 	memset(k, 0, sizeof(*k));
 	k->limit = limit;
-	seed = getenv("SHMLOCK_CLUSTER_SOAK_SEED") ? (unsigned)atoi(getenv("SHMLOCK_CLUSTER_SOAK_SEED"))
-						   : 42;
+	seed = getenv("SHMLOCK_CLUSTER_SOAK_SEED")
+		       ? (unsigned)atoi(getenv("SHMLOCK_CLUSTER_SOAK_SEED"))
+		       : 42;
 	etcd3_start(&e);
 	for (i = 0; i < SOAK_HOSTS; i++)
 		host_start(&h[i], &e);
@@ -1115,7 +1128,8 @@ static void run_soak(const char *key, uint32_t limit)
 		}
 		if (now >= next_report) {
 			fprintf(stderr,
-				"    %llu s: %llu grants, %llu holder kills, %llu broker kills, %llu overlaps\n",
+				"    %llu s: %llu grants, %llu holder kills, %llu broker kills, "
+				"%llu overlaps\n",
 				(unsigned long long)(now - start) / 1000,
 				(unsigned long long)atomic_load(&k->grants),
 				(unsigned long long)kills, (unsigned long long)bkills,
@@ -1132,7 +1146,8 @@ static void run_soak(const char *key, uint32_t limit)
 			broker_restart(&h[i]);
 	fprintf(stderr,
 		"    %s, limit %u, %u s (ran %.1f s), seed %u: %llu grants (hosts %llu/%llu/%llu), "
-		"%llu cross-host moves, %llu holder kills, %llu broker kills (%llu restarted within "
+		"%llu cross-host moves, %llu holder kills, %llu broker kills (%llu restarted "
+		"within "
 		"the TTL, %llu after), %llu overlaps, %llu token regressions, %llu revision falls, "
 		"%llu errors\n",
 		key, limit, secs, (double)(now_ms() - start) / 1000, seed,
@@ -1141,8 +1156,8 @@ static void run_soak(const char *key, uint32_t limit)
 		(unsigned long long)atomic_load(&k->per_host[1]),
 		(unsigned long long)atomic_load(&k->per_host[2]),
 		(unsigned long long)atomic_load(&k->moves), (unsigned long long)kills,
-		(unsigned long long)bkills, (unsigned long long)readopt,
-		(unsigned long long)expire, (unsigned long long)atomic_load(&k->overlaps),
+		(unsigned long long)bkills, (unsigned long long)readopt, (unsigned long long)expire,
+		(unsigned long long)atomic_load(&k->overlaps),
 		(unsigned long long)atomic_load(&k->regress),
 		(unsigned long long)atomic_load(&k->rev_fall),
 		(unsigned long long)atomic_load(&k->errors));
@@ -1471,8 +1486,8 @@ static void sem_fifo_checks(const struct etcd3 *e, struct broker_proc *const h[3
 		n += (size_t)sprintf(wk + n, "%02x", (unsigned char)key[i]);
 	sprintf(wk + n, "/w/%016llx", (unsigned long long)atoll(lease));
 	b64(wk, wk64);
-	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"value\":\"MQ==\",\"lease\":\"%s\"}",
-		 wk64, lease);
+	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"value\":\"MQ==\",\"lease\":\"%s\"}", wk64,
+		 lease);
 	CHECK_OK(etcd_req(e->cport[0], "/v3/kv/put", body, out));
 	sa = open_session(h[0], "sem-fifo", 0, 0);
 	sb = open_session(h[1], "sem-late", 0, 0);
@@ -1577,7 +1592,8 @@ TEST(cluster, semaphore_hosts, 60)
 	for (i = 0; i < 40; i++) /* tokens unique */
 		for (j = i + 1; j < 40; j++)
 			if (r->token[i] == r->token[j])
-				FAIL_AT("token %llu granted twice", (unsigned long long)r->token[i]);
+				FAIL_AT("token %llu granted twice",
+					(unsigned long long)r->token[i]);
 	/* A broker restarted within its TTL re-adopts its lease but not its
 	 * semaphore slots: its holds end, and the slot is given back to the
 	 * other host at once (not kept while the re-adopted lease lives). */
@@ -2000,8 +2016,8 @@ TEST(cluster, stopped_member_costs_no_hold, 60)
 	kill(e.pid[f], SIGSTOP);
 	t0 = now_ms();
 	/* Two local deadlines (TTL - margin) and more. */
-	while (now_ms() - t0 < 2000ull * (uint64_t)(atoi(TTL_S) * 1000 - atoi(MARGIN_MS)) / 1000 +
-					1000) {
+	while (now_ms() - t0 <
+	       2000ull * (uint64_t)(atoi(TTL_S) * 1000 - atoi(MARGIN_MS)) / 1000 + 1000) {
 		rc = local_held(s, "c/h", NULL);
 		if (rc) {
 			lost = now_ms() - t0;
@@ -2040,10 +2056,17 @@ TEST(cluster, lease_revoked_after_etcd_restart, 90)
 	etcd3_start(&e);
 	/* TTL 10 s, margin 6 s: the local deadline is 4 s after a renewal. */
 	{
-		const char *extra[] = { "--cluster",	       e.eps,	      "--cluster-prefix",
-					"c/",		       "--cluster-lease-ttl", "10",
-					"--cluster-margin",   "6000",	      "--log-level",
-					"info",		       NULL };
+		const char *extra[] = { "--cluster",
+					e.eps,
+					"--cluster-prefix",
+					"c/",
+					"--cluster-lease-ttl",
+					"10",
+					"--cluster-margin",
+					"6000",
+					"--log-level",
+					"info",
+					NULL };
 
 		broker_start(&a, extra);
 	}

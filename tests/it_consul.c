@@ -38,7 +38,6 @@
 static int port;
 static bool connect_may_fail; /* while the broker starts */
 
-
 /* ---- HTTP ------------------------------------------------------------------ */
 
 struct resp {
@@ -50,8 +49,7 @@ struct resp {
 };
 
 /* One request; @hdr an extra header or NULL. */
-static struct resp *call_h(const char *method, const char *path, const char *body,
-			   const char *hdr)
+static struct resp *call_h(const char *method, const char *path, const char *body, const char *hdr)
 {
 	const char *const headers[] = { hdr, NULL };
 	struct resp *r = calloc(1, sizeof(*r));
@@ -97,9 +95,9 @@ static json_t *js(const struct resp *r)
 }
 
 #define CHECK_STATUS(r, want)                                                             \
-	do {                                                                               \
-		struct resp *r_ = (r);                                                     \
-		if (r_->status != (want))                                                  \
+	do {                                                                              \
+		struct resp *r_ = (r);                                                    \
+		if (r_->status != (want))                                                 \
 			FAIL_AT("status %ld, want %d: %s", r_->status, (want), r_->body); \
 	} while (0)
 
@@ -283,8 +281,8 @@ static char *curl_cmd(const char *fmt, ...)
 
 /* `shmlock lock -socket=... -lock-delay=0 FLAGS... KEY cat`, holding KEY until
  * the test closes *@wfd (cat's standard input). */
-static pid_t cli_hold(const struct broker_proc *b, const char *flags[], int nflags,
-		      const char *key, int *wfd)
+static pid_t cli_hold(const struct broker_proc *b, const char *flags[], int nflags, const char *key,
+		      int *wfd)
 {
 	const char *cli = getenv("SHMLOCK_CLI_BIN"), *argv[16];
 	char sockarg[200];
@@ -505,8 +503,7 @@ TEST(consul, kv_put_get_flags_cas_delete_recurse_keys_raw, 20)
 	CHECK_STATUS(call("GET", "/v1/kv/none/?keys", NULL), 404);
 	/* delete: cas, one key, recurse */
 	mi = jint(kv_entry("other"), "ModifyIndex");
-	CHECK(!strcmp(call("DELETE", strf("/v1/kv/other?cas=%lld", mi + 1), NULL)->body,
-		      "false"));
+	CHECK(!strcmp(call("DELETE", strf("/v1/kv/other?cas=%lld", mi + 1), NULL)->body, "false"));
 	CHECK(!strcmp(call("DELETE", strf("/v1/kv/other?cas=%lld", mi), NULL)->body, "true"));
 	CHECK_STATUS(call("GET", "/v1/kv/other", NULL), 404);
 	CHECK(!strcmp(call("DELETE", "/v1/kv/app/b?recurse", NULL)->body, "true"));
@@ -588,8 +585,7 @@ TEST(consul, kv_lock_is_the_segment_lock, 20)
 TEST(consul, a_liblocal_hold_is_a_kv_entry_with_its_session, 30)
 {
 	struct broker_proc b;
-	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .value = "node-a:5432",
-		   .value_len = 11);
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .value = "node-a:5432", .value_len = 11);
 	LOCAL_OPTS(local_key_info, ki);
 	struct local_session_opts so;
 	local_session *ls;
@@ -632,8 +628,8 @@ TEST(consul, a_liblocal_hold_is_a_kv_entry_with_its_session, 30)
 	CHECK(jint(si, "CreateIndex") > 0 && jint(si, "ModifyIndex") >= jint(si, "CreateIndex"));
 	/* the session lists show it too */
 	a = js(call("GET", "/v1/session/node/node1", NULL));
-	json_array_foreach(a, i, si)
-		listed |= !strcmp(json_string_value(json_object_get(si, "ID")), sid);
+	json_array_foreach(a, i, si) listed |=
+		!strcmp(json_string_value(json_object_get(si, "ID")), sid);
 	CHECK(listed);
 	CHECK(json_array_size(js(call("GET", "/v1/session/list", NULL))) == 1);
 	/* ?recurse and ?keys list the key */
@@ -650,8 +646,7 @@ TEST(consul, a_liblocal_hold_is_a_kv_entry_with_its_session, 30)
 	CHECK_OK(local_release(ls, "svc/pool"));
 	/* a session of this API cannot take it */
 	CHECK(!put_bool(strf("/v1/kv/svc/primary?acquire=%s", session_create(NULL)), "x"));
-	CHECK(!strcmp(json_string_value(json_object_get(kv_entry("svc/primary"), "Session")),
-		      sid));
+	CHECK(!strcmp(json_string_value(json_object_get(kv_entry("svc/primary"), "Session")), sid));
 	/* a blocking query on the key ends when liblocal releases it: the
 	 * entry existed only as the hold, and is gone with it */
 	r = call("GET", "/v1/kv/svc/primary", NULL);
@@ -796,8 +791,7 @@ TEST(consul, blocking_queries_woken_by_api_liblocal_and_cli, 30)
 		r = bg_join(g);
 		CHECK(json_array_size(js(r)) == 2 && r->index > idx);
 		idx = r->index;
-		g = bg_start(strf("/v1/session/list?index=%llu&wait=20s",
-				  (unsigned long long)idx));
+		g = bg_start(strf("/v1/session/list?index=%llu&wait=20s", (unsigned long long)idx));
 		wait_blocked(1);
 		call("PUT", strf("/v1/session/destroy/%s", s), NULL);
 		r = bg_join(g);
@@ -847,17 +841,18 @@ TEST(consul, recipe_leader_election, 30)
 	base = strf("http://localhost:%d", port);
 	/* curl -X PUT -d '{"Name": "dbservice"}' http://localhost:8500/v1/session/create */
 	out = curl_cmd("-X PUT -d '{\"Name\": \"dbservice\", \"LockDelay\": \"0s\"}' "
-		       "%s/v1/session/create", base);
+		       "%s/v1/session/create",
+		       base);
 	s1 = strdup(json_string_value(json_object_get(json_loads(out, 0, NULL), "ID")));
 	out = curl_cmd("-X PUT -d '{\"Name\": \"dbservice\"}' %s/v1/session/create", base);
 	s2 = strdup(json_string_value(json_object_get(json_loads(out, 0, NULL), "ID")));
 	/* curl -X PUT -d <body> http://localhost:8500/v1/kv/<key>?acquire=<session> */
-	CHECK(!strcmp(curl_cmd("-X PUT -d 'node-1' '%s/v1/kv/service/db/leader?acquire=%s'",
-			       base, s1),
-		      "true"));
-	CHECK(!strcmp(curl_cmd("-X PUT -d 'node-2' '%s/v1/kv/service/db/leader?acquire=%s'",
-			       base, s2),
-		      "false"));
+	CHECK(!strcmp(
+		curl_cmd("-X PUT -d 'node-1' '%s/v1/kv/service/db/leader?acquire=%s'", base, s1),
+		"true"));
+	CHECK(!strcmp(
+		curl_cmd("-X PUT -d 'node-2' '%s/v1/kv/service/db/leader?acquire=%s'", base, s2),
+		"false"));
 	/* curl http://localhost:8500/v1/kv/<key>: the leader is the Session */
 	j = json_loads(curl_cmd("%s/v1/kv/service/db/leader", base), 0, NULL);
 	CHECK(!strcmp(json_string_value(json_object_get(json_array_get(j, 0), "Session")), s1));
@@ -871,18 +866,17 @@ TEST(consul, recipe_leader_election, 30)
 	 * with curl -X PUT http://localhost:8500/v1/kv/<key>?release=<session> */
 	{
 		uint64_t idx = call("GET", "/v1/kv/service/db/leader", NULL)->index;
-		struct bg *g = bg_start(strf("/v1/kv/service/db/leader?index=%llu",
-					     (unsigned long long)idx));
+		struct bg *g = bg_start(
+			strf("/v1/kv/service/db/leader?index=%llu", (unsigned long long)idx));
 
 		wait_blocked(1);
-		CHECK(!strcmp(curl_cmd("-X PUT '%s/v1/kv/service/db/leader?release=%s'", base,
-				       s1),
+		CHECK(!strcmp(curl_cmd("-X PUT '%s/v1/kv/service/db/leader?release=%s'", base, s1),
 			      "true"));
 		CHECK(!json_object_get(json_array_get(js(bg_join(g)), 0), "Session"));
 	}
-	CHECK(!strcmp(curl_cmd("-X PUT -d 'node-2' '%s/v1/kv/service/db/leader?acquire=%s'",
-			       base, s2),
-		      "true"));
+	CHECK(!strcmp(
+		curl_cmd("-X PUT -d 'node-2' '%s/v1/kv/service/db/leader?acquire=%s'", base, s2),
+		"true"));
 	j = json_loads(curl_cmd("%s/v1/kv/service/db/leader", base), 0, NULL);
 	CHECK(!strcmp(json_string_value(json_object_get(json_array_get(j, 0), "Session")), s2));
 	broker_stop_clean(&b);
@@ -904,7 +898,8 @@ static int holders_in(const char *prefix, json_t **lock_out, long long *mi)
 	size_t i;
 
 	*mi = 0;
-	json_array_foreach(all, i, e) {
+	json_array_foreach(all, i, e)
+	{
 		const char *k = json_string_value(json_object_get(e, "Key"));
 
 		if (!strcmp(k + strlen(k) - 5, ".lock")) {
@@ -940,7 +935,8 @@ static void contender(const char *prefix, int limit, int wfd)
 		size_t i;
 		char *body;
 
-		json_array_foreach(all, i, e) {
+		json_array_foreach(all, i, e)
+		{
 			const char *k = json_string_value(json_object_get(e, "Key"));
 
 			if (!strcmp(k + strlen(k) - 5, ".lock")) {
@@ -954,11 +950,13 @@ static void contender(const char *prefix, int limit, int wfd)
 			lock = json_pack("{s:i, s:[]}", "Limit", limit, "Holders");
 		holders = json_object_get(lock, "Holders");
 		/* prune: a holder counts while its contender key has a session */
-		json_array_foreach(holders, i, e) {
+		json_array_foreach(holders, i, e)
+		{
 			size_t k;
 			json_t *c;
 
-			json_array_foreach(all, k, c) {
+			json_array_foreach(all, k, c)
+			{
 				const char *key = json_string_value(json_object_get(c, "Key"));
 				const char *sess = json_string_value(json_object_get(c, "Session"));
 
@@ -976,8 +974,9 @@ static void contender(const char *prefix, int limit, int wfd)
 			continue; /* lost the race: read again */
 		}
 		/* full: wait for a change under the prefix, renewing */
-		call("GET", strf("/v1/kv/%s?recurse&index=%llu&wait=500ms", prefix,
-				 (unsigned long long)r->index),
+		call("GET",
+		     strf("/v1/kv/%s?recurse&index=%llu&wait=500ms", prefix,
+			  (unsigned long long)r->index),
 		     NULL);
 		if (now_ms() - last_renew > 300) {
 			call("PUT", strf("/v1/session/renew/%s", s), NULL);
@@ -1103,9 +1102,10 @@ TEST(consul, broker_restart_forgets_sessions_and_releases_their_locks, 30)
 	CHECK_STATUS(call("GET", "/v1/kv/restart/plain", NULL), 404);
 	/* the index never goes backwards: a blocking query from before the
 	 * restart is answered at once */
-	CHECK(call("GET", strf("/v1/kv/restart/plain?index=%llu&wait=30s",
-			       (unsigned long long)before),
-		   NULL)->index > before);
+	CHECK(call("GET",
+		   strf("/v1/kv/restart/plain?index=%llu&wait=30s", (unsigned long long)before),
+		   NULL)
+		      ->index > before);
 	/* the lock is free again (after its lock-delay) */
 	ls = lsession(&b);
 	CHECK_OK(local_lock(ls, "restart/k", &o, &tok));
@@ -1216,7 +1216,8 @@ TEST(consul, reference_001_sessions_and_kv_integration, 20)
 	cstart(&b, NULL);
 	base = strf("http://localhost:%d", port);
 	s = id_of(curl_cmd("-X PUT -d '{\"Name\": \"no-checks\", \"Checks\": [], "
-			   "\"LockDelay\": \"0s\"}' %s/v1/session/create", base));
+			   "\"LockDelay\": \"0s\"}' %s/v1/session/create",
+			   base));
 	t = id_of(curl_cmd("-X PUT -d '{\"Name\": \"other\"}' %s/v1/session/create", base));
 	CHECK(!strcmp(curl_cmd("-X PUT -d one '%s/v1/kv/ref1/k?acquire=%s'", base, s), "true"));
 	e = first(curl_cmd("%s/v1/kv/ref1/k", base));
@@ -1226,8 +1227,7 @@ TEST(consul, reference_001_sessions_and_kv_integration, 20)
 	e = first(curl_cmd("%s/v1/kv/ref1/k", base));
 	CHECK_EQ(jint(e, "LockIndex"), 1);
 	CHECK(!strcmp(json_string_value(json_object_get(e, "Value")), "dHdv"));
-	CHECK(!strcmp(curl_cmd("-X PUT -d three '%s/v1/kv/ref1/k?acquire=%s'", base, t),
-		      "false"));
+	CHECK(!strcmp(curl_cmd("-X PUT -d three '%s/v1/kv/ref1/k?acquire=%s'", base, t), "false"));
 	/* released by whoever presents the session ID */
 	CHECK(!strcmp(curl_cmd("-X PUT '%s/v1/kv/ref1/k?release=%s'", base, s), "true"));
 	CHECK(!json_object_get(first(curl_cmd("%s/v1/kv/ref1/k", base)), "Session"));
@@ -1269,7 +1269,8 @@ TEST(consul, reference_000_semaphore_step_by_step, 20)
 	for (k = 0; k < 3; k++) {
 		/* curl -X PUT -d '{"Name": "db-semaphore"}' .../v1/session/create */
 		s[k] = id_of(curl_cmd("-X PUT -d '{\"Name\": \"db-semaphore\", \"LockDelay\": "
-				      "\"0s\"}' %s/v1/session/create", base));
+				      "\"0s\"}' %s/v1/session/create",
+				      base));
 		/* curl -X PUT -d <body> .../v1/kv/<prefix>/<session>?acquire=<session> */
 		CHECK(!strcmp(curl_cmd("-X PUT -d 'contender %d' "
 				       "'%s/v1/kv/service/db/lock/%s?acquire=%s'",
@@ -1278,12 +1279,10 @@ TEST(consul, reference_000_semaphore_step_by_step, 20)
 	}
 	/* curl -X PUT -d <body> .../v1/kv/<lock>?cas=0 */
 	body = strf("{\"Limit\": 2, \"Holders\": [\"%s\"]}", s[0]);
-	CHECK(!strcmp(curl_cmd("-X PUT -d '%s' '%s/v1/kv/service/db/lock/.lock?cas=0'", body,
-			       base),
+	CHECK(!strcmp(curl_cmd("-X PUT -d '%s' '%s/v1/kv/service/db/lock/.lock?cas=0'", body, base),
 		      "true"));
 	/* a second contender's cas=0 fails: the .lock exists; it reads */
-	CHECK(!strcmp(curl_cmd("-X PUT -d '%s' '%s/v1/kv/service/db/lock/.lock?cas=0'", body,
-			       base),
+	CHECK(!strcmp(curl_cmd("-X PUT -d '%s' '%s/v1/kv/service/db/lock/.lock?cas=0'", body, base),
 		      "false"));
 	for (k = 1; k < 3; k++) {
 		/* curl .../v1/kv/<prefix>?recurse */
@@ -1291,12 +1290,13 @@ TEST(consul, reference_000_semaphore_step_by_step, 20)
 		all = json_loads(out, 0, NULL);
 		CHECK(json_array_size(all) == 4);
 		lock = NULL;
-		json_array_foreach(all, i, e) {
+		json_array_foreach(all, i, e)
+		{
 			if (strstr(json_string_value(json_object_get(e, "Key")), ".lock")) {
 				mi = jint(e, "ModifyIndex");
-				lock = json_loads(curl_cmd("'%s/v1/kv/service/db/lock/.lock?raw'",
-							   base),
-						  0, NULL);
+				lock = json_loads(
+					curl_cmd("'%s/v1/kv/service/db/lock/.lock?raw'", base), 0,
+					NULL);
 			}
 		}
 		CHECK(lock);
@@ -1317,7 +1317,8 @@ TEST(consul, reference_000_semaphore_step_by_step, 20)
 	/* holder 0 leaves: its session is destroyed, its contender key released */
 	CHECK(!strcmp(curl_cmd("-X PUT %s/v1/session/destroy/%s", base, s[0]), "true"));
 	all = json_loads(curl_cmd("'%s/v1/kv/service/db/lock?recurse'", base), 0, NULL);
-	json_array_foreach(all, i, e) {
+	json_array_foreach(all, i, e)
+	{
 		const char *key = json_string_value(json_object_get(e, "Key"));
 
 		if (strstr(key, s[0]))
@@ -1345,7 +1346,8 @@ TEST(consul, a_blocking_query_whose_client_hangs_up_ends_at_once, 20)
 	idx = call("GET", "/v1/kv/hup/k", NULL)->index;
 	/* curl gives up after 1 s of a 60 s wait */
 	out = strf("curl -s --max-time 1 'http://127.0.0.1:%d/v1/kv/hup/k?index=%llu&wait=60s' "
-		   ">/dev/null; true", port, (unsigned long long)idx);
+		   ">/dev/null; true",
+		   port, (unsigned long long)idx);
 	CHECK_EQ(system(out), 0);
 	until = now_ms() + 5000;
 	while (stat_of("blocking_queries") != 0 || stat_of("watched_keys") != 0) {

@@ -30,8 +30,9 @@
 #include "lockword.h"
 #include "word_fixture.h"
 
-static const char *const small_caps[] = { "--max-keys",    "64", "--max-holds",    "16",
-					  "--max-waiters", "16", "--max-sessions", "16", NULL };
+static const char *const small_caps[] = {
+	"--max-keys", "64", "--max-holds", "16", "--max-waiters", "16", "--max-sessions", "16", NULL
+};
 
 /* ---- namespaces ---------------------------------------------------------- */
 
@@ -62,7 +63,8 @@ struct clone3_args {
 static pid_t fork_as(pid_t pid)
 {
 	pid_t tids[2] = { pid, pid }; /* innermost first */
-	struct clone3_args a = { .exit_signal = SIGCHLD, .set_tid = (uintptr_t)tids,
+	struct clone3_args a = { .exit_signal = SIGCHLD,
+				 .set_tid = (uintptr_t)tids,
 				 .set_tid_size = 2 };
 	long r = syscall(SYS_clone3, &a, sizeof(a));
 
@@ -318,8 +320,9 @@ TEST(containers, shmlock_lock_under_unshare_is_released_when_killed, 90)
 	CHECK(c.pid >= 0);
 	if (c.pid == 0) {
 		dup2(out[1], 1);
-		execlp("unshare", "unshare", "-p", "-f", "--kill-child", "--mount-proc", cli, "lock",
-		       "-socket", b.sock, "-lock-delay=0s", "c/cli", "echo held; sleep 60", NULL);
+		execlp("unshare", "unshare", "-p", "-f", "--kill-child", "--mount-proc", cli,
+		       "lock", "-socket", b.sock, "-lock-delay=0s", "c/cli", "echo held; sleep 60",
+		       NULL);
 		_exit(127);
 	}
 	close(out[1]);

@@ -37,8 +37,9 @@
 #include "invariants.h"
 
 /* Small tables: scans stay cheap and a leak shows soon. */
-static const char *const caps[] = { "--max-keys",    "64", "--max-holds",    "16",
-				    "--max-waiters", "16", "--max-sessions", "16", NULL };
+static const char *const caps[] = {
+	"--max-keys", "64", "--max-holds", "16", "--max-waiters", "16", "--max-sessions", "16", NULL
+};
 
 /* ---- clients --------------------------------------------------------------- */
 
@@ -49,8 +50,7 @@ struct req {
 	int timeout_ms;
 };
 
-static int acquire(local_session *s, const char *key, uint32_t limit, int timeout_ms,
-		   uint64_t *tok)
+static int acquire(local_session *s, const char *key, uint32_t limit, int timeout_ms, uint64_t *tok)
 {
 	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = timeout_ms);
 
@@ -362,7 +362,8 @@ TEST(corruption, node_names_a_bogus_key, 30)
 	node_set_key(holder_node(obs, k), 0xfffffff0u);
 	key_unlock(k);
 	free_entry = 0;
-	while (atomic_load(&obs->seg->keys[free_entry].state) != KEY_FREE && atomic_load(&obs->seg->keys[free_entry].state) != KEY_FREED)
+	while (atomic_load(&obs->seg->keys[free_entry].state) != KEY_FREE &&
+	       atomic_load(&obs->seg->keys[free_entry].state) != KEY_FREED)
 		CHECK(++free_entry < obs->seg->caps.max_keys);
 	k = grab(obs, "c/k2");
 	node_set_key(holder_node(obs, k), free_entry);
@@ -469,13 +470,13 @@ static bool one_of(int rc, const int *ok, size_t n)
 }
 
 /* @expr must return one of the codes listed (the message names @round). */
-#define CHECK_ONE_OF(expr, ...)                                                           \
-	do {                                                                               \
-		static const int ok_[] = { __VA_ARGS__ };                                  \
-		int r_ = (expr);                                                           \
-		if (!one_of(r_, ok_, sizeof(ok_) / sizeof(ok_[0])))                        \
-			FAIL_AT("round %d: %s returned %d (%s)", round, #expr, r_,          \
-				local_strerror(r_));                                       \
+#define CHECK_ONE_OF(expr, ...)                                                    \
+	do {                                                                       \
+		static const int ok_[] = { __VA_ARGS__ };                          \
+		int r_ = (expr);                                                   \
+		if (!one_of(r_, ok_, sizeof(ok_) / sizeof(ok_[0])))                \
+			FAIL_AT("round %d: %s returned %d (%s)", round, #expr, r_, \
+				local_strerror(r_));                               \
 	} while (0)
 
 /*

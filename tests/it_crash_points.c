@@ -47,27 +47,27 @@ struct point {
 /* The point under test: named in every failure, as several share a scenario. */
 static struct point cur = { 0, "?", "?" };
 
-#define CP_FAIL(fmt, ...)                                                                  \
+#define CP_FAIL(fmt, ...) \
 	FAIL_AT("crash point %d %s (%s): " fmt, cur.n, cur.name, cur.what, ##__VA_ARGS__)
 
-#define CP_CHECK(cond)                                                                     \
-	do {                                                                               \
-		if (!(cond))                                                               \
-			CP_FAIL("CHECK(%s) failed", #cond);                                 \
+#define CP_CHECK(cond)                                      \
+	do {                                                \
+		if (!(cond))                                \
+			CP_FAIL("CHECK(%s) failed", #cond); \
 	} while (0)
 
-#define CP_CHECK_EQ(a, b)                                                                  \
-	do {                                                                               \
-		long long a_ = (long long)(a), b_ = (long long)(b);                        \
-		if (a_ != b_)                                                              \
-			CP_FAIL("%s == %s failed: %lld != %lld", #a, #b, a_, b_);          \
+#define CP_CHECK_EQ(a, b)                                                         \
+	do {                                                                      \
+		long long a_ = (long long)(a), b_ = (long long)(b);               \
+		if (a_ != b_)                                                     \
+			CP_FAIL("%s == %s failed: %lld != %lld", #a, #b, a_, b_); \
 	} while (0)
 
-#define CP_CHECK_OK(expr)                                                                  \
-	do {                                                                               \
-		int r_ = (expr);                                                           \
-		if (r_)                                                                    \
-			CP_FAIL("%s returned %d (%s)", #expr, r_, local_strerror(r_));      \
+#define CP_CHECK_OK(expr)                                                              \
+	do {                                                                           \
+		int r_ = (expr);                                                       \
+		if (r_)                                                                \
+			CP_FAIL("%s returned %d (%s)", #expr, r_, local_strerror(r_)); \
 	} while (0)
 
 /* ---- children ------------------------------------------------------------ */
@@ -195,7 +195,8 @@ struct world {
 static struct local_key_info *key_info(local_session *s)
 {
 	static char value[LOCAL_VALUE_MAX];
-	static LOCAL_OPTS(local_key_info, info, .value_buf = value, .value_buf_size = sizeof(value));
+	static LOCAL_OPTS(local_key_info, info, .value_buf = value,
+			  .value_buf_size = sizeof(value));
 
 	CP_CHECK_OK(local_info(s, KEY, &info));
 	return &info;
@@ -267,8 +268,7 @@ static void expect_grant(struct world *w, struct child *c, int id, const char *w
 		dump_key(w->obs);
 		CP_FAIL("%s was not granted within %d ms (%s)%s", who, STEP_MS,
 			r == -ETIMEDOUT ? "no reply" : "its pipe closed",
-			behind && poll_readable(behind, 0) ? "; the one queued behind it was" :
-							     "");
+			behind && poll_readable(behind, 0) ? "; the one queued behind it was" : "");
 	}
 	if (sscanf(line, "got %d %llu", &got, &tok) != 2 || got != id)
 		CP_FAIL("%s: expected a grant, got \"%s\"", who, line);
@@ -347,8 +347,7 @@ static void wait_parked(struct world *w, struct child *c, const char *who)
  * the key. Both, because a dead session's node may still count as a waiter
  * until the broker has swept it. Then until it sleeps.
  */
-static void spawn_waiter(struct world *w, struct child *c, int id, unsigned live,
-			 unsigned waiters)
+static void spawn_waiter(struct world *w, struct child *c, int id, unsigned live, unsigned waiters)
 {
 	struct waiter_arg a = { &w->b, id };
 
@@ -468,7 +467,7 @@ static void scenario_fast_path(struct world *w)
 static void scenario_value(struct world *w)
 {
 	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .value = OLD_VALUE,
-					.value_len = strlen(OLD_VALUE));
+		   .value_len = strlen(OLD_VALUE));
 	struct local_key_info *info;
 	uint64_t tok = 0;
 
@@ -480,12 +479,13 @@ static void scenario_value(struct world *w)
 	wait_sessions(w, 1);
 	CP_CHECK_EQ(segment_violations(w->obs), 0);
 	info = key_info(w->obs);
-	if (!(info->value_len == strlen(OLD_VALUE) && !memcmp((char *)info->value_buf, OLD_VALUE,
-							       info->value_len)) &&
-	    !(info->value_len == strlen(NEW_VALUE) && !memcmp((char *)info->value_buf, NEW_VALUE,
-							       info->value_len)))
+	if (!(info->value_len == strlen(OLD_VALUE) &&
+	      !memcmp((char *)info->value_buf, OLD_VALUE, info->value_len)) &&
+	    !(info->value_len == strlen(NEW_VALUE) &&
+	      !memcmp((char *)info->value_buf, NEW_VALUE, info->value_len)))
 		CP_FAIL("torn value: %zu bytes \"%.*s\"", info->value_len,
-			(int)(info->value_len < 64 ? info->value_len : 64), (char *)info->value_buf);
+			(int)(info->value_len < 64 ? info->value_len : 64),
+			(char *)info->value_buf);
 	check_free_then_handover(w);
 }
 
@@ -725,7 +725,7 @@ static void scenario_fold(struct world *w)
 	struct local_key_info *info;
 	uint64_t li, mi;
 
-	obs_cycles(w, 1); /* creates the key */
+	obs_cycles(w, 1);	 /* creates the key */
 	info = key_info(w->obs); /* counts what came before */
 	li = info->lock_index;
 	mi = info->modify_index;
@@ -980,10 +980,10 @@ static void run_point(int n, const char *name, const char *what)
 }
 
 /* One test per declared point, named after it. */
-#define X(n, name, what)                                                                  \
-	TEST(crash_points, name, 30)                                                       \
-	{                                                                                  \
-		run_point(n, #name, what);                                                 \
+#define X(n, name, what)                   \
+	TEST(crash_points, name, 30)       \
+	{                                  \
+		run_point(n, #name, what); \
 	}
 CRASH_POINT_LIST(X)
 #undef X

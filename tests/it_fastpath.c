@@ -86,7 +86,7 @@ TEST(fastpath, counters_count_lock_free_operations, 20)
 		CHECK_OK(local_release(a, "fp/count"));
 	}
 	CHECK(!(fast_word(a, "fp/count") & FAST_SLOW)); /* all of it lock-free */
-	CHECK_OK(local_stats(a, &st1)); /* before any mutex holder counts */
+	CHECK_OK(local_stats(a, &st1));			/* before any mutex holder counts */
 	CHECK_EQ(st1.grants - st0.grants, 1000);
 	CHECK_EQ(info_of(a, "fp/count")->lock_index, li + 1000);
 	CHECK_EQ(info_of(a, "fp/count")->modify_index, mi + 2000);

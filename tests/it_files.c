@@ -34,8 +34,9 @@
 #define EXIT_SEG_FOREIGN 4
 #define EXIT_UNSAFE_PATH 5
 
-static const struct seg_caps small = { .max_keys = 64, .max_sessions = 16, .max_waiters = 64,
-				       .max_holds = 64, .max_value = 64 };
+static const struct seg_caps small = {
+	.max_keys = 64, .max_sessions = 16, .max_waiters = 64, .max_holds = 64, .max_value = 64
+};
 
 static bool answers(const char *path, int type)
 {
@@ -267,7 +268,10 @@ static int try_key(const struct broker_proc *b)
 	rc = local_session_open(&o, &s);
 	if (rc)
 		return rc;
-	rc = local_lock(s, "files/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL);
+	rc = local_lock(s, "files/k",
+			&(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+						      .timeout_ms = 0 },
+			NULL);
 	local_session_close(s);
 	return rc;
 }

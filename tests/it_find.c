@@ -61,10 +61,10 @@ static int sh(const char *cmd, char *out, size_t size)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
-#define CHECK_HAS(text, want)                                                                      \
-	do {                                                                                       \
-		if (!strstr((text), (want)))                                                       \
-			FAIL_AT("no \"%s\" in: %s", (want), (text));                              \
+#define CHECK_HAS(text, want)                                        \
+	do {                                                         \
+		if (!strstr((text), (want)))                         \
+			FAIL_AT("no \"%s\" in: %s", (want), (text)); \
 	} while (0)
 
 /* A SEQPACKET socket bound at @path and never listened on, then closed:
@@ -140,9 +140,13 @@ static int open_as_nobody(const char *const *env, char *report, size_t size)
 		broker_lookup_text(text, sizeof(text));
 		if (write(pfd[1], text, strlen(text)) < 0)
 			_exit(254);
-		_exit(rc ? (rc == -LOCAL_ENOSOCKET ? 1 : rc == -LOCAL_EREFUSED ? 2 :
-			    rc == -LOCAL_ENOTSOCK ? 3 : rc == -LOCAL_EACCESS ? 4 :
-			    rc == -LOCAL_EUNSAFE ? 5 : 6) : 0);
+		_exit(rc ? (rc == -LOCAL_ENOSOCKET  ? 1
+			    : rc == -LOCAL_EREFUSED ? 2
+			    : rc == -LOCAL_ENOTSOCK ? 3
+			    : rc == -LOCAL_EACCESS  ? 4
+			    : rc == -LOCAL_EUNSAFE  ? 5
+						    : 6)
+			 : 0);
 	}
 	close(pfd[1]);
 	n = read(pfd[0], report, size - 1);
@@ -320,7 +324,8 @@ TEST(find, cli_names_every_path_and_says_it_waits, 30)
 	CHECK_HAS(out, "missing");
 	/* No path given, none in the environment: every default is named. */
 	snprintf(cmd, sizeof(cmd),
-		 "env -u SHMLOCK_SOCKET XDG_RUNTIME_DIR='%s' SHMLOCK_BROKER_WAIT_MS=0 '%s' keys 2>&1",
+		 "env -u SHMLOCK_SOCKET XDG_RUNTIME_DIR='%s' SHMLOCK_BROKER_WAIT_MS=0 '%s' keys "
+		 "2>&1",
 		 b.dir, bin("SHMLOCK_CLI_BIN"));
 	CHECK_EQ(sh(cmd, out, sizeof(out)), 69);
 	CHECK_HAS(out, "/run/shmlock/shmlockd.sock");
@@ -443,7 +448,10 @@ TEST(find, inspection_works_read_only_while_the_broker_is_down, 40)
 	CHECK_HAS(out, "\"broker_pid\": 0");
 	/* Nothing was changed: the hold is still ours to release. */
 	CHECK_OK(local_release(s, "ro/k"));
-	CHECK_OK(local_lock(s, "ro/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL));
+	CHECK_OK(local_lock(s, "ro/k",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 0 },
+			    NULL));
 	local_session_close(s);
 	broker_stop(&b);
 }

@@ -27,8 +27,9 @@
 #include "lockword.h"
 #include "word_fixture.h"
 
-static const char *const small_caps[] = { "--max-keys",    "64", "--max-holds",    "16",
-					  "--max-waiters", "16", "--max-sessions", "16", NULL };
+static const char *const small_caps[] = {
+	"--max-keys", "64", "--max-holds", "16", "--max-waiters", "16", "--max-sessions", "16", NULL
+};
 
 /* What a forger writes: pid 1 (it never exits), with the waiter bit that a
  * real owner's word would have once someone queued on it. */

@@ -71,7 +71,8 @@ TEST(handoff, sessions_lock_distinct_keys_on_nodes_of_their_own, 30)
 
 			if (d < 2)
 				FAIL_AT("session a used node %u, session c node %u: the same or "
-					"adjacent lines", na[i], nc[j]);
+					"adjacent lines",
+					na[i], nc[j]);
 		}
 	CHECK_EQ(segment_violations(a), 0);
 	CHECK_OK(local_session_close(a));
@@ -277,8 +278,9 @@ struct hammer {
 static void *hammer_key(void *arg)
 {
 	struct hammer *h = arg;
-	struct local_acquire_opts o = { .sz = sizeof(o), .timeout_ms = -1, .value = h->value,
-					.value_len = strlen(h->value) };
+	struct local_acquire_opts o = {
+		.sz = sizeof(o), .timeout_ms = -1, .value = h->value, .value_len = strlen(h->value)
+	};
 	struct local_key_info info;
 	char got[8];
 	int i;
@@ -290,7 +292,8 @@ static void *hammer_key(void *arg)
 		if (h->rc)
 			break;
 		/* Ours while we hold it: the value this acquire brought. */
-		info = (struct local_key_info){ .sz = sizeof(info), .value_buf = got,
+		info = (struct local_key_info){ .sz = sizeof(info),
+						.value_buf = got,
 						.value_buf_size = sizeof(got) };
 		h->rc = local_info(h->s, h->key, &info);
 		if (!h->rc && (info.value_len != o.value_len || memcmp(got, h->value, o.value_len)))

@@ -31,8 +31,9 @@
 #include "lockword.h"
 #include "word_fixture.h"
 
-static const char *const small_caps[] = { "--max-keys",    "64", "--max-holds",    "16",
-					  "--max-waiters", "16", "--max-sessions", "16", NULL };
+static const char *const small_caps[] = {
+	"--max-keys", "64", "--max-holds", "16", "--max-waiters", "16", "--max-sessions", "16", NULL
+};
 
 /* A client of @b (a session of its own: the broker breaks a word naming
  * any other process) that stops itself at once and stays stopped: a live
@@ -82,8 +83,8 @@ static void broker_answers(const struct broker_proc *b)
  */
 TEST(hostile, garbage_in_lock_words_is_survived_and_recovered, 60)
 {
-	static const uint32_t patterns[] = { 0x41414141u, 0x01414141u, 0xffffffffu,
-					     0x80000000u, 0x3fffffffu };
+	static const uint32_t patterns[] = { 0x41414141u, 0x01414141u, 0xffffffffu, 0x80000000u,
+					     0x3fffffffu };
 	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 5000);
 	struct broker_proc b;
 	local_session *a, *v;
@@ -161,7 +162,11 @@ TEST(hostile, an_index_kept_full_does_not_hang_the_broker, 60)
 	child_wait(&f, 5000);
 	broker_answers(&b);
 	/* The index is all tombstones now: lookups fall back to the entries. */
-	CHECK_RC(local_lock(v, "held", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL), 0);
+	CHECK_RC(local_lock(v, "held",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 0 },
+			    NULL),
+		 0);
 	CHECK_OK(local_release(v, "held"));
 	CHECK_OK(local_lock(v, "idle/after", &o, NULL));
 	CHECK_EQ(segment_violations(v), 0);
@@ -218,7 +223,9 @@ TEST(hostile, a_thousand_stalled_keys_do_not_stall_the_broker, 90)
 	CHECK_EQ(live_sessions(obs), 3);
 	end_process(stopped); /* the owner is gone: its words are repaired */
 	CHECK(WAIT_SESSIONS(obs, 1, 30000));
-	CHECK_OK(local_lock(obs, "many/999", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 5000 },
+	CHECK_OK(local_lock(obs, "many/999",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 5000 },
 			    NULL));
 	CHECK_EQ(segment_violations(obs), 0);
 	broker_stop(&b);
@@ -262,7 +269,9 @@ TEST(hostile, deadlines_hold_against_a_stopped_lock_owner, 60)
 	t0 = now_ms();
 	CHECK_RC(local_lock(v, "d/k", &timed, NULL), -ETIMEDOUT);
 	CHECK_RC(local_lock(v, "d/k", &try, NULL), -EBUSY);
-	CHECK_RC(local_info(v, "d/k", &(struct local_key_info){ .sz = sizeof(struct local_key_info) }), -ETIMEDOUT);
+	CHECK_RC(local_info(v, "d/k",
+			    &(struct local_key_info){ .sz = sizeof(struct local_key_info) }),
+		 -ETIMEDOUT);
 	CHECK_OK(local_keys(v, "d/", count_key, &n));
 	CHECK_EQ(n, 1); /* d/other listed; the stuck key left out */
 	/* Bounds, not speeds: each call above waits at most about a second. */
@@ -274,8 +283,14 @@ TEST(hostile, deadlines_hold_against_a_stopped_lock_owner, 60)
 	broker_answers(&b); /* its key exists: no table lock needed */
 
 	end_process(stopped); /* gone: the next taker repairs both */
-	CHECK_OK(local_lock(v, "d/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 5000 }, NULL));
-	CHECK_OK(local_lock(v, "d/new", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 5000 }, NULL));
+	CHECK_OK(local_lock(v, "d/k",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 5000 },
+			    NULL));
+	CHECK_OK(local_lock(v, "d/new",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 5000 },
+			    NULL));
 	CHECK_EQ(segment_violations(v), 0);
 	broker_stop(&b);
 }
@@ -305,7 +320,10 @@ TEST(hostile, a_key_hidden_from_the_index_keeps_one_holder, 30)
 			found++;
 		}
 	CHECK_EQ(found, 1);
-	CHECK_RC(local_lock(a, "dup/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL),
+	CHECK_RC(local_lock(a, "dup/k",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 0 },
+			    NULL),
 		 -EBUSY);
 	for (i = 0, found = 0; i < a->seg->caps.max_keys; i++)
 		found += atomic_load(&a->seg->keys[i].state) == KEY_USED &&
@@ -314,7 +332,10 @@ TEST(hostile, a_key_hidden_from_the_index_keeps_one_holder, 30)
 	CHECK_OK(local_info(a, "dup/k", &ki));
 	CHECK_EQ(ki.holders, 1);
 	CHECK_OK(local_release(v, "dup/k"));
-	CHECK_OK(local_lock(a, "dup/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL));
+	CHECK_OK(local_lock(a, "dup/k",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 0 },
+			    NULL));
 	CHECK_EQ(segment_violations(a), 0);
 	broker_stop(&b);
 }

@@ -45,8 +45,8 @@ static double cpu_ms(pid_t pid)
 		FAIL_AT("read %s", path);
 	buf[n] = '\0';
 	p = strrchr(buf, ')');
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-			 &st) != 2)
+	if (!p ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
 		FAIL_AT("parse %s", path);
 	return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
 }

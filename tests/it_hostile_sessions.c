@@ -27,8 +27,8 @@
 #define MAX_SESSIONS 16
 static const char *const small_table[] = { "--max-sessions", "16", NULL };
 /* The same, with the adoption's NOTICE line in the log. */
-static const char *const small_table_noticed[] = { "--max-sessions", "16", "--log-level",
-						   "notice", NULL };
+static const char *const small_table_noticed[] = { "--max-sessions", "16", "--log-level", "notice",
+						   NULL };
 
 /*
  * Mark every free slot ACTIVE as a ghost of @pid (start time @start, uid 0):

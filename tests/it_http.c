@@ -43,12 +43,12 @@
 
 /* ---- small helpers ------------------------------------------------------- */
 
-#define CHECK_STR(a, b)                                                                   \
-	do {                                                                               \
-		const char *sa_ = (a), *sb_ = (b);                                         \
-		if (!sa_ || strcmp(sa_, sb_))                                              \
-			FAIL_AT("%s == \"%s\" failed: got %s%s%s", #a, sb_, sa_ ? "\"" : "",  \
-				sa_ ? sa_ : "NULL", sa_ ? "\"" : "");                      \
+#define CHECK_STR(a, b)                                                                      \
+	do {                                                                                 \
+		const char *sa_ = (a), *sb_ = (b);                                           \
+		if (!sa_ || strcmp(sa_, sb_))                                                \
+			FAIL_AT("%s == \"%s\" failed: got %s%s%s", #a, sb_, sa_ ? "\"" : "", \
+				sa_ ? sa_ : "NULL", sa_ ? "\"" : "");                        \
 	} while (0)
 
 static struct local_key_info *key_info(local_session *s, const char *key)
@@ -83,12 +83,12 @@ static uint64_t tok_num(const char *t)
 }
 
 /* A token as the API sends it: dflockd's 32 lowercase hex digits. */
-#define CHECK_TOKEN(t)                                                                    \
-	do {                                                                               \
-		const char *t_ = (t);                                                      \
-		if (!t_ || strlen(t_) != 32 || strspn(t_, "0123456789abcdef") != 32)      \
-			FAIL_AT("token %s%s%s is not 32 lowercase hex digits",              \
-				t_ ? "\"" : "", t_ ? t_ : "NULL", t_ ? "\"" : "");           \
+#define CHECK_TOKEN(t)                                                                         \
+	do {                                                                                   \
+		const char *t_ = (t);                                                          \
+		if (!t_ || strlen(t_) != 32 || strspn(t_, "0123456789abcdef") != 32)           \
+			FAIL_AT("token %s%s%s is not 32 lowercase hex digits", t_ ? "\"" : "", \
+				t_ ? t_ : "NULL", t_ ? "\"" : "");                             \
 	} while (0)
 
 /* ---- HTTP client (libcurl) ----------------------------------------------- */
@@ -96,9 +96,9 @@ static uint64_t tok_num(const char *t)
 /* Where the API answers: a Unix socket (unix_path set) or TCP. */
 struct api {
 	char unix_path[128];
-	char base[64];	     /* URL prefix: http://localhost or http://127.0.0.1:PORT */
-	const char *authz;   /* Authorization header value, or NULL */
-	const char *hdr[3];  /* more request headers ("Name: value"), or NULL */
+	char base[64];	    /* URL prefix: http://localhost or http://127.0.0.1:PORT */
+	const char *authz;  /* Authorization header value, or NULL */
+	const char *hdr[3]; /* more request headers ("Name: value"), or NULL */
 };
 
 /* One request and, once done, its answer. */
@@ -115,7 +115,7 @@ struct call {
 	char acam[128]; /* Access-Control-Allow-Methods */
 	char www[128];	/* WWW-Authenticate */
 	char retry[32]; /* Retry-After */
-	long status; /* 0: no answer (connection failed) */
+	long status;	/* 0: no answer (connection failed) */
 	CURLcode rc;
 	json_t *json; /* the body, when it is JSON */
 	bool done;
@@ -206,8 +206,8 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
 }
 
 /* Set up @c (on its own easy handle when @own) for METHOD @path. */
-static struct call *call_setup(bool own, const struct api *a, const char *method,
-			       const char *path, const char *session, const char *body)
+static struct call *call_setup(bool own, const struct api *a, const char *method, const char *path,
+			       const char *session, const char *body)
 {
 	struct call *c = calloc(1, sizeof(*c));
 	CURL *e;
@@ -362,20 +362,20 @@ static void pump(int ms)
 }
 
 /* Drive the multi handle until @cond holds or @timeout_ms passes. */
-#define PUMP_UNTIL(cond, timeout_ms)                                                       \
-	({                                                                                 \
-		uint64_t pend_ = now_ms() + (timeout_ms);                                  \
-		int pok_ = 0;                                                              \
-		for (;;) {                                                                 \
-			pump(1);                                                           \
-			if (cond) {                                                        \
-				pok_ = 1;                                                  \
-				break;                                                     \
-			}                                                                  \
-			if (now_ms() >= pend_)                                             \
-				break;                                                     \
-		}                                                                          \
-		pok_;                                                                      \
+#define PUMP_UNTIL(cond, timeout_ms)                      \
+	({                                                \
+		uint64_t pend_ = now_ms() + (timeout_ms); \
+		int pok_ = 0;                             \
+		for (;;) {                                \
+			pump(1);                          \
+			if (cond) {                       \
+				pok_ = 1;                 \
+				break;                    \
+			}                                 \
+			if (now_ms() >= pend_)            \
+				break;                    \
+		}                                         \
+		pok_;                                     \
 	})
 
 /* The client goes away: its transfer is abandoned and its connection closed. */
@@ -418,17 +418,16 @@ static const char *status_mismatch(const struct call *c, long want)
 	return why;
 }
 
-#define CHECK_STATUS(c, want)                                                             \
-	do {                                                                               \
-		const char *w_ = status_mismatch((c), (want));                             \
-		if (w_)                                                                    \
-			FAIL_AT("%s", w_);                                                 \
+#define CHECK_STATUS(c, want)                                  \
+	do {                                                   \
+		const char *w_ = status_mismatch((c), (want)); \
+		if (w_)                                        \
+			FAIL_AT("%s", w_);                     \
 	} while (0)
 
 /* A non-2xx answer must be {"error":"<code>","detail":"..."} (@exact: and
  * nothing else). */
-static const char *error_mismatch(const struct call *c, long status, const char *code,
-				  bool exact)
+static const char *error_mismatch(const struct call *c, long status, const char *code, bool exact)
 {
 	static char why[768];
 	const char *w = status_mismatch(c, status);
@@ -454,25 +453,25 @@ static const char *error_mismatch(const struct call *c, long status, const char 
 	return why;
 }
 
-#define CHECK_ERROR(c, status, code)                                                      \
-	do {                                                                               \
-		const char *w_ = error_mismatch((c), (status), (code), true);              \
-		if (w_)                                                                    \
-			FAIL_AT("%s", w_);                                                 \
+#define CHECK_ERROR(c, status, code)                                          \
+	do {                                                                  \
+		const char *w_ = error_mismatch((c), (status), (code), true); \
+		if (w_)                                                       \
+			FAIL_AT("%s", w_);                                    \
 	} while (0)
 
 /* 200 with {"status": @want} (and a well-formed token for a grant). */
-#define CHECK_OUTCOME(c, want)                                                            \
-	do {                                                                               \
-		const struct call *co_ = (c);                                              \
-		CHECK_STATUS(co_, 200);                                                    \
-		if (!jstr(co_, "status") || strcmp(jstr(co_, "status"), (want)))           \
-			FAIL_AT("%s: expected status \"%s\": %.300s", co_->what, (want),   \
-				co_->out ? co_->out : "");                                 \
-		if (strcmp((want), "timeout") && strcmp((want), "queued"))                 \
-			CHECK_TOKEN(jstr(co_, "token"));                                   \
-		else if (jstr(co_, "token"))                                               \
-			FAIL_AT("%s: a token with status %s", co_->what, (want));          \
+#define CHECK_OUTCOME(c, want)                                                           \
+	do {                                                                             \
+		const struct call *co_ = (c);                                            \
+		CHECK_STATUS(co_, 200);                                                  \
+		if (!jstr(co_, "status") || strcmp(jstr(co_, "status"), (want)))         \
+			FAIL_AT("%s: expected status \"%s\": %.300s", co_->what, (want), \
+				co_->out ? co_->out : "");                               \
+		if (strcmp((want), "timeout") && strcmp((want), "queued"))               \
+			CHECK_TOKEN(jstr(co_, "token"));                                 \
+		else if (jstr(co_, "token"))                                             \
+			FAIL_AT("%s: a token with status %s", co_->what, (want));        \
 	} while (0)
 
 /* ---- the API's operations -------------------------------------------------------- */
@@ -800,8 +799,8 @@ TEST(http, sessions_create_ping_delete, 20)
 		    "session_gone");
 	CHECK_ERROR(lock_acquire(&h.ux, id, "ses/k", 0), 410, "session_gone");
 	/* Unknown and malformed ids. */
-	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions/0123456789abcdef0123456789abcdef/ping",
-			NULL, NULL),
+	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions/0123456789abcdef0123456789abcdef/ping", NULL,
+			NULL),
 		    410, "session_gone");
 	/* A malformed id is bad input, not a gone session. */
 	CHECK_ERROR(req(&h.ux, "DELETE", "/v1/sessions/nothex", NULL, NULL), 400, "bad_request");
@@ -854,8 +853,8 @@ TEST(http, lock_try_acquire_release_and_tokens, 20)
 	CHECK_EQ(HOLDERS(obs, "try/k"), 1);
 	release_ok(&h.ux, s2, "locks", "try/k", t1);
 	CHECK_EQ(HOLDERS(obs, "try/k"), 0);
-	CHECK_ERROR(op(&h.ux, s1, "locks", "try/k", "release", strf("{\"token\":\"%s\"}", t1)),
-		    404, "not_held");
+	CHECK_ERROR(op(&h.ux, s1, "locks", "try/k", "release", strf("{\"token\":\"%s\"}", t1)), 404,
+		    "not_held");
 	d = op(&h.ux, s2, "locks", "try/k", NULL, "{\"acquire_timeout_s\":0,\"lease_ttl_s\":7}");
 	CHECK_OUTCOME(d, "ok");
 	CHECK_EQ(jint(d, "lease_ttl_s"), 7);
@@ -1167,7 +1166,8 @@ TEST(http, semaphore_endpoints_and_limits, 30)
 	CHECK_OUTCOME(op(&h.ux, s[2], "semaphores", "sem/k", NULL,
 			 "{\"acquire_timeout_s\":0,\"limit\":2}"),
 		      "timeout");
-	w = start(&h.ux, "POST", "/v1/semaphores/sem%2Fk", s[2], "{\"acquire_timeout_s\":10,\"limit\":2}");
+	w = start(&h.ux, "POST", "/v1/semaphores/sem%2Fk", s[2],
+		  "{\"acquire_timeout_s\":10,\"limit\":2}");
 	if (!PUMP_UNTIL(WAITERS(obs, "sem/k") == 1, 5000))
 		FAIL_AT("the semaphore acquire did not queue");
 	release_ok(&h.ux, s[0], "semaphores", "sem/k", t0);
@@ -1182,9 +1182,9 @@ TEST(http, semaphore_endpoints_and_limits, 30)
 	       strf("{\"token\":\"%s\",\"lease_ttl_s\":40}", t2));
 	CHECK_STATUS(c, 200);
 	CHECK(jint(c, "remaining_s") >= 39 && jint(c, "remaining_s") <= 40);
-	CHECK_STATUS(op(&h.ux, s[3], "semaphores", "sem/k", "renew",
-			strf("{\"token\":\"%s\"}", t2)),
-		     200); /* a bearer capability, as in dflockd */
+	CHECK_STATUS(
+		op(&h.ux, s[3], "semaphores", "sem/k", "renew", strf("{\"token\":\"%s\"}", t2)),
+		200); /* a bearer capability, as in dflockd */
 	/* Two-phase: queued, a wait that times out leaves the queue, then
 	 * one that a release answers. */
 	c = op(&h.ux, s[3], "semaphores", "sem/k", "enqueue", "{\"limit\":2}");
@@ -1197,8 +1197,7 @@ TEST(http, semaphore_endpoints_and_limits, 30)
 	CHECK_EQ(WAITERS(obs, "sem/k"), 0);
 	CHECK_ERROR(op(&h.ux, s[3], "semaphores", "sem/k", "wait", "{\"timeout_s\":0}"), 409,
 		    "not_enqueued");
-	CHECK_OUTCOME(op(&h.ux, s[3], "semaphores", "sem/k", "enqueue", "{\"limit\":2}"),
-		      "queued");
+	CHECK_OUTCOME(op(&h.ux, s[3], "semaphores", "sem/k", "enqueue", "{\"limit\":2}"), "queued");
 	w = start(&h.ux, "POST", "/v1/semaphores/sem%2Fk/wait", s[3], "{\"timeout_s\":10}");
 	if (!PUMP_UNTIL(metric(metrics(&h.ux), "shmlock_http_waiting") == 1, 5000))
 		FAIL_AT("the semaphore wait was not suspended");
@@ -1226,8 +1225,8 @@ TEST(http, semaphore_endpoints_and_limits, 30)
 		    "limit_mismatch");
 	CHECK_EQ(key_info(obs, "sem/k")->limit, 2);
 	/* A limit is required, at least 1, an integer. */
-	CHECK_ERROR(op(&h.ux, s[1], "semaphores", "sem/x", NULL, "{\"acquire_timeout_s\":0}"),
-		    400, "bad_request");
+	CHECK_ERROR(op(&h.ux, s[1], "semaphores", "sem/x", NULL, "{\"acquire_timeout_s\":0}"), 400,
+		    "bad_request");
 	CHECK_ERROR(op(&h.ux, s[1], "semaphores", "sem/x", NULL,
 		       "{\"acquire_timeout_s\":0,\"limit\":0}"),
 		    400, "bad_request");
@@ -1256,7 +1255,8 @@ static json_t *by_key(json_t *arr, const char *key)
 
 	if (!json_is_array(arr))
 		FAIL_AT("not an array");
-	json_array_foreach(arr, i, v) {
+	json_array_foreach(arr, i, v)
+	{
 		json_t *k = json_object_get(v, "key");
 
 		if (json_is_string(k) && !strcmp(json_string_value(k), key))
@@ -1312,10 +1312,10 @@ static void check_members(json_t *o, const char *const *names, const char *what)
  * owner_conn_id a number, idle entries with idle_s, nothing more. */
 TEST(http, stats_shape, 20)
 {
-	static const char *const top[] = { "connections", "locks", "semaphores", "idle_locks",
-					   "idle_semaphores", NULL };
-	static const char *const lock[] = { "key", "owner_conn_id", "lease_expires_in_s",
-					    "waiters", NULL };
+	static const char *const top[] = { "connections", "locks",	     "semaphores",
+					   "idle_locks",  "idle_semaphores", NULL };
+	static const char *const lock[] = { "key", "owner_conn_id", "lease_expires_in_s", "waiters",
+					    NULL };
 	static const char *const sem[] = { "key", "limit", "holders", "waiters", NULL };
 	static const char *const idle[] = { "key", "idle_s", NULL };
 	struct hbroker h;
@@ -1469,7 +1469,8 @@ TEST(http, stats_show_a_non_utf8_key_percent_encoded, 20)
 	CHECK_STATUS(c, 200);
 	locks = json_object_get(c->json, "locks");
 	CHECK_EQ(json_array_size(locks), 2);
-	json_array_foreach(locks, i, e) {
+	json_array_foreach(locks, i, e)
+	{
 		const char *k = json_string_value(json_object_get(e, "key"));
 		const char *enc = json_string_value(json_object_get(e, "key_encoding"));
 
@@ -1518,7 +1519,8 @@ TEST(http, metrics_are_prometheus_text_with_route_labels, 20)
 			      "status=\"404\"}"),
 		 1);
 	CHECK(strstr(text, "# TYPE shmlock_http_request_duration_seconds histogram\n"));
-	CHECK_EQ(metric(text, "shmlock_http_request_duration_seconds_count{route=\"/v1/locks/{key}\"}"),
+	CHECK_EQ(metric(text,
+			"shmlock_http_request_duration_seconds_count{route=\"/v1/locks/{key}\"}"),
 		 3);
 	CHECK_EQ(metric(text, "shmlock_http_sessions"), 1);
 	CHECK_EQ(metric(text, "shmlock_holds"), 2);
@@ -1568,8 +1570,7 @@ TEST(http, bad_requests_are_400, 30)
 		    "bad_request");
 	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", "enqueue", "{\"lease_ttl_s\":\"x\"}"), 400,
 		    "bad_request");
-	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", "release", "{\"token\":7}"), 400,
-		    "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", "release", "{\"token\":7}"), 400, "bad_request");
 	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", "release", "{\"token\":\"a\\tc\"}"), 400,
 		    "bad_request");
 	CHECK_ERROR(op(&h.ux, s, "locks", "bad/k", "release", "{\"token\":\"\"}"), 400,
@@ -1700,8 +1701,8 @@ TEST(http, cors_is_off_by_default_and_answers_allowed_origins, 20)
 	CHECK_EQ(c->acao[0], '\0');
 	hb_stop(&h);
 
-	hb_start(&h, false, ARGS("--http-cors-allowed-origins",
-				 "https://other.example, https://app.example"));
+	hb_start(&h, false,
+		 ARGS("--http-cors-allowed-origins", "https://other.example, https://app.example"));
 	plain = h.ux;
 	good = h.ux;
 	good.hdr[0] = "Origin: https://app.example";
@@ -1810,17 +1811,17 @@ TEST(http, conflicts_are_409, 30)
 	a = session_new(&h.ux);
 	b = session_new(&h.ux);
 	/* limit_mismatch: another limit, or the other kind. */
-	CHECK_OUTCOME(op(&h.ux, a, "semaphores", "c/sem", NULL,
-			 "{\"acquire_timeout_s\":0,\"limit\":2}"),
-		      "ok");
-	CHECK_ERROR(op(&h.ux, b, "semaphores", "c/sem", NULL,
-		       "{\"acquire_timeout_s\":0,\"limit\":4}"),
-		    409, "limit_mismatch");
+	CHECK_OUTCOME(
+		op(&h.ux, a, "semaphores", "c/sem", NULL, "{\"acquire_timeout_s\":0,\"limit\":2}"),
+		"ok");
+	CHECK_ERROR(
+		op(&h.ux, b, "semaphores", "c/sem", NULL, "{\"acquire_timeout_s\":0,\"limit\":4}"),
+		409, "limit_mismatch");
 	CHECK_ERROR(lock_acquire(&h.ux, b, "c/sem", 0), 409, "limit_mismatch");
 	CHECK_OK(local_lock(holder, "c/lock", NULL, NULL));
-	CHECK_ERROR(op(&h.ux, b, "semaphores", "c/lock", NULL,
-		       "{\"acquire_timeout_s\":0,\"limit\":2}"),
-		    409, "limit_mismatch");
+	CHECK_ERROR(
+		op(&h.ux, b, "semaphores", "c/lock", NULL, "{\"acquire_timeout_s\":0,\"limit\":2}"),
+		409, "limit_mismatch");
 	/* already_enqueued / not_enqueued. */
 	CHECK_OUTCOME(op(&h.ux, a, "locks", "c/lock", "enqueue", "{}"), "queued");
 	CHECK_ERROR(op(&h.ux, a, "locks", "c/lock", "enqueue", "{}"), 409, "already_enqueued");
@@ -1839,8 +1840,8 @@ TEST(http, conflicts_are_409, 30)
 	CHECK_EQ(HOLDERS(holder, "c/lease"), 1);
 	if (!WAIT_FOR(HOLDERS(holder, "c/lease") == 0, 5000))
 		FAIL_AT("a 1 s lease did not expire within 5 s");
-	CHECK_ERROR(op(&h.ux, b, "locks", "c/lease", "release", strf("{\"token\":\"%s\"}", t)),
-		    404, "not_held"); /* dflockd's; 409 with --http-extensions */
+	CHECK_ERROR(op(&h.ux, b, "locks", "c/lease", "release", strf("{\"token\":\"%s\"}", t)), 404,
+		    "not_held"); /* dflockd's; 409 with --http-extensions */
 	CHECK_ERROR(op(&h.ux, b, "locks", "c/lease", "renew", strf("{\"token\":\"%s\"}", t)), 404,
 		    "not_held");
 	/* The key went back to the pool: anyone may take it. */
@@ -1852,9 +1853,9 @@ TEST(http, conflicts_are_409, 30)
 	t = strdup(jstr(c, "token"));
 	if (!WAIT_FOR(HOLDERS(holder, "c/slease") == 0, 5000))
 		FAIL_AT("a 1 s semaphore lease did not expire within 5 s");
-	CHECK_ERROR(op(&h.ux, b, "semaphores", "c/slease", "release",
-		       strf("{\"token\":\"%s\"}", t)),
-		    404, "not_held");
+	CHECK_ERROR(
+		op(&h.ux, b, "semaphores", "c/slease", "release", strf("{\"token\":\"%s\"}", t)),
+		404, "not_held");
 	hb_stop(&h);
 }
 
@@ -1873,8 +1874,8 @@ TEST(http, gone_sessions_are_410, 30)
 	/* A malformed id in the header names no session: 410, as dflockd. */
 	CHECK_ERROR(lock_acquire(&h.ux, "not-a-session", "g/k", 0), 410, "session_gone");
 	/* The session is looked at before the body, as dflockd. */
-	CHECK_ERROR(op(&h.ux, "0123456789abcdef0123456789abcdef", "locks", "g/k", NULL, "{bad"), 410,
-		    "session_gone");
+	CHECK_ERROR(op(&h.ux, "0123456789abcdef0123456789abcdef", "locks", "g/k", NULL, "{bad"),
+		    410, "session_gone");
 	/* A liblocal session's id is not an HTTP session. */
 	CHECK_ERROR(lock_acquire(&h.ux, local_session_id(obs), "g/k", 0), 410, "session_gone");
 	/* Deleted. */
@@ -2071,8 +2072,7 @@ static bool drain_round(void)
 	idle = raw_connect(&h.ux);
 	/* The broker has taken the idle connection in. */
 	c = NULL;
-	if (!WAIT_FOR((free(m), m = metrics(&h.ux),
-		       metric(m, "shmlock_http_connections") >= 3),
+	if (!WAIT_FOR((free(m), m = metrics(&h.ux), metric(m, "shmlock_http_connections") >= 3),
 		      5000))
 		FAIL_AT("the idle connection was not accepted: %s", m);
 	free(m);
@@ -2411,8 +2411,8 @@ static char *hang_up_reading(struct call *c)
 TEST(http, a_grant_racing_a_hang_up_never_strands_the_key, 90)
 {
 	static const char *const modes[4] = { "hang-up, grant", "grant, hang-up",
-					       "stopped: grant, hang-up",
-					       "stopped: hang-up, grant" };
+					      "stopped: grant, hang-up",
+					      "stopped: hang-up, grant" };
 	LOCAL_OPTS(local_acquire_opts, try0, .timeout_ms = 0);
 	struct hbroker h;
 	local_session *holder, *b;
@@ -2464,7 +2464,8 @@ TEST(http, a_grant_racing_a_hang_up_never_strands_the_key, 90)
 		if (strstr(got, "HTTP/1.1 200 ")) {
 			/* The grant reached A before it left: A's to release. */
 			if (mode != 1)
-				FAIL_AT("round %d (%s): A was answered: %s", round, modes[mode], got);
+				FAIL_AT("round %d (%s): A was answered: %s", round, modes[mode],
+					got);
 			p = strstr(got, "\"token\":\"");
 			CHECK(p);
 			p[9 + 32] = '\0';
@@ -2494,8 +2495,8 @@ TEST(http, a_grant_racing_a_hang_up_never_strands_the_key, 90)
 		call_free(a);
 		free(got);
 	}
-	fprintf(stderr, "    (%d grants reached the client first, %d were taken back)\n",
-		delivered, canceled);
+	fprintf(stderr, "    (%d grants reached the client first, %d were taken back)\n", delivered,
+		canceled);
 	CHECK(canceled >= RACE_ROUNDS * 3 / 4); /* modes 0, 2 and 3 always */
 	/* Each A was answered once: 408, or 200 (a grant the server sent; one
 	 * whose write failed as the client left is counted but taken back). */
@@ -2675,8 +2676,9 @@ TEST_FLAGS(http, a_thousand_long_polls_are_served_by_few_threads_in_fifo_order, 
 	int i, threads;
 
 	raise_nofile(2 * NPOLLS + 400); /* our connections, and the broker's */
-	hb_start(&h, false, ARGS("--max-sessions", "1100", "--http-max-sessions", "1050",
-				 "--http-max-connections", "2000"));
+	hb_start(&h, false,
+		 ARGS("--max-sessions", "1100", "--http-max-sessions", "1050",
+		      "--http-max-connections", "2000"));
 	holder = open_session(&h.b, "holder", 0, 0);
 	CHECK_OK(local_lock(holder, "many/k", NULL, NULL));
 	ids = calloc(NPOLLS, sizeof(*ids));
@@ -2789,8 +2791,8 @@ TEST(http, tcp_without_a_token_needs_an_explicit_flag, 30)
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", free_port());
 	snprintf(shm, sizeof(shm), "/shmlock-test-%d-notoken", (int)getpid());
 	/* Refused: every local user could take and release any lock. */
-	status = broker_exit_status(log, ARGS("--socket", sock, "--shm-name", shm, "--http-listen",
-					      listen));
+	status = broker_exit_status(
+		log, ARGS("--socket", sock, "--shm-name", shm, "--http-listen", listen));
 	shm_unlink(shm);
 	CHECK(status != 0);
 	CHECK(log_has(log, "--http-insecure-no-auth"));
@@ -2923,8 +2925,8 @@ TEST(http, silent_connections_are_capped_and_timed_out, 45)
 
 	/* 4 s: the first three must still be open when the fourth has been
 	 * refused, on a machine busy with other tests too (1 s was missed). */
-	hb_start(&h, true, ARGS("--http-max-connections-per-ip", "3", "--http-connection-timeout",
-				"4"));
+	hb_start(&h, true,
+		 ARGS("--http-max-connections-per-ip", "3", "--http-connection-timeout", "4"));
 	port = atoi(strrchr(h.listen, ':') + 1);
 	if (sync_handle) { /* hb_start's keep-alive connection counts too */
 		curl_easy_cleanup(sync_handle);
@@ -3043,8 +3045,8 @@ TEST(http, durations_range_as_dflockds, 20)
 	       strf("{\"token\":\"%s\",\"lease_ttl_s\":9223372036}", jstr(c, "token")));
 	CHECK_STATUS(c, 200);
 	CHECK_EQ(jint(c, "remaining_s"), 4294967);
-	CHECK_ERROR(op(&h.ux, s, "locks", "dur/j", NULL, "{\"acquire_timeout_s\":9223372037}"),
-		    400, "bad_request");
+	CHECK_ERROR(op(&h.ux, s, "locks", "dur/j", NULL, "{\"acquire_timeout_s\":9223372037}"), 400,
+		    "bad_request");
 	CHECK_ERROR(op(&h.ux, s, "locks", "dur/j", NULL,
 		       "{\"acquire_timeout_s\":0,\"lease_ttl_s\":9223372037}"),
 		    400, "bad_request");
@@ -3098,10 +3100,10 @@ TEST(http, extensions_make_release_and_renew_stricter, 30)
 	t = strdup(jstr(c, "token"));
 	if (!WAIT_FOR(HOLDERS(obs, "x/lease") == 0, 5000))
 		FAIL_AT("a 1 s lease did not expire within 5 s");
-	CHECK_ERROR(op(&h.ux, s, "locks", "x/lease", "release", strf("{\"token\":\"%s\"}", t)),
-		    409, "lease_expired");
-	CHECK_ERROR(op(&h.ux, s, "locks", "x/lease", "renew", strf("{\"token\":\"%s\"}", t)),
-		    409, "lease_expired");
+	CHECK_ERROR(op(&h.ux, s, "locks", "x/lease", "release", strf("{\"token\":\"%s\"}", t)), 409,
+		    "lease_expired");
+	CHECK_ERROR(op(&h.ux, s, "locks", "x/lease", "renew", strf("{\"token\":\"%s\"}", t)), 409,
+		    "lease_expired");
 	/* A lock's token on the semaphore route of its key. */
 	c = lock_acquire(&h.ux, s, "x/kind", 0);
 	CHECK_OUTCOME(c, "ok");
@@ -3111,10 +3113,10 @@ TEST(http, extensions_make_release_and_renew_stricter, 30)
 	/* Another session's token: not held by this session. */
 	t = strdup(jstr(c, "token"));
 	s2 = session_new(&h.ux);
-	CHECK_ERROR(op(&h.ux, s2, "locks", "x/kind", "release", strf("{\"token\":\"%s\"}", t)),
-		    404, "not_held");
-	CHECK_ERROR(op(&h.ux, s2, "locks", "x/kind", "renew", strf("{\"token\":\"%s\"}", t)),
-		    404, "not_held");
+	CHECK_ERROR(op(&h.ux, s2, "locks", "x/kind", "release", strf("{\"token\":\"%s\"}", t)), 404,
+		    "not_held");
+	CHECK_ERROR(op(&h.ux, s2, "locks", "x/kind", "renew", strf("{\"token\":\"%s\"}", t)), 404,
+		    "not_held");
 	CHECK_EQ(HOLDERS(obs, "x/kind"), 1);
 	release_ok(&h.ux, s, "locks", "x/kind", t);
 	hb_stop(&h);
@@ -3167,8 +3169,8 @@ TEST(http, bodies_are_read_as_dflockd_reads_them, 20)
 		CHECK_ERROR(op(&h.ux, s, "semaphores", "body/s", "enqueue", "{}"), 400,
 			    "bad_request");
 		/* Unknown members and fractions: 400 either way. */
-		CHECK_ERROR(op(&h.ux, s, "locks", "body/k", NULL, "{\"acquire_timeout_s\":0.5}"), 400,
-			    "bad_request");
+		CHECK_ERROR(op(&h.ux, s, "locks", "body/k", NULL, "{\"acquire_timeout_s\":0.5}"),
+			    400, "bad_request");
 		CHECK_ERROR(op(&h.ux, s, "locks", "body/k", NULL, "{\"x\":1}"), 400, "bad_request");
 		hb_stop(&h);
 	}

@@ -49,8 +49,8 @@ static uint64_t wait_gone(local_session *s, const char *key, uint64_t token, int
 
 		idx = out->modify_index;
 		if (left <= 0)
-			FAIL_AT("hold %llu on %s still there after %d ms", (unsigned long long)token,
-				key, timeout_ms);
+			FAIL_AT("hold %llu on %s still there after %d ms",
+				(unsigned long long)token, key, timeout_ms);
 		r = local_watch(s, key, idx, left, out);
 		if (r && r != -ETIMEDOUT)
 			FAIL_AT("watch %s: %s", key, local_strerror(r));
@@ -302,8 +302,10 @@ TEST(leases, renew_keeps_the_hold, 20)
 	report_late("the renewed lease's expiry", seen, last + 2 * LEASE);
 	CHECK(seen >= last + 2 * LEASE);
 	/* A shorter lease takes effect at once too. */
-	CHECK_OK(local_lock(h, "lease/short", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0,
-									  .lease_ms = 60000 },
+	CHECK_OK(local_lock(h, "lease/short",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 0,
+							  .lease_ms = 60000 },
 			    &tok));
 	last = now_ms();
 	CHECK_OK(local_renew(h, "lease/short", 100, &rem));
@@ -471,7 +473,9 @@ TEST(leases, leases_survive_a_broker_restart, 30)
 	/* A lease taken while no broker runs: the bitmap keeps the note. */
 	down_at = now_ms();
 	CHECK_OK(local_lock(h, "restart/down",
-			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0, .lease_ms = DOWN_LEASE },
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 0,
+							  .lease_ms = DOWN_LEASE },
 			    &tok_down));
 	broker_restart(&b);
 	up_at = now_ms();
@@ -545,7 +549,8 @@ TEST(leases, lease_taken_right_after_broker_start_expires, 90)
 	}
 	if (missed)
 		FAIL_AT("%u of %u leases of %d ms taken right after the broker started were "
-			"still held %d ms later", missed, ROUNDS, LEASE, WAIT);
+			"still held %d ms later",
+			missed, ROUNDS, LEASE, WAIT);
 }
 
 struct storm_arg {

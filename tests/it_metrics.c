@@ -46,7 +46,8 @@ static int connect_retry(const struct sockaddr_in *a)
  * string (headers and body), the status in *status. */
 static char *http(int port, const char *method, const char *path, int *status)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)port),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct timeval tv = { .tv_sec = 10 };
 	size_t len = 0, cap = 1 << 16;
@@ -114,9 +115,14 @@ static void start_with_metrics(struct broker_proc *b, int *port, const char **fl
 TEST(metrics, listener_serves_metrics_and_no_lock_api, 30)
 {
 	static const char *const lock_api[][2] = {
-		{ "POST", "/v1/session" }, { "POST", "/v1/lock" },   { "GET", "/v1/stats" },
-		{ "GET", "/v1/locks/k" },  { "PUT", "/v1/kv/k" },    { "GET", "/health" },
-		{ "GET", "/" },		   { "GET", "/metrics/x" },
+		{ "POST", "/v1/session" },
+		{ "POST", "/v1/lock" },
+		{ "GET", "/v1/stats" },
+		{ "GET", "/v1/locks/k" },
+		{ "PUT", "/v1/kv/k" },
+		{ "GET", "/health" },
+		{ "GET", "/" },
+		{ "GET", "/metrics/x" },
 	};
 	const char *flags[4] = { NULL };
 	struct broker_proc b;
@@ -143,8 +149,8 @@ TEST(metrics, listener_serves_metrics_and_no_lock_api, 30)
 	for (i = 0; i < sizeof(lock_api) / sizeof(lock_api[0]); i++) {
 		t = http(port, lock_api[i][0], lock_api[i][1], &status);
 		if (status != 404)
-			FAIL_AT("%s %s on the metrics listener answered %d, not 404", lock_api[i][0],
-				lock_api[i][1], status);
+			FAIL_AT("%s %s on the metrics listener answered %d, not 404",
+				lock_api[i][0], lock_api[i][1], status);
 		free(t);
 	}
 	t = http(port, "POST", "/metrics", &status);

@@ -28,8 +28,9 @@
 #include "procinfo.h"
 #include "segment.h"
 
-static const char *const caps[] = { "--max-keys",    "64", "--max-holds",    "16",
-				    "--max-waiters", "16", "--max-sessions", "16", NULL };
+static const char *const caps[] = {
+	"--max-keys", "64", "--max-holds", "16", "--max-waiters", "16", "--max-sessions", "16", NULL
+};
 
 static uint32_t holders_of(local_session *s, const char *key)
 {
@@ -94,8 +95,8 @@ static void attacker(void *p, int in, int out)
 	e[3] = fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE) < 0 ? errno : 0;
 	/* A hole punched in the last page (staged values of waiters, none
 	 * here) only zeroes it, as a write would: the size stays. */
-	CHECK_OK(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, st.st_size - 4096,
-			   4096));
+	CHECK_OK(
+		fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, st.st_size - 4096, 4096));
 	say(out, "errnos %d %d %d %d", e[0], e[1], e[2], e[3]);
 	hear(in, (char[8]){ 0 }, 8);
 	_exit(0);
@@ -140,11 +141,17 @@ TEST(sealed, a_client_cannot_resize_or_reseal_the_segment, 30)
 	CHECK_OK(local_lock(obs, "s/other", NULL, NULL));
 	CHECK_OK(local_release(obs, "s/other"));
 	late = open_session(&b, "late", 0, 0);
-	CHECK_RC(local_lock(late, "s/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL),
+	CHECK_RC(local_lock(late, "s/k",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 0 },
+			    NULL),
 		 -EBUSY);
 	child_send(&h, "exit");
 	child_wait(&h, 5000);
-	CHECK_OK(local_lock(late, "s/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 5000 }, NULL));
+	CHECK_OK(local_lock(late, "s/k",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 5000 },
+			    NULL));
 	CHECK_OK(local_session_close(late));
 	CHECK_OK(local_session_close(obs));
 	CHECK_EQ(kill(b.pid, 0), 0);
@@ -157,8 +164,10 @@ static void fake_broker(void *p, int in, int out)
 {
 	const char *path = p;
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	static const struct seg_caps small = { .max_keys = 64, .max_sessions = 16,
-					       .max_waiters = 16, .max_holds = 16,
+	static const struct seg_caps small = { .max_keys = 64,
+					       .max_sessions = 16,
+					       .max_waiters = 16,
+					       .max_holds = 16,
 					       .max_value = 64 };
 	size_t size = seg_size_for(&small);
 	int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), seg, i;
@@ -341,7 +350,10 @@ TEST(sealed, a_lost_segment_is_not_replaced_under_its_holders, 40)
 	/* Root may not inspect every process either: the operator's word. */
 	broker_restart_with(&b, replace);
 	s = open_session(&b, "obs", 0, 0);
-	CHECK_OK(local_lock(s, "s/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL));
+	CHECK_OK(local_lock(s, "s/k",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 0 },
+			    NULL));
 	CHECK_OK(local_session_close(s));
 	broker_stop(&b);
 }
@@ -376,8 +388,10 @@ static void old_client(void *p, int in, int out)
  */
 TEST(sealed, an_old_named_segment_is_replaced_only_once_unmapped, 30)
 {
-	static const struct seg_caps small = { .max_keys = 64, .max_sessions = 16,
-					       .max_waiters = 16, .max_holds = 16,
+	static const struct seg_caps small = { .max_keys = 64,
+					       .max_sessions = 16,
+					       .max_waiters = 16,
+					       .max_holds = 16,
 					       .max_value = 64 };
 	size_t size = seg_size_for(&small);
 	struct broker_proc b;

@@ -33,10 +33,16 @@ static int open_as_nobody(const struct broker_proc *b)
 		o.broker_wait_ms = 0;
 		r = local_session_open(&o, &s);
 		if (!r)
-			r = local_lock(s, "sec/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 },
-				       NULL);
-		_exit(r == 0 ? 0 : r == -LOCAL_EDENIED ? 1 : r == -LOCAL_EACCESS ? 4 :
-		      r == -LOCAL_EBROKER ? 2 : 3);
+			r = local_lock(
+				s, "sec/k",
+				&(struct local_acquire_opts){
+					.sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 },
+				NULL);
+		_exit(r == 0		    ? 0
+		      : r == -LOCAL_EDENIED ? 1
+		      : r == -LOCAL_EACCESS ? 4
+		      : r == -LOCAL_EBROKER ? 2
+					    : 3);
 	}
 	status = child_wait(&c, 10000);
 	CHECK(WIFEXITED(status));
@@ -81,12 +87,12 @@ TEST(security, allow_lists_narrow_who_may_open_sessions, 30)
 	static const char *const uid_only[] = { "--socket-group", "65534", "--allow-uid", "4242",
 						NULL };
 	static const char *const by_gid[] = { "--socket-group", "65534", "--allow-uid", "4242",
-					      "--allow-gid", "65534", NULL };
+					      "--allow-gid",	"65534", NULL };
 	struct broker_proc b;
 	local_session *root;
 
 	start_open_to_nobody(&b, uid_only);
-	CHECK_EQ(open_as_nobody(&b), 1); /* refused by the broker */
+	CHECK_EQ(open_as_nobody(&b), 1);       /* refused by the broker */
 	root = open_session(&b, "root", 0, 0); /* root is always allowed */
 	CHECK_OK(local_lock(root, "sec/root", NULL, NULL));
 	broker_stop(&b);
@@ -100,8 +106,8 @@ TEST(security, bad_access_flags_are_usage_errors, 20)
 {
 	const char *bin = getenv("SHMLOCK_BROKER_BIN");
 	const char *const cases[][2] = { { "--allow-uid", "12x" },
-					  { "--allow-gid", "1,,2" },
-					  { "--socket-group", "no-such-group-here" } };
+					 { "--allow-gid", "1,,2" },
+					 { "--socket-group", "no-such-group-here" } };
 	size_t i;
 
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -145,8 +151,8 @@ static void refused_flood(void *p, int in, int out)
  */
 TEST(security, a_refused_flood_never_hides_an_operator_action, 60)
 {
-	static const char *const flags[] = { "--socket-group", "65534", "--allow-uid", "4242",
-					     "--log-level", "notice", NULL };
+	static const char *const flags[] = { "--socket-group", "65534",	 "--allow-uid", "4242",
+					     "--log-level",    "notice", NULL };
 	struct broker_proc b;
 	local_session *root;
 	struct child flood;

@@ -32,7 +32,7 @@
 struct mix {
 	_Atomic uint32_t inside[MIX_KEYS][MIX_PROCS]; /* 1 while that process holds key k */
 	_Atomic uint64_t changes[MIX_KEYS];	      /* counts each store to inside[k][] */
-	char what[256];			       /* the first failure, from a child */
+	char what[256];				      /* the first failure, from a child */
 	_Atomic int failed;
 };
 
@@ -107,7 +107,9 @@ static void mix_child(const struct broker_proc *b, struct mix *m, unsigned me)
 				 mix_count(m, k), key, MIX_LIMIT);
 		rc = local_sem_acquire(s, key, MIX_LIMIT, &try, &again);
 		if (rc || again != tok)
-			mix_fail(m, "proc %u, round %d: asked again (way %u) %s: %s, token %llu, held %llu",
+			mix_fail(m,
+				 "proc %u, round %d: asked again (way %u) %s: %s, token %llu, held "
+				 "%llu",
 				 me, i, how, key, local_strerror(rc), (unsigned long long)again,
 				 (unsigned long long)tok);
 		if (rand_r(&seed) % 4 == 0) /* hold a while: others hold beside us */
@@ -123,8 +125,8 @@ static void mix_child(const struct broker_proc *b, struct mix *m, unsigned me)
 
 TEST(sem_mix, every_way_of_granting_keeps_one_slot_per_session, 120)
 {
-	struct mix *m = mmap(NULL, sizeof(*m), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-			     -1, 0);
+	struct mix *m =
+		mmap(NULL, sizeof(*m), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	struct broker_proc b;
 	pid_t pids[MIX_PROCS];
 	unsigned i;

@@ -535,17 +535,17 @@ TEST(semaphores, tokens_rise_per_key_and_differ_across_keys, 20)
 	broker_start(&b, NULL);
 	a = open_session(&b, "a", 0, 0);
 	c = open_session(&b, "c", 0, 0);
-#define NEXT(ki, expr)                                                                     \
-	do {                                                                               \
-		t = 0;                                                                     \
-		CHECK_OK(expr);                                                            \
-		if (t <= lastk[ki])                                                        \
-			FAIL_AT("%s: token %llu not above %llu", #expr,                     \
-				(unsigned long long)t, (unsigned long long)lastk[ki]);     \
-		lastk[ki] = t;                                                             \
-		seen[nseen++] = t;                                                         \
-		if (t > last)                                                              \
-			last = t;                                                          \
+#define NEXT(ki, expr)                                                                         \
+	do {                                                                                   \
+		t = 0;                                                                         \
+		CHECK_OK(expr);                                                                \
+		if (t <= lastk[ki])                                                            \
+			FAIL_AT("%s: token %llu not above %llu", #expr, (unsigned long long)t, \
+				(unsigned long long)lastk[ki]);                                \
+		lastk[ki] = t;                                                                 \
+		seen[nseen++] = t;                                                             \
+		if (t > last)                                                                  \
+			last = t;                                                              \
 	} while (0)
 	for (round = 0; round < 40; round++) {
 		NEXT(0, local_lock(a, "tok/lock", NULL, &t));

@@ -216,9 +216,10 @@ TEST(sessions, broker_unavailable, 10)
 
 TEST(sessions, capacity_limits_have_distinct_errors, 30)
 {
-	static const char *const flags[] = { "--max-sessions", "3", "--max-keys", "2",
-					     "--max-holds", "2", "--max-waiters", "1",
-					     "--max-value", "8", NULL };
+	static const char *const flags[] = {
+		"--max-sessions", "3", "--max-keys",  "2", "--max-holds", "2",
+		"--max-waiters",  "1", "--max-value", "8", NULL
+	};
 	LOCAL_OPTS(local_acquire_opts, val, .timeout_ms = 0, .value = "123456789", .value_len = 9);
 	LOCAL_OPTS(local_acquire_opts, timed, .timeout_ms = 50);
 	struct local_session_opts o;
@@ -244,7 +245,10 @@ TEST(sessions, capacity_limits_have_distinct_errors, 30)
 	CHECK_RC(local_lock(d, "k2", NULL, NULL), -LOCAL_EMAXKEYS);
 	CHECK_OK(local_release(c, "k3"));
 	CHECK_OK(local_lock(c, "k2", NULL, NULL)); /* reclaims idle k3 */
-	CHECK_RC(local_lock(d, "k1", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL),
+	CHECK_RC(local_lock(d, "k1",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 0 },
+			    NULL),
 		 -EBUSY);
 	CHECK_OK(local_session_close(c));
 	CHECK_OK(local_lock(d, "k2", NULL, NULL));
@@ -480,7 +484,7 @@ TEST(sessions, a_sweep_stuck_on_a_busy_key_warns_with_backoff, 60)
 	/* The queued one dies: its sweep needs the stalled key. */
 	child_kill(&q);
 	child_wait(&q, 5000);
-	CHECK(WAIT_FOR(busy_lines_left_out(&b) >= 0, 5000)); /* said at once */
+	CHECK(WAIT_FOR(busy_lines_left_out(&b) >= 0, 5000));  /* said at once */
 	CHECK(WAIT_FOR(busy_lines_left_out(&b) >= 1, 20000)); /* then less often */
 	kill(st.pid, SIGCONT);
 	CHECK_OK(child_read(&st, line, sizeof(line), 5000));

@@ -99,13 +99,13 @@ static int exit_status_after(pid_t pid, int sig)
 	return pid_wait(pid, 10000);
 }
 
-#define CHECK_EXITED_0(status)                                                            \
-	do {                                                                               \
-		int st_ = (status);                                                        \
-		if (!WIFEXITED(st_) || WEXITSTATUS(st_) != 0) {                            \
-			print_file(last_log);                                              \
-			FAIL_AT("broker ended with wait status 0x%x, not exit 0", st_);    \
-		}                                                                          \
+#define CHECK_EXITED_0(status)                                                          \
+	do {                                                                            \
+		int st_ = (status);                                                     \
+		if (!WIFEXITED(st_) || WEXITSTATUS(st_) != 0) {                         \
+			print_file(last_log);                                           \
+			FAIL_AT("broker ended with wait status 0x%x, not exit 0", st_); \
+		}                                                                       \
 	} while (0)
 
 /* How the service manager would start the broker. */
@@ -208,7 +208,7 @@ static int listen_socket(const char *path)
 
 struct sink {
 	int fd;
-	char env[160]; /* NOTIFY_SOCKET=... */
+	char env[160];	 /* NOTIFY_SOCKET=... */
 	char seen[8192]; /* every message so far, in order */
 };
 
@@ -287,8 +287,7 @@ static bool has_line(const char *msg, const char *line)
 }
 
 /* Wait for a message holding @line; the message is left in @buf. */
-static void sink_expect(struct sink *k, const char *line, char *buf, size_t size,
-			int timeout_ms)
+static void sink_expect(struct sink *k, const char *line, char *buf, size_t size, int timeout_ms)
 {
 	uint64_t end = now_ms() + (uint64_t)timeout_ms;
 
@@ -409,7 +408,10 @@ TEST(systemd, socket_activation_serves_the_first_client, 20)
 	/* More clients after the first: the passed socket must not block the
 	 * loop (systemd-socket-activate passes it in blocking mode). */
 	s2 = open_session(&b, "second", 0, 0);
-	CHECK_RC(local_lock(s2, "sa/k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL),
+	CHECK_RC(local_lock(s2, "sa/k",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 0 },
+			    NULL),
 		 -EBUSY);
 	CHECK_OK(local_session_close(s2));
 	CHECK_EQ(access(unused, F_OK), -1); /* --socket was not bound */
@@ -436,8 +438,9 @@ TEST(systemd, socket_activation_serves_the_first_client, 20)
 TEST(systemd, socket_activated_restart_keeps_every_hold, 30)
 {
 	struct broker_proc b;
-	struct launch l = { .env = { NULL }, .nfds = 1, .fdnames = "control",
-			    .no_socket_flag = true };
+	struct launch l = {
+		.env = { NULL }, .nfds = 1, .fdnames = "control", .no_socket_flag = true
+	};
 	char def1[200], def2[200];
 	struct role rh;
 	struct child h;
@@ -485,8 +488,9 @@ TEST(systemd, socket_activated_restart_keeps_every_hold, 30)
 TEST(systemd, brokers_with_different_shm_names_never_share_a_segment, 30)
 {
 	struct broker_proc a, c, other;
-	struct launch l = { .env = { NULL }, .nfds = 1, .fdnames = "control",
-			    .no_socket_flag = true };
+	struct launch l = {
+		.env = { NULL }, .nfds = 1, .fdnames = "control", .no_socket_flag = true
+	};
 	char def[200];
 	local_session *sa, *sc;
 	int lfa, lfc, status;
@@ -531,8 +535,7 @@ TEST(systemd, brokers_with_different_shm_names_never_share_a_segment, 30)
 }
 
 /* One HTTP/1.0 GET over the Unix socket @path; the whole answer in @out. */
-static int http_get_unix(const char *path, const char *url, char *out, size_t size,
-			 int timeout_ms)
+static int http_get_unix(const char *path, const char *url, char *out, size_t size, int timeout_ms)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct pollfd p = { .events = POLLIN };
@@ -899,8 +902,9 @@ static void restart_matrix(int sig)
 	due = delay_end > up_at ? delay_end : up_at;
 	twd = expect_grant(&wd, (int)(due > now_ms() ? due - now_ms() : 0) + 10000);
 	at = now_ms();
-	fprintf(stderr, "    lock-delay ended %lld ms after it was due (broker back %lld ms "
-			"after)\n",
+	fprintf(stderr,
+		"    lock-delay ended %lld ms after it was due (broker back %lld ms "
+		"after)\n",
 		(long long)at - (long long)delay_end, (long long)up_at - (long long)delay_end);
 	if (at + 15 < delay_end)
 		FAIL_AT("lock-delay ended %lld ms before it was due",
@@ -999,11 +1003,11 @@ static char *slurp_segment(const struct broker_proc *b, size_t *len)
 	return buf;
 }
 
-#define CHECK_RUN(b, sock, want, out)                                                        \
-	do {                                                                               \
-		int rc_ = run_check(b, sock, out, sizeof(out));                             \
-		if (rc_ != (want))                                                         \
-			FAIL_AT("--check exited %d, want %d:\n%s", rc_, (want), out);     \
+#define CHECK_RUN(b, sock, want, out)                                                 \
+	do {                                                                          \
+		int rc_ = run_check(b, sock, out, sizeof(out));                       \
+		if (rc_ != (want))                                                    \
+			FAIL_AT("--check exited %d, want %d:\n%s", rc_, (want), out); \
 	} while (0)
 
 TEST(systemd, check_tells_healthy_from_damaged, 20)

@@ -143,14 +143,14 @@ static char *treq(int fd, const char *cmd, const char *key, const char *arg)
 	return tline(fd);
 }
 
-#define CHECK_STR(a, b)                                                                   \
-	do {                                                                               \
-		const char *sa_ = (a), *sb_ = (b);                                         \
-		if (strcmp(sa_, sb_))                                                      \
-			FAIL_AT("%s == \"%s\" failed: got \"%s\"", #a, sb_, sa_);          \
+#define CHECK_STR(a, b)                                                           \
+	do {                                                                      \
+		const char *sa_ = (a), *sb_ = (b);                                \
+		if (strcmp(sa_, sb_))                                             \
+			FAIL_AT("%s == \"%s\" failed: got \"%s\"", #a, sb_, sa_); \
 	} while (0)
 
-#define CHECK_PREFIX(a, p)                                                                \
+#define CHECK_PREFIX(a, p)                                                                 \
 	do {                                                                               \
 		const char *sa_ = (a), *sp_ = (p);                                         \
 		if (strncmp(sa_, sp_, strlen(sp_)))                                        \
@@ -310,28 +310,28 @@ TEST(tcp, enqueue_and_wait, 30)
 TEST(tcp, parse_errors_keep_the_connection, 30)
 {
 	static const char *const bad[][3] = {
-		{ "x", "k", "0" },	   /* unknown command */
-		{ "L", "k", "0" },	   /* commands are case-sensitive */
-		{ "l", "", "0" },	   /* empty key */
-		{ "l", "a b", "0" },	   /* space in key */
-		{ "l", "a\tb", "0" },	   /* TAB in key */
-		{ "l", "k", "" },	   /* no timeout */
-		{ "l", "k", "1 2 3" },	   /* too many fields */
-		{ "l", "k", "x" },	   /* invalid integer */
-		{ "l", "k", "1.5" },	   /* invalid integer */
-		{ "l", "k", "-1" },	   /* negative timeout */
-		{ "l", "k", "0 0" },	   /* lease <= 0 */
-		{ "l", "k", "0 -3" },	   /* lease <= 0 */
-		{ "sl", "k", "0" },	   /* no limit */
-		{ "sl", "k", "0 0" },	   /* limit <= 0 */
-		{ "r", "k", "   " },	   /* empty token */
-		{ "n", "k", "" },	   /* no token */
-		{ "n", "k", "a b c" },	   /* too many fields */
-		{ "e", "k", "10 20" },	   /* e takes one integer */
-		{ "se", "k", "" },	   /* no limit */
-		{ "w", "k", "" },	   /* no timeout */
-		{ "w", "k", "1 2" },	   /* one integer only */
-		{ "auth", "", "x" },	   /* no token configured */
+		{ "x", "k", "0" },     /* unknown command */
+		{ "L", "k", "0" },     /* commands are case-sensitive */
+		{ "l", "", "0" },      /* empty key */
+		{ "l", "a b", "0" },   /* space in key */
+		{ "l", "a\tb", "0" },  /* TAB in key */
+		{ "l", "k", "" },      /* no timeout */
+		{ "l", "k", "1 2 3" }, /* too many fields */
+		{ "l", "k", "x" },     /* invalid integer */
+		{ "l", "k", "1.5" },   /* invalid integer */
+		{ "l", "k", "-1" },    /* negative timeout */
+		{ "l", "k", "0 0" },   /* lease <= 0 */
+		{ "l", "k", "0 -3" },  /* lease <= 0 */
+		{ "sl", "k", "0" },    /* no limit */
+		{ "sl", "k", "0 0" },  /* limit <= 0 */
+		{ "r", "k", "   " },   /* empty token */
+		{ "n", "k", "" },      /* no token */
+		{ "n", "k", "a b c" }, /* too many fields */
+		{ "e", "k", "10 20" }, /* e takes one integer */
+		{ "se", "k", "" },     /* no limit */
+		{ "w", "k", "" },      /* no timeout */
+		{ "w", "k", "1 2" },   /* one integer only */
+		{ "auth", "", "x" },   /* no token configured */
 	};
 	struct tb t;
 	char longkey[300];
@@ -386,7 +386,8 @@ TEST(tcp, stats_in_dflockds_shape, 30)
 	CHECK_PREFIX(r, "ok {\"connections\":2,");
 	CHECK(strstr(r, "{\"key\":\"held\",\"owner_conn_id\":"));
 	CHECK(strstr(r, "\"waiters\":1}"));
-	CHECK(strstr(r, "\"semaphores\":[{\"key\":\"sem\",\"limit\":3,\"holders\":1,\"waiters\":0}]"));
+	CHECK(strstr(r,
+		     "\"semaphores\":[{\"key\":\"sem\",\"limit\":3,\"holders\":1,\"waiters\":0}]"));
 	CHECK(strstr(r, "\"idle_locks\":["));
 	CHECK(strstr(r, "\"idle_semaphores\":["));
 	close(a);
@@ -400,8 +401,9 @@ TEST(tcp, full_tables_answer_max_locks_and_max_waiters, 30)
 	struct tb t;
 	int a, b, c;
 
-	tb_start(&t, true, (const char *const[]){ "--max-keys", "2", "--max-waiters", "1",
-						  "--gc-idle", "0", NULL });
+	tb_start(&t, true,
+		 (const char *const[]){ "--max-keys", "2", "--max-waiters", "1", "--gc-idle", "0",
+					NULL });
 	a = tconnect(&t);
 	b = tconnect(&t);
 	c = tconnect(&t);
@@ -528,12 +530,11 @@ TEST(tcp, one_fifo_with_http_liblocal_and_the_cli, 40)
 	CHECK_EQ(info(obs, "k")->token, fence_of(tok));
 	/* TCP lets go: HTTP is next (its long poll answered). */
 	CHECK_STR(treq(a, "r", "k", tok), "ok");
-	snprintf(body, sizeof(body), "{\"token\":\"%s\"}",
-		 json_field(http_answer(h), "token"));
+	snprintf(body, sizeof(body), "{\"token\":\"%s\"}", json_field(http_answer(h), "token"));
 	CHECK_EQ(WAITERS(obs, "k"), 2);
 	/* HTTP lets go: liblocal, then the CLI (its command runs, it exits 0). */
-	CHECK(strstr(http_answer(http_send(&t, "POST", "/v1/locks/k/release", sid, body)),
-		     "") != NULL);
+	CHECK(strstr(http_answer(http_send(&t, "POST", "/v1/locks/k/release", sid, body)), "") !=
+	      NULL);
 	CHECK_OK(local_wait(later, "k", 5000, &ltok));
 	CHECK_EQ(info(obs, "k")->token, ltok);
 	CHECK_OK(local_release(later, "k"));
@@ -585,7 +586,10 @@ TEST(tcp, closing_the_connection_releases_and_cancels, 30)
 	CHECK(WAIT_FOR(WAITERS(obs, "k") == 0, 5000));
 	/* Nothing stranded: the next local waiter gets the key at once. */
 	CHECK_OK(local_release(s, "k"));
-	CHECK_OK(local_lock(obs, "k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, &tok));
+	CHECK_OK(local_lock(obs, "k",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 0 },
+			    &tok));
 	local_session_close(s);
 	local_session_close(obs);
 	tb_stop(&t);
@@ -750,7 +754,7 @@ TEST(tcp, auth_is_the_mandatory_first_request, 30)
 	close(a);
 	a = tconnect(&t);
 	CHECK_STR(treq(a, "auth", "", "  s3cret \r"), "ok"); /* the key line is ignored */
-	CHECK_STR(treq(a, "auth", "_", "s3cret"), "error"); /* once only */
+	CHECK_STR(treq(a, "auth", "_", "s3cret"), "error");  /* once only */
 	free(granted(treq(a, "l", "k", "0"), "ok", 33));
 	close(a);
 	tb_stop(&t);
@@ -857,7 +861,7 @@ TEST(tcp, connections_get_at_most_half_the_session_table, 30)
 	free(granted(treq(b, "l", "k2", "0"), "ok", 33));
 	CHECK_STR(treq(c, "l", "k3", "0"), "error");
 	CHECK_PREFIX(treq(c, "stats", "", ""), "ok {"); /* still served */
-	s = open_session(&t.b, "local", 0, 0); /* local clients are not shut out */
+	s = open_session(&t.b, "local", 0, 0);		/* local clients are not shut out */
 	close(a);
 	CHECK(WAIT_FOR(!strncmp(treq(c, "l", "k3", "0"), "ok ", 3), 5000));
 	local_session_close(s);
@@ -952,11 +956,12 @@ TEST(tcp, tls_on_every_connection_when_given_a_certificate, 40)
 	snprintf(key, sizeof(key), "%s/key.pem", dir);
 	snprintf(cmd, sizeof(cmd),
 		 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
-		 "-keyout '%s' -out '%s' -days 1 -subj /CN=localhost 2>/dev/null", key, cert);
+		 "-keyout '%s' -out '%s' -days 1 -subj /CN=localhost 2>/dev/null",
+		 key, cert);
 	if (system(cmd) != 0)
 		FAIL_AT("openssl could not make a certificate (package openssl)");
-	tb_start(&t, true, (const char *const[]){ "--tcp-tls-cert", cert, "--tcp-tls-key", key,
-						  NULL });
+	tb_start(&t, true,
+		 (const char *const[]){ "--tcp-tls-cert", cert, "--tcp-tls-key", key, NULL });
 	obs = open_session(&t.b, "observer", 0, 0);
 	ctx = SSL_CTX_new(TLS_client_method());
 	CHECK(ctx != NULL);
@@ -989,9 +994,10 @@ TEST(tcp, tls_on_every_connection_when_given_a_certificate, 40)
 	broker_start(&plain, (const char *const[]){ "--tcp-insecure-no-auth", NULL });
 	broker_stop(&plain);
 	snprintf(req, sizeof(req), "127.0.0.1:%d", free_port());
-	CHECK_EQ(broker_refuses(&plain, (const char *const[]){ "--tcp-listen", req,
-								"--tcp-tls-cert", cert, NULL },
-				5000),
+	CHECK_EQ(broker_refuses(
+			 &plain,
+			 (const char *const[]){ "--tcp-listen", req, "--tcp-tls-cert", cert, NULL },
+			 5000),
 		 1);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	CHECK_EQ(system(cmd), 0);

@@ -125,8 +125,10 @@ TEST(tokens, uncontended_path_writes_only_its_own_lines, 30)
 			if (!strncmp(what, "node ", 5) && nodes++ == 0)
 				continue; /* our hold node, claimed and freed each cycle */
 			if (attempt == 2)
-				fprintf(stderr, "    line at +%zu (%s) written by lock-free "
-					"lock+release\n", off, what);
+				fprintf(stderr,
+					"    line at +%zu (%s) written by lock-free "
+					"lock+release\n",
+					off, what);
 			bad++;
 		}
 		if (!bad)
@@ -142,7 +144,7 @@ TEST(tokens, uncontended_path_writes_only_its_own_lines, 30)
 static uint64_t take(local_session *s, const char *key, bool mutex)
 {
 	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .value = mutex ? "v" : NULL,
-					.value_len = mutex ? 1 : 0);
+		   .value_len = mutex ? 1 : 0);
 	uint64_t t = 0;
 
 	CHECK_OK(local_lock(s, key, &o, &t));
@@ -268,7 +270,7 @@ static void race_child(void *p, int in, int out)
 		unsigned k = (unsigned)rand_r(&seed) % RACE_KEYS;
 		bool mutex = rand_r(&seed) % 8 == 0;
 		LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = -1, .value = mutex ? "v" : NULL,
-						.value_len = mutex ? 1 : 0);
+			   .value_len = mutex ? 1 : 0);
 		uint64_t t = 0;
 		int rc = local_lock(s, keys[k], &o, &t);
 

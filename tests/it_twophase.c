@@ -18,7 +18,8 @@
 static struct local_key_info *info_of(local_session *s, const char *key)
 {
 	static char value[LOCAL_VALUE_MAX];
-	static LOCAL_OPTS(local_key_info, info, .value_buf = value, .value_buf_size = sizeof(value));
+	static LOCAL_OPTS(local_key_info, info, .value_buf = value,
+			  .value_buf_size = sizeof(value));
 
 	CHECK_OK(local_info(s, key, &info));
 	return &info;
@@ -61,7 +62,8 @@ TEST(twophase, enqueue_on_a_free_key_is_granted_at_once, 20)
 
 TEST(twophase, enqueue_on_a_held_key_then_wait, 20)
 {
-	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .value = "queued-value", .value_len = 12);
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0, .value = "queued-value",
+		   .value_len = 12);
 	struct local_key_info *info;
 	struct broker_proc b;
 	local_session *h, *a;
@@ -141,7 +143,10 @@ TEST(twophase, lock_while_enqueued_says_enqueued, 20)
 	CHECK_OK(local_enqueue(a, "tp/dup", 0, NULL, &granted, NULL));
 	CHECK_EQ(granted, 0);
 	CHECK_RC(local_lock(a, "tp/dup", &try, NULL), -LOCAL_EENQUEUED);
-	CHECK_RC(local_lock(a, "tp/dup", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 50 }, NULL),
+	CHECK_RC(local_lock(a, "tp/dup",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 50 },
+			    NULL),
 		 -LOCAL_EENQUEUED);
 	CHECK_EQ(info_of(h, "tp/dup")->waiters, 1);
 	broker_stop(&b);
@@ -376,7 +381,10 @@ TEST(twophase, semaphores_with_a_limit, 20)
 	CHECK_OK(local_enqueue(e, "tp/sem1", 1, NULL, &granted, NULL));
 	CHECK_EQ(granted, 1);
 	CHECK_EQ(info_of(e, "tp/sem1")->kind, LOCAL_KIND_SEMAPHORE);
-	CHECK_RC(local_lock(a, "tp/sem1", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL),
+	CHECK_RC(local_lock(a, "tp/sem1",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 0 },
+			    NULL),
 		 -LOCAL_EKIND);
 	CHECK_EQ(segment_violations(a), 0);
 	broker_stop(&b);

@@ -159,7 +159,8 @@ static const char *chromium_bin(void)
 	c = c && *c ? c : "/usr/bin/chromium";
 	if (access(c, X_OK))
 		FAIL_AT("%s not found: the web view's tests need Debian's chromium "
-			"(scripts/install-deps.sh installs it; or set SHMLOCK_CHROMIUM)", c);
+			"(scripts/install-deps.sh installs it; or set SHMLOCK_CHROMIUM)",
+			c);
 	return c;
 }
 
@@ -203,7 +204,8 @@ static void cdp_start(struct cdp *c, const struct ui_env *e)
 				break;
 		}
 		if (up == 8)
-			FAIL_AT("tests/ui/cdp.py not found above the test binary; set SHMLOCK_UI_CDP");
+			FAIL_AT("tests/ui/cdp.py not found above the test binary; set "
+				"SHMLOCK_UI_CDP");
 	}
 	exe_rel(c->shots, sizeof(c->shots), 2, "ui-shots");
 	mkdir(c->shots, 0755);
@@ -251,11 +253,11 @@ static const char *cdp(struct cdp *c, int ms, const char *fmt, ...)
 }
 
 /* Wait (in the page) until the JS expression @expr is true, or fail. */
-#define PAGE_WAIT(c, ms, expr)                                                           \
-	do {                                                                               \
-		const char *r_ = cdp((c), (ms) + 5000, "wait %d %s", (ms), (expr));        \
-		if (strcmp(r_, "ok"))                                                      \
-			FAIL_AT("the page never showed %s (%s)", (expr), r_);              \
+#define PAGE_WAIT(c, ms, expr)                                                      \
+	do {                                                                        \
+		const char *r_ = cdp((c), (ms) + 5000, "wait %d %s", (ms), (expr)); \
+		if (strcmp(r_, "ok"))                                               \
+			FAIL_AT("the page never showed %s (%s)", (expr), r_);       \
 	} while (0)
 
 static void cdp_shot(struct cdp *c, const char *name)
@@ -349,11 +351,15 @@ TEST(ui, key_appears_and_holder_follows_handover, 90)
 
 	/* Live: the page, already open, shows the key when it comes. */
 	snprintf(expr, sizeof(expr),
-		 "(function(){var r=" ROW("jobs/nightly") ";if(!r)return false;"
-		 "var h=r.querySelector('.holder[data-name=\"ui-alpha\"]'),"
-		 "w=r.querySelectorAll('.waiter');"
-		 "return !!h&&h.dataset.pid=='%d'&&h.textContent.indexOf('token %llu,')>0&&"
-		 "w.length==1&&w[0].textContent.indexOf('ui-beta (pid %d)')==0;})()",
+		 "(function(){var r=" ROW(
+			 "jobs/nightly") ";if(!r)return false;"
+					 "var h=r.querySelector('.holder[data-name=\"ui-alpha\"]'),"
+					 "w=r.querySelectorAll('.waiter');"
+					 "return "
+					 "!!h&&h.dataset.pid=='%d'&&h.textContent.indexOf('token "
+					 "%llu,')>0&&"
+					 "w.length==1&&w[0].textContent.indexOf('ui-beta (pid "
+					 "%d)')==0;})()",
 		 (int)getpid(), (unsigned long long)tok, (int)kid);
 	PAGE_WAIT(&c, 10000, expr);
 	cdp_shot(&c, "1-held-and-queued");
@@ -361,10 +367,12 @@ TEST(ui, key_appears_and_holder_follows_handover, 90)
 
 	CHECK_OK(local_release(a, "jobs/nightly"));
 	CHECK(read(rdy[0], &x, 1) == 1 && x == 'g');
-	PAGE_WAIT(&c, 10000, "(function(){var r=" ROW("jobs/nightly") ";return !!r&&"
-		  "!!r.querySelector('.holder[data-name=\"ui-beta\"]')&&"
-		  "!r.querySelector('.holder[data-name=\"ui-alpha\"]')&&"
-		  "!r.querySelector('.waiter');})()");
+	PAGE_WAIT(&c, 10000,
+		  "(function(){var r=" ROW(
+			  "jobs/nightly") ";return !!r&&"
+					  "!!r.querySelector('.holder[data-name=\"ui-beta\"]')&&"
+					  "!r.querySelector('.holder[data-name=\"ui-alpha\"]')&&"
+					  "!r.querySelector('.waiter');})()");
 	CHECK(!strcmp(cdp(&c, 5000, "eval window.__same_page"), "1"));
 	cdp_shot(&c, "2-after-handover");
 
@@ -408,20 +416,26 @@ TEST(ui, sigkilled_holder_lock_delay_countdown, 60)
 	waitpid(kid, NULL, 0);
 	obs = open_session(&e.b, "ui-observer", 0, 0);
 	CHECK(WAIT_FOR(!local_info(obs, "jobs/delay", &ki) && ki.lock_delay_remaining_ms > 0 &&
-			       !ki.holders, 5000));
+			       !ki.holders,
+		       5000));
 
 	snprintf(expr, sizeof(expr),
 		 "(function(){var r=" ROW("jobs/delay") ";var d=r&&r.querySelector('.delay');"
-		 "return !!d&&d.textContent.indexOf('after ui-doomed (pid %d) died')>0&&"
-		 "!r.querySelector('.holder');})()", (int)kid);
+							"return !!d&&d.textContent.indexOf('after "
+							"ui-doomed (pid %d) died')>0&&"
+							"!r.querySelector('.holder');})()",
+		 (int)kid);
 	PAGE_WAIT(&c, 10000, expr);
-	v = cdp(&c, 5000, "eval parseFloat(" ROW("jobs/delay") ".querySelector('.delay .clock')"
-		".textContent)");
+	v = cdp(&c, 5000,
+		"eval parseFloat(" ROW("jobs/delay") ".querySelector('.delay .clock')"
+						     ".textContent)");
 	first = atof(v);
 	CHECK(first > 0 && first <= 30);
 	/* It counts down between the broker's answers. */
-	snprintf(expr, sizeof(expr), "parseFloat(" ROW("jobs/delay") ".querySelector('.delay "
-		 ".clock').textContent) < %.1f", first - 0.4);
+	snprintf(expr, sizeof(expr),
+		 "parseFloat(" ROW("jobs/delay") ".querySelector('.delay "
+						 ".clock').textContent) < %.1f",
+		 first - 0.4);
 	PAGE_WAIT(&c, 5000, expr);
 	cdp_shot(&c, "3-sigkilled-lock-delay");
 
@@ -451,25 +465,33 @@ TEST(ui, search_sort_and_page_10000_keys_in_the_browser, 90)
 	CHECK_OK(local_lock(s, "other/x", &wait20, &tok));
 	cdp_open(&c, &e);
 #define ROWS "document.querySelectorAll('#keys tbody tr')"
-	PAGE_WAIT(&c, 10000, "document.getElementById('keys-count').textContent=='(10001)'&&"
-		  ROWS ".length==50&&" ROWS "[0].dataset.key=='bulk/00000'");
+	PAGE_WAIT(&c, 10000,
+		  "document.getElementById('keys-count').textContent=='(10001)'&&" ROWS
+		  ".length==50&&" ROWS "[0].dataset.key=='bulk/00000'");
 	/* Search. */
-	CHECK(!strcmp(cdp(&c, 5000, "eval (function(){var i=document.getElementById('search');"
-			  "i.value='other';i.dispatchEvent(new Event('input'));return 1;})()"), "1"));
-	PAGE_WAIT(&c, 10000, ROWS ".length==1&&" ROWS "[0].dataset.key=='other/x'&&"
-		  "document.getElementById('keys-count').textContent=='(1 of 10001)'");
-	CHECK(!strcmp(cdp(&c, 5000, "eval (function(){var i=document.getElementById('search');"
-			  "i.value='';i.dispatchEvent(new Event('input'));return 1;})()"), "1"));
+	CHECK(!strcmp(cdp(&c, 5000,
+			  "eval (function(){var i=document.getElementById('search');"
+			  "i.value='other';i.dispatchEvent(new Event('input'));return 1;})()"),
+		      "1"));
+	PAGE_WAIT(&c, 10000,
+		  ROWS ".length==1&&" ROWS "[0].dataset.key=='other/x'&&"
+		       "document.getElementById('keys-count').textContent=='(1 of 10001)'");
+	CHECK(!strcmp(cdp(&c, 5000,
+			  "eval (function(){var i=document.getElementById('search');"
+			  "i.value='';i.dispatchEvent(new Event('input'));return 1;})()"),
+		      "1"));
 	PAGE_WAIT(&c, 10000, ROWS ".length==50&&" ROWS "[0].dataset.key=='bulk/00000'");
 	/* Sort by name, descending (the second click on the key header). */
 	CHECK(!strcmp(cdp(&c, 5000, "eval (document.querySelector('th[data-sort=key]').click(),1)"),
 		      "1"));
-	PAGE_WAIT(&c, 10000, ROWS "[0].dataset.key=='other/x'&&" ROWS "[1].dataset.key=="
-		  "'bulk/09999'");
+	PAGE_WAIT(&c, 10000,
+		  ROWS "[0].dataset.key=='other/x'&&" ROWS "[1].dataset.key=="
+		       "'bulk/09999'");
 	/* The next page. */
 	CHECK(!strcmp(cdp(&c, 5000, "eval (document.getElementById('next').click(),1)"), "1"));
-	PAGE_WAIT(&c, 10000, ROWS ".length==50&&" ROWS "[0].dataset.key=='bulk/09950'&&"
-		  "document.getElementById('page').textContent=='51–100 of 10001'");
+	PAGE_WAIT(&c, 10000,
+		  ROWS ".length==50&&" ROWS "[0].dataset.key=='bulk/09950'&&"
+		       "document.getElementById('page').textContent=='51–100 of 10001'");
 #undef ROWS
 	cdp_shot(&c, "4-10000-keys-sorted-page-2");
 	cdp_quit(&c);
@@ -522,7 +544,8 @@ TEST(ui, api_token_paging_search_sort_over_10000_keys, 60)
 
 	j = state(&e, "?sort=key&dir=desc&limit=1");
 	rows = json_object_get(json_object_get(j, "keys"), "rows");
-	CHECK(!strcmp(json_string_value(json_object_get(json_array_get(rows, 0), "key")), "other/x"));
+	CHECK(!strcmp(json_string_value(json_object_get(json_array_get(rows, 0), "key")),
+		      "other/x"));
 	json_decref(j);
 	j = state(&e, "?q=bulk&sort=key&dir=desc&limit=100000");
 	CHECK_EQ(json_integer_value(json_object_get(json_object_get(j, "keys"), "limit")), 500);

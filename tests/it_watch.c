@@ -72,7 +72,7 @@ static void *change_when_watched(void *p)
 {
 	struct changer *c = p;
 	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 5000, .value = c->value,
-					.value_len = strlen(c->value));
+		   .value_len = strlen(c->value));
 	local_session *s = open_session(c->b, "changer", 0, 0);
 
 	if (!WAIT_FOR(watchers_of(c->obs, c->key) == 1, 5000))
@@ -232,8 +232,8 @@ static void discoverer(void *p, int in, int out)
 		if (r)
 			say(out, "error %d", r);
 		else
-			say(out, "leader is '%.*s' (%s)", (int)info->value_len, (char *)info->value_buf,
-			    info->holder_name);
+			say(out, "leader is '%.*s' (%s)", (int)info->value_len,
+			    (char *)info->value_buf, info->holder_name);
 	}
 	local_session_close(s);
 }
@@ -393,7 +393,8 @@ TEST(watch, new_leader_value_arrives_with_the_grant, 20)
 	CHECK_OK(local_info(obs, LEADER_KEY, info));
 	snprintf(want, sizeof(want), "node-1 pid %d", (int)node[1].pid);
 	kill(node[1].pid, SIGCONT);
-	if (info->value_len != strlen(want) || memcmp((char *)info->value_buf, want, info->value_len))
+	if (info->value_len != strlen(want) ||
+	    memcmp((char *)info->value_buf, want, info->value_len))
 		FAIL_AT("holder is %s (pid %d) but the value is '%.*s', not '%s'",
 			info->holder_name, (int)info->holder_pid, (int)info->value_len,
 			(char *)info->value_buf, want);

@@ -316,9 +316,9 @@ static void killed_round(struct broker_proc *b, local_session *obs, int round, e
 	judge_cmd(judge, sizeof(judge), pids, viol, started);
 	if (how == STARVE_DEAD_PIPE)
 		CHECK(pipe2(err, O_CLOEXEC) == 0);
-	top = cli_spawn_err((const char *const[]){ "lock", "-verbose", "-lock-delay=0", key, child,
-						   NULL },
-			    -1, log, err[1]);
+	top = cli_spawn_err(
+		(const char *const[]){ "lock", "-verbose", "-lock-delay=0", key, child, NULL }, -1,
+		log, err[1]);
 	family_pids(pids, fam, true);
 	/* The reader of its stderr dies with the wrapper (a pipeline): what
 	 * the holder then says must not kill it before the child's tree. */
@@ -365,7 +365,8 @@ static void killed_round(struct broker_proc *b, local_session *obs, int round, e
 	for (i = 0; i < nstopped; i++)
 		kill(stopped[i], SIGCONT);
 	v.started = WAIT_FOR(exists(started), 10000);
-	v.next_status = v.started ? pid_wait(next, 10000) : (kill(next, SIGKILL), pid_wait(next, 5000));
+	v.next_status =
+		v.started ? pid_wait(next, 10000) : (kill(next, SIGKILL), pid_wait(next, 5000));
 	read_file(viol, v.viol, sizeof(v.viol));
 
 	/* Clean up before judging: old code leaves the family running. */

@@ -72,7 +72,8 @@ int free_port(void)
 	if (span < 1000)
 		FAIL_AT("no port range outside the ephemeral %d-%d", lo, hi);
 	if (next < 0)
-		next = (int)(((unsigned)getpid() * 2654435761u ^ (unsigned)now_ms()) % (unsigned)span);
+		next = (int)(((unsigned)getpid() * 2654435761u ^ (unsigned)now_ms()) %
+			     (unsigned)span);
 	for (i = 0; i < span; i++) {
 		int port = base + next;
 

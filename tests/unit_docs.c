@@ -263,8 +263,11 @@ TEST(docs, man_page_names_every_function, 10)
 }
 
 /* shmlockd's default capacities (shmlockd --help, shmlockd(8)). */
-#define DEFAULT_CAPS { .max_keys = 4096, .max_sessions = 1024, .max_waiters = 4096, \
-		       .max_holds = 4096, .max_value = 1024 }
+#define DEFAULT_CAPS                                                                            \
+	{                                                                                       \
+		.max_keys = 4096, .max_sessions = 1024, .max_waiters = 4096, .max_holds = 4096, \
+		.max_value = 1024                                                               \
+	}
 
 TEST(docs, shmlockd_page_states_the_segment_size, 10)
 {
@@ -273,8 +276,8 @@ TEST(docs, shmlockd_page_states_the_segment_size, 10)
 	const char *p = strstr(man, "With the default capacities the segment takes about ");
 	double said, mib = (double)seg_size_for(&caps) / (1024.0 * 1024.0);
 
-	if (!p || sscanf(p, "With the default capacities the segment takes about %lf MiB",
-			 &said) != 1)
+	if (!p ||
+	    sscanf(p, "With the default capacities the segment takes about %lf MiB", &said) != 1)
 		FAIL_AT("shmlockd(8) does not say \"With the default capacities the segment "
 			"takes about N MiB\"");
 	if (said - mib > 0.05 + 1e-9 || mib - said > 0.05 + 1e-9)

@@ -47,10 +47,16 @@ static const char *const seeds[] = {
 
 /* Bytes the mutations insert: JSON's own, and the fields' names. */
 static const char alphabet[] = "{}[]\":,0123456789 \t\r\n-+.eE\\ntulaxyz\x01\x7f\xc3\xa9";
-static const char *const words[] = { "\"token\"",     "\"acquire_timeout_s\"", "\"lease_ttl_s\"",
-				      "\"limit\"",     "\"timeout_s\"",	        "null",
-				      "\"abcdef\"",    "0",		        "18446744073709551616",
-				      "999999999999999999" };
+static const char *const words[] = { "\"token\"",
+				     "\"acquire_timeout_s\"",
+				     "\"lease_ttl_s\"",
+				     "\"limit\"",
+				     "\"timeout_s\"",
+				     "null",
+				     "\"abcdef\"",
+				     "0",
+				     "18446744073709551616",
+				     "999999999999999999" };
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 

@@ -162,11 +162,13 @@ TEST(openapi, every_documented_operation_is_a_route, 10)
 	const char *path;
 	int bad = 0, ops = 0;
 
-	json_object_foreach(json_object_get(doc, "paths"), path, item) {
+	json_object_foreach(json_object_get(doc, "paths"), path, item)
+	{
 		const char *key;
 		json_t *op;
 
-		json_object_foreach(item, key, op) {
+		json_object_foreach(item, key, op)
+		{
 			char upper[16];
 			size_t i, j;
 			bool found = false;
@@ -204,9 +206,11 @@ TEST(openapi, open_routes_and_only_they_skip_the_token, 10)
 
 	/* Global: a bearer scheme that is declared. */
 	CHECK(json_is_array(global) && json_array_size(global) > 0);
-	json_array_foreach(global, k, req) {
+	json_array_foreach(global, k, req)
+	{
 		CHECK(json_is_object(req) && json_object_size(req) > 0);
-		json_object_foreach(req, name, scheme) {
+		json_object_foreach(req, name, scheme)
+		{
 			json_t *s = json_object_get(schemes, name);
 			const char *type = json_string_value(json_object_get(s, "type"));
 			const char *how = json_string_value(json_object_get(s, "scheme"));
@@ -232,8 +236,9 @@ TEST(openapi, open_routes_and_only_they_skip_the_token, 10)
 				http_method_name(d->method), d->pattern);
 			bad++;
 		} else if (!d->open && sec && (!json_is_array(sec) || empty)) {
-			fprintf(stderr, "    %s %s needs the token: it must not override "
-					"\"security\" with none\n",
+			fprintf(stderr,
+				"    %s %s needs the token: it must not override "
+				"\"security\" with none\n",
 				http_method_name(d->method), d->pattern);
 			bad++;
 		}
@@ -276,7 +281,8 @@ TEST(openapi, path_parameters_are_declared, 10)
 				size_t k;
 				json_t *prm;
 
-				json_array_foreach(lists[l], k, prm) {
+				json_array_foreach(lists[l], k, prm)
+				{
 					json_t *pp = deref(doc, prm);
 					const char *n, *in;
 
@@ -308,12 +314,11 @@ static void refs_resolve(json_t *doc, json_t *node)
 
 	if (json_is_object(node)) {
 		if (json_is_string(json_object_get(node, "$ref")) && !deref(doc, node))
-			FAIL_AT("dangling $ref %s", json_string_value(json_object_get(node, "$ref")));
-		json_object_foreach(node, k, v)
-			refs_resolve(doc, v);
+			FAIL_AT("dangling $ref %s",
+				json_string_value(json_object_get(node, "$ref")));
+		json_object_foreach(node, k, v) refs_resolve(doc, v);
 	} else if (json_is_array(node)) {
-		json_array_foreach(node, i, v)
-			refs_resolve(doc, v);
+		json_array_foreach(node, i, v) refs_resolve(doc, v);
 	}
 }
 
@@ -322,10 +327,10 @@ static void refs_resolve(json_t *doc, json_t *node)
 TEST(openapi, dflockd_component_names_and_a_server, 10)
 {
 	static const char *const schemas[] = {
-		"CreateSessionResponse", "AcquireRequest", "SemAcquireRequest", "AcquireResponse",
-		"ReleaseRequest",	 "RenewRequest",   "RenewResponse",	"EnqueueRequest",
-		"SemEnqueueRequest",	 "EnqueueResponse", "WaitRequest",	"WaitResponse",
-		"StatsResponse",	 "LockInfo",	   "SemInfo",		"IdleInfo",
+		"CreateSessionResponse", "AcquireRequest",  "SemAcquireRequest", "AcquireResponse",
+		"ReleaseRequest",	 "RenewRequest",    "RenewResponse",	 "EnqueueRequest",
+		"SemEnqueueRequest",	 "EnqueueResponse", "WaitRequest",	 "WaitResponse",
+		"StatsResponse",	 "LockInfo",	    "SemInfo",		 "IdleInfo",
 		"ErrorResponse",
 	};
 	static const char *const params[] = { "SessionHeader", "SessionIdPath", "KeyPath" };
@@ -338,13 +343,15 @@ TEST(openapi, dflockd_component_names_and_a_server, 10)
 		if (!json_is_object(json_object_get(json_object_get(comp, "schemas"), schemas[i])))
 			FAIL_AT("no components.schemas.%s", schemas[i]);
 	for (i = 0; i < sizeof(params) / sizeof(params[0]); i++)
-		if (!json_is_object(json_object_get(json_object_get(comp, "parameters"), params[i])))
+		if (!json_is_object(
+			    json_object_get(json_object_get(comp, "parameters"), params[i])))
 			FAIL_AT("no components.parameters.%s", params[i]);
 	for (i = 0; i < sizeof(responses) / sizeof(responses[0]); i++)
 		if (!json_is_object(
 			    json_object_get(json_object_get(comp, "responses"), responses[i])))
 			FAIL_AT("no components.responses.%s", responses[i]);
-	if (!json_is_object(json_object_get(json_object_get(comp, "securitySchemes"), "bearerAuth")))
+	if (!json_is_object(
+		    json_object_get(json_object_get(comp, "securitySchemes"), "bearerAuth")))
 		FAIL_AT("no components.securitySchemes.bearerAuth");
 	servers = json_object_get(doc, "servers");
 	if (!json_is_array(servers) || !json_array_size(servers) ||

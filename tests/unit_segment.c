@@ -10,8 +10,9 @@
 #include "lockword.h"
 #include "proto.h"
 
-static const struct seg_caps small_caps = { .max_keys = 8, .max_sessions = 4,
-					    .max_waiters = 8, .max_holds = 8, .max_value = 32 };
+static const struct seg_caps small_caps = {
+	.max_keys = 8, .max_sessions = 4, .max_waiters = 8, .max_holds = 8, .max_value = 32
+};
 
 static void *map_anon(size_t size)
 {

@@ -53,7 +53,8 @@ static int wait_for_broker(double seconds)
 
 	/* No socket yet, or one nobody listens on yet. */
 	while (((err = local_session_open(NULL, &s)) == -LOCAL_ENOSOCKET ||
-		err == -LOCAL_EREFUSED) && now_s() < end)
+		err == -LOCAL_EREFUSED) &&
+	       now_s() < end)
 		usleep(20000);
 	if (!err)
 		local_session_close(s);
@@ -63,13 +64,17 @@ static int wait_for_broker(double seconds)
 /* Take the lock, say so, then either hold until killed or release. */
 static void holder(const char *name, int release_after_ms, int ready_fd)
 {
-	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = -1, .value = name, .value_len = strlen(name));
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = -1, .value = name,
+		   .value_len = strlen(name));
 	local_session *s = session(name);
 	uint64_t token;
 	double t0 = now_s();
 	int err;
 
-	if (local_lock(s, key, &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL) == -EBUSY)
+	if (local_lock(s, key,
+		       &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+						     .timeout_ms = 0 },
+		       NULL) == -EBUSY)
 		printf("  %s: '%s' is busy, queueing (FIFO)\n", name, key);
 	fflush(stdout);
 	err = local_lock(s, key, &o, &token);

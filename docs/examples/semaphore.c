@@ -79,8 +79,8 @@ static int worker(int id, struct shared *sh)
 
 int main(void)
 {
-	struct shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
-				 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct shared *sh =
+		mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	pid_t pids[WORKERS];
 	int i, status, failed = 0;
 
@@ -101,9 +101,8 @@ int main(void)
 		if (waitpid(pids[i], &status, 0) != pids[i] || !WIFEXITED(status) ||
 		    WEXITSTATUS(status))
 			failed++;
-	printf("semaphore: at most %d of %d slots were in use at once%s\n",
-	       atomic_load(&sh->most), LIMIT,
-	       atomic_load(&sh->over) ? " -- OVER THE LIMIT" : "");
+	printf("semaphore: at most %d of %d slots were in use at once%s\n", atomic_load(&sh->most),
+	       LIMIT, atomic_load(&sh->over) ? " -- OVER THE LIMIT" : "");
 	if (failed || atomic_load(&sh->over)) {
 		printf("semaphore: FAILED (%d worker(s) failed)\n", failed);
 		return 1;

@@ -85,8 +85,8 @@ static void print_machine(void)
 	printf("  machine: %ld online CPUs (nproc), %s\n", sysconf(_SC_NPROCESSORS_ONLN), cpu);
 	printf("  kernel:  %s %s %s %s\n", u.sysname, u.release, u.version, u.machine);
 	printf("  glibc:   %s\n", gnu_get_libc_version());
-	printf("  broker:  %s (socket %s, segment %s)\n", getenv("SHMLOCK_BROKER_BIN"),
-	       broker.sock, broker.shm);
+	printf("  broker:  %s (socket %s, segment %s)\n", getenv("SHMLOCK_BROKER_BIN"), broker.sock,
+	       broker.shm);
 }
 
 /* Is section @n selected by $SHMLOCK_BENCH_ONLY (unset: all are)? */

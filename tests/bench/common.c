@@ -169,8 +169,8 @@ static bool socket_answers(const char *path)
 
 static void broker_exec(const struct broker *b, const char *bin, const char *const *extra)
 {
-	const char *argv[32] = { bin, "--socket", b->sock, "--shm-name", b->shm,
-				 "--destroy-segment-on-exit" };
+	const char *argv[32] = { bin,	       "--socket", b->sock,
+				 "--shm-name", b->shm,	   "--destroy-segment-on-exit" };
 	int fd = open(b->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	int argc = 6;
 
@@ -228,8 +228,7 @@ void broker_start(struct broker *b, const char *tag, const char *const *extra)
 			fatal("broker %s exited at start (status 0x%x)", bin, status);
 		}
 		if (now_ns() > deadline)
-			fatal("broker did not answer on %s within %d ms", b->sock,
-			      STEP_TIMEOUT_MS);
+			fatal("broker did not answer on %s within %d ms", b->sock, STEP_TIMEOUT_MS);
 		sleep_ns(1 * NSEC_PER_MSEC);
 	}
 }
@@ -392,8 +391,7 @@ void reap_killed(pid_t pid, const char *what)
 	int status = reap(pid, END_TIMEOUT_MS);
 
 	if (status == -1 || !WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
-		fatal("%s: holder %d did not die of SIGKILL (status 0x%x)", what, (int)pid,
-		      status);
+		fatal("%s: holder %d did not die of SIGKILL (status 0x%x)", what, (int)pid, status);
 }
 
 /* Reap the children in @pids that have ended (slots set to 0); true once

@@ -56,10 +56,10 @@ struct broker {
 
 /* Parent <-> children control, in a MAP_SHARED page made before any fork. */
 struct shared {
-	_Alignas(64) _Atomic uint32_t ready; /* children at the barrier */
-	_Atomic uint32_t start;		     /* futex: the barrier opens */
-	_Atomic uint32_t stop;		     /* time is up */
-	_Alignas(64) _Atomic int32_t err;    /* first error a child hit */
+	_Alignas(64) _Atomic uint32_t ready;	/* children at the barrier */
+	_Atomic uint32_t start;			/* futex: the barrier opens */
+	_Atomic uint32_t stop;			/* time is up */
+	_Alignas(64) _Atomic int32_t err;	/* first error a child hit */
 	_Alignas(64) _Atomic uint64_t syscalls; /* count_syscalls() */
 	_Atomic int32_t first_syscall;
 };

@@ -198,8 +198,7 @@ void bench_crash_release(void)
 	       "   lock call; %d trials each, interleaved; holder session lock_delay_ms=0;\n"
 	       "   the waiter is asleep: liblocal seen queued + %llu ms, flock + %llu ms)\n\n",
 	       CRASH_TRIALS, PARK_SETTLE_NS / NSEC_PER_MSEC, FLOCK_BLOCK_SETTLE_NS / NSEC_PER_MSEC);
-	printf("  %-36s %9s %9s %9s %9s\n", "mechanism", "min us", "median us", "p90 us",
-	       "max us");
+	printf("  %-36s %9s %9s %9s %9s\n", "mechanism", "min us", "median us", "p90 us", "max us");
 	print_latency_row("liblocal (broker pidfd cleanup)", lib);
 	print_latency_row("flock(2) (kernel release at exit)", fl);
 	printf("\n  liblocal / flock: median %.2fx, p90 %.2fx\n", lib.median / fl.median,

@@ -98,7 +98,8 @@ static void fill_keys(struct segment *seg, uint32_t from, uint32_t to)
 		atomic_store(&k->fast, FAST_PACK(0, 0, 1));
 		atomic_store(&k->hash, hash);
 		atomic_store(&k->state, KEY_USED);
-		for (slot = hash & mask; atomic_load(&seg->index[slot]) != 0; slot = (slot + 1) & mask)
+		for (slot = hash & mask; atomic_load(&seg->index[slot]) != 0;
+		     slot = (slot + 1) & mask)
 			;
 		atomic_store(&seg->index[slot], cursor + 1);
 		cursor++;
@@ -181,9 +182,11 @@ static uint32_t waiters_now(void)
 
 void bench_flat(void)
 {
-	static const char *const extra[] = { "--max-keys", "1002048", "--max-sessions", "10240",
-					     "--max-waiters", "10240", "--max-holds", "10240",
-					     "--max-value", "16", "--gc-idle", "0", NULL };
+	static const char *const extra[] = { "--max-keys",  "1002048",	     "--max-sessions",
+					     "10240",	    "--max-waiters", "10240",
+					     "--max-holds", "10240",	     "--max-value",
+					     "16",	    "--gc-idle",     "0",
+					     NULL };
 	static local_session *many[FLAT_SESSIONS];
 	static const LOCAL_OPTS(local_acquire_opts, try_once, .timeout_ms = 0);
 	struct flat_row rows[5];
@@ -262,15 +265,16 @@ void bench_flat(void)
 	printf("  %-34s %9s %9s %9s %9s %11s\n", "segment", "ns/op", "vs first", "mutex ns",
 	       "vs first", "liblocal/mx");
 	for (i = 0; i < nrows; i++)
-		printf("  %-34s %9.1f %8.2fx %9.1f %8.2fx %10.2fx\n", rows[i].what,
-		       rows[i].r.best, rows[i].r.best / rows[0].r.best, rows[i].mutex.best,
+		printf("  %-34s %9.1f %8.2fx %9.1f %8.2fx %10.2fx\n", rows[i].what, rows[i].r.best,
+		       rows[i].r.best / rows[0].r.best, rows[i].mutex.best,
 		       rows[i].mutex.best / rows[0].mutex.best,
 		       rows[i].r.best / rows[i].mutex.best);
 	for (i = 1; i < nrows; i++) {
 		double grew = (rows[i].r.best / rows[i].mutex.best) /
 			      (rows[0].r.best / rows[0].mutex.best);
 
-		add_target(grew <= 1.25, "flat cost: %s <= 1.25x 10^3 keys, against the mutex (%.2fx)",
+		add_target(grew <= 1.25,
+			   "flat cost: %s <= 1.25x 10^3 keys, against the mutex (%.2fx)",
 			   rows[i].what, grew);
 	}
 }

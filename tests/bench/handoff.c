@@ -87,7 +87,7 @@ static void end_rusage(int idx, const struct rusage *before)
 	hs->per[idx].invol_csw = (uint64_t)(after.ru_nivcsw - before->ru_nivcsw);
 	hs->per[idx].cpu_us = (uint64_t)((after.ru_utime.tv_sec - before->ru_utime.tv_sec +
 					  after.ru_stime.tv_sec - before->ru_stime.tv_sec) *
-					 1000000 +
+						 1000000 +
 					 (after.ru_utime.tv_usec - before->ru_utime.tv_usec) +
 					 (after.ru_stime.tv_usec - before->ru_stime.tv_usec));
 }
@@ -429,7 +429,8 @@ void bench_handoffs(void)
 	if (cpu >= 0) {
 		p = paired_summary(pinned.pp, pinned.pp, pinned.runs);
 		printf("\n  all on CPU %d (no idle CPU to wake on: a handoff is the wake, the\n"
-		       "  switch and the code; the steadiest pairing on a shared machine):\n", cpu);
+		       "  switch and the code; the steadiest pairing on a shared machine):\n",
+		       cpu);
 		printf("  %-26s %9.0f %9.0f-%-9.0f %6.2f\n", "futex ping-pong, 2 procs", p.meas,
 		       p.meas_lo, p.meas_hi, 1.0);
 		print_handoff_row("liblocal FIFO, 8 procs", &pinned);

@@ -44,9 +44,9 @@
 #include "common.h"
 #include "netdrv.h"
 
-#define HTTP_RUN_NS (2 * NSEC_PER_SEC)	 /* timed run of the raw client */
+#define HTTP_RUN_NS (2 * NSEC_PER_SEC)	/* timed run of the raw client */
 #define HTTP_CURL_RUN_NS (NSEC_PER_SEC) /* timed run of the libcurl client */
-#define HTTP_CURL_MAX 50		 /* libcurl rows: own keys, up to this many */
+#define HTTP_CURL_MAX 50		/* libcurl rows: own keys, up to this many */
 
 enum client_kind { KIND_RAW, KIND_CURL };
 
@@ -464,8 +464,8 @@ static size_t floor_unescape(void *cls, struct MHD_Connection *c, char *s)
 
 static struct MHD_Response *floor_json(const char *text)
 {
-	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text,
-								 MHD_RESPMEM_PERSISTENT);
+	struct MHD_Response *r =
+		MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
 
 	if (r)
 		MHD_add_response_header(r, "Content-Type", "application/json");
@@ -587,8 +587,8 @@ void bench_http(void)
 					       stop_with_log, &raw[nraw++]);
 	for (i = 0; i < net_nclients && net_clients[i] <= HTTP_CURL_MAX; i++)
 		if (net_wanted(net_clients[i], false))
-			net_run_config(&curl_proto, hb.pid, net_clients[i], false,
-				       HTTP_CURL_RUN_NS, stop_with_log, &curl[ncurl++]);
+			net_run_config(&curl_proto, hb.pid, net_clients[i], false, HTTP_CURL_RUN_NS,
+				       stop_with_log, &curl[ncurl++]);
 	broker_stop(&hb, false);
 	curl_global_cleanup();
 	nfloor = run_floor(floor);

@@ -121,14 +121,14 @@ void bench_lease_renew(void)
 
 #define KEY_KICK "bench/lease-kick"
 
-static const char *const exp_broker_flags[] = { "--max-holds", "110000", "--max-keys", "110000",
-						 "--max-sessions", "64", NULL };
+static const char *const exp_broker_flags[] = { "--max-holds",	  "110000", "--max-keys", "110000",
+						"--max-sessions", "64",	    NULL };
 
 struct expiry_shared {
 	_Alignas(64) _Atomic uint64_t deadline_ns; /* every lease ends here (+1 ms) */
-	_Atomic uint32_t done;			  /* children with all their keys */
-	_Atomic uint32_t late;			  /* keys taken after the deadline */
-	_Atomic uint64_t taken_ns;		  /* when the last child finished */
+	_Atomic uint32_t done;			   /* children with all their keys */
+	_Atomic uint32_t late;			   /* keys taken after the deadline */
+	_Atomic uint64_t taken_ns;		   /* when the last child finished */
 };
 
 static struct broker exp_broker;
@@ -232,9 +232,9 @@ static bool take_leases(uint64_t budget_ns, pid_t *pids, uint64_t *setup_ns, dou
 struct expiry_result {
 	uint64_t setup_ns;
 	double setup_cpu_ms;
-	uint64_t stats_ns;	     /* one local_stats() call, before the deadline */
+	uint64_t stats_ns;	  /* one local_stats() call, before the deadline */
 	uint64_t t_first, t_last; /* first and last expiry seen, after the deadline */
-	uint64_t t_done;	     /* no hold left; 0: never */
+	uint64_t t_done;	  /* no hold left; 0: never */
 	uint64_t max_poll_ns;
 	uint64_t expiries, holds_left;
 	double cpu_ms;

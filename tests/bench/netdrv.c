@@ -49,7 +49,8 @@ int net_free_port(void)
 
 int net_connect(struct net_client *c, int port)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_port = htons((uint16_t)port),
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct timeval tv = { .tv_sec = NET_IO_TIMEOUT_S };
 	int one = 1;
@@ -294,8 +295,8 @@ void net_run_config(const struct net_proto *p, pid_t broker_pid, int n, bool sha
 
 void net_print_header(bool with_client)
 {
-	printf("  %-26s %9s %8s %8s %8s %8s %8s", "client", "ops/s", "p50 us", "p99 us",
-	       "max us", "brk CPU", "brk busy");
+	printf("  %-26s %9s %8s %8s %8s %8s %8s", "client", "ops/s", "p50 us", "p99 us", "max us",
+	       "brk CPU", "brk busy");
 	if (with_client)
 		printf(" %8s", "cli CPU");
 	printf(" %7s\n", "brk csw");
@@ -330,8 +331,8 @@ void net_print_above_floor(const char *what, const struct net_run *runs, int nru
 			if (j == nfloor)
 				continue;
 			if (!shown++)
-				printf("  %s broker CPU per op above the floor, %s, by clients:", what,
-				       s ? "1 key" : "own keys");
+				printf("  %s broker CPU per op above the floor, %s, by clients:",
+				       what, s ? "1 key" : "own keys");
 			printf(" %d: %+.1f", runs[i].n, runs[i].broker_us - floor[j].broker_us);
 		}
 		if (shown)
@@ -350,10 +351,11 @@ void net_cpu_targets(const char *what, const struct net_run *runs, int nruns, do
 			if (runs[i].shared == s && (!worst || runs[i].broker_us > worst->broker_us))
 				worst = &runs[i];
 		if (worst)
-			add_target(worst->broker_us <= max_us,
-				   "%s broker CPU per acquire+release <= %.0f us, %s (worst: %.1f us "
-				   "at %d client%s)",
-				   what, max_us, s ? "1 key" : "own keys", worst->broker_us, worst->n,
-				   worst->n > 1 ? "s" : "");
+			add_target(
+				worst->broker_us <= max_us,
+				"%s broker CPU per acquire+release <= %.0f us, %s (worst: %.1f us "
+				"at %d client%s)",
+				what, max_us, s ? "1 key" : "own keys", worst->broker_us, worst->n,
+				worst->n > 1 ? "s" : "");
 	}
 }

@@ -30,9 +30,9 @@ extern const int net_nclients;
 
 struct net_client {
 	pthread_t thread;
-	int idx;     /* 0..n-1 */
-	bool shared; /* every client on one key (waits), else a key each */
-	int fd;	     /* the connection (-1: none) */
+	int idx;       /* 0..n-1 */
+	bool shared;   /* every client on one key (waits), else a key each */
+	int fd;	       /* the connection (-1: none) */
 	char in[4096]; /* the last answer */
 	size_t in_len;
 	double *lat; /* us per op, timed ops only */
@@ -42,7 +42,7 @@ struct net_client {
 };
 
 struct net_proto {
-	const char *name; /* in error messages */
+	const char *name;   /* in error messages */
 	size_t client_size; /* >= sizeof(struct net_client), which comes first */
 	int warm_ops;	    /* per client, before the barrier (shared key: a tenth) */
 	/* Each returns 0, or -1 with c->err set (net_fail()). */

@@ -23,7 +23,7 @@
 struct scale_slot {
 	_Alignas(64) _Atomic uint64_t ops;
 	_Atomic uint64_t cpu_ns; /* CPU time of the timed loop */
-	pthread_mutex_t mutex; /* the robust mutex of this process, alone in its lines */
+	pthread_mutex_t mutex;	 /* the robust mutex of this process, alone in its lines */
 };
 
 enum scale_mode { SCALE_LIBLOCAL, SCALE_MUTEX, SCALE_COMPUTE };
@@ -72,13 +72,13 @@ static int compute_loop(struct scale_slot *me, uint64_t n)
 		for (i = 0; i < 24; i++)
 			x = x * 6364136223846793005ull + 1442695040888963407ull;
 	}
-	atomic_store_explicit(&me->ops, atomic_load_explicit(&me->ops, memory_order_relaxed) ^
-					       (x & 1), memory_order_relaxed);
+	atomic_store_explicit(&me->ops,
+			      atomic_load_explicit(&me->ops, memory_order_relaxed) ^ (x & 1),
+			      memory_order_relaxed);
 	return 0;
 }
 
-static int run_loop(int mode, struct scale_slot *me, local_session *s, const char *key,
-		    uint64_t n)
+static int run_loop(int mode, struct scale_slot *me, local_session *s, const char *key, uint64_t n)
 {
 	return mode == SCALE_MUTEX     ? mutex_loop(&me->mutex, n)
 	       : mode == SCALE_COMPUTE ? compute_loop(me, n)
@@ -211,8 +211,8 @@ void bench_scale(void)
 	       "   the same kind just before or after it; x N=1: the median of the per-pair\n"
 	       "   ratios, and their range. robust mutexes: one per process, own lines)\n\n",
 	       SCALE_ROUNDS, SCALE_RUN_NS / NSEC_PER_MSEC);
-	printf("  %4s %-13s %9s %9s %8s %12s %10s %12s\n", "N", "kind", "N=1 M/s", "N M/s",
-	       "x N=1", "min-max", "CPU/op", "min-max");
+	printf("  %4s %-13s %9s %9s %8s %12s %10s %12s\n", "N", "kind", "N=1 M/s", "N M/s", "x N=1",
+	       "min-max", "CPU/op", "min-max");
 	for (i = 1; i < nn; i++)
 		for (m = 0; m < NMODES; m++) {
 			struct scale_series *s = &ser[i - 1][m];
@@ -229,15 +229,15 @@ void bench_scale(void)
 	       "   line written by all would show here as a higher cost, whatever share of\n"
 	       "   the machine the runs got; 1.00x is no cost from running side by side)\n");
 	for (i = 1; i < nn; i++) {
-		struct paired p = paired_summary(ser[i - 1][0].many, ser[i - 1][0].one,
-						 SCALE_ROUNDS);
-		struct paired mx = paired_summary(ser[i - 1][1].many, ser[i - 1][1].one,
-						  SCALE_ROUNDS);
-		struct paired c = paired_summary(ser[i - 1][2].many, ser[i - 1][2].one,
-						 SCALE_ROUNDS);
+		struct paired p =
+			paired_summary(ser[i - 1][0].many, ser[i - 1][0].one, SCALE_ROUNDS);
+		struct paired mx =
+			paired_summary(ser[i - 1][1].many, ser[i - 1][1].one, SCALE_ROUNDS);
+		struct paired c =
+			paired_summary(ser[i - 1][2].many, ser[i - 1][2].one, SCALE_ROUNDS);
 
-		struct paired cost = paired_summary(ser[i - 1][0].many_cpu, ser[i - 1][0].one_cpu,
-						    SCALE_ROUNDS);
+		struct paired cost =
+			paired_summary(ser[i - 1][0].many_cpu, ser[i - 1][0].one_cpu, SCALE_ROUNDS);
 
 		add_target(p.ratio >= 0.9 * ns[i],
 			   "distinct keys, %d processes >= %.1fx one process: %s; robust mutex "

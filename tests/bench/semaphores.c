@@ -97,8 +97,7 @@ void bench_semaphores(void)
 	       "   liblocal: local_sem_acquire(limit %d, timeout_ms=0) + local_release();\n"
 	       "   POSIX: unnamed process-shared sem_t (value %d) in a MAP_SHARED page)\n\n",
 	       UNC_RUNS, UNC_RUN_NS / NSEC_PER_MSEC, SEM_LIMIT, SEM_LIMIT);
-	printf("  %-44s %10s %12s %12s\n", "mechanism", "best ns/op", "median ns/op",
-	       "vs POSIX");
+	printf("  %-44s %10s %12s %12s\n", "mechanism", "best ns/op", "median ns/op", "vs POSIX");
 	printf("  %-44s %10.1f %12.1f %11.2fx\n", "POSIX sem_wait + sem_post", posix.best,
 	       posix.median, 1.0);
 	printf("  %-44s %10.1f %12.1f %11.2fx\n", "liblocal local_sem_acquire + local_release",

@@ -51,8 +51,8 @@ static int exchange(struct net_client *c, const char *req, size_t len)
 		ssize_t n = recv(c->fd, c->in + c->in_len, sizeof(c->in) - 1 - c->in_len, 0);
 
 		if (n <= 0 || c->in_len + (size_t)n >= sizeof(c->in) - 1)
-			return net_fail(c, "recv: %s", n < 0 ? strerror(errno)
-							      : "closed or too long");
+			return net_fail(c, "recv: %s",
+					n < 0 ? strerror(errno) : "closed or too long");
 		c->in_len += (size_t)n;
 	}
 	*nl = '\0';
@@ -212,8 +212,8 @@ static int run_floor(struct net_run *out)
 		close(floor_fd);
 		for (i = 0; i < net_nclients; i++)
 			if (net_wanted(net_clients[i], s))
-				net_run_config(&tcp_proto, pid, net_clients[i], s, TCP_RUN_NS,
-					       NULL, &out[n++]);
+				net_run_config(&tcp_proto, pid, net_clients[i], s, TCP_RUN_NS, NULL,
+					       &out[n++]);
 		kill(pid, SIGKILL);
 		reap(pid, STEP_TIMEOUT_MS);
 	}

@@ -138,10 +138,9 @@ void bench_uncontended(void)
 	uncontended_teardown(&u);
 
 	printf("\n1. Uncontended lock+release, one thread, same key/lock every time\n");
-	printf("   (ns per lock+release pair; best and median of %d runs of %llu ms)\n\n",
-	       UNC_RUNS, UNC_RUN_NS / NSEC_PER_MSEC);
-	printf("  %-44s %10s %12s %12s\n", "mechanism", "best ns/op", "median ns/op",
-	       "vs mutex");
+	printf("   (ns per lock+release pair; best and median of %d runs of %llu ms)\n\n", UNC_RUNS,
+	       UNC_RUN_NS / NSEC_PER_MSEC);
+	printf("  %-44s %10s %12s %12s\n", "mechanism", "best ns/op", "median ns/op", "vs mutex");
 	print_unc_row("robust process-shared pthread mutex", mutex, mutex.best);
 	print_unc_row("liblocal local_lock(timeout_ms=0)+release", try, mutex.best);
 	print_unc_row("liblocal local_lock(NULL opts)+release", wait, mutex.best);

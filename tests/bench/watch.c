@@ -21,9 +21,9 @@ enum { PHASE_FUTEX = 0, PHASE_WATCH = 1 };
 /* This section's part of the shared memory. Phase p (0, 1, ...) is a futex
  * trial when p is even and a watch trial when it is odd. */
 struct watch_shared {
-	_Alignas(64) _Atomic uint32_t go; /* parent: phase + 1 may start */
-	_Atomic uint32_t armed;		  /* child: about to sleep (phase + 1) */
-	_Atomic uint64_t woke_ns;	  /* child: when it returned */
+	_Alignas(64) _Atomic uint32_t go;   /* parent: phase + 1 may start */
+	_Atomic uint32_t armed;		    /* child: about to sleep (phase + 1) */
+	_Atomic uint64_t woke_ns;	    /* child: when it returned */
 	_Alignas(64) _Atomic uint32_t word; /* the futex baseline's word */
 };
 
@@ -172,8 +172,7 @@ void bench_watch(void)
 	       "   on the key, the change is another process's local_lock(timeout_ms=0);\n"
 	       "   futex: FUTEX_WAIT on a shared word, the change is a store + FUTEX_WAKE)\n\n",
 	       WATCH_TRIALS, PARK_SETTLE_NS / NSEC_PER_MSEC);
-	printf("  %-36s %9s %9s %9s %9s\n", "mechanism", "min us", "median us", "p90 us",
-	       "max us");
+	printf("  %-36s %9s %9s %9s %9s\n", "mechanism", "min us", "median us", "p90 us", "max us");
 	print_latency_row("plain futex wake-up", fx);
 	print_latency_row("liblocal local_watch()", w);
 	printf("\n  local_watch / futex: median %.2fx, p90 %.2fx\n", w.median / fx.median,

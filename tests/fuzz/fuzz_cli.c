@@ -97,8 +97,8 @@ static void check_positional(char **orig, int argc, char **argv, int nargs, bool
 		abort();
 }
 
-static void parse_as(const char *cmd, struct flag *flags, enum args_mode mode,
-		     const uint8_t *data, size_t size)
+static void parse_as(const char *cmd, struct flag *flags, enum args_mode mode, const uint8_t *data,
+		     size_t size)
 {
 	char *buf = malloc(size + 1), *argv[MAX_ARGS + 1], *orig[MAX_ARGS + 1];
 	int argc, nargs = -1, r;

@@ -83,8 +83,9 @@ enum {
 	CFG_CORS_ANY = 0x80, /* '\xc0' */
 };
 
-static const struct seg_caps caps = { .max_keys = 32, .max_sessions = 12, .max_waiters = 32,
-				      .max_holds = 32, .max_value = 16 };
+static const struct seg_caps caps = {
+	.max_keys = 32, .max_sessions = 12, .max_waiters = 32, .max_holds = 32, .max_value = 16
+};
 
 static struct broker B;
 static char dir[64];
@@ -445,7 +446,8 @@ static bool in(int v, const int *set, size_t n)
 }
 
 /* The statuses docs/http-api.md lists (and http_stats.c counts). */
-static const int documented[] = { 200, 204, 400, 401, 403, 404, 405, 408, 409, 410, 421, 429, 500, 503 };
+static const int documented[] = { 200, 204, 400, 401, 403, 404, 405,
+				  408, 409, 410, 421, 429, 500, 503 };
 /* What libmicrohttpd answers by itself, before any handler of ours runs:
  * malformed or oversized requests, unsupported versions and encodings. */
 static const int mhd_own[] = { 400, 413, 414, 417, 431, 500, 501, 505 };
@@ -496,15 +498,15 @@ static void check_json(int status, const char *body, size_t n)
 }
 
 /* @body is NULL for the answer to a HEAD request (its body is not sent). */
-static void check_answer(int status, const char *head, const char *hend, const char *body,
-			 size_t n)
+static void check_answer(int status, const char *head, const char *hend, const char *body, size_t n)
 {
 	size_t tn = 0;
 	const char *type = header(head, hend, "Content-Type", &tn);
 
 	if (type && tn >= 16 && !strncmp(type, "application/json", 16)) {
 		if (!in(status, documented, sizeof(documented) / sizeof(documented[0])))
-			fail("a JSON answer with an undocumented status", head, (size_t)(hend - head));
+			fail("a JSON answer with an undocumented status", head,
+			     (size_t)(hend - head));
 		/* Not the OpenAPI document (72 KB, a constant, checked by the
 		 * unit tests): parsing it under ASan would take most of the time. */
 		if (body && n < 16384)
@@ -519,8 +521,7 @@ static void check_answer(int status, const char *head, const char *hend, const c
 		return; /* /metrics */
 	if (status == 200 && type && tn >= 5 && !strncmp(type, "text/", 5))
 		return; /* K4: the web view's page, script and style (ui_server.c) */
-	if (in(status, mhd_own, sizeof(mhd_own) / sizeof(mhd_own[0])) &&
-	    !(n && body[0] == '{'))
+	if (in(status, mhd_own, sizeof(mhd_own) / sizeof(mhd_own[0])) && !(n && body[0] == '{'))
 		return;
 	fail("an answer neither JSON nor libmicrohttpd's own", head,
 	     (size_t)(hend - head) + (n > 200 ? 200 : n));
@@ -625,8 +626,10 @@ static void settle(void)
 	local_session *obs = h->observer;
 
 	if (h->connections || h->active_waiters) {
-		fprintf(stderr, "fuzz_http: %u connection(s), %u wait(s) left after the clients "
-				"closed\n", h->connections, h->active_waiters);
+		fprintf(stderr,
+			"fuzz_http: %u connection(s), %u wait(s) left after the clients "
+			"closed\n",
+			h->connections, h->active_waiters);
 		abort();
 	}
 	if (segment_violations(obs))
@@ -635,9 +638,10 @@ static void settle(void)
 	loop_once();
 	fire_wait_deadlines(); /* of waits long over: only drops them */
 	if (live_sessions(obs) || used_nodes(obs) || http_sessions_count(h)) {
-		fprintf(stderr, "fuzz_http: %u session(s), %u node(s), %u HTTP session(s) left "
-				"after closing them all\n", live_sessions(obs), used_nodes(obs),
-			http_sessions_count(h));
+		fprintf(stderr,
+			"fuzz_http: %u session(s), %u node(s), %u HTTP session(s) left "
+			"after closing them all\n",
+			live_sessions(obs), used_nodes(obs), http_sessions_count(h));
 		abort();
 	}
 	h->draining = false; /* configure() starts each input afresh */
@@ -668,9 +672,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	memcpy(buf, data + 1, size - 1);
 	for (p = buf, end = buf + size - 1;;) {
-		char *sep = nc + 1 < MAX_CONNS ? memmem(p, (size_t)(end - p), CONN_SEP,
-							sizeof(CONN_SEP) - 1)
-					       : NULL;
+		char *sep = nc + 1 < MAX_CONNS
+				    ? memmem(p, (size_t)(end - p), CONN_SEP, sizeof(CONN_SEP) - 1)
+				    : NULL;
 
 		stream[nc] = p;
 		len[nc++] = (size_t)((sep ? sep : end) - p);
@@ -707,7 +711,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (i = 0; i < nc; i++) {
 		if (verbose)
 			fprintf(stderr, "---- connection %d: %zu bytes%s\n%.*s\n", i, cs[i].len,
-				cs[i].eof ? ", EOF" : "", (int)cs[i].len, cs[i].out ? cs[i].out : "");
+				cs[i].eof ? ", EOF" : "", (int)cs[i].len,
+				cs[i].out ? cs[i].out : "");
 		check_stream(&cs[i]);
 		free(cs[i].out);
 	}

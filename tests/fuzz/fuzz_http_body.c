@@ -32,7 +32,8 @@ static void check(const char *body, size_t len, const char *const names[3])
 	json_t *j, *jd;
 
 	for (n = 0; n < 3 && names[n]; n++)
-		f[n] = (struct hbody_field){ .name = names[n], .string = !strcmp(names[n], "token") };
+		f[n] = (struct hbody_field){ .name = names[n],
+					     .string = !strcmp(names[n], "token") };
 	if (!http_body_simple(body, len, f, n))
 		return;
 	j = json_loadb(body, len, 0, &e);

@@ -15,8 +15,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const struct seg_caps caps = { .max_keys = 4, .max_sessions = 4, .max_waiters = 4,
-				      .max_holds = 4, .max_value = 16 };
+static const struct seg_caps caps = {
+	.max_keys = 4, .max_sessions = 4, .max_waiters = 4, .max_holds = 4, .max_value = 16
+};
 
 static void *arena(size_t *size)
 {

@@ -28,8 +28,8 @@ bool soak_broker_answers(const char *sock)
 
 int soak_broker_start(const struct soak_config *cfg, pid_t *pid)
 {
-	const char *argv[] = { cfg->broker_bin, "--socket", cfg->sock, "--shm-name", cfg->shm,
-			       "--log-level", "notice", "--gc-idle", "1", NULL };
+	const char *argv[] = { cfg->broker_bin, "--socket", cfg->sock,	 "--shm-name", cfg->shm,
+			       "--log-level",	"notice",   "--gc-idle", "1",	       NULL };
 	uint64_t end = soak_now_ns() + 10000000000ull;
 	int status;
 	pid_t p;

@@ -69,8 +69,8 @@ static void outcome(struct cl *c, enum soak_outcome o)
 	atomic_fetch_add_explicit(&c->sh->outcomes[o], 1, memory_order_relaxed);
 }
 
-#define VIOLATION(c, fmt, ...)                                                            \
-	soak_violation((c)->sh, "client %u (pid %d, incarnation %u): " fmt, (c)->idx,        \
+#define VIOLATION(c, fmt, ...)                                                        \
+	soak_violation((c)->sh, "client %u (pid %d, incarnation %u): " fmt, (c)->idx, \
 		       (int)getpid(), (c)->inc, __VA_ARGS__)
 
 /* A mark changed: after every store to occ[key][*] (see occupancy()). */
@@ -161,8 +161,9 @@ static void unexpected(struct cl *c, const char *what, unsigned key, int rc)
 	if (rc == -LOCAL_ESESSION && c->ttl_ms && since_ms + 1000 >= c->ttl_ms) {
 		outcome(c, OUT_SESSION_LOST);
 	} else if (rc == -LOCAL_ESESSION) {
-		VIOLATION(c, "%s %s: session ended under a live process (ttl %u ms, renewed %llu "
-			     "ms ago)",
+		VIOLATION(c,
+			  "%s %s: session ended under a live process (ttl %u ms, renewed %llu "
+			  "ms ago)",
 			  what, key < SOAK_KEYS ? soak_key_name[key] : "-", c->ttl_ms,
 			  (unsigned long long)since_ms);
 	} else {
@@ -267,11 +268,10 @@ static unsigned occupancy(struct cl *c, unsigned key, char *who, size_t len, uns
 		}
 		n++;
 		if (who && off < len)
-			off += (size_t)snprintf(who + off, len - off, " %u:%llu(%s%llu ms)", i,
-						(unsigned long long)o->token,
-						o->until ? "valid " : "no end, ",
-						o->until ? (unsigned long long)(o->until - now) / 1000000
-							 : 0);
+			off += (size_t)snprintf(
+				who + off, len - off, " %u:%llu(%s%llu ms)", i,
+				(unsigned long long)o->token, o->until ? "valid " : "no end, ",
+				o->until ? (unsigned long long)(o->until - now) / 1000000 : 0);
 	}
 	return n;
 }
@@ -518,10 +518,14 @@ static void observe(struct cl *c, unsigned key)
 	}
 }
 
-void soak_client(struct soak_shared *sh, const struct soak_config *cfg, unsigned idx,
-		 uint32_t inc, uint64_t seed)
+void soak_client(struct soak_shared *sh, const struct soak_config *cfg, unsigned idx, uint32_t inc,
+		 uint64_t seed)
 {
-	struct cl c = { .sh = sh, .cfg = cfg, .slot = &sh->slot[idx], .idx = idx, .inc = inc,
+	struct cl c = { .sh = sh,
+			.cfg = cfg,
+			.slot = &sh->slot[idx],
+			.idx = idx,
+			.inc = inc,
 			.rng = seed | 1 };
 	int rc;
 

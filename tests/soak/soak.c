@@ -43,8 +43,15 @@ const char *const soak_op_name[OP_COUNT] = {
 #undef X
 };
 static const char *const outcome_name[OUT_COUNT] = {
-	"grants", "busy", "timeouts", "watches fired", "lease losses", "session losses",
-	"open retries", "orphaned closes", "over the limit only with expired marks",
+	"grants",
+	"busy",
+	"timeouts",
+	"watches fired",
+	"lease losses",
+	"session losses",
+	"open retries",
+	"orphaned closes",
+	"over the limit only with expired marks",
 	"unsettled occupancy reads",
 };
 
@@ -222,8 +229,8 @@ static void dump_clients(void)
 		unsigned k = atomic_load(&sh->slot[i].op_key);
 
 		if (st)
-			fprintf(stderr, "  client %u (pid %d): %s %s for %llu ms (timeout %lld)\n", i,
-				(int)clients[i], soak_op_name[atomic_load(&sh->slot[i].op)],
+			fprintf(stderr, "  client %u (pid %d): %s %s for %llu ms (timeout %lld)\n",
+				i, (int)clients[i], soak_op_name[atomic_load(&sh->slot[i].op)],
 				k < SOAK_KEYS ? soak_key_name[k] : "-",
 				(unsigned long long)((now - st) / 1000000),
 				(long long)atomic_load(&sh->slot[i].op_timeout_ms));
@@ -425,8 +432,9 @@ static int final_check(void)
 		uint64_t tok = 0;
 
 		max = atomic_load(&sh->max_token[k]);
-		rc = k < SOAK_LOCKS ? local_lock(s, soak_key_name[k], &o, &tok)
-				    : local_sem_acquire(s, soak_key_name[k], SOAK_SEM_LIMIT, &o, &tok);
+		rc = k < SOAK_LOCKS
+			     ? local_lock(s, soak_key_name[k], &o, &tok)
+			     : local_sem_acquire(s, soak_key_name[k], SOAK_SEM_LIMIT, &o, &tok);
 		if (rc || tok <= max) {
 			fprintf(stderr, "soak: final grant of %s: %s, token %llu (max seen %llu)\n",
 				soak_key_name[k], local_strerror(rc), (unsigned long long)tok,
@@ -479,9 +487,12 @@ static void usage(FILE *f)
 static int parse(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "seconds", required_argument, NULL, 's' }, { "clients", required_argument, NULL, 'c' },
-		{ "seed", required_argument, NULL, 'r' },    { "verbose", no_argument, NULL, 'v' },
-		{ "help", no_argument, NULL, 'h' },	     { NULL, 0, NULL, 0 },
+		{ "seconds", required_argument, NULL, 's' },
+		{ "clients", required_argument, NULL, 'c' },
+		{ "seed", required_argument, NULL, 'r' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
 	};
 	int c;
 

@@ -24,28 +24,28 @@
 #define SOAK_MSG_LEN 320
 
 /* Operation kinds, counted per kind and shown by the watchdog. */
-#define SOAK_OPS(X)                                                                        \
-	X(LOCK_TRY, "lock try")                                                            \
-	X(LOCK_TIMED, "lock timed")                                                        \
-	X(LOCK_FOREVER, "lock forever")                                                    \
-	X(SEM_TRY, "sem try")                                                              \
-	X(SEM_TIMED, "sem timed")                                                          \
-	X(SEM_FOREVER, "sem forever")                                                      \
-	X(ENQUEUE, "enqueue")                                                              \
-	X(WAIT, "wait")                                                                    \
-	X(RELEASE, "release")                                                              \
-	X(RENEW, "renew")                                                                  \
-	X(HELD, "held/check")                                                              \
-	X(WATCH, "watch")                                                                  \
-	X(INFO, "info")                                                                    \
-	X(OPEN, "session open")                                                            \
+#define SOAK_OPS(X)                     \
+	X(LOCK_TRY, "lock try")         \
+	X(LOCK_TIMED, "lock timed")     \
+	X(LOCK_FOREVER, "lock forever") \
+	X(SEM_TRY, "sem try")           \
+	X(SEM_TIMED, "sem timed")       \
+	X(SEM_FOREVER, "sem forever")   \
+	X(ENQUEUE, "enqueue")           \
+	X(WAIT, "wait")                 \
+	X(RELEASE, "release")           \
+	X(RENEW, "renew")               \
+	X(HELD, "held/check")           \
+	X(WATCH, "watch")               \
+	X(INFO, "info")                 \
+	X(OPEN, "session open")         \
 	X(CLOSE, "session close")
 
 enum soak_op {
 #define X(name, text) OP_##name,
 	SOAK_OPS(X)
 #undef X
-	OP_COUNT
+		OP_COUNT
 };
 
 /* Outcomes worth a line in the summary. */
@@ -54,9 +54,9 @@ enum soak_outcome {
 	OUT_BUSY,     /* try found it taken */
 	OUT_TIMEDOUT, /* timed acquire, wait or watch ran out */
 	OUT_WATCH_FIRED,
-	OUT_LEASE_LOST,	 /* a lease expired under a holder (legal, but unexpected) */
+	OUT_LEASE_LOST,	  /* a lease expired under a holder (legal, but unexpected) */
 	OUT_SESSION_LOST, /* a TTL session ended (legal only when not renewed) */
-	OUT_OPEN_RETRY,	 /* session open failed while the broker was down */
+	OUT_OPEN_RETRY,	  /* session open failed while the broker was down */
 	OUT_CLOSE_ORPHAN, /* close while the broker was down: exit, let death clean up */
 	/* A grant found more marks inside than the limit, but only counting
 	 * marks whose lease or TTL session may have run out (legal). */
@@ -145,8 +145,8 @@ void soak_violation(struct soak_shared *sh, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
 /* client.c: the body of a client process; never returns. */
-void soak_client(struct soak_shared *sh, const struct soak_config *cfg, unsigned idx,
-		 uint32_t inc, uint64_t seed) __attribute__((noreturn));
+void soak_client(struct soak_shared *sh, const struct soak_config *cfg, unsigned idx, uint32_t inc,
+		 uint64_t seed) __attribute__((noreturn));
 
 /* broker.c: start the broker (same socket and segment every time) and wait
  * until it answers; 0 or -1. */

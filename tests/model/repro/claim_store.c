@@ -14,10 +14,10 @@
 
 static int to_ctl[2], from_ctl[2];
 
-uint32_t __real_node_claim_as(struct segment *seg, uint32_t state, uint32_t first, uint32_t count, uint32_t session,
-			   uint32_t key, _Atomic uint32_t *hint);
-uint32_t __wrap_node_claim_as(struct segment *seg, uint32_t state, uint32_t first, uint32_t count, uint32_t session,
-			   uint32_t key, _Atomic uint32_t *hint)
+uint32_t __real_node_claim_as(struct segment *seg, uint32_t state, uint32_t first, uint32_t count,
+			      uint32_t session, uint32_t key, _Atomic uint32_t *hint);
+uint32_t __wrap_node_claim_as(struct segment *seg, uint32_t state, uint32_t first, uint32_t count,
+			      uint32_t session, uint32_t key, _Atomic uint32_t *hint)
 {
 	uint32_t n = __real_node_claim_as(seg, state, first, count, session, key, hint);
 	char c;
@@ -71,7 +71,8 @@ int main(void)
 	if (rc) {
 		/* fixed: the sweep left a's FAST_CLAIMED node to its live thread */
 		printf("v: lock k2 = %s: the swept session's in-flight claim was left alone "
-		       "(fixed)\n", local_strerror(rc));
+		       "(fixed)\n",
+		       local_strerror(rc));
 		write(from_ctl[1], "g", 1);
 		waitpid(a, NULL, 0);
 		broker_stop(&b);
@@ -83,7 +84,10 @@ int main(void)
 	z = open_session(&b, "z", 0, 0);
 	rc = local_lock(z, "k2", &try, NULL);
 	printf("z: try-lock k2 while v holds it = %s\n", local_strerror(rc));
-	rc = local_lock(z, "k2", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 1000 }, NULL);
+	rc = local_lock(z, "k2",
+			&(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+						      .timeout_ms = 1000 },
+			NULL);
 	printf("z: lock k2 (1 s timeout) while v holds it = %s%s\n", local_strerror(rc),
 	       rc == 0 ? "   <-- v and z both hold k2" : "");
 	printf("v: local_held(k2) = %s\n", local_strerror(local_held(v, "k2", NULL)));

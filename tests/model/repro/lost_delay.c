@@ -32,9 +32,15 @@ int main(void)
 	kill(w, SIGKILL); /* dies without ever returning from local_lock() */
 	waitpid(w, NULL, 0);
 	CHECK(WAIT_FOR((local_info(s, "k", &info), info.holders == 0), 5000));
-	printf("after the waiter's death: holders %u, lock-delay remaining %llu ms (documented: 0)\n",
+	printf("after the waiter's death: holders %u, lock-delay remaining %llu ms (documented: "
+	       "0)\n",
 	       info.holders, (unsigned long long)info.lock_delay_remaining_ms);
-	printf("try-lock now: %s\n", local_strerror(local_lock(s, "k", &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts), .timeout_ms = 0 }, NULL)));
+	printf("try-lock now: %s\n",
+	       local_strerror(local_lock(
+		       s, "k",
+		       &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+						     .timeout_ms = 0 },
+		       NULL)));
 	broker_stop(&b);
 	return 0;
 }

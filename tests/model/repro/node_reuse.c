@@ -29,7 +29,10 @@ void __wrap_queue_unlink_locked(struct segment *seg, struct seg_key *k, uint32_t
 	__real_queue_unlink_locked(seg, k, n);
 }
 
-static void on_usr1(int sig) { (void)sig; }
+static void on_usr1(int sig)
+{
+	(void)sig;
+}
 
 static pid_t spawn_waiter(struct broker_proc *b, const char *first, const char *then)
 {
@@ -103,7 +106,7 @@ int main(void)
 	usleep(100000); /* w parks */
 	pthread_create(&th, NULL, release_a, NULL);
 	read(paused[0], &c, 1); /* a granted to w, w not yet unlinked from a */
-	kill(w, SIGUSR1); /* w's futex wait returns EINTR: it sees GRANTED */
+	kill(w, SIGUSR1);	/* w's futex wait returns EINTR: it sees GRANTED */
 	CHECK(WAIT_FOR((local_info(t, "b", &info), info.waiters == 2), 5000));
 	printf("w took a and queued on b; before the granter's unlink:\n");
 	show(t->seg, "a");

@@ -49,7 +49,8 @@ int main(void)
 		_exit(0);
 	}
 	waitpid(r, &st, 0);
-	printf("releaser: %s %d\n", WIFSIGNALED(st) ? "killed by signal" : "exited", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	printf("releaser: %s %d\n", WIFSIGNALED(st) ? "killed by signal" : "exited",
+	       WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 	s = open_session(&b, "observer", 0, 0);
 	sleep(5);
 	CHECK_OK(local_info(s, "k", &info));
