@@ -25,7 +25,7 @@ WARNINGS := -std=gnu11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prot
 ifeq ($(WERROR),1)
 WARNINGS += -Werror
 endif
-CPPFLAGS += -D_GNU_SOURCE -Iinclude -Ilibshm -DSHMLOCK_VERSION='"$(VERSION)"'
+CPPFLAGS += -D_GNU_SOURCE -Iinclude -Ilibshm -Ibroker -DSHMLOCK_VERSION='"$(VERSION)"'
 ifeq ($(CRASH_POINTS),1)
 CPPFLAGS += -DLOCAL_CRASH_POINTS
 endif
@@ -40,7 +40,7 @@ URCU_LIBS    := -lurcu-memb -lurcu-cds -lurcu-common
 SYSTEMD_LIBS := $(shell pkg-config --libs libsystemd 2>/dev/null || echo -lsystemd)
 CUNIT_LIBS   := $(shell pkg-config --libs cunit 2>/dev/null || echo -lcunit)
 CURL_LIBS    := $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
-# OpenSSL: TLS for the TCP protocol (broker/tcp_tls.c) and its tests.
+# OpenSSL: TLS for the TCP protocol (broker/faces/tcp/tcp_tls.c) and its tests.
 TLS_LIBS     := $(shell pkg-config --libs openssl 2>/dev/null || echo -lssl -lcrypto)
 HTTP_LIBS    := $(shell pkg-config --libs libmicrohttpd jansson 2>/dev/null || \
 		  echo -lmicrohttpd -ljansson)
@@ -54,7 +54,7 @@ say = @printf '  %-7s %s\n' $(1) $(2);
 endif
 
 LIBSHM_SRC := $(wildcard libshm/*.c)
-BROKER_SRC := $(wildcard broker/*.c)
+BROKER_SRC := $(sort $(shell find broker -name "*.c"))
 CLI_SRC    := $(wildcard cli/*.c)
 TESTLIB_SRC := tests/harness.c tests/broker_fixture.c tests/invariants.c tests/net_fixture.c \
 	       tests/key_fixture.c tests/word_fixture.c
@@ -180,7 +180,7 @@ $(EXAMPLES): $(O)/examples/%: $(O)/docs/examples/%.o $(STLIB)
 # and the broker's HTTP route table (checked against the OpenAPI document).
 $(TESTS): $(TESTLIB_SRC:%.c=$(O)/%.o) $(UNIT_SRC:%.c=$(O)/%.o) $(INTEG_SRC:%.c=$(O)/%.o) \
 		$(O)/tests/main.o $(O)/tests/runner.o $(O)/tests/isolate.o \
-		$(O)/broker/http_routes.o $(O)/broker/http_body.o $(STLIB)
+		$(O)/broker/faces/http/http_routes.o $(O)/broker/faces/http/http_body.o $(STLIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) $(CUNIT_LIBS) $(CURL_LIBS) $(HTTP_LIBS) $(TLS_LIBS) \
 		-lpthread
@@ -390,7 +390,7 @@ FUZZ_CLI_SRC := cli/args.c cli/duration.c cli/escape.c
 # fuzz_http runs the broker in process: all of broker/ but main.c, and the
 # OpenAPI document it serves, built in $(FUZZ_O) with the fuzz flags; the
 # broker's RCU frees are made synchronous (see tests/fuzz/fuzz_http.c).
-FUZZ_BROKER_OBJ := $(patsubst %.c,$(FUZZ_O)/%.o,$(filter-out broker/main.c,$(BROKER_SRC))) \
+FUZZ_BROKER_OBJ := $(patsubst %.c,$(FUZZ_O)/%.o,$(filter-out broker/core/main.c,$(BROKER_SRC))) \
 		   $(FUZZ_O)/gen/openapi_doc.o $(patsubst %,$(FUZZ_O)/gen/ui_%.o,index_html app_js app_css)
 
 fuzz-build:
@@ -400,8 +400,8 @@ fuzz-build:
 		echo "  FUZZ    $(FUZZ_O)/$$t"; \
 		libs=; \
 		case $$t in fuzz_cli) extra="-Icli $(FUZZ_CLI_SRC)";; \
-		fuzz_tcp) extra="-Ibroker broker/tcp_parse.c";; \
-		fuzz_http_body) extra="-Ibroker broker/http_body.c"; libs="$(HTTP_LIBS)";; \
+		fuzz_tcp) extra="-Ibroker broker/faces/tcp/tcp_parse.c";; \
+		fuzz_http_body) extra="-Ibroker broker/faces/http/http_body.c"; libs="$(HTTP_LIBS)";; \
 		fuzz_http) extra="-Ibroker -Itests tests/invariants.c $(FUZZ_BROKER_OBJ)"; \
 			libs="-Wl,--wrap=urcu_memb_call_rcu $(URCU_LIBS) $(SYSTEMD_LIBS) $(HTTP_LIBS) $(TLS_LIBS) $(CURL_LIBS)";; \
 		*) extra=;; esac; \
@@ -602,7 +602,7 @@ format:
 static-check:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
 		--inline-suppr --library=scripts/cppcheck-jansson.cfg \
-		-D_GNU_SOURCE -Iinclude -Ilibshm libshm broker cli
+		-D_GNU_SOURCE -Iinclude -Ilibshm -Ibroker libshm broker cli
 
 clean:
 	rm -rf build

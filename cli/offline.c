@@ -2,7 +2,7 @@
 /*
  * Inspection while the broker is down (issue 12): status, keys and info are
  * asked of the broker; when none answers but the segment lives on in its
- * keeper (SOCKET.keep, broker/keeper.c: it answers root and the broker's
+ * keeper (SOCKET.keep, broker/core/keeper.c: it answers root and the broker's
  * user), they read the segment itself. The mapping is private
  * (copy-on-write): nothing this process does can change the shared
  * segment, holds in it go on working, and no key mutex is taken (fields are

@@ -2,7 +2,7 @@
 /*
  * Operator calls without a session (local_admin_*): each is a MSG_OP_*
  * request on a connection of its own, answered by the broker from the
- * segment (broker/operator.c). Listings come in pages; the reply says where
+ * segment (broker/core/operator.c). Listings come in pages; the reply says where
  * the next one starts. Replies are checked as strictly as the broker checks
  * requests: every record must fit its page and every length its field.
  */

@@ -124,7 +124,7 @@ int api_force_release_req(struct proto_force_release *req, const char *key, size
 int api_destroy_req(struct proto_session_id *req, const char *session_id);
 
 /* keeper_call.c: one exchange with the segment's keeper at @path (the
- * broker's socket + ".keep", broker/keeper.c): send @cmd ('G' get, 'Q'
+ * broker's socket + ".keep", broker/core/keeper.c): send @cmd ('G' get, 'Q'
  * quit), wait @timeout_s for 'K'; for 'G' the segment's fd in *@fd. 0,
  * -errno of the connection (-ENOENT, -ECONNREFUSED: no keeper), or -EPROTO. */
 int keeper_exchange(const char *path, char cmd, int timeout_s, int *fd);
@@ -138,7 +138,7 @@ void api_drop_granted_pending(local_session *s, const char *key, size_t len, uin
  * as waiter_poll(); the request stays pending only on -EAGAIN. */
 int api_pending_arm(local_session *s, const char *key);
 int api_pending_poll(local_session *s, const char *key, bool cancel, uint64_t *token);
-/* J5 (broker/tcp_ops.c): api_pending_arm(), and the request's lock word and
+/* J5 (broker/faces/tcp/tcp_ops.c): api_pending_arm(), and the request's lock word and
  * its value while it still waits, so that a doorbell tells its rung waiters
  * from the others with one load each instead of a poll each. */
 int api_pending_arm_word(local_session *s, const char *key, _Atomic uint64_t **word,

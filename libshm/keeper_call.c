@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * The client side of the keeper's protocol (broker/keeper.c has the server
+ * The client side of the keeper's protocol (broker/core/keeper.c has the server
  * and the protocol's description): one byte sent on a SOCK_SEQPACKET
  * connection, 'K' back, with the segment's fd for 'G'. The broker, the CLI's
  * offline view (cli/offline.c) and the tests all ask it this way.

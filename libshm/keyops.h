@@ -243,7 +243,7 @@ enum release_how {
 /*
  * Called (when set) each time a lost hold puts key @k in lock-delay until
  * @until_ns, with the session that lost it: the broker keeps who it was, so
- * that a waiter can be told why it waits (broker/delay_notes.c). NULL in
+ * that a waiter can be told why it waits (broker/core/delay_notes.c). NULL in
  * clients. Under the key's mutex: must not block.
  */
 extern void (*key_delay_hook)(const struct seg_key *k, const struct seg_session *s, unsigned how,
@@ -409,12 +409,12 @@ static inline bool cluster_grant_void(const struct segment *seg, const struct se
 }
 
 /* A cluster semaphore's limit is at most this many slots (one etcd key
- * each, broker/cluster_sem.c): a larger one is refused with LOCAL_ELIMIT
+ * each, broker/cluster/cluster_sem.c): a larger one is refused with LOCAL_ELIMIT
  * when the key takes its kind (keyops.c). */
 #define CLUSTER_SEM_MAX 64
 
 /* K1 (issue 16): a cluster semaphore takes no new holder beyond the slots
- * this host reserved in etcd (broker/cluster_sem.c). Under the key mutex. */
+ * this host reserved in etcd (broker/cluster/cluster_sem.c). Under the key mutex. */
 static inline bool cluster_slots_full(const struct seg_key *k)
 {
 	return (atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_KEY) &&

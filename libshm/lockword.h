@@ -24,7 +24,7 @@
  *
  * Any admitted client can write any owner into a word, so who judges matters:
  *
- *  - The broker judges by its own table (broker/owners.c): a word may name
+ *  - The broker judges by its own table (broker/core/owners.c): a word may name
  *    the broker or a live process of a session it admitted (its pid from
  *    the kernel at the session's open, never from the segment). Anyone else
  *    is gone: a forged owner (pid 1, any long-lived stranger) is broken

@@ -439,7 +439,7 @@ struct segment {
 	 * (NULL). See lockword.h. */
 	uint32_t lock_self;
 	const struct lw_judge *lock_judge;
-	/* The broker's own mapping (broker/loop.c): a ring this process makes
+	/* The broker's own mapping (broker/core/loop.c): a ring this process makes
 	 * (a lease its in-process sessions took, a grant to a waiter it armed)
 	 * only sets rung_local, which the loop handles at the end of its turn,
 	 * instead of a futex wake of its own doorbell thread and an eventfd

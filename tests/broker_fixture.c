@@ -142,7 +142,7 @@ void broker_signal_wait(struct broker_proc *b, int sig)
 	b->pid = 0;
 }
 
-/* One exchange with the keeper (broker/keeper.c): @cmd, its answer. */
+/* One exchange with the keeper (broker/core/keeper.c): @cmd, its answer. */
 static int keeper_call(const struct broker_proc *b, char cmd, int *fd)
 {
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];

@@ -46,7 +46,7 @@ void broker_signal_wait(struct broker_proc *b, int sig);
 void broker_stop(struct broker_proc *b);
 
 /*
- * The segment's keeper beside @b's socket (broker/keeper.c): the segment's
+ * The segment's keeper beside @b's socket (broker/core/keeper.c): the segment's
  * fd (the test's to close), or -errno; and telling it to exit (0, or -errno
  * when none answers), which ends the segment once nobody maps it.
  */

@@ -69,7 +69,7 @@ if [ -f LICENSE ] && grep -q "MIT License" LICENSE &&
 else
 	fail "no MIT LICENSE file"
 fi
-if grep -L "SPDX-License-Identifier: MIT" cli/*.c libshm/*.c broker/*.c include/*.h | grep .; then
+if grep -L "SPDX-License-Identifier: MIT" cli/*.c libshm/*.c $(find broker -name "*.[ch]") include/*.h | grep .; then
 	fail "the files above have no MIT SPDX header"
 fi
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * The HTTP lock routes' fast body parser (broker/http_body.c, linked into
+ * The HTTP lock routes' fast body parser (broker/faces/http/http_body.c, linked into
  * the tests) against jansson, which parses every body it does not take:
  * whatever body it takes, jansson must read it the same way (an object,
  * with duplicates refused or not, the same members, the same values), so
@@ -14,7 +14,7 @@
 
 #include <jansson.h>
 
-#include "../broker/http_int.h"
+#include "faces/http/http_int.h"
 #include "harness.h"
 
 static const char *const seeds[] = {

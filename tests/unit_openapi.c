@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * docs/openapi.json against the broker's route table (broker/http_routes.c,
+ * docs/openapi.json against the broker's route table (broker/faces/http/http_routes.c,
  * linked into the tests): every route is documented with its method, every
  * documented operation is a route, the routes that need no token say
  * `security: []` and the others inherit the bearer requirement, and every
@@ -21,7 +21,7 @@
 /* The route table's declarations. Quoted includes are searched for first
  * in the including file's directory, so this needs no -Ibroker: broker.h
  * and http.h come from broker/, the rest from -Ilibshm and the system. */
-#include "../broker/http_int.h"
+#include "faces/http/http_int.h"
 #include "harness.h"
 
 #define DOC "docs/openapi.json"

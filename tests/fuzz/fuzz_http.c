@@ -4,7 +4,7 @@
  * bodies), end to end through libmicrohttpd. The broker runs in process on
  * a small private segment (anonymous shared memory: nothing is left behind)
  * with its HTTP server on a Unix socket in a temporary directory, driven by
- * a bounded copy of the event loop of broker/loop.c.
+ * a bounded copy of the event loop of broker/core/loop.c.
  *
  * An input is one byte of configuration, then raw HTTP request streams
  * separated by CONN_SEP, each sent on a connection of its own (at most
@@ -54,7 +54,7 @@
 #include <sanitizer/common_interface_defs.h>
 
 #include "clock.h"
-#include "http_int.h"
+#include "faces/http/http_int.h"
 #include "invariants.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -127,7 +127,7 @@ static void fail(const char *what, const char *detail, size_t n)
  * check after nearly every input. The fuzz build links the broker with
  * -Wl,--wrap=urcu_memb_call_rcu (its own references only, not liburcu's):
  * wait for the grace period here and free at once. Never called inside a
- * read-side critical section (see forget() in broker/sessions.c).
+ * read-side critical section (see forget() in broker/core/sessions.c).
  */
 void __wrap_urcu_memb_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *head));
 

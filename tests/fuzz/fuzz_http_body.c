@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * libFuzzer target: the HTTP lock routes' fast body parser
- * (broker/http_body.c) against jansson, which reads every body the fast
+ * (broker/faces/http/http_body.c) against jansson, which reads every body the fast
  * parser does not take. Whatever body it takes, for the fields of any
  * route, jansson must read the same way: an object, without duplicate
  * members, with exactly the members taken and the same values. Otherwise
@@ -12,7 +12,7 @@
 
 #include <jansson.h>
 
-#include "http_int.h"
+#include "faces/http/http_int.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

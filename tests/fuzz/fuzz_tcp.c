@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * libFuzzer target: the TCP protocol's framing and request parser
- * (broker/tcp_parse.c) over arbitrary byte streams, as a connection's input
+ * (broker/faces/tcp/tcp_parse.c) over arbitrary byte streams, as a connection's input
  * buffer sees them. Whatever they accept must be safe to act on: frames
  * inside the buffer with lines of at most TCP_LINE_MAX bytes, keys
  * non-empty and free of blanks and NULs (a key, token or secret cut short
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "tcp.h"
+#include "faces/tcp/tcp.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -2,7 +2,7 @@
 /*
  * The opt-in Consul-compatible HTTP API (docs/consul-api.md): sessions, KV
  * with acquire/release locks, blocking queries. It is one more listener of
- * the HTTP server (broker/http_server.c): same libmicrohttpd setup, token,
+ * the HTTP server (broker/faces/http/http_server.c): same libmicrohttpd setup, token,
  * rate limits, connection limits and drain; what differs is routed here.
  */
 #ifndef SHMLOCKD_CONSUL_H

@@ -13,7 +13,7 @@
 #include "broker.h"
 #include "conns.h"
 #include "clock.h"
-#include "metrics.h" /* J3 */
+#include "faces/metrics/metrics.h" /* J3 */
 #include "paths.h"
 
 #ifndef SHMLOCK_VERSION

@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "http_int.h"
+#include "faces/http/http_int.h"
 
 /* Is @url the view's (/ui, /ui/...)? */
 bool ui_path(const char *url);

@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker.h"
+#include "core/broker.h"
 #include "hist.h"
 #include "metrics.h"
-#include "operator.h"
+#include "core/operator.h"
 
 void text_put(struct text *t, const char *fmt, ...)
 {

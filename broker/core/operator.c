@@ -601,7 +601,7 @@ static int op_stats(struct broker *b, struct page *p)
 	return 0;
 }
 
-/* Split out of op_stats() for /metrics (J3, broker/metrics_render.c). */
+/* Split out of op_stats() for /metrics (J3, broker/faces/metrics/metrics_render.c). */
 void operator_stats(const struct broker *b, struct proto_op_stats *r)
 {
 	api_seg_stats(&b->seg, r);

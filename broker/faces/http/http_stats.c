@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "http_int.h"
-#include "metrics.h"
-#include "operator.h"
+#include "faces/metrics/metrics.h"
+#include "core/operator.h"
 
 /* Status codes the API answers with, in the order of the counters. */
 static const int status_codes[HTTP_STATUS_SLOTS] = { 200, 204, 400, 401, 404, 405, 408,

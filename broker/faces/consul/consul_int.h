@@ -11,7 +11,7 @@
 #include <stdatomic.h>
 
 #include "consul.h"
-#include "http_int.h"
+#include "faces/http/http_int.h"
 
 /* Timer kind of the Consul API: a = waiter slot, b = its generation;
  * a = CONSUL_TIMER_EVAL: re-evaluate the blocking queries now. */

@@ -15,7 +15,7 @@
 #include "clock.h"
 #include "keyops.h"
 #include "keyreset.h"
-#include "operator.h"
+#include "core/operator.h"
 #include "ui.h"
 
 #define UI_LIST_MAX 200	  /* sessions, leases, quarantined keys shown */

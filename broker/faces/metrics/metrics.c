@@ -16,9 +16,9 @@
 #include <syslog.h>
 #include <unistd.h>
 
-#include "broker.h"
+#include "core/broker.h"
 #include "clock.h"
-#include "http.h"
+#include "faces/http/http.h"
 #include "metrics.h"
 
 #define METRICS_MAX_CONNECTIONS 64

@@ -29,7 +29,7 @@
 #include "clock.h"
 #include "procinfo.h"
 #include "seg_flags.h"
-#include "http_int.h"
+#include "faces/http/http_int.h"
 #include "tcp_int.h"
 
 /* ---- the connection's records --------------------------------------------------- */

@@ -22,7 +22,7 @@
 #include "broker.h"
 #include "clock.h"
 #include "conns.h"
-#include "metrics.h" /* J3 */
+#include "faces/metrics/metrics.h" /* J3 */
 #include "operator.h"
 #include "procinfo.h"
 

@@ -28,7 +28,7 @@
 #include "client.h" /* hex_decode() */
 #include "clock.h"
 #include "http_int.h"
-#include "tcp.h"
+#include "faces/tcp/tcp.h"
 
 /* Durations in seconds, as dflockd takes them: 0 up to the largest Go
  * time.Duration in seconds. Waits that long are broker timers (a u64 of

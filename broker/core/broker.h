@@ -15,10 +15,10 @@
 #include "keyops.h"
 #include "client.h"
 #include "proto.h"
-#include "http.h"
-#include "tcp.h"
-#include "consul.h"
-#include "cluster.h"
+#include "faces/http/http.h"
+#include "faces/tcp/tcp.h"
+#include "faces/consul/consul.h"
+#include "cluster/cluster.h"
 #include "owners.h"
 
 /* A per-event log line that may come in bursts (100 000 leases expiring

@@ -10,7 +10,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
-#include "broker.h"
+#include "core/broker.h"
 #include "http.h"
 
 #define HTTP_BODY_MAX (1u << 20)

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "broker.h"
+#include "core/broker.h"
 #include "tcp.h"
 
 /* Input kept per connection: a whole request (3 lines of TCP_LINE_MAX)

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <syslog.h>
 
-#include "broker.h"
+#include "core/broker.h"
 #include "cluster_int.h"
 
 #define STEP_MS 3000u  /* one request */

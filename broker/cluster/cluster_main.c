@@ -28,7 +28,7 @@
 #include <syslog.h>
 #include <time.h>
 
-#include "broker.h"
+#include "core/broker.h"
 #include "clock.h"
 #include "cluster_int.h"
 #include "futex.h"

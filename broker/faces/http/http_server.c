@@ -25,9 +25,9 @@
 #include <systemd/sd-daemon.h>
 
 #include "clock.h"
-#include "consul_int.h"
+#include "faces/consul/consul_int.h"
 #include "http_int.h"
-#include "ui.h"
+#include "faces/ui/ui.h"
 
 extern const char openapi_json[];
 

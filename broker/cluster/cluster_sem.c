@@ -29,7 +29,7 @@
 #include <string.h>
 #include <syslog.h>
 
-#include "broker.h"
+#include "core/broker.h"
 #include "clock.h"
 #include "cluster_int.h"
 
