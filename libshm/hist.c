@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * Wait and hold time histograms (J3, metrics). Each session counts its own
+ * Wait and hold time histograms. Each session counts its own
  * in its slot of the segment, and only on the contended path: the
  * lock-free acquire and release never read the clock nor write here.
  */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Wait and hold time histograms in session slots (J3, metrics). */
+/* Wait and hold time histograms in session slots. */
 #ifndef SHMLOCK_HIST_H
 #define SHMLOCK_HIST_H
 

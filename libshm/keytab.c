@@ -121,7 +121,7 @@ static bool fast_eligible(const struct seg_key *k)
 	if (atomic_load(&k->state) != KEY_USED || k->q_head != IDX_NONE || k->delay_until_ns != 0 ||
 	    atomic_load(&k->watchers) != 0)
 		return false;
-	/* Cluster keys (issue 16) stay on the mutex path: its release tells
+	/* Cluster keys stay on the mutex path: its release tells
 	 * the broker when the host may give up the key's cluster lock. */
 	if (atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_KEY)
 		return false;
