@@ -1,6 +1,7 @@
 #!/bin/sh
 # doc-map-check.sh [MAP]: list the tracked source files that docs/architecture.md
-# (or MAP) does not name, so the map stays a map of every file. Exit 1 if any.
+# (or MAP) does not name, so the map stays a map of every file. Exit 1 if
+# any, 2 if the map cannot be read.
 #
 # A file counts as named when the map has
 #   - its path (`broker/core/loop.c`), or
@@ -14,6 +15,7 @@ set -eu
 
 top=$(git rev-parse --show-toplevel)
 map=${1:-$top/docs/architecture.md}
+[ -r "$map" ] || { echo "doc-map-check: cannot read $map" >&2; exit 2; }
 cd "$top"
 
 git ls-files -- libshm broker cli include tests python scripts systemd ui debian |
