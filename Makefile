@@ -581,9 +581,11 @@ deb:
 C_TRACKED = git ls-files -z -- '*.c' '*.h'
 
 # clang-format (.clang-format) over the whole tree: make lint fails on any
-# file it would change (make format-all rewrites them).
+# file it would change (make format-all rewrites them), and every tracked
+# file must be on docs/architecture.md's map (scripts/doc-map-check.sh).
 lint: static-check
 	$(C_TRACKED) | xargs -0 clang-format-14 --dry-run -Werror
+	sh scripts/doc-map-check.sh
 
 # Rewrite every tracked C file as clang-format lays it out.
 format-all:
