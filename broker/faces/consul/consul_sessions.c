@@ -25,7 +25,7 @@
 #include "clock.h"
 #include "consul_int.h"
 #include "procinfo.h"
-#include "seg_flags.h"
+#include "segment.h"
 
 #define TTL_MAX_S 86400u
 #define LOCK_DELAY_MAX_NS 60000000000ull
