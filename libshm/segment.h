@@ -136,6 +136,14 @@ enum seg_session_state {
  * (hist_bounds_us[i - 1], hist_bounds_us[i]]; longer ones only in count.
  */
 #define SEG_HIST_BUCKETS 12
+/* The buckets' upper bounds in microseconds (100 us to 5 min): part of the
+ * format, since a reader adds up what other processes counted. */
+#define SEG_HIST_BOUNDS_US                                                                 \
+	{                                                                                  \
+		100, 1000, 5000, 10000, 50000, 100000, 500000, 1000000, 5000000, 10000000, \
+			60000000, 300000000                                                \
+	}
+
 struct seg_hist {
 	_Atomic uint64_t count;
 	_Atomic uint64_t sum_us;
