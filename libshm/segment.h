@@ -713,6 +713,13 @@ static inline void seg_cluster_set_deadline(struct seg_header *h, uint64_t at_ns
 	atomic_store(&h->cluster_deadline_ns, at_ns);
 }
 
+/* The manager sleeps on the cluster bell (@on), so that a ring must wake it
+ * (cluster_ring()), or it is awake and will look anyway. */
+static inline void seg_cluster_set_listening(struct seg_header *h, bool on)
+{
+	atomic_store(&h->cluster_listening, on ? 1u : 0u);
+}
+
 /* Publish the cluster prefixes (at most SEG_CLUSTER_PREFIXES, each shorter
  * than SEG_CLUSTER_PREFIX_MAX): key creation reads them (segment.c). */
 void seg_cluster_set_prefixes(struct seg_header *h, const char (*prefixes)[SEG_CLUSTER_PREFIX_MAX],

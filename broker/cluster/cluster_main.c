@@ -876,7 +876,7 @@ static void *manager(void *arg)
 			next_full = mono_ns() + FULL_MS * 1000000ull;
 		scan(c, full);
 		last = v;
-		atomic_store(&h->cluster_listening, 1);
+		seg_cluster_set_listening(h, true);
 		/* Soon again while something is pending (at least 1 ms: with
 		 * --cluster-linger 0 it would spin). */
 		wait_ms = c->lingering && c->o->linger_ms < TICK_MS ? c->o->linger_ms : TICK_MS;
@@ -885,7 +885,7 @@ static void *manager(void *arg)
 		woke_by = mono_ns() + wait_ms * 1000000ull;
 		if (atomic_load(&h->cluster_bell) == v && !atomic_load(&c->stop))
 			futex_wait_until(&h->cluster_bell, v, woke_by);
-		atomic_store(&h->cluster_listening, 0);
+		seg_cluster_set_listening(h, false);
 	}
 	/* How busy the manager was (the cost of the bell: docs/cluster.md). */
 	blog(LOG_INFO, "cluster: manager: %" PRIu64 " looks, %" PRIu64 " at every key entry",
