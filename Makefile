@@ -384,9 +384,9 @@ header-check:
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_SECONDS ?= 300
 FUZZ_O := build/fuzz
-# fuzz_cli also needs the CLI's parsers, built here with the target's flags
+# fuzz_cli also needs the CLI's parsers and the duration parser, built here with the target's flags
 # (the rest of cli/ wants a broker and jansson).
-FUZZ_CLI_SRC := cli/args.c cli/duration.c cli/escape.c
+FUZZ_CLI_SRC := cli/args.c libshm/duration.c cli/escape.c
 # fuzz_http runs the broker in process: all of broker/ but main.c, and the
 # OpenAPI document it serves, built in $(FUZZ_O) with the fuzz flags; the
 # broker's RCU frees are made synchronous (see tests/fuzz/fuzz_http.c).

@@ -22,6 +22,7 @@
 #include "cli.h"
 #include "client.h"
 #include "clock.h"
+#include "keeper_proto.h"
 #include "segment.h"
 
 /* How long the offline view waits for a keeper's answer. */
@@ -50,8 +51,8 @@ static int offline_open(const char *socket, struct offline *o)
 	for (i = 0; i < l.n && fd < 0; i++) {
 		if (!l.given && paths_unsafe(l.path[i]))
 			continue;
-		snprintf(o->keeper, sizeof(o->keeper), "%s.keep", l.path[i]);
-		if (keeper_exchange(o->keeper, 'G', KEEPER_WAIT_S, &fd))
+		if (keeper_path(l.path[i], o->keeper, sizeof(o->keeper)) ||
+		    keeper_exchange(o->keeper, KEEPER_GET, KEEPER_WAIT_S, &fd))
 			fd = -1;
 	}
 	if (fd < 0)

@@ -123,11 +123,8 @@ int api_force_release_req(struct proto_force_release *req, const char *key, size
 			  const char *holder_id);
 int api_destroy_req(struct proto_session_id *req, const char *session_id);
 
-/* keeper_call.c: one exchange with the segment's keeper at @path (the
- * broker's socket + ".keep", broker/core/keeper.c): send @cmd ('G' get, 'Q'
- * quit), wait @timeout_s for 'K'; for 'G' the segment's fd in *@fd. 0,
- * -errno of the connection (-ENOENT, -ECONNREFUSED: no keeper), or -EPROTO. */
-int keeper_exchange(const char *path, char cmd, int timeout_s, int *fd);
+/* keeper_proto.h: the segment's keeper (its protocol and client). */
+#include "keeper_proto.h"
 
 /* api_sem.c: a released hold ends the local_enqueue() request it came from. */
 void api_drop_granted_pending(local_session *s, const char *key, size_t len, uint32_t key_idx);

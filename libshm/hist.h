@@ -7,7 +7,7 @@
 
 #include "segment.h"
 
-/* Upper bounds of the buckets, in microseconds (100 us to 5 min). */
+/* Upper bounds of the buckets, in microseconds (SEG_HIST_BOUNDS_US). */
 extern const uint64_t hist_bounds_us[SEG_HIST_BUCKETS];
 
 /* Count one duration of @ns into @h (relaxed atomics: a scrape may see a

@@ -378,7 +378,7 @@ uint32_t key_release_hold_locked(struct segment *seg, struct seg_key *k, uint32_
 	 * key's cluster lock; it asks for one ring at a time (CL_ARMED), so a
 	 * queue that empties for a moment at every turn costs no wake-up. */
 	if (atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_ARMED) {
-		atomic_fetch_and(&k->cluster, ~CL_ARMED);
+		seg_key_cluster_disarm(k);
 		cluster_ring_release(seg->hdr); /* a key the broker holds: no full scan */
 	}
 	return IDX_NONE;

@@ -579,8 +579,7 @@ static int create_locked(struct segment *seg, uint32_t hash, const char *key, si
 	k->key[len] = '\0';
 	k->key_len = (uint32_t)len;
 	/* A key under a cluster prefix starts gated (cluster_gated()). */
-	atomic_store(&k->cluster, cluster_prefix_match(seg, key, len) ? CL_KEY : 0);
-	atomic_store(&k->cluster_lease, 0);
+	seg_key_cluster_reset(k, cluster_prefix_match(seg, key, len));
 	atomic_store(&k->hash, hash);
 	atomic_store(&k->state, KEY_USED);
 	atomic_store_explicit(&seg->index[slot], idx + 1, memory_order_release);

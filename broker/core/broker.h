@@ -225,8 +225,8 @@ void shm_teardown(struct broker *b);
 /* 0 while the live header validates; logs the change, sets seg_rejected. */
 int shm_revalidate(struct broker *b);
 
-/* keeper.c: the process that keeps the segment's fd while no broker runs. */
-int keeper_path(const char *socket_path, char *buf, size_t size);
+/* keeper.c: the process that keeps the segment's fd while no broker runs
+ * (keeper_proto.h: its protocol and keeper_path()). */
 int keeper_fetch(const char *path, int *fd); /* -ENOENT, -ECONNREFUSED: none */
 int keeper_quit(const char *path);
 int keeper_start(struct broker *b, int memfd);

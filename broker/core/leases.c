@@ -203,7 +203,7 @@ void lease_due(struct broker *b, uint32_t i, uint64_t at)
 		key_unlock(k);
 		return;
 	}
-	record_expiry(seg, NODE_SESSION(w), seg_key_index(seg, k), n->token, 0);
+	record_expiry(seg, NODE_SESSION(w), seg_key_index(seg, k), n->token, SESS_EXPIRED_LEASE);
 	session_public_id(NODE_SESSION(w), n->session_gen, id, sizeof(id));
 	if (blog_allow(&b->expiry_log, now))
 		blog(LOG_NOTICE, "lease of %.*s held by session %s expired; released",

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 
 #include "consul.h"
+#include "duration.h"
 #include "faces/http/http_int.h"
 
 /* Timer kind of the Consul API: a = waiter slot, b = its generation;
@@ -30,7 +31,7 @@ struct csession {
 	uint32_t slot, gen;
 	char id[CONSUL_UUID_LEN + 1];
 	char *name;
-	uint64_t ttl_s; /* 0: none */
+	uint64_t ttl_ms; /* 0: none */
 	uint64_t lock_delay_ns;
 	bool behavior_delete;
 	json_t *node_checks, *service_checks; /* as given (Consul's lists) */
@@ -157,9 +158,6 @@ int consul_unescape(const char *in, size_t n, char *out, size_t size, size_t *ou
 /* Start a blocking query if ?index= asks for one and the view is not past
  * it: true when @r was suspended (answered later). */
 bool consul_block(struct hreq *r, enum cw_kind kind, const char *key, uint64_t view_index);
-/* "15s", "1m30s", "250ms", "10" (seconds) -> ns; -1 if malformed. */
-int64_t consul_duration(const char *s);
-void consul_format_duration(uint64_t ns, char *out, size_t size);
 
 /* consul_sessions.c */
 int csessions_init(struct consul *c);

@@ -229,69 +229,6 @@ bool consul_arg(struct hreq *r, const char *name, char *buf, size_t size)
 	return true;
 }
 
-/* ---- durations --------------------------------------------------------------- */
-
-int64_t consul_duration(const char *s)
-{
-	static const struct {
-		const char *unit;
-		uint64_t ns;
-	} units[] = { { "ns", 1 },
-		      { "us", 1000 },
-		      { "ms", 1000000 },
-		      { "s", 1000000000ull },
-		      { "m", 60000000000ull },
-		      { "h", 3600000000000ull } };
-	uint64_t total = 0;
-	bool any = false;
-
-	if (!*s)
-		return -1;
-	while (*s) {
-		char *end;
-		double v = strtod(s, &end);
-		size_t i, best = 0, best_len = 0;
-
-		if (end == s || v < 0)
-			return -1;
-		s = end;
-		if (!*s && !any) /* a bare number: seconds, as Consul's ?wait= takes */
-			return (int64_t)(v * 1e9);
-		for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-			size_t n = strlen(units[i].unit);
-
-			if (!strncmp(s, units[i].unit, n) && n > best_len) {
-				best = i;
-				best_len = n;
-			}
-		}
-		if (!best_len)
-			return -1;
-		s += best_len;
-		total += (uint64_t)(v * (double)units[best].ns);
-		any = true;
-		if (total > (uint64_t)INT64_MAX / 2)
-			return -1;
-	}
-	return (int64_t)total;
-}
-
-void consul_format_duration(uint64_t ns, char *out, size_t size)
-{
-	/* As Go's time.Duration prints the whole seconds Consul deals in. */
-	uint64_t s = ns / 1000000000ull;
-
-	if (ns % 1000000000ull)
-		snprintf(out, size, "%" PRIu64 "ms", ns / UINT64_C(1000000));
-	else if (s >= 3600)
-		snprintf(out, size, "%" PRIu64 "h%" PRIu64 "m%" PRIu64 "s", s / 3600, s % 3600 / 60,
-			 s % 60);
-	else if (s >= 60)
-		snprintf(out, size, "%" PRIu64 "m%" PRIu64 "s", s / 60, s % 60);
-	else
-		snprintf(out, size, "%" PRIu64 "s", s);
-}
-
 /* ---- blocking queries ---------------------------------------------------- */
 
 static int32_t wait_slot(struct consul *c)
@@ -352,13 +289,16 @@ bool consul_block(struct hreq *r, enum cw_kind kind, const char *key, uint64_t v
 	if (errno || *end || !want || view > want)
 		return false;
 	if (consul_arg(r, "wait", buf, sizeof(buf)) && buf[0]) {
-		int64_t ns = consul_duration(buf);
+		const char *why;
+		int64_t ns;
 
-		if (ns < 0) {
+		/* Go's durations, and bare seconds as documented; what does not
+		 * parse, overflows or is negative gets Consul's answer. */
+		if (duration_parse_or_seconds(buf, &ns, &why) || ns < 0) {
 			consul_reply_text(r, 400, "Invalid wait time");
 			return true;
 		}
-		wait_ms = (uint64_t)ns / 1000000u;
+		wait_ms = (uint64_t)duration_ms(ns);
 	}
 	if (wait_ms > CONSUL_WAIT_MAX_MS)
 		wait_ms = CONSUL_WAIT_MAX_MS;

@@ -24,7 +24,7 @@
 #include "clock.h"
 #include "http_int.h"
 #include "procinfo.h"
-#include "seg_flags.h"
+#include "segment.h"
 
 static uint64_t broker_start_time;
 

@@ -28,7 +28,7 @@
 
 #include "clock.h"
 #include "procinfo.h"
-#include "seg_flags.h"
+#include "segment.h"
 #include "faces/http/http_int.h"
 #include "tcp_int.h"
 
