@@ -254,6 +254,17 @@ bench: deps
 		SHMLOCK_LIBLOCAL=$(abspath $(O))/$(SONAME) SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) \
 		PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 python/bench/binding.py;; esac
 
+# ---- the knot (docs/architecture.md, "The core and its faces") ---------------
+
+# The file-level call graph of broker/, drawn from the built objects (nm), and
+# its largest strongly connected component: the files that each reach all the
+# others. The core meets faces only through broker/core/face.h, so the knot
+# stays within one face or the core (at most KNOT_MAX files).
+KNOT_MAX ?= 5
+.PHONY: knot
+knot: $(BROKER)
+	/usr/bin/python3 scripts/knot.py --max $(KNOT_MAX) $(O)
+
 # ---- the Python binding (python/, docs/python.md) -------------------------
 
 # Its pytest suite with Debian's python3, against this build's liblocal.so
