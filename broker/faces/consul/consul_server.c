@@ -169,7 +169,7 @@ void consul_changed(struct consul *c)
 	if (c->eval_pending || !c->active_waits)
 		return;
 	c->eval_pending = true;
-	broker_schedule(c->b, mono_ns(), TIMER_CONSUL_WAIT, CONSUL_TIMER_EVAL, 0);
+	face_schedule(c->b, &http_face, mono_ns(), TIMER_CONSUL_WAIT, CONSUL_TIMER_EVAL, 0);
 }
 
 /* ---- query parameters ---------------------------------------------------- */
@@ -320,19 +320,18 @@ static void watch_hangup(struct consul *c, struct hreq *r, uint32_t slot)
 {
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	struct epoll_event ev = { .events = EPOLLRDHUP };
 	struct cwait *w = &c->waits[slot];
 
 	w->fd = ci ? ci->connect_fd : -1;
-	ev.data.u64 = TAG_HTTP_HUP | CONSUL_HUP | slot;
-	if (w->fd >= 0 && epoll_ctl(c->b->epfd, EPOLL_CTL_ADD, w->fd, &ev))
+	if (w->fd >= 0 && loop_watch(c->b, w->fd, EPOLLRDHUP, http_hangup_ready,
+				     (void *)(uintptr_t)(CONSUL_HUP | slot)))
 		w->fd = -1; /* its deadline still ends it */
 }
 
 static void unwatch_hangup(struct consul *c, struct cwait *w)
 {
 	if (w->fd >= 0)
-		loop_unwatch_fd(c->b, w->fd);
+		loop_unwatch(c->b, w->fd);
 	w->fd = -1;
 }
 
@@ -375,8 +374,8 @@ bool consul_block(struct hreq *r, enum cw_kind kind, const char *key, uint64_t v
 	cx(r)->waiter = slot;
 	c->active_waits++;
 	watch_hangup(c, r, (uint32_t)slot);
-	broker_schedule(c->b, mono_ns() + wait_ms * 1000000ull, TIMER_CONSUL_WAIT, (uint32_t)slot,
-			w->gen);
+	face_schedule(c->b, &http_face, mono_ns() + wait_ms * 1000000ull, TIMER_CONSUL_WAIT,
+		      (uint32_t)slot, w->gen);
 	hreq_suspend(r);
 	consul_watch_update(c);
 	return true;

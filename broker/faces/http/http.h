@@ -80,13 +80,10 @@ int http_start(struct broker *b);
 /* Stop at once: close every HTTP session, free everything. */
 void http_stop(struct broker *b);
 
-/* Event-loop hooks. */
-void http_event(struct broker *b, uint64_t tag);
+/* The face the core knows (core/face.h); its hooks follow. */
+struct face;
+extern const struct face http_face;
 void http_doorbell(struct broker *b); /* the doorbell rang: poll the waiters */
-/* End of the loop's turn: run the daemons if asked to (true: they ran);
- * whether that is still wanted (then the loop polls without sleeping). */
-bool http_run_due(struct broker *b);
-bool http_run_pending(struct broker *b);
 void http_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2);
 /* Session @slot ended (closed, destroyed by an operator): end its requests. */
 void http_session_ended(struct broker *b, uint32_t slot);

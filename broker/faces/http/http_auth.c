@@ -45,7 +45,7 @@ static void delay_answer(struct hreq *r, uint64_t at)
 	}
 	h->delayed[i] = r;
 	r->delayed = (int32_t)i;
-	broker_schedule(h->b, at, TIMER_HTTP_DELAY, i, h->delayed_gen[i]);
+	face_schedule(h->b, &http_face, at, TIMER_HTTP_DELAY, i, h->delayed_gen[i]);
 	hreq_suspend(r);
 }
 

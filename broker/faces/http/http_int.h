@@ -16,7 +16,14 @@
 #define HTTP_BODY_MAX (1u << 20)
 /* --http-listen, --http-socket, socket-activated; + the Consul API's two */
 #define HTTP_MAX_DAEMONS 5
-/* Timer kinds of the HTTP API in the broker's heap. */
+/* The HTTP face's timer kinds (face_schedule(), http_timer()). */
+enum http_timer_kind {
+	TIMER_HTTP_TICK = 1,   /* periodic: run libmicrohttpd's timeouts, reap */
+	TIMER_HTTP_WAIT = 2,   /* a = waiter slot, b = its generation */
+	TIMER_HTTP_RUN = 3,    /* now: run libmicrohttpd (http_server.c run_soon()) */
+	TIMER_HTTP_DELAY = 4,  /* a = delayed answer slot, b = its generation */
+	TIMER_CONSUL_WAIT = 5, /* a Consul blocking query's wait ran out */
+};
 
 /* ---- routes (http_routes.c) --------------------------------------------- */
 
@@ -262,6 +269,10 @@ void http_ips_gc(struct http *h);
 void http_ips_free(struct http *h);
 
 /* ---- the whole server --------------------------------------------------- */
+
+/* A connection's hang-up watch (face.h) ended the wait in @slot (a Consul
+ * blocking query's when @slot has CONSUL_HUP). */
+void http_hangup_ready(struct broker *b, int fd, uint32_t events, void *slot);
 
 #define HTTP_STATUS_SLOTS 13
 struct http_counters {

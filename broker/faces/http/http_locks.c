@@ -406,7 +406,7 @@ static void finish(struct http *h, uint32_t slot)
 	struct hreq *r = w->req;
 
 	if (w->fd >= 0)
-		loop_unwatch_fd(h->b, w->fd);
+		loop_unwatch(h->b, w->fd);
 	w->req = NULL;
 	w->gen++;
 	w->sess->waiting--;
@@ -460,7 +460,6 @@ static void wait_begin(struct hreq *r, struct hsession *hs, json_int_t timeout_s
 {
 	struct http *h = r->h;
 	const union MHD_ConnectionInfo *ci;
-	struct epoll_event ev = { .events = EPOLLRDHUP };
 	struct hwaiter *w;
 	uint64_t tok = 0;
 	int32_t slot;
@@ -500,10 +499,10 @@ static void wait_begin(struct hreq *r, struct hsession *hs, json_int_t timeout_s
 	memcpy(w->key, r->rt.param, r->rt.param_len + 1);
 	ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	w->fd = ci ? ci->connect_fd : -1;
-	ev.data.u64 = TAG_HTTP_HUP | (uint64_t)slot;
-	if (w->fd >= 0 && epoll_ctl(h->b->epfd, EPOLL_CTL_ADD, w->fd, &ev))
+	if (w->fd >= 0 &&
+	    loop_watch(h->b, w->fd, EPOLLRDHUP, http_hangup_ready, (void *)(uintptr_t)slot))
 		w->fd = -1; /* no hang-up detection; the deadline still ends it */
-	broker_schedule(h->b, w->deadline_ns, TIMER_HTTP_WAIT, (uint32_t)slot, w->gen);
+	face_schedule(h->b, &http_face, w->deadline_ns, TIMER_HTTP_WAIT, (uint32_t)slot, w->gen);
 	hs->waiting++;
 	h->active_waiters++;
 	r->waiter = slot;
@@ -524,7 +523,8 @@ void http_waiter_due(struct http *h, uint32_t slot, uint32_t gen)
 	if (slot < h->nwaiters && h->waiters[slot].req && h->waiters[slot].gen == gen &&
 	    !poll_one(h, slot, true))
 		/* Its key's mutex is held by a stalled process: try again. */
-		broker_schedule(h->b, mono_ns() + 100000000ull, TIMER_HTTP_WAIT, slot, gen);
+		face_schedule(h->b, &http_face, mono_ns() + 100000000ull, TIMER_HTTP_WAIT, slot,
+			      gen);
 }
 
 /* Leave the queue; a grant that landed meanwhile goes to the next waiter. */

@@ -719,6 +719,8 @@ static bool is_tcp(int fd)
  * dawdling over its request longer than --http-connection-timeout.
  * Suspended long polls are not idle: their own deadline ends them.
  */
+static void daemon_ready(struct broker *b, int fd, uint32_t events, void *i);
+
 static int start_daemon(struct http *h, int fd)
 {
 	const struct http_opts *o = &h->b->opts.http;
@@ -745,7 +747,7 @@ static int start_daemon(struct http *h, int fd)
 	info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_EPOLL_FD);
 	if (!info)
 		return -EINVAL;
-	return loop_watch_fd(h->b, info->epoll_fd, TAG_HTTP | i);
+	return loop_watch(h->b, info->epoll_fd, EPOLLIN, daemon_ready, (void *)(uintptr_t)i);
 }
 
 /*
@@ -819,7 +821,7 @@ int http_start(struct broker *b)
 		if ((err = start_daemon(h, fd)) || (err = consul_start(h, h->nd - 1)))
 			return err;
 	}
-	broker_schedule(b, mono_ns() + 250000000ull, TIMER_HTTP_TICK, 0, 0);
+	face_schedule(b, &http_face, mono_ns() + 250000000ull, TIMER_HTTP_TICK, 0, 0);
 	if (http_enabled(o) || act >= 0) /* not when only the Consul API is on */
 		blog(LOG_INFO, "HTTP API on%s%s%s%s%s", o->listen[0] ? " " : "", o->listen,
 		     o->unix_path[0] ? " unix:" : "", o->unix_path,
@@ -882,22 +884,42 @@ static void run_daemon(struct http *h, unsigned i)
 	run_soon(h);
 }
 
-void http_event(struct broker *b, uint64_t tag)
+static void after_event(struct http *h)
 {
-	struct http *h = b->http;
-
-	if (!h)
-		return;
-	if (TAG_KIND(tag) == TAG_HTTP_HUP && (TAG_VALUE(tag) & CONSUL_HUP))
-		consul_hangup(h, (uint32_t)TAG_VALUE(tag)); /* a blocking query's client */
-	else if (TAG_KIND(tag) == TAG_HTTP_HUP)
-		http_waiter_hangup(h, (uint32_t)TAG_VALUE(tag));
-	else if (TAG_VALUE(tag) < h->nd)
-		run_daemon(h, (unsigned)TAG_VALUE(tag));
 	if (h->maybe_granted) {
 		h->maybe_granted = false;
 		http_waiters_poll(h);
 	}
+}
+
+/* A daemon's epoll fd is ready: run it. */
+static void daemon_ready(struct broker *b, int fd, uint32_t events, void *i)
+{
+	struct http *h = b->http;
+
+	(void)fd;
+	(void)events;
+	if (!h)
+		return;
+	if ((uintptr_t)i < h->nd)
+		run_daemon(h, (unsigned)(uintptr_t)i);
+	after_event(h);
+}
+
+void http_hangup_ready(struct broker *b, int fd, uint32_t events, void *slot)
+{
+	struct http *h = b->http;
+	uint64_t v = (uintptr_t)slot;
+
+	(void)fd;
+	(void)events;
+	if (!h)
+		return;
+	if (v & CONSUL_HUP)
+		consul_hangup(h, (uint32_t)v); /* a blocking query's client */
+	else
+		http_waiter_hangup(h, (uint32_t)v);
+	after_event(h);
 }
 
 static void run_all(struct http *h)
@@ -912,7 +934,7 @@ static void run_all(struct http *h)
 	}
 }
 
-bool http_run_due(struct broker *b)
+static bool run_due(struct broker *b)
 {
 	struct http *h = b->http;
 
@@ -923,8 +945,12 @@ bool http_run_due(struct broker *b)
 	return true;
 }
 
-bool http_run_pending(struct broker *b)
+/* End of the loop's turn: run the daemons if asked to (true: they ran), or
+ * say whether that is wanted. */
+static bool http_deferred(struct broker *b, bool run)
 {
+	if (run)
+		return run_due(b);
 	return b->http && b->http->run_pending;
 }
 
@@ -967,7 +993,7 @@ void http_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 	http_sessions_reap(h);
 	http_ips_gc(h);
 	ui_poll(h, true); /* K4: lock-free changes ring no doorbell */
-	broker_schedule(b, mono_ns() + period, TIMER_HTTP_TICK, 0, 0);
+	face_schedule(b, &http_face, mono_ns() + period, TIMER_HTTP_TICK, 0, 0);
 }
 
 #define DRAIN_NS 1000000000ull
@@ -988,3 +1014,14 @@ bool http_draining(struct broker *b)
 	}
 	return h->connections == 0 || mono_ns() >= h->drain_deadline_ns;
 }
+
+const struct face http_face = {
+	.name = "http",
+	.start = http_start,
+	.stop = http_stop,
+	.timer = http_timer,
+	.session_ended = http_session_ended,
+	.doorbell = http_doorbell,
+	.deferred = http_deferred,
+	.drained = http_draining,
+};

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Prometheus metrics (J3): the text builder and the broker-wide metrics
+ * Prometheus metrics: the text builder and the broker-wide metrics
  * shared by the HTTP API's GET /metrics and the metrics-only listener
  * (--metrics-listen, or the socket-activated fd named "metrics"), which
  * serves /metrics and nothing of the lock API.
@@ -27,10 +27,9 @@ void text_counter(struct text *t, const char *name, const char *help, uint64_t v
  * and hold time histograms summed over every session slot. */
 void metrics_render_broker(struct broker *b, struct text *t);
 
-/* The metrics-only listener: started if configured or socket-activated. */
-int metrics_start(struct broker *b);
-void metrics_stop(struct broker *b);
-void metrics_event(struct broker *b);
-void metrics_timer(struct broker *b);
+/* The metrics-only listener, started if configured or socket-activated: the
+ * face the core knows (core/face.h). */
+struct face;
+extern const struct face metrics_face;
 
 #endif

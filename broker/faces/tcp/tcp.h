@@ -46,10 +46,10 @@ int tcp_opt_parse(struct tcp_opts *o, int opt, const char *arg);
 int tcp_start(struct broker *b);
 /* Close every connection (ending its session) and the listener. */
 void tcp_stop(struct broker *b);
-/* Event-loop hooks. */
-void tcp_event(struct broker *b, uint64_t tag, uint32_t events);
+/* The face the core knows (core/face.h); its hooks follow. */
+struct face;
+extern const struct face tcp_face;
 void tcp_doorbell(struct broker *b);
-void tcp_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2);
 
 /* ---- the line protocol (tcp_parse.c: no broker state, fuzzed) ------------ */
 
