@@ -14,6 +14,7 @@
 #include "conns.h"
 #include "clock.h"
 #include "faces/metrics/metrics.h"
+#include "faces/ui/ui.h"
 #include "paths.h"
 
 #ifndef SHMLOCK_VERSION
@@ -357,7 +358,9 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGHUP);
 	sigprocmask(SIG_BLOCK, &sigs, NULL);
 	/* The faces, in the order they start (and stop in reverse). */
-	face_register(&b, &http_face);
+	face_register(&b, &http_face); /* first: it starts the HTTP engine */
+	face_register(&b, &consul_face);
+	face_register(&b, &ui_face);
 	face_register(&b, &tcp_face);
 	face_register(&b, &metrics_face);
 	urcu_memb_register_thread();

@@ -67,12 +67,6 @@ extern const char http_usage_text[];
 void http_opts_default(struct http_opts *o);
 /* Parse one HTTP option; 0 or -1 (message printed). */
 int http_opt_parse(struct http_opts *o, int opt, const char *arg);
-/* --@name's @arg as a number in [@min, @max] into @out: 0, or -1 after
- * saying what was expected (the HTTP and TCP options share it). */
-int opt_number(const char *name, const char *arg, uint32_t min, uint32_t max, uint32_t *out);
-/* --@name's @arg copied into @dst (@size bytes): 0, or -1 after saying it is
- * empty or too long (the HTTP, TCP and Consul options share it). */
-int opt_string(const char *name, const char *arg, char *dst, size_t size);
 bool http_enabled(const struct http_opts *o);
 
 /* Start the listeners (bound, or the socket-activated fd named "http"). */

@@ -16,6 +16,7 @@
 
 #include "clock.h"
 #include "http_int.h"
+#include "net/http_engine.h"
 
 #define AUTH_DELAY_NS 100000000ull /* 100 ms */
 

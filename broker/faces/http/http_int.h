@@ -81,9 +81,13 @@ bool http_route_open(enum http_route r);
 /* ---- per-request state (http_server.c) ---------------------------------- */
 
 struct hsession;
+struct http_client;
 
 struct hreq {
 	struct http *h;
+	/* Its listener's client (net/http_engine.h), and a client that took
+	 * its path on that listener (the web view's /ui), else NULL. */
+	const struct http_client *client, *sub;
 	struct MHD_Connection *conn;
 	uint64_t start_ns;
 	enum http_method method;
@@ -110,12 +114,11 @@ struct hreq {
 	 * else 0: released if the answer never reaches the client
 	 * (http_grant_undelivered()). */
 	uint64_t grant_tok;
-	/* The Consul-compatible API (consul_server.c): its listener's
-	 * requests, their URL and state. */
-	bool consul;
+	/* The URL, kept for clients that want it (the Consul API, the web
+	 * view), and the Consul API's request state (consul_server.c). */
 	char *url;
 	void *cx;
-	/* K4, the web view (ui_server.c): the answer's Content-Type when not
+	/* The web view (ui_server.c): the answer's Content-Type when not
 	 * JSON from the API, and a long poll of the view in flight. */
 	const char *ctype;
 	bool ui_waiting;
@@ -226,9 +229,6 @@ void http_token_key_init(struct http *h);
 
 /* ---- authentication and delayed answers (http_auth.c) --------------------- */
 
-/* Authorization: Bearer @token, as dflockd checks it (http_server.c). */
-bool http_bearer_ok(const char *header, const char *token);
-
 /* The request may pass (no token configured, or the right one); else it is
  * answered 401, after a delay, and false. */
 bool http_auth_check(struct hreq *r);
@@ -270,10 +270,6 @@ void http_ips_free(struct http *h);
 
 /* ---- the whole server --------------------------------------------------- */
 
-/* A connection's hang-up watch (face.h) ended the wait in @slot (a Consul
- * blocking query's when @slot has CONSUL_HUP). */
-void http_hangup_ready(struct broker *b, int fd, uint32_t events, void *slot);
-
 #define HTTP_STATUS_SLOTS 13
 struct http_counters {
 	/* requests by method, route and status class index */
@@ -286,8 +282,14 @@ struct http_counters {
 
 struct http {
 	struct broker *b;
+	/* The engine (net/http_engine.c): daemons, their listeners and
+	 * clients, and the client that takes paths on shared listeners. */
 	struct MHD_Daemon *d[HTTP_MAX_DAEMONS];
 	int listen_fd[HTTP_MAX_DAEMONS];
+	const struct http_client *client[HTTP_MAX_DAEMONS];
+	const struct http_client *path_client;
+	/* Every answered request, for the HTTP API's counters. */
+	void (*note_request)(struct hreq *r, uint64_t ns);
 	bool unlink_unix;
 	unsigned nd;
 	bool draining;
@@ -315,7 +317,7 @@ struct http {
 	uint32_t nips;
 	struct http_counters c;
 	struct consul *consul; /* consul_*.c; NULL when off */
-	struct ui *ui;	       /* K4: the web view's long polls (ui_server.c); NULL until used */
+	struct ui *ui;	       /* the web view's long polls (ui_server.c); NULL until used */
 };
 
 #endif

@@ -252,7 +252,6 @@ void http_session_ended(struct broker *b, uint32_t slot)
 	struct http *h = b->http;
 	struct hsession *hs;
 
-	consul_session_ended(b, slot); /* a Consul API session (consul_sessions.c) */
 	if (!h || slot >= b->seg.caps.max_sessions || !(hs = h->by_slot[slot]))
 		return;
 	http_waiters_end(h, hs, 410, "session_gone");
