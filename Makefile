@@ -177,10 +177,12 @@ $(EXAMPLES): $(O)/examples/%: $(O)/docs/examples/%.o $(STLIB)
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread
 
 # Tests link the static archive so they can reach internal functions too,
-# and the broker's HTTP route table (checked against the OpenAPI document).
+# the broker's HTTP route table (checked against the OpenAPI document) and
+# the loop's fd watches (unit_watch.c).
 $(TESTS): $(TESTLIB_SRC:%.c=$(O)/%.o) $(UNIT_SRC:%.c=$(O)/%.o) $(INTEG_SRC:%.c=$(O)/%.o) \
 		$(O)/tests/main.o $(O)/tests/runner.o $(O)/tests/isolate.o \
-		$(O)/broker/faces/http/http_routes.o $(O)/broker/faces/http/http_body.o $(STLIB)
+		$(O)/broker/faces/http/http_routes.o $(O)/broker/faces/http/http_body.o \
+		$(O)/broker/core/watch.o $(STLIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) $(CUNIT_LIBS) $(CURL_LIBS) $(HTTP_LIBS) $(TLS_LIBS) \
 		-lpthread
@@ -226,6 +228,7 @@ check-model:
 check-steps:
 	$(MAKE) header-check
 	$(MAKE) lint
+	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 knot
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 install-check
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 test
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 python-check
