@@ -414,7 +414,7 @@ fuzz-build:
 		echo "  FUZZ    $(FUZZ_O)/$$t"; \
 		libs=; \
 		case $$t in fuzz_cli) extra="-Icli $(FUZZ_CLI_SRC)";; \
-		fuzz_tcp) extra="-Ibroker broker/faces/tcp/tcp_parse.c";; \
+		fuzz_tcp) extra="-Ibroker broker/faces/tcp/tcp_parse.c broker/net/dflockd.c";; \
 		fuzz_http_body) extra="-Ibroker broker/faces/http/http_body.c"; libs="$(HTTP_LIBS)";; \
 		fuzz_http) extra="-Ibroker -Itests tests/invariants.c $(FUZZ_BROKER_OBJ)"; \
 			libs="-Wl,--wrap=urcu_memb_call_rcu $(URCU_LIBS) $(SYSTEMD_LIBS) $(HTTP_LIBS) $(TLS_LIBS) $(CURL_LIBS)";; \

@@ -673,3 +673,13 @@ void http_engine_close(struct http *h)
 	}
 	h->nd = 0;
 }
+
+uint32_t http_engine_sessions_cap(const struct http *h)
+{
+	uint32_t table = h->b->seg.caps.max_sessions;
+	uint32_t cap = h->b->opts.http.max_sessions ? h->b->opts.http.max_sessions : table / 2;
+
+	if (table > 1 && cap > table - 1)
+		cap = table - 1;
+	return cap ? cap : 1;
+}

@@ -73,6 +73,10 @@ void http_engine_close(struct http *h);
  * (none: the request's deadline still ends it). */
 int http_engine_watch_hangup(struct hreq *r, loop_fn *fn, void *ctx);
 
+/* Sessions the HTTP API and the Consul API may hold at once, each counting
+ * its own (--http-max-sessions, else half the segment's session table). */
+uint32_t http_engine_sessions_cap(const struct http *h);
+
 /* Authorization: Bearer @token, as dflockd checks it: constant time in the
  * token's length. */
 bool http_bearer_ok(const char *header, const char *token);

@@ -12,6 +12,7 @@
 
 #include "consul.h"
 #include "faces/http/http_int.h"
+#include "net/http_engine.h"
 
 /* Timer kind of the Consul API: a = waiter slot, b = its generation;
  * a = CONSUL_TIMER_EVAL: re-evaluate the blocking queries now. */

@@ -361,7 +361,7 @@ static void create(struct hreq *r)
 		consul_reply_text(r, 503, "the broker is shutting down");
 		goto out;
 	}
-	if (c->nsessions >= http_sessions_cap(h)) {
+	if (c->nsessions >= http_engine_sessions_cap(h)) {
 		consul_reply_text(r, 500,
 				  "%u sessions open: this API's share of the session "
 				  "table (--http-max-sessions)",

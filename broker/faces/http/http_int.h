@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The HTTP API's internal interfaces, shared by broker/http_*.c only. */
+/* The HTTP API's internal interfaces (faces/http/), and the request and
+ * server records the HTTP engine (net/http_engine.c) and its other clients,
+ * the Consul API and the web view, share. */
 #ifndef SHMLOCKD_HTTP_INT_H
 #define SHMLOCKD_HTTP_INT_H
 
@@ -12,6 +14,7 @@
 
 #include "core/broker.h"
 #include "http.h"
+#include "net/dflockd.h"
 
 #define HTTP_BODY_MAX (1u << 20)
 /* --http-listen, --http-socket, socket-activated; + the Consul API's two */
@@ -191,8 +194,6 @@ void http_sessions_reap(struct http *h);
 /* Close every session (shutdown). */
 void http_sessions_close_all(struct http *h);
 uint32_t http_sessions_count(const struct http *h);
-/* HTTP sessions allowed at once (below the segment's session table). */
-uint32_t http_sessions_cap(const struct http *h);
 
 /* ---- locks and semaphores (http_locks.c) -------------------------------- */
 
@@ -240,13 +241,6 @@ void http_delayed_forget(struct hreq *r);
 /* ---- stats and metrics (http_stats.c) ----------------------------------- */
 
 void http_stats(struct hreq *r);
-/* The first holder of @key as @observer sees it, for stats (HTTP's and the
- * TCP protocol's): its session id and lease left; "" and 0 when none. */
-struct first_holder {
-	char session[LOCAL_SESSION_ID_LEN + 1];
-	uint64_t lease_ms;
-};
-void stats_first_holder(local_session *observer, const char *key, struct first_holder *f);
 void http_metrics(struct hreq *r);
 void http_metrics_note(struct http *h, enum http_method m, enum http_route rt, int status,
 		       uint64_t ns);

@@ -28,7 +28,6 @@
 #include "client.h" /* hex_decode() */
 #include "clock.h"
 #include "http_int.h"
-#include "faces/tcp/tcp.h"
 #include "net/http_engine.h"
 
 /* Durations in seconds, as dflockd takes them: 0 up to the largest Go
