@@ -13,6 +13,7 @@
 #include "consul.h"
 #include "duration.h"
 #include "faces/http/http_int.h"
+#include "net/http_engine.h"
 
 /* Timer kind of the Consul API: a = waiter slot, b = its generation;
  * a = CONSUL_TIMER_EVAL: re-evaluate the blocking queries now. */
@@ -203,5 +204,24 @@ int consul_watch_start(struct consul *c);
 void consul_watch_stop(struct consul *c);
 /* Recompute the watched keys from the blocking queries. */
 void consul_watch_update(struct consul *c);
+
+/* ---- the face's hooks (consul_server.c, consul_sessions.c) ------------------ */
+
+struct MHD_Connection;
+/* The listener in h->d[@daemon] serves the Consul API: 0 or -errno. */
+int consul_start(struct http *h, unsigned daemon);
+void consul_stop(struct http *h); /* end waits, sessions, data */
+void consul_free(struct http *h); /* after the daemons stopped */
+/* Route, authenticate and answer a Consul request (after the Host and
+ * Origin checks every listener makes). */
+void consul_dispatch(struct hreq *r);
+int consul_send_answer(struct hreq *r); /* an enum MHD_Result */
+void consul_request_done(struct hreq *r);
+void consul_doorbell(struct http *h);
+void consul_timer(struct http *h, uint32_t a, uint32_t b);
+void consul_drain(struct http *h);
+/* The client of the blocking query in @slot hung up. */
+void consul_hangup(struct http *h, uint32_t slot);
+void consul_session_ended(struct broker *b, uint32_t slot);
 
 #endif

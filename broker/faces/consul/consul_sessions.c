@@ -379,7 +379,7 @@ static void create(struct hreq *r)
 		consul_reply_text(r, 503, "the broker is shutting down");
 		goto out;
 	}
-	if (c->nsessions >= http_sessions_cap(h)) {
+	if (c->nsessions >= http_engine_sessions_cap(h)) {
 		consul_reply_text(r, 500,
 				  "%u sessions open: this API's share of the session "
 				  "table (--http-max-sessions)",
@@ -432,7 +432,7 @@ out:
 
 void consul_session_ended(struct broker *b, uint32_t slot)
 {
-	struct consul *c = b->http ? b->http->consul : NULL;
+	struct consul *c = b->http ? b->http->consul : NULL; /* the HTTP engine's */
 	struct csession *cs;
 	struct ipstat *ip;
 
@@ -491,7 +491,7 @@ void consul_session_route(struct hreq *r, const char *rest)
 		 * lock-delay, as in Consul. */
 		if (cs) {
 			session_end_slot(c->b, cs->slot, true, "destroyed over the Consul API");
-			r->h->maybe_granted = true;
+			c->b->seg.rung_local = true; /* a waiter of any face may be granted */
 		}
 		consul_reply(r, 200, json_true());
 	} else if ((id = after(rest, "info/"))) {
