@@ -698,9 +698,9 @@ static bool close_stale(struct cluster *c, uint32_t i, struct ckey *ck, int64_t 
 			     " ms after its lease ended, %u hold(s) ended",
 			     (int)key_name_len(k), k->key,
 			     (uint64_t)((mono_ns() - ck->unclosed_ns) / 1000000ull), ended);
-	} else {
+	} else if (atomic_load(&k->cluster_lease) == lease) {
 		seg_key_cluster_forget_lease(k); /* a free entry's leftover */
-	}
+	} /* else re-opened under another lease since @lease was read: not ours to clear */
 	key_unlock(k);
 	ck->unclosed_ns = 0;
 	return true;
