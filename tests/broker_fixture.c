@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "broker_fixture.h"
 #include "client.h"
@@ -24,6 +26,38 @@ static int answers(const char *path)
 	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
 	close(fd);
 	return r == 0;
+}
+
+/* In the broker's child before exec: its environment, the socket handed
+ * over, its user. */
+static void child_setup(const struct broker_proc *b)
+{
+	char pid[24];
+	int i;
+
+	for (i = 0; i < 8 && b->env[i]; i++) {
+		const char *eq = strchr(b->env[i], '=');
+		char name[64];
+
+		if (!eq) {
+			unsetenv(b->env[i]);
+			continue;
+		}
+		snprintf(name, sizeof(name), "%.*s", (int)(eq - b->env[i]), b->env[i]);
+		setenv(name, eq + 1, 1);
+	}
+	if (b->activate_fd > 0) {
+		if (b->activate_fd != 3)
+			dup2(b->activate_fd, 3); /* without close-on-exec */
+		else
+			fcntl(3, F_SETFD, 0);
+		snprintf(pid, sizeof(pid), "%d", (int)getpid());
+		setenv("LISTEN_PID", pid, 1);
+		setenv("LISTEN_FDS", "1", 1);
+		setenv("LISTEN_FDNAMES", b->activate_name ? b->activate_name : "", 1);
+	}
+	if (b->uid && (setgroups(0, NULL) || setgid(b->gid) || setuid(b->uid)))
+		_exit(99);
 }
 
 void broker_spawn(struct broker_proc *b, const char *const *more)
@@ -57,6 +91,7 @@ void broker_spawn(struct broker_proc *b, const char *const *more)
 			dup2(fd, 2);
 			close(fd);
 		}
+		child_setup(b);
 		execv(bin, (char *const *)argv);
 		_exit(127);
 	}
@@ -129,6 +164,13 @@ int broker_refuses(struct broker_proc *b, const char *const *more, int timeout_m
 void broker_restart_with(struct broker_proc *b, const char *const *more)
 {
 	launch_with(b, more);
+}
+
+void broker_beside(const struct broker_proc *b, struct broker_proc *o, const char *sock_name)
+{
+	*o = *b;
+	o->pid = 0;
+	snprintf(o->sock, sizeof(o->sock), "%s/%s", b->dir, sock_name);
 }
 
 void broker_signal_wait(struct broker_proc *b, int sig)

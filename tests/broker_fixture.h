@@ -20,6 +20,14 @@ struct broker_proc {
 	char shm[64];
 	char log[128];
 	const char *extra[16]; /* extra flags, NULL-terminated */
+	/* How the broker is started, set after broker_names() and before
+	 * broker_spawn() or broker_restart() (broker_start() clears them): */
+	int activate_fd;	   /* > 0: handed over as fd 3 with LISTEN_FDS=1, as
+				    * a service manager hands a listening socket */
+	const char *activate_name; /* its LISTEN_FDNAMES */
+	const char *env[8];	   /* "NAME=value" set, "NAME" removed; NULL-terminated */
+	uid_t uid;		   /* nonzero: run as @uid and @gid, no supplementary */
+	gid_t gid;		   /* groups (exit 99 when that is refused) */
 };
 
 /* Fresh names for @b (zeroed first): a new directory for its socket and
@@ -27,7 +35,8 @@ struct broker_proc {
 void broker_names(struct broker_proc *b, const char *tag);
 /* Fill names and start the broker; fails the test if not ready in 5 s. */
 void broker_start(struct broker_proc *b, const char *const *extra);
-/* Start again with the same names and flags (restart after a stop/kill). */
+/* Start again with the same names and flags (restart after a stop/kill);
+ * also the first start of a broker named by broker_names(). */
 void broker_restart(struct broker_proc *b);
 /* Start with the same names and flags plus @more (NULL-terminated), without
  * waiting; then broker_wait_ready() fails the test unless it answers within
@@ -40,6 +49,9 @@ void broker_wait_ready(struct broker_proc *b, int timeout_ms);
 int broker_refuses(struct broker_proc *b, const char *const *more, int timeout_ms);
 /* Start again with the same names and flags plus @more; ready as broker_start(). */
 void broker_restart_with(struct broker_proc *b, const char *const *more);
+/* @o named as @b (directory, segment, log, flags) but with the socket
+ * @sock_name in @b's directory: a second broker beside it, not started. */
+void broker_beside(const struct broker_proc *b, struct broker_proc *o, const char *sock_name);
 /* Send @sig and wait for the broker to exit. */
 void broker_signal_wait(struct broker_proc *b, int sig);
 /* SIGTERM, wait, unlink the segment and remove the directory. */

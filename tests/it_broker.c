@@ -226,30 +226,16 @@ TEST(broker, second_broker_on_the_segment_refuses_and_removes_nothing, 20)
 {
 	static const char *const flags[] = { "--destroy-segment-on-exit", NULL };
 	struct broker_proc b, other;
-	struct child c;
 	local_session *s;
-	int status;
 
 	broker_start(&b, NULL);
 	s = open_session(&b, "obs", 0, 0);
 	CHECK_OK(local_lock(s, "mine", NULL, NULL));
 	/* Same segment, another socket: must refuse, and must not unlink. */
-	memset(&other, 0, sizeof(other));
-	c.pid = fork();
-	if (c.pid == 0) {
-		char sock[160];
-
-		snprintf(sock, sizeof(sock), "%s/other.sock", b.dir);
-		execl(getenv("SHMLOCK_BROKER_BIN"), "shmlockd", "--socket", sock, "--shm-name",
-		      b.shm, flags[0], "--log-level", "emerg", (char *)NULL);
-		_exit(127);
-	}
-	c.rd = c.wr = -1;
-	status = child_wait(&c, 5000);
-	CHECK(WIFEXITED(status));
+	broker_beside(&b, &other, "other.sock");
 	/* No keeper beside its socket, but live mappers of a segment of that
 	 * --shm-name: refused as a segment in use (exit 3). */
-	CHECK_EQ(WEXITSTATUS(status), 3);
+	CHECK_EQ(broker_refuses(&other, flags, 5000), 3);
 	CHECK_EQ(key_info(s, "mine").holders, 1);
 	broker_signal_wait(&b, SIGKILL);
 	broker_restart(&b); /* finds the segment still there */

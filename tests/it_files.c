@@ -461,38 +461,19 @@ TEST(files, a_socket_where_others_can_write_is_refused, 60)
 	broker_stop(&b);
 }
 
-/* The broker of @b run as nobody, its log appended to @b's. */
-static pid_t spawn_as_nobody(const struct broker_proc *b, bool replace)
+/* The broker of @b run as nobody (@b's uid and gid set), its log appended
+ * to @b's. */
+static pid_t spawn_as_nobody(struct broker_proc *b, bool replace)
 {
-	const char *bin = getenv("SHMLOCK_BROKER_BIN");
-	pid_t pid;
-
-	fflush(NULL);
-	pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		int fd = open(b->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-
-		if (fd >= 0) {
-			dup2(fd, 2);
-			close(fd);
-		}
-		if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY))
-			_exit(99);
-		execl(bin, "shmlockd", "--socket", b->sock, "--shm-name", b->shm, "--log-level",
-		      "warning", replace ? "--replace-segment" : (char *)NULL, (char *)NULL);
-		_exit(127);
-	}
-	return pid;
+	broker_spawn(b, replace ? (const char *const[]){ "--replace-segment", NULL } : NULL);
+	return b->pid;
 }
 
 /* Exit status of the broker of @b run as nobody, expected to refuse. */
-static int refusal_as_nobody(const struct broker_proc *b, bool replace)
+static int refusal_as_nobody(struct broker_proc *b, bool replace)
 {
-	int status = pid_wait(spawn_as_nobody(b, replace), 10000);
-
-	CHECK(WIFEXITED(status));
-	return WEXITSTATUS(status);
+	return broker_refuses(
+		b, replace ? (const char *const[]){ "--replace-segment", NULL } : NULL, 10000);
 }
 
 /*
@@ -518,8 +499,9 @@ TEST(files, a_broker_not_root_sees_holders_it_cannot_inspect, 60)
 	snprintf(dir, sizeof(dir), "%s/nobody", b.dir);
 	CHECK_OK(mkdir(dir, 0700));
 	CHECK_OK(chown(dir, NOBODY, NOBODY));
-	bn = b;
-	snprintf(bn.sock, sizeof(bn.sock), "%s/sock", dir);
+	broker_beside(&b, &bn, "nobody/sock");
+	bn.uid = NOBODY;
+	bn.gid = NOBODY;
 
 	pid = spawn_as_nobody(&bn, false);
 	CHECK(WAIT_FOR(answers(bn.sock, SOCK_SEQPACKET), 5000));

@@ -2737,67 +2737,18 @@ TEST_FLAGS(http, a_thousand_long_polls_are_served_by_few_threads_in_fifo_order, 
 
 /* ---- safe defaults (issue 18 item 10) ------------------------------------------- */
 
-/* Run shmlockd with @argv (after the binary) and no HTTP client; its exit
- * status within 10 s, its stderr in @log. */
-static int broker_exit_status(const char *log, const char *const *argv)
-{
-	const char *bin = getenv("SHMLOCK_BROKER_BIN");
-	const char *args[24];
-	pid_t pid;
-	int n = 0, status;
-
-	args[n++] = bin;
-	while (*argv && n < 23)
-		args[n++] = *argv++;
-	args[n] = NULL;
-	fflush(NULL);
-	pid = fork();
-	if (pid == 0) {
-		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-
-		if (fd >= 0)
-			dup2(fd, 2);
-		execv(bin, (char *const *)args);
-		_exit(127);
-	}
-	status = pid_wait(pid, 10000);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-static bool log_has(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "re");
-	char line[2048];
-	bool found = false;
-
-	while (f && !found && fgets(line, sizeof(line), f))
-		found = strstr(line, text) != NULL;
-	if (f)
-		fclose(f);
-	return found;
-}
-
 TEST(http, tcp_without_a_token_needs_an_explicit_flag, 30)
 {
-	char dir[64], sock[128], log[128], listen[32], shm[64];
+	struct broker_proc b;
 	struct hbroker h;
-	int status;
+	char listen[32];
 
-	snprintf(dir, sizeof(dir), "/tmp/shmlock-test-%d-XXXXXX", (int)getpid());
-	if (!mkdtemp(dir))
-		FAIL_AT("mkdtemp: %s", strerror(errno));
-	snprintf(sock, sizeof(sock), "%s/sock", dir);
-	snprintf(log, sizeof(log), "%s/broker.log", dir);
+	broker_names(&b, "notoken");
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", free_port());
-	snprintf(shm, sizeof(shm), "/shmlock-test-%d-notoken", (int)getpid());
 	/* Refused: every local user could take and release any lock. */
-	status = broker_exit_status(
-		log, ARGS("--socket", sock, "--shm-name", shm, "--http-listen", listen));
-	shm_unlink(shm);
-	CHECK(status != 0);
-	CHECK(log_has(log, "--http-insecure-no-auth"));
-	if (system(strf("rm -rf '%s'", dir)) != 0)
-		fprintf(stderr, "could not remove %s\n", dir);
+	CHECK(broker_refuses(&b, ARGS("--http-listen", listen), 10000) != 0);
+	CHECK(broker_log_has(&b, "--http-insecure-no-auth"));
+	broker_stop(&b);
 
 	/* With a token: served, and the token is needed. */
 	hb_start(&h, true, ARGS("--auth-token", "t0ken"));
@@ -2810,7 +2761,7 @@ TEST(http, tcp_without_a_token_needs_an_explicit_flag, 30)
 	/* Nor TCP with the flag, which the log then warns about. */
 	hb_start(&h, true, NULL);
 	CHECK_STATUS(req(&h.tcp, "POST", "/v1/sessions", NULL, NULL), 200);
-	CHECK(log_has(h.b.log, "without a token"));
+	CHECK(broker_log_has(&h.b, "without a token"));
 	hb_stop(&h);
 }
 

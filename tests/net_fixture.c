@@ -85,6 +85,44 @@ int free_port(void)
 	return -1;
 }
 
+int tcp_listener(int *port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 64) ||
+	    getsockname(fd, (struct sockaddr *)&sa, &len))
+		FAIL_AT("listen on 127.0.0.1: %s", strerror(errno));
+	*port = ntohs(sa.sin_port);
+	return fd;
+}
+
+int tcp_try_connect(int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), err;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		err = errno;
+		close(fd);
+		errno = err;
+		return -1;
+	}
+	return fd;
+}
+
+int tcp_connect(int port)
+{
+	int fd = tcp_try_connect(port);
+
+	if (fd < 0)
+		FAIL_AT("connect 127.0.0.1:%d: %s", port, strerror(errno));
+	return fd;
+}
+
 char *strf(const char *fmt, ...)
 {
 	va_list ap;

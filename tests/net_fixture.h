@@ -15,6 +15,17 @@
  * at each call. Fails the test when none can be had. */
 int free_port(void);
 
+/* ---- TCP on loopback ---------------------------------------------------- */
+
+/* A listening socket on 127.0.0.1 (a port the kernel picks, in *@port), as
+ * a service manager holds one for a socket-activated server. Fails the
+ * test when it cannot be had. */
+int tcp_listener(int *port);
+/* A connection to 127.0.0.1:@port: -1 (errno set) when refused. */
+int tcp_try_connect(int port);
+/* The same, failing the test when it cannot connect. */
+int tcp_connect(int port);
+
 /* A formatted string on the heap (tests are short-lived children: callers
  * may leave it). Fails the test when out of memory. */
 char *strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
