@@ -16,6 +16,7 @@
 #include "broker_fixture.h"
 #include "client.h"
 #include "harness.h"
+#include "net_fixture.h"
 
 static int answers(const char *path)
 {
@@ -95,6 +96,18 @@ void broker_spawn(struct broker_proc *b, const char *const *more)
 		execv(bin, (char *const *)argv);
 		_exit(127);
 	}
+}
+
+void broker_spawn_activated(struct broker_proc *b, const char *tag, const char *fd_name, int *port,
+			    const char *const *more)
+{
+	broker_names(b, tag);
+	b->activate_fd = tcp_listener(port);
+	b->activate_name = fd_name;
+	b->env[0] = "NOTIFY_SOCKET";
+	broker_spawn(b, more);
+	close(b->activate_fd);
+	b->activate_fd = 0;
 }
 
 void broker_wait_ready(struct broker_proc *b, int timeout_ms)

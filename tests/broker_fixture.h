@@ -47,6 +47,13 @@ void broker_wait_ready(struct broker_proc *b, int timeout_ms);
  * a refusal: returns the exit status; fails the test if it is still running
  * after @timeout_ms or dies of a signal. */
 int broker_refuses(struct broker_proc *b, const char *const *more, int timeout_ms);
+/* Name @b (tag @tag) and start it with @more (NULL-terminated) on a
+ * listening loopback socket handed over as a service manager would, its
+ * LISTEN_FDNAMES @fd_name, its port in *@port; NOTIFY_SOCKET removed (no
+ * word to the test's own service manager). Not waited for: connections
+ * queue in the socket's backlog until the broker serves them. */
+void broker_spawn_activated(struct broker_proc *b, const char *tag, const char *fd_name, int *port,
+			    const char *const *more);
 /* Start again with the same names and flags plus @more; ready as broker_start(). */
 void broker_restart_with(struct broker_proc *b, const char *const *more);
 /* @o named as @b (directory, segment, log, flags) but with the socket

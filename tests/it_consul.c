@@ -1131,14 +1131,10 @@ TEST(consul, socket_activated_fd_named_consul, 20)
 	uint64_t until;
 	char *s;
 
-	broker_names(&b, "act");
-	/* the listening socket, as systemd would hold it for the unit */
-	b.activate_fd = tcp_listener(&port);
-	b.activate_name = "consul";
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	/* At info level: the log line that names the activated socket. */
-	broker_spawn(&b, ARGS("--http-insecure-no-auth", "--log-level", "info"));
-	close(b.activate_fd);
+	broker_spawn_activated(&b, "act", "consul", &port,
+			       ARGS("--http-insecure-no-auth", "--log-level", "info"));
 	connect_may_fail = true;
 	until = now_ms() + 5000;
 	while (call("GET", "/v1/status/leader", NULL)->status != 200) {

@@ -251,12 +251,8 @@ TEST(metrics, socket_activated_metrics_fd, 30)
 	int port;
 	char *m;
 
-	broker_names(&b, "metrics");
-	/* A listening TCP socket on 127.0.0.1, as a service manager would pass it. */
-	b.activate_fd = tcp_listener(&port);
-	b.activate_name = "metrics";
-	broker_spawn(&b, (const char *const[]){ "--destroy-segment-on-exit", NULL });
-	close(b.activate_fd);
+	broker_spawn_activated(&b, "metrics", "metrics", &port,
+			       (const char *const[]){ "--destroy-segment-on-exit", NULL });
 	m = scrape(port);
 	CHECK(strstr(m, "shmlock_build_info{version=\""));
 	free(m);

@@ -782,13 +782,9 @@ TEST(tcp, a_socket_activated_fd_named_tcp_is_served, 30)
 	int fd;
 
 	memset(&t, 0, sizeof(t));
-	broker_names(&t.b, "tcpact");
-	t.b.activate_fd = tcp_listener(&t.port);
-	t.b.activate_name = "tcp";
-	t.b.env[0] = "NOTIFY_SOCKET";
-	broker_spawn(&t.b, (const char *const[]){ "--tcp-insecure-no-auth",
-						  "--destroy-segment-on-exit", NULL });
-	close(t.b.activate_fd);
+	broker_spawn_activated(&t.b, "tcpact", "tcp", &t.port,
+			       (const char *const[]){ "--tcp-insecure-no-auth",
+						      "--destroy-segment-on-exit", NULL });
 	/* The backlog is ours until the broker serves it. */
 	fd = tconnect(&t);
 	free(granted(treq(fd, "l", "k", "0"), "ok", 33));
