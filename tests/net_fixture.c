@@ -190,6 +190,8 @@ int http_do(const struct http_req *req, struct http_reply *out)
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, &head);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, req->timeout_ms ? req->timeout_ms : 30000L);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	/* Every server of a test is local: no proxy of the environment. */
+	curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
 	rc = curl_easy_perform(c);
 	if (rc == CURLE_OK)
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
