@@ -13,7 +13,6 @@
  * broker reports the query suspended (/v1/agent/self Stats) before it
  * makes the change that must wake it, never by sleeping.
  */
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -64,10 +63,10 @@ static struct resp *call_h(const char *method, const char *path, const char *bod
 					 .headers = headers,
 					 .body = body },
 		     &reply);
-	if (rc == CURLE_COULDNT_CONNECT && connect_may_fail)
+	if (http_refused(rc) && connect_may_fail)
 		r->status = 0; /* the listener is not up yet */
-	else if (rc != CURLE_OK)
-		FAIL_AT("%s %s: %s", method, path, curl_easy_strerror((CURLcode)rc));
+	else if (rc)
+		FAIL_AT("%s %s: %s", method, path, http_error_text(rc));
 	else
 		r->status = reply.status;
 	if (http_reply_header(&reply, "X-Consul-Index", value, sizeof(value)))
@@ -166,7 +165,6 @@ static void cstart(struct broker_proc *b, const char *token)
 	int n = 0;
 	uint64_t until;
 
-	curl_global_init(CURL_GLOBAL_DEFAULT);
 	port = free_port();
 	snprintf(portarg, sizeof(portarg), "127.0.0.1:%d", port);
 	extra[n++] = "--consul-listen";
@@ -1131,7 +1129,6 @@ TEST(consul, socket_activated_fd_named_consul, 20)
 	uint64_t until;
 	char *s;
 
-	curl_global_init(CURL_GLOBAL_DEFAULT);
 	/* At info level: the log line that names the activated socket. */
 	broker_spawn_activated(&b, "act", "consul", &port,
 			       ARGS("--http-insecure-no-auth", "--log-level", "info"));
