@@ -18,17 +18,6 @@
 #include "harness.h"
 #include "net_fixture.h"
 
-static int answers(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), r;
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	close(fd);
-	return r == 0;
-}
-
 /* In the broker's child before exec: its environment, the socket handed
  * over, its user. */
 static void child_setup(const struct broker_proc *b)
@@ -114,9 +103,10 @@ void broker_wait_ready(struct broker_proc *b, int timeout_ms)
 {
 	int status;
 
-	if (!WAIT_FOR(answers(b->sock) || waitpid(b->pid, &status, WNOHANG) == b->pid,
+	if (!WAIT_FOR(unix_answers(b->sock, SOCK_SEQPACKET) ||
+			      waitpid(b->pid, &status, WNOHANG) == b->pid,
 		      timeout_ms) ||
-	    !answers(b->sock))
+	    !unix_answers(b->sock, SOCK_SEQPACKET))
 		FAIL_AT("broker did not come up on %s (log: %s)", b->sock, b->log);
 }
 

@@ -13,6 +13,7 @@
 #include "broker_fixture.h"
 #include "crashpoint.h"
 #include "harness.h"
+#include "net_fixture.h"
 #include "invariants.h"
 #include "proto.h"
 
@@ -110,24 +111,13 @@ TEST(broker, sigkill_restart_keeps_holds_and_queue, 30)
 	restart_keeps_everything(SIGKILL);
 }
 
-static int raw_connect(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	CHECK(fd >= 0);
-	CHECK_OK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)));
-	return fd;
-}
-
 /* Send one datagram; return the reply's status (or 1 when none came). */
 static int exchange(const char *path, const void *msg, size_t len)
 {
 	struct timeval tv = { .tv_sec = 5 };
 	struct proto_reply rep;
 	char buf[256];
-	int fd = raw_connect(path), status = 1;
+	int fd = unix_connect(path, SOCK_SEQPACKET), status = 1;
 	ssize_t n;
 
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -171,8 +161,8 @@ TEST(broker, garbage_on_the_socket, 30)
 	}
 	/* Connections that never speak, or hang up at once. */
 	for (i = 0; i < 50; i++)
-		close(raw_connect(b.sock));
-	fd = raw_connect(b.sock);
+		close(unix_connect(b.sock, SOCK_SEQPACKET));
+	fd = unix_connect(b.sock, SOCK_SEQPACKET);
 	CHECK_EQ(kill(b.pid, 0), 0);
 	s = open_session(&b, "after-garbage", 0, 0);
 	CHECK_OK(local_lock(s, "still/works", NULL, NULL));

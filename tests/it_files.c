@@ -25,6 +25,7 @@
 
 #include "broker_fixture.h"
 #include "harness.h"
+#include "net_fixture.h"
 #include "segment.h"
 
 #define NOBODY 65534u
@@ -37,17 +38,6 @@
 static const struct seg_caps small = {
 	.max_keys = 64, .max_sessions = 16, .max_waiters = 64, .max_holds = 64, .max_value = 64
 };
-
-static bool answers(const char *path, int type)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0), r;
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	close(fd);
-	return r == 0;
-}
 
 static void shm_file(const struct broker_proc *b, char *buf, size_t size)
 {
@@ -449,7 +439,7 @@ TEST(files, a_socket_where_others_can_write_is_refused, 60)
 	CHECK_EQ(st.st_mode & 07777, 0660);
 	CHECK_EQ(st.st_gid, NOBODY);
 	/* Served after the control socket: wait until it listens. */
-	CHECK(WAIT_FOR(answers(path, SOCK_STREAM), 5000));
+	CHECK(WAIT_FOR(unix_answers(path, SOCK_STREAM), 5000));
 	CHECK_OK(lstat(path, &st));
 	CHECK(S_ISSOCK(st.st_mode));
 	CHECK_EQ(st.st_mode & 07777, 0660);
@@ -504,7 +494,7 @@ TEST(files, a_broker_not_root_sees_holders_it_cannot_inspect, 60)
 	bn.gid = NOBODY;
 
 	pid = spawn_as_nobody(&bn, false);
-	CHECK(WAIT_FOR(answers(bn.sock, SOCK_SEQPACKET), 5000));
+	CHECK(WAIT_FOR(unix_answers(bn.sock, SOCK_SEQPACKET), 5000));
 	fd = keeper_segment_fd(&bn);
 	CHECK(fd >= 0);
 	CHECK_OK(fstat(fd, &st));
@@ -528,7 +518,7 @@ TEST(files, a_broker_not_root_sees_holders_it_cannot_inspect, 60)
 	CHECK_EQ(refusal_as_nobody(&bn, false), EXIT_SEG_IN_USE);
 	CHECK(broker_log_has(&b, "cannot inspect (no in-use mark held"));
 	pid = spawn_as_nobody(&bn, true);
-	CHECK(WAIT_FOR(answers(bn.sock, SOCK_SEQPACKET), 5000));
+	CHECK(WAIT_FOR(unix_answers(bn.sock, SOCK_SEQPACKET), 5000));
 	CHECK(broker_log_has(&b, "replacing it"));
 	CHECK_OK(try_key(&bn));
 	fd = keeper_segment_fd(&bn);

@@ -336,20 +336,6 @@ static void hb_stop(struct hbroker *h)
 		fprintf(stderr, "could not remove %s\n", h->dir);
 }
 
-/* A plain connection to @a that sends nothing. */
-static int raw_connect(const struct http_api *a)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	if (strlen(a->unix_path) >= sizeof(sa.sun_path))
-		FAIL_AT("socket path too long: %s", a->unix_path);
-	memcpy(sa.sun_path, a->unix_path, strlen(a->unix_path) + 1);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
-		FAIL_AT("connect %s: %s", a->unix_path, strerror(errno));
-	return fd;
-}
-
 /* GET /metrics, as text. */
 static char *metrics(const struct http_api *a)
 {
@@ -1787,7 +1773,7 @@ static bool drain_round(void)
 	w = start(&h.ux, "POST", "/v1/locks/drain%2Fk", s, "{\"acquire_timeout_s\":30}");
 	if (!HTTP_PUMP_UNTIL(WAITERS(holder, "drain/k") == 1, 5000))
 		FAIL_AT("the wait did not queue");
-	idle = raw_connect(&h.ux);
+	idle = unix_connect(h.ux.unix_path, SOCK_STREAM); /* sends nothing */
 	/* The broker has taken the idle connection in. */
 	c = NULL;
 	if (!WAIT_FOR((free(m), m = metrics(&h.ux), metric(m, "shmlock_http_connections") >= 3),
@@ -2565,18 +2551,6 @@ TEST(http, http_sessions_get_half_the_table_by_default, 30)
 	hb_stop(&h);
 }
 
-/* A plain TCP connection to @port that sends nothing. */
-static int raw_tcp(int port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
-		FAIL_AT("connect 127.0.0.1:%d: %s", port, strerror(errno));
-	return fd;
-}
-
 static bool hung_up(int fd)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -2599,7 +2573,7 @@ TEST(http, silent_connections_are_capped_and_timed_out, 45)
 	port = atoi(strrchr(h.listen, ':') + 1);
 	http_close_kept_alive(); /* hb_start's keep-alive connection counts too */
 	for (i = 0; i < 4; i++)
-		fd[i] = raw_tcp(port);
+		fd[i] = tcp_connect(port);
 	/* The fourth from 127.0.0.1 is refused (closed at once). */
 	CHECK(WAIT_FOR(hung_up(fd[3]), 5000));
 	CHECK(!hung_up(fd[0]));

@@ -24,6 +24,7 @@
 
 #include "broker_fixture.h"
 #include "harness.h"
+#include "net_fixture.h"
 #include "invariants.h"
 
 /* ---- plumbing ------------------------------------------------------------ */
@@ -171,37 +172,6 @@ static pid_t launch(const struct broker_proc *b, const struct launch *l)
 	}
 	execv(argv[0], (char *const *)argv);
 	_exit(127);
-}
-
-static void set_path(struct sockaddr_un *sa, const char *path)
-{
-	if (strlen(path) >= sizeof(sa->sun_path))
-		FAIL_AT("socket path too long: %s", path);
-	strcpy(sa->sun_path, path);
-}
-
-static int answers(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), r;
-
-	set_path(&sa, path);
-	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	close(fd);
-	return r == 0;
-}
-
-/* A listening control socket held by the test, as systemd holds it. */
-static int listen_socket(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	set_path(&sa, path);
-	CHECK(fd >= 0);
-	CHECK_OK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)));
-	CHECK_OK(listen(fd, 64));
-	return fd;
 }
 
 /* ---- the stand-in NOTIFY_SOCKET ----------------------------------------- */
@@ -452,7 +422,7 @@ TEST(systemd, socket_activated_restart_keeps_every_hold, 30)
 	/* The default --socket, kept inside the test's directory. */
 	snprintf(def1, sizeof(def1), "SHMLOCK_SOCKET=%s/default1.sock", b.dir);
 	snprintf(def2, sizeof(def2), "SHMLOCK_SOCKET=%s/default2.sock", b.dir);
-	lfd = listen_socket(b.sock);
+	lfd = unix_listener(b.sock, SOCK_SEQPACKET, 64);
 	l.env[0] = def1;
 	l.fds[0] = lfd;
 	b.pid = launch(&b, &l);
@@ -499,7 +469,7 @@ TEST(systemd, brokers_with_different_shm_names_never_share_a_segment, 30)
 	names_init(&c);
 	snprintf(def, sizeof(def), "SHMLOCK_SOCKET=%s/default.sock", a.dir);
 	l.env[0] = def;
-	lfa = listen_socket(a.sock);
+	lfa = unix_listener(a.sock, SOCK_SEQPACKET, 64);
 	l.fds[0] = lfa;
 	a.pid = launch(&a, &l);
 	sa = open_session(&a, "on-a", 0, 0);
@@ -507,7 +477,7 @@ TEST(systemd, brokers_with_different_shm_names_never_share_a_segment, 30)
 	CHECK_EXITED_0(exit_status_after(a.pid, SIGTERM));
 	a.pid = 0;
 	/* The second: same default, its own socket and name. */
-	lfc = listen_socket(c.sock);
+	lfc = unix_listener(c.sock, SOCK_SEQPACKET, 64);
 	l.fds[0] = lfc;
 	last_log = c.log;
 	c.pid = launch(&c, &l);
@@ -623,7 +593,7 @@ TEST(systemd, notify_ready_status_and_stopping, 20)
 	b.pid = launch(&b, &l);
 	sink_expect(&k, "READY=1", msg, sizeof(msg), 5000);
 	/* Ready means usable: no retry, no wait. */
-	CHECK(answers(b.sock));
+	CHECK(unix_answers(b.sock, SOCK_SEQPACKET));
 	s1 = open_session(&b, "s1", 0, 0);
 	CHECK(has_line(k.seen, "STATUS=0 sessions, 0 keys, 0 holds, 0 waiters"));
 	s2 = open_session(&b, "s2", 0, 0);
@@ -727,7 +697,7 @@ TEST(systemd, fd_store_keeps_the_segment_across_a_crash, 25)
 
 	names_init(&b);
 	sink_open(&k, &b);
-	lfd = listen_socket(b.sock);
+	lfd = unix_listener(b.sock, SOCK_SEQPACKET, 64);
 	l.env[0] = k.env;
 	l.fds[0] = lfd;
 	b.pid = launch(&b, &l);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -122,6 +123,62 @@ int tcp_connect(int port)
 
 	if (fd < 0)
 		FAIL_AT("connect 127.0.0.1:%d: %s", port, strerror(errno));
+	return fd;
+}
+
+/* @path as a socket address; fails the test when too long for one. */
+static struct sockaddr_un unix_addr(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		FAIL_AT("socket path too long: %s", path);
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	return sa;
+}
+
+int unix_try_connect(const char *path, int type)
+{
+	struct sockaddr_un sa = unix_addr(path);
+	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0), err;
+
+	if (fd < 0)
+		FAIL_AT("socket: %s", strerror(errno));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		err = errno;
+		close(fd);
+		errno = err;
+		return -1;
+	}
+	return fd;
+}
+
+int unix_connect(const char *path, int type)
+{
+	int fd = unix_try_connect(path, type);
+
+	if (fd < 0)
+		FAIL_AT("connect %s: %s", path, strerror(errno));
+	return fd;
+}
+
+bool unix_answers(const char *path, int type)
+{
+	int fd = unix_try_connect(path, type);
+
+	if (fd < 0)
+		return false;
+	close(fd);
+	return true;
+}
+
+int unix_listener(const char *path, int type, int backlog)
+{
+	struct sockaddr_un sa = unix_addr(path);
+	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, backlog))
+		FAIL_AT("listen %s: %s", path, strerror(errno));
 	return fd;
 }
 

@@ -30,6 +30,20 @@ int tcp_try_connect(int port);
 /* The same, failing the test when it cannot connect. */
 int tcp_connect(int port);
 
+/* ---- Unix sockets --------------------------------------------------------- */
+
+/* A connection of @type (SOCK_SEQPACKET or SOCK_STREAM, with SOCK_NONBLOCK
+ * if asked; close-on-exec always) to the socket at @path: -1 (errno set)
+ * when refused. A path too long for a socket fails the test. */
+int unix_try_connect(const char *path, int type);
+/* The same, failing the test when it cannot connect. */
+int unix_connect(const char *path, int type);
+/* Does something accept connections of @type at @path now? */
+bool unix_answers(const char *path, int type);
+/* A socket of @type bound at @path, listening with @backlog, as a service
+ * manager holds one; fails the test when it cannot be had. */
+int unix_listener(const char *path, int type, int backlog);
+
 /* A formatted string on the heap (tests are short-lived children: callers
  * may leave it). Fails the test when out of memory. */
 char *strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
