@@ -18,13 +18,17 @@
 #include "harness.h"
 #include "net_fixture.h"
 
-/* In the broker's child before exec: its environment, the socket handed
+/* In the broker's child before exec: its environment, the sockets handed
  * over, its user. */
 static void child_setup(const struct broker_proc *b)
 {
-	char pid[24];
-	int i;
+	static const char *const manager[] = { "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID",
+					       "LISTEN_FDS",	"LISTEN_PID",	 "LISTEN_FDNAMES" };
+	char v[24];
+	int i, hi[4];
 
+	for (i = 0; i < (int)(sizeof(manager) / sizeof(manager[0])); i++)
+		unsetenv(manager[i]);
 	for (i = 0; i < 8 && b->env[i]; i++) {
 		const char *eq = strchr(b->env[i], '=');
 		char name[64];
@@ -36,15 +40,18 @@ static void child_setup(const struct broker_proc *b)
 		snprintf(name, sizeof(name), "%.*s", (int)(eq - b->env[i]), b->env[i]);
 		setenv(name, eq + 1, 1);
 	}
-	if (b->activate_fd > 0) {
-		if (b->activate_fd != 3)
-			dup2(b->activate_fd, 3); /* without close-on-exec */
-		else
-			fcntl(3, F_SETFD, 0);
-		snprintf(pid, sizeof(pid), "%d", (int)getpid());
-		setenv("LISTEN_PID", pid, 1);
-		setenv("LISTEN_FDS", "1", 1);
-		setenv("LISTEN_FDNAMES", b->activate_name ? b->activate_name : "", 1);
+	if (b->nlisten > 0) {
+		/* Out of the way first: a source may sit on a target number. */
+		for (i = 0; i < b->nlisten && i < 4; i++)
+			hi[i] = fcntl(b->listen_fds[i], F_DUPFD_CLOEXEC, 100);
+		for (i = 0; i < b->nlisten && i < 4; i++)
+			dup2(hi[i], 3 + i); /* without close-on-exec: inherited */
+		snprintf(v, sizeof(v), "%d", b->nlisten);
+		setenv("LISTEN_FDS", v, 1);
+		snprintf(v, sizeof(v), "%d", (int)getpid()); /* exec keeps the pid */
+		setenv("LISTEN_PID", v, 1);
+		if (b->listen_names)
+			setenv("LISTEN_FDNAMES", b->listen_names, 1);
 	}
 	if (b->uid && (setgroups(0, NULL) || setgid(b->gid) || setuid(b->uid)))
 		_exit(99);
@@ -59,8 +66,10 @@ void broker_spawn(struct broker_proc *b, const char *const *more)
 	if (!bin)
 		FAIL_AT("SHMLOCK_BROKER_BIN is not set (run through 'make check')");
 	argv[n++] = bin;
-	argv[n++] = "--socket";
-	argv[n++] = b->sock;
+	if (!b->no_socket_flag) {
+		argv[n++] = "--socket";
+		argv[n++] = b->sock;
+	}
 	argv[n++] = "--shm-name";
 	argv[n++] = b->shm;
 	argv[n++] = "--log-level";
@@ -91,12 +100,12 @@ void broker_spawn_activated(struct broker_proc *b, const char *tag, const char *
 			    const char *const *more)
 {
 	broker_names(b, tag);
-	b->activate_fd = tcp_listener(port);
-	b->activate_name = fd_name;
-	b->env[0] = "NOTIFY_SOCKET";
+	b->listen_fds[0] = tcp_listener(port);
+	b->nlisten = 1;
+	b->listen_names = fd_name;
 	broker_spawn(b, more);
-	close(b->activate_fd);
-	b->activate_fd = 0;
+	close(b->listen_fds[0]);
+	b->nlisten = 0;
 }
 
 void broker_wait_ready(struct broker_proc *b, int timeout_ms)

@@ -21,13 +21,17 @@ struct broker_proc {
 	char log[128];
 	const char *extra[16]; /* extra flags, NULL-terminated */
 	/* How the broker is started, set after broker_names() and before
-	 * broker_spawn() or broker_restart() (broker_start() clears them): */
-	int activate_fd;	   /* > 0: handed over as fd 3 with LISTEN_FDS=1, as
-				    * a service manager hands a listening socket */
-	const char *activate_name; /* its LISTEN_FDNAMES */
-	const char *env[8];	   /* "NAME=value" set, "NAME" removed; NULL-terminated */
-	uid_t uid;		   /* nonzero: run as @uid and @gid, no supplementary */
-	gid_t gid;		   /* groups (exit 99 when that is refused) */
+	 * broker_spawn() or broker_restart() (broker_start() clears them).
+	 * The service manager's variables of the test (NOTIFY_SOCKET,
+	 * WATCHDOG_*, LISTEN_*) are never passed on; @env may set them. */
+	const char *env[8];	  /* "NAME=value" set, "NAME" removed; NULL-terminated */
+	int listen_fds[4];	  /* handed over as fds 3.. with LISTEN_FDS and
+				    * LISTEN_PID, as a service manager hands sockets */
+	int nlisten;		  /* how many */
+	const char *listen_names; /* their LISTEN_FDNAMES; NULL: none */
+	bool no_socket_flag;	  /* no --socket: it serves only an activated one */
+	uid_t uid;		  /* nonzero: run as @uid and @gid, no supplementary */
+	gid_t gid;		  /* groups (exit 99 when that is refused) */
 };
 
 /* Fresh names for @b (zeroed first): a new directory for its socket and
@@ -49,9 +53,8 @@ void broker_wait_ready(struct broker_proc *b, int timeout_ms);
 int broker_refuses(struct broker_proc *b, const char *const *more, int timeout_ms);
 /* Name @b (tag @tag) and start it with @more (NULL-terminated) on a
  * listening loopback socket handed over as a service manager would, its
- * LISTEN_FDNAMES @fd_name, its port in *@port; NOTIFY_SOCKET removed (no
- * word to the test's own service manager). Not waited for: connections
- * queue in the socket's backlog until the broker serves them. */
+ * LISTEN_FDNAMES @fd_name, its port in *@port. Not waited for:
+ * connections queue in the socket's backlog until the broker serves them. */
 void broker_spawn_activated(struct broker_proc *b, const char *tag, const char *fd_name, int *port,
 			    const char *const *more);
 /* Start again with the same names and flags plus @more; ready as broker_start(). */

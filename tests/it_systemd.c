@@ -119,59 +119,29 @@ struct launch {
 	bool no_socket_flag; /* as a unit without --socket: only the activated one */
 };
 
-static pid_t launch(const struct broker_proc *b, const struct launch *l)
+static pid_t launch(struct broker_proc *b, const struct launch *l)
 {
-	const char *argv[16];
-	int n = 0, i;
-	pid_t pid;
+	const char *more[8] = { "--log-level", "info" };
+	int n = 2, i;
 
-	argv[n++] = broker_bin();
-	if (!l->no_socket_flag) {
-		argv[n++] = "--socket";
-		argv[n++] = b->sock;
-	}
-	argv[n++] = "--shm-name";
-	argv[n++] = b->shm;
-	argv[n++] = "--log-level";
-	argv[n++] = "info";
-	for (i = 0; l->extra[i] && n < 15; i++)
-		argv[n++] = l->extra[i];
-	argv[n] = NULL;
-	fflush(NULL);
-	pid = fork();
-	if (pid < 0)
-		FAIL_AT("fork: %s", strerror(errno));
-	if (pid > 0)
-		return pid;
-	i = open(b->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-	if (i >= 0)
-		dup2(i, 2);
-	unsetenv("NOTIFY_SOCKET");
-	unsetenv("WATCHDOG_USEC");
-	unsetenv("WATCHDOG_PID");
-	unsetenv("LISTEN_FDS");
-	unsetenv("LISTEN_PID");
-	unsetenv("LISTEN_FDNAMES");
-	for (i = 0; l->env[i]; i++)
-		putenv((char *)l->env[i]);
-	if (l->nfds) {
-		char v[32];
-		int hi[4];
-
-		/* Out of the way first: a source may sit on a target number. */
-		for (i = 0; i < l->nfds; i++)
-			hi[i] = fcntl(l->fds[i], F_DUPFD_CLOEXEC, 100);
-		for (i = 0; i < l->nfds; i++)
-			dup2(hi[i], 3 + i); /* without FD_CLOEXEC: inherited */
-		snprintf(v, sizeof(v), "%d", l->nfds);
-		setenv("LISTEN_FDS", v, 1);
-		snprintf(v, sizeof(v), "%d", (int)getpid()); /* exec keeps the pid */
-		setenv("LISTEN_PID", v, 1);
-		if (l->fdnames)
-			setenv("LISTEN_FDNAMES", l->fdnames, 1);
-	}
-	execv(argv[0], (char *const *)argv);
-	_exit(127);
+	for (i = 0; i < 6 && l->env[i]; i++)
+		b->env[i] = l->env[i];
+	b->env[i] = NULL;
+	for (i = 0; i < l->nfds && i < 4; i++)
+		b->listen_fds[i] = l->fds[i];
+	b->nlisten = l->nfds;
+	b->listen_names = l->fdnames;
+	b->no_socket_flag = l->no_socket_flag;
+	for (i = 0; l->extra[i] && i < 4; i++)
+		more[n++] = l->extra[i];
+	more[n] = NULL;
+	broker_spawn(b, more);
+	/* This start's only: a restart is a plain one. */
+	memset(b->env, 0, sizeof(b->env));
+	b->nlisten = 0;
+	b->listen_names = NULL;
+	b->no_socket_flag = false;
+	return b->pid;
 }
 
 /* ---- the stand-in NOTIFY_SOCKET ----------------------------------------- */
