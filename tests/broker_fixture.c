@@ -60,11 +60,13 @@ static void child_setup(const struct broker_proc *b)
 void broker_spawn(struct broker_proc *b, const char *const *more)
 {
 	const char *bin = getenv("SHMLOCK_BROKER_BIN");
-	const char *argv[40];
+	const char *argv[48];
 	int n = 0, i;
 
 	if (!bin)
 		FAIL_AT("SHMLOCK_BROKER_BIN is not set (run through 'make check')");
+	for (i = 0; b->launcher && b->launcher[i] && n < 8; i++)
+		argv[n++] = b->launcher[i];
 	argv[n++] = bin;
 	if (!b->no_socket_flag) {
 		argv[n++] = "--socket";
@@ -74,9 +76,9 @@ void broker_spawn(struct broker_proc *b, const char *const *more)
 	argv[n++] = b->shm;
 	argv[n++] = "--log-level";
 	argv[n++] = getenv("SHMLOCK_TEST_BROKER_LOG") ? "debug" : "warning";
-	for (i = 0; b->extra[i] && n < 31; i++)
+	for (i = 0; b->extra[i] && n < 39; i++)
 		argv[n++] = b->extra[i];
-	for (i = 0; more && more[i] && n < 39; i++)
+	for (i = 0; more && more[i] && n < 47; i++)
 		argv[n++] = more[i];
 	argv[n] = NULL;
 	fflush(NULL);
@@ -91,7 +93,7 @@ void broker_spawn(struct broker_proc *b, const char *const *more)
 			close(fd);
 		}
 		child_setup(b);
-		execv(bin, (char *const *)argv);
+		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
 }

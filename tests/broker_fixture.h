@@ -24,14 +24,20 @@ struct broker_proc {
 	 * broker_spawn() or broker_restart() (broker_start() clears them).
 	 * The service manager's variables of the test (NOTIFY_SOCKET,
 	 * WATCHDOG_*, LISTEN_*) are never passed on; @env may set them. */
-	const char *env[8];	  /* "NAME=value" set, "NAME" removed; NULL-terminated */
-	int listen_fds[4];	  /* handed over as fds 3.. with LISTEN_FDS and
-				    * LISTEN_PID, as a service manager hands sockets */
-	int nlisten;		  /* how many */
+	const char *env[8]; /* "NAME=value" set, "NAME" removed; NULL-terminated */
+	/* Sockets handed over as fds 3.. with LISTEN_FDS and LISTEN_PID, as a
+	 * service manager hands them. */
+	int listen_fds[4];
+	int nlisten;
 	const char *listen_names; /* their LISTEN_FDNAMES; NULL: none */
 	bool no_socket_flag;	  /* no --socket: it serves only an activated one */
-	uid_t uid;		  /* nonzero: run as @uid and @gid, no supplementary */
-	gid_t gid;		  /* groups (exit 99 when that is refused) */
+	/* A program that runs the broker, as systemd-socket-activate: its argv
+	 * up to the broker's, NULL-terminated; NULL: none. */
+	const char *const *launcher;
+	/* uid nonzero: run as @uid and @gid, no supplementary groups (exit 99
+	 * when that is refused). */
+	uid_t uid;
+	gid_t gid;
 };
 
 /* Fresh names for @b (zeroed first): a new directory for its socket and

@@ -314,7 +314,6 @@ TEST(systemd, socket_activation_serves_the_first_client, 20)
 	local_session *s1, *s2;
 	uint64_t tok;
 	FILE *f;
-	int fd;
 
 	if (!find_tool("systemd-socket-activate", tool, sizeof(tool))) {
 		printf("SKIPPED: systemd-socket-activate is not installed (package systemd) ");
@@ -322,16 +321,9 @@ TEST(systemd, socket_activation_serves_the_first_client, 20)
 	}
 	names_init(&b);
 	snprintf(unused, sizeof(unused), "%s/unused.sock", b.dir);
-	fflush(NULL);
-	b.pid = fork();
-	if (b.pid == 0) {
-		fd = open(b.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-		if (fd >= 0)
-			dup2(fd, 2);
-		execl(tool, tool, "--seqpacket", "-l", b.sock, broker_bin(), "--socket", unused,
-		      "--shm-name", b.shm, "--log-level", "info", (char *)NULL);
-		_exit(127);
-	}
+	b.launcher = (const char *const[]){ tool, "--seqpacket", "-l", b.sock, NULL };
+	b.no_socket_flag = true;
+	broker_spawn(&b, (const char *const[]){ "--socket", unused, "--log-level", "info", NULL });
 	/* The tool says so once it listens; the socket file appears earlier,
 	 * at bind(), and a probe connection would itself start the broker. */
 	CHECK(WAIT_FOR(file_has(b.log, "Listening on"), 5000));
@@ -511,7 +503,6 @@ TEST(systemd, socket_activation_of_the_http_api, 20)
 	struct broker_proc b;
 	char tool[512], http[160], answer[1024];
 	local_session *s;
-	int fd;
 
 	if (!find_tool("systemd-socket-activate", tool, sizeof(tool))) {
 		printf("SKIPPED: systemd-socket-activate is not installed (package systemd) ");
@@ -519,18 +510,10 @@ TEST(systemd, socket_activation_of_the_http_api, 20)
 	}
 	names_init(&b);
 	snprintf(http, sizeof(http), "%s/http.sock", b.dir);
-	fflush(NULL);
-	b.pid = fork();
-	if (b.pid == 0) {
-		fd = open(b.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-		if (fd >= 0)
-			dup2(fd, 2);
-		/* Only the HTTP socket is passed: the control socket is bound at
-		 * --socket as usual (the broker takes SEQPACKET ones only). */
-		execl(tool, tool, "-l", http, "--fdname=http", broker_bin(), "--socket", b.sock,
-		      "--shm-name", b.shm, "--log-level", "info", (char *)NULL);
-		_exit(127);
-	}
+	/* Only the HTTP socket is passed: the control socket is bound at
+	 * --socket as usual (the broker takes SEQPACKET ones only). */
+	b.launcher = (const char *const[]){ tool, "-l", http, "--fdname=http", NULL };
+	broker_spawn(&b, (const char *const[]){ "--log-level", "info", NULL });
 	CHECK(WAIT_FOR(file_has(b.log, "Listening on"), 5000));
 	CHECK(!seg_exists(&b));
 	/* The first HTTP client starts the broker and is served by it. */
