@@ -16,16 +16,11 @@
 
 int etcd_req(int port, const char *path, const char *body, char *out)
 {
-	struct http_reply r;
-	int rc = http_do(&(struct http_req){ .url = strf("http://127.0.0.1:%d%s", port, path),
-					     .body = body,
-					     .timeout_ms = 1000 },
-			 &r);
-	int ok = rc == 0 && r.status == 200;
+	struct http_req req = { .url = strf("http://127.0.0.1:%d%s", port, path),
+				.body = body,
+				.timeout_ms = 1000 };
 
-	snprintf(out, ETCD_OUT, "%s", r.body);
-	http_reply_free(&r);
-	return ok ? 0 : -1;
+	return http_fetch(&req, out, ETCD_OUT) == 200 ? 0 : -1;
 }
 
 /* Start member @i of @e (its names and ports set; its data kept from an

@@ -103,19 +103,13 @@ static long api_post(int port, const char *path, const char *session, const char
 	const char *const hdrs[] = { "Authorization: Bearer tok",
 				     session ? strf("X-Dflockd-Session: %s", session) : NULL,
 				     NULL };
-	struct http_reply r;
-	long status;
 
-	http_do(&(struct http_req){ .method = "POST",
-				    .url = strf("http://127.0.0.1:%d%s", port, path),
-				    .headers = hdrs,
-				    .body = body ? body : "",
-				    .timeout_ms = 10000 },
-		&r);
-	status = r.status;
-	snprintf(out, 4096, "%s", r.body);
-	http_reply_free(&r);
-	return status;
+	return http_fetch(&(struct http_req){ .method = "POST",
+					      .url = strf("http://127.0.0.1:%d%s", port, path),
+					      .headers = hdrs,
+					      .body = body ? body : "",
+					      .timeout_ms = 10000 },
+			  out, 4096);
 }
 
 /* ---- shared record of grants, in grant order ---------------------------- */

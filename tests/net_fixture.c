@@ -278,6 +278,18 @@ int http_do(const struct http_req *req, struct http_reply *out)
 	return (int)rc;
 }
 
+long http_fetch(const struct http_req *req, char *out, size_t size)
+{
+	struct http_reply r;
+	long status;
+
+	http_do(req, &r);
+	status = r.status;
+	snprintf(out, size, "%s", r.body);
+	http_reply_free(&r);
+	return status;
+}
+
 void http_reply_free(struct http_reply *r)
 {
 	free(r->body);

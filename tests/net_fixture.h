@@ -72,6 +72,9 @@ struct http_reply {
  * returned (libcurl's global set-up is done by the first). */
 int http_do(const struct http_req *req, struct http_reply *out);
 void http_reply_free(struct http_reply *r);
+/* Send @req; its body into @out (@size bytes, cut there; empty when none
+ * came). Returns the HTTP status, 0 when nothing answered. */
+long http_fetch(const struct http_req *req, char *out, size_t size);
 /* Header @name's value in @r (case-insensitive name, without the line's
  * CR LF) into @buf; false when absent. */
 bool http_reply_header(const struct http_reply *r, const char *name, char *buf, size_t size);
