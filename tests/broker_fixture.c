@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,40 +11,74 @@
 #include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "broker_fixture.h"
 #include "client.h"
 #include "harness.h"
+#include "net_fixture.h"
 
-static int answers(const char *path)
+/* In the broker's child before exec: its environment, the sockets handed
+ * over, its user. */
+static void child_setup(const struct broker_proc *b)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), r;
+	static const char *const manager[] = { "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID",
+					       "LISTEN_FDS",	"LISTEN_PID",	 "LISTEN_FDNAMES" };
+	char v[24];
+	int i, hi[4];
 
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	close(fd);
-	return r == 0;
+	for (i = 0; i < (int)(sizeof(manager) / sizeof(manager[0])); i++)
+		unsetenv(manager[i]);
+	for (i = 0; i < 8 && b->env[i]; i++) {
+		const char *eq = strchr(b->env[i], '=');
+		char name[64];
+
+		if (!eq) {
+			unsetenv(b->env[i]);
+			continue;
+		}
+		snprintf(name, sizeof(name), "%.*s", (int)(eq - b->env[i]), b->env[i]);
+		setenv(name, eq + 1, 1);
+	}
+	if (b->nlisten > 0) {
+		/* Out of the way first: a source may sit on a target number. */
+		for (i = 0; i < b->nlisten && i < 4; i++)
+			hi[i] = fcntl(b->listen_fds[i], F_DUPFD_CLOEXEC, 100);
+		for (i = 0; i < b->nlisten && i < 4; i++)
+			dup2(hi[i], 3 + i); /* without close-on-exec: inherited */
+		snprintf(v, sizeof(v), "%d", b->nlisten);
+		setenv("LISTEN_FDS", v, 1);
+		snprintf(v, sizeof(v), "%d", (int)getpid()); /* exec keeps the pid */
+		setenv("LISTEN_PID", v, 1);
+		if (b->listen_names)
+			setenv("LISTEN_FDNAMES", b->listen_names, 1);
+	}
+	if (b->uid && (setgroups(0, NULL) || setgid(b->gid) || setuid(b->uid)))
+		_exit(99);
 }
 
 void broker_spawn(struct broker_proc *b, const char *const *more)
 {
 	const char *bin = getenv("SHMLOCK_BROKER_BIN");
-	const char *argv[40];
+	const char *argv[48];
 	int n = 0, i;
 
 	if (!bin)
 		FAIL_AT("SHMLOCK_BROKER_BIN is not set (run through 'make check')");
+	for (i = 0; b->launcher && b->launcher[i] && n < 8; i++)
+		argv[n++] = b->launcher[i];
 	argv[n++] = bin;
-	argv[n++] = "--socket";
-	argv[n++] = b->sock;
+	if (!b->no_socket_flag) {
+		argv[n++] = "--socket";
+		argv[n++] = b->sock;
+	}
 	argv[n++] = "--shm-name";
 	argv[n++] = b->shm;
 	argv[n++] = "--log-level";
 	argv[n++] = getenv("SHMLOCK_TEST_BROKER_LOG") ? "debug" : "warning";
-	for (i = 0; b->extra[i] && n < 31; i++)
+	for (i = 0; b->extra[i] && n < 39; i++)
 		argv[n++] = b->extra[i];
-	for (i = 0; more && more[i] && n < 39; i++)
+	for (i = 0; more && more[i] && n < 47; i++)
 		argv[n++] = more[i];
 	argv[n] = NULL;
 	fflush(NULL);
@@ -57,18 +92,32 @@ void broker_spawn(struct broker_proc *b, const char *const *more)
 			dup2(fd, 2);
 			close(fd);
 		}
-		execv(bin, (char *const *)argv);
+		child_setup(b);
+		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
+}
+
+void broker_spawn_activated(struct broker_proc *b, const char *tag, const char *fd_name, int *port,
+			    const char *const *more)
+{
+	broker_names(b, tag);
+	b->listen_fds[0] = tcp_listener(port);
+	b->nlisten = 1;
+	b->listen_names = fd_name;
+	broker_spawn(b, more);
+	close(b->listen_fds[0]);
+	b->nlisten = 0;
 }
 
 void broker_wait_ready(struct broker_proc *b, int timeout_ms)
 {
 	int status;
 
-	if (!WAIT_FOR(answers(b->sock) || waitpid(b->pid, &status, WNOHANG) == b->pid,
+	if (!WAIT_FOR(unix_answers(b->sock, SOCK_SEQPACKET) ||
+			      waitpid(b->pid, &status, WNOHANG) == b->pid,
 		      timeout_ms) ||
-	    !answers(b->sock))
+	    !unix_answers(b->sock, SOCK_SEQPACKET))
 		FAIL_AT("broker did not come up on %s (log: %s)", b->sock, b->log);
 }
 
@@ -129,6 +178,13 @@ int broker_refuses(struct broker_proc *b, const char *const *more, int timeout_m
 void broker_restart_with(struct broker_proc *b, const char *const *more)
 {
 	launch_with(b, more);
+}
+
+void broker_beside(const struct broker_proc *b, struct broker_proc *o, const char *sock_name)
+{
+	*o = *b;
+	o->pid = 0;
+	snprintf(o->sock, sizeof(o->sock), "%s/%s", b->dir, sock_name);
 }
 
 void broker_signal_wait(struct broker_proc *b, int sig)

@@ -20,6 +20,24 @@ struct broker_proc {
 	char shm[64];
 	char log[128];
 	const char *extra[16]; /* extra flags, NULL-terminated */
+	/* How the broker is started, set after broker_names() and before
+	 * broker_spawn() or broker_restart() (broker_start() clears them).
+	 * The service manager's variables of the test (NOTIFY_SOCKET,
+	 * WATCHDOG_*, LISTEN_*) are never passed on; @env may set them. */
+	const char *env[8]; /* "NAME=value" set, "NAME" removed; NULL-terminated */
+	/* Sockets handed over as fds 3.. with LISTEN_FDS and LISTEN_PID, as a
+	 * service manager hands them. */
+	int listen_fds[4];
+	int nlisten;
+	const char *listen_names; /* their LISTEN_FDNAMES; NULL: none */
+	bool no_socket_flag;	  /* no --socket: it serves only an activated one */
+	/* A program that runs the broker, as systemd-socket-activate: its argv
+	 * up to the broker's, NULL-terminated; NULL: none. */
+	const char *const *launcher;
+	/* uid nonzero: run as @uid and @gid, no supplementary groups (exit 99
+	 * when that is refused). */
+	uid_t uid;
+	gid_t gid;
 };
 
 /* Fresh names for @b (zeroed first): a new directory for its socket and
@@ -27,7 +45,8 @@ struct broker_proc {
 void broker_names(struct broker_proc *b, const char *tag);
 /* Fill names and start the broker; fails the test if not ready in 5 s. */
 void broker_start(struct broker_proc *b, const char *const *extra);
-/* Start again with the same names and flags (restart after a stop/kill). */
+/* Start again with the same names and flags (restart after a stop/kill);
+ * also the first start of a broker named by broker_names(). */
 void broker_restart(struct broker_proc *b);
 /* Start with the same names and flags plus @more (NULL-terminated), without
  * waiting; then broker_wait_ready() fails the test unless it answers within
@@ -38,8 +57,17 @@ void broker_wait_ready(struct broker_proc *b, int timeout_ms);
  * a refusal: returns the exit status; fails the test if it is still running
  * after @timeout_ms or dies of a signal. */
 int broker_refuses(struct broker_proc *b, const char *const *more, int timeout_ms);
+/* Name @b (tag @tag) and start it with @more (NULL-terminated) on a
+ * listening loopback socket handed over as a service manager would, its
+ * LISTEN_FDNAMES @fd_name, its port in *@port. Not waited for:
+ * connections queue in the socket's backlog until the broker serves them. */
+void broker_spawn_activated(struct broker_proc *b, const char *tag, const char *fd_name, int *port,
+			    const char *const *more);
 /* Start again with the same names and flags plus @more; ready as broker_start(). */
 void broker_restart_with(struct broker_proc *b, const char *const *more);
+/* @o named as @b (directory, segment, log, flags) but with the socket
+ * @sock_name in @b's directory: a second broker beside it, not started. */
+void broker_beside(const struct broker_proc *b, struct broker_proc *o, const char *sock_name);
 /* Send @sig and wait for the broker to exit. */
 void broker_signal_wait(struct broker_proc *b, int sig);
 /* SIGTERM, wait, unlink the segment and remove the directory. */

@@ -13,6 +13,7 @@
 #include "broker_fixture.h"
 #include "crashpoint.h"
 #include "harness.h"
+#include "net_fixture.h"
 #include "invariants.h"
 #include "proto.h"
 
@@ -110,24 +111,13 @@ TEST(broker, sigkill_restart_keeps_holds_and_queue, 30)
 	restart_keeps_everything(SIGKILL);
 }
 
-static int raw_connect(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	CHECK(fd >= 0);
-	CHECK_OK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)));
-	return fd;
-}
-
 /* Send one datagram; return the reply's status (or 1 when none came). */
 static int exchange(const char *path, const void *msg, size_t len)
 {
 	struct timeval tv = { .tv_sec = 5 };
 	struct proto_reply rep;
 	char buf[256];
-	int fd = raw_connect(path), status = 1;
+	int fd = unix_connect(path, SOCK_SEQPACKET), status = 1;
 	ssize_t n;
 
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -171,8 +161,8 @@ TEST(broker, garbage_on_the_socket, 30)
 	}
 	/* Connections that never speak, or hang up at once. */
 	for (i = 0; i < 50; i++)
-		close(raw_connect(b.sock));
-	fd = raw_connect(b.sock);
+		close(unix_connect(b.sock, SOCK_SEQPACKET));
+	fd = unix_connect(b.sock, SOCK_SEQPACKET);
 	CHECK_EQ(kill(b.pid, 0), 0);
 	s = open_session(&b, "after-garbage", 0, 0);
 	CHECK_OK(local_lock(s, "still/works", NULL, NULL));
@@ -226,30 +216,16 @@ TEST(broker, second_broker_on_the_segment_refuses_and_removes_nothing, 20)
 {
 	static const char *const flags[] = { "--destroy-segment-on-exit", NULL };
 	struct broker_proc b, other;
-	struct child c;
 	local_session *s;
-	int status;
 
 	broker_start(&b, NULL);
 	s = open_session(&b, "obs", 0, 0);
 	CHECK_OK(local_lock(s, "mine", NULL, NULL));
 	/* Same segment, another socket: must refuse, and must not unlink. */
-	memset(&other, 0, sizeof(other));
-	c.pid = fork();
-	if (c.pid == 0) {
-		char sock[160];
-
-		snprintf(sock, sizeof(sock), "%s/other.sock", b.dir);
-		execl(getenv("SHMLOCK_BROKER_BIN"), "shmlockd", "--socket", sock, "--shm-name",
-		      b.shm, flags[0], "--log-level", "emerg", (char *)NULL);
-		_exit(127);
-	}
-	c.rd = c.wr = -1;
-	status = child_wait(&c, 5000);
-	CHECK(WIFEXITED(status));
+	broker_beside(&b, &other, "other.sock");
 	/* No keeper beside its socket, but live mappers of a segment of that
 	 * --shm-name: refused as a segment in use (exit 3). */
-	CHECK_EQ(WEXITSTATUS(status), 3);
+	CHECK_EQ(broker_refuses(&other, flags, 5000), 3);
 	CHECK_EQ(key_info(s, "mine").holders, 1);
 	broker_signal_wait(&b, SIGKILL);
 	broker_restart(&b); /* finds the segment still there */

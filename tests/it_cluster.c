@@ -1,16 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
- * Cluster keys on etcd (issue 16, docs/cluster.md) against a real 3-member
- * etcd cluster on loopback ports, started here in a temporary directory, and
- * two or three brokers with their own sockets and segments standing for
+ * Cluster keys on etcd (docs/cluster.md) against a real 3-member etcd
+ * cluster on loopback ports (etcd_fixture.h), and two or three brokers with their own sockets and segments standing for
  * hosts: mutual exclusion and rising tokens across hosts, FIFO across hosts,
  * a member killed, all of etcd stopped (local holds end before the lease can
  * expire, nobody is granted meanwhile, recovery after), a broker killed (its
  * cluster locks pass on after the lease TTL).
- *
- * etcd dies with the test: the members are in the test's process group,
- * which the runner kills whatever happens, and have PR_SET_PDEATHSIG; their
- * directory is named as the runner's sweep of leftovers expects.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,14 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
-#include <curl/curl.h>
-
 #include "broker_fixture.h"
 #include "crashpoint.h"
+#include "etcd_fixture.h"
 #include "harness.h"
 #include "key_fixture.h"
 #include "net_fixture.h"
@@ -40,235 +33,6 @@
 #define CLUSTER_SEQ_BITS_T 24 /* libshm/keyops.h, CLUSTER_SEQ_BITS */
 #define CLUSTER_SEM_MAX_T 64  /* libshm/keyops.h, CLUSTER_SEM_MAX */
 
-struct etcd3 {
-	char dir[96];
-	pid_t pid[3];
-	int cport[3], pport[3];
-	char eps[160]; /* etcd://127.0.0.1:P,... for --cluster */
-};
-
-static size_t sink(char *p, size_t size, size_t n, void *arg)
-{
-	char *buf = arg;
-	size_t have = strlen(buf), add = size * n;
-
-	if (have + add < 4096) {
-		memcpy(buf + have, p, add);
-		buf[have + add] = '\0';
-	}
-	return size * n;
-}
-
-/* POST @body to member @port's @path; the answer in @out (4096 bytes). */
-static int etcd_req(int port, const char *path, const char *body, char *out)
-{
-	CURL *h = curl_easy_init();
-	char url[128];
-	long status = 0;
-	CURLcode rc;
-
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
-	out[0] = '\0';
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
-	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 1000L);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
-	if (body)
-		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-	rc = curl_easy_perform(h);
-	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_cleanup(h);
-	return rc == CURLE_OK && status == 200 ? 0 : -1;
-}
-
-/* Start member @i of @e (its names and ports set; its data kept from an
- * earlier start, if any: a restart). */
-static void etcd3_spawn(struct etcd3 *e, int i)
-{
-	char cluster[300], name[16], data[128], curl[64], purl[64], log[128];
-	int j, n = 0;
-
-	for (j = 0; j < 3; j++)
-		n += snprintf(cluster + n, sizeof(cluster) - (size_t)n, "%sm%d=http://127.0.0.1:%d",
-			      j ? "," : "", j, e->pport[j]);
-	snprintf(name, sizeof(name), "m%d", i);
-	snprintf(data, sizeof(data), "%s/m%d", e->dir, i);
-	snprintf(log, sizeof(log), "%s/m%d.log", e->dir, i);
-	snprintf(curl, sizeof(curl), "http://127.0.0.1:%d", e->cport[i]);
-	snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", e->pport[i]);
-	fflush(NULL);
-	e->pid[i] = fork();
-	CHECK(e->pid[i] >= 0);
-	if (e->pid[i] == 0) {
-		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		execlp("etcd", "etcd", "--name", name, "--data-dir", data, "--listen-client-urls",
-		       curl, "--advertise-client-urls", curl, "--listen-peer-urls", purl,
-		       "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
-		       "--initial-cluster-state", "new", "--initial-cluster-token", e->dir,
-		       "--heartbeat-interval", "50", "--election-timeout", "500", (char *)NULL);
-		_exit(127);
-	}
-}
-
-static void etcd3_wait_healthy(struct etcd3 *e)
-{
-	char cmd[160];
-	int i;
-
-	for (i = 0; i < 3; i++) {
-		char out[4096];
-
-		if (!WAIT_FOR(etcd_req(e->cport[i], "/health", NULL, out) == 0 &&
-				      strstr(out, "true"),
-			      15000)) {
-			snprintf(cmd, sizeof(cmd), "tail -5 %s/m%d.log >&2", e->dir, i);
-			if (system(cmd))
-				(void)0;
-			FAIL_AT("etcd member %d not healthy", i);
-		}
-	}
-}
-
-static void etcd3_start(struct etcd3 *e)
-{
-	int i;
-
-	memset(e, 0, sizeof(*e));
-	snprintf(e->dir, sizeof(e->dir), "/tmp/shmlock-test-%d-etcd-XXXXXX", (int)getpid());
-	CHECK(mkdtemp(e->dir));
-	for (i = 0; i < 3; i++) {
-		e->cport[i] = free_port();
-		e->pport[i] = free_port();
-	}
-	snprintf(e->eps, sizeof(e->eps), "etcd://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
-		 e->cport[0], e->cport[1], e->cport[2]);
-	for (i = 0; i < 3; i++)
-		etcd3_spawn(e, i);
-	etcd3_wait_healthy(e);
-}
-
-static void etcd3_stop(struct etcd3 *e)
-{
-	char cmd[160];
-	int i;
-
-	for (i = 0; i < 3; i++)
-		if (e->pid[i] > 0) {
-			kill(e->pid[i], SIGKILL);
-			waitpid(e->pid[i], NULL, 0);
-			e->pid[i] = 0;
-		}
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", e->dir);
-	if (system(cmd))
-		fprintf(stderr, "could not remove %s\n", e->dir);
-}
-
-static void etcd3_signal(struct etcd3 *e, int sig)
-{
-	int i;
-
-	for (i = 0; i < 3; i++)
-		if (e->pid[i] > 0)
-			kill(e->pid[i], sig);
-}
-
-static void b64(const char *in, char *out)
-{
-	static const char tab[] =
-		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	size_t len = strlen(in), i;
-	const unsigned char *p = (const unsigned char *)in;
-
-	for (i = 0; i + 2 < len; i += 3) {
-		*out++ = tab[p[i] >> 2];
-		*out++ = tab[((p[i] & 3) << 4) | (p[i + 1] >> 4)];
-		*out++ = tab[((p[i + 1] & 15) << 2) | (p[i + 2] >> 6)];
-		*out++ = tab[p[i + 2] & 63];
-	}
-	if (i < len) {
-		*out++ = tab[p[i] >> 2];
-		if (i + 1 < len) {
-			*out++ = tab[((p[i] & 3) << 4) | (p[i + 1] >> 4)];
-			*out++ = tab[(p[i + 1] & 15) << 2];
-		} else {
-			*out++ = tab[(p[i] & 3) << 4];
-			*out++ = '=';
-		}
-		*out++ = '=';
-	}
-	*out = '\0';
-}
-
-/* The range of etcd keys under @prefix hex(@key) @suffix (its last byte
- * bumped is the end), asked of the first member that answers: the answer in
- * @out (4096 bytes); -1: no answer from any member. */
-static int etcd_range_under(const struct etcd3 *e, const char *prefix, const char *key,
-			    const char *suffix, bool count_only, char *out)
-{
-	char dir[600], from[900], to[900], body[2000];
-	size_t n = (size_t)snprintf(dir, sizeof(dir), "%s", prefix);
-	int i;
-
-	for (i = 0; key[i]; i++)
-		n += (size_t)sprintf(dir + n, "%02x", (unsigned char)key[i]);
-	n += (size_t)sprintf(dir + n, "%s", suffix);
-	b64(dir, from);
-	dir[n - 1]++; /* '/' + 1: the end of the range */
-	b64(dir, to);
-	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":%s}",
-		 from, to, count_only ? "true" : "false");
-	for (i = 0; i < 3; i++)
-		if (e->pid[i] > 0 && etcd_req(e->cport[i], "/v3/kv/range", body, out) == 0)
-			return 0;
-	return -1;
-}
-
-/* How many etcd keys lie under @prefix hex(@key) @suffix (@suffix ends in
- * '/'; -1: no answer from any member). */
-static int etcd_count_under(const struct etcd3 *e, const char *prefix, const char *key,
-			    const char *suffix)
-{
-	char out[4096], *c;
-
-	if (etcd_range_under(e, prefix, key, suffix, true, out))
-		return -1;
-	c = strstr(out, "\"count\":\"");
-	return c ? atoi(c + 9) : 0;
-}
-
-/* The etcd lease of the first key under @prefix hex(@key) @suffix (0: none,
- * or no answer). */
-static long long etcd_lease_under(const struct etcd3 *e, const char *prefix, const char *key,
-				  const char *suffix)
-{
-	char out[4096], *c;
-
-	if (etcd_range_under(e, prefix, key, suffix, false, out))
-		return 0;
-	c = strstr(out, "\"lease\":\"");
-	return c ? atoll(c + 9) : 0;
-}
-
-/* Revoke etcd lease @lease (a host's: as if it expired). */
-static void etcd_revoke(const struct etcd3 *e, long long lease)
-{
-	char body[64], out[4096];
-	int i;
-
-	snprintf(body, sizeof(body), "{\"ID\":\"%lld\"}", lease);
-	for (i = 0; i < 3; i++)
-		if (e->pid[i] > 0 && etcd_req(e->cport[i], "/v3/lease/revoke", body, out) == 0)
-			return;
-	FAIL_AT("lease %lld not revoked", lease);
-}
-
 /* How many hosts hold or wait for @key's cluster lock in etcd (-1: no
  * answer from any member). */
 static int etcd_queue_len(const struct etcd3 *e, const char *key)
@@ -276,8 +40,6 @@ static int etcd_queue_len(const struct etcd3 *e, const char *key)
 	return etcd_count_under(e, "shmlock/lock/", key, "/");
 }
 
-/* A host whose etcd lease has a TTL of @ttl_s; with @http_port, its HTTP API
- * there (token "tok"). */
 /* A host reaching etcd at @eps, with an etcd lease of TTL @ttl_s; with
  * @http_port, its HTTP API there (token "tok"); with @linger_ms, that
  * --cluster-linger and its log at level info. */
@@ -338,29 +100,16 @@ static void host_start(struct broker_proc *b, const struct etcd3 *e)
  * @out (4096 bytes). */
 static long api_post(int port, const char *path, const char *session, const char *body, char *out)
 {
-	struct curl_slist *hdrs = curl_slist_append(NULL, "Authorization: Bearer tok");
-	CURL *h = curl_easy_init();
-	char url[256], sh[128];
-	long status = 0;
+	const char *const hdrs[] = { "Authorization: Bearer tok",
+				     session ? strf("X-Dflockd-Session: %s", session) : NULL,
+				     NULL };
 
-	if (session) {
-		snprintf(sh, sizeof(sh), "X-Dflockd-Session: %s", session);
-		hdrs = curl_slist_append(hdrs, sh);
-	}
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
-	out[0] = '\0';
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
-	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 10000L);
-	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-	curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? body : "");
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
-	if (curl_easy_perform(h) == CURLE_OK)
-		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_cleanup(h);
-	curl_slist_free_all(hdrs);
-	return status;
+	return http_fetch(&(struct http_req){ .method = "POST",
+					      .url = strf("http://127.0.0.1:%d%s", port, path),
+					      .headers = hdrs,
+					      .body = body ? body : "",
+					      .timeout_ms = 10000 },
+			  out, 4096);
 }
 
 /* ---- shared record of grants, in grant order ---------------------------- */
@@ -553,9 +302,7 @@ TEST(cluster, member_killed, 60)
 	CHECK_OK(local_release(s, "c/m"));
 	local_session_close(s);
 	/* The first endpoint, the one every broker asks first. */
-	kill(e.pid[0], SIGKILL);
-	waitpid(e.pid[0], NULL, 0);
-	e.pid[0] = 0;
+	etcd3_kill(&e, 0);
 	pids[0] = worker(&a, 0, "c/m", 8, r);
 	pids[1] = worker(&b, 1, "c/m", 8, r);
 	pids[2] = worker(&a, 0, "c/m", 8, r);
@@ -1485,7 +1232,7 @@ static void sem_fifo_checks(const struct etcd3 *e, struct broker_proc *const h[3
 	for (i = 0; key[i]; i++)
 		n += (size_t)sprintf(wk + n, "%02x", (unsigned char)key[i]);
 	sprintf(wk + n, "/w/%016llx", (unsigned long long)atoll(lease));
-	b64(wk, wk64);
+	etcd_b64(wk, wk64);
 	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"value\":\"MQ==\",\"lease\":\"%s\"}", wk64,
 		 lease);
 	CHECK_OK(etcd_req(e->cport[0], "/v3/kv/put", body, out));
@@ -1972,20 +1719,6 @@ TEST(cluster, resumed_broker_keeps_off_another_hosts_slot, 60)
 	etcd3_stop(&e);
 }
 
-/* Is member @i of @e the raft leader? -1: no answer. */
-static int etcd_is_leader(const struct etcd3 *e, int i)
-{
-	char out[4096], *m, *l;
-
-	if (etcd_req(e->cport[i], "/v3/maintenance/status", "{}", out))
-		return -1;
-	m = strstr(out, "\"member_id\":\"");
-	l = strstr(out, "\"leader\":\"");
-	if (!m || !l)
-		return -1;
-	return strtoull(m + 13, NULL, 10) == strtoull(l + 10, NULL, 10);
-}
-
 /*
  * One etcd member stopped (SIGSTOP: it accepts connections and never
  * answers), the quorum intact: a host that asked it first keeps its lease
@@ -2075,11 +1808,8 @@ TEST(cluster, lease_revoked_after_etcd_restart, 90)
 	CHECK_OK(local_lock(s, "c/rv", NULL, &tok));
 	pid = waiter_at(&b, 1, "c/rv", r);
 	CHECK(WAIT_FOR(etcd_queue_len(&e, "c/rv") == 2, 10000));
-	for (i = 0; i < 3; i++) {
-		kill(e.pid[i], SIGKILL);
-		waitpid(e.pid[i], NULL, 0);
-		e.pid[i] = 0;
-	}
+	for (i = 0; i < 3; i++)
+		etcd3_kill(&e, i);
 	/* Host A's deadline passes: the hold ends, the lease is given up. */
 	CHECK(WAIT_FOR(local_held(s, "c/rv", NULL) == -LOCAL_ECLUSTER, 10000));
 	for (i = 0; i < 3; i++)

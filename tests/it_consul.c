@@ -13,7 +13,6 @@
  * broker reports the query suspended (/v1/agent/self Stats) before it
  * makes the change that must wake it, never by sleeping.
  */
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -64,10 +63,10 @@ static struct resp *call_h(const char *method, const char *path, const char *bod
 					 .headers = headers,
 					 .body = body },
 		     &reply);
-	if (rc == CURLE_COULDNT_CONNECT && connect_may_fail)
+	if (http_refused(rc) && connect_may_fail)
 		r->status = 0; /* the listener is not up yet */
-	else if (rc != CURLE_OK)
-		FAIL_AT("%s %s: %s", method, path, curl_easy_strerror((CURLcode)rc));
+	else if (rc)
+		FAIL_AT("%s %s: %s", method, path, http_error_text(rc));
 	else
 		r->status = reply.status;
 	if (http_reply_header(&reply, "X-Consul-Index", value, sizeof(value)))
@@ -166,7 +165,6 @@ static void cstart(struct broker_proc *b, const char *token)
 	int n = 0;
 	uint64_t until;
 
-	curl_global_init(CURL_GLOBAL_DEFAULT);
 	port = free_port();
 	snprintf(portarg, sizeof(portarg), "127.0.0.1:%d", port);
 	extra[n++] = "--consul-listen";
@@ -1128,45 +1126,12 @@ TEST(consul, broker_restart_forgets_sessions_and_releases_their_locks, 30)
 TEST(consul, socket_activated_fd_named_consul, 20)
 {
 	struct broker_proc b;
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
-	socklen_t len = sizeof(a);
-	int lfd = socket(AF_INET, SOCK_STREAM, 0);
 	uint64_t until;
 	char *s;
-	pid_t pid;
 
-	memset(&b, 0, sizeof(b));
-	snprintf(b.dir, sizeof(b.dir), "/tmp/it_consul.XXXXXX");
-	if (!mkdtemp(b.dir))
-		FAIL_AT("mkdtemp: %s", strerror(errno));
-	snprintf(b.sock, sizeof(b.sock), "%s/sock", b.dir);
-	snprintf(b.shm, sizeof(b.shm), "/it_consul_act_%d", (int)getpid());
-	snprintf(b.log, sizeof(b.log), "%s/log", b.dir);
-	/* the listening socket, as systemd would hold it for the unit */
-	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) || listen(lfd, 64) ||
-	    getsockname(lfd, (struct sockaddr *)&a, &len))
-		FAIL_AT("listen: %s", strerror(errno));
-	port = ntohs(a.sin_port);
-	curl_global_init(CURL_GLOBAL_DEFAULT);
-	fflush(NULL);
-	pid = fork();
-	if (pid == 0) {
-		char v[32];
-		int fd = open(b.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-
-		if (fd >= 0)
-			dup2(fd, 2);
-		dup2(lfd, 3);
-		setenv("LISTEN_FDS", "1", 1);
-		snprintf(v, sizeof(v), "%d", (int)getpid());
-		setenv("LISTEN_PID", v, 1);
-		setenv("LISTEN_FDNAMES", "consul", 1);
-		execl(getenv("SHMLOCK_BROKER_BIN"), "shmlockd", "--socket", b.sock, "--shm-name",
-		      b.shm, "--http-insecure-no-auth", (char *)NULL);
-		_exit(127);
-	}
-	b.pid = pid;
-	close(lfd);
+	/* At info level: the log line that names the activated socket. */
+	broker_spawn_activated(&b, "act", "consul", &port,
+			       ARGS("--http-insecure-no-auth", "--log-level", "info"));
 	connect_may_fail = true;
 	until = now_ms() + 5000;
 	while (call("GET", "/v1/status/leader", NULL)->status != 200) {

@@ -26,6 +26,7 @@
 #include "broker_fixture.h"
 #include "harness.h"
 #include "keeper_proto.h"
+#include "net_fixture.h"
 #include "segment.h"
 
 #define NOBODY 65534u
@@ -38,17 +39,6 @@
 static const struct seg_caps small = {
 	.max_keys = 64, .max_sessions = 16, .max_waiters = 64, .max_holds = 64, .max_value = 64
 };
-
-static bool answers(const char *path, int type)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0), r;
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	close(fd);
-	return r == 0;
-}
 
 static void shm_file(const struct broker_proc *b, char *buf, size_t size)
 {
@@ -450,7 +440,7 @@ TEST(files, a_socket_where_others_can_write_is_refused, 60)
 	CHECK_EQ(st.st_mode & 07777, 0660);
 	CHECK_EQ(st.st_gid, NOBODY);
 	/* Served after the control socket: wait until it listens. */
-	CHECK(WAIT_FOR(answers(path, SOCK_STREAM), 5000));
+	CHECK(WAIT_FOR(unix_answers(path, SOCK_STREAM), 5000));
 	CHECK_OK(lstat(path, &st));
 	CHECK(S_ISSOCK(st.st_mode));
 	CHECK_EQ(st.st_mode & 07777, 0660);
@@ -462,38 +452,19 @@ TEST(files, a_socket_where_others_can_write_is_refused, 60)
 	broker_stop(&b);
 }
 
-/* The broker of @b run as nobody, its log appended to @b's. */
-static pid_t spawn_as_nobody(const struct broker_proc *b, bool replace)
+/* The broker of @b run as nobody (@b's uid and gid set), its log appended
+ * to @b's. */
+static pid_t spawn_as_nobody(struct broker_proc *b, bool replace)
 {
-	const char *bin = getenv("SHMLOCK_BROKER_BIN");
-	pid_t pid;
-
-	fflush(NULL);
-	pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		int fd = open(b->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-
-		if (fd >= 0) {
-			dup2(fd, 2);
-			close(fd);
-		}
-		if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY))
-			_exit(99);
-		execl(bin, "shmlockd", "--socket", b->sock, "--shm-name", b->shm, "--log-level",
-		      "warning", replace ? "--replace-segment" : (char *)NULL, (char *)NULL);
-		_exit(127);
-	}
-	return pid;
+	broker_spawn(b, replace ? (const char *const[]){ "--replace-segment", NULL } : NULL);
+	return b->pid;
 }
 
 /* Exit status of the broker of @b run as nobody, expected to refuse. */
-static int refusal_as_nobody(const struct broker_proc *b, bool replace)
+static int refusal_as_nobody(struct broker_proc *b, bool replace)
 {
-	int status = pid_wait(spawn_as_nobody(b, replace), 10000);
-
-	CHECK(WIFEXITED(status));
-	return WEXITSTATUS(status);
+	return broker_refuses(
+		b, replace ? (const char *const[]){ "--replace-segment", NULL } : NULL, 10000);
 }
 
 /*
@@ -519,11 +490,12 @@ TEST(files, a_broker_not_root_sees_holders_it_cannot_inspect, 60)
 	snprintf(dir, sizeof(dir), "%s/nobody", b.dir);
 	CHECK_OK(mkdir(dir, 0700));
 	CHECK_OK(chown(dir, NOBODY, NOBODY));
-	bn = b;
-	snprintf(bn.sock, sizeof(bn.sock), "%s/sock", dir);
+	broker_beside(&b, &bn, "nobody/sock");
+	bn.uid = NOBODY;
+	bn.gid = NOBODY;
 
 	pid = spawn_as_nobody(&bn, false);
-	CHECK(WAIT_FOR(answers(bn.sock, SOCK_SEQPACKET), 5000));
+	CHECK(WAIT_FOR(unix_answers(bn.sock, SOCK_SEQPACKET), 5000));
 	fd = keeper_segment_fd(&bn);
 	CHECK(fd >= 0);
 	CHECK_OK(fstat(fd, &st));
@@ -547,7 +519,7 @@ TEST(files, a_broker_not_root_sees_holders_it_cannot_inspect, 60)
 	CHECK_EQ(refusal_as_nobody(&bn, false), EXIT_SEG_IN_USE);
 	CHECK(broker_log_has(&b, "cannot inspect (no in-use mark held"));
 	pid = spawn_as_nobody(&bn, true);
-	CHECK(WAIT_FOR(answers(bn.sock, SOCK_SEQPACKET), 5000));
+	CHECK(WAIT_FOR(unix_answers(bn.sock, SOCK_SEQPACKET), 5000));
 	CHECK(broker_log_has(&b, "replacing it"));
 	CHECK_OK(try_key(&bn));
 	fd = keeper_segment_fd(&bn);

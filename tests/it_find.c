@@ -80,17 +80,6 @@ static void stale_socket(const char *path)
 	close(fd);
 }
 
-static int listener(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	if (snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path) >= (int)sizeof(sa.sun_path) ||
-	    fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 4))
-		FAIL_AT("listen %s: %s", path, strerror(errno));
-	return fd;
-}
-
 static int open_at(const char *path, int wait_ms)
 {
 	struct local_session_opts o;
@@ -524,7 +513,7 @@ TEST(find, failed_start_leaves_no_segment, 30)
 	CHECK_OK(keeper_end(&b));
 	CHECK(WAIT_FOR(!memfd_alive(b.shm + 1), 5000));
 	/* Another server on the socket: the broker must not start... */
-	fd = listener(b.sock);
+	fd = unix_listener(b.sock, SOCK_SEQPACKET, 4);
 	CHECK(broker_refuses(&b, NULL, 10000) != 0);
 	CHECK(broker_log_has(&b, "another server is listening"));
 	/* ... and must not leave its new segment (and keeper) behind. */

@@ -23,6 +23,7 @@
 
 #include "broker_fixture.h"
 #include "harness.h"
+#include "net_fixture.h"
 #include "proto.h"
 
 #define NOBODY 65534u
@@ -56,22 +57,6 @@ static off_t file_size(const char *path)
 	struct stat st;
 
 	return stat(path, &st) ? 0 : st.st_size;
-}
-
-/* Connect to the control socket without blocking; -1 when the backlog is full. */
-static int silent_connect(const char *sock)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%.107s", sock);
-	if (fd < 0)
-		FAIL_AT("socket: %s", strerror(errno));
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		close(fd);
-		return -1;
-	}
-	return fd;
 }
 
 /* Has the broker closed @fd (EOF or reset)? */
@@ -157,7 +142,7 @@ static void silent_flood(bool at_start)
 	cpu0 = cpu_ms(b.pid);
 	t0 = now_ms();
 	for (i = 0; i < ATTACK_CONNS; i++) {
-		int fd = silent_connect(b.sock);
+		int fd = unix_try_connect(b.sock, SOCK_SEQPACKET | SOCK_NONBLOCK);
 
 		if (fd < 0)
 			break; /* the backlog is full */

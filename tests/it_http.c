@@ -13,7 +13,6 @@
  * by sleeping.
  */
 #include <arpa/inet.h>
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -91,330 +90,52 @@ static uint64_t tok_num(const char *t)
 				t_ ? t_ : "NULL", t_ ? "\"" : "");                             \
 	} while (0)
 
-/* ---- HTTP client (libcurl) ----------------------------------------------- */
+/* ---- HTTP client (net_fixture.h) ------------------------------------------ */
 
-/* Where the API answers: a Unix socket (unix_path set) or TCP. */
-struct api {
-	char unix_path[128];
-	char base[64];	    /* URL prefix: http://localhost or http://127.0.0.1:PORT */
-	const char *authz;  /* Authorization header value, or NULL */
-	const char *hdr[3]; /* more request headers ("Name: value"), or NULL */
-};
-
-/* One request and, once done, its answer. */
-struct call {
-	CURL *e;
-	bool own; /* e is this call's (multi); else the shared synchronous handle */
-	struct curl_slist *hdrs;
-	char what[160];
-	char *out;
-	size_t len;
-	char allow[128];
-	char ctype[128];
-	char acao[128]; /* Access-Control-Allow-Origin */
-	char acam[128]; /* Access-Control-Allow-Methods */
-	char www[128];	/* WWW-Authenticate */
-	char retry[32]; /* Retry-After */
-	long status;	/* 0: no answer (connection failed) */
-	CURLcode rc;
-	json_t *json; /* the body, when it is JSON */
-	bool done;
-	int id;
-	uint64_t done_ms;
-	int fd; /* its socket (own handles only), -1 before it connects */
-};
-
-static CURL *sync_handle;
-static CURLM *multi;
-/* Calls of the multi handle in the order they completed. */
-static struct call **done_order;
-static size_t ndone, cap_done;
-
-static void curl_once(void)
+/* The API's session header, when @session. */
+static const char *session_hdr(const char *session)
 {
-	static bool inited;
-
-	if (!inited) {
-		CHECK(curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK);
-		inited = true;
-	}
+	return session ? strf("X-Dflockd-Session: %s", session) : NULL;
 }
 
-static size_t on_body(char *p, size_t size, size_t n, void *arg)
+/* A synchronous request on the shared (keep-alive) connection. */
+static struct http_call *req(const struct http_api *a, const char *method, const char *path,
+			     const char *session, const char *body)
 {
-	struct call *c = arg;
-	size_t add = size * n;
-	char *q = realloc(c->out, c->len + add + 1);
-
-	if (!q)
-		return 0;
-	memcpy(q + c->len, p, add);
-	c->len += add;
-	q[c->len] = '\0';
-	c->out = q;
-	return add;
+	return http_call(a, method, path, session_hdr(session), body);
 }
 
-static void header_copy(const char *p, size_t len, const char *name, char *dst, size_t size)
-{
-	size_t nl = strlen(name);
-
-	if (len < nl || strncasecmp(p, name, nl))
-		return;
-	p += nl;
-	len -= nl;
-	while (len && *p == ' ')
-		p++, len--;
-	while (len && (p[len - 1] == '\r' || p[len - 1] == '\n' || p[len - 1] == ' '))
-		len--;
-	if (len >= size)
-		len = size - 1;
-	memcpy(dst, p, len);
-	dst[len] = '\0';
-}
-
-/* Note the socket of a call's connection (each long poll has its own). */
-static int on_socket(void *arg, curl_socket_t fd, curlsocktype purpose)
-{
-	struct call *c = arg;
-
-	if (purpose == CURLSOCKTYPE_IPCXN)
-		c->fd = fd;
-	return CURL_SOCKOPT_OK;
-}
-
-static size_t on_header(char *p, size_t size, size_t n, void *arg)
-{
-	struct call *c = arg;
-	size_t len = size * n;
-
-	if (len > 5 && !strncmp(p, "HTTP/", 5)) { /* a new answer (100 Continue) */
-		c->allow[0] = '\0';
-		c->ctype[0] = '\0';
-		c->acao[0] = '\0';
-		c->acam[0] = '\0';
-		c->www[0] = '\0';
-		c->retry[0] = '\0';
-	}
-	header_copy(p, len, "WWW-Authenticate:", c->www, sizeof(c->www));
-	header_copy(p, len, "Retry-After:", c->retry, sizeof(c->retry));
-	header_copy(p, len, "Allow:", c->allow, sizeof(c->allow));
-	header_copy(p, len, "Access-Control-Allow-Origin:", c->acao, sizeof(c->acao));
-	header_copy(p, len, "Access-Control-Allow-Methods:", c->acam, sizeof(c->acam));
-	header_copy(p, len, "Content-Type:", c->ctype, sizeof(c->ctype));
-	return len;
-}
-
-/* Set up @c (on its own easy handle when @own) for METHOD @path. */
-static struct call *call_setup(bool own, const struct api *a, const char *method, const char *path,
+/* Start @method @path on its own connection; http_pump() drives it. */
+static struct http_call *start(const struct http_api *a, const char *method, const char *path,
 			       const char *session, const char *body)
 {
-	struct call *c = calloc(1, sizeof(*c));
-	CURL *e;
-
-	if (!c)
-		FAIL_AT("out of memory");
-	curl_once();
-	c->own = own;
-	c->fd = -1;
-	if (own) {
-		c->e = curl_easy_init();
-	} else {
-		if (!sync_handle)
-			sync_handle = curl_easy_init();
-		c->e = sync_handle;
-		curl_easy_reset(c->e); /* keeps its connections */
-	}
-	e = c->e;
-	if (!e)
-		FAIL_AT("curl_easy_init failed");
-	snprintf(c->what, sizeof(c->what), "%s %.100s%s", method, path,
-		 a->unix_path[0] ? " (unix)" : " (tcp)");
-	curl_easy_setopt(e, CURLOPT_URL, strf("%s%s", a->base, path));
-	if (a->unix_path[0])
-		curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, a->unix_path);
-	c->hdrs = curl_slist_append(c->hdrs, "Expect:");
-	if (session)
-		c->hdrs = curl_slist_append(c->hdrs, strf("X-Dflockd-Session: %s", session));
-	if (a->authz)
-		c->hdrs = curl_slist_append(c->hdrs, strf("Authorization: %s", a->authz));
-	for (int i = 0; i < 3 && a->hdr[i]; i++)
-		c->hdrs = curl_slist_append(c->hdrs, a->hdr[i]);
-	if (body)
-		c->hdrs = curl_slist_append(c->hdrs, "Content-Type: application/json");
-	curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->hdrs);
-	if (!strcmp(method, "GET")) {
-		curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
-	} else if (!strcmp(method, "HEAD")) {
-		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-	} else {
-		if (strcmp(method, "POST"))
-			curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
-		if (body || !strcmp(method, "POST")) {
-			curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
-					 (curl_off_t)(body ? strlen(body) : 0));
-			curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, body ? body : "");
-		}
-	}
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
-	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
-	curl_easy_setopt(e, CURLOPT_PRIVATE, c);
-	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	if (own) {
-		/* A long poll: no client timeout, and a connection of its own that
-		 * closes when the call ends or is dropped. */
-		curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
-		curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
-		curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, on_socket);
-		curl_easy_setopt(e, CURLOPT_SOCKOPTDATA, c);
-	} else {
-		curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 20000L);
-	}
-	return c;
-}
-
-static void call_finish(struct call *c, CURLcode rc)
-{
-	c->rc = rc;
-	c->status = 0;
-	if (rc == CURLE_OK)
-		curl_easy_getinfo(c->e, CURLINFO_RESPONSE_CODE, &c->status);
-	if (c->out && c->len && !strncmp(c->ctype, "application/json", 16))
-		c->json = json_loadb(c->out, c->len, 0, NULL);
-	c->done = true;
-	c->done_ms = now_ms();
-}
-
-/* A synchronous request on the shared (keep-alive) handle. */
-static struct call *req(const struct api *a, const char *method, const char *path,
-			const char *session, const char *body)
-{
-	struct call *c = call_setup(false, a, method, path, session, body);
-
-	call_finish(c, curl_easy_perform(c->e));
-	return c;
-}
-
-static void call_free(struct call *c)
-{
-	if (!c)
-		return;
-	if (c->own && c->e) {
-		if (!c->done && multi)
-			curl_multi_remove_handle(multi, c->e);
-		curl_easy_cleanup(c->e);
-	}
-	curl_slist_free_all(c->hdrs);
-	json_decref(c->json);
-	free(c->out);
-	free(c);
-}
-
-/* ---- the multi handle: requests in flight at once -------------------------- */
-
-/* Start @method @path on its own connection; pump() drives it. */
-static struct call *start(const struct api *a, const char *method, const char *path,
-			  const char *session, const char *body)
-{
-	struct call *c = call_setup(true, a, method, path, session, body);
-
-	if (!multi && !(multi = curl_multi_init()))
-		FAIL_AT("curl_multi_init failed");
-	if (curl_multi_add_handle(multi, c->e) != CURLM_OK)
-		FAIL_AT("curl_multi_add_handle failed");
-	return c;
-}
-
-/* Run the transfers once, then wait up to @ms for socket activity. */
-static void pump(int ms)
-{
-	CURLMsg *m;
-	int running, left;
-
-	if (!multi) {
-		if (ms)
-			usleep((useconds_t)ms * 1000);
-		return;
-	}
-	curl_multi_perform(multi, &running);
-	while ((m = curl_multi_info_read(multi, &left))) {
-		CURL *e = m->easy_handle;
-		CURLcode rc = m->data.result;
-		struct call *c = NULL;
-
-		if (m->msg != CURLMSG_DONE)
-			continue;
-		curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&c);
-		curl_multi_remove_handle(multi, e);
-		call_finish(c, rc);
-		if (ndone == cap_done) {
-			cap_done = cap_done ? 2 * cap_done : 64;
-			done_order = realloc(done_order, cap_done * sizeof(*done_order));
-			if (!done_order)
-				FAIL_AT("out of memory");
-		}
-		done_order[ndone++] = c;
-	}
-	if (ms)
-		curl_multi_poll(multi, NULL, 0, ms, NULL);
-}
-
-/* Drive the multi handle until @cond holds or @timeout_ms passes. */
-#define PUMP_UNTIL(cond, timeout_ms)                      \
-	({                                                \
-		uint64_t pend_ = now_ms() + (timeout_ms); \
-		int pok_ = 0;                             \
-		for (;;) {                                \
-			pump(1);                          \
-			if (cond) {                       \
-				pok_ = 1;                 \
-				break;                    \
-			}                                 \
-			if (now_ms() >= pend_)            \
-				break;                    \
-		}                                         \
-		pok_;                                     \
-	})
-
-/* The client goes away: its transfer is abandoned and its connection closed. */
-static void hang_up(struct call *c)
-{
-	if (c->done)
-		FAIL_AT("%s: answered before the hang-up (HTTP %ld: %s)", c->what, c->status,
-			c->out ? c->out : "");
-	curl_multi_remove_handle(multi, c->e);
-	curl_easy_cleanup(c->e);
-	c->e = NULL;
-	c->done = true; /* nothing more will come */
+	return http_call_start(a, method, path, session_hdr(session), body);
 }
 
 /* ---- checking answers ---------------------------------------------------------- */
 
-static const char *jstr(const struct call *c, const char *k)
+static const char *jstr(const struct http_call *c, const char *k)
 {
 	json_t *v = json_object_get(c->json, k);
 
 	return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
-static long long jint(const struct call *c, const char *k)
+static long long jint(const struct http_call *c, const char *k)
 {
 	json_t *v = json_object_get(c->json, k);
 
 	return json_is_integer(v) ? (long long)json_integer_value(v) : LLONG_MIN;
 }
 
-static const char *status_mismatch(const struct call *c, long want)
+static const char *status_mismatch(const struct http_call *c, long want)
 {
 	static char why[768];
 
 	if (c->status == want)
 		return NULL;
 	snprintf(why, sizeof(why), "%s: HTTP %ld (%s), expected %ld: %.400s", c->what, c->status,
-		 c->rc == CURLE_OK ? "answered" : curl_easy_strerror(c->rc), want,
-		 c->out ? c->out : "(no body)");
+		 http_call_error(c), want, c->out ? c->out : "(no body)");
 	return why;
 }
 
@@ -427,7 +148,8 @@ static const char *status_mismatch(const struct call *c, long want)
 
 /* A non-2xx answer must be {"error":"<code>","detail":"..."} (@exact: and
  * nothing else). */
-static const char *error_mismatch(const struct call *c, long status, const char *code, bool exact)
+static const char *error_mismatch(const struct http_call *c, long status, const char *code,
+				  bool exact)
 {
 	static char why[768];
 	const char *w = status_mismatch(c, status);
@@ -463,7 +185,7 @@ static const char *error_mismatch(const struct call *c, long status, const char 
 /* 200 with {"status": @want} (and a well-formed token for a grant). */
 #define CHECK_OUTCOME(c, want)                                                           \
 	do {                                                                             \
-		const struct call *co_ = (c);                                            \
+		const struct http_call *co_ = (c);                                       \
 		CHECK_STATUS(co_, 200);                                                  \
 		if (!jstr(co_, "status") || strcmp(jstr(co_, "status"), (want)))         \
 			FAIL_AT("%s: expected status \"%s\": %.300s", co_->what, (want), \
@@ -476,9 +198,9 @@ static const char *error_mismatch(const struct call *c, long status, const char 
 
 /* ---- the API's operations -------------------------------------------------------- */
 
-static char *session_new(const struct api *a)
+static char *session_new(const struct http_api *a)
 {
-	struct call *c = req(a, "POST", "/v1/sessions", NULL, NULL);
+	struct http_call *c = req(a, "POST", "/v1/sessions", NULL, NULL);
 	const char *id;
 	char *out;
 
@@ -489,7 +211,7 @@ static char *session_new(const struct api *a)
 		FAIL_AT("POST /v1/sessions: bad session_id: %s", c->out);
 	CHECK(jint(c, "idle_timeout_s") > 0);
 	out = strdup(id);
-	call_free(c);
+	http_call_free(c);
 	return out;
 }
 
@@ -514,28 +236,28 @@ static char *seg(const char *key)
 }
 
 /* POST /v1/{locks|semaphores}/KEY[/op] with @body. */
-static struct call *op(const struct api *a, const char *sess, const char *kind, const char *key,
-		       const char *what, const char *body)
+static struct http_call *op(const struct http_api *a, const char *sess, const char *kind,
+			    const char *key, const char *what, const char *body)
 {
 	return req(a, "POST",
 		   strf("/v1/%s/%s%s%s", kind, seg(key), what ? "/" : "", what ? what : ""), sess,
 		   body);
 }
 
-static struct call *lock_acquire(const struct api *a, const char *sess, const char *key,
-				 int timeout_s)
+static struct http_call *lock_acquire(const struct http_api *a, const char *sess, const char *key,
+				      int timeout_s)
 {
 	return op(a, sess, "locks", key, NULL, strf("{\"acquire_timeout_s\":%d}", timeout_s));
 }
 
-static void release_ok(const struct api *a, const char *sess, const char *kind, const char *key,
-		       const char *token)
+static void release_ok(const struct http_api *a, const char *sess, const char *kind,
+		       const char *key, const char *token)
 {
-	struct call *c = op(a, sess, kind, key, "release", strf("{\"token\":\"%s\"}", token));
+	struct http_call *c = op(a, sess, kind, key, "release", strf("{\"token\":\"%s\"}", token));
 
 	CHECK_STATUS(c, 204);
 	CHECK(c->len == 0);
-	call_free(c);
+	http_call_free(c);
 }
 
 /* ---- a broker with the HTTP API on ------------------------------------------------ */
@@ -546,15 +268,15 @@ struct hbroker {
 	char http_sock[128];
 	char listen[32];
 	const char *args[16];
-	struct api ux, tcp;
+	struct http_api ux, tcp;
 };
 
-static bool healthy(const struct api *a)
+static bool healthy(const struct http_api *a)
 {
-	struct call *c = req(a, "GET", "/health", NULL, NULL);
+	struct http_call *c = req(a, "GET", "/health", NULL, NULL);
 	bool ok = c->status == 200;
 
-	call_free(c);
+	http_call_free(c);
 	return ok;
 }
 
@@ -565,7 +287,6 @@ static void hb_start(struct hbroker *h, bool tcp, const char *const *extra)
 	int n = 0, i;
 
 	memset(h, 0, sizeof(*h));
-	curl_once();
 	/* Named after the test process: the runner sweeps it if we die. */
 	snprintf(h->dir, sizeof(h->dir), "/tmp/shmlock-test-%d-XXXXXX", (int)getpid());
 	if (!mkdtemp(h->dir))
@@ -608,39 +329,22 @@ static void hb_stop(struct hbroker *h)
 
 	/* Our idle keep-alive connection would hold the broker's drain open
 	 * for its whole bound (1 s). */
-	if (sync_handle) {
-		curl_easy_cleanup(sync_handle);
-		sync_handle = NULL;
-	}
+	http_close_kept_alive();
 	broker_stop(&h->b);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", h->dir);
 	if (system(cmd) != 0)
 		fprintf(stderr, "could not remove %s\n", h->dir);
 }
 
-/* A plain connection to @a that sends nothing. */
-static int raw_connect(const struct api *a)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	if (strlen(a->unix_path) >= sizeof(sa.sun_path))
-		FAIL_AT("socket path too long: %s", a->unix_path);
-	memcpy(sa.sun_path, a->unix_path, strlen(a->unix_path) + 1);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
-		FAIL_AT("connect %s: %s", a->unix_path, strerror(errno));
-	return fd;
-}
-
 /* GET /metrics, as text. */
-static char *metrics(const struct api *a)
+static char *metrics(const struct http_api *a)
 {
-	struct call *c = req(a, "GET", "/metrics", NULL, NULL);
+	struct http_call *c = req(a, "GET", "/metrics", NULL, NULL);
 	char *text;
 
 	CHECK_STATUS(c, 200);
 	text = strdup(c->out ? c->out : "");
-	call_free(c);
+	http_call_free(c);
 	return text;
 }
 
@@ -727,24 +431,24 @@ static void broker_thaw(const struct hbroker *h)
 TEST(http, health_ready_and_openapi_on_both_transports, 20)
 {
 	struct hbroker h;
-	const struct api *apis[2];
+	const struct http_api *apis[2];
 	int i;
 
 	hb_start(&h, true, NULL);
 	apis[0] = &h.ux;
 	apis[1] = &h.tcp;
 	for (i = 0; i < 2; i++) {
-		const struct api *a = apis[i];
-		struct call *c = req(a, "GET", "/health", NULL, NULL);
+		const struct http_api *a = apis[i];
+		struct http_call *c = req(a, "GET", "/health", NULL, NULL);
 		json_t *doc, *paths;
 
 		CHECK_STATUS(c, 200);
 		CHECK_STR(jstr(c, "status"), "ok");
-		call_free(c);
+		http_call_free(c);
 		c = req(a, "GET", "/ready", NULL, NULL);
 		CHECK_STATUS(c, 200);
 		CHECK_STR(jstr(c, "status"), "ok"); /* dflockd's /ready body */
-		call_free(c);
+		http_call_free(c);
 		c = req(a, "GET", "/v1/openapi.json", NULL, NULL);
 		CHECK_STATUS(c, 200);
 		CHECK(!strncmp(c->ctype, "application/json", 16));
@@ -759,7 +463,7 @@ TEST(http, health_ready_and_openapi_on_both_transports, 20)
 		CHECK(json_object_get(paths, "/v1/locks/{key}"));
 		CHECK(json_object_get(paths, "/v1/semaphores/{key}/wait"));
 		json_decref(doc);
-		call_free(c);
+		http_call_free(c);
 	}
 	hb_stop(&h);
 }
@@ -768,7 +472,7 @@ TEST(http, sessions_create_ping_delete, 20)
 {
 	struct hbroker h;
 	local_session *obs;
-	struct call *c;
+	struct http_call *c;
 	char *id, *other;
 
 	hb_start(&h, true, NULL);
@@ -821,7 +525,7 @@ TEST(http, lock_try_acquire_release_and_tokens, 20)
 {
 	struct hbroker h;
 	local_session *obs;
-	struct call *c, *d;
+	struct http_call *c, *d;
 	char *s1, *s2, *t1, *t2;
 
 	hb_start(&h, false, NULL);
@@ -869,7 +573,7 @@ TEST(http, lock_timed_acquire_times_out_and_leaves_the_queue, 20)
 {
 	struct hbroker h;
 	local_session *holder;
-	struct call *c;
+	struct http_call *c;
 	uint64_t t0, took;
 	char *s;
 
@@ -898,7 +602,7 @@ TEST(http, lock_acquire_is_granted_later, 20)
 {
 	struct hbroker h;
 	local_session *holder;
-	struct call *c;
+	struct http_call *c;
 	uint64_t th = 0;
 	char *s;
 
@@ -908,11 +612,11 @@ TEST(http, lock_acquire_is_granted_later, 20)
 	s = session_new(&h.ux);
 	c = start(&h.ux, "POST", "/v1/locks/later%2Fk", s,
 		  "{\"acquire_timeout_s\":10,\"lease_ttl_s\":9}");
-	if (!PUMP_UNTIL(WAITERS(holder, "later/k") == 1, 5000))
+	if (!HTTP_PUMP_UNTIL(WAITERS(holder, "later/k") == 1, 5000))
 		FAIL_AT("the HTTP acquire did not queue");
 	CHECK(!c->done);
 	CHECK_OK(local_release(holder, "later/k"));
-	if (!PUMP_UNTIL(c->done, 5000))
+	if (!HTTP_PUMP_UNTIL(c->done, 5000))
 		FAIL_AT("the HTTP waiter was not answered after the release");
 	CHECK_OUTCOME(c, "ok");
 	CHECK(tok_num(jstr(c, "token")) > th);
@@ -935,7 +639,7 @@ TEST(http, lock_renew_reports_remaining_seconds, 20)
 {
 	struct hbroker h;
 	local_session *obs;
-	struct call *c;
+	struct http_call *c;
 	uint64_t left = 0;
 	char *s, *other, *t;
 
@@ -982,7 +686,7 @@ TEST(http, lock_enqueue_acquired_queued_and_wait, 20)
 {
 	struct hbroker h;
 	local_session *holder;
-	struct call *c, *w;
+	struct http_call *c, *w;
 	uint64_t th = 0;
 	char *a, *b, *ta;
 
@@ -1023,7 +727,7 @@ TEST(http, lock_enqueue_acquired_queued_and_wait, 20)
 	CHECK_EQ(WAITERS(holder, "enq/k"), 1);
 	w = start(&h.ux, "POST", "/v1/locks/enq%2Fk/wait", b, "{\"timeout_s\":10}");
 	/* The wait is suspended: the server counts it as waiting. */
-	if (!PUMP_UNTIL(metric(metrics(&h.ux), "shmlock_http_waiting") == 1, 5000))
+	if (!HTTP_PUMP_UNTIL(metric(metrics(&h.ux), "shmlock_http_waiting") == 1, 5000))
 		FAIL_AT("the wait was not suspended");
 	CHECK(!w->done);
 	/* Only one wait at a time per enqueue. */
@@ -1031,7 +735,7 @@ TEST(http, lock_enqueue_acquired_queued_and_wait, 20)
 		    "not_enqueued");
 	CHECK(!w->done);
 	CHECK_OK(local_release(holder, "enq/k"));
-	if (!PUMP_UNTIL(w->done, 5000))
+	if (!HTTP_PUMP_UNTIL(w->done, 5000))
 		FAIL_AT("the wait was not answered after the release");
 	CHECK_OUTCOME(w, "ok");
 	CHECK(tok_num(jstr(w, "token")) > th);
@@ -1064,7 +768,7 @@ TEST(http, wait_restarts_the_enqueued_lease, 20)
 {
 	struct hbroker h;
 	local_session *holder;
-	struct call *c;
+	struct http_call *c;
 	uint64_t left = 0, ran;
 	char *s;
 
@@ -1103,7 +807,7 @@ TEST(http, lock_wait_timeout_leaves_the_queue, 20)
 {
 	struct hbroker h;
 	local_session *holder;
-	struct call *c;
+	struct http_call *c;
 	uint64_t t0, took;
 	char *s;
 
@@ -1141,7 +845,7 @@ TEST(http, semaphore_endpoints_and_limits, 30)
 {
 	struct hbroker h;
 	local_session *obs;
-	struct call *c, *w;
+	struct http_call *c, *w;
 	char *s[5], *t0, *t1, *t2;
 	int i;
 
@@ -1168,10 +872,10 @@ TEST(http, semaphore_endpoints_and_limits, 30)
 		      "timeout");
 	w = start(&h.ux, "POST", "/v1/semaphores/sem%2Fk", s[2],
 		  "{\"acquire_timeout_s\":10,\"limit\":2}");
-	if (!PUMP_UNTIL(WAITERS(obs, "sem/k") == 1, 5000))
+	if (!HTTP_PUMP_UNTIL(WAITERS(obs, "sem/k") == 1, 5000))
 		FAIL_AT("the semaphore acquire did not queue");
 	release_ok(&h.ux, s[0], "semaphores", "sem/k", t0);
-	if (!PUMP_UNTIL(w->done, 5000))
+	if (!HTTP_PUMP_UNTIL(w->done, 5000))
 		FAIL_AT("the semaphore waiter was not answered");
 	CHECK_OUTCOME(w, "ok");
 	t2 = strdup(jstr(w, "token"));
@@ -1199,10 +903,10 @@ TEST(http, semaphore_endpoints_and_limits, 30)
 		    "not_enqueued");
 	CHECK_OUTCOME(op(&h.ux, s[3], "semaphores", "sem/k", "enqueue", "{\"limit\":2}"), "queued");
 	w = start(&h.ux, "POST", "/v1/semaphores/sem%2Fk/wait", s[3], "{\"timeout_s\":10}");
-	if (!PUMP_UNTIL(metric(metrics(&h.ux), "shmlock_http_waiting") == 1, 5000))
+	if (!HTTP_PUMP_UNTIL(metric(metrics(&h.ux), "shmlock_http_waiting") == 1, 5000))
 		FAIL_AT("the semaphore wait was not suspended");
 	release_ok(&h.ux, s[1], "semaphores", "sem/k", t1);
-	if (!PUMP_UNTIL(w->done, 5000))
+	if (!HTTP_PUMP_UNTIL(w->done, 5000))
 		FAIL_AT("the semaphore wait was not answered");
 	CHECK_OUTCOME(w, "ok");
 	CHECK(strcmp(jstr(w, "token"), t2) > 0);
@@ -1278,7 +982,7 @@ static long long jget(json_t *o, const char *k)
  * holder, an idle lock and an idle semaphore. */
 static void stats_scene(struct hbroker *h, local_session *waiter, const char *s)
 {
-	struct call *c;
+	struct http_call *c;
 	int granted = -1;
 
 	c = op(&h->ux, s, "locks", "st/lock", NULL, "{\"acquire_timeout_s\":0,\"lease_ttl_s\":30}");
@@ -1320,7 +1024,7 @@ TEST(http, stats_shape, 20)
 	static const char *const idle[] = { "key", "idle_s", NULL };
 	struct hbroker h;
 	local_session *obs, *waiter;
-	struct call *c;
+	struct http_call *c;
 	json_t *j, *e;
 	char *s;
 	double lease;
@@ -1375,7 +1079,7 @@ TEST(http, stats_extensions_are_opt_in, 20)
 {
 	struct hbroker h;
 	local_session *waiter;
-	struct call *c;
+	struct http_call *c;
 	json_t *j, *e, *sess, *cap, *cnt;
 	char *s;
 
@@ -1420,7 +1124,7 @@ TEST(http, stats_and_metrics_never_show_session_ids, 20)
 {
 	struct hbroker h;
 	local_session *ll;
-	struct call *c;
+	struct http_call *c;
 	char *s, *m, pub_http[32], pub_local[32];
 	json_t *e;
 
@@ -1454,7 +1158,7 @@ TEST(http, stats_and_metrics_never_show_session_ids, 20)
 TEST(http, stats_show_a_non_utf8_key_percent_encoded, 20)
 {
 	struct hbroker h;
-	struct call *c;
+	struct http_call *c;
 	json_t *locks, *e;
 	bool seen = false;
 	size_t i;
@@ -1489,7 +1193,7 @@ TEST(http, stats_show_a_non_utf8_key_percent_encoded, 20)
 TEST(http, metrics_are_prometheus_text_with_route_labels, 20)
 {
 	struct hbroker h;
-	struct call *c;
+	struct http_call *c;
 	char *s, *text;
 
 	hb_start(&h, false, NULL);
@@ -1533,7 +1237,7 @@ TEST(http, bad_requests_are_400, 30)
 {
 	struct hbroker h;
 	local_session *obs;
-	struct call *c;
+	struct http_call *c;
 	char *s, *big, *key255, *key256;
 	size_t n = HTTP_BODY_MAX_TEST + 100;
 
@@ -1624,8 +1328,8 @@ TEST(http, bad_requests_are_400, 30)
 TEST(http, auth_token_is_required_except_on_open_routes, 20)
 {
 	struct hbroker h;
-	struct api none, wrong, basic, right;
-	struct call *c;
+	struct http_api none, wrong, basic, right;
+	struct http_call *c;
 	char *s;
 
 	hb_start(&h, true, ARGS("--auth-token", "s3cret-T0ken"));
@@ -1685,8 +1389,8 @@ TEST(http, auth_token_is_required_except_on_open_routes, 20)
 TEST(http, cors_is_off_by_default_and_answers_allowed_origins, 20)
 {
 	struct hbroker h;
-	struct api plain, good, bad, pre;
-	struct call *c;
+	struct http_api plain, good, bad, pre;
+	struct http_call *c;
 
 	/* Off: no CORS headers, and OPTIONS is just a method not allowed. */
 	hb_start(&h, false, NULL);
@@ -1740,8 +1444,8 @@ TEST(http, cors_is_off_by_default_and_answers_allowed_origins, 20)
 TEST(http, the_session_header_has_a_shmlock_alias, 20)
 {
 	struct hbroker h;
-	struct api alias;
-	struct call *c;
+	struct http_api alias;
+	struct http_call *c;
 	char *s;
 
 	hb_start(&h, false, NULL);
@@ -1758,7 +1462,7 @@ TEST(http, the_session_header_has_a_shmlock_alias, 20)
 TEST(http, unknown_routes_are_404_and_wrong_methods_405_with_allow, 20)
 {
 	struct hbroker h;
-	struct call *c;
+	struct http_call *c;
 	char *s;
 
 	hb_start(&h, false, NULL);
@@ -1803,7 +1507,7 @@ TEST(http, conflicts_are_409, 30)
 {
 	struct hbroker h;
 	local_session *holder;
-	struct call *c;
+	struct http_call *c;
 	char *a, *b, *t;
 
 	hb_start(&h, false, NULL);
@@ -1863,7 +1567,7 @@ TEST(http, gone_sessions_are_410, 30)
 {
 	struct hbroker h;
 	local_session *obs, *holder;
-	struct call *c, *w;
+	struct http_call *c, *w;
 	char *a, *b, *d;
 
 	hb_start(&h, false, NULL);
@@ -1893,10 +1597,10 @@ TEST(http, gone_sessions_are_410, 30)
 	CHECK_OUTCOME(c, "ok");
 	CHECK_OK(local_lock(holder, "g/k", NULL, NULL));
 	w = start(&h.ux, "POST", "/v1/locks/g%2Fk", b, "{\"acquire_timeout_s\":30}");
-	if (!PUMP_UNTIL(WAITERS(obs, "g/k") == 1, 5000))
+	if (!HTTP_PUMP_UNTIL(WAITERS(obs, "g/k") == 1, 5000))
 		FAIL_AT("the wait did not queue");
 	CHECK_OK(local_session_destroy(obs, b));
-	if (!PUMP_UNTIL(w->done, 5000))
+	if (!HTTP_PUMP_UNTIL(w->done, 5000))
 		FAIL_AT("the wait of a destroyed session was not answered");
 	CHECK_ERROR(w, 410, "session_gone");
 	CHECK_EQ(WAITERS(obs, "g/k"), 0);
@@ -1905,10 +1609,10 @@ TEST(http, gone_sessions_are_410, 30)
 	/* DELETEd while a wait of its own is in flight: the same. */
 	d = session_new(&h.ux);
 	w = start(&h.ux, "POST", "/v1/locks/g%2Fk", d, "{\"acquire_timeout_s\":30}");
-	if (!PUMP_UNTIL(WAITERS(obs, "g/k") == 1, 5000))
+	if (!HTTP_PUMP_UNTIL(WAITERS(obs, "g/k") == 1, 5000))
 		FAIL_AT("the wait did not queue");
 	CHECK_STATUS(req(&h.ux, "DELETE", strf("/v1/sessions/%s", d), NULL, NULL), 204);
-	if (!PUMP_UNTIL(w->done, 5000))
+	if (!HTTP_PUMP_UNTIL(w->done, 5000))
 		FAIL_AT("the wait of a deleted session was not answered");
 	CHECK_ERROR(w, 410, "session_gone");
 	CHECK_EQ(WAITERS(obs, "g/k"), 0);
@@ -1918,7 +1622,7 @@ TEST(http, gone_sessions_are_410, 30)
 TEST(http, rate_limit_per_address_is_429, 20)
 {
 	struct hbroker h;
-	struct call *c;
+	struct http_call *c;
 	int i;
 
 	/* The refusals below need their requests inside one token's refill:
@@ -1931,7 +1635,7 @@ TEST(http, rate_limit_per_address_is_429, 20)
 	c = req(&h.tcp, "GET", "/v1/stats", NULL, NULL);
 	CHECK_ERROR(c, 429, "rate_limited");
 	CHECK_STR(c->retry, "1"); /* when to come back */
-	call_free(c);
+	http_call_free(c);
 	CHECK_ERROR(req(&h.tcp, "POST", "/v1/sessions", NULL, NULL), 429, "rate_limited");
 	/* /health and /ready are never limited. */
 	for (i = 0; i < 5; i++) {
@@ -1944,7 +1648,7 @@ TEST(http, rate_limit_per_address_is_429, 20)
 	CHECK_ERROR(req(&h.ux, "GET", "/v1/stats", NULL, NULL), 429, "rate_limited");
 	/* A rate, not a ban: a token comes back within about a second. */
 	c = NULL;
-	if (!WAIT_FOR((call_free(c), c = req(&h.tcp, "GET", "/v1/stats", NULL, NULL),
+	if (!WAIT_FOR((http_call_free(c), c = req(&h.tcp, "GET", "/v1/stats", NULL, NULL),
 		       c->status == 200),
 		      10000))
 		FAIL_AT("still limited after 10 s: %s", status_mismatch(c, 200));
@@ -2056,7 +1760,7 @@ static bool drain_round(void)
 {
 	struct hbroker h;
 	local_session *holder;
-	struct call *w, *c;
+	struct http_call *w, *c;
 	const char *why;
 	uint64_t t0, took;
 	int idle, status;
@@ -2067,9 +1771,9 @@ static bool drain_round(void)
 	CHECK_OK(local_lock(holder, "drain/k", NULL, NULL));
 	s = session_new(&h.ux);
 	w = start(&h.ux, "POST", "/v1/locks/drain%2Fk", s, "{\"acquire_timeout_s\":30}");
-	if (!PUMP_UNTIL(WAITERS(holder, "drain/k") == 1, 5000))
+	if (!HTTP_PUMP_UNTIL(WAITERS(holder, "drain/k") == 1, 5000))
 		FAIL_AT("the wait did not queue");
-	idle = raw_connect(&h.ux);
+	idle = unix_connect(h.ux.unix_path, SOCK_STREAM); /* sends nothing */
 	/* The broker has taken the idle connection in. */
 	c = NULL;
 	if (!WAIT_FOR((free(m), m = metrics(&h.ux), metric(m, "shmlock_http_connections") >= 3),
@@ -2078,7 +1782,7 @@ static bool drain_round(void)
 	free(m);
 	t0 = now_ms();
 	kill(h.b.pid, SIGTERM);
-	if (!PUMP_UNTIL(w->done, 5000))
+	if (!HTTP_PUMP_UNTIL(w->done, 5000))
 		FAIL_AT("the wait in flight was not ended by SIGTERM");
 	CHECK_ERROR(w, 503, "draining");
 	c = req(&h.ux, "GET", "/ready", NULL, NULL);
@@ -2137,8 +1841,8 @@ TEST(http, tokens_are_dflockds_32_hex_with_the_fence_first, 20)
 	s = session_new(&h.ux);
 	for (i = 0; i < 30; i++) {
 		const char *key = strf("tok/%d", i % 3);
-		struct call *c = i % 2 ? op(&h.ux, s, "locks", key, "enqueue", "{}")
-				       : lock_acquire(&h.ux, s, key, 0);
+		struct http_call *c = i % 2 ? op(&h.ux, s, "locks", key, "enqueue", "{}")
+					    : lock_acquire(&h.ux, s, key, 0);
 		const char *t;
 
 		CHECK_OUTCOME(c, i % 2 ? "acquired" : "ok");
@@ -2205,7 +1909,7 @@ TEST(http, fifo_is_shared_by_http_liblocal_and_the_cli, 40)
 	const char *cli = getenv("SHMLOCK_CLI_BIN");
 	struct hbroker h;
 	local_session *holder;
-	struct call *h1, *h2;
+	struct http_call *h1, *h2;
 	struct child lc;
 	struct fifo_arg fa;
 	char log[128], sockarg[160], cmd[256], buf[512], names[4][16];
@@ -2226,12 +1930,12 @@ TEST(http, fifo_is_shared_by_http_liblocal_and_the_cli, 40)
 	s2 = session_new(&h.ux);
 
 	h1 = start(&h.ux, "POST", "/v1/locks/fifo%2Fk", s1, "{\"acquire_timeout_s\":10}");
-	if (!PUMP_UNTIL(WAITERS(holder, "fifo/k") == 1, 5000))
+	if (!HTTP_PUMP_UNTIL(WAITERS(holder, "fifo/k") == 1, 5000))
 		FAIL_AT("HTTP waiter 1 did not queue");
 
 	fa = (struct fifo_arg){ &h.b, "fifo/k", log };
 	child_spawn(&lc, fifo_local, &fa);
-	if (!PUMP_UNTIL(WAITERS(holder, "fifo/k") == 2, 5000))
+	if (!HTTP_PUMP_UNTIL(WAITERS(holder, "fifo/k") == 2, 5000))
 		FAIL_AT("the liblocal waiter did not queue");
 
 	snprintf(sockarg, sizeof(sockarg), "-socket=%s", h.b.sock);
@@ -2250,20 +1954,20 @@ TEST(http, fifo_is_shared_by_http_liblocal_and_the_cli, 40)
 		execl(cli, cli, "lock", sockarg, "-lock-delay=0", "fifo/k", cmd, (char *)NULL);
 		_exit(127);
 	}
-	if (!PUMP_UNTIL(WAITERS(holder, "fifo/k") == 3, 5000))
+	if (!HTTP_PUMP_UNTIL(WAITERS(holder, "fifo/k") == 3, 5000))
 		FAIL_AT("the CLI did not queue");
 
 	h2 = start(&h.ux, "POST", "/v1/locks/fifo%2Fk", s2, "{\"acquire_timeout_s\":10}");
-	if (!PUMP_UNTIL(WAITERS(holder, "fifo/k") == 4, 5000))
+	if (!HTTP_PUMP_UNTIL(WAITERS(holder, "fifo/k") == 4, 5000))
 		FAIL_AT("HTTP waiter 2 did not queue");
 
 	CHECK_OK(local_release(holder, "fifo/k"));
-	if (!PUMP_UNTIL(h1->done, 5000))
+	if (!HTTP_PUMP_UNTIL(h1->done, 5000))
 		FAIL_AT("HTTP waiter 1 was not granted");
 	CHECK_OUTCOME(h1, "ok");
 	append_line(log, strf("http1 %llu", (unsigned long long)tok_num(jstr(h1, "token"))));
 	release_ok(&h.ux, s1, "locks", "fifo/k", jstr(h1, "token"));
-	if (!PUMP_UNTIL(h2->done, 10000))
+	if (!HTTP_PUMP_UNTIL(h2->done, 10000))
 		FAIL_AT("HTTP waiter 2 was not granted");
 	CHECK_OUTCOME(h2, "ok");
 	append_line(log, strf("http2 %llu", (unsigned long long)tok_num(jstr(h2, "token"))));
@@ -2301,7 +2005,7 @@ TEST(http, a_client_that_hangs_up_during_a_wait_leaves_the_queue, 30)
 {
 	struct hbroker h;
 	local_session *holder;
-	struct call *a, *b, *c;
+	struct http_call *a, *b, *c;
 	char *sa, *sb, *text;
 
 	hb_start(&h, false, NULL);
@@ -2310,13 +2014,13 @@ TEST(http, a_client_that_hangs_up_during_a_wait_leaves_the_queue, 30)
 	sa = session_new(&h.ux);
 	sb = session_new(&h.ux);
 	a = start(&h.ux, "POST", "/v1/locks/dc%2Fk", sa, "{\"acquire_timeout_s\":30}");
-	if (!PUMP_UNTIL(WAITERS(holder, "dc/k") == 1, 5000))
+	if (!HTTP_PUMP_UNTIL(WAITERS(holder, "dc/k") == 1, 5000))
 		FAIL_AT("waiter a did not queue");
 	b = start(&h.ux, "POST", "/v1/locks/dc%2Fk", sb, "{\"acquire_timeout_s\":30}");
-	if (!PUMP_UNTIL(WAITERS(holder, "dc/k") == 2, 5000))
+	if (!HTTP_PUMP_UNTIL(WAITERS(holder, "dc/k") == 2, 5000))
 		FAIL_AT("waiter b did not queue");
-	hang_up(a);
-	if (!PUMP_UNTIL(WAITERS(holder, "dc/k") == 1, 5000))
+	http_hang_up(a);
+	if (!HTTP_PUMP_UNTIL(WAITERS(holder, "dc/k") == 1, 5000))
 		FAIL_AT("the gone client is still queued");
 	text = metrics(&h.ux);
 	CHECK_EQ(metric(text, "shmlock_http_requests_total{method=\"POST\","
@@ -2326,7 +2030,7 @@ TEST(http, a_client_that_hangs_up_during_a_wait_leaves_the_queue, 30)
 	CHECK_EQ(metric(text, "shmlock_http_waiting"), 1);
 	CHECK(!b->done);
 	CHECK_OK(local_release(holder, "dc/k"));
-	if (!PUMP_UNTIL(b->done, 5000))
+	if (!HTTP_PUMP_UNTIL(b->done, 5000))
 		FAIL_AT("the waiter behind the gone client was not granted");
 	CHECK_OUTCOME(b, "ok");
 	CHECK_STR(key_info(holder, "dc/k")->holder_session, sb);
@@ -2334,11 +2038,11 @@ TEST(http, a_client_that_hangs_up_during_a_wait_leaves_the_queue, 30)
 	CHECK_OUTCOME(op(&h.ux, sa, "locks", "dc/k", "enqueue", "{}"), "queued");
 	/* ... and a two-phase /wait that hangs up leaves the queue too. */
 	c = start(&h.ux, "POST", "/v1/locks/dc%2Fk/wait", sa, "{\"timeout_s\":30}");
-	if (!PUMP_UNTIL(metric(metrics(&h.ux), "shmlock_http_waiting") == 1, 5000))
+	if (!HTTP_PUMP_UNTIL(metric(metrics(&h.ux), "shmlock_http_waiting") == 1, 5000))
 		FAIL_AT("the /wait was not suspended");
 	CHECK_EQ(WAITERS(holder, "dc/k"), 1);
-	hang_up(c);
-	if (!PUMP_UNTIL(WAITERS(holder, "dc/k") == 0, 5000))
+	http_hang_up(c);
+	if (!HTTP_PUMP_UNTIL(WAITERS(holder, "dc/k") == 0, 5000))
 		FAIL_AT("the gone /wait is still queued");
 	text = metrics(&h.ux);
 	CHECK_EQ(metric(text, "shmlock_http_requests_total{method=\"POST\","
@@ -2370,7 +2074,7 @@ static void spin_us(uint64_t us)
  * already queued on the socket stay readable after the shutdown, so this
  * tells exactly whether an answer reached the client before it left.
  */
-static char *hang_up_reading(struct call *c)
+static char *hang_up_reading(struct http_call *c)
 {
 	size_t n = 0, cap = 4096;
 	char *got = malloc(cap);
@@ -2389,7 +2093,7 @@ static char *hang_up_reading(struct call *c)
 			break;
 	}
 	got[n] = '\0';
-	hang_up(c);
+	http_hang_up(c);
 	return got;
 }
 
@@ -2426,13 +2130,13 @@ TEST(http, a_grant_racing_a_hang_up_never_strands_the_key, 90)
 	sa = session_new(&h.ux);
 	for (round = 0; round < RACE_ROUNDS; round++) {
 		int mode = round % 4, rc;
-		struct call *a, *c;
+		struct http_call *a, *c;
 		char *got = NULL, *p;
 		uint64_t tb = 0, t0;
 
 		CHECK_OK(local_lock(holder, "race/k", &try0, NULL));
 		a = start(&h.ux, "POST", "/v1/locks/race%2Fk", sa, "{\"acquire_timeout_s\":30}");
-		if (!PUMP_UNTIL(WAITERS(holder, "race/k") == 1, 5000))
+		if (!HTTP_PUMP_UNTIL(WAITERS(holder, "race/k") == 1, 5000))
 			FAIL_AT("round %d: A did not queue", round);
 		CHECK_OK(local_enqueue(b, "race/k", 0, NULL, &granted, NULL));
 		CHECK_EQ(granted, 0);
@@ -2491,8 +2195,8 @@ TEST(http, a_grant_racing_a_hang_up_never_strands_the_key, 90)
 		c = op(&h.ux, sa, "locks", "race/k", "enqueue", "{}");
 		CHECK_OUTCOME(c, "acquired");
 		release_ok(&h.ux, sa, "locks", "race/k", jstr(c, "token"));
-		call_free(c);
-		call_free(a);
+		http_call_free(c);
+		http_call_free(a);
 		free(got);
 	}
 	fprintf(stderr, "    (%d grants reached the client first, %d were taken back)\n", delivered,
@@ -2542,7 +2246,7 @@ TEST(http, a_client_stopped_in_a_key_mutex_stalls_neither_http_nor_the_broker, 4
 	struct hbroker h;
 	local_session *obs;
 	struct child st;
-	struct call *c;
+	struct http_call *c;
 	siginfo_t si;
 	uint64_t t0;
 	char *s;
@@ -2584,7 +2288,7 @@ TEST(http, idle_sessions_are_reaped_but_not_while_a_request_is_in_flight, 40)
 {
 	struct hbroker h;
 	local_session *obs;
-	struct call *w;
+	struct http_call *w;
 	uint64_t t0, t1, gone;
 	char *idle, *busy, *text;
 
@@ -2595,9 +2299,9 @@ TEST(http, idle_sessions_are_reaped_but_not_while_a_request_is_in_flight, 40)
 	idle = session_new(&h.ux);
 	busy = session_new(&h.ux);
 	w = start(&h.ux, "POST", "/v1/locks/idle%2Fk", busy, "{\"acquire_timeout_s\":15}");
-	if (!PUMP_UNTIL(WAITERS(obs, "idle/k") == 1, 5000))
+	if (!HTTP_PUMP_UNTIL(WAITERS(obs, "idle/k") == 1, 5000))
 		FAIL_AT("the long wait did not queue");
-	if (!PUMP_UNTIL(!session_alive(obs, idle), 10000))
+	if (!HTTP_PUMP_UNTIL(!session_alive(obs, idle), 10000))
 		FAIL_AT("the idle session was not reaped within 10 s");
 	gone = now_ms() - t0;
 	if (gone < 1900)
@@ -2609,13 +2313,13 @@ TEST(http, idle_sessions_are_reaped_but_not_while_a_request_is_in_flight, 40)
 	/* Well past twice the idle timeout (and several sweeps) into the
 	 * wait: the busy session and its wait are still there. */
 	while (now_ms() - t0 < 4500) {
-		pump(20);
+		http_pump(20);
 		CHECK(session_alive(obs, busy));
 		CHECK(!w->done);
 	}
 	CHECK_EQ(WAITERS(obs, "idle/k"), 1);
 	CHECK_OK(local_release(obs, "idle/k"));
-	if (!PUMP_UNTIL(w->done, 5000))
+	if (!HTTP_PUMP_UNTIL(w->done, 5000))
 		FAIL_AT("the long wait was not granted");
 	CHECK_OUTCOME(w, "ok");
 	CHECK_STR(key_info(obs, "idle/k")->holder_session, busy);
@@ -2626,7 +2330,7 @@ TEST(http, idle_sessions_are_reaped_but_not_while_a_request_is_in_flight, 40)
 	t1 = now_ms();
 	release_ok(&h.ux, busy, "locks", "idle/k", jstr(w, "token"));
 	/* Now idle: reaped in its turn. */
-	if (!PUMP_UNTIL(!session_alive(obs, busy), 10000))
+	if (!HTTP_PUMP_UNTIL(!session_alive(obs, busy), 10000))
 		FAIL_AT("the session was not reaped after its wait ended");
 	gone = now_ms() - t1;
 	CHECK(gone >= 1800);
@@ -2669,7 +2373,7 @@ TEST_FLAGS(http, a_thousand_long_polls_are_served_by_few_threads_in_fifo_order, 
 {
 	struct hbroker h;
 	local_session *holder;
-	struct call **w;
+	struct http_call **w;
 	char **ids, *text, *prev = NULL;
 	uint64_t t0;
 	size_t next = 0;
@@ -2693,7 +2397,7 @@ TEST_FLAGS(http, a_thousand_long_polls_are_served_by_few_threads_in_fifo_order, 
 		w[i]->id = i;
 		/* Generous: tests beside this one load the machine, and a
 		 * request that never queues fails all the same. */
-		if (!PUMP_UNTIL(WAITERS(holder, "many/k") == (uint32_t)i + 1, 30000))
+		if (!HTTP_PUMP_UNTIL(WAITERS(holder, "many/k") == (uint32_t)i + 1, 30000))
 			FAIL_AT("long poll %d did not queue", i);
 	}
 	fprintf(stderr, "    (1000 sessions and long polls queued in %llu ms)\n",
@@ -2707,15 +2411,15 @@ TEST_FLAGS(http, a_thousand_long_polls_are_served_by_few_threads_in_fifo_order, 
 	CHECK_EQ(WAITERS(holder, "many/k"), NPOLLS);
 	for (i = 0; i < NPOLLS; i++)
 		CHECK(!w[i]->done);
-	ndone = 0;
+	http_done_reset();
 	t0 = now_ms();
 	CHECK_OK(local_release(holder, "many/k"));
 	while (next < NPOLLS) {
-		struct call *c;
+		struct http_call *c;
 
-		if (!PUMP_UNTIL(ndone > next, 10000))
+		if (!HTTP_PUMP_UNTIL(http_done_count() > next, 10000))
 			FAIL_AT("after %zu grants, the next long poll was not answered", next);
-		c = done_order[next];
+		c = http_done_at(next);
 		if (c->id != (int)next)
 			FAIL_AT("grant %zu went to long poll %d", next, c->id);
 		CHECK_OUTCOME(c, "ok");
@@ -2727,7 +2431,7 @@ TEST_FLAGS(http, a_thousand_long_polls_are_served_by_few_threads_in_fifo_order, 
 	}
 	fprintf(stderr, "    (1000 grants in order in %llu ms)\n",
 		(unsigned long long)(now_ms() - t0));
-	CHECK_EQ(ndone, NPOLLS);
+	CHECK_EQ(http_done_count(), NPOLLS);
 	CHECK(proc_threads(h.b.pid) < 10);
 	CHECK_EQ(WAITERS(holder, "many/k"), 0);
 	CHECK_EQ(HOLDERS(holder, "many/k"), 0);
@@ -2737,67 +2441,18 @@ TEST_FLAGS(http, a_thousand_long_polls_are_served_by_few_threads_in_fifo_order, 
 
 /* ---- safe defaults (issue 18 item 10) ------------------------------------------- */
 
-/* Run shmlockd with @argv (after the binary) and no HTTP client; its exit
- * status within 10 s, its stderr in @log. */
-static int broker_exit_status(const char *log, const char *const *argv)
-{
-	const char *bin = getenv("SHMLOCK_BROKER_BIN");
-	const char *args[24];
-	pid_t pid;
-	int n = 0, status;
-
-	args[n++] = bin;
-	while (*argv && n < 23)
-		args[n++] = *argv++;
-	args[n] = NULL;
-	fflush(NULL);
-	pid = fork();
-	if (pid == 0) {
-		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-
-		if (fd >= 0)
-			dup2(fd, 2);
-		execv(bin, (char *const *)args);
-		_exit(127);
-	}
-	status = pid_wait(pid, 10000);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-static bool log_has(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "re");
-	char line[2048];
-	bool found = false;
-
-	while (f && !found && fgets(line, sizeof(line), f))
-		found = strstr(line, text) != NULL;
-	if (f)
-		fclose(f);
-	return found;
-}
-
 TEST(http, tcp_without_a_token_needs_an_explicit_flag, 30)
 {
-	char dir[64], sock[128], log[128], listen[32], shm[64];
+	struct broker_proc b;
 	struct hbroker h;
-	int status;
+	char listen[32];
 
-	snprintf(dir, sizeof(dir), "/tmp/shmlock-test-%d-XXXXXX", (int)getpid());
-	if (!mkdtemp(dir))
-		FAIL_AT("mkdtemp: %s", strerror(errno));
-	snprintf(sock, sizeof(sock), "%s/sock", dir);
-	snprintf(log, sizeof(log), "%s/broker.log", dir);
+	broker_names(&b, "notoken");
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", free_port());
-	snprintf(shm, sizeof(shm), "/shmlock-test-%d-notoken", (int)getpid());
 	/* Refused: every local user could take and release any lock. */
-	status = broker_exit_status(
-		log, ARGS("--socket", sock, "--shm-name", shm, "--http-listen", listen));
-	shm_unlink(shm);
-	CHECK(status != 0);
-	CHECK(log_has(log, "--http-insecure-no-auth"));
-	if (system(strf("rm -rf '%s'", dir)) != 0)
-		fprintf(stderr, "could not remove %s\n", dir);
+	CHECK(broker_refuses(&b, ARGS("--http-listen", listen), 10000) != 0);
+	CHECK(broker_log_has(&b, "--http-insecure-no-auth"));
+	broker_stop(&b);
 
 	/* With a token: served, and the token is needed. */
 	hb_start(&h, true, ARGS("--auth-token", "t0ken"));
@@ -2810,7 +2465,7 @@ TEST(http, tcp_without_a_token_needs_an_explicit_flag, 30)
 	/* Nor TCP with the flag, which the log then warns about. */
 	hb_start(&h, true, NULL);
 	CHECK_STATUS(req(&h.tcp, "POST", "/v1/sessions", NULL, NULL), 200);
-	CHECK(log_has(h.b.log, "without a token"));
+	CHECK(broker_log_has(&h.b, "without a token"));
 	hb_stop(&h);
 }
 
@@ -2819,7 +2474,7 @@ TEST(http, tcp_without_a_token_needs_an_explicit_flag, 30)
 TEST(http, tcp_answers_only_its_own_host_names, 30)
 {
 	struct hbroker h;
-	struct api a;
+	struct http_api a;
 	int port;
 
 	hb_start(&h, true, ARGS("--http-allowed-hosts", "locks.example.org, other.example"));
@@ -2853,7 +2508,7 @@ TEST(http, tcp_answers_only_its_own_host_names, 30)
 TEST(http, tcp_serves_no_web_page_of_another_origin, 30)
 {
 	struct hbroker h;
-	struct api a;
+	struct http_api a;
 
 	hb_start(&h, true, ARGS("--http-cors-allowed-origins", "https://app.example"));
 	a = h.tcp;
@@ -2896,18 +2551,6 @@ TEST(http, http_sessions_get_half_the_table_by_default, 30)
 	hb_stop(&h);
 }
 
-/* A plain TCP connection to @port that sends nothing. */
-static int raw_tcp(int port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
-		FAIL_AT("connect 127.0.0.1:%d: %s", port, strerror(errno));
-	return fd;
-}
-
 static bool hung_up(int fd)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -2928,12 +2571,9 @@ TEST(http, silent_connections_are_capped_and_timed_out, 45)
 	hb_start(&h, true,
 		 ARGS("--http-max-connections-per-ip", "3", "--http-connection-timeout", "4"));
 	port = atoi(strrchr(h.listen, ':') + 1);
-	if (sync_handle) { /* hb_start's keep-alive connection counts too */
-		curl_easy_cleanup(sync_handle);
-		sync_handle = NULL;
-	}
+	http_close_kept_alive(); /* hb_start's keep-alive connection counts too */
 	for (i = 0; i < 4; i++)
-		fd[i] = raw_tcp(port);
+		fd[i] = tcp_connect(port);
 	/* The fourth from 127.0.0.1 is refused (closed at once). */
 	CHECK(WAIT_FOR(hung_up(fd[3]), 5000));
 	CHECK(!hung_up(fd[0]));
@@ -2956,8 +2596,8 @@ TEST(http, silent_connections_are_capped_and_timed_out, 45)
 TEST(http, rate_limit_comes_before_the_token_and_401s_are_delayed, 30)
 {
 	struct hbroker h;
-	struct api none, right;
-	struct call *slow, *c;
+	struct http_api none, right;
+	struct http_call *slow, *c;
 	uint64_t t0;
 
 	hb_start(&h, true,
@@ -2970,11 +2610,11 @@ TEST(http, rate_limit_comes_before_the_token_and_401s_are_delayed, 30)
 	 * (here a probe) are served meanwhile. */
 	t0 = now_ms();
 	slow = start(&none, "GET", "/v1/stats", NULL, NULL);
-	pump(20);
+	http_pump(20);
 	c = req(&none, "GET", "/ready", NULL, NULL);
 	CHECK_STATUS(c, 200);
-	call_free(c);
-	if (!PUMP_UNTIL(slow->done, 5000))
+	http_call_free(c);
+	if (!HTTP_PUMP_UNTIL(slow->done, 5000))
 		FAIL_AT("the delayed 401 never came");
 	CHECK_ERROR(slow, 401, "unauthorized");
 	CHECK_STR(slow->www, "Bearer");
@@ -2987,17 +2627,17 @@ TEST(http, rate_limit_comes_before_the_token_and_401s_are_delayed, 30)
 	c = req(&none, "GET", "/v1/stats", NULL, NULL);
 	CHECK_ERROR(c, 429, "rate_limited");
 	CHECK_STR(c->retry, "1");
-	call_free(c);
+	http_call_free(c);
 	CHECK_ERROR(req(&right, "GET", "/v1/stats", NULL, NULL), 429, "rate_limited");
 	/* Probes are neither limited nor checked. */
 	CHECK_STATUS(req(&none, "GET", "/health", NULL, NULL), 200);
 	/* A rate, not a ban. */
 	c = NULL;
-	if (!WAIT_FOR((call_free(c), c = req(&right, "GET", "/v1/stats", NULL, NULL),
+	if (!WAIT_FOR((http_call_free(c), c = req(&right, "GET", "/v1/stats", NULL, NULL),
 		       c->status == 200),
 		      5000))
 		FAIL_AT("no token back in the bucket: %s", status_mismatch(c, 200));
-	call_free(c);
+	http_call_free(c);
 	hb_stop(&h);
 }
 
@@ -3006,7 +2646,7 @@ TEST(http, keys_with_blanks_are_400, 20)
 {
 	static const char *const bad[] = { "a%20b", "a%09b", "a%0Ab", "a%0Db", "%20" };
 	struct hbroker h;
-	struct call *c;
+	struct http_call *c;
 	char *s, key255[256];
 	size_t i;
 
@@ -3032,7 +2672,7 @@ TEST(http, keys_with_blanks_are_400, 20)
 TEST(http, durations_range_as_dflockds, 20)
 {
 	struct hbroker h;
-	struct call *c;
+	struct http_call *c;
 	char *s;
 
 	hb_start(&h, false, NULL);
@@ -3064,7 +2704,7 @@ TEST(http, durations_range_as_dflockds, 20)
 TEST(http, timeout_and_queued_answers_are_dflockds, 20)
 {
 	struct hbroker h;
-	struct call *c;
+	struct http_call *c;
 	char *s1, *s2;
 
 	hb_start(&h, false, NULL);
@@ -3089,7 +2729,7 @@ TEST(http, extensions_make_release_and_renew_stricter, 30)
 {
 	struct hbroker h;
 	local_session *obs;
-	struct call *c;
+	struct http_call *c;
 	char *s, *s2, *t;
 
 	hb_start(&h, false, ARGS("--http-extensions"));
@@ -3131,7 +2771,7 @@ TEST(http, extensions_make_release_and_renew_stricter, 30)
 TEST(http, bodies_are_read_as_dflockd_reads_them, 20)
 {
 	struct hbroker h;
-	struct call *c;
+	struct http_call *c;
 	char *s;
 	int strict;
 

@@ -20,40 +20,32 @@
 
 #include "broker_fixture.h"
 #include "harness.h"
-#include "keeper_proto.h"
 #include "net_fixture.h"
 
 /* The broker's socket answers before its loop has started the metrics
  * listener: connection refused means "not yet", for up to 10 s. */
-static int connect_retry(const struct sockaddr_in *a)
+static int connect_retry(int port)
 {
 	uint64_t end = now_ms() + 10000;
+	int fd;
 
-	for (;;) {
-		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-		CHECK(fd >= 0);
-		if (!connect(fd, (const struct sockaddr *)a, sizeof(*a)))
-			return fd;
+	while ((fd = tcp_try_connect(port)) < 0) {
 		if (errno != ECONNREFUSED || now_ms() >= end)
-			FAIL_AT("cannot connect to the metrics listener on port %d: %s",
-				ntohs(a->sin_port), strerror(errno));
-		close(fd);
+			FAIL_AT("cannot connect to the metrics listener on port %d: %s", port,
+				strerror(errno));
 		usleep(10000);
 	}
+	return fd;
 }
 
 /* One HTTP/1.0 request to 127.0.0.1:@port; the whole answer in a malloc'd
  * string (headers and body), the status in *status. */
 static char *http(int port, const char *method, const char *path, int *status)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET,
-				 .sin_port = htons((uint16_t)port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct timeval tv = { .tv_sec = 10 };
 	size_t len = 0, cap = 1 << 16;
 	char *buf = malloc(cap), req[256];
-	int fd = connect_retry(&a);
+	int fd = connect_retry(port);
 	ssize_t n;
 
 	CHECK(buf);
@@ -253,65 +245,16 @@ TEST(metrics, counters_and_histograms_move, 30)
 	broker_stop(&b);
 }
 
-/* A listening TCP socket on 127.0.0.1, as a service manager would pass it. */
-static int tcp_listener(int *port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	CHECK(fd >= 0);
-	CHECK(!bind(fd, (struct sockaddr *)&a, sizeof(a)));
-	CHECK(!listen(fd, 16));
-	CHECK(!getsockname(fd, (struct sockaddr *)&a, &len));
-	*port = ntohs(a.sin_port);
-	return fd;
-}
-
 TEST(metrics, socket_activated_metrics_fd, 30)
 {
-	const char *bin = getenv("SHMLOCK_BROKER_BIN");
-	char dir[] = "/tmp/shmlock-metrics-XXXXXX", sock[128], logf[128], keep[140], shm[64], *m;
-	int port, lfd, status;
-	pid_t pid;
+	struct broker_proc b;
+	int port;
+	char *m;
 
-	if (!bin)
-		FAIL_AT("SHMLOCK_BROKER_BIN is not set (run through 'make test')");
-	CHECK(mkdtemp(dir));
-	snprintf(sock, sizeof(sock), "%s/sock", dir);
-	snprintf(logf, sizeof(logf), "%s/log", dir);
-	CHECK_OK(keeper_path(sock, keep, sizeof(keep)));
-	snprintf(shm, sizeof(shm), "/shmlock-metrics-%d", (int)getpid());
-	lfd = tcp_listener(&port);
-	pid = fork();
-	CHECK(pid >= 0);
-	if (!pid) {
-		char v[32];
-		int log = open(logf, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-
-		if (log >= 0)
-			dup2(log, 2);
-		if (lfd != 3) {
-			dup2(lfd, 3);
-			close(lfd);
-		}
-		snprintf(v, sizeof(v), "%d", (int)getpid());
-		setenv("LISTEN_PID", v, 1);
-		setenv("LISTEN_FDS", "1", 1);
-		setenv("LISTEN_FDNAMES", "metrics", 1);
-		execl(bin, bin, "--socket", sock, "--shm-name", shm, "--destroy-segment-on-exit",
-		      (char *)NULL);
-		_exit(127);
-	}
-	close(lfd);
+	broker_spawn_activated(&b, "metrics", "metrics", &port,
+			       (const char *const[]){ "--destroy-segment-on-exit", NULL });
 	m = scrape(port);
 	CHECK(strstr(m, "shmlock_build_info{version=\""));
 	free(m);
-	CHECK(!kill(pid, SIGTERM));
-	CHECK_EQ(waitpid(pid, &status, 0), pid);
-	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	unlink(sock);
-	unlink(keep);
-	unlink(logf);
-	rmdir(dir);
+	broker_stop_clean(&b);
 }

@@ -127,20 +127,14 @@ static long http_post(const char *sock, const char *path, const char *session, c
 	const char *const headers[] = { "Content-Type: application/json",
 					session ? strf("X-Dflockd-Session: %s", session) : NULL,
 					NULL };
-	struct http_reply r;
-	long status;
 
-	http_do(&(struct http_req){ .method = "POST",
-				    .url = strf("http://localhost%s", path),
-				    .unix_socket = sock,
-				    .headers = headers,
-				    .body = body,
-				    .timeout_ms = 10000 },
-		&r);
-	snprintf(reply, 1024, "%s", r.body);
-	status = r.status;
-	http_reply_free(&r);
-	return status;
+	return http_fetch(&(struct http_req){ .method = "POST",
+					      .url = strf("http://localhost%s", path),
+					      .unix_socket = sock,
+					      .headers = headers,
+					      .body = body,
+					      .timeout_ms = 10000 },
+			  reply, 1024);
 }
 
 /* ---- sessions of every kind ---------------------------------------------------- */

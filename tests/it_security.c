@@ -104,26 +104,18 @@ TEST(security, allow_lists_narrow_who_may_open_sessions, 30)
 
 TEST(security, bad_access_flags_are_usage_errors, 20)
 {
-	const char *bin = getenv("SHMLOCK_BROKER_BIN");
 	const char *const cases[][2] = { { "--allow-uid", "12x" },
 					 { "--allow-gid", "1,,2" },
 					 { "--socket-group", "no-such-group-here" } };
+	struct broker_proc b;
 	size_t i;
 
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct child c = { .rd = -1, .wr = -1 };
-		int status;
-
-		c.pid = fork();
-		if (c.pid == 0) {
-			freopen("/dev/null", "w", stderr);
-			execl(bin, "shmlockd", cases[i][0], cases[i][1], "--socket",
-			      "/tmp/shmlock-test-never/sock", (char *)NULL);
-			_exit(127);
-		}
-		status = child_wait(&c, 5000);
-		CHECK(WIFEXITED(status));
-		CHECK_EQ(WEXITSTATUS(status), 1);
+		broker_names(&b, "flags");
+		CHECK_EQ(broker_refuses(&b, (const char *const[]){ cases[i][0], cases[i][1], NULL },
+					5000),
+			 1);
+		broker_stop(&b);
 	}
 }
 

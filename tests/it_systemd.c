@@ -24,6 +24,7 @@
 
 #include "broker_fixture.h"
 #include "harness.h"
+#include "net_fixture.h"
 #include "invariants.h"
 
 /* ---- plumbing ------------------------------------------------------------ */
@@ -118,90 +119,29 @@ struct launch {
 	bool no_socket_flag; /* as a unit without --socket: only the activated one */
 };
 
-static pid_t launch(const struct broker_proc *b, const struct launch *l)
+static pid_t launch(struct broker_proc *b, const struct launch *l)
 {
-	const char *argv[16];
-	int n = 0, i;
-	pid_t pid;
+	const char *more[8] = { "--log-level", "info" };
+	int n = 2, i;
 
-	argv[n++] = broker_bin();
-	if (!l->no_socket_flag) {
-		argv[n++] = "--socket";
-		argv[n++] = b->sock;
-	}
-	argv[n++] = "--shm-name";
-	argv[n++] = b->shm;
-	argv[n++] = "--log-level";
-	argv[n++] = "info";
-	for (i = 0; l->extra[i] && n < 15; i++)
-		argv[n++] = l->extra[i];
-	argv[n] = NULL;
-	fflush(NULL);
-	pid = fork();
-	if (pid < 0)
-		FAIL_AT("fork: %s", strerror(errno));
-	if (pid > 0)
-		return pid;
-	i = open(b->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-	if (i >= 0)
-		dup2(i, 2);
-	unsetenv("NOTIFY_SOCKET");
-	unsetenv("WATCHDOG_USEC");
-	unsetenv("WATCHDOG_PID");
-	unsetenv("LISTEN_FDS");
-	unsetenv("LISTEN_PID");
-	unsetenv("LISTEN_FDNAMES");
-	for (i = 0; l->env[i]; i++)
-		putenv((char *)l->env[i]);
-	if (l->nfds) {
-		char v[32];
-		int hi[4];
-
-		/* Out of the way first: a source may sit on a target number. */
-		for (i = 0; i < l->nfds; i++)
-			hi[i] = fcntl(l->fds[i], F_DUPFD_CLOEXEC, 100);
-		for (i = 0; i < l->nfds; i++)
-			dup2(hi[i], 3 + i); /* without FD_CLOEXEC: inherited */
-		snprintf(v, sizeof(v), "%d", l->nfds);
-		setenv("LISTEN_FDS", v, 1);
-		snprintf(v, sizeof(v), "%d", (int)getpid()); /* exec keeps the pid */
-		setenv("LISTEN_PID", v, 1);
-		if (l->fdnames)
-			setenv("LISTEN_FDNAMES", l->fdnames, 1);
-	}
-	execv(argv[0], (char *const *)argv);
-	_exit(127);
-}
-
-static void set_path(struct sockaddr_un *sa, const char *path)
-{
-	if (strlen(path) >= sizeof(sa->sun_path))
-		FAIL_AT("socket path too long: %s", path);
-	strcpy(sa->sun_path, path);
-}
-
-static int answers(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), r;
-
-	set_path(&sa, path);
-	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	close(fd);
-	return r == 0;
-}
-
-/* A listening control socket held by the test, as systemd holds it. */
-static int listen_socket(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	set_path(&sa, path);
-	CHECK(fd >= 0);
-	CHECK_OK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)));
-	CHECK_OK(listen(fd, 64));
-	return fd;
+	for (i = 0; i < 6 && l->env[i]; i++)
+		b->env[i] = l->env[i];
+	b->env[i] = NULL;
+	for (i = 0; i < l->nfds && i < 4; i++)
+		b->listen_fds[i] = l->fds[i];
+	b->nlisten = l->nfds;
+	b->listen_names = l->fdnames;
+	b->no_socket_flag = l->no_socket_flag;
+	for (i = 0; l->extra[i] && i < 4; i++)
+		more[n++] = l->extra[i];
+	more[n] = NULL;
+	broker_spawn(b, more);
+	/* This start's only: a restart is a plain one. */
+	memset(b->env, 0, sizeof(b->env));
+	b->nlisten = 0;
+	b->listen_names = NULL;
+	b->no_socket_flag = false;
+	return b->pid;
 }
 
 /* ---- the stand-in NOTIFY_SOCKET ----------------------------------------- */
@@ -374,7 +314,6 @@ TEST(systemd, socket_activation_serves_the_first_client, 20)
 	local_session *s1, *s2;
 	uint64_t tok;
 	FILE *f;
-	int fd;
 
 	if (!find_tool("systemd-socket-activate", tool, sizeof(tool))) {
 		printf("SKIPPED: systemd-socket-activate is not installed (package systemd) ");
@@ -382,16 +321,9 @@ TEST(systemd, socket_activation_serves_the_first_client, 20)
 	}
 	names_init(&b);
 	snprintf(unused, sizeof(unused), "%s/unused.sock", b.dir);
-	fflush(NULL);
-	b.pid = fork();
-	if (b.pid == 0) {
-		fd = open(b.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-		if (fd >= 0)
-			dup2(fd, 2);
-		execl(tool, tool, "--seqpacket", "-l", b.sock, broker_bin(), "--socket", unused,
-		      "--shm-name", b.shm, "--log-level", "info", (char *)NULL);
-		_exit(127);
-	}
+	b.launcher = (const char *const[]){ tool, "--seqpacket", "-l", b.sock, NULL };
+	b.no_socket_flag = true;
+	broker_spawn(&b, (const char *const[]){ "--socket", unused, "--log-level", "info", NULL });
 	/* The tool says so once it listens; the socket file appears earlier,
 	 * at bind(), and a probe connection would itself start the broker. */
 	CHECK(WAIT_FOR(file_has(b.log, "Listening on"), 5000));
@@ -452,7 +384,7 @@ TEST(systemd, socket_activated_restart_keeps_every_hold, 30)
 	/* The default --socket, kept inside the test's directory. */
 	snprintf(def1, sizeof(def1), "SHMLOCK_SOCKET=%s/default1.sock", b.dir);
 	snprintf(def2, sizeof(def2), "SHMLOCK_SOCKET=%s/default2.sock", b.dir);
-	lfd = listen_socket(b.sock);
+	lfd = unix_listener(b.sock, SOCK_SEQPACKET, 64);
 	l.env[0] = def1;
 	l.fds[0] = lfd;
 	b.pid = launch(&b, &l);
@@ -499,7 +431,7 @@ TEST(systemd, brokers_with_different_shm_names_never_share_a_segment, 30)
 	names_init(&c);
 	snprintf(def, sizeof(def), "SHMLOCK_SOCKET=%s/default.sock", a.dir);
 	l.env[0] = def;
-	lfa = listen_socket(a.sock);
+	lfa = unix_listener(a.sock, SOCK_SEQPACKET, 64);
 	l.fds[0] = lfa;
 	a.pid = launch(&a, &l);
 	sa = open_session(&a, "on-a", 0, 0);
@@ -507,7 +439,7 @@ TEST(systemd, brokers_with_different_shm_names_never_share_a_segment, 30)
 	CHECK_EXITED_0(exit_status_after(a.pid, SIGTERM));
 	a.pid = 0;
 	/* The second: same default, its own socket and name. */
-	lfc = listen_socket(c.sock);
+	lfc = unix_listener(c.sock, SOCK_SEQPACKET, 64);
 	l.fds[0] = lfc;
 	last_log = c.log;
 	c.pid = launch(&c, &l);
@@ -571,7 +503,6 @@ TEST(systemd, socket_activation_of_the_http_api, 20)
 	struct broker_proc b;
 	char tool[512], http[160], answer[1024];
 	local_session *s;
-	int fd;
 
 	if (!find_tool("systemd-socket-activate", tool, sizeof(tool))) {
 		printf("SKIPPED: systemd-socket-activate is not installed (package systemd) ");
@@ -579,18 +510,10 @@ TEST(systemd, socket_activation_of_the_http_api, 20)
 	}
 	names_init(&b);
 	snprintf(http, sizeof(http), "%s/http.sock", b.dir);
-	fflush(NULL);
-	b.pid = fork();
-	if (b.pid == 0) {
-		fd = open(b.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-		if (fd >= 0)
-			dup2(fd, 2);
-		/* Only the HTTP socket is passed: the control socket is bound at
-		 * --socket as usual (the broker takes SEQPACKET ones only). */
-		execl(tool, tool, "-l", http, "--fdname=http", broker_bin(), "--socket", b.sock,
-		      "--shm-name", b.shm, "--log-level", "info", (char *)NULL);
-		_exit(127);
-	}
+	/* Only the HTTP socket is passed: the control socket is bound at
+	 * --socket as usual (the broker takes SEQPACKET ones only). */
+	b.launcher = (const char *const[]){ tool, "-l", http, "--fdname=http", NULL };
+	broker_spawn(&b, (const char *const[]){ "--log-level", "info", NULL });
 	CHECK(WAIT_FOR(file_has(b.log, "Listening on"), 5000));
 	CHECK(!seg_exists(&b));
 	/* The first HTTP client starts the broker and is served by it. */
@@ -623,7 +546,7 @@ TEST(systemd, notify_ready_status_and_stopping, 20)
 	b.pid = launch(&b, &l);
 	sink_expect(&k, "READY=1", msg, sizeof(msg), 5000);
 	/* Ready means usable: no retry, no wait. */
-	CHECK(answers(b.sock));
+	CHECK(unix_answers(b.sock, SOCK_SEQPACKET));
 	s1 = open_session(&b, "s1", 0, 0);
 	CHECK(has_line(k.seen, "STATUS=0 sessions, 0 keys, 0 holds, 0 waiters"));
 	s2 = open_session(&b, "s2", 0, 0);
@@ -727,7 +650,7 @@ TEST(systemd, fd_store_keeps_the_segment_across_a_crash, 25)
 
 	names_init(&b);
 	sink_open(&k, &b);
-	lfd = listen_socket(b.sock);
+	lfd = unix_listener(b.sock, SOCK_SEQPACKET, 64);
 	l.env[0] = k.env;
 	l.fds[0] = lfd;
 	b.pid = launch(&b, &l);

@@ -40,26 +40,9 @@ struct tb {
 	const char *args[16];
 };
 
-static int try_connect(int port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
 static int tconnect(const struct tb *t)
 {
-	int fd = try_connect(t->port);
-
-	if (fd < 0)
-		FAIL_AT("connect 127.0.0.1:%d: %s", t->port, strerror(errno));
-	return fd;
+	return tcp_connect(t->port);
 }
 
 /* Start a broker with the TCP protocol (and HTTP on a Unix socket). */
@@ -85,7 +68,7 @@ static void tb_start(struct tb *t, bool insecure, const char *const *extra)
 		t->args[n++] = extra[i];
 	t->args[n] = NULL;
 	broker_start(&t->b, t->args);
-	if (!WAIT_FOR((fd = try_connect(t->port)) >= 0, 5000))
+	if (!WAIT_FOR((fd = tcp_try_connect(t->port)) >= 0, 5000))
 		FAIL_AT("no TCP listener on %s (log %s)", t->listen, t->b.log);
 	close(fd);
 }
@@ -795,56 +778,18 @@ TEST(tcp, shutdown_answers_waits_error, 30)
 
 TEST(tcp, a_socket_activated_fd_named_tcp_is_served, 30)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	socklen_t sl = sizeof(sa);
-	char dir[64], sock[128], shm[64], logf[128];
 	struct tb t;
-	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), fd = -1, st;
-	pid_t pid;
+	int fd;
 
 	memset(&t, 0, sizeof(t));
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	CHECK(lfd >= 0);
-	CHECK_OK(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)));
-	CHECK_OK(getsockname(lfd, (struct sockaddr *)&sa, &sl));
-	CHECK_OK(listen(lfd, 16));
-	t.port = ntohs(sa.sin_port);
-	snprintf(dir, sizeof(dir), "/tmp/shmlock-test-%d-XXXXXX", (int)getpid());
-	CHECK(mkdtemp(dir) != NULL);
-	snprintf(sock, sizeof(sock), "%s/sock", dir);
-	snprintf(logf, sizeof(logf), "%s/broker.log", dir);
-	snprintf(shm, sizeof(shm), "/shmlock-test-tcpact-%d", (int)getpid());
-	fflush(NULL);
-	pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		char v[32];
-		int lg = open(logf, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-
-		if (lg >= 0)
-			dup2(lg, 2);
-		if (lfd != 3)
-			dup2(lfd, 3);
-		fcntl(3, F_SETFD, 0); /* inherited */
-		setenv("LISTEN_FDS", "1", 1);
-		snprintf(v, sizeof(v), "%d", (int)getpid());
-		setenv("LISTEN_PID", v, 1);
-		setenv("LISTEN_FDNAMES", "tcp", 1);
-		unsetenv("NOTIFY_SOCKET");
-		execl(getenv("SHMLOCK_BROKER_BIN"), "shmlockd", "--socket", sock, "--shm-name", shm,
-		      "--tcp-insecure-no-auth", "--destroy-segment-on-exit", (char *)NULL);
-		_exit(127);
-	}
-	close(lfd);
+	broker_spawn_activated(&t.b, "tcpact", "tcp", &t.port,
+			       (const char *const[]){ "--tcp-insecure-no-auth",
+						      "--destroy-segment-on-exit", NULL });
 	/* The backlog is ours until the broker serves it. */
 	fd = tconnect(&t);
 	free(granted(treq(fd, "l", "k", "0"), "ok", 33));
 	close(fd);
-	kill(pid, SIGTERM);
-	CHECK_EQ(waitpid(pid, &st, 0), pid);
-	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	unlink(logf);
-	rmdir(dir);
+	broker_stop_clean(&t.b);
 }
 
 TEST(tcp, connections_get_at_most_half_the_session_table, 30)

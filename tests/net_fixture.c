@@ -2,6 +2,7 @@
 /* Shared helpers of the network listener tests (net_fixture.h). */
 #include <arpa/inet.h>
 #include <curl/curl.h>
+#include <jansson.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -11,6 +12,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -85,6 +88,100 @@ int free_port(void)
 	return -1;
 }
 
+int tcp_listener(int *port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 64) ||
+	    getsockname(fd, (struct sockaddr *)&sa, &len))
+		FAIL_AT("listen on 127.0.0.1: %s", strerror(errno));
+	*port = ntohs(sa.sin_port);
+	return fd;
+}
+
+int tcp_try_connect(int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), err;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		err = errno;
+		close(fd);
+		errno = err;
+		return -1;
+	}
+	return fd;
+}
+
+int tcp_connect(int port)
+{
+	int fd = tcp_try_connect(port);
+
+	if (fd < 0)
+		FAIL_AT("connect 127.0.0.1:%d: %s", port, strerror(errno));
+	return fd;
+}
+
+/* @path as a socket address; fails the test when too long for one. */
+static struct sockaddr_un unix_addr(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		FAIL_AT("socket path too long: %s", path);
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	return sa;
+}
+
+int unix_try_connect(const char *path, int type)
+{
+	struct sockaddr_un sa = unix_addr(path);
+	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0), err;
+
+	if (fd < 0)
+		FAIL_AT("socket: %s", strerror(errno));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		err = errno;
+		close(fd);
+		errno = err;
+		return -1;
+	}
+	return fd;
+}
+
+int unix_connect(const char *path, int type)
+{
+	int fd = unix_try_connect(path, type);
+
+	if (fd < 0)
+		FAIL_AT("connect %s: %s", path, strerror(errno));
+	return fd;
+}
+
+bool unix_answers(const char *path, int type)
+{
+	int fd = unix_try_connect(path, type);
+
+	if (fd < 0)
+		return false;
+	close(fd);
+	return true;
+}
+
+int unix_listener(const char *path, int type, int backlog)
+{
+	struct sockaddr_un sa = unix_addr(path);
+	int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, backlog))
+		FAIL_AT("listen %s: %s", path, strerror(errno));
+	return fd;
+}
+
 char *strf(const char *fmt, ...)
 {
 	va_list ap;
@@ -120,16 +217,29 @@ static size_t append(char *data, size_t size, size_t nmemb, void *arg)
 	return len;
 }
 
+static void curl_once(void)
+{
+	static bool inited;
+
+	if (!inited) {
+		if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+			FAIL_AT("curl_global_init failed");
+		inited = true;
+	}
+}
+
 int http_do(const struct http_req *req, struct http_reply *out)
 {
 	size_t hlen = 0;
 	struct growing body = { &out->body, &out->len }, head = { &out->headers, &hlen };
 	struct curl_slist *h = NULL;
-	CURL *c = curl_easy_init();
 	const char *const *line;
 	CURLcode rc;
+	CURL *c;
 
 	memset(out, 0, sizeof(*out));
+	curl_once();
+	c = curl_easy_init();
 	if (!c)
 		FAIL_AT("curl_easy_init failed");
 	curl_easy_setopt(c, CURLOPT_URL, req->url);
@@ -152,6 +262,8 @@ int http_do(const struct http_req *req, struct http_reply *out)
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, &head);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, req->timeout_ms ? req->timeout_ms : 30000L);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	/* Every server of a test is local: no proxy of the environment. */
+	curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
 	rc = curl_easy_perform(c);
 	if (rc == CURLE_OK)
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
@@ -164,6 +276,18 @@ int http_do(const struct http_req *req, struct http_reply *out)
 	if (!out->body || !out->headers)
 		FAIL_AT("out of memory");
 	return (int)rc;
+}
+
+long http_fetch(const struct http_req *req, char *out, size_t size)
+{
+	struct http_reply r;
+	long status;
+
+	http_do(req, &r);
+	status = r.status;
+	snprintf(out, size, "%s", r.body);
+	http_reply_free(&r);
+	return status;
 }
 
 void http_reply_free(struct http_reply *r)
@@ -191,4 +315,279 @@ bool http_reply_header(const struct http_reply *r, const char *name, char *buf, 
 		return true;
 	}
 	return false;
+}
+
+const char *http_error_text(int rc)
+{
+	return curl_easy_strerror((CURLcode)rc);
+}
+
+bool http_refused(int rc)
+{
+	return rc == CURLE_COULDNT_CONNECT;
+}
+
+/* ---- HTTP calls ------------------------------------------------------------ */
+
+static CURL *sync_handle;
+static CURLM *multi;
+/* Calls in flight in the order they completed. */
+static struct http_call **done_order;
+static size_t ndone, cap_done;
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+	struct http_call *c = arg;
+	size_t add = size * n;
+	char *q = realloc(c->out, c->len + add + 1);
+
+	if (!q)
+		return 0;
+	memcpy(q + c->len, p, add);
+	c->len += add;
+	q[c->len] = '\0';
+	c->out = q;
+	return add;
+}
+
+static void header_copy(const char *p, size_t len, const char *name, char *dst, size_t size)
+{
+	size_t nl = strlen(name);
+
+	if (len < nl || strncasecmp(p, name, nl))
+		return;
+	p += nl;
+	len -= nl;
+	while (len && *p == ' ')
+		p++, len--;
+	while (len && (p[len - 1] == '\r' || p[len - 1] == '\n' || p[len - 1] == ' '))
+		len--;
+	if (len >= size)
+		len = size - 1;
+	memcpy(dst, p, len);
+	dst[len] = '\0';
+}
+
+/* Note the socket of a call's connection (each call in flight has its own). */
+static int on_socket(void *arg, curl_socket_t fd, curlsocktype purpose)
+{
+	struct http_call *c = arg;
+
+	if (purpose == CURLSOCKTYPE_IPCXN)
+		c->fd = fd;
+	return CURL_SOCKOPT_OK;
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *arg)
+{
+	struct http_call *c = arg;
+	size_t len = size * n;
+
+	if (len > 5 && !strncmp(p, "HTTP/", 5)) { /* a new answer (100 Continue) */
+		c->allow[0] = '\0';
+		c->ctype[0] = '\0';
+		c->acao[0] = '\0';
+		c->acam[0] = '\0';
+		c->www[0] = '\0';
+		c->retry[0] = '\0';
+	}
+	header_copy(p, len, "WWW-Authenticate:", c->www, sizeof(c->www));
+	header_copy(p, len, "Retry-After:", c->retry, sizeof(c->retry));
+	header_copy(p, len, "Allow:", c->allow, sizeof(c->allow));
+	header_copy(p, len, "Access-Control-Allow-Origin:", c->acao, sizeof(c->acao));
+	header_copy(p, len, "Access-Control-Allow-Methods:", c->acam, sizeof(c->acam));
+	header_copy(p, len, "Content-Type:", c->ctype, sizeof(c->ctype));
+	return len;
+}
+
+/* Set up a call (on its own easy handle when @own) for METHOD @path. */
+static struct http_call *call_setup(bool own, const struct http_api *a, const char *method,
+				    const char *path, const char *hdr, const char *body)
+{
+	struct http_call *c = calloc(1, sizeof(*c));
+	struct curl_slist *hdrs = NULL;
+	CURL *e;
+
+	if (!c)
+		FAIL_AT("out of memory");
+	curl_once();
+	c->own = own;
+	c->fd = -1;
+	if (own) {
+		c->e = curl_easy_init();
+	} else {
+		if (!sync_handle)
+			sync_handle = curl_easy_init();
+		c->e = sync_handle;
+		curl_easy_reset(c->e); /* keeps its connections */
+	}
+	e = c->e;
+	if (!e)
+		FAIL_AT("curl_easy_init failed");
+	snprintf(c->what, sizeof(c->what), "%s %.100s%s", method, path,
+		 a->unix_path[0] ? " (unix)" : " (tcp)");
+	curl_easy_setopt(e, CURLOPT_URL, strf("%s%s", a->base, path));
+	if (a->unix_path[0])
+		curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, a->unix_path);
+	hdrs = curl_slist_append(hdrs, "Expect:");
+	if (hdr)
+		hdrs = curl_slist_append(hdrs, hdr);
+	if (a->authz)
+		hdrs = curl_slist_append(hdrs, strf("Authorization: %s", a->authz));
+	for (int i = 0; i < 3 && a->hdr[i]; i++)
+		hdrs = curl_slist_append(hdrs, a->hdr[i]);
+	if (body)
+		hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+	c->hdrs = hdrs;
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
+	if (!strcmp(method, "GET")) {
+		curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+	} else if (!strcmp(method, "HEAD")) {
+		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+	} else {
+		if (strcmp(method, "POST"))
+			curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+		if (body || !strcmp(method, "POST")) {
+			curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
+					 (curl_off_t)(body ? strlen(body) : 0));
+			curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, body ? body : "");
+		}
+	}
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
+	curl_easy_setopt(e, CURLOPT_PRIVATE, c);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	if (own) {
+		/* A long poll: no client timeout, and a connection of its own that
+		 * closes when the call ends or is dropped. */
+		curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
+		curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
+		curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, on_socket);
+		curl_easy_setopt(e, CURLOPT_SOCKOPTDATA, c);
+	} else {
+		curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 20000L);
+	}
+	return c;
+}
+
+static void call_finish(struct http_call *c, CURLcode rc)
+{
+	c->rc = (int)rc;
+	c->status = 0;
+	if (rc == CURLE_OK)
+		curl_easy_getinfo(c->e, CURLINFO_RESPONSE_CODE, &c->status);
+	if (c->out && c->len && !strncmp(c->ctype, "application/json", 16))
+		c->json = json_loadb(c->out, c->len, 0, NULL);
+	c->done = true;
+	c->done_ms = now_ms();
+}
+
+struct http_call *http_call(const struct http_api *a, const char *method, const char *path,
+			    const char *hdr, const char *body)
+{
+	struct http_call *c = call_setup(false, a, method, path, hdr, body);
+
+	call_finish(c, curl_easy_perform(c->e));
+	return c;
+}
+
+void http_call_free(struct http_call *c)
+{
+	if (!c)
+		return;
+	if (c->own && c->e) {
+		if (!c->done && multi)
+			curl_multi_remove_handle(multi, c->e);
+		curl_easy_cleanup(c->e);
+	}
+	curl_slist_free_all(c->hdrs);
+	json_decref(c->json);
+	free(c->out);
+	free(c);
+}
+
+struct http_call *http_call_start(const struct http_api *a, const char *method, const char *path,
+				  const char *hdr, const char *body)
+{
+	struct http_call *c = call_setup(true, a, method, path, hdr, body);
+
+	if (!multi && !(multi = curl_multi_init()))
+		FAIL_AT("curl_multi_init failed");
+	if (curl_multi_add_handle(multi, c->e) != CURLM_OK)
+		FAIL_AT("curl_multi_add_handle failed");
+	return c;
+}
+
+void http_pump(int ms)
+{
+	CURLMsg *m;
+	int running, left;
+
+	if (!multi) {
+		if (ms)
+			usleep((useconds_t)ms * 1000);
+		return;
+	}
+	curl_multi_perform(multi, &running);
+	while ((m = curl_multi_info_read(multi, &left))) {
+		CURL *e = m->easy_handle;
+		CURLcode rc = m->data.result;
+		struct http_call *c = NULL;
+
+		if (m->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&c);
+		curl_multi_remove_handle(multi, e);
+		call_finish(c, rc);
+		if (ndone == cap_done) {
+			cap_done = cap_done ? 2 * cap_done : 64;
+			done_order = realloc(done_order, cap_done * sizeof(*done_order));
+			if (!done_order)
+				FAIL_AT("out of memory");
+		}
+		done_order[ndone++] = c;
+	}
+	if (ms)
+		curl_multi_poll(multi, NULL, 0, ms, NULL);
+}
+
+size_t http_done_count(void)
+{
+	return ndone;
+}
+
+struct http_call *http_done_at(size_t i)
+{
+	return i < ndone ? done_order[i] : NULL;
+}
+
+void http_done_reset(void)
+{
+	ndone = 0;
+}
+
+void http_hang_up(struct http_call *c)
+{
+	if (c->done)
+		FAIL_AT("%s: answered before the hang-up (HTTP %ld: %s)", c->what, c->status,
+			c->out ? c->out : "");
+	curl_multi_remove_handle(multi, c->e);
+	curl_easy_cleanup(c->e);
+	c->e = NULL;
+	c->done = true; /* nothing more will come */
+}
+
+void http_close_kept_alive(void)
+{
+	if (sync_handle) {
+		curl_easy_cleanup(sync_handle);
+		sync_handle = NULL;
+	}
+}
+
+const char *http_call_error(const struct http_call *c)
+{
+	return c->rc == CURLE_OK ? "answered" : curl_easy_strerror((CURLcode)c->rc);
 }
