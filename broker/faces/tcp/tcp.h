@@ -55,6 +55,10 @@ void tcp_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2);
 
 /* Longest line content (before '\n', '\r' included), as dflockd. */
 #define TCP_LINE_MAX 256
+/* Longest signal payload (the third line of `signal`): dflockd takes up to
+ * 64 KiB, we take what fits a connection's input buffer with the other two
+ * lines; a longer one is answered error_payload_too_large. */
+#define TCP_PAYLOAD_MAX 3072
 /* Timeouts and leases in seconds, bounded so that their milliseconds fit
  * liblocal's types; a longer timeout waits this long. */
 #define TCP_TIMEOUT_MAX_S (INT32_MAX / 1000)
@@ -74,6 +78,11 @@ enum tcp_cmd {
 	TC_SW,
 	TC_AUTH,
 	TC_STATS,
+	TC_PING,
+	TC_LISTEN,
+	TC_UNLISTEN,
+	TC_SIGNAL,
+	TC_LAST = TC_SIGNAL,
 };
 
 /* dflockd's internal error codes (logged, never sent: the reply is "error"). */
@@ -93,17 +102,21 @@ struct tcp_req {
 	enum tcp_cmd cmd;
 	char key[TCP_LINE_MAX + 1];
 	size_t key_len;
-	int64_t timeout_s;	    /* l, sl, w, sw */
-	int64_t lease_s;	    /* 0: the default */
-	int64_t limit;		    /* sl, se; 1 otherwise */
-	char arg[TCP_LINE_MAX + 1]; /* r, n: the token text; auth: the secret */
+	int64_t timeout_s;		   /* l, sl, w, sw */
+	int64_t lease_s;		   /* 0: the default */
+	int64_t limit;			   /* sl, se; 1 otherwise */
+	char arg[TCP_LINE_MAX + 1];	   /* r, n: the token text; auth: the secret;
+				     * listen, unlisten: the queue group ("": none) */
+	char payload[TCP_PAYLOAD_MAX + 1]; /* signal */
+	size_t payload_len;
 };
 
 /*
  * Find one request (three '\n'-terminated lines) at the start of @buf.
- * Returns the bytes it takes (> 0), 0 when more must be read, or -1 when a
- * line is longer than TCP_LINE_MAX. @lines / @lens: each line, trailing
- * '\r's stripped.
+ * Returns the bytes it takes (> 0), 0 when more must be read, -1 when a
+ * line is longer than TCP_LINE_MAX, or -2 when the payload of a `signal` is
+ * longer than TCP_PAYLOAD_MAX. @lines / @lens: each line, trailing '\r's
+ * stripped.
  */
 long tcp_frame(const char *buf, size_t len, const char *lines[3], size_t lens[3]);
 /* Validate a framed request: TE_OK, or the reason it is answered "error". */
@@ -112,5 +125,9 @@ enum tcp_perr tcp_parse(const char *const lines[3], const size_t lens[3], struct
 void tcp_format_token(uint64_t fence, uint64_t salt, char out[33]);
 bool tcp_parse_token(const char *s, uint64_t *fence, uint64_t *salt);
 const char *tcp_cmd_name(enum tcp_cmd c);
+/* NATS-style subjects: tokens split at '.'; in a pattern '*'
+ * stands for one token and a final '>' for one or more. */
+bool tcp_pattern_valid(const char *p, size_t n);
+bool tcp_pattern_match(const char *pattern, const char *channel);
 
 #endif
