@@ -26,6 +26,7 @@ struct sb {
 	int port;
 	char listen[32];
 	const char *args[8];
+	char http[160]; /* --http-socket, for sb_start_http() */
 };
 
 static int sconnect(int port)
@@ -41,7 +42,7 @@ static int sconnect(int port)
 	return fd;
 }
 
-static void sb_start(struct sb *t)
+static void sb_start_with(struct sb *t, const char *http)
 {
 	int fd = -1;
 
@@ -52,10 +53,21 @@ static void sb_start(struct sb *t)
 	t->args[1] = t->listen;
 	t->args[2] = "--tcp-insecure-no-auth";
 	t->args[3] = NULL;
+	if (http) {
+		snprintf(t->http, sizeof(t->http), "%s", http);
+		t->args[3] = "--http-socket";
+		t->args[4] = t->http;
+		t->args[5] = NULL;
+	}
 	broker_start(&t->b, t->args);
 	if (!WAIT_FOR((fd = sconnect(t->port)) >= 0, 5000))
 		FAIL_AT("no TCP listener on %s (log %s)", t->listen, t->b.log);
 	close(fd);
+}
+
+static void sb_start(struct sb *t)
+{
+	sb_start_with(t, NULL);
 }
 
 static int conn(const struct sb *t)
@@ -265,6 +277,63 @@ TEST(tcp_signal, bad_requests_and_limits_are_told_apart, 30)
 	close(fd);
 	free(big);
 	broker_stop_clean(&t.b);
+}
+
+/* POST /v1/signals/{channel} on the HTTP API: the answer, "STATUS BODY". */
+static char *http_publish(const struct sb *t, const char *channel, const char *body)
+{
+	struct http_reply r;
+	char *out;
+
+	http_do(
+		&(struct http_req){
+			.method = "POST",
+			.url = strf("http://localhost/v1/signals/%s", channel),
+			.unix_socket = t->http,
+			.headers = (const char *const[]){ "Content-Type: application/json", NULL },
+			.body = body },
+		&r);
+	out = strf("%ld %s", r.status, r.body ? r.body : "");
+	http_reply_free(&r);
+	return out;
+}
+
+TEST(tcp_signal, http_publishes_to_tcp_listeners, 30)
+{
+	char dir[] = "/tmp/shmlock-test-sig-XXXXXX", *big;
+	struct sb t;
+	int sub;
+
+	if (!mkdtemp(dir))
+		FAIL_AT("mkdtemp: %s", strerror(errno));
+	sb_start_with(&t, strf("%s/http.sock", dir));
+	sub = conn(&t);
+	CHECK_STR(http_publish(&t, "events.a", "{\"payload\": \"nobody\"}"),
+		  "200 {\"delivered\":0}");
+	CHECK_STR(sreq(sub, "listen", "events.*", "g"), "ok");
+	CHECK_STR(http_publish(&t, "events.a", "{\"payload\": \"{\\\"user\\\":1}\"}"),
+		  "200 {\"delivered\":1}");
+	CHECK_STR(sline(sub), "sig events.a {\"user\":1}");
+	/* What a TCP listener could not take, and a limit of its own. */
+	CHECK(!strncmp(http_publish(&t, "events.*", "{\"payload\": \"x\"}"), "400 ", 4));
+	CHECK(!strncmp(http_publish(&t, "events.a", "{\"payload\": \"a\\nb\"}"), "400 ", 4));
+	CHECK(!strncmp(http_publish(&t, "events.a", "{\"payload\": \"\"}"), "400 ", 4));
+	CHECK(!strncmp(http_publish(&t, "events.a", "{\"payload\": 5}"), "400 ", 4));
+	big = malloc(3073 + 1);
+	memset(big, 'p', 3073);
+	big[3073] = '\0';
+	CHECK(strstr(http_publish(&t, "events.a", strf("{\"payload\": \"%s\"}", big)),
+		     "413 {\"error\":\"payload_too_large\"") != NULL);
+	big[3072] = '\0';
+	CHECK_STR(http_publish(&t, "events.a", strf("{\"payload\": \"%s\"}", big)),
+		  "200 {\"delivered\":1}");
+	CHECK_STR(sline(sub), strf("sig events.a %s", big));
+	CHECK(quiet(sub));
+	free(big);
+	close(sub);
+	broker_stop_clean(&t.b);
+	unlink(t.http);
+	rmdir(dir);
 }
 
 /* ---- dflockd-client-ts's own code ---------------------------------------------------- */

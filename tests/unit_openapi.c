@@ -345,6 +345,8 @@ TEST(openapi, dflockd_component_names_and_a_server, 10)
 		"SemInfo",
 		"IdleInfo",
 		"ErrorResponse",
+		"SignalRequest",
+		"SignalResponse",
 	};
 	static const char *const params[] = { "SessionHeader", "SessionIdPath", "KeyPath" };
 	static const char *const responses[] = { "Unauthorized", "BadRequest", "SessionGone",

@@ -40,6 +40,7 @@ enum http_route {
 	R_SEM_RENEW,
 	R_SEM_ENQUEUE,
 	R_SEM_WAIT,
+	R_SIGNAL,
 	R_COUNT
 };
 
@@ -125,6 +126,9 @@ void hreq_error(struct hreq *r, int status, const char *code, const char *fmt, .
 void hreq_local_error(struct hreq *r, int err);
 void hreq_suspend(struct hreq *r);
 void hreq_resume(struct hreq *r);
+
+/* POST /v1/signals/{channel} (http_signals.c). */
+void http_signal_publish(struct hreq *r);
 
 /* Parse the body as one JSON object (empty body: {}); 400 on failure. */
 json_t *hreq_json(struct hreq *r);

@@ -508,6 +508,9 @@ static void dispatch(struct hreq *r)
 	case R_SESSION_PING:
 		http_sessions_ping(r);
 		break;
+	case R_SIGNAL:
+		http_signal_publish(r);
+		break;
 	case R_HEALTH:
 	case R_READY:
 	case R_OPENAPI:

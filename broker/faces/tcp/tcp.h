@@ -57,7 +57,8 @@ void tcp_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2);
 #define TCP_LINE_MAX 256
 /* Longest signal payload (the third line of `signal`): dflockd takes up to
  * 64 KiB, we take what fits a connection's input buffer with the other two
- * lines; a longer one is answered error_payload_too_large. */
+ * lines; a longer one is answered error_payload_too_large. The same as
+ * core/signals.h's SIGNAL_PAYLOAD_MAX (checked in tcp_signal.c). */
 #define TCP_PAYLOAD_MAX 3072
 /* Timeouts and leases in seconds, bounded so that their milliseconds fit
  * liblocal's types; a longer timeout waits this long. */
@@ -125,9 +126,8 @@ enum tcp_perr tcp_parse(const char *const lines[3], const size_t lens[3], struct
 void tcp_format_token(uint64_t fence, uint64_t salt, char out[33]);
 bool tcp_parse_token(const char *s, uint64_t *fence, uint64_t *salt);
 const char *tcp_cmd_name(enum tcp_cmd c);
-/* NATS-style subjects: tokens split at '.'; in a pattern '*'
- * stands for one token and a final '>' for one or more. */
+/* A NATS-style pattern: tokens split at '.'; '*' stands for one token and a
+ * final '>' for one or more (matched by core/signals.c). */
 bool tcp_pattern_valid(const char *p, size_t n);
-bool tcp_pattern_match(const char *pattern, const char *channel);
 
 #endif

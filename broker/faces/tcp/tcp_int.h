@@ -63,7 +63,6 @@ struct tconn {
 	uint32_t nholds, cap_holds;
 	struct tcp_enq *enqs;
 	uint32_t nenqs, cap_enqs;
-	uint32_t nsubs;	     /* its signal subscriptions (listen) */
 	void *ssl;	     /* SSL *: TLS is on */
 	bool tls_want_write; /* the library must write before it can go on */
 };
@@ -82,22 +81,8 @@ struct tcp {
 	local_session *observer; /* stats */
 	bool maybe_granted;	 /* we released something: poll our waiters */
 	bool draining;
-	void *tls_ctx;	      /* SSL_CTX *: --tcp-tls-cert given */
-	struct tcp_sub *subs; /* signal subscriptions, in delivery order */
-	uint32_t nsubs, cap_subs;
+	void *tls_ctx; /* SSL_CTX *: --tcp-tls-cert given */
 };
-
-/* One `listen` of a connection: a pattern, in a queue group or not. */
-struct tcp_sub {
-	struct tconn *c;
-	char *pattern, *group; /* group "": none */
-};
-
-/* Subscriptions a connection may hold: past this, error_max_listeners. */
-#define TCP_SUBS_MAX 64
-/* A listener whose unsent output passed this misses signals (not counted
- * as delivered) until it reads: a deaf listener costs bounded memory. */
-#define TCP_SIG_OUT_MAX (4u * TCP_OUT_HIGH)
 
 /* tcp_server.c */
 void tcp_reply(struct tconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -134,7 +119,5 @@ void tcp_sig_unlisten(struct tcp *t, struct tconn *c, const struct tcp_req *r);
 void tcp_sig_publish(struct tcp *t, struct tconn *c, const struct tcp_req *r);
 /* @c ends: its subscriptions go. */
 void tcp_sig_conn_gone(struct tcp *t, struct tconn *c);
-/* stats' signal_channels: [{pattern, group, listeners}] (a new reference). */
-struct json_t *tcp_sig_stats(struct tcp *t);
 
 #endif

@@ -30,6 +30,7 @@
 #include "procinfo.h"
 #include "seg_flags.h"
 #include "faces/http/http_int.h"
+#include "core/signals.h"
 #include "tcp_int.h"
 
 /* ---- the connection's records --------------------------------------------------- */
@@ -657,7 +658,7 @@ void tcp_stats(struct tcp *t, struct tconn *c)
 	local_keys(t->observer, "", stats_key, &w);
 	j = json_pack("{s:i, s:o, s:o, s:o, s:o, s:o}", "connections", (json_int_t)t->live, "locks",
 		      w.locks, "semaphores", w.sems, "idle_locks", w.idle_locks, "idle_semaphores",
-		      w.idle_sems, "signal_channels", tcp_sig_stats(t));
+		      w.idle_sems, "signal_channels", signals_stats(t->b));
 	text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	if (!text) {

@@ -349,25 +349,3 @@ bool tcp_pattern_valid(const char *p, size_t n)
 	}
 	return true;
 }
-
-bool tcp_pattern_match(const char *pattern, const char *channel)
-{
-	const char *p = pattern, *c = channel;
-
-	for (;;) {
-		size_t pl = strcspn(p, "."), cl = strcspn(c, ".");
-
-		if (pl == 1 && *p == '>')
-			return cl > 0; /* one or more tokens left */
-		if (!cl)
-			return false;
-		if (!(pl == 1 && *p == '*') && (pl != cl || memcmp(p, c, pl)))
-			return false;
-		p += pl;
-		c += cl;
-		if (!*p || !*c)
-			return !*p && !*c;
-		p++;
-		c++;
-	}
-}

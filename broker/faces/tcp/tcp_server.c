@@ -145,7 +145,6 @@ void tcp_stop(struct broker *b)
 	tcp_tls_fini(t);
 	free(t->conns);
 	free(t->waitv);
-	free(t->subs);
 	free(t);
 	b->tcp = NULL;
 }
