@@ -20,6 +20,7 @@
 #include "broker_fixture.h"
 #include "harness.h"
 #include "net_fixture.h"
+#include "tcp_fixture.h"
 
 struct sb {
 	struct broker_proc b;
@@ -28,19 +29,6 @@ struct sb {
 	const char *args[8];
 	char http[160]; /* --http-socket, for sb_start_http() */
 };
-
-static int sconnect(int port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
 
 static void sb_start_with(struct sb *t, const char *http)
 {
@@ -60,7 +48,7 @@ static void sb_start_with(struct sb *t, const char *http)
 		t->args[5] = NULL;
 	}
 	broker_start(&t->b, t->args);
-	if (!WAIT_FOR((fd = sconnect(t->port)) >= 0, 5000))
+	if (!WAIT_FOR((fd = try_connect(t->port)) >= 0, 5000))
 		FAIL_AT("no TCP listener on %s (log %s)", t->listen, t->b.log);
 	close(fd);
 }
@@ -72,66 +60,19 @@ static void sb_start(struct sb *t)
 
 static int conn(const struct sb *t)
 {
-	int fd = sconnect(t->port);
+	int fd = try_connect(t->port);
 
 	if (fd < 0)
 		FAIL_AT("connect: %s", strerror(errno));
 	return fd;
 }
 
-static void ssend(int fd, const char *cmd, const char *key, const char *arg)
-{
-	char *buf = strf("%s\n%s\n%s\n", cmd, key, arg);
-	size_t n = strlen(buf);
-
-	if (send(fd, buf, n, MSG_NOSIGNAL) != (ssize_t)n)
-		FAIL_AT("send: %s", strerror(errno));
-	free(buf);
-}
-
-/* One line (without '\n'), or "<EOF>"; fails after 10 s. */
-static char *sline(int fd)
-{
-	static char line[1 << 14];
-	size_t n = 0;
-
-	for (;;) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-
-		if (poll(&p, 1, 10000) != 1)
-			FAIL_AT("no line within 10 s (got \"%.*s\")", (int)n, line);
-		if (recv(fd, line + n, 1, 0) <= 0) {
-			snprintf(line, sizeof(line), "<EOF>");
-			return line;
-		}
-		if (line[n] == '\n') {
-			line[n] = '\0';
-			return line;
-		}
-		if (++n >= sizeof(line) - 1)
-			FAIL_AT("line too long");
-	}
-}
-
 /* Nothing more to read on @fd right now (a round trip on it proves it). */
 static bool quiet(int fd)
 {
-	ssend(fd, "ping", "_", "");
-	return !strcmp(sline(fd), "ok");
+	tsend(fd, "ping", "_", "");
+	return !strcmp(tline(fd), "ok");
 }
-
-static char *sreq(int fd, const char *cmd, const char *key, const char *arg)
-{
-	ssend(fd, cmd, key, arg);
-	return sline(fd);
-}
-
-#define CHECK_STR(a, b)                                                           \
-	do {                                                                      \
-		const char *sa_ = (a), *sb_ = (b);                                \
-		if (strcmp(sa_, sb_))                                             \
-			FAIL_AT("%s == \"%s\" failed: got \"%s\"", #a, sb_, sa_); \
-	} while (0)
 
 TEST(tcp_signal, listen_signal_and_the_push_format, 30)
 {
@@ -141,36 +82,36 @@ TEST(tcp_signal, listen_signal_and_the_push_format, 30)
 	sb_start(&t);
 	sub = conn(&t);
 	pub = conn(&t);
-	CHECK_STR(sreq(pub, "ping", "_", ""), "ok");
-	CHECK_STR(sreq(pub, "signal", "events.user.login", "{\"user\":\"alice\"}"), "ok 0");
-	CHECK_STR(sreq(sub, "listen", "events.>", ""), "ok");
-	CHECK_STR(sreq(pub, "signal", "events.user.login", "{\"user\": \"alice\"}"), "ok 1");
-	CHECK_STR(sline(sub), "sig events.user.login {\"user\": \"alice\"}");
+	CHECK_STR(treq(pub, "ping", "_", ""), "ok");
+	CHECK_STR(treq(pub, "signal", "events.user.login", "{\"user\":\"alice\"}"), "ok 0");
+	CHECK_STR(treq(sub, "listen", "events.>", ""), "ok");
+	CHECK_STR(treq(pub, "signal", "events.user.login", "{\"user\": \"alice\"}"), "ok 1");
+	CHECK_STR(tline(sub), "sig events.user.login {\"user\": \"alice\"}");
 	/* '*' is one token, '>' one or more; an exact pattern only itself. */
-	CHECK_STR(sreq(sub, "listen", "jobs.*.done", ""), "ok");
-	CHECK_STR(sreq(pub, "signal", "jobs.a.b.done", "x"), "ok 0");
-	CHECK_STR(sreq(pub, "signal", "jobs.a.done", "y"), "ok 1");
-	CHECK_STR(sline(sub), "sig jobs.a.done y");
-	CHECK_STR(sreq(pub, "signal", "events", "z"), "ok 0");
+	CHECK_STR(treq(sub, "listen", "jobs.*.done", ""), "ok");
+	CHECK_STR(treq(pub, "signal", "jobs.a.b.done", "x"), "ok 0");
+	CHECK_STR(treq(pub, "signal", "jobs.a.done", "y"), "ok 1");
+	CHECK_STR(tline(sub), "sig jobs.a.done y");
+	CHECK_STR(treq(pub, "signal", "events", "z"), "ok 0");
 	/* A second connection on an overlapping pattern: both get it. */
 	{
 		int sub2 = conn(&t);
 
-		CHECK_STR(sreq(sub2, "listen", "events.user.login", ""), "ok");
-		CHECK_STR(sreq(pub, "signal", "events.user.login", "two"), "ok 2");
-		CHECK_STR(sline(sub), "sig events.user.login two");
-		CHECK_STR(sline(sub2), "sig events.user.login two");
+		CHECK_STR(treq(sub2, "listen", "events.user.login", ""), "ok");
+		CHECK_STR(treq(pub, "signal", "events.user.login", "two"), "ok 2");
+		CHECK_STR(tline(sub), "sig events.user.login two");
+		CHECK_STR(tline(sub2), "sig events.user.login two");
 		close(sub2);
 	}
 	/* unlisten: no more; the connection's replies and pushes stay apart. */
-	CHECK_STR(sreq(sub, "unlisten", "events.>", ""), "ok");
-	CHECK_STR(sreq(pub, "signal", "events.user.login", "three"), "ok 0");
+	CHECK_STR(treq(sub, "unlisten", "events.>", ""), "ok");
+	CHECK_STR(treq(pub, "signal", "events.user.login", "three"), "ok 0");
 	CHECK(quiet(sub));
 	/* A connection can listen to what it publishes. */
-	CHECK_STR(sreq(pub, "listen", "self", ""), "ok");
-	ssend(pub, "signal", "self", "me");
-	CHECK_STR(sline(pub), "sig self me");
-	CHECK_STR(sline(pub), "ok 1");
+	CHECK_STR(treq(pub, "listen", "self", ""), "ok");
+	tsend(pub, "signal", "self", "me");
+	CHECK_STR(tline(pub), "sig self me");
+	CHECK_STR(tline(pub), "ok 1");
 	close(sub);
 	close(pub);
 	broker_stop_clean(&t.b);
@@ -186,15 +127,15 @@ TEST(tcp_signal, queue_groups_take_turns, 30)
 	w2 = conn(&t);
 	plain = conn(&t);
 	pub = conn(&t);
-	CHECK_STR(sreq(w1, "listen", "tasks.>", "workers"), "ok");
-	CHECK_STR(sreq(w2, "listen", "tasks.>", "workers"), "ok");
-	CHECK_STR(sreq(plain, "listen", "tasks.>", ""), "ok");
+	CHECK_STR(treq(w1, "listen", "tasks.>", "workers"), "ok");
+	CHECK_STR(treq(w2, "listen", "tasks.>", "workers"), "ok");
+	CHECK_STR(treq(plain, "listen", "tasks.>", ""), "ok");
 	for (i = 0; i < 4; i++) {
 		char *p = strf("job-%d", i);
 
 		/* One group member and the plain listener. */
-		CHECK_STR(sreq(pub, "signal", "tasks.process", p), "ok 2");
-		CHECK_STR(sline(plain), strf("sig tasks.process %s", p));
+		CHECK_STR(treq(pub, "signal", "tasks.process", p), "ok 2");
+		CHECK_STR(tline(plain), strf("sig tasks.process %s", p));
 		free(p);
 	}
 	/* Round-robin: two each, in turn. */
@@ -204,11 +145,11 @@ TEST(tcp_signal, queue_groups_take_turns, 30)
 
 		CHECK(poll(p, 2, 10000) > 0);
 		if (p[0].revents) {
-			sline(w1);
+			tline(w1);
 			got1++;
 		}
 		if (p[1].revents) {
-			sline(w2);
+			tline(w2);
 			got2++;
 		}
 	}
@@ -216,7 +157,7 @@ TEST(tcp_signal, queue_groups_take_turns, 30)
 	CHECK_EQ(got2, 2);
 	/* stats names the channels, as dflockd's signal_channels. */
 	{
-		char *s = strdup(sreq(pub, "stats", "_", ""));
+		char *s = strdup(treq(pub, "stats", "_", ""));
 
 		CHECK(strstr(s, "\"signal_channels\"") != NULL);
 		CHECK(strstr(s, "{\"pattern\": \"tasks.>\", \"group\": \"workers\", "
@@ -227,9 +168,9 @@ TEST(tcp_signal, queue_groups_take_turns, 30)
 	}
 	/* A member that hangs up leaves the group. */
 	close(w1);
-	CHECK(WAIT_FOR(!strcmp(sreq(pub, "signal", "tasks.x", "a"), "ok 2") &&
-			       !strcmp(sline(plain), "sig tasks.x a") &&
-			       !strcmp(sline(w2), "sig tasks.x a"),
+	CHECK(WAIT_FOR(!strcmp(treq(pub, "signal", "tasks.x", "a"), "ok 2") &&
+			       !strcmp(tline(plain), "sig tasks.x a") &&
+			       !strcmp(tline(w2), "sig tasks.x a"),
 		       5000));
 	close(w2);
 	close(plain);
@@ -247,33 +188,33 @@ TEST(tcp_signal, bad_requests_and_limits_are_told_apart, 30)
 	fd = conn(&t);
 	/* dflockd's protocol errors: wildcards in a channel, an empty payload,
 	 * a malformed pattern. The connection goes on. */
-	CHECK_STR(sreq(fd, "signal", "events.*", "x"), "error");
-	CHECK_STR(sreq(fd, "signal", "events.>", "x"), "error");
-	CHECK_STR(sreq(fd, "signal", "events", "  "), "error");
-	CHECK_STR(sreq(fd, "listen", "a.>.b", ""), "error");
-	CHECK_STR(sreq(fd, "listen", "a..b", ""), "error");
-	CHECK_STR(sreq(fd, "listen", "a.b*", ""), "error");
-	CHECK_STR(sreq(fd, "ping", "_", ""), "ok");
+	CHECK_STR(treq(fd, "signal", "events.*", "x"), "error");
+	CHECK_STR(treq(fd, "signal", "events.>", "x"), "error");
+	CHECK_STR(treq(fd, "signal", "events", "  "), "error");
+	CHECK_STR(treq(fd, "listen", "a.>.b", ""), "error");
+	CHECK_STR(treq(fd, "listen", "a..b", ""), "error");
+	CHECK_STR(treq(fd, "listen", "a.b*", ""), "error");
+	CHECK_STR(treq(fd, "ping", "_", ""), "ok");
 	/* Subscriptions per connection: a limit of its own. */
 	for (i = 0; i < 64; i++)
-		CHECK_STR(sreq(fd, "listen", strf("c.%d", i), ""), "ok");
-	CHECK_STR(sreq(fd, "listen", "c.again", ""), "error_max_listeners");
-	CHECK_STR(sreq(fd, "listen", "c.0", ""), "ok"); /* the same again: no new one */
+		CHECK_STR(treq(fd, "listen", strf("c.%d", i), ""), "ok");
+	CHECK_STR(treq(fd, "listen", "c.again", ""), "error_max_listeners");
+	CHECK_STR(treq(fd, "listen", "c.0", ""), "ok"); /* the same again: no new one */
 	/* A payload of the longest size is delivered; one byte more is its own
 	 * error, and the connection closes (the rest cannot be framed). */
 	big = malloc(3072 + 2);
 	memset(big, 'p', 3072);
 	big[3072] = '\0';
-	CHECK_STR(sreq(fd, "listen", "big", ""), "error_max_listeners");
-	CHECK_STR(sreq(fd, "unlisten", "c.1", ""), "ok");
-	CHECK_STR(sreq(fd, "listen", "big", ""), "ok");
-	ssend(fd, "signal", "big", big);
-	CHECK_STR(sline(fd), strf("sig big %s", big));
-	CHECK_STR(sline(fd), "ok 1");
+	CHECK_STR(treq(fd, "listen", "big", ""), "error_max_listeners");
+	CHECK_STR(treq(fd, "unlisten", "c.1", ""), "ok");
+	CHECK_STR(treq(fd, "listen", "big", ""), "ok");
+	tsend(fd, "signal", "big", big);
+	CHECK_STR(tline(fd), strf("sig big %s", big));
+	CHECK_STR(tline(fd), "ok 1");
 	big[3072] = 'p';
 	big[3073] = '\0';
-	CHECK_STR(sreq(fd, "signal", "big", big), "error_payload_too_large");
-	CHECK_STR(sline(fd), "<EOF>");
+	CHECK_STR(treq(fd, "signal", "big", big), "error_payload_too_large");
+	CHECK_STR(tline(fd), "<EOF>");
 	close(fd);
 	free(big);
 	broker_stop_clean(&t.b);
@@ -310,10 +251,10 @@ TEST(tcp_signal, http_publishes_to_tcp_listeners, 30)
 	sub = conn(&t);
 	CHECK_STR(http_publish(&t, "events.a", "{\"payload\": \"nobody\"}"),
 		  "200 {\"delivered\":0}");
-	CHECK_STR(sreq(sub, "listen", "events.*", "g"), "ok");
+	CHECK_STR(treq(sub, "listen", "events.*", "g"), "ok");
 	CHECK_STR(http_publish(&t, "events.a", "{\"payload\": \"{\\\"user\\\":1}\"}"),
 		  "200 {\"delivered\":1}");
-	CHECK_STR(sline(sub), "sig events.a {\"user\":1}");
+	CHECK_STR(tline(sub), "sig events.a {\"user\":1}");
 	/* What a TCP listener could not take, and a limit of its own. */
 	CHECK(!strncmp(http_publish(&t, "events.*", "{\"payload\": \"x\"}"), "400 ", 4));
 	CHECK(!strncmp(http_publish(&t, "events.a", "{\"payload\": \"a\\nb\"}"), "400 ", 4));
@@ -327,7 +268,7 @@ TEST(tcp_signal, http_publishes_to_tcp_listeners, 30)
 	big[3072] = '\0';
 	CHECK_STR(http_publish(&t, "events.a", strf("{\"payload\": \"%s\"}", big)),
 		  "200 {\"delivered\":1}");
-	CHECK_STR(sline(sub), strf("sig events.a %s", big));
+	CHECK_STR(tline(sub), strf("sig events.a %s", big));
 	CHECK(quiet(sub));
 	free(big);
 	close(sub);
