@@ -16,6 +16,7 @@
 
 #include "clock.h"
 #include "http_int.h"
+#include "net/http_engine.h"
 
 #define AUTH_DELAY_NS 100000000ull /* 100 ms */
 
@@ -45,7 +46,7 @@ static void delay_answer(struct hreq *r, uint64_t at)
 	}
 	h->delayed[i] = r;
 	r->delayed = (int32_t)i;
-	broker_schedule(h->b, at, TIMER_HTTP_DELAY, i, h->delayed_gen[i]);
+	face_schedule(h->b, &http_face, at, TIMER_HTTP_DELAY, i, h->delayed_gen[i]);
 	hreq_suspend(r);
 }
 

@@ -1,82 +1,25 @@
 // SPDX-License-Identifier: MIT
 /*
- * The HTTP server: libmicrohttpd driven from the broker's event loop (its
- * epoll fd sits in ours, so every callback runs on the loop thread and sees
- * the same state as the socket protocol: no locks between the two), request
- * bodies, authentication, CORS, per-address rate limits, dispatch to the
- * route handlers, and answers, including those of suspended long polls.
+ * The dflockd HTTP API as a face: its listeners (a client of the HTTP engine,
+ * net/http_engine.c, which also serves the Consul API and the web view),
+ * CORS preflight, per-address rate limits, the token, dispatch to the route
+ * handlers, and the face's hooks (doorbell, timers, drain, stop).
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <syslog.h>
 #include <unistd.h>
 
-#include <systemd/sd-daemon.h>
-
 #include "clock.h"
-#include "faces/consul/consul_int.h"
 #include "http_int.h"
-#include "faces/ui/ui.h"
+#include "net/http_engine.h"
 
 extern const char openapi_json[];
 
 /* ---- answers ------------------------------------------------------------- */
-
-void hreq_reply_json(struct hreq *r, int status, json_t *body)
-{
-	free(r->reply);
-	/* 6 significant digits: 18.5, not 18.499999999999996. */
-	r->reply = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
-	json_decref(body);
-	r->status = status;
-	r->answered = true;
-}
-
-void hreq_reply_text(struct hreq *r, int status, const char *text, size_t len)
-{
-	char *copy = malloc(len + 1);
-
-	free(r->reply);
-	r->reply = copy;
-	if (copy) {
-		memcpy(copy, text, len);
-		copy[len] = '\0';
-	}
-	r->status = status;
-	r->answered = true;
-}
-
-void hreq_error(struct hreq *r, int status, const char *code, const char *fmt, ...)
-{
-	char detail[512], *p;
-	va_list ap;
-	json_t *j;
-
-	va_start(ap, fmt);
-	vsnprintf(detail, sizeof(detail), fmt, ap);
-	va_end(ap);
-	j = json_pack("{s:s, s:s}", "error", code, "detail", detail);
-	if (!j) {
-		/* The detail quotes the request (a method, a key, a header),
-		 * which need not be UTF-8; a JSON string must be. */
-		for (p = detail; *p; p++)
-			if ((unsigned char)*p >= 0x80)
-				*p = '?';
-		j = json_pack("{s:s, s:s}", "error", code, "detail", detail);
-	}
-	hreq_reply_json(r, status, j);
-}
 
 void hreq_local_error(struct hreq *r, int err)
 {
@@ -167,158 +110,7 @@ json_t *hreq_json(struct hreq *r)
 	return j;
 }
 
-/*
- * Run the daemons from the loop soon: at the end of this turn of the loop
- * (http_run_due(), from loop.c), which then polls its fds without sleeping.
- * libmicrohttpd takes up a resumed connection, or work its own epoll will
- * not signal again (see run_daemon()), only when it runs; in external
- * polling mode it has no channel of its own to wake the loop with. (A
- * timer due now did this before: a timerfd_settime(), a sleep until the
- * timer's interrupt and a read per long poll answered.)
- */
-static void run_soon(struct http *h)
-{
-	h->run_pending = true;
-}
-
-void hreq_suspend(struct hreq *r)
-{
-	r->suspended = true;
-	MHD_suspend_connection(r->conn);
-}
-
-void hreq_resume(struct hreq *r)
-{
-	if (!r->suspended)
-		return;
-	r->suspended = false;
-	/* When the daemon next runs, it calls the access handler again,
-	 * which sends the answer. Nothing wakes its epoll fd for that (no
-	 * inter-thread channel in external polling mode): the loop must run
-	 * it. */
-	MHD_resume_connection(r->conn);
-	run_soon(r->h);
-}
-
-/* @origin is in the list (@any: or the list has "*"). */
-static bool origin_in(const struct http_opts *o, const char *origin, bool any)
-{
-	const char *p = o->cors_origins;
-	size_t n = strlen(origin);
-
-	while (*p) {
-		size_t len = strcspn(p, ",");
-
-		while (len && *p == ' ')
-			p++, len--;
-		if ((any && len == 1 && *p == '*') || (len == n && !strncmp(p, origin, n)))
-			return true;
-		p += len;
-		p += *p == ',';
-	}
-	return false;
-}
-
-static bool origin_allowed(const struct http_opts *o, const char *origin)
-{
-	return origin_in(o, origin, true);
-}
-
-static bool origin_listed(const struct http_opts *o, const char *origin)
-{
-	return origin_in(o, origin, false);
-}
-
-static void add_cors(struct hreq *r, struct MHD_Response *resp)
-{
-	const char *origin;
-
-	if (!r->h->b->opts.http.cors_origins[0])
-		return;
-	origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
-	if (!origin || !origin_allowed(&r->h->b->opts.http, origin))
-		return;
-	if (origin_listed(&r->h->b->opts.http, origin)) {
-		MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
-		MHD_add_response_header(resp, "Vary", "Origin");
-	} else { /* allowed by "*": as dflockd, "*" (no credentials sent) */
-		MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
-	}
-	/* On every answer to an allowed origin, as dflockd. */
-	MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
-	MHD_add_response_header(
-		resp, "Access-Control-Allow-Headers",
-		"Authorization, Content-Type, X-Dflockd-Session, X-Shmlock-Session");
-	MHD_add_response_header(resp, "Access-Control-Max-Age", "300");
-}
-
-static enum MHD_Result send_answer(struct hreq *r)
-{
-	struct MHD_Response *resp;
-	enum MHD_Result ret;
-	const char *type = "application/json";
-	const char *text = r->reply;
-
-	if (r->rt.id == R_METRICS && r->status == 200)
-		type = "text/plain; version=0.0.4";
-	if (r->ctype) /* K4: the web view's pages and data (ui_server.c) */
-		type = r->ctype;
-	resp = text ? MHD_create_response_from_buffer(strlen(text), (void *)text,
-						      MHD_RESPMEM_MUST_COPY)
-		    : MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
-	if (!resp)
-		return MHD_NO;
-	if (text)
-		MHD_add_response_header(resp, "Content-Type", type);
-	if (r->status == 405 && r->rt.allow[0])
-		MHD_add_response_header(resp, "Allow", r->rt.allow);
-	if (r->status == 401)
-		MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
-	if (r->status == 429) /* a token is back in the bucket within a second */
-		MHD_add_response_header(resp, "Retry-After", "1");
-	if (r->h->draining)
-		MHD_add_response_header(resp, "Connection", "close");
-	add_cors(r, resp);
-	if (r->ctype) { /* K4: the view runs only its own script, never cached */
-		MHD_add_response_header(resp, "Cache-Control", "no-store");
-		MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-		MHD_add_response_header(resp, "Content-Security-Policy",
-					"default-src 'self'; frame-ancestors 'none'");
-	}
-	ret = MHD_queue_response(r->conn, (unsigned)r->status, resp);
-	MHD_destroy_response(resp);
-	return ret;
-}
-
 /* ---- dispatch ------------------------------------------------------------ */
-
-/* Constant time in the length of the expected token. */
-static bool bearer_ok(const char *header, const char *token);
-bool http_bearer_ok(const char *header, const char *token) /* consul_server.c */
-{
-	return bearer_ok(header, token);
-}
-
-static bool bearer_ok(const char *header, const char *token)
-{
-	size_t n = strlen(token), i, got;
-	unsigned char diff = 0;
-
-	/* As dflockd (RFC 7235): the scheme in any case, blanks around the
-	 * token dropped; the token itself compared exactly. */
-	if (!header || strncasecmp(header, "Bearer ", 7))
-		return false;
-	header += 7;
-	while (*header == ' ' || *header == '\t')
-		header++;
-	got = strlen(header);
-	while (got && (header[got - 1] == ' ' || header[got - 1] == '\t'))
-		got--;
-	diff = got != n;
-	for (i = 0; i < n; i++)
-		diff |= (unsigned char)(token[i] ^ (i < got ? header[i] : 0));
-	return diff == 0;
-}
 
 static void serve_plain(struct hreq *r)
 {
@@ -349,122 +141,10 @@ static void serve_plain(struct hreq *r)
 	}
 }
 
-/* @name (no port) is one of the comma-separated @list, ignoring case. */
-static bool name_listed(const char *list, const char *name, size_t n)
-{
-	while (*list) {
-		size_t len;
-
-		while (*list == ' ' || *list == ',')
-			list++;
-		len = strcspn(list, ", ");
-		if (len && len == n && !strncasecmp(list, name, n))
-			return true;
-		list += len;
-	}
-	return false;
-}
-
-/* Is the IP literal @host the local address of @c, or a loopback one? */
-static bool local_literal(struct MHD_Connection *c, const char *host)
-{
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-	struct in6_addr a6;
-	struct in_addr a4;
-
-	if (inet_pton(AF_INET, host, &a4) == 1) {
-		if ((ntohl(a4.s_addr) >> 24) == 127)
-			return true;
-		return ci && !getsockname(ci->connect_fd, (struct sockaddr *)&ss, &len) &&
-		       ss.ss_family == AF_INET &&
-		       ((struct sockaddr_in *)&ss)->sin_addr.s_addr == a4.s_addr;
-	}
-	if (inet_pton(AF_INET6, host, &a6) == 1) {
-		if (IN6_IS_ADDR_LOOPBACK(&a6))
-			return true;
-		return ci && !getsockname(ci->connect_fd, (struct sockaddr *)&ss, &len) &&
-		       ss.ss_family == AF_INET6 &&
-		       !memcmp(&((struct sockaddr_in6 *)&ss)->sin6_addr, &a6, sizeof(a6));
-	}
-	return false;
-}
-
-/*
- * DNS rebinding: a page from evil.example whose name is made to resolve to
- * 127.0.0.1 reaches the API with "Host: evil.example[:port]", same-origin
- * in the browser's eyes. On TCP only these Host names are served: localhost,
- * an IP literal that is the address connected to (or a loopback one), and
- * --http-allowed-hosts. No Host at all (HTTP/1.0) is no browser's request.
- */
-static bool host_allowed(struct hreq *r)
-{
-	const char *host = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host");
-	char name[256];
-	size_t n;
-
-	if (!r->tcp || !host)
-		return true;
-	if (host[0] == '[') { /* [v6]:port */
-		const char *end = strchr(host, ']');
-
-		if (!end)
-			return false;
-		n = (size_t)(end - host - 1);
-		host++;
-	} else {
-		const char *colon = strchr(host, ':');
-
-		n = colon ? (size_t)(colon - host) : strlen(host);
-	}
-	if (!n || n >= sizeof(name))
-		return false;
-	memcpy(name, host, n);
-	name[n] = '\0';
-	if (n && name[n - 1] == '.') /* "localhost." is the same name */
-		name[--n] = '\0';
-	return !strcasecmp(name, "localhost") || local_literal(r->conn, name) ||
-	       name_listed(r->h->b->opts.http.allowed_hosts, name, n);
-}
-
-/*
- * Cross-site requests: a web page can make a browser send a "simple" POST
- * (no preflight) to a loopback port, and without a token (with
- * --http-insecure-no-auth) that would take and release locks. Browsers mark
- * every such request with Origin; on TCP only the origins CORS allows are
- * served. Programs (curl, clients) send no Origin. No page reaches the Unix
- * socket.
- */
-static bool origin_ok(struct hreq *r)
-{
-	const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
-
-	return !r->tcp || !origin || origin_allowed(&r->h->b->opts.http, origin);
-}
-
 static void dispatch(struct hreq *r)
 {
 	struct http *h = r->h;
 	const struct http_opts *o = &h->b->opts.http;
-
-	if (!host_allowed(r)) {
-		hreq_error(r, 421, "misdirected",
-			   "this server does not answer for that Host (see --http-allowed-hosts)");
-		return;
-	}
-
-	if (!origin_ok(r)) {
-		hreq_error(r, 403, "forbidden_origin",
-			   "requests from web pages of this origin are not served (see "
-			   "--http-cors-allowed-origins)");
-		return;
-	}
-	if (r->consul) { /* its own routes, token headers and answers */
-		consul_dispatch(r);
-		return;
-	}
 
 	if (r->method == M_OPTIONS && o->cors_origins[0] &&
 	    MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
@@ -478,8 +158,8 @@ static void dispatch(struct hreq *r)
 			   o->rate_per_ip, r->ip);
 		return;
 	}
-	if (r->url && !r->consul) { /* K4: the web view; its data checks the token */
-		ui_dispatch(r);
+	if (r->sub) { /* a path another face took (the web view checks its own token) */
+		r->sub->dispatch(r);
 		return;
 	}
 	if (!http_auth_check(r))
@@ -523,171 +203,37 @@ static void dispatch(struct hreq *r)
 	}
 }
 
-/* What a connection keeps across its requests (MHD's socket context). */
-struct hconn {
-	char ip[64];
-	bool tcp;
-};
-
-static void client_ip(struct MHD_Connection *c, char *out, size_t size, bool *tcp)
+/* The request is over: let go of what it held. */
+static void api_request_done(struct hreq *r, bool completed)
 {
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
-
-	snprintf(out, size, "local");
-	*tcp = sa && (sa->sa_family == AF_INET || sa->sa_family == AF_INET6);
-	if (sa && sa->sa_family == AF_INET)
-		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out,
-			  (socklen_t)size);
-	else if (sa && sa->sa_family == AF_INET6)
-		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out,
-			  (socklen_t)size);
-}
-
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-				  const char *method, const char *version, const char *upload,
-				  size_t *upload_size, void **ctx)
-{
-	struct http *h = cls;
-	struct hreq *r = *ctx;
-	const union MHD_ConnectionInfo *hc;
-
-	(void)version;
-	if (!r) {
-		r = calloc(1, sizeof(*r));
-		if (!r)
-			return MHD_NO;
-		r->h = h;
-		r->conn = c;
-		r->start_ns = mono_ns();
-		r->waiter = -1;
-		r->delayed = -1;
-		r->method = http_method_of(method);
-		{ /* snprintf("%s"), cut to fit, without its cost on every request */
-			size_t n = strnlen(method, sizeof(r->verb) - 1);
-
-			memcpy(r->verb, method, n);
-			r->verb[n] = '\0';
-		}
-		http_route_match(url, r->method, &r->rt);
-		hc = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-		if (hc && hc->socket_context) {
-			const struct hconn *k = hc->socket_context;
-
-			memcpy(r->ip, k->ip, sizeof(r->ip));
-			r->tcp = k->tcp;
-		} else {
-			client_ip(c, r->ip, sizeof(r->ip), &r->tcp);
-		}
-		if ((r->consul = consul_conn(h, c)) && !(r->url = strdup(url)))
-			return MHD_NO;
-		if (!r->consul && ui_path(url) && !(r->url = strdup(url))) /* K4 */
-			return MHD_NO;
-		*ctx = r;
-		return MHD_YES;
-	}
-	if (*upload_size) {
-		size_t n = *upload_size;
-
-		*upload_size = 0;
-		if (r->body_too_large || r->body_len + n > HTTP_BODY_MAX) {
-			r->body_too_large = true; /* read and drop the rest */
-			return MHD_YES;
-		}
-		if (r->body_len + n > r->body_cap) {
-			size_t cap = r->body_cap ? r->body_cap : 256;
-			char *p;
-
-			while (cap < r->body_len + n)
-				cap *= 2;
-			p = realloc(r->body, cap);
-			if (!p)
-				return MHD_NO;
-			r->body = p;
-			r->body_cap = cap;
-		}
-		memcpy(r->body + r->body_len, upload, n);
-		r->body_len += n;
-		return MHD_YES;
-	}
-	if (r->suspended)
-		return MHD_YES;
-	if (!r->answered)
-		dispatch(r);
-	if (r->suspended)
-		return MHD_YES;
-	if (!r->answered)
-		hreq_error(r, 500, "internal", "no answer");
-	return r->cx ? (enum MHD_Result)consul_send_answer(r) : send_answer(r);
-}
-
-static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
-			 enum MHD_RequestTerminationCode why)
-{
-	struct http *h = cls;
-	struct hreq *r = *ctx;
-
-	(void)c;
-	(void)why;
-	if (!r)
-		return;
 	http_waiter_drop(r);
 	http_delayed_forget(r);
-	ui_request_done(r); /* K4 */
-	if (r->grant_tok && why != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+	if (r->grant_tok && !completed)
 		http_grant_undelivered(r); /* before the session is let go */
 	http_session_done(r);
-	if (r->consul)
-		consul_request_done(r);
-	free(r->url);
-	if (r->answered)
-		http_metrics_note(h, r->method, r->rt.id, r->status, mono_ns() - r->start_ns);
-	free(r->body);
-	free(r->reply);
-	free(r);
-	*ctx = NULL;
 }
 
-static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
-			  enum MHD_ConnectionNotificationCode what)
+/* A request of ours released something: our own waiters may have been
+ * granted (without waiting for the doorbell thread). */
+static void api_after_run(struct http *h)
 {
-	struct http *h = cls;
-
-	if (what == MHD_CONNECTION_NOTIFY_STARTED) {
-		struct hconn *hc = malloc(sizeof(*hc));
-
-		/* The peer's address, formatted once for the connection's
-		 * requests (NULL: each request formats it). */
-		if (hc)
-			client_ip(c, hc->ip, sizeof(hc->ip), &hc->tcp);
-		*socket_ctx = hc;
-		h->connections++;
-	} else {
-		free(*socket_ctx);
-		*socket_ctx = NULL;
-		if (h->connections)
-			h->connections--;
+	if (h->maybe_granted) {
+		h->maybe_granted = false;
+		http_waiters_poll(h);
 	}
 }
 
-/* Keep percent-escapes: a key's "%2F" must not split the path. */
-static size_t keep_escapes(void *cls, struct MHD_Connection *c, char *s)
+static void note_request(struct hreq *r, uint64_t ns)
 {
-	(void)cls;
-	(void)c;
-	return strlen(s);
+	http_metrics_note(r->h, r->method, r->rt.id, r->status, ns);
 }
 
-static void mhd_log(void *cls, const char *fmt, va_list ap)
-{
-	char line[512];
-
-	(void)cls;
-	vsnprintf(line, sizeof(line), fmt, ap);
-	line[strcspn(line, "\n")] = '\0';
-	blog(LOG_DEBUG, "http: %s", line);
-}
+static const struct http_client api_client = {
+	.dispatch = dispatch,
+	.request_done = api_request_done,
+	.after_run = api_after_run,
+	.shares_paths = true,
+};
 
 /* ---- listeners ----------------------------------------------------------- */
 
@@ -704,53 +250,6 @@ static int listen_unix(struct broker *b, const char *path)
 	return fd;
 }
 
-/* Is @fd a TCP socket (not AF_UNIX)? */
-static bool is_tcp(int fd)
-{
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-
-	return !getsockname(fd, (struct sockaddr *)&ss, &len) &&
-	       (ss.ss_family == AF_INET || ss.ss_family == AF_INET6);
-}
-
-/*
- * Connections cost an fd each and any local user may open them (before
- * any token is checked): at most --http-max-connections (default a quarter
- * of the fd limit) over all listeners, on TCP at most
- * --http-max-connections-per-ip from one address, and none idle or
- * dawdling over its request longer than --http-connection-timeout.
- * Suspended long polls are not idle: their own deadline ends them.
- */
-static int start_daemon(struct http *h, int fd)
-{
-	const struct http_opts *o = &h->b->opts.http;
-	const union MHD_DaemonInfo *info;
-	struct MHD_Daemon *d;
-	unsigned i = h->nd, max = listen_max_connections(o->max_connections);
-	unsigned per_ip = o->max_connections_per_ip ? o->max_connections_per_ip : (max + 1) / 2;
-
-	if (!is_tcp(fd))
-		per_ip = 0; /* every Unix client has the same (no) address */
-	d = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL,
-			     NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, fd,
-			     MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-			     MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-			     MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes, h,
-			     MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_CONNECTION_TIMEOUT,
-			     (unsigned)o->connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, max,
-			     MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_END);
-	if (!d)
-		return -EINVAL;
-	h->d[i] = d;
-	h->listen_fd[i] = fd;
-	h->nd++;
-	info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_EPOLL_FD);
-	if (!info)
-		return -EINVAL;
-	return loop_watch_fd(h->b, info->epoll_fd, TAG_HTTP | i);
-}
-
 /*
  * On TCP every local user can connect: the socket's mode, group and the
  * allow lists do not apply. Without a token that hands every lock to every
@@ -761,7 +260,7 @@ static int check_auth_default(const struct http_opts *o, int act, const char *co
 {
 	if (o->auth_token[0] || o->insecure_no_auth)
 		return 0;
-	if (o->listen[0] || (act >= 0 && is_tcp(act)) || consul_listen[0]) {
+	if (o->listen[0] || (act >= 0 && http_engine_is_tcp(act)) || consul_listen[0]) {
 		blog(LOG_ERR,
 		     "refusing to serve HTTP on TCP (%s) without --auth-token or "
 		     "--auth-token-file: every local user could take and release any lock. "
@@ -785,26 +284,29 @@ int http_start(struct broker *b)
 	if (!http_enabled(o) && act < 0 && !clisten[0] && cact < 0)
 		return 0;
 	err = check_auth_default(o, act, clisten);
-	if (!err && cact >= 0 && is_tcp(cact))
+	if (!err && cact >= 0 && http_engine_is_tcp(cact))
 		err = check_auth_default(o, cact, clisten);
 	if (err)
 		return err;
 	h = calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
+	/* The engine's record: the Consul API (its face starts next) shares
+	 * it, with the HTTP API's sessions cap and per-address records. */
 	b->http = h;
 	h->b = b;
+	h->note_request = note_request;
 	http_token_key_init(h);
 	err = hsessions_init(h);
 	if (err)
 		return err;
-	if (act >= 0 && (err = start_daemon(h, act)))
+	if (act >= 0 && (err = http_engine_listen(h, act, &api_client)) < 0)
 		return err;
 	if (o->listen[0]) {
 		fd = listen_tcp_spec(o->listen, "--http-listen", "HTTP");
 		if (fd < 0)
 			return fd;
-		if ((err = start_daemon(h, fd)))
+		if ((err = http_engine_listen(h, fd, &api_client)) < 0)
 			return err;
 	}
 	if (o->unix_path[0]) {
@@ -812,22 +314,15 @@ int http_start(struct broker *b)
 		if (fd < 0)
 			return fd;
 		h->unlink_unix = true;
-		if ((err = start_daemon(h, fd)))
+		if ((err = http_engine_listen(h, fd, &api_client)) < 0)
 			return err;
 	}
-	if (clisten[0] || cact >= 0) { /* the Consul API: one more daemon */
-		fd = cact >= 0 ? cact : listen_tcp_spec(clisten, "--consul-listen", "Consul API");
-		if (fd < 0)
-			return fd;
-		if ((err = start_daemon(h, fd)) || (err = consul_start(h, h->nd - 1)))
-			return err;
-	}
-	broker_schedule(b, mono_ns() + 250000000ull, TIMER_HTTP_TICK, 0, 0);
+	face_schedule(b, &http_face, mono_ns() + 250000000ull, TIMER_HTTP_TICK, 0, 0);
 	if (http_enabled(o) || act >= 0) /* not when only the Consul API is on */
 		blog(LOG_INFO, "HTTP API on%s%s%s%s%s", o->listen[0] ? " " : "", o->listen,
 		     o->unix_path[0] ? " unix:" : "", o->unix_path,
 		     act >= 0 ? " (socket-activated)" : "");
-	if (!o->auth_token[0] && (o->listen[0] || (act >= 0 && is_tcp(act))))
+	if (!o->auth_token[0] && (o->listen[0] || (act >= 0 && http_engine_is_tcp(act))))
 		blog(LOG_WARNING, "HTTP API on TCP without a token (--http-insecure-no-auth): "
 				  "every local user may take and release any lock");
 	return 0;
@@ -842,19 +337,12 @@ void http_stop(struct broker *b)
 		return;
 	http_delayed_flush(h); /* 401s held back: answered now */
 	http_waiters_end(h, NULL, 503, "draining");
-	ui_end_all(h); /* K4 */
-	consul_stop(h);
 	for (i = 0; i < h->nd; i++)
 		MHD_run(h->d[i]); /* let resumed connections finish */
 	http_sessions_close_all(h);
-	for (i = 0; i < h->nd; i++) {
-		MHD_stop_daemon(h->d[i]);
-		close(h->listen_fd[i]);
-	}
+	http_engine_close(h); /* and the other clients' records */
 	if (h->unlink_unix)
 		unlink(b->opts.http.unix_path);
-	consul_free(h);
-	ui_free(h); /* K4 */
 	hsessions_fini(h);
 	http_ips_free(h);
 	free(h->waiters);
@@ -862,89 +350,16 @@ void http_stop(struct broker *b)
 	b->http = NULL;
 }
 
-/*
- * libmicrohttpd's own epoll is edge-triggered: a connection with work left
- * after a run (a pipelined request behind an answer, headers that filled
- * the pool) raises no new event on its fd, and MHD_get_timeout() says 0,
- * "run me again now". Run until nothing is ready; past a bound (a client
- * that keeps pipelining), come back through the timer heap, so the rest of
- * the loop is served meanwhile.
- */
-#define RUNS_PER_EVENT 32
-
-static void run_daemon(struct http *h, unsigned i)
-{
-	MHD_UNSIGNED_LONG_LONG ms;
-	int n;
-
-	for (n = 0; n < RUNS_PER_EVENT; n++) {
-		MHD_run(h->d[i]);
-		if (MHD_get_timeout(h->d[i], &ms) != MHD_YES || ms)
-			return;
-	}
-	run_soon(h);
-}
-
-void http_event(struct broker *b, uint64_t tag)
-{
-	struct http *h = b->http;
-
-	if (!h)
-		return;
-	if (TAG_KIND(tag) == TAG_HTTP_HUP && (TAG_VALUE(tag) & CONSUL_HUP))
-		consul_hangup(h, (uint32_t)TAG_VALUE(tag)); /* a blocking query's client */
-	else if (TAG_KIND(tag) == TAG_HTTP_HUP)
-		http_waiter_hangup(h, (uint32_t)TAG_VALUE(tag));
-	else if (TAG_VALUE(tag) < h->nd)
-		run_daemon(h, (unsigned)TAG_VALUE(tag));
-	if (h->maybe_granted) {
-		h->maybe_granted = false;
-		http_waiters_poll(h);
-	}
-}
-
-static void run_all(struct http *h)
-{
-	unsigned i;
-
-	for (i = 0; i < h->nd; i++)
-		run_daemon(h, i);
-	if (h->maybe_granted) { /* as after an event */
-		h->maybe_granted = false;
-		http_waiters_poll(h);
-	}
-}
-
-bool http_run_due(struct broker *b)
-{
-	struct http *h = b->http;
-
-	if (!h || !h->run_pending)
-		return false;
-	h->run_pending = false;
-	run_all(h);
-	return true;
-}
-
-bool http_run_pending(struct broker *b)
-{
-	return b->http && b->http->run_pending;
-}
-
 void http_doorbell(struct broker *b)
 {
-	if (b->http) {
+	if (b->http)
 		http_waiters_poll(b->http);
-		consul_doorbell(b->http);
-		ui_poll(b->http, false); /* K4: the web view's long polls */
-	}
 }
 
 void http_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 {
 	struct http *h = b->http;
 	uint64_t period = 250000000ull;
-	unsigned i;
 
 	if (!h)
 		return;
@@ -956,24 +371,16 @@ void http_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 		http_waiter_due(h, a, b2);
 		return;
 	}
-	if (kind == TIMER_CONSUL_WAIT) {
-		consul_timer(h, a, b2);
-		return;
-	}
 	if (kind == TIMER_HTTP_RUN) { /* none scheduled now: see run_soon() */
 		h->run_pending = false;
-		run_all(h);
+		http_engine_run_all(h);
 		return;
 	}
-	for (i = 0; i < h->nd; i++)
-		run_daemon(h, i); /* connection timeouts */
+	http_engine_run_all(h); /* connection timeouts */
 	http_sessions_reap(h);
 	http_ips_gc(h);
-	ui_poll(h, true); /* K4: lock-free changes ring no doorbell */
-	broker_schedule(b, mono_ns() + period, TIMER_HTTP_TICK, 0, 0);
+	face_schedule(b, &http_face, mono_ns() + period, TIMER_HTTP_TICK, 0, 0);
 }
-
-#define DRAIN_NS 1000000000ull
 
 bool http_draining(struct broker *b)
 {
@@ -981,13 +388,23 @@ bool http_draining(struct broker *b)
 
 	if (!h)
 		return true;
-	if (!h->draining) {
-		h->draining = true;
-		h->drain_deadline_ns = mono_ns() + DRAIN_NS;
+	if (!h->draining)
 		http_waiters_end(h, NULL, 503, "draining");
-		consul_drain(h);
-		ui_end_all(h); /* K4 */
-		blog(LOG_INFO, "HTTP: draining (%u connection(s))", h->connections);
-	}
-	return h->connections == 0 || mono_ns() >= h->drain_deadline_ns;
+	return http_engine_drain(h);
 }
+
+static bool http_deferred(struct broker *b, bool run)
+{
+	return b->http && http_engine_deferred(b->http, run);
+}
+
+const struct face http_face = {
+	.name = "http",
+	.start = http_start,
+	.stop = http_stop,
+	.timer = http_timer,
+	.session_ended = http_session_ended,
+	.doorbell = http_doorbell,
+	.deferred = http_deferred,
+	.drained = http_draining,
+};
