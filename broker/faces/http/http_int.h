@@ -143,7 +143,8 @@ void hreq_resume(struct hreq *r);
 /* POST /v1/signals/{channel} (http_signals.c). */
 void http_signal_publish(struct hreq *r);
 
-/* Parse the body as one JSON object (empty body: {}); 400 on failure. */
+/* Parse the body as one JSON object (empty body: {}); 400 on failure
+ * (http_json.c). */
 json_t *hreq_json(struct hreq *r);
 
 /* ---- bodies of the simplest form (http_body.c) ----------------------------- */
