@@ -57,7 +57,8 @@ LIBSHM_SRC := $(wildcard libshm/*.c)
 BROKER_SRC := $(sort $(shell find broker -name "*.c"))
 CLI_SRC    := $(wildcard cli/*.c)
 TESTLIB_SRC := tests/harness.c tests/broker_fixture.c tests/invariants.c tests/net_fixture.c \
-	       tests/key_fixture.c tests/word_fixture.c tests/etcd_fixture.c
+	       tests/key_fixture.c tests/word_fixture.c tests/etcd_fixture.c tests/ui_fixture.c \
+	       tests/tcp_fixture.c
 UNIT_SRC   := $(wildcard tests/unit_*.c)
 INTEG_SRC  := $(wildcard tests/it_*.c)
 

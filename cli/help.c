@@ -137,8 +137,9 @@ static const char lock_text[] =
 static const char status_text[] =
 	"Usage: shmlock status [options]\n"
 	"\n"
-	"  Show the broker's state: versions, broker pid, uptime, sessions, keys,\n"
-	"  holds and waiters against capacity, and counters.\n"
+	"  Show the broker's state: versions, listeners (HTTP, TCP, metrics,\n"
+	"  Consul API), broker pid, uptime, sessions, keys, holds and waiters\n"
+	"  against capacity, and counters.\n"
 	"\n"
 	"Options:\n"
 	"\n"

@@ -92,6 +92,15 @@ static json_t *names_json(const struct names *l)
 }
 
 /* The broker's own facts (NULL: an older broker that cannot tell). */
+/* A listener that only serves HTTP over TCP: its address, or how it is off. */
+static void listener_row(struct table *t, const char *what, const char *listen, bool activated)
+{
+	if (listen[0])
+		row2(t, what, "http://%s", listen);
+	else
+		row2(t, what, "%s", activated ? "socket-activated" : "off");
+}
+
 static void print_broker(struct table *t, const struct proto_op_broker *bi, bool down)
 {
 	const char *act =
@@ -127,8 +136,11 @@ static void print_broker(struct table *t, const struct proto_op_broker *bi, bool
 		     bi->flags & PROTO_BROKER_TCP_TLS ? " (TLS)" : "");
 	else
 		row2(t, "tcp", "%s", "off");
-	if (bi->http_listen[0] || bi->tcp_listen[0] ||
-	    (bi->flags & (PROTO_BROKER_HTTP_ACTIVATED | PROTO_BROKER_TCP_ACTIVATED)))
+	listener_row(t, "metrics", bi->metrics_listen, bi->flags & PROTO_BROKER_METRICS_ACTIVATED);
+	listener_row(t, "consul", bi->consul_listen, bi->flags & PROTO_BROKER_CONSUL_ACTIVATED);
+	if (bi->http_listen[0] || bi->tcp_listen[0] || bi->consul_listen[0] ||
+	    (bi->flags & (PROTO_BROKER_HTTP_ACTIVATED | PROTO_BROKER_TCP_ACTIVATED |
+			  PROTO_BROKER_CONSUL_ACTIVATED)))
 		row2(t, "auth token", "%s",
 		     bi->flags & PROTO_BROKER_AUTH_TOKEN ? "required" : "none");
 }
@@ -138,7 +150,7 @@ static json_t *broker_json(const struct proto_op_broker *bi)
 	if (!bi)
 		return json_null();
 	return json_pack("{s:s, s:I, s:s, s:s, s:b, s:I, s:I, s:{s:s?, s:s?, s:b}, "
-			 "s:{s:s?, s:b, s:b}, s:b}",
+			 "s:{s:s?, s:b, s:b}, s:{s:s?, s:b}, s:{s:s?, s:b}, s:b}",
 			 "version", bi->version, "pid", (json_int_t)bi->broker_pid, "socket",
 			 bi->socket_path, "segment", bi->shm_name, "socket_activated",
 			 (int)!!(bi->flags & PROTO_BROKER_CONTROL_ACTIVATED), "segment_abi",
@@ -148,7 +160,11 @@ static json_t *broker_json(const struct proto_op_broker *bi)
 			 (int)!!(bi->flags & PROTO_BROKER_HTTP_ACTIVATED), "tcp", "listen",
 			 bi->tcp_listen[0] ? bi->tcp_listen : NULL, "tls",
 			 (int)!!(bi->flags & PROTO_BROKER_TCP_TLS), "socket_activated",
-			 (int)!!(bi->flags & PROTO_BROKER_TCP_ACTIVATED), "auth_token",
+			 (int)!!(bi->flags & PROTO_BROKER_TCP_ACTIVATED), "metrics", "listen",
+			 bi->metrics_listen[0] ? bi->metrics_listen : NULL, "socket_activated",
+			 (int)!!(bi->flags & PROTO_BROKER_METRICS_ACTIVATED), "consul", "listen",
+			 bi->consul_listen[0] ? bi->consul_listen : NULL, "socket_activated",
+			 (int)!!(bi->flags & PROTO_BROKER_CONSUL_ACTIVATED), "auth_token",
 			 (int)!!(bi->flags & PROTO_BROKER_AUTH_TOKEN));
 }
 

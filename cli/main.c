@@ -1,8 +1,14 @@
 // SPDX-License-Identifier: MIT
 /* shmlock: command dispatch. See shmlock(1). */
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "client.h"
+
+/* How long a lookup waits in silence before it says what it waits for. */
+#define WAIT_NOTICE_MS 1000
 
 static const struct command {
 	const char *name;
@@ -43,6 +49,17 @@ static int cmd_version(int argc, char **argv)
 	return EXIT_OK;
 }
 
+/* A person at a terminal is told what the silence is: nothing answers at
+ * the broker's socket yet, and how long the CLI goes on trying. */
+static void waiting_notice(const char *paths, int wait_ms)
+{
+	int tenths = (wait_ms + 50) / 100;
+
+	errorf("waiting for a broker at %s (up to %d.%d s in all; is shmlockd running? "
+	       "SHMLOCK_BROKER_WAIT_MS sets the wait)",
+	       paths, tenths / 10, tenths % 10);
+}
+
 int main(int argc, char **argv)
 {
 	static const char *const helps[] = { "help", "-h", "-help", "--help", NULL };
@@ -53,6 +70,8 @@ int main(int argc, char **argv)
 		help_print(NULL, stderr);
 		return EXIT_USAGE;
 	}
+	if (isatty(STDERR_FILENO))
+		broker_wait_notice(waiting_notice, WAIT_NOTICE_MS);
 	if (is_any(argv[1], helps))
 		return cmd_help(argc - 1, argv + 1);
 	if (is_any(argv[1], versions))

@@ -7,6 +7,7 @@
  * requests: every record must fit its page and every length its field.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -310,9 +311,12 @@ int op_broker_info(const char *socket_path, struct proto_op_broker *out)
 	err = op_open(&c, socket_path);
 	if (err)
 		return err;
-	err = op_single(&c, MSG_OP_BROKER, "", 0, sizeof(*out), -LOCAL_EPROTO);
+	err = op_single(&c, MSG_OP_BROKER, "", 0, offsetof(struct proto_op_broker, metrics_listen),
+			-LOCAL_EPROTO);
 	if (!err) {
 		memcpy(out, c.buf + sizeof(struct proto_op_reply), sizeof(*out));
+		if (out->size < sizeof(*out)) /* an older broker's record */
+			memset((char *)out + out->size, 0, sizeof(*out) - out->size);
 		/* Terminated, whatever the broker sent. */
 		out->version[sizeof(out->version) - 1] = '\0';
 		out->socket_path[sizeof(out->socket_path) - 1] = '\0';
@@ -320,6 +324,8 @@ int op_broker_info(const char *socket_path, struct proto_op_broker *out)
 		out->http_listen[sizeof(out->http_listen) - 1] = '\0';
 		out->http_socket[sizeof(out->http_socket) - 1] = '\0';
 		out->tcp_listen[sizeof(out->tcp_listen) - 1] = '\0';
+		out->metrics_listen[sizeof(out->metrics_listen) - 1] = '\0';
+		out->consul_listen[sizeof(out->consul_listen) - 1] = '\0';
 	}
 	op_close(&c);
 	return err;

@@ -204,11 +204,45 @@ static void pause_backoff(uint64_t *delay_ms, uint64_t deadline_ns)
 			*delay_ms * 2 < BROKER_RETRY_MAX_MS ? *delay_ms * 2 : BROKER_RETRY_MAX_MS;
 }
 
+static void (*wait_notice_fn)(const char *paths, int wait_ms);
+static int wait_notice_after_ms;
+
+void broker_wait_notice(void (*fn)(const char *paths, int wait_ms), int after_ms)
+{
+	wait_notice_fn = fn;
+	wait_notice_after_ms = after_ms;
+}
+
+/* Tell the notice function, once, what @l's lookup has been waiting for. */
+static void wait_notice(const struct paths_list *l, uint64_t start_ns, uint64_t deadline_ns,
+			bool *told)
+{
+	char paths[sizeof(l->path)];
+	size_t off = 0;
+	unsigned i;
+
+	if (!wait_notice_fn || *told ||
+	    mono_ns() - start_ns < (uint64_t)wait_notice_after_ms * 1000000ull)
+		return;
+	*told = true;
+	paths[0] = '\0';
+	for (i = 0; i < l->n && off < sizeof(paths); i++) {
+		int n = snprintf(paths + off, sizeof(paths) - off, "%s%s", i ? ", " : "",
+				 l->path[i]);
+
+		if (n < 0)
+			break;
+		off += (size_t)n;
+	}
+	wait_notice_fn(paths, (int)((deadline_ns - start_ns) / 1000000ull));
+}
+
 int broker_find(const char *path, char used[PATHS_LEN], uint64_t deadline_ns)
 {
 	struct lookup_report *r = &last_lookup;
-	uint64_t delay_ms = BROKER_RETRY_FIRST_MS;
+	uint64_t delay_ms = BROKER_RETRY_FIRST_MS, start_ns = mono_ns();
 	struct paths_list l;
+	bool told = false;
 	int err;
 
 	memset(r, 0, sizeof(*r));
@@ -247,6 +281,7 @@ int broker_find(const char *path, char used[PATHS_LEN], uint64_t deadline_ns)
 		if (!retry || mono_ns() >= deadline_ns)
 			return best;
 		r->waited = true;
+		wait_notice(&l, start_ns, deadline_ns, &told);
 		pause_backoff(&delay_ms, deadline_ns);
 	}
 }

@@ -87,6 +87,14 @@ int broker_lookup_text(char *buf, size_t size);
 /* The wait for a broker when the caller sets none: $SHMLOCK_BROKER_WAIT_MS,
  * else 5000. */
 int broker_wait_default_ms(void);
+/*
+ * Have a broker_find() that has waited @after_ms for a broker call @fn once,
+ * with the path(s) it tries ("A" or "A, B"), while it goes on waiting; @fn
+ * NULL: no notice (the default: the library prints nothing). For the CLI,
+ * which tells a person at a terminal what it waits for. Process-wide; set it
+ * before any thread looks for a broker.
+ */
+void broker_wait_notice(void (*fn)(const char *paths, int wait_ms), int after_ms);
 
 /* broker_call() at broker_find(@path)'s broker, recorded in @used. */
 int broker_call_find(const char *path, char used[PATHS_LEN], const void *req, size_t len,

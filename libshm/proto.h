@@ -179,6 +179,8 @@ struct proto_op_session {
 #define PROTO_BROKER_HTTP_ACTIVATED 4u	   /* an HTTP socket came from systemd */
 #define PROTO_BROKER_TCP_ACTIVATED 8u	   /* a TCP socket came from systemd */
 #define PROTO_BROKER_CONTROL_ACTIVATED 16u /* the control socket came from systemd */
+#define PROTO_BROKER_METRICS_ACTIVATED 32u /* the metrics socket came from systemd */
+#define PROTO_BROKER_CONSUL_ACTIVATED 64u  /* the Consul API's socket came from systemd */
 struct proto_op_broker {
 	uint32_t size;
 	uint32_t seg_abi, proto_version, broker_pid;
@@ -191,6 +193,10 @@ struct proto_op_broker {
 	char tcp_listen[128];
 	uint32_t flags; /* PROTO_BROKER_* */
 	uint32_t reserved;
+	/* Added later: a broker that predates them sends a shorter record
+	 * (its size says so), read as "" here. */
+	char metrics_listen[128];
+	char consul_listen[128];
 };
 
 /* MSG_OP_LOCK_DELAY: the hold whose loss put the key in lock-delay. */

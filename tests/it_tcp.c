@@ -30,6 +30,7 @@
 #include "broker_fixture.h"
 #include "harness.h"
 #include "net_fixture.h"
+#include "tcp_fixture.h"
 
 struct tb {
 	struct broker_proc b;
@@ -79,66 +80,6 @@ static void tb_stop(struct tb *t)
 	unlink(t->http_sock);
 	rmdir(t->dir);
 }
-
-static void tsend(int fd, const char *cmd, const char *key, const char *arg)
-{
-	char buf[2048];
-	int n = snprintf(buf, sizeof(buf), "%s\n%s\n%s\n", cmd, key, arg);
-
-	if (send(fd, buf, (size_t)n, MSG_NOSIGNAL) != n)
-		FAIL_AT("send: %s", strerror(errno));
-}
-
-/* One reply line (without '\n'), or "<EOF>"; fails after @timeout_ms. */
-static char *tline_within(int fd, int timeout_ms)
-{
-	static char line[1 << 16];
-	size_t n = 0;
-
-	for (;;) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		ssize_t r;
-
-		if (poll(&p, 1, timeout_ms) != 1)
-			FAIL_AT("no reply within %d ms (got \"%.*s\")", timeout_ms, (int)n, line);
-		r = recv(fd, line + n, 1, 0);
-		if (r <= 0) {
-			snprintf(line, sizeof(line), "<EOF>");
-			return line;
-		}
-		if (line[n] == '\n') {
-			line[n] = '\0';
-			return line;
-		}
-		if (++n >= sizeof(line) - 1)
-			FAIL_AT("reply too long");
-	}
-}
-
-static char *tline(int fd)
-{
-	return tline_within(fd, 10000);
-}
-
-static char *treq(int fd, const char *cmd, const char *key, const char *arg)
-{
-	tsend(fd, cmd, key, arg);
-	return tline(fd);
-}
-
-#define CHECK_STR(a, b)                                                           \
-	do {                                                                      \
-		const char *sa_ = (a), *sb_ = (b);                                \
-		if (strcmp(sa_, sb_))                                             \
-			FAIL_AT("%s == \"%s\" failed: got \"%s\"", #a, sb_, sa_); \
-	} while (0)
-
-#define CHECK_PREFIX(a, p)                                                                 \
-	do {                                                                               \
-		const char *sa_ = (a), *sp_ = (p);                                         \
-		if (strncmp(sa_, sp_, strlen(sp_)))                                        \
-			FAIL_AT("%s starts with \"%s\" failed: got \"%s\"", #a, sp_, sa_); \
-	} while (0)
 
 /* "ok TOKEN L" / "acquired TOKEN L": check the shape, return the token. */
 static char *granted(const char *reply, const char *word, unsigned lease)

@@ -39,38 +39,9 @@
 #include "broker_fixture.h"
 #include "harness.h"
 #include "net_fixture.h"
-
-#define UI_TOKEN "ui-test-token"
-
-struct ui_env {
-	struct broker_proc b;
-	int port;
-	char listen[32];
-};
+#include "ui_fixture.h"
 
 /* ---- HTTP ---------------------------------------------------------------- */
-
-/* GET @path: the status; the body in *@body (malloc), the type in @type. */
-static long get(const struct ui_env *e, const char *path, bool auth, char **body, char *type,
-		size_t tsize)
-{
-	const char *const headers[] = { auth ? "Authorization: Bearer " UI_TOKEN : NULL, NULL };
-	char url[1024];
-	struct http_reply r;
-	long status;
-
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", e->port, path);
-	http_do(&(struct http_req){ .url = url, .headers = headers, .timeout_ms = 40000 }, &r);
-	if (type && !http_reply_header(&r, "Content-Type", type, tsize))
-		type[0] = '\0';
-	status = r.status;
-	if (body) {
-		*body = r.body;
-		r.body = NULL;
-	}
-	http_reply_free(&r);
-	return status;
-}
 
 static json_t *state(const struct ui_env *e, const char *query)
 {
@@ -79,7 +50,7 @@ static json_t *state(const struct ui_env *e, const char *query)
 	json_t *j;
 
 	snprintf(path, sizeof(path), "/ui/api/state%s", query);
-	if (get(e, path, true, &body, NULL, 0) != 200)
+	if (ui_get(e, path, true, &body, NULL, 0) != 200)
 		FAIL_AT("GET %s: not 200: %s", path, body);
 	j = json_loads(body, 0, &err);
 	if (!j)
@@ -113,7 +84,7 @@ static void poll_view(const struct ui_env *e, const char *q, const char *want,
 	snprintf(path, sizeof(path), "%s", q);
 	for (tries = 0; tries < 100; tries++) {
 		char *b = NULL, *cut;
-		long st = get(e, path, true, &b, NULL, 0);
+		long st = ui_get(e, path, true, &b, NULL, 0);
 		json_t *j;
 
 		if (stop && atomic_load(stop))
@@ -134,157 +105,6 @@ static void poll_view(const struct ui_env *e, const char *q, const char *want,
 		json_decref(j);
 	}
 	_exit(1);
-}
-
-static void ui_start(struct ui_env *e, const char *const *more)
-{
-	const char *args[16] = { "--http-listen", e->listen, "--auth-token", UI_TOKEN };
-	int i = 4;
-
-	e->port = free_port();
-	snprintf(e->listen, sizeof(e->listen), "127.0.0.1:%d", e->port);
-	while (more && *more && i < 15)
-		args[i++] = *more++;
-	args[i] = NULL;
-	broker_start(&e->b, args);
-	CHECK(WAIT_FOR(get(e, "/health", false, NULL, NULL, 0) == 200, 5000));
-}
-
-/* ---- Chromium, over the DevTools protocol (tests/ui/cdp.py) ----------------- */
-
-static const char *chromium_bin(void)
-{
-	const char *c = getenv("SHMLOCK_CHROMIUM");
-
-	c = c && *c ? c : "/usr/bin/chromium";
-	if (access(c, X_OK))
-		FAIL_AT("%s not found: the web view's tests need Debian's chromium "
-			"(scripts/install-deps.sh installs it; or set SHMLOCK_CHROMIUM)",
-			c);
-	return c;
-}
-
-/* $(O)/ui-shots and the source tree, from $(O)/tests/shmlock-tests. */
-static void exe_rel(char *out, size_t size, int up, const char *rest)
-{
-	char exe[PATH_MAX], *d;
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-
-	CHECK(n > 0);
-	exe[n] = '\0';
-	d = exe;
-	while (up--)
-		d = dirname(d);
-	n = snprintf(out, size, "%s/%s", d, rest);
-	CHECK(n > 0 && (size_t)n < size); /* a truncated path would name another file */
-}
-
-struct cdp {
-	pid_t pid;
-	FILE *to, *from;
-	int from_fd;
-	char shots[PATH_MAX];
-};
-
-static void cdp_start(struct cdp *c, const struct ui_env *e)
-{
-	const char *bin = chromium_bin(), *env = getenv("SHMLOCK_UI_CDP");
-	char script[PATH_MAX], prof[160];
-	int in[2], out[2];
-	pid_t parent = getpid();
-
-	if (env && *env) {
-		snprintf(script, sizeof(script), "%s", env);
-	} else { /* the source tree above $(O), however deep O is */
-		int up;
-
-		for (up = 2; up < 8; up++) {
-			exe_rel(script, sizeof(script), up, "tests/ui/cdp.py");
-			if (!access(script, R_OK))
-				break;
-		}
-		if (up == 8)
-			FAIL_AT("tests/ui/cdp.py not found above the test binary; set "
-				"SHMLOCK_UI_CDP");
-	}
-	exe_rel(c->shots, sizeof(c->shots), 2, "ui-shots");
-	mkdir(c->shots, 0755);
-	snprintf(prof, sizeof(prof), "%s/chrome", e->b.dir);
-	CHECK(!pipe2(in, O_CLOEXEC) && !pipe2(out, O_CLOEXEC));
-	c->pid = fork();
-	CHECK(c->pid >= 0);
-	if (!c->pid) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127);
-		dup2(in[0], 0);
-		dup2(out[1], 1);
-		setenv("HOME", e->b.dir, 1);
-		execl("/usr/bin/python3", "python3", script, bin, prof, (char *)NULL);
-		_exit(127);
-	}
-	close(in[0]);
-	close(out[1]);
-	c->to = fdopen(in[1], "w");
-	c->from_fd = out[0];
-	c->from = fdopen(out[0], "r");
-	CHECK(c->to && c->from);
-}
-
-/* Send one command; its one-line answer (static), or fail after @ms. */
-static const char *cdp(struct cdp *c, int ms, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static const char *cdp(struct cdp *c, int ms, const char *fmt, ...)
-{
-	static char line[4096];
-	struct pollfd p = { .fd = c->from_fd, .events = POLLIN };
-	va_list ap;
-
-	va_start(ap, fmt);
-	vfprintf(c->to, fmt, ap);
-	va_end(ap);
-	fputc('\n', c->to);
-	fflush(c->to);
-	if (poll(&p, 1, ms) != 1 || !fgets(line, sizeof(line), c->from))
-		FAIL_AT("the browser driver (tests/ui/cdp.py) did not answer '%.60s' within %d ms",
-			fmt, ms);
-	line[strcspn(line, "\n")] = '\0';
-	return line;
-}
-
-/* Wait (in the page) until the JS expression @expr is true, or fail. */
-#define PAGE_WAIT(c, ms, expr)                                                      \
-	do {                                                                        \
-		const char *r_ = cdp((c), (ms) + 5000, "wait %d %s", (ms), (expr)); \
-		if (strcmp(r_, "ok"))                                               \
-			FAIL_AT("the page never showed %s (%s)", (expr), r_);       \
-	} while (0)
-
-static void cdp_shot(struct cdp *c, const char *name)
-{
-	CHECK(!strcmp(cdp(c, 15000, "shot %s/%s.png", c->shots, name), "ok"));
-	CHECK(!strcmp(cdp(c, 15000, "dom %s/%s.html", c->shots, name), "ok"));
-}
-
-static void cdp_open(struct cdp *c, const struct ui_env *e)
-{
-	cdp_start(c, e);
-	/* Chromium's start-up: one to a few seconds on a loaded machine. */
-	CHECK(!strcmp(cdp(c, 30000, "goto http://127.0.0.1:%d/ui/#token=" UI_TOKEN, e->port),
-		      "ok"));
-	PAGE_WAIT(c, 10000, "!!document.querySelector('.status.live')");
-}
-
-static void cdp_quit(struct cdp *c)
-{
-	int st;
-
-	fputs("quit\n", c->to);
-	fflush(c->to);
-	if (!WAIT_FOR(waitpid(c->pid, &st, WNOHANG) == c->pid, 10000))
-		kill(c->pid, SIGKILL);
-	fclose(c->to);
-	fclose(c->from);
 }
 
 /* A JS expression: the <tr> of key @k. */
@@ -513,13 +333,13 @@ TEST(ui, api_token_paging_search_sort_over_10000_keys, 60)
 
 	ui_start(&e, more);
 	/* The assets are open and typed; the data asks for the token. */
-	CHECK_EQ(get(&e, "/ui/", false, &body, type, sizeof(type)), 200);
+	CHECK_EQ(ui_get(&e, "/ui/", false, &body, type, sizeof(type)), 200);
 	CHECK(strstr(type, "text/html") && strstr(body, "<script src=\"/ui/app.js\">"));
 	free(body);
-	CHECK_EQ(get(&e, "/ui/app.js", false, NULL, type, sizeof(type)), 200);
+	CHECK_EQ(ui_get(&e, "/ui/app.js", false, NULL, type, sizeof(type)), 200);
 	CHECK(strstr(type, "javascript"));
-	CHECK_EQ(get(&e, "/ui/api/state", false, NULL, NULL, 0), 401);
-	CHECK_EQ(get(&e, "/ui/nope", false, NULL, NULL, 0), 404);
+	CHECK_EQ(ui_get(&e, "/ui/api/state", false, NULL, NULL, 0), 401);
+	CHECK_EQ(ui_get(&e, "/ui/nope", false, NULL, NULL, 0), 404);
 
 	s = open_session(&e.b, "ui-bulk", 0, 0);
 	for (i = 0; i < 10000; i++) {
@@ -529,7 +349,7 @@ TEST(ui, api_token_paging_search_sort_over_10000_keys, 60)
 	CHECK_OK(local_lock(s, "other/x", &wait20, &tok));
 
 	/* One page of a search, from the server. */
-	get(&e, "/ui/api/state?q=bulk%2F&limit=50&offset=100", true, &body, NULL, 0);
+	ui_get(&e, "/ui/api/state?q=bulk%2F&limit=50&offset=100", true, &body, NULL, 0);
 	CHECK(strlen(body) < 64 * 1024); /* a page, not 10 000 rows */
 	j = json_loads(body, 0, NULL);
 	CHECK(j);

@@ -327,11 +327,26 @@ static void refs_resolve(json_t *doc, json_t *node)
 TEST(openapi, dflockd_component_names_and_a_server, 10)
 {
 	static const char *const schemas[] = {
-		"CreateSessionResponse", "AcquireRequest",  "SemAcquireRequest", "AcquireResponse",
-		"ReleaseRequest",	 "RenewRequest",    "RenewResponse",	 "EnqueueRequest",
-		"SemEnqueueRequest",	 "EnqueueResponse", "WaitRequest",	 "WaitResponse",
-		"StatsResponse",	 "LockInfo",	    "SemInfo",		 "IdleInfo",
+		"CreateSessionRequest",
+		"CreateSessionResponse",
+		"AcquireRequest",
+		"SemAcquireRequest",
+		"AcquireResponse",
+		"ReleaseRequest",
+		"RenewRequest",
+		"RenewResponse",
+		"EnqueueRequest",
+		"SemEnqueueRequest",
+		"EnqueueResponse",
+		"WaitRequest",
+		"WaitResponse",
+		"StatsResponse",
+		"LockInfo",
+		"SemInfo",
+		"IdleInfo",
 		"ErrorResponse",
+		"SignalRequest",
+		"SignalResponse",
 	};
 	static const char *const params[] = { "SessionHeader", "SessionIdPath", "KeyPath" };
 	static const char *const responses[] = { "Unauthorized", "BadRequest", "SessionGone",

@@ -56,13 +56,99 @@
 		return (x.name || '(unnamed)') + ' (pid ' + x.pid + ')';
 	}
 
+	// A key, breakable only after its separators (/ . - _ : and so on),
+	// never inside a word; the whole key in its title.
+	function keyText(key) {
+		const e = el('span', { class: 'keytext', title: key });
+		for (const part of key.split(/(?<=[\/.\-_:@=,])/))
+			e.append(part, document.createElement('wbr'));
+		return e;
+	}
+
+	const hhmmss = (t) => new Date(t).toLocaleTimeString([], { hour12: false });
+	// When a hold was granted, as wall-clock time: the broker's held_ms at
+	// the answer's arrival. A hold older than the broker's first look is
+	// at least that old.
+	function granted(h) {
+		const at = st.gotWall - h.held_ms;
+		return el('span', { class: 'granted', 'data-granted': at,
+				    'data-at-least': h.held_at_least ? 1 : 0 },
+			  h.held_at_least ? 'granted before ' + hhmmss(at) : 'granted ' + hhmmss(at),
+			  ', held ' + (h.held_at_least ? '≥ ' : ''),
+			  clock(h.held_ms, false, dur));
+	}
+
+	// ---- charts: small SVGs of what the metrics count ----
+	const SVG = 'http://www.w3.org/2000/svg';
+	function svg(tag, attrs, ...kids) {
+		const e = document.createElementNS(SVG, tag);
+		for (const [k, v] of Object.entries(attrs || {}))
+			e.setAttribute(k, v);
+		for (const k of kids)
+			e.append(typeof k === 'object' ? k : String(k));
+		return e;
+	}
+	const W = 320, H = 120, PAD = 18;
+	function durLabel(us) {
+		return us < 1000 ? us + 'µs' : us < 1e6 ? us / 1000 + 'ms' : us / 1e6 + 's';
+	}
+	// Bars, one per bucket: how many waits (holds) lasted up to each bound.
+	function histChart(id, hist) {
+		const n = hist.buckets.length + 1;
+		const vals = hist.buckets.concat([hist.over]);
+		const max = Math.max(1, ...vals);
+		const bw = (W - 2 * PAD) / n;
+		const g = svg('svg', { viewBox: '0 0 ' + W + ' ' + H, class: 'chart', role: 'img',
+				      'data-total': vals.reduce((a, b) => a + b, 0) });
+		vals.forEach((v, i) => {
+			const h = Math.round((H - 2 * PAD) * v / max);
+			const label = i < hist.bounds_us.length ? '≤ ' + durLabel(hist.bounds_us[i]) :
+				'> ' + durLabel(hist.bounds_us[hist.bounds_us.length - 1]);
+			g.append(svg('rect', { x: PAD + i * bw + 1, y: H - PAD - h, width: bw - 2,
+					       height: h, class: 'bar', 'data-count': v },
+				      svg('title', {}, label + ': ' + v)));
+			if (i % 2 === 0 || i === n - 1)
+				g.append(svg('text', { x: PAD + i * bw + bw / 2, y: H - 4,
+						       'text-anchor': 'middle', class: 'axis' },
+					      i < hist.bounds_us.length ? durLabel(hist.bounds_us[i]) : '∞'));
+		});
+		g.append(svg('text', { x: PAD, y: 12, class: 'axis' },
+			     vals.some((v) => v) ? 'max ' + max : 'none counted yet'));
+		$(id).replaceChildren(g);
+	}
+	// Grants per second between the broker's samples.
+	function grantsChart(id, gr) {
+		const s = gr.samples, rates = [];
+		for (let i = 1; i < s.length; i++)
+			rates.push(Math.max(0, s[i] - s[i - 1]) / gr.every_s);
+		if (s.length && gr.now_after_ms > 0)  // since the last sample
+			rates.push(Math.max(0, gr.now - s[s.length - 1]) * 1000 / gr.now_after_ms);
+		const max = Math.max(1, ...rates);
+		const g = svg('svg', { viewBox: '0 0 ' + W + ' ' + H, class: 'chart', role: 'img',
+				      'data-samples': s.length });
+		const x = (i) => PAD + (W - 2 * PAD) * (rates.length < 2 ? 1 : i / (rates.length - 1));
+		const y = (v) => H - PAD - (H - 2 * PAD) * v / max;
+		if (rates.length)
+			g.append(svg('polyline', { class: 'line', fill: 'none',
+						   points: rates.map((v, i) => x(i) + ',' + y(v)).join(' ') }));
+		rates.forEach((v, i) => g.append(svg('circle', { cx: x(i), cy: y(v), r: 2, class: 'dot' },
+						     svg('title', {}, (Math.round(v * 10) / 10) + '/s'))));
+		g.setAttribute('data-points', rates.length);
+		g.append(svg('text', { x: PAD, y: 12, class: 'axis' },
+			     'max ' + (Math.round(max * 10) / 10) + '/s'));
+		g.append(svg('text', { x: W - PAD, y: H - 4, 'text-anchor': 'end', class: 'axis' },
+			     'last ' + dur(Math.max(0, s.length - 1) * gr.every_s * 1000 +
+					   (gr.now_after_ms || 0))));
+		$(id).replaceChildren(g);
+	}
+
 	function keyRow(k) {
 		const tr = el('tr', { 'data-key': k.key, class: k.quarantined ? 'quarantined' : '' });
 		const hold = el('td', { class: 'holders' });
 		for (const h of k.holding)
 			hold.append(el('span', { class: 'holder', 'data-pid': h.pid, 'data-name': h.name },
-				       who(h), ' ', el('span', { class: 'tok' }, 'token ' + h.token), ', held ',
-				       clock(h.held_ms, false, dur),
+				       who(h), ' ', el('span', { class: 'tok' }, 'token ' + h.token), ', ',
+				       granted(h),
 				       h.lease_ms ? el('span', {}, ', lease ', clock(h.lease_ms, true, dur)) : null));
 		if (k.holders > k.holding.length)
 			hold.append(el('span', { class: 'muted' }, '+' + (k.holders - k.holding.length) + ' more'));
@@ -87,7 +173,7 @@
 		}
 		const kind = k.kind + (k.kind === 'semaphore' ? ' (' + k.limit + ')' : '') +
 			(k.quarantined ? ', quarantined' : '');
-		tr.append(el('td', { class: 'key' }, k.key), el('td', {}, kind), hold, qtd,
+		tr.append(el('td', { class: 'key' }, keyText(k.key)), el('td', {}, kind), hold, qtd,
 			  el('td', {}, delay), el('td', {}, k.grants));
 		return tr;
 	}
@@ -129,8 +215,13 @@
 			el('td', { class: 'key' }, s.session))));
 		$('leases-count').textContent = '(' + d.leases.total + ')';
 		fill($('leases').tBodies[0], d.leases.rows.map((l) => el('tr', {},
-			el('td', { class: 'key' }, l.key), el('td', {}, l.name), el('td', {}, l.pid),
+			el('td', { class: 'key' }, keyText(l.key)), el('td', {}, l.name), el('td', {}, l.pid),
 			el('td', {}, l.token), el('td', {}, clock(l.remaining_ms, true, dur)))));
+		if (d.charts) {
+			histChart('chart-wait', d.charts.wait);
+			histChart('chart-hold', d.charts.hold);
+			grantsChart('chart-grants', d.charts.grants);
+		}
 		$('quarantined').replaceChildren(...(d.quarantined.length ?
 			d.quarantined.map((q) => el('li', { class: 'key' }, q)) :
 			[el('li', { class: 'muted' }, 'none')]));
@@ -169,6 +260,7 @@
 				st.stamp = j.stamp;
 				st.data = j;
 				st.got = performance.now();
+				st.gotWall = Date.now();
 				render();
 				status('live', 'live');
 			} catch (e) {

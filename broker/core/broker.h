@@ -178,6 +178,8 @@ struct broker {
 	struct tcp *tcp;
 	/* metrics.c: NULL unless the metrics-only listener is on */
 	struct metrics *metrics;
+	/* signals.c: dflockd's pub/sub subscriptions; NULL when there are none */
+	struct signals *signals;
 	/* cluster_*.c: NULL unless --cluster is given */
 	struct cluster *cluster;
 };

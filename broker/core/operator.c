@@ -588,6 +588,16 @@ static int op_broker(struct broker *b, struct page *p)
 		r->flags |= PROTO_BROKER_TCP_ACTIVATED;
 	if (!b->listen_owned)
 		r->flags |= PROTO_BROKER_CONTROL_ACTIVATED;
+	snprintf(r->metrics_listen, sizeof(r->metrics_listen), "%s",
+		 b->metrics ? b->opts.metrics_listen : "");
+	if (b->metrics && !b->opts.metrics_listen[0])
+		r->flags |= PROTO_BROKER_METRICS_ACTIVATED;
+	/* The Consul API is a listener of the HTTP engine (b->http), which
+	 * the HTTP face starts for it; on when configured or passed by systemd. */
+	snprintf(r->consul_listen, sizeof(r->consul_listen), "%s",
+		 b->http ? b->opts.consul.listen : "");
+	if (b->http && !b->opts.consul.listen[0] && activated_stream_fd("consul") >= 0)
+		r->flags |= PROTO_BROKER_CONSUL_ACTIVATED;
 	return 0;
 }
 

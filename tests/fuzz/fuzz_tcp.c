@@ -20,9 +20,12 @@ static void check_req(const struct tcp_req *r)
 {
 	size_t i;
 
-	if (r->cmd < TC_L || r->cmd > TC_STATS)
+	if (r->cmd < TC_L || r->cmd > TC_LAST)
 		abort();
-	if (r->cmd != TC_AUTH && r->cmd != TC_STATS) {
+	if (r->cmd == TC_SIGNAL && (!r->payload_len || r->payload_len > TCP_PAYLOAD_MAX ||
+				    strlen(r->payload) != r->payload_len))
+		abort();
+	if (r->cmd != TC_AUTH && r->cmd != TC_STATS && r->cmd != TC_PING) {
 		if (!r->key_len || r->key_len > TCP_LINE_MAX || strlen(r->key) != r->key_len)
 			abort();
 		for (i = 0; i < r->key_len; i++)
@@ -57,8 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if ((size_t)n > size - pos)
 			abort();
 		for (i = 0; i < 3; i++)
-			if (lens[i] > TCP_LINE_MAX || lines[i] < buf + pos ||
-			    lines[i] + lens[i] > buf + pos + n)
+			if (lens[i] > (i == 2 ? TCP_PAYLOAD_MAX : TCP_LINE_MAX) ||
+			    lines[i] < buf + pos || lines[i] + lens[i] > buf + pos + n)
 				abort();
 		if (tcp_parse(lines, lens, &r) == TE_OK) {
 			uint64_t fence, salt;

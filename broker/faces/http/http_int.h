@@ -50,6 +50,7 @@ enum http_route {
 	R_SEM_RENEW,
 	R_SEM_ENQUEUE,
 	R_SEM_WAIT,
+	R_SIGNAL,
 	R_COUNT
 };
 
@@ -139,7 +140,11 @@ void hreq_local_error(struct hreq *r, int err);
 void hreq_suspend(struct hreq *r);
 void hreq_resume(struct hreq *r);
 
-/* Parse the body as one JSON object (empty body: {}); 400 on failure. */
+/* POST /v1/signals/{channel} (http_signals.c). */
+void http_signal_publish(struct hreq *r);
+
+/* Parse the body as one JSON object (empty body: {}); 400 on failure
+ * (http_json.c). */
 json_t *hreq_json(struct hreq *r);
 
 /* ---- bodies of the simplest form (http_body.c) ----------------------------- */

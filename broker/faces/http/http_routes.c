@@ -31,6 +31,7 @@ const struct route_def http_routes[] = {
 	{ R_SEM_RENEW, M_POST, "/v1/semaphores/{key}/renew", false },
 	{ R_SEM_ENQUEUE, M_POST, "/v1/semaphores/{key}/enqueue", false },
 	{ R_SEM_WAIT, M_POST, "/v1/semaphores/{key}/wait", false },
+	{ R_SIGNAL, M_POST, "/v1/signals/{channel}", false },
 };
 const size_t http_nroutes = sizeof(http_routes) / sizeof(http_routes[0]);
 

@@ -57,6 +57,11 @@ void tcp_doorbell(struct broker *b);
 
 /* Longest line content (before '\n', '\r' included), as dflockd. */
 #define TCP_LINE_MAX 256
+/* Longest signal payload (the third line of `signal`): dflockd takes up to
+ * 64 KiB, we take what fits a connection's input buffer with the other two
+ * lines; a longer one is answered error_payload_too_large. The same as
+ * core/signals.h's SIGNAL_PAYLOAD_MAX (checked in tcp_signal.c). */
+#define TCP_PAYLOAD_MAX 3072
 /* Timeouts and leases in seconds, bounded so that their milliseconds fit
  * liblocal's types; a longer timeout waits this long. */
 #define TCP_TIMEOUT_MAX_S (INT32_MAX / 1000)
@@ -76,6 +81,11 @@ enum tcp_cmd {
 	TC_SW,
 	TC_AUTH,
 	TC_STATS,
+	TC_PING,
+	TC_LISTEN,
+	TC_UNLISTEN,
+	TC_SIGNAL,
+	TC_LAST = TC_SIGNAL,
 };
 
 /* dflockd's internal error codes (logged, never sent: the reply is "error"). */
@@ -95,21 +105,28 @@ struct tcp_req {
 	enum tcp_cmd cmd;
 	char key[TCP_LINE_MAX + 1];
 	size_t key_len;
-	int64_t timeout_s;	    /* l, sl, w, sw */
-	int64_t lease_s;	    /* 0: the default */
-	int64_t limit;		    /* sl, se; 1 otherwise */
-	char arg[TCP_LINE_MAX + 1]; /* r, n: the token text; auth: the secret */
+	int64_t timeout_s;		   /* l, sl, w, sw */
+	int64_t lease_s;		   /* 0: the default */
+	int64_t limit;			   /* sl, se; 1 otherwise */
+	char arg[TCP_LINE_MAX + 1];	   /* r, n: the token text; auth: the secret;
+				     * listen, unlisten: the queue group ("": none) */
+	char payload[TCP_PAYLOAD_MAX + 1]; /* signal */
+	size_t payload_len;
 };
 
 /*
  * Find one request (three '\n'-terminated lines) at the start of @buf.
- * Returns the bytes it takes (> 0), 0 when more must be read, or -1 when a
- * line is longer than TCP_LINE_MAX. @lines / @lens: each line, trailing
- * '\r's stripped.
+ * Returns the bytes it takes (> 0), 0 when more must be read, -1 when a
+ * line is longer than TCP_LINE_MAX, or -2 when the payload of a `signal` is
+ * longer than TCP_PAYLOAD_MAX. @lines / @lens: each line, trailing '\r's
+ * stripped.
  */
 long tcp_frame(const char *buf, size_t len, const char *lines[3], size_t lens[3]);
 /* Validate a framed request: TE_OK, or the reason it is answered "error". */
 enum tcp_perr tcp_parse(const char *const lines[3], const size_t lens[3], struct tcp_req *out);
 const char *tcp_cmd_name(enum tcp_cmd c);
+/* A NATS-style pattern: tokens split at '.'; '*' stands for one token and a
+ * final '>' for one or more (matched by core/signals.c). */
+bool tcp_pattern_valid(const char *p, size_t n);
 
 #endif

@@ -119,4 +119,11 @@ void tcp_wait_cancel(struct tcp *t, struct tconn *c);
 void tcp_conn_release(struct tcp *t, struct tconn *c);
 void tcp_stats(struct tcp *t, struct tconn *c);
 
+/* tcp_signal.c: dflockd's pub/sub (listen, unlisten, signal). */
+void tcp_sig_listen(struct tcp *t, struct tconn *c, const struct tcp_req *r);
+void tcp_sig_unlisten(struct tcp *t, struct tconn *c, const struct tcp_req *r);
+void tcp_sig_publish(struct tcp *t, struct tconn *c, const struct tcp_req *r);
+/* @c ends: its subscriptions go. */
+void tcp_sig_conn_gone(struct tcp *t, struct tconn *c);
+
 #endif

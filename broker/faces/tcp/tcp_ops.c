@@ -30,6 +30,7 @@
 #include "procinfo.h"
 #include "segment.h"
 #include "faces/http/http_int.h"
+#include "core/signals.h"
 #include "tcp_int.h"
 
 /* ---- the connection's records --------------------------------------------------- */
@@ -577,6 +578,18 @@ void tcp_serve(struct tcp *t, struct tconn *c, const struct tcp_req *r)
 	case TC_STATS:
 		tcp_stats(t, c);
 		break;
+	case TC_PING:
+		tcp_reply(c, "ok");
+		break;
+	case TC_LISTEN:
+		tcp_sig_listen(t, c, r);
+		break;
+	case TC_UNLISTEN:
+		tcp_sig_unlisten(t, c, r);
+		break;
+	case TC_SIGNAL:
+		tcp_sig_publish(t, c, r);
+		break;
 	default: /* auth when none is configured, or again */
 		tcp_reply(c, "error");
 	}
@@ -643,9 +656,9 @@ void tcp_stats(struct tcp *t, struct tconn *c)
 	size_t n;
 
 	local_keys(t->observer, "", stats_key, &w);
-	j = json_pack("{s:i, s:o, s:o, s:o, s:o}", "connections", (json_int_t)t->live, "locks",
+	j = json_pack("{s:i, s:o, s:o, s:o, s:o, s:o}", "connections", (json_int_t)t->live, "locks",
 		      w.locks, "semaphores", w.sems, "idle_locks", w.idle_locks, "idle_semaphores",
-		      w.idle_sems);
+		      w.idle_sems, "signal_channels", signals_stats(t->b));
 	text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	if (!text) {

@@ -17,12 +17,15 @@ long tcp_frame(const char *buf, size_t len, const char *lines[3], size_t lens[3]
 	int i;
 
 	for (i = 0; i < 3; i++) {
+		/* A signal's payload may be longer than the other lines. */
+		size_t max = i == 2 && lens[0] == 6 && !memcmp(lines[0], "signal", 6)
+				     ? TCP_PAYLOAD_MAX
+				     : TCP_LINE_MAX;
 		size_t avail = len - pos, n;
-		const char *nl = memchr(buf + pos, '\n',
-					avail < TCP_LINE_MAX + 1 ? avail : TCP_LINE_MAX + 1);
+		const char *nl = memchr(buf + pos, '\n', avail < max + 1 ? avail : max + 1);
 
 		if (!nl)
-			return avail > TCP_LINE_MAX ? -1 : 0;
+			return avail <= max ? 0 : max == TCP_LINE_MAX ? -1 : -2;
 		n = (size_t)(nl - (buf + pos));
 		lines[i] = buf + pos;
 		lens[i] = n;
@@ -34,14 +37,17 @@ long tcp_frame(const char *buf, size_t len, const char *lines[3], size_t lens[3]
 }
 
 static const char *const names[] = {
-	[TC_L] = "l",	[TC_R] = "r",	[TC_N] = "n",	    [TC_E] = "e",
-	[TC_W] = "w",	[TC_SL] = "sl", [TC_SR] = "sr",	    [TC_SN] = "sn",
-	[TC_SE] = "se", [TC_SW] = "sw", [TC_AUTH] = "auth", [TC_STATS] = "stats",
+	[TC_L] = "l",		[TC_R] = "r",		[TC_N] = "n",
+	[TC_E] = "e",		[TC_W] = "w",		[TC_SL] = "sl",
+	[TC_SR] = "sr",		[TC_SN] = "sn",		[TC_SE] = "se",
+	[TC_SW] = "sw",		[TC_AUTH] = "auth",	[TC_STATS] = "stats",
+	[TC_PING] = "ping",	[TC_LISTEN] = "listen", [TC_UNLISTEN] = "unlisten",
+	[TC_SIGNAL] = "signal",
 };
 
 const char *tcp_cmd_name(enum tcp_cmd c)
 {
-	return c > TC_NONE && c <= TC_STATS ? names[c] : "?";
+	return c > TC_NONE && c <= TC_LAST ? names[c] : "?";
 }
 
 static bool is_space(char c)
@@ -146,7 +152,7 @@ static enum tcp_perr command_of(const char *s, size_t n, enum tcp_cmd *out)
 {
 	int i;
 
-	for (i = TC_L; i <= TC_STATS; i++)
+	for (i = TC_L; i <= TC_LAST; i++)
 		if (strlen(names[i]) == n && !memcmp(names[i], s, n)) {
 			*out = (enum tcp_cmd)i;
 			return TE_OK;
@@ -168,10 +174,11 @@ enum tcp_perr tcp_parse(const char *const lines[3], const size_t lens[3], struct
 	out->key_len = 0;
 	out->timeout_s = out->lease_s = 0;
 	out->limit = 1;
+	out->payload_len = 0;
 	e = command_of(lines[0], lens[0], &out->cmd);
 	if (e)
 		return e;
-	if (out->cmd != TC_AUTH && out->cmd != TC_STATS) {
+	if (out->cmd != TC_AUTH && out->cmd != TC_STATS && out->cmd != TC_PING) {
 		if (!lens[1] || lens[1] > TCP_LINE_MAX)
 			return TE_KEY;
 		for (i = 0; i < lens[1]; i++)
@@ -238,7 +245,52 @@ enum tcp_perr tcp_parse(const char *const lines[3], const size_t lens[3], struct
 		if (nf != 1)
 			return TE_FIELDS;
 		return timeout_of(f[0], fl[0], &out->timeout_s);
-	default: /* stats: key and argument ignored */
+	case TC_LISTEN:
+	case TC_UNLISTEN:
+		if (!tcp_pattern_valid(out->key, out->key_len))
+			return TE_KEY;
+		trim(a, an, &t, &tn);
+		if (memchr(t, '\0', tn))
+			return TE_FIELDS;
+		memcpy(out->arg, t, tn);
+		out->arg[tn] = '\0';
+		return TE_OK;
+	case TC_SIGNAL:
+		/* A literal channel; the payload as sent (dflockd trims it only
+		 * to see that it is not blank). */
+		if (memchr(out->key, '*', out->key_len) || memchr(out->key, '>', out->key_len))
+			return TE_KEY;
+		trim(a, an, &t, &tn);
+		if (!tn || memchr(a, '\0', an))
+			return TE_FIELDS;
+		memcpy(out->payload, a, an);
+		out->payload[an] = '\0';
+		out->payload_len = an;
+		return TE_OK;
+	default: /* stats, ping: key and argument ignored */
 		return TE_OK;
 	}
+}
+
+/* dflockd's subjects, as NATS's: non-empty tokens between '.'; a pattern's
+ * token may be '*' (any one token) and its last may be '>' (one or more). */
+bool tcp_pattern_valid(const char *p, size_t n)
+{
+	size_t i, start = 0;
+
+	for (i = 0; i <= n; i++) {
+		size_t tl;
+
+		if (i < n && p[i] != '.')
+			continue;
+		tl = i - start;
+		if (!tl)
+			return false;
+		if (tl > 1 && (memchr(p + start, '*', tl) || memchr(p + start, '>', tl)))
+			return false; /* a wildcard is a whole token */
+		if (p[start] == '>' && i != n)
+			return false; /* '>' only at the end */
+		start = i + 1;
+	}
+	return true;
 }

@@ -109,6 +109,7 @@ static void conn_close(struct tcp *t, struct tconn *c)
 	if (c->waiting)
 		tcp_wait_cancel(t, c);
 	tcp_conn_release(t, c);
+	tcp_sig_conn_gone(t, c);
 	loop_unwatch(t->b, c->fd);
 	/* Unread input would turn the close into a reset that can destroy
 	 * the reply just written: read it away first. */
@@ -240,6 +241,13 @@ static void serve_buffered(struct tcp *t, struct tconn *c)
 		enum tcp_perr e;
 		long n = tcp_frame(c->in, c->in_len, lines, lens);
 
+		if (n == -2 && c->authed) {
+			/* The rest of the payload cannot be told from requests. */
+			blog(LOG_DEBUG, "TCP %s: signal payload too long", c->peer);
+			tcp_reply(c, "error_payload_too_large");
+			c->closing = true;
+			return;
+		}
 		if (n < 0) {
 			blog(LOG_DEBUG, "TCP %s: line too long", c->peer);
 			tcp_reply(c, c->authed ? "error" : "error_auth");

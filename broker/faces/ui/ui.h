@@ -49,10 +49,21 @@ uint64_t ui_stamp(struct http *h);
 /* The view's JSON for @q (NULL: out of memory). */
 json_t *ui_snapshot(struct http *h, const struct ui_query *q, uint64_t stamp);
 
-/* The first time each hold's token was seen (ui_state.c). */
+/* The first time each hold's token was seen (ui_state.c); @before: at the
+ * view's first look, so the hold is at least that old. */
 struct ui_seen {
 	uint64_t token, since_ns;
+	bool before;
 };
+
+/* Grants over time: the grants counter sampled every UI_GRANTS_EVERY_S. */
+#define UI_GRANTS_SAMPLES 120
+#define UI_GRANTS_EVERY_S 5
+
+/* Keep the holds' first sightings and the grant samples current while no
+ * page asks (the HTTP tick): a hold granted before a page opened shows when
+ * it was granted, not when the page first saw it. */
+void ui_watch(struct http *h);
 
 struct ui_wait {
 	struct hreq *r;
@@ -66,7 +77,12 @@ struct ui {
 	uint32_t nwaits, cap;
 	struct ui_seen *seen; /* sorted by token */
 	uint32_t nseen;
+	uint64_t scans;	     /* ui_stamp()s so far: the first one sees holds "before" */
+	uint64_t scanned_ns; /* the last one */
 	uint64_t polls_answered;
+	uint64_t grants[UI_GRANTS_SAMPLES]; /* ring: the counter, oldest first at ngrant */
+	uint32_t ngrants, grant_at;
+	uint64_t granted_ns; /* the last sample */
 };
 
 #endif

@@ -255,7 +255,8 @@ void ui_poll(struct http *h, bool tick)
 
 	struct round rd = { .r = NULL };
 
-	(void)tick;
+	if (tick && (u || (u = ui_of(h))))
+		ui_watch(h);
 	if (!u || !u->nwaits)
 		return;
 	stamp = ui_stamp(h);

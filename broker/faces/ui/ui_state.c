@@ -13,6 +13,7 @@
 
 #include "client.h"
 #include "clock.h"
+#include "hist.h"
 #include "keyops.h"
 #include "keyreset.h"
 #include "core/operator.h"
@@ -35,14 +36,13 @@ static int seen_cmp(const void *a, const void *b)
 	return x->token < y->token ? -1 : x->token > y->token;
 }
 
-static uint64_t seen_since(const struct ui *u, uint64_t token)
+static const struct ui_seen *seen_of(const struct ui *u, uint64_t token)
 {
-	struct ui_seen key = { token, 0 }, *f;
+	struct ui_seen key = { token, 0, false };
 
 	if (!u || !u->nseen)
-		return 0;
-	f = bsearch(&key, u->seen, u->nseen, sizeof(key), seen_cmp);
-	return f ? f->since_ns : 0;
+		return NULL;
+	return bsearch(&key, u->seen, u->nseen, sizeof(key), seen_cmp);
 }
 
 uint64_t ui_stamp(struct http *h)
@@ -88,10 +88,13 @@ uint64_t ui_stamp(struct http *h)
 			seen = p;
 			cap = cap ? cap * 2 : 64;
 		}
-		seen[n].token = nd->token;
-		seen[n].since_ns = seen_since(u, nd->token);
-		if (!seen[n].since_ns)
-			seen[n].since_ns = now;
+		{
+			const struct ui_seen *was = seen_of(u, nd->token);
+
+			seen[n].token = nd->token;
+			seen[n].since_ns = was ? was->since_ns : now;
+			seen[n].before = was ? was->before : !u || !u->scans;
+		}
 		n++;
 	}
 	for (i = 0; i < seg->caps.max_sessions; i++)
@@ -103,6 +106,8 @@ uint64_t ui_stamp(struct http *h)
 		free(u->seen);
 		u->seen = seen;
 		u->nseen = n;
+		u->scans++;
+		u->scanned_ns = now;
 	} else {
 		free(seen);
 	}
@@ -302,7 +307,8 @@ static json_t *page_rows(struct http *h, struct krow *rows, uint32_t n)
 		for (j = 0; j < nh[i]; j++) {
 			const struct seg_node *nd = &seg->nodes[hold[i][j]];
 			json_t *x = session_ref(seg, atomic_load(&nd->word));
-			uint64_t since = seen_since(h->ui, nd->token);
+			const struct ui_seen *f = seen_of(h->ui, nd->token);
+			uint64_t since = f ? f->since_ns : 0;
 
 			json_object_set_new(x, "token", tok_str(nd->token));
 			json_object_set_new(
@@ -310,6 +316,9 @@ static json_t *page_rows(struct http *h, struct krow *rows, uint32_t n)
 				json_integer(since && since < now
 						     ? (json_int_t)((now - since) / 1000000)
 						     : 0));
+			/* Held since before the broker first looked: held_ms
+			 * is a lower bound. */
+			json_object_set_new(x, "held_at_least", json_boolean(f && f->before));
 			json_object_set_new(
 				x, "lease_ms",
 				json_integer(nd->lease_until_ns
@@ -498,6 +507,76 @@ static json_t *counters(struct http *h)
 		(json_int_t)s.quarantined, "version", SHMLOCK_VERSION);
 }
 
+/* One histogram of the sessions' slots (wait or hold time), as the metrics'
+ * shmlock_wait_seconds / shmlock_hold_seconds: per bucket, not cumulative;
+ * "over" counts those past the last bound. */
+static json_t *histogram(struct http *h, bool hold)
+{
+	const struct segment *seg = &h->b->seg;
+	uint64_t count = 0, in = 0, b[SEG_HIST_BUCKETS] = { 0 };
+	json_t *bounds = json_array(), *buckets = json_array();
+	uint32_t i, k;
+
+	for (i = 0; i < seg->caps.max_sessions; i++) {
+		struct seg_hist *x =
+			hold ? &seg->sessions[i].hold_hist : &seg->sessions[i].wait_hist;
+
+		count += atomic_load_explicit(&x->count, memory_order_acquire);
+		for (k = 0; k < SEG_HIST_BUCKETS; k++)
+			b[k] += atomic_load_explicit(&x->bucket[k], memory_order_relaxed);
+	}
+	for (k = 0; k < SEG_HIST_BUCKETS; k++) {
+		json_array_append_new(bounds, json_integer((json_int_t)hist_bounds_us[k]));
+		json_array_append_new(buckets, json_integer((json_int_t)b[k]));
+		in += b[k];
+	}
+	return json_pack("{s:o, s:o, s:I}", "bounds_us", bounds, "buckets", buckets, "over",
+			 (json_int_t)(count > in ? count - in : 0));
+}
+
+/* The grants counter's samples, oldest first, and how far apart they are. */
+static json_t *grants_over_time(struct http *h)
+{
+	const struct ui *u = h->ui;
+	json_t *a = json_array();
+	struct proto_op_stats s;
+	uint32_t i;
+
+	for (i = 0; u && i < u->ngrants; i++)
+		json_array_append_new(
+			a, json_integer((json_int_t)u->grants[(u->grant_at + UI_GRANTS_SAMPLES -
+							       u->ngrants + i) %
+							      UI_GRANTS_SAMPLES]));
+	memset(&s, 0, sizeof(s));
+	operator_stats(h->b, &s);
+	/* And the counter now, so a page has a rate before the second sample. */
+	return json_pack("{s:i, s:o, s:I, s:I}", "every_s", UI_GRANTS_EVERY_S, "samples", a, "now",
+			 (json_int_t)s.grants, "now_after_ms",
+			 (json_int_t)(u && u->ngrants ? (mono_ns() - u->granted_ns) / 1000000 : 0));
+}
+
+void ui_watch(struct http *h)
+{
+	struct ui *u = h->ui;
+	uint64_t now = mono_ns();
+	struct proto_op_stats s;
+
+	if (!u)
+		return;
+	/* Pages waiting: their polls scan at every change and tick already. */
+	if (!u->nwaits && now - u->scanned_ns >= 1000000000ull)
+		ui_stamp(h);
+	if (u->ngrants && now - u->granted_ns < UI_GRANTS_EVERY_S * 1000000000ull)
+		return;
+	memset(&s, 0, sizeof(s));
+	operator_stats(h->b, &s);
+	u->grants[u->grant_at] = s.grants;
+	u->grant_at = (u->grant_at + 1) % UI_GRANTS_SAMPLES;
+	if (u->ngrants < UI_GRANTS_SAMPLES)
+		u->ngrants++;
+	u->granted_ns = now;
+}
+
 json_t *ui_snapshot(struct http *h, const struct ui_query *q, uint64_t stamp)
 {
 	json_t *quar = json_array(), *j;
@@ -505,8 +584,11 @@ json_t *ui_snapshot(struct http *h, const struct ui_query *q, uint64_t stamp)
 
 	operator_quarantined(&h->b->seg, quar_one, quar);
 	snprintf(st, sizeof(st), "%016llx", (unsigned long long)stamp);
-	j = json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:i}", "stamp", st, "keys", key_table(h, q),
-		      "sessions", sessions(h), "leases", leases(h), "quarantined", quar, "counters",
-		      counters(h), "views_waiting", (json_int_t)(h->ui ? h->ui->nwaits : 0));
+	j = json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:i, s:{s:o, s:o, s:o}}", "stamp", st, "keys",
+		      key_table(h, q), "sessions", sessions(h), "leases", leases(h), "quarantined",
+		      quar, "counters", counters(h), "views_waiting",
+		      (json_int_t)(h->ui ? h->ui->nwaits : 0), "charts", "wait",
+		      histogram(h, false), "hold", histogram(h, true), "grants",
+		      grants_over_time(h));
 	return j;
 }
