@@ -611,7 +611,9 @@ static void configure(uint8_t cfg)
 	o->max_sessions_per_ip = cfg & CFG_PER_IP ? 3 : 0;
 	/* A fresh start: the records of addresses (buckets, session counts),
 	 * then the two sessions the placeholders name. */
-	http_ips_free(B.http);
+	net_rate_free(&B.http->rates);
+	B.http->rates.rate = o->rate_per_ip;
+	B.http->rates.burst = o->rate_burst;
 	open_session(session_ids[0]);
 	open_session(session_ids[1]);
 	if (cfg & CFG_DRAIN)

@@ -57,7 +57,5 @@ void consul_drain(struct http *h);
 #define CONSUL_HUP (1ull << 40)
 void consul_hangup(struct http *h, uint32_t slot);
 void consul_session_ended(struct broker *b, uint32_t slot);
-/* The token check of the HTTP API (http_server.c), constant time. */
-bool http_bearer_ok(const char *header, const char *token);
 
 #endif

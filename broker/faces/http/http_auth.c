@@ -1,15 +1,18 @@
 // SPDX-License-Identifier: MIT
 /*
- * The bearer token of --auth-token, as dflockd checks it, and answers held
+ * Who may use the HTTP API (the rules: docs/security.md), and answers held
  * back for a while.
  *
- * The scheme name is case-insensitive (RFC 7235: "bearer x" is "Bearer x")
- * and blanks around the credential are dropped; the credential itself is
- * compared exactly, in constant time. A wrong or missing token is answered
- * 401 with "WWW-Authenticate: Bearer", after AUTH_DELAY_NS: as dflockd makes
- * a failed TCP "auth" wait before it answers, so that guessing costs time.
- * The delay suspends the connection (the loop goes on serving others) and a
- * broker timer resumes it.
+ * A request passes with the bearer token of --auth-token (checked by
+ * broker/net/net_token.c), or when the kernel names its sender as a user
+ * the control socket admits (a loopback or Unix peer, broker/net/net_peer.c)
+ * and it is nothing a web page could have made that user's browser send.
+ * Without a token configured, the Unix socket and --http-insecure-no-auth
+ * let everyone through, as before. A refused request is answered 401 with
+ * "WWW-Authenticate: Bearer" after NET_AUTH_DELAY_NS, as dflockd makes a
+ * failed TCP "auth" wait, so that guessing costs time. The delay suspends
+ * the connection (the loop goes on serving others) and a broker timer
+ * resumes it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,12 +20,10 @@
 #include "clock.h"
 #include "http_int.h"
 
-#define AUTH_DELAY_NS 100000000ull /* 100 ms */
-
-/* Hold @r's answer (already set) back until @at. */
-static void delay_answer(struct hreq *r, uint64_t at)
+void http_delay_answer(struct hreq *r)
 {
 	struct http *h = r->h;
+	uint64_t at = net_auth_fail_at(&h->rates, r->peer, mono_ns());
 	uint32_t i;
 
 	for (i = 0; i < h->ndelayed && h->delayed[i]; i++)
@@ -49,16 +50,48 @@ static void delay_answer(struct hreq *r, uint64_t at)
 	hreq_suspend(r);
 }
 
+bool http_uid_web_ok(struct hreq *r)
+{
+	const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+	const char *ctype = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type");
+
+	if (!r->tcp) /* no web page reaches a Unix socket */
+		return true;
+	if (origin && !net_origin_in(r->h->b->opts.http.cors_origins, origin, false)) {
+		hreq_error(r, 403, "forbidden_origin",
+			   "a web page's request is served only with the token, or from an "
+			   "origin named in --http-cors-allowed-origins");
+		return false;
+	}
+	if (!origin && net_simple_write(r->verb, ctype)) {
+		hreq_error(r, 403, "forbidden_simple_request",
+			   "a %s a web page could send without a CORS preflight needs the token "
+			   "(send Content-Type: application/json)",
+			   r->verb);
+		return false;
+	}
+	return true;
+}
+
 bool http_auth_check(struct hreq *r)
 {
-	const char *token = r->h->b->opts.http.auth_token;
+	const struct broker *b = r->h->b;
+	const char *token = net_token(b);
 
-	if (!token[0] || r->rt.open_path ||
-	    http_bearer_ok(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization"),
-			   token))
+	if (r->rt.open_path)
 		return true;
-	hreq_error(r, 401, "unauthorized", "missing or wrong Authorization: Bearer token");
-	delay_answer(r, mono_ns() + AUTH_DELAY_NS);
+	if (token[0] &&
+	    net_bearer_ok(b, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization")))
+		return true;
+	if (!token[0] && (!r->tcp || b->opts.http.insecure_no_auth))
+		return true;
+	if (r->uid_ok)
+		return http_uid_web_ok(r);
+	hreq_error(r, 401, "unauthorized",
+		   token[0] ? "missing or wrong Authorization: Bearer token"
+			    : "served only to the users the broker's socket admits (see "
+			      "--allow-uid), or with a token (--auth-token)");
+	http_delay_answer(r);
 	return false;
 }
 

@@ -12,6 +12,7 @@
 
 #include "core/broker.h"
 #include "http.h"
+#include "net/net.h"
 
 #define HTTP_BODY_MAX (1u << 20)
 /* --http-listen, --http-socket, socket-activated; + the Consul API's two */
@@ -87,6 +88,8 @@ struct hreq {
 	bool body_too_large;
 	char ip[64];
 	bool tcp; /* came over TCP (Host is checked), not the Unix socket */
+	char peer[64]; /* what rate limits and caps count by (struct net_peer.key) */
+	bool uid_ok;   /* the kernel names a user the control socket admits */
 	/* The answer, kept while the connection is suspended. */
 	int status;
 	char *reply;	   /* JSON text (malloc) or NULL */
@@ -219,12 +222,15 @@ void http_token_key_init(struct http *h);
 
 /* ---- authentication and delayed answers (http_auth.c) --------------------- */
 
-/* Authorization: Bearer @token, as dflockd checks it (http_server.c). */
-bool http_bearer_ok(const char *header, const char *token);
-
-/* The request may pass (no token configured, or the right one); else it is
- * answered 401, after a delay, and false. */
+/* The request may pass (the token, a user the control socket admits, or
+ * no token needed: docs/security.md); else it is answered 401 (after a
+ * delay) or 403, and false. */
 bool http_auth_check(struct hreq *r);
+/* Admitted by uid alone (no token): refuse what a web page could have made
+ * the user's browser send. True when @r may pass; else it is answered. */
+bool http_uid_web_ok(struct hreq *r);
+/* Hold @r's answer (already set) back for NET_AUTH_DELAY_NS. */
+void http_delay_answer(struct hreq *r);
 void http_delayed_due(struct http *h, uint32_t slot, uint32_t gen);
 /* Send every delayed answer now (shutdown). */
 void http_delayed_flush(struct http *h);
@@ -243,23 +249,6 @@ void stats_first_holder(local_session *observer, const char *key, struct first_h
 void http_metrics(struct hreq *r);
 void http_metrics_note(struct http *h, enum http_method m, enum http_route rt, int status,
 		       uint64_t ns);
-
-/* ---- rate limits per client address (http_limits.c) ---------------------- */
-
-struct ipstat {
-	char ip[64];
-	uint32_t sessions;
-	double tokens;
-	uint64_t refill_ns;
-	struct ipstat *next;
-};
-
-/* The record of @ip, created on demand; NULL when out of memory. */
-struct ipstat *http_ip(struct http *h, const char *ip);
-/* A request from @ip may proceed (a token was taken). */
-bool http_rate_allow(struct http *h, const char *ip);
-void http_ips_gc(struct http *h);
-void http_ips_free(struct http *h);
 
 /* ---- the whole server --------------------------------------------------- */
 
@@ -299,9 +288,10 @@ struct http {
 	/* A request of ours released something: our own waiters may have
 	 * been granted (without waiting for the doorbell thread). */
 	bool maybe_granted;
-	/* per-IP records: a small chained hash */
-	struct ipstat *ips[256];
-	uint32_t nips;
+	/* Per-peer rate limits and session counts (broker/net/net_rate.c). */
+	struct net_rates rates;
+	/* Connection caps and head deadlines over all listeners (net_conns.c). */
+	struct net_pool pool;
 	struct http_counters c;
 	struct consul *consul; /* consul_*.c; NULL when off */
 	struct ui *ui;	       /* K4: the web view's long polls (ui_server.c); NULL until used */

@@ -200,33 +200,14 @@ void hreq_resume(struct hreq *r)
 	run_soon(r->h);
 }
 
-/* @origin is in the list (@any: or the list has "*"). */
-static bool origin_in(const struct http_opts *o, const char *origin, bool any)
-{
-	const char *p = o->cors_origins;
-	size_t n = strlen(origin);
-
-	while (*p) {
-		size_t len = strcspn(p, ",");
-
-		while (len && *p == ' ')
-			p++, len--;
-		if ((any && len == 1 && *p == '*') || (len == n && !strncmp(p, origin, n)))
-			return true;
-		p += len;
-		p += *p == ',';
-	}
-	return false;
-}
-
 static bool origin_allowed(const struct http_opts *o, const char *origin)
 {
-	return origin_in(o, origin, true);
+	return net_origin_in(o->cors_origins, origin, true);
 }
 
 static bool origin_listed(const struct http_opts *o, const char *origin)
 {
-	return origin_in(o, origin, false);
+	return net_origin_in(o->cors_origins, origin, false);
 }
 
 static void add_cors(struct hreq *r, struct MHD_Response *resp)
@@ -292,34 +273,6 @@ static enum MHD_Result send_answer(struct hreq *r)
 
 /* ---- dispatch ------------------------------------------------------------ */
 
-/* Constant time in the length of the expected token. */
-static bool bearer_ok(const char *header, const char *token);
-bool http_bearer_ok(const char *header, const char *token) /* consul_server.c */
-{
-	return bearer_ok(header, token);
-}
-
-static bool bearer_ok(const char *header, const char *token)
-{
-	size_t n = strlen(token), i, got;
-	unsigned char diff = 0;
-
-	/* As dflockd (RFC 7235): the scheme in any case, blanks around the
-	 * token dropped; the token itself compared exactly. */
-	if (!header || strncasecmp(header, "Bearer ", 7))
-		return false;
-	header += 7;
-	while (*header == ' ' || *header == '\t')
-		header++;
-	got = strlen(header);
-	while (got && (header[got - 1] == ' ' || header[got - 1] == '\t'))
-		got--;
-	diff = got != n;
-	for (i = 0; i < n; i++)
-		diff |= (unsigned char)(token[i] ^ (i < got ? header[i] : 0));
-	return diff == 0;
-}
-
 static void serve_plain(struct hreq *r)
 {
 	switch (r->rt.id) {
@@ -349,49 +302,6 @@ static void serve_plain(struct hreq *r)
 	}
 }
 
-/* @name (no port) is one of the comma-separated @list, ignoring case. */
-static bool name_listed(const char *list, const char *name, size_t n)
-{
-	while (*list) {
-		size_t len;
-
-		while (*list == ' ' || *list == ',')
-			list++;
-		len = strcspn(list, ", ");
-		if (len && len == n && !strncasecmp(list, name, n))
-			return true;
-		list += len;
-	}
-	return false;
-}
-
-/* Is the IP literal @host the local address of @c, or a loopback one? */
-static bool local_literal(struct MHD_Connection *c, const char *host)
-{
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-	struct in6_addr a6;
-	struct in_addr a4;
-
-	if (inet_pton(AF_INET, host, &a4) == 1) {
-		if ((ntohl(a4.s_addr) >> 24) == 127)
-			return true;
-		return ci && !getsockname(ci->connect_fd, (struct sockaddr *)&ss, &len) &&
-		       ss.ss_family == AF_INET &&
-		       ((struct sockaddr_in *)&ss)->sin_addr.s_addr == a4.s_addr;
-	}
-	if (inet_pton(AF_INET6, host, &a6) == 1) {
-		if (IN6_IS_ADDR_LOOPBACK(&a6))
-			return true;
-		return ci && !getsockname(ci->connect_fd, (struct sockaddr *)&ss, &len) &&
-		       ss.ss_family == AF_INET6 &&
-		       !memcmp(&((struct sockaddr_in6 *)&ss)->sin6_addr, &a6, sizeof(a6));
-	}
-	return false;
-}
-
 /*
  * DNS rebinding: a page from evil.example whose name is made to resolve to
  * 127.0.0.1 reaches the API with "Host: evil.example[:port]", same-origin
@@ -402,32 +312,14 @@ static bool local_literal(struct MHD_Connection *c, const char *host)
 static bool host_allowed(struct hreq *r)
 {
 	const char *host = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host");
-	char name[256];
-	size_t n;
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 
 	if (!r->tcp || !host)
 		return true;
-	if (host[0] == '[') { /* [v6]:port */
-		const char *end = strchr(host, ']');
-
-		if (!end)
-			return false;
-		n = (size_t)(end - host - 1);
-		host++;
-	} else {
-		const char *colon = strchr(host, ':');
-
-		n = colon ? (size_t)(colon - host) : strlen(host);
-	}
-	if (!n || n >= sizeof(name))
-		return false;
-	memcpy(name, host, n);
-	name[n] = '\0';
-	if (n && name[n - 1] == '.') /* "localhost." is the same name */
-		name[--n] = '\0';
-	return !strcasecmp(name, "localhost") || local_literal(r->conn, name) ||
-	       name_listed(r->h->b->opts.http.allowed_hosts, name, n);
+	return net_host_ok(host, ci ? ci->connect_fd : -1, r->h->b->opts.http.allowed_hosts);
 }
+
 
 /*
  * Cross-site requests: a web page can make a browser send a "simple" POST
@@ -473,7 +365,7 @@ static void dispatch(struct hreq *r)
 		return;
 	}
 	/* dflockd's order: rate limit, then token, then route. */
-	if (!r->rt.probe_path && !http_rate_allow(h, r->ip)) {
+	if (!r->rt.probe_path && !net_rate_allow(&h->rates, r->peer)) {
 		hreq_error(r, 429, "rate_limited", "over %u requests a second from %s",
 			   o->rate_per_ip, r->ip);
 		return;
@@ -524,7 +416,17 @@ static void dispatch(struct hreq *r)
 struct hconn {
 	char ip[64];
 	bool tcp;
+	struct net_peer peer;
+	struct net_conn nc; /* in h->pool: caps and the head's deadline */
 };
+
+static struct hconn *hconn_of(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return ci ? ci->socket_context : NULL;
+}
 
 static void client_ip(struct MHD_Connection *c, char *out, size_t size, bool *tcp)
 {
@@ -548,7 +450,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 {
 	struct http *h = cls;
 	struct hreq *r = *ctx;
-	const union MHD_ConnectionInfo *hc;
+	struct hconn *k;
 
 	(void)version;
 	if (!r) {
@@ -568,14 +470,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 			r->verb[n] = '\0';
 		}
 		http_route_match(url, r->method, &r->rt);
-		hc = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-		if (hc && hc->socket_context) {
-			const struct hconn *k = hc->socket_context;
-
+		k = hconn_of(c);
+		if (k) {
 			memcpy(r->ip, k->ip, sizeof(r->ip));
 			r->tcp = k->tcp;
+			memcpy(r->peer, k->peer.key, sizeof(r->peer));
+			r->uid_ok = k->peer.uid_admitted;
+			net_pool_ready(&h->pool, &k->nc); /* its head is in */
 		} else {
 			client_ip(c, r->ip, sizeof(r->ip), &r->tcp);
+			memcpy(r->peer, r->ip, sizeof(r->peer));
 		}
 		if ((r->consul = consul_conn(h, c)) && !(r->url = strdup(url)))
 			return MHD_NO;
@@ -624,9 +528,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
 {
 	struct http *h = cls;
 	struct hreq *r = *ctx;
+	struct hconn *k = hconn_of(c);
 
-	(void)c;
-	(void)why;
+	if (k && why == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+		net_pool_pending(&h->pool, &k->nc, mono_ns()); /* the next head's deadline */
 	if (!r)
 		return;
 	http_waiter_drop(r);
@@ -652,16 +557,38 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx
 	struct http *h = cls;
 
 	if (what == MHD_CONNECTION_NOTIFY_STARTED) {
-		struct hconn *hc = malloc(sizeof(*hc));
+		struct hconn *hc = calloc(1, sizeof(*hc));
+		const union MHD_ConnectionInfo *ci =
+			MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		struct net_conn *out;
 
-		/* The peer's address, formatted once for the connection's
-		 * requests (NULL: each request formats it). */
-		if (hc)
+		/* The peer, known once for the connection's requests (NULL:
+		 * each request formats its address, and it has no cap). */
+		if (hc && ci) {
 			client_ip(c, hc->ip, sizeof(hc->ip), &hc->tcp);
+			net_peer_of(h->b, ci->connect_fd, &hc->peer);
+			hc->nc.fd = ci->connect_fd;
+			hc->nc.owner = hc;
+			/* Every Unix client has the same (no) address: no cap per peer. */
+			if (hc->tcp)
+				memcpy(hc->nc.key, hc->peer.key, sizeof(hc->nc.key));
+			out = net_pool_add(&h->pool, &hc->nc, mono_ns());
+			if (out) {
+				blog(LOG_DEBUG, "http: %s %s (--http-max-connections%s)",
+				     out == &hc->nc ? "refused" : "evicted an unfinished request of",
+				     out == &hc->nc ? hc->peer.key : out->key,
+				     hc->tcp ? ", --http-max-connections-per-ip" : "");
+				net_conn_doom(&h->pool, out);
+			}
+		}
 		*socket_ctx = hc;
 		h->connections++;
 	} else {
-		free(*socket_ctx);
+		struct hconn *hc = *socket_ctx;
+
+		if (hc && hc->nc.fd)
+			net_pool_del(&h->pool, &hc->nc);
+		free(hc);
 		*socket_ctx = NULL;
 		if (h->connections)
 			h->connections--;
@@ -724,11 +651,11 @@ static int start_daemon(struct http *h, int fd)
 	const struct http_opts *o = &h->b->opts.http;
 	const union MHD_DaemonInfo *info;
 	struct MHD_Daemon *d;
-	unsigned i = h->nd, max = listen_max_connections(o->max_connections);
-	unsigned per_ip = o->max_connections_per_ip ? o->max_connections_per_ip : (max + 1) / 2;
+	unsigned i = h->nd, max = h->pool.max;
 
-	if (!is_tcp(fd))
-		per_ip = 0; /* every Unix client has the same (no) address */
+	/* The caps are the pool's (on_connection()); libmicrohttpd's own
+	 * limit leaves room for connections doomed and not yet closed. */
+	max += max / 4 + 16;
 	d = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL,
 			     NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, fd,
 			     MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
@@ -736,7 +663,7 @@ static int start_daemon(struct http *h, int fd)
 			     MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes, h,
 			     MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_CONNECTION_TIMEOUT,
 			     (unsigned)o->connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, max,
-			     MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_END);
+			     MHD_OPTION_END);
 	if (!d)
 		return -EINVAL;
 	h->d[i] = d;
@@ -749,26 +676,24 @@ static int start_daemon(struct http *h, int fd)
 }
 
 /*
- * On TCP every local user can connect: the socket's mode, group and the
- * allow lists do not apply. Without a token that hands every lock to every
- * local user, so it takes --http-insecure-no-auth to say so. The Unix
- * socket (mode 0660, --socket-group) needs no token.
+ * Who may use a TCP listener: with a token, whoever has it; without one,
+ * on a loopback address, the users the control socket admits (the kernel
+ * names a local peer's user: broker/net/net_peer.c). Off loopback nothing
+ * names the peer, so a listener there without a token hands every lock to
+ * whoever reaches it: it takes --http-insecure-no-auth to say so.
  */
-static int check_auth_default(const struct http_opts *o, int act, const char *consul_listen)
+static int check_auth_default(const struct http *h, int fd, const char *what)
 {
-	if (o->auth_token[0] || o->insecure_no_auth)
+	const struct http_opts *o = &h->b->opts.http;
+
+	if (net_token(h->b)[0] || o->insecure_no_auth || !is_tcp(fd) || net_fd_loopback(fd))
 		return 0;
-	if (o->listen[0] || (act >= 0 && is_tcp(act)) || consul_listen[0]) {
-		blog(LOG_ERR,
-		     "refusing to serve HTTP on TCP (%s) without --auth-token or "
-		     "--auth-token-file: every local user could take and release any lock. "
-		     "Use --http-socket, or pass --http-insecure-no-auth to allow it",
-		     o->listen[0]	? o->listen
-		     : consul_listen[0] ? consul_listen
-					: "socket-activated");
-		return -EPERM;
-	}
-	return 0;
+	blog(LOG_ERR,
+	     "refusing to serve HTTP on %s, not a loopback address, without --auth-token or "
+	     "--auth-token-file: whoever reaches it could take and release any lock. "
+	     "Listen on 127.0.0.1, or pass --http-insecure-no-auth to allow it",
+	     what);
+	return -EPERM;
 }
 
 int http_start(struct broker *b)
@@ -781,27 +706,29 @@ int http_start(struct broker *b)
 
 	if (!http_enabled(o) && act < 0 && !clisten[0] && cact < 0)
 		return 0;
-	err = check_auth_default(o, act, clisten);
-	if (!err && cact >= 0 && is_tcp(cact))
-		err = check_auth_default(o, cact, clisten);
-	if (err)
-		return err;
 	h = calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
 	b->http = h;
 	h->b = b;
+	h->rates.rate = o->rate_per_ip;
+	h->rates.burst = o->rate_burst;
+	h->pool.max = listen_max_connections(o->max_connections);
+	h->pool.max_per_peer =
+		o->max_connections_per_ip ? o->max_connections_per_ip : (h->pool.max + 1) / 2;
+	h->pool.deadline_ns = (uint64_t)o->connection_timeout_s * 1000000000ull;
 	http_token_key_init(h);
 	err = hsessions_init(h);
 	if (err)
 		return err;
-	if (act >= 0 && (err = start_daemon(h, act)))
+	if (act >= 0 && ((err = check_auth_default(h, act, "a socket-activated socket")) ||
+			 (err = start_daemon(h, act))))
 		return err;
 	if (o->listen[0]) {
 		fd = listen_tcp_spec(o->listen, "--http-listen", "HTTP");
 		if (fd < 0)
 			return fd;
-		if ((err = start_daemon(h, fd)))
+		if ((err = check_auth_default(h, fd, o->listen)) || (err = start_daemon(h, fd)))
 			return err;
 	}
 	if (o->unix_path[0]) {
@@ -816,7 +743,8 @@ int http_start(struct broker *b)
 		fd = cact >= 0 ? cact : listen_tcp_spec(clisten, "--consul-listen", "Consul API");
 		if (fd < 0)
 			return fd;
-		if ((err = start_daemon(h, fd)) || (err = consul_start(h, h->nd - 1)))
+		if ((err = check_auth_default(h, fd, clisten[0] ? clisten : "the Consul socket")) ||
+		    (err = start_daemon(h, fd)) || (err = consul_start(h, h->nd - 1)))
 			return err;
 	}
 	broker_schedule(b, mono_ns() + 250000000ull, TIMER_HTTP_TICK, 0, 0);
@@ -824,7 +752,7 @@ int http_start(struct broker *b)
 		blog(LOG_INFO, "HTTP API on%s%s%s%s%s", o->listen[0] ? " " : "", o->listen,
 		     o->unix_path[0] ? " unix:" : "", o->unix_path,
 		     act >= 0 ? " (socket-activated)" : "");
-	if (!o->auth_token[0] && (o->listen[0] || (act >= 0 && is_tcp(act))))
+	if (!net_token(b)[0] && o->insecure_no_auth && (o->listen[0] || (act >= 0 && is_tcp(act))))
 		blog(LOG_WARNING, "HTTP API on TCP without a token (--http-insecure-no-auth): "
 				  "every local user may take and release any lock");
 	return 0;
@@ -853,7 +781,7 @@ void http_stop(struct broker *b)
 	consul_free(h);
 	ui_free(h); /* K4 */
 	hsessions_fini(h);
-	http_ips_free(h);
+	net_rate_free(&h->rates);
 	free(h->waiters);
 	free(h);
 	b->http = NULL;
@@ -962,10 +890,20 @@ void http_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 		run_all(h);
 		return;
 	}
+	{ /* whole heads overdue: shut down, libmicrohttpd then closes them */
+		struct net_conn *late;
+		uint64_t now = mono_ns();
+
+		while ((late = net_pool_overdue(&h->pool, now))) {
+			blog(LOG_DEBUG, "http: %s sent no whole request head in %us", late->key,
+			     h->b->opts.http.connection_timeout_s);
+			net_conn_doom(&h->pool, late);
+		}
+	}
 	for (i = 0; i < h->nd; i++)
 		run_daemon(h, i); /* connection timeouts */
 	http_sessions_reap(h);
-	http_ips_gc(h);
+	net_rate_gc(&h->rates);
 	ui_poll(h, true); /* K4: lock-free changes ring no doorbell */
 	broker_schedule(b, mono_ns() + period, TIMER_HTTP_TICK, 0, 0);
 }

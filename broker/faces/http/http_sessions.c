@@ -40,7 +40,7 @@ int hsessions_init(struct http *h)
 
 static void detach(struct http *h, struct hsession *hs)
 {
-	struct ipstat *ip = http_ip(h, hs->ip);
+	struct net_ipstat *ip = net_rate_peer(&h->rates, hs->ip);
 
 	if (h->by_slot[hs->slot] == hs) {
 		h->by_slot[hs->slot] = NULL;
@@ -93,7 +93,7 @@ void http_sessions_create(struct hreq *r)
 {
 	struct http *h = r->h;
 	const struct http_opts *o = &h->b->opts.http;
-	struct ipstat *ip = http_ip(h, r->ip);
+	struct net_ipstat *ip = net_rate_peer(&h->rates, r->peer);
 	struct proto_open req;
 	struct proto_reply rep;
 	struct hsession *hs;
@@ -144,7 +144,7 @@ void http_sessions_create(struct hreq *r)
 	hs->slot = rep.slot;
 	hs->gen = rep.gen;
 	hs->last_seen_ns = mono_ns();
-	snprintf(hs->ip, sizeof(hs->ip), "%s", r->ip);
+	snprintf(hs->ip, sizeof(hs->ip), "%s", r->peer);
 	h->by_slot[hs->slot] = hs;
 	h->nsessions++;
 	ip->sessions++;
