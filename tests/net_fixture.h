@@ -46,4 +46,16 @@ void http_reply_free(struct http_reply *r);
  * CR LF) into @buf; false when absent. */
 bool http_reply_header(const struct http_reply *r, const char *name, char *buf, size_t size);
 
+
+/* ---- peers for the network module's tests (it_net_*.c) ------------------ */
+
+/* A TCP connection to 127.0.0.1:@port from the loopback address @src
+ * ("127.0.0.2"; NULL: any), blocking; -1 when refused. */
+int tcp_connect_from(const char *src, int port);
+/* Has the peer closed @fd (EOF or reset seen now, without waiting)? */
+bool tcp_peer_closed(int fd);
+/* In a forked child: become user and group nobody (65534), with no
+ * supplementary groups; _exit(99) when that fails. */
+void become_nobody(void);
+
 #endif

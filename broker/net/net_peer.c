@@ -244,7 +244,7 @@ void net_peer_of(const struct broker *b, int fd, struct net_peer *p)
 	}
 	if (p->uid_known) {
 		snprintf(p->key, sizeof(p->key), "uid:%u", (unsigned)p->uid);
-		p->uid_admitted = net_uid_admits(b, p->uid);
+		p->uid_admitted = !b->opts.http.token_only && net_uid_admits(b, p->uid);
 	} else {
 		snprintf(p->key, sizeof(p->key), "%s", p->addr);
 	}

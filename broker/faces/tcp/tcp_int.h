@@ -43,6 +43,7 @@ struct tconn {
 	bool closing; /* close once the output is written */
 	bool authed;
 	bool held;		/* a failed auth's answer waits for its time */
+	bool uid_first;		/* admitted by uid; no request served yet */
 	struct net_conn nc;	/* in tcp->pool: the cap, the auth deadline */
 	uint32_t events;	/* what epoll watches now */
 	uint64_t line_since_ns; /* since when a line is awaited */

@@ -272,6 +272,15 @@ static void serve_buffered(struct tcp *t, struct tconn *c)
 		memmove(c->in, c->in + n, c->in_len - (size_t)n);
 		c->in_len -= (size_t)n;
 		c->line_since_ns = mono_ns();
+		if (c->uid_first) {
+			/* A client given the token sends it first; its user is
+			 * admitted anyway, whatever it sends. */
+			c->uid_first = false;
+			if (!e && r.cmd == TC_AUTH && net_token(t->b)[0]) {
+				tcp_reply(c, "ok");
+				continue;
+			}
+		}
 		if (!c->authed) {
 			/* The first request must be an auth with the token. */
 			if (e || r.cmd != TC_AUTH || !net_token_ok(t->b, r.arg, strlen(r.arg))) {
@@ -415,6 +424,7 @@ static bool admit(struct tcp *t, struct tconn *c, int fd)
 	net_peer_of(b, fd, &p);
 	snprintf(c->nc.key, sizeof(c->nc.key), "%s", p.key);
 	c->authed = p.uid_admitted || (!net_token(b)[0] && b->opts.tcp.insecure_no_auth);
+	c->uid_first = p.uid_admitted;
 	/* Without a token nothing else could admit it. */
 	return c->authed || net_token(b)[0];
 }
