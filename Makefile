@@ -177,10 +177,13 @@ $(EXAMPLES): $(O)/examples/%: $(O)/docs/examples/%.o $(STLIB)
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread
 
 # Tests link the static archive so they can reach internal functions too,
-# and the broker's HTTP route table (checked against the OpenAPI document).
+# the broker's HTTP route table (checked against the OpenAPI document), and
+# the network module's pure parts (tests/unit_net.c).
+NET_UNIT_OBJ := $(patsubst %,$(O)/broker/net/%.o,net_token net_conns net_rate net_web)
 $(TESTS): $(TESTLIB_SRC:%.c=$(O)/%.o) $(UNIT_SRC:%.c=$(O)/%.o) $(INTEG_SRC:%.c=$(O)/%.o) \
 		$(O)/tests/main.o $(O)/tests/runner.o $(O)/tests/isolate.o \
-		$(O)/broker/faces/http/http_routes.o $(O)/broker/faces/http/http_body.o $(STLIB)
+		$(O)/broker/faces/http/http_routes.o $(O)/broker/faces/http/http_body.o \
+		$(NET_UNIT_OBJ) $(STLIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) $(CUNIT_LIBS) $(CURL_LIBS) $(HTTP_LIBS) $(TLS_LIBS) \
 		-lpthread

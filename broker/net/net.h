@@ -75,7 +75,7 @@ struct net_conn {
 	uint64_t since_ns; /* since when its head (or authentication) is awaited */
 	bool pending;	   /* head incomplete / not authenticated yet */
 	bool doomed;	   /* shut down, waiting for its owner to close it */
-	char key[64];	   /* its peer (struct net_peer.key) */
+	char key[64];	   /* its peer (struct net_peer.key); "": no cap per peer */
 	void *owner;	   /* the face's own record of it */
 };
 

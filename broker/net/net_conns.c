@@ -81,7 +81,7 @@ struct net_conn *net_pool_add(struct net_pool *p, struct net_conn *c, uint64_t n
 	c->since_ns = now_ns;
 	c->pending = true;
 	c->doomed = false;
-	if (p->max_per_peer && net_pool_count(p, c->key) >= p->max_per_peer)
+	if (p->max_per_peer && c->key[0] && net_pool_count(p, c->key) >= p->max_per_peer)
 		victim = oldest_pending(p, c->key, NULL);
 	else if (p->max && p->live >= p->max)
 		victim = oldest_pending(p, NULL, NULL);
