@@ -94,7 +94,8 @@ static int probes_served(const char *url, const char *authz, long within_ms)
 	int i, served = 0;
 
 	for (i = 0; i < PROBES; i++) {
-		struct http_req q = { .url = url, .headers = authz ? hdrs : NULL,
+		struct http_req q = { .url = url,
+				      .headers = authz ? hdrs : NULL,
 				      .timeout_ms = within_ms };
 		struct http_reply r;
 		uint64_t t0 = now_ms();
@@ -154,8 +155,7 @@ TEST(net_http, slow_heads_keep_no_scraper_from_the_metrics_listener, 90)
 	child_spawn(&att, trickler, &t);
 	child_expect(&att, "ready", 20000);
 	served = probes_served(url, NULL, 4000);
-	fprintf(stderr, "  metrics: %d of %d probes served under 70 slow heads\n", served,
-		PROBES);
+	fprintf(stderr, "  metrics: %d of %d probes served under 70 slow heads\n", served, PROBES);
 	child_kill(&att);
 	CHECK(served >= PROBES - 1);
 	broker_stop(&b);
@@ -168,7 +168,8 @@ TEST(net_http, a_head_trickled_past_its_deadline_is_closed, 60)
 	int port = free_port(), fd;
 	char listen[32];
 	struct broker_proc b;
-	const char *head = "GET /v1/stats HTTP/1.1\r\nHost: localhost\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaa";
+	const char *head =
+		"GET /v1/stats HTTP/1.1\r\nHost: localhost\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaa";
 	uint64_t t0;
 	size_t i;
 	bool closed = false;

@@ -23,7 +23,8 @@
 
 static void start(struct broker_proc *b, int port, const char *const *more)
 {
-	const char *args[16] = { "--tcp-listen", strf("127.0.0.1:%d", port), "--auth-token", "tok" };
+	const char *args[16] = { "--tcp-listen", strf("127.0.0.1:%d", port), "--auth-token",
+				 "tok" };
 	int n = 4, fd = -1;
 
 	while (more && *more && n < 15)
@@ -100,8 +101,7 @@ TEST(net_tcp, unauthenticated_connections_keep_no_client_out, 60)
 	child_expect(&att, "ready", 10000);
 	for (i = 0; i < 6; i++)
 		served += client_served(port, strf("k%d", i));
-	fprintf(stderr, "  %d of 6 clients served beside 12 silent connections (cap 8)\n",
-		served);
+	fprintf(stderr, "  %d of 6 clients served beside 12 silent connections (cap 8)\n", served);
 	child_send(&att, "go");
 	child_wait(&att, 5000);
 	CHECK(served >= 5);
@@ -207,8 +207,9 @@ TEST(net_tcp, wrong_tokens_are_answered_slowly, 60)
 	CHECK_OK(child_read(&g, line, sizeof(line), 15000));
 	answers = atoi(line);
 	child_wait(&g, 5000);
-	fprintf(stderr, "  %d wrong tokens answered in 2 s over 8 connections; %d of 3 clients "
-			"served meanwhile\n",
+	fprintf(stderr,
+		"  %d wrong tokens answered in 2 s over 8 connections; %d of 3 clients "
+		"served meanwhile\n",
 		answers, served);
 	/* One a quarter second: 8 in 2 s; before, thousands. */
 	CHECK(answers <= 40);

@@ -159,8 +159,7 @@ TEST(net_uid, a_token_and_the_uid_both_admit, 60)
 	int status;
 
 	start(&b, &p, (const char *const[]){ "--auth-token", "tok", NULL });
-	CHECK_EQ(http_status("POST", strf("http://127.0.0.1:%d/v1/sessions", p.http), bearer,
-			     "{}"),
+	CHECK_EQ(http_status("POST", strf("http://127.0.0.1:%d/v1/sessions", p.http), bearer, "{}"),
 		 200);
 	CHECK_EQ(http_status("POST", strf("http://127.0.0.1:%d/v1/sessions", p.http), json_type,
 			     "{}"),
@@ -195,8 +194,8 @@ TEST(net_uid, requests_a_web_page_could_send_are_refused_to_the_uid_alone, 60)
 	struct ports p;
 	char *sessions;
 
-	start(&b, &p, (const char *const[]){ "--http-cors-allowed-origins", "http://good.example",
-					     NULL });
+	start(&b, &p,
+	      (const char *const[]){ "--http-cors-allowed-origins", "http://good.example", NULL });
 	sessions = strf("http://127.0.0.1:%d/v1/sessions", p.http);
 	CHECK_EQ(http_status("POST", sessions, evil, "{}"), 403);
 	CHECK_EQ(http_status("POST", sessions, text, "{}"), 403);

@@ -737,7 +737,8 @@ TEST(tcp, auth_is_the_mandatory_first_request, 30)
 	int a;
 
 	/* The token alone: root, the test's user, is not admitted by its uid. */
-	tb_start(&t, false, (const char *const[]){ "--auth-token", "s3cret", "--token-only", NULL });
+	tb_start(&t, false,
+		 (const char *const[]){ "--auth-token", "s3cret", "--token-only", NULL });
 	a = tconnect(&t);
 	CHECK_STR(treq(a, "stats", "", ""), "error_auth");
 	CHECK_STR(tline(a), "<EOF>");

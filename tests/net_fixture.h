@@ -46,7 +46,6 @@ void http_reply_free(struct http_reply *r);
  * CR LF) into @buf; false when absent. */
 bool http_reply_header(const struct http_reply *r, const char *name, char *buf, size_t size);
 
-
 /* ---- peers for the network module's tests (it_net_*.c) ------------------ */
 
 /* A TCP connection to 127.0.0.1:@port from the loopback address @src

@@ -135,8 +135,7 @@ int net_sock_uid(const void *peer, const void *local, uid_t *uid)
 			err = e->error ? e->error : -ENOENT;
 			break;
 		}
-		if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY ||
-		    h->nlmsg_len < NLMSG_LENGTH(sizeof(*m)))
+		if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY || h->nlmsg_len < NLMSG_LENGTH(sizeof(*m)))
 			continue;
 		/* The kernel matched all four; check what it says it found. */
 		if (m->id.idiag_sport != req.r.id.idiag_sport ||

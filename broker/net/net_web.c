@@ -52,7 +52,8 @@ bool net_simple_write(const char *method, const char *content_type)
 		return false;
 	return !content_type || !content_type[0] ||
 	       media_is(content_type, "application/x-www-form-urlencoded") ||
-	       media_is(content_type, "multipart/form-data") || media_is(content_type, "text/plain");
+	       media_is(content_type, "multipart/form-data") ||
+	       media_is(content_type, "text/plain");
 }
 
 /* @name (no port) is one of the comma-separated @list, ignoring case. */

@@ -602,8 +602,9 @@ void consul_dispatch(struct hreq *r)
 		return;
 	case BY_UID:
 		if (!http_uid_web_ok(r)) { /* a web page's request: Consul's words */
-			consul_reply_text(r, 403, "Permission denied: a request a web page "
-						  "could send needs the token");
+			consul_reply_text(r, 403,
+					  "Permission denied: a request a web page "
+					  "could send needs the token");
 			return;
 		}
 		break;

@@ -80,8 +80,8 @@ bool http_auth_check(struct hreq *r)
 
 	if (r->rt.open_path)
 		return true;
-	if (token[0] &&
-	    net_bearer_ok(b, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization")))
+	if (token[0] && net_bearer_ok(b, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+								     "Authorization")))
 		return true;
 	if (!token[0] && (!r->tcp || b->opts.http.insecure_no_auth))
 		return true;

@@ -87,7 +87,7 @@ struct hreq {
 	size_t body_len, body_cap;
 	bool body_too_large;
 	char ip[64];
-	bool tcp; /* came over TCP (Host is checked), not the Unix socket */
+	bool tcp;      /* came over TCP (Host is checked), not the Unix socket */
 	char peer[64]; /* what rate limits and caps count by (struct net_peer.key) */
 	bool uid_ok;   /* the kernel names a user the control socket admits */
 	/* The answer, kept while the connection is suspended. */

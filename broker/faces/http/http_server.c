@@ -320,7 +320,6 @@ static bool host_allowed(struct hreq *r)
 	return net_host_ok(host, ci ? ci->connect_fd : -1, r->h->b->opts.http.allowed_hosts);
 }
 
-
 /*
  * Cross-site requests: a web page can make a browser send a "simple" POST
  * (no preflight) to a loopback port, and without a token (with
@@ -575,7 +574,8 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx
 			out = net_pool_add(&h->pool, &hc->nc, mono_ns());
 			if (out) {
 				blog(LOG_DEBUG, "http: %s %s (--http-max-connections%s)",
-				     out == &hc->nc ? "refused" : "evicted an unfinished request of",
+				     out == &hc->nc ? "refused"
+						    : "evicted an unfinished request of",
 				     out == &hc->nc ? hc->peer.key : out->key,
 				     hc->tcp ? ", --http-max-connections-per-ip" : "");
 				net_conn_doom(&h->pool, out);
@@ -656,14 +656,13 @@ static int start_daemon(struct http *h, int fd)
 	/* The caps are the pool's (on_connection()); libmicrohttpd's own
 	 * limit leaves room for connections doomed and not yet closed. */
 	max += max / 4 + 16;
-	d = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL,
-			     NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, fd,
-			     MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-			     MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-			     MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes, h,
-			     MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_CONNECTION_TIMEOUT,
-			     (unsigned)o->connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, max,
-			     MHD_OPTION_END);
+	d = MHD_start_daemon(
+		MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+		on_request, h, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED,
+		on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+		MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+		h, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->connection_timeout_s,
+		MHD_OPTION_CONNECTION_LIMIT, max, MHD_OPTION_END);
 	if (!d)
 		return -EINVAL;
 	h->d[i] = d;

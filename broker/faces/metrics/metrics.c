@@ -183,15 +183,14 @@ int metrics_start(struct broker *b)
 	m->pool.max_per_peer = METRICS_MAX_PER_PEER;
 	m->pool.deadline_ns = METRICS_CONNECTION_TIMEOUT_S * 1000000000ull;
 	b->metrics = m;
-	m->d = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, b,
-				MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-				b, MHD_OPTION_NOTIFY_CONNECTION, on_connection, b,
-				MHD_OPTION_NOTIFY_COMPLETED, on_completed, b,
-				MHD_OPTION_CONNECTION_TIMEOUT,
-				(unsigned)METRICS_CONNECTION_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
-				/* room for connections doomed, not yet closed */
-				(unsigned)(METRICS_MAX_CONNECTIONS + METRICS_MAX_CONNECTIONS / 4),
-				MHD_OPTION_END);
+	m->d = MHD_start_daemon(
+		MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, b,
+		MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, b,
+		MHD_OPTION_NOTIFY_CONNECTION, on_connection, b, MHD_OPTION_NOTIFY_COMPLETED,
+		on_completed, b, MHD_OPTION_CONNECTION_TIMEOUT,
+		(unsigned)METRICS_CONNECTION_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
+		/* room for connections doomed, not yet closed */
+		(unsigned)(METRICS_MAX_CONNECTIONS + METRICS_MAX_CONNECTIONS / 4), MHD_OPTION_END);
 	if (!m->d)
 		return -EINVAL;
 	info = MHD_get_daemon_info(m->d, MHD_DAEMON_INFO_EPOLL_FD);
@@ -240,6 +239,6 @@ void metrics_timer(struct broker *b)
 		return;
 	while ((late = net_pool_overdue(&b->metrics->pool, mono_ns())))
 		net_conn_doom(&b->metrics->pool, late); /* no whole head in time */
-	metrics_event(b); /* connection timeouts */
+	metrics_event(b);				/* connection timeouts */
 	broker_schedule(b, mono_ns() + METRICS_TICK_NS, TIMER_METRICS_TICK, 0, 0);
 }

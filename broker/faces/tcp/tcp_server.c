@@ -452,8 +452,9 @@ static void conn_accept(struct tcp *t, int lfd)
 			continue;
 		}
 		if (!admit(t, c, fd)) {
-			blog(LOG_DEBUG, "TCP: %s is no user the control socket admits, and no "
-					"token is set: closed",
+			blog(LOG_DEBUG,
+			     "TCP: %s is no user the control socket admits, and no "
+			     "token is set: closed",
 			     c->nc.key);
 			free(c);
 			close(fd);
