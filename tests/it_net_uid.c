@@ -250,3 +250,42 @@ TEST(net_uid, a_listener_off_loopback_still_needs_a_token, 30)
 	CHECK(broker_refuses(&b, (const char *const[]){ "--http-listen", any, NULL }, 10000) != 0);
 	CHECK(broker_refuses(&b, (const char *const[]){ "--tcp-listen", any, NULL }, 10000) != 0);
 }
+
+/* As nobody: GET @arg (a URL) without a token; exit 0 when refused 401. */
+static void nobody_gets_401(void *arg, int in, int out)
+{
+	long s;
+
+	(void)in;
+	become_nobody();
+	s = http_status("GET", arg, NULL, NULL);
+	say(out, "%ld", s);
+	_exit(s == 401 ? 0 : 1);
+}
+
+/* The kernel names the user over IPv6 loopback, and for an IPv4 client of
+ * an IPv6 listener (a v4-mapped peer, whose socket is AF_INET). */
+TEST(net_uid, ipv6_and_v4_mapped_loopback_peers_are_named_too, 60)
+{
+	struct broker_proc b;
+	struct child c;
+	char line[32];
+	int port = free_port(), port2 = free_port(), status, fd = -1;
+	char *v6 = strf("http://[::1]:%d/v1/stats", port);
+
+	broker_start(&b, (const char *const[]){ "--http-listen", strf("[::1]:%d", port),
+						"--consul-listen", strf("[::]:%d", port2),
+						"--auth-token", "tok", NULL });
+	if (!WAIT_FOR((fd = tcp_connect_from(NULL, port2)) >= 0, 5000))
+		FAIL_AT("nothing listens on port %d", port2);
+	close(fd);
+	CHECK_EQ(http_status("GET", v6, NULL, NULL), 200);
+	/* Consul on [::], reached over 127.0.0.1: 404 (no such key), not 403. */
+	CHECK_EQ(http_status("GET", strf("http://127.0.0.1:%d/v1/kv/x", port2), NULL, NULL), 404);
+	child_spawn(&c, nobody_gets_401, v6);
+	CHECK_OK(child_read(&c, line, sizeof(line), 20000));
+	status = child_wait(&c, 5000);
+	fprintf(stderr, "  nobody over ::1: %s\n", line);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	broker_stop(&b);
+}
