@@ -99,6 +99,34 @@ TEST(unit, net_pool_caps_evict_the_oldest_pending_only, 10)
 	CHECK(p.head == NULL && p.tail == NULL);
 }
 
+TEST(unit, net_pool_pending_per_peer_evicts_that_peers_own, 10)
+{
+	struct net_pool p = { .max = 10, .max_pending_per_peer = 2 };
+	struct net_conn a, b, c, d;
+
+	conn(&a, "uid:65534");
+	conn(&b, "uid:65534");
+	conn(&c, "uid:0");
+	conn(&d, "uid:65534");
+	CHECK(net_pool_add(&p, &a, 0) == NULL);
+	CHECK(net_pool_add(&p, &c, 1) == NULL); /* another peer's, older than b */
+	CHECK(net_pool_add(&p, &b, 2) == NULL);
+	/* A third pending one of nobody's: its own oldest goes, not root's. */
+	CHECK(net_pool_add(&p, &d, 3) == &a);
+	net_pool_del(&p, &a);
+	/* Authenticated ones are not pending: no cap of this kind. */
+	net_pool_ready(&p, &b);
+	net_pool_ready(&p, &d);
+	conn(&a, "uid:65534");
+	CHECK(net_pool_add(&p, &a, 4) == NULL);
+	CHECK_EQ(net_pool_count(&p, "uid:65534"), 3);
+	net_pool_del(&p, &a);
+	net_pool_del(&p, &b);
+	net_pool_del(&p, &c);
+	net_pool_del(&p, &d);
+	CHECK_EQ(p.live, 0);
+}
+
 TEST(unit, net_pool_deadline_counts_from_the_head_start, 10)
 {
 	struct net_pool p = { .max = 10, .deadline_ns = 100 };

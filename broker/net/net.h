@@ -80,17 +80,19 @@ struct net_conn {
 };
 
 struct net_pool {
-	struct net_conn *head, *tail; /* oldest first */
-	uint32_t live;		      /* not doomed */
-	uint32_t max, max_per_peer;   /* 0: no cap */
-	uint32_t max_pending;	      /* pending at once; 0: no cap of its own */
-	uint64_t deadline_ns;	      /* for a pending one; 0: none */
+	struct net_conn *head, *tail;  /* oldest first */
+	uint32_t live;		       /* not doomed */
+	uint32_t max, max_per_peer;    /* 0: no cap */
+	uint32_t max_pending;	       /* pending at once; 0: no cap of its own */
+	uint32_t max_pending_per_peer; /* ... from one peer; 0: no cap of its own */
+	uint64_t deadline_ns;	       /* for a pending one; 0: none */
 };
 
 /*
  * Take @c (its fd, key and owner set, pending) into @p. When a cap is
- * reached — overall, for its peer, or for pending connections — the oldest
- * pending connection that counts against that cap is doomed to make room:
+ * reached — overall, for its peer, or for pending connections (overall or
+ * of its peer) — the oldest pending connection that counts against that
+ * cap is doomed to make room:
  * pending connections never keep out one that has sent its request or
  * authenticated. Returns the doomed connection (the caller ends it; it
  * stays in the pool until net_pool_del()), @c itself when nothing could be

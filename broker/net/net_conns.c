@@ -28,13 +28,14 @@ uint32_t net_pool_count(const struct net_pool *p, const char *key)
 	return n;
 }
 
-static uint32_t pending_count(const struct net_pool *p)
+/* Pending connections (of @key when not NULL). */
+static uint32_t pending_count(const struct net_pool *p, const char *key)
 {
 	const struct net_conn *c;
 	uint32_t n = 0;
 
 	for (c = p->head; c; c = c->next)
-		n += !c->doomed && c->pending;
+		n += !c->doomed && c->pending && (!key || !strcmp(c->key, key));
 	return n;
 }
 
@@ -83,9 +84,12 @@ struct net_conn *net_pool_add(struct net_pool *p, struct net_conn *c, uint64_t n
 	c->doomed = false;
 	if (p->max_per_peer && c->key[0] && net_pool_count(p, c->key) >= p->max_per_peer)
 		victim = oldest_pending(p, c->key, NULL);
+	else if (p->max_pending_per_peer && c->key[0] &&
+		 pending_count(p, c->key) >= p->max_pending_per_peer)
+		victim = oldest_pending(p, c->key, NULL);
 	else if (p->max && p->live >= p->max)
 		victim = oldest_pending(p, NULL, NULL);
-	else if (p->max_pending && pending_count(p) >= p->max_pending)
+	else if (p->max_pending && pending_count(p, NULL) >= p->max_pending)
 		victim = oldest_pending(p, NULL, NULL);
 	else
 		goto fits;

@@ -58,6 +58,10 @@ int tcp_start(struct broker *b)
 	t->b = b;
 	t->pool.max = listen_max_connections(o->max_connections);
 	t->pool.deadline_ns = (uint64_t)o->auth_timeout_s * 1000000000ull;
+	/* One peer (a local user, else an address) may keep at most half of
+	 * them waiting to authenticate; authenticated ones are dflockd's:
+	 * no cap per peer. */
+	t->pool.max_pending_per_peer = (t->pool.max + 1) / 2;
 	t->next_id = 1;
 	t->observer = session_inproc_new(&b->seg, (struct owner){ IDX_NONE, 0 }, no_id);
 	if (act >= 0)
