@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -287,5 +288,59 @@ TEST(net_uid, ipv6_and_v4_mapped_loopback_peers_are_named_too, 60)
 	status = child_wait(&c, 5000);
 	fprintf(stderr, "  nobody over ::1: %s\n", line);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	broker_stop(&b);
+}
+
+/* As nobody: GET @arg (a URL) without a token; say the status. */
+static void nobody_gets(void *arg, int in, int out)
+{
+	(void)in;
+	become_nobody();
+	say(out, "%ld", http_status("GET", arg, NULL, NULL));
+	_exit(0);
+}
+
+static long nobody_status(const char *url)
+{
+	struct child c;
+	char line[32];
+
+	child_spawn(&c, nobody_gets, (void *)url);
+	CHECK_OK(child_read(&c, line, sizeof(line), 20000));
+	child_wait(&c, 5000);
+	return atol(line);
+}
+
+/* Exactly the control socket's users: nobody in the socket's group (and
+ * able to reach it) is admitted; --allow-uid then narrows it as it narrows
+ * the Unix socket. */
+TEST(net_uid, the_sockets_group_and_the_allow_lists_decide_as_on_the_unix_socket, 60)
+{
+	struct broker_proc b;
+	int port = free_port(), fd = -1;
+	char *url = strf("http://127.0.0.1:%d/v1/stats", port);
+	char *listen = strf("127.0.0.1:%d", port);
+
+	broker_start(&b, (const char *const[]){ "--http-listen", listen, "--socket-group", "65534",
+						NULL });
+	CHECK_OK(chmod(b.dir, 0755)); /* nobody may reach the socket */
+	if (!WAIT_FOR((fd = tcp_connect_from(NULL, port)) >= 0, 5000))
+		FAIL_AT("nothing listens on port %d", port);
+	close(fd);
+	CHECK_EQ(nobody_status(url), 200);
+	/* The directory shut: nobody cannot reach the socket, nor the API. */
+	CHECK_OK(chmod(b.dir, 0700));
+	CHECK_EQ(nobody_status(url), 401);
+	CHECK_OK(chmod(b.dir, 0755));
+	broker_stop(&b);
+
+	broker_start(&b, (const char *const[]){ "--http-listen", listen, "--socket-group", "65534",
+						"--allow-uid", "4242", NULL });
+	CHECK_OK(chmod(b.dir, 0755));
+	if (!WAIT_FOR((fd = tcp_connect_from(NULL, port)) >= 0, 5000))
+		FAIL_AT("nothing listens on port %d", port);
+	close(fd);
+	CHECK_EQ(nobody_status(url), 401);
+	CHECK_EQ(http_status("GET", url, NULL, NULL), 200); /* root always */
 	broker_stop(&b);
 }

@@ -60,8 +60,9 @@ void net_peer_of(const struct broker *b, int fd, struct net_peer *p);
 /* The owner's uid of the TCP socket at @peer connected to @local (both
  * AF_INET or AF_INET6), from the kernel. 0 or a negative errno. */
 int net_sock_uid(const void *peer, const void *local, uid_t *uid);
-/* Would the control socket admit user @uid: its file's owner, group and
- * mode (root always), then --allow-uid / --allow-gid (access.c)? */
+/* Would the control socket admit user @uid: may it search the directories
+ * on the socket's path and write the socket file (root always), then
+ * --allow-uid / --allow-gid (access.c)? */
 bool net_uid_admits(const struct broker *b, uid_t uid);
 /* Is the socket @fd bound to a loopback address (a listener only local
  * users reach)? */

@@ -6,9 +6,10 @@
  * looks the peer's TCP socket up by the exact 4-tuple (its address and
  * port, ours) and reports the uid that created it. That user is then
  * measured against the rules of the control socket, so that a local
- * listener admits exactly the users the Unix socket admits: the socket
- * file's owner, group and mode (root always), then --allow-uid and
- * --allow-gid (access.c).
+ * listener admits exactly the users the Unix socket admits: who may
+ * search every directory on its path and write the socket file (the
+ * owner's, group's or others' bits, in the kernel's order; root always),
+ * then --allow-uid and --allow-gid (access.c).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -152,62 +153,87 @@ out:
 	return err;
 }
 
-/* Is @uid (primary group @gid) a member of @g? */
-static bool in_group(uid_t uid, gid_t g)
+/* A user and its groups, as the kernel checks file permissions. */
+struct who {
+	uid_t uid;
+	gid_t groups[256];
+	int ngroups; /* -1: not in the user database */
+};
+
+static void who_of(uid_t uid, struct who *w)
 {
 	struct passwd pw, *res = NULL;
 	char buf[4096];
-	gid_t groups[256];
-	int n = 256, i;
 
-	if (getpwuid_r(uid, &pw, buf, sizeof(buf), &res) || !res)
-		return false;
-	if (pw.pw_gid == g)
-		return true;
-	if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &n) < 0)
-		return false;
-	for (i = 0; i < n; i++)
-		if (groups[i] == g)
+	w->uid = uid;
+	w->ngroups = 256;
+	if (getpwuid_r(uid, &pw, buf, sizeof(buf), &res) || !res ||
+	    getgrouplist(pw.pw_name, pw.pw_gid, w->groups, &w->ngroups) < 0)
+		w->ngroups = -1;
+}
+
+static bool in_group(const struct who *w, gid_t g)
+{
+	int i;
+
+	for (i = 0; i < w->ngroups; i++)
+		if (w->groups[i] == g)
 			return true;
 	return false;
 }
 
-/* The socket file's rules: who could connect() to the control socket. */
-static bool socket_admits(const struct broker *b, uid_t uid)
+/* May @w do @bits (S_IWOTH, S_IXOTH: the "other" triplet's) to a file of
+ * @st? The owner's bits for its owner, else the group's for a member,
+ * else the others': the kernel's order. */
+static bool may(const struct who *w, const struct stat *st, mode_t bits)
 {
-	struct stat st;
-	gid_t group;
-	mode_t mode = 0660;
-	uid_t owner = geteuid();
+	if (w->uid == 0)
+		return true;
+	if (w->uid == st->st_uid)
+		return st->st_mode & (bits << 6);
+	if (in_group(w, st->st_gid))
+		return st->st_mode & (bits << 3);
+	return st->st_mode & bits;
+}
 
-	if (uid == 0)
+/* Could @w connect() to the control socket: search every directory on the
+ * way, and write the socket file? */
+static bool socket_admits(const struct broker *b, const struct who *w)
+{
+	char path[sizeof(b->opts.socket_path)];
+	struct stat st;
+	char *slash;
+
+	if (w->uid == 0)
 		return true;
-	group = b->opts.have_group ? b->opts.group : getegid();
-	if (!stat(b->opts.socket_path, &st) && S_ISSOCK(st.st_mode)) {
-		owner = st.st_uid;
-		group = st.st_gid;
-		mode = st.st_mode;
+	snprintf(path, sizeof(path), "%s", b->opts.socket_path);
+	if (stat(path, &st) || !S_ISSOCK(st.st_mode))
+		return w->uid == geteuid(); /* no file to go by (an abstract socket) */
+	if (!may(w, &st, S_IWOTH))
+		return false;
+	while ((slash = strrchr(path, '/'))) {
+		if (slash == path)
+			slash[1] = '\0'; /* "/" itself */
+		else
+			*slash = '\0';
+		if (stat(path, &st) || !may(w, &st, S_IXOTH))
+			return false;
+		if (slash == path)
+			break;
 	}
-	if (uid == owner)
-		return mode & S_IWUSR;
-	if (mode & S_IWOTH)
-		return true;
-	return (mode & S_IWGRP) && in_group(uid, group);
+	return true;
 }
 
 bool net_uid_admits(const struct broker *b, uid_t uid)
 {
-	struct passwd pw, *res = NULL;
-	char buf[4096];
-	gid_t groups[256];
-	int n = 256;
+	struct who w;
 
-	if (!socket_admits(b, uid))
+	who_of(uid, &w);
+	if (!socket_admits(b, &w))
 		return false;
-	if (getpwuid_r(uid, &pw, buf, sizeof(buf), &res) || !res ||
-	    getgrouplist(pw.pw_name, pw.pw_gid, groups, &n) < 0)
-		return access_check_ids(b, uid, res ? pw.pw_gid : (gid_t)-1, NULL, 0) == 0;
-	return access_check_ids(b, uid, pw.pw_gid, groups, (uint32_t)n) == 0;
+	return access_check_ids(b, uid, w.ngroups > 0 ? w.groups[0] : (gid_t)-1,
+				w.ngroups > 0 ? w.groups : NULL,
+				w.ngroups > 0 ? (uint32_t)w.ngroups : 0) == 0;
 }
 
 void net_peer_of(const struct broker *b, int fd, struct net_peer *p)
