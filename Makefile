@@ -177,13 +177,14 @@ $(EXAMPLES): $(O)/examples/%: $(O)/docs/examples/%.o $(STLIB)
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread
 
 # Tests link the static archive so they can reach internal functions too,
-# the broker's HTTP route table (checked against the OpenAPI document), and
-# the network module's pure parts (tests/unit_net.c).
+# the broker's HTTP route table (checked against the OpenAPI document), the
+# loop's fd watches (unit_watch.c) and the network module's pure parts
+# (tests/unit_net.c).
 NET_UNIT_OBJ := $(patsubst %,$(O)/broker/net/%.o,net_token net_conns net_rate net_web)
 $(TESTS): $(TESTLIB_SRC:%.c=$(O)/%.o) $(UNIT_SRC:%.c=$(O)/%.o) $(INTEG_SRC:%.c=$(O)/%.o) \
 		$(O)/tests/main.o $(O)/tests/runner.o $(O)/tests/isolate.o \
 		$(O)/broker/faces/http/http_routes.o $(O)/broker/faces/http/http_body.o \
-		$(NET_UNIT_OBJ) $(STLIB)
+		$(O)/broker/core/watch.o $(NET_UNIT_OBJ) $(STLIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) $(CUNIT_LIBS) $(CURL_LIBS) $(HTTP_LIBS) $(TLS_LIBS) \
 		-lpthread
@@ -229,6 +230,7 @@ check-model:
 check-steps:
 	$(MAKE) header-check
 	$(MAKE) lint
+	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 knot
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 install-check
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 test
 	$(MAKE) O=build/check CRASH_POINTS=1 WERROR=1 python-check
@@ -256,6 +258,17 @@ bench: deps
 	@case ",$${SHMLOCK_BENCH_ONLY:-13}," in *,13,*) \
 		SHMLOCK_LIBLOCAL=$(abspath $(O))/$(SONAME) SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) \
 		PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 python/bench/binding.py;; esac
+
+# ---- the knot (docs/architecture.md, "The core and its faces") ---------------
+
+# The file-level call graph of broker/, drawn from the built objects (nm), and
+# its largest strongly connected component: the files that each reach all the
+# others. The core meets faces only through broker/core/face.h, so the knot
+# stays within one face or the core (at most KNOT_MAX files).
+KNOT_MAX ?= 5
+.PHONY: knot
+knot: $(BROKER)
+	/usr/bin/python3 scripts/knot.py --max $(KNOT_MAX) $(O)
 
 # ---- the Python binding (python/, docs/python.md) -------------------------
 
@@ -387,9 +400,9 @@ header-check:
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_SECONDS ?= 300
 FUZZ_O := build/fuzz
-# fuzz_cli also needs the CLI's parsers, built here with the target's flags
+# fuzz_cli also needs the CLI's parsers and the duration parser, built here with the target's flags
 # (the rest of cli/ wants a broker and jansson).
-FUZZ_CLI_SRC := cli/args.c cli/duration.c cli/escape.c
+FUZZ_CLI_SRC := cli/args.c libshm/duration.c cli/escape.c
 # fuzz_http runs the broker in process: all of broker/ but main.c, and the
 # OpenAPI document it serves, built in $(FUZZ_O) with the fuzz flags; the
 # broker's RCU frees are made synchronous (see tests/fuzz/fuzz_http.c).
@@ -403,7 +416,7 @@ fuzz-build:
 		echo "  FUZZ    $(FUZZ_O)/$$t"; \
 		libs=; \
 		case $$t in fuzz_cli) extra="-Icli $(FUZZ_CLI_SRC)";; \
-		fuzz_tcp) extra="-Ibroker broker/faces/tcp/tcp_parse.c";; \
+		fuzz_tcp) extra="-Ibroker broker/faces/tcp/tcp_parse.c broker/net/dflockd.c";; \
 		fuzz_http_body) extra="-Ibroker broker/faces/http/http_body.c"; libs="$(HTTP_LIBS)";; \
 		fuzz_http) extra="-Ibroker -Itests tests/invariants.c $(FUZZ_BROKER_OBJ)"; \
 			libs="-Wl,--wrap=urcu_memb_call_rcu $(URCU_LIBS) $(SYSTEMD_LIBS) $(HTTP_LIBS) $(TLS_LIBS) $(CURL_LIBS)";; \
@@ -584,9 +597,11 @@ deb:
 C_TRACKED = git ls-files -z -- '*.c' '*.h'
 
 # clang-format (.clang-format) over the whole tree: make lint fails on any
-# file it would change (make format-all rewrites them).
+# file it would change (make format-all rewrites them), and every tracked
+# file must be on docs/architecture.md's map (scripts/doc-map-check.sh).
 lint: static-check
 	$(C_TRACKED) | xargs -0 clang-format-14 --dry-run -Werror
+	sh scripts/doc-map-check.sh
 
 # Rewrite every tracked C file as clang-format lays it out.
 format-all:

@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "duration.h"
 #include "liblocal.h"
 
 /* The Makefile passes the VERSION file's: it is the one source. */
@@ -93,17 +94,8 @@ void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Print @prefix and the escaped message, and a newline, to stderr. */
 void vmsg(const char *prefix, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
-/* ---- duration.c: Go's time.ParseDuration ---- */
-
-/*
- * Parse a Go duration ("300ms", "-1.5h", "2h45m", "0") into nanoseconds.
- * Returns 0, or -EINVAL with *why set to a static explanation.
- */
-int duration_parse(const char *s, int64_t *ns, const char **why);
-/* Nanoseconds to milliseconds, rounding up so that 1ns is not "no wait". */
-int64_t duration_ms(int64_t ns);
-/* Milliseconds as a Go-like duration: "0s", "250ms", "1.5s", "1m30s", "2h0m0s". */
-void duration_format(uint64_t ms, char *buf, size_t size);
+/* ---- durations: libshm/duration.h (Go's time.ParseDuration), shared with
+ * Consul's API ---- */
 
 /* ---- help.c ---- */
 

@@ -209,7 +209,7 @@ static void delay_text(const struct run *r, const char *key, char *buf, size_t s
 static void acquire_failed(struct run *r, int err)
 {
 	const struct lock_opts *o = r->o;
-	LOCAL_OPTS(local_key_info, info); /* J3: sized; no value wanted */
+	LOCAL_OPTS(local_key_info, info); /* sized; no value wanted */
 	struct local_key_info *ki = &info;
 	char buf[32];
 	bool known = !local_info(r->s, o->key, ki);
@@ -254,7 +254,7 @@ static int acquire(struct run *r)
 		.s = r->s,
 		.key = o->key,
 		.limit = o->limit,
-		.opts = { .sz = sizeof(a.opts), /* J3: sized options */
+		.opts = { .sz = sizeof(a.opts), /* sized options */
 			  .timeout_ms = o->timeout_ms,
 			  .lease_ms = o->lease_ms },
 	};

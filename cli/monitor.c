@@ -77,7 +77,7 @@ static void *monitor_main(void *arg)
 		lost(m, -ENOMEM);
 		return NULL;
 	}
-	ki->sz = sizeof(*ki); /* J3: sized struct; no value wanted */
+	ki->sz = sizeof(*ki); /* sized struct; no value wanted */
 	for (;;) {
 		/* The check follows the index it waits from: a change after
 		 * the check wakes the watch, one before it is seen by it. */

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * Inspection while the broker is down (issue 12): status, keys and info are
+ * Inspection while the broker is down: status, keys and info are
  * asked of the broker; when none answers but the segment lives on in its
  * keeper (SOCKET.keep, broker/core/keeper.c: it answers root and the broker's
  * user), they read the segment itself. The mapping is private
@@ -18,10 +18,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "abi.h" /* J3: sized structs */
+#include "abi.h" /* sized structs */
 #include "cli.h"
 #include "client.h"
 #include "clock.h"
+#include "keeper_proto.h"
 #include "segment.h"
 
 /* How long the offline view waits for a keeper's answer. */
@@ -50,8 +51,8 @@ static int offline_open(const char *socket, struct offline *o)
 	for (i = 0; i < l.n && fd < 0; i++) {
 		if (!l.given && paths_unsafe(l.path[i]))
 			continue;
-		snprintf(o->keeper, sizeof(o->keeper), "%s.keep", l.path[i]);
-		if (keeper_exchange(o->keeper, 'G', KEEPER_WAIT_S, &fd))
+		if (keeper_path(l.path[i], o->keeper, sizeof(o->keeper)) ||
+		    keeper_exchange(o->keeper, KEEPER_GET, KEEPER_WAIT_S, &fd))
 			fd = -1;
 	}
 	if (fd < 0)
@@ -99,7 +100,7 @@ static int offline_stats(const char *socket, struct local_stats *st, uint32_t *n
 		return err;
 	s = &seg->hdr->stats;
 	memset(st, 0, sizeof(*st));
-	st->sz = sizeof(*st); /* J3: the CLI's own struct, of this header's size */
+	st->sz = sizeof(*st); /* the CLI's own struct, of this header's size */
 	*nq = 0;
 	for (i = 0; i < seg->caps.max_sessions; i++)
 		st->sessions += SESS_STATE(atomic_load(&seg->sessions[i].state_gen)) == SESS_ACTIVE;
@@ -170,7 +171,7 @@ static int offline_keys(const char *socket, const char *prefix, unsigned flags,
 			int (*holder_cb)(const char *, const struct local_holder *, void *),
 			void *arg)
 {
-	struct local_key_info *ki = calloc(1, sizeof(*ki)); /* J3: sized, no value */
+	struct local_key_info *ki = calloc(1, sizeof(*ki)); /* sized, no value */
 	size_t plen = prefix ? strlen(prefix) : 0;
 	struct offline o;
 	uint32_t i;
@@ -212,7 +213,7 @@ static int offline_info(const char *socket, const char *key, struct local_key_in
 			unsigned *kf)
 {
 	size_t len = strlen(key);
-	struct local_key_info full; /* J3: the caller's size and value buffer */
+	struct local_key_info full; /* the caller's size and value buffer */
 	struct offline o;
 	uint32_t i;
 	int err = abi_key_info_in(ki, &full);

@@ -27,7 +27,7 @@ uint64_t api_lock_deadline(uint64_t deadline_ns)
 	uint64_t floor;
 
 	if (!deadline_ns)
-		return 0; /* no clock read for an untimed acquire (issue 13, N2) */
+		return 0; /* no clock read for an untimed acquire */
 	floor = deadline_after_ms(API_TRY_LOCK_MS);
 	return deadline_ns < floor ? floor : deadline_ns;
 }
@@ -39,12 +39,12 @@ int api_find_inspect(local_session *s, const char *key, size_t len, struct seg_k
 }
 
 /*
- * Metrics (J3): an acquire that queued counts its wait in the session's own
+ * Metrics: an acquire that queued counts its wait in the session's own
  * slot; its hold is remembered here, in process memory, so that its
  * release counts the hold time. Holds that never queued are not timed: the
  * lock-free path reads no clock and writes nothing for metrics.
  *
- * The notes are lock-free (issue 13, N2: three process-mutex sections per
+ * The notes are lock-free (three process-mutex sections per
  * contended lock+release were a tenth of its instructions). An entry
  * belongs to whoever moves its granted_ns: from 0 (empty) or a time to
  * WAITED_BUSY to fill it in, from a time to 0 to end it. A release that
@@ -111,7 +111,7 @@ static void note_released(local_session *s, uint32_t key_idx, uint64_t tok)
 /* Is @key's hold one note_waited() remembered? Then its release takes the
  * slow path, which times it. Process memory only: a relaxed load when none.
  * The key is named by the entry its key hint gives (the one the lock-free
- * release tries, and the acquire found it in), not hashed (issue 13, N2);
+ * release tries, and the acquire found it in), not hashed;
  * no hint, or a note being written: the slow path, which finds out. In
  * *idx: the entry asked about. */
 static bool waited_for(local_session *s, const char *key, uint32_t *idx)
@@ -268,7 +268,7 @@ int api_lock_full(local_session *s, const char *key, const struct local_acquire_
 	return api_acquire(s, key, &req, timeout_ms, token);
 }
 
-/* issue 13 hook (J1): the lock-free path first, which goes on to
+/* The fast path: the lock-free path first, which goes on to
  * api_lock_full() (a tail call: no frame here) when it cannot answer. */
 int local_lock(local_session *s, const char *key, const struct local_acquire_opts *opts,
 	       uint64_t *token)
@@ -321,7 +321,7 @@ int api_release_full(local_session *s, const char *key)
 	if (err)
 		return err;
 	/* fast_unlock() stands aside while any waited hold is noted; a key
-	 * that is not one of them may still go lock-free (J3 metrics). */
+	 * that is not one of them may still go lock-free (metrics). */
 	if (!atomic_load_explicit(&s->npending, memory_order_relaxed) &&
 	    !waited_for(s, key, &idx) && fast_release(s->seg, key, s->who, &s->hints) == 0) {
 		/* The hint was stale (the string now names another entry):
@@ -335,7 +335,7 @@ int api_release_full(local_session *s, const char *key)
 }
 
 /* local_release() when fast_unlock() tried the lock-free release just now
- * and it missed: straight to the mutex (issue 13, M1: not a second try). */
+ * and it missed: straight to the mutex (not a second try). */
 int api_release_tried(local_session *s, const char *key)
 {
 	size_t len;
@@ -344,7 +344,7 @@ int api_release_tried(local_session *s, const char *key)
 	return err ? err : release_slow(s, key, len);
 }
 
-/* issue 13 hook (J1), as in local_lock(). */
+/* The fast path, as in local_lock(). */
 int local_release(local_session *s, const char *key)
 {
 	return fast_unlock(s, key);

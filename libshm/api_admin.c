@@ -221,7 +221,7 @@ void api_seg_stats(const struct segment *seg, struct proto_op_stats *r)
 	r->max_waiters = seg->caps.max_waiters;
 	r->max_value = seg->caps.max_value;
 	r->grants = grants + atomic_load(&h->stats.reclaimed_grants);
-	/* issue 13 hook (J1): counted per key entry since SEG_ABI 6 */
+	/* The fast path's counts: per key entry since SEG_ABI 6 */
 	seg_slow_counts(seg, &r->handoffs, &r->timeouts);
 	r->lease_expiries = atomic_load(&h->stats.lease_expiries);
 	r->ttl_expiries = atomic_load(&h->stats.ttl_expiries);

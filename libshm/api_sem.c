@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "abi.h" /* J3: sized options */
+#include "abi.h" /* sized options */
 #include "client.h"
 #include "clock.h"
 
@@ -27,7 +27,7 @@ static void req_from_opts(struct acquire_req *req, local_session *s, uint32_t li
 int api_sem_acquire_full(local_session *s, const char *key, uint32_t limit,
 			 const struct local_acquire_opts *opts, uint64_t *token)
 {
-	struct local_acquire_opts copy; /* J3: sized options, checked in abi.c */
+	struct local_acquire_opts copy; /* sized options, checked in abi.c */
 	struct acquire_req req;
 	int64_t timeout_ms;
 	int err = abi_acquire_opts(&opts, &copy);
@@ -93,7 +93,7 @@ int local_enqueue(local_session *s, const char *key, uint32_t limit,
 		  const struct local_acquire_opts *opts, int *granted, uint64_t *token)
 {
 	uint32_t waiter = IDX_NONE, key_idx;
-	struct local_acquire_opts copy; /* J3: sized options, checked in abi.c */
+	struct local_acquire_opts copy; /* sized options, checked in abi.c */
 	struct acquire_req req;
 	struct pending *p;
 	struct seg_key *k;
@@ -142,7 +142,7 @@ int local_enqueue(local_session *s, const char *key, uint32_t limit,
 			*token = tok;
 		return 0;
 	}
-	p->queued_ns = mono_ns(); /* J3: metrics */
+	p->queued_ns = mono_ns(); /* metrics */
 	remember(s, p, key, len, waiter, key_idx);
 	return 0;
 }
@@ -180,7 +180,7 @@ int local_wait(local_session *s, const char *key, int64_t timeout_ms, uint64_t *
 	 * the session has no other request queued (as acquire_slow()). */
 	if (!err || err == -ETIMEDOUT)
 		atomic_fetch_sub_explicit(&s->hints.queued, 1, memory_order_relaxed);
-	if (p->queued_ns) /* J3: metrics */
+	if (p->queued_ns) /* metrics */
 		api_note_wait(s, key, err, p->queued_ns, p->key_idx, tok);
 	if (!err)
 		api_forget_expiry(s, p->key_idx);
@@ -260,7 +260,7 @@ int api_pending_poll(local_session *s, const char *key, bool cancel, uint64_t *t
 		remember(s, p, key, len, p->node, p->key_idx); /* still queued */
 		return err;
 	}
-	if (p->queued_ns && (!err || cancel)) /* J3: metrics (a cancel gave up) */
+	if (p->queued_ns && (!err || cancel)) /* metrics (a cancel gave up) */
 		api_note_wait(s, key, err ? -ETIMEDOUT : 0, p->queued_ns, p->key_idx, tok);
 	if (!err)
 		api_forget_expiry(s, p->key_idx);

@@ -24,11 +24,13 @@ int api_not_held(local_session *s, uint32_t key_idx, bool consume)
 	for (i = 0; i < SESS_EXPIRED_SLOTS; i++) {
 		uint32_t want = key_idx + 1;
 
-		/* (why: cluster keys, issue 16: the host lost the key's lock.) */
+		/* (why: a cluster key whose lock the host lost.) */
 		if (!consume && atomic_load(&ss->expired[i].key) == want)
-			return ss->expired[i].why == 1 ? -LOCAL_ECLUSTER : -LOCAL_EEXPIRED;
+			return ss->expired[i].why == SESS_EXPIRED_CLUSTER ? -LOCAL_ECLUSTER
+									  : -LOCAL_EEXPIRED;
 		if (consume && atomic_compare_exchange_strong(&ss->expired[i].key, &want, 0))
-			return ss->expired[i].why == 1 ? -LOCAL_ECLUSTER : -LOCAL_EEXPIRED;
+			return ss->expired[i].why == SESS_EXPIRED_CLUSTER ? -LOCAL_ECLUSTER
+									  : -LOCAL_EEXPIRED;
 	}
 	return -LOCAL_ENOTHELD;
 }

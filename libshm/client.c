@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "abi.h" /* J3: sized options */
+#include "abi.h" /* sized options */
 #include "client.h"
 #include "lockword.h"
 #include "clock.h"
@@ -31,7 +31,7 @@
 
 static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mapping *maps;
-_Atomic uint64_t fork_gen; /* not static: fastpath.c inlines session_usable() (J1, issue 13) */
+_Atomic uint64_t fork_gen; /* not static: fastpath.c inlines session_usable() */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static void on_fork_child(void)
@@ -431,7 +431,7 @@ static void mapping_put(struct mapping *m)
 	pthread_mutex_unlock(&maps_lock);
 }
 
-/* local_session_opts_init(): abi.c (J3, sized options). */
+/* local_session_opts_init(): abi.c (sized options). */
 
 static int build_open(const struct local_session_opts *o, struct proto_open *req)
 {
@@ -462,7 +462,7 @@ static void session_free(local_session *s);
 static void lock_identity_set(struct segment *seg, const struct proto_reply *rep);
 
 /*
- * Where a new session starts looking for free nodes (issue 13, the cache-line
+ * Where a new session starts looking for free nodes (the cache-line
  * audit of distinct keys): at a place of its own, two nodes (128 bytes) per
  * session slot. All sessions used to start at node 0, so two processes
  * locking their own keys took turns on the same hold node, and its line
@@ -486,7 +486,7 @@ static void hints_spread(local_session *s)
 
 int local_session_open(const struct local_session_opts *opts, local_session **out)
 {
-	struct local_session_opts copy; /* J3: sized options, checked in abi.c */
+	struct local_session_opts copy; /* sized options, checked in abi.c */
 	struct proto_reply rep;
 	struct proto_open req;
 	local_session *s;

@@ -27,7 +27,7 @@ struct pending {
 	struct pending *next;
 	uint32_t node, key_idx;
 	size_t len;
-	uint64_t queued_ns; /* J3 metrics: when it queued (0: granted at once) */
+	uint64_t queued_ns; /* metrics: when it queued (0: granted at once) */
 	char key[LOCAL_KEY_MAX + 1];
 };
 
@@ -43,9 +43,9 @@ struct local_session {
 	pthread_mutex_t pending_lock;
 	struct pending *pending;
 	_Atomic uint32_t npending; /* entries in pending: read without the lock */
-	/* J3 metrics (api.c): holds granted after a wait, so that their
-	 * release can time them; process memory, lock-free (issue 13, N2:
-	 * whoever moves granted_ns owns the entry, see note_waited()). */
+	/* metrics (api.c): holds granted after a wait, so that their
+	 * release can time them; process memory, lock-free
+	 * (whoever moves granted_ns owns the entry, see note_waited()). */
 	struct waited_hold {
 		_Atomic uint64_t granted_ns; /* 0: empty; 1: being written */
 		_Atomic uint64_t token;
@@ -56,7 +56,7 @@ struct local_session {
 
 /* 0 when @s may be used by this process: -EINVAL, -LOCAL_EFORKED otherwise. */
 int session_usable(const local_session *s);
-/* Bumped in every child of fork(); fastpath.c reads it inline (J1, issue 13). */
+/* Bumped in every child of fork(); fastpath.c reads it inline. */
 extern _Atomic uint64_t fork_gen;
 
 /* What one broker lookup found at each path it tried (for messages). */
@@ -123,11 +123,8 @@ int api_force_release_req(struct proto_force_release *req, const char *key, size
 			  const char *holder_id);
 int api_destroy_req(struct proto_session_id *req, const char *session_id);
 
-/* keeper_call.c: one exchange with the segment's keeper at @path (the
- * broker's socket + ".keep", broker/core/keeper.c): send @cmd ('G' get, 'Q'
- * quit), wait @timeout_s for 'K'; for 'G' the segment's fd in *@fd. 0,
- * -errno of the connection (-ENOENT, -ECONNREFUSED: no keeper), or -EPROTO. */
-int keeper_exchange(const char *path, char cmd, int timeout_s, int *fd);
+/* keeper_proto.h: the segment's keeper (its protocol and client). */
+#include "keeper_proto.h"
 
 /* api_sem.c: a released hold ends the local_enqueue() request it came from. */
 void api_drop_granted_pending(local_session *s, const char *key, size_t len, uint32_t key_idx);
@@ -138,7 +135,7 @@ void api_drop_granted_pending(local_session *s, const char *key, size_t len, uin
  * as waiter_poll(); the request stays pending only on -EAGAIN. */
 int api_pending_arm(local_session *s, const char *key);
 int api_pending_poll(local_session *s, const char *key, bool cancel, uint64_t *token);
-/* J5 (broker/faces/tcp/tcp_ops.c): api_pending_arm(), and the request's lock word and
+/* For the network faces (broker/faces/tcp/tcp_ops.c): api_pending_arm(), and the request's lock word and
  * its value while it still waits, so that a doorbell tells its rung waiters
  * from the others with one load each instead of a poll each. */
 int api_pending_arm_word(local_session *s, const char *key, _Atomic uint64_t **word,
@@ -174,7 +171,7 @@ void api_forget_expiry(local_session *s, uint32_t key_idx);
 void api_fill_info_locked(struct segment *seg, struct seg_key *k, struct local_key_info *out);
 /* Zero @out but for the caller's sz, value_buf and value_buf_size. */
 void api_info_clear(struct local_key_info *out);
-/* Metrics (J3): a wait that began at @since ended with @err (0: granted
+/* Metrics: a wait that began at @since ended with @err (0: granted
  * @tok; -ETIMEDOUT: given up); counted in the session's slot. */
 void api_note_wait(local_session *s, const char *key, int err, uint64_t since, uint32_t key_idx,
 		   uint64_t tok);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * Cluster keys, the client's side (issue 16, docs/cluster.md): which keys are
+ * Cluster keys, the client's side (docs/cluster.md): which keys are
  * cluster keys (the prefixes the broker published in the segment header), and
  * the bell that tells the broker's cluster thread to look at them. The gate
  * itself is cluster_gated() (keyops.h); the broker's side is

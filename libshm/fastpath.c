@@ -149,7 +149,7 @@ static void free_in_flight(struct seg_node *n)
 /*
  * The lock-free acquire, inlined into each entry point below so that the
  * lock kind and limit are constants there and no request is built: the
- * call layers were a third of an uncontended lock+release (issue 13).
+ * call layers were a third of an uncontended lock+release.
  */
 static inline __attribute__((always_inline)) int
 acquire(struct segment *seg, const char *key, uint32_t kind, uint32_t limit, bool try_only,
@@ -326,7 +326,7 @@ int fast_release(struct segment *seg, const char *key, struct owner who, struct 
 int fast_unlock(local_session *s, const char *key)
 {
 	/* After a local_enqueue(), a release may end that request too; a
-	 * hold granted after a wait is timed by the full path (J3 metrics,
+	 * hold granted after a wait is timed by the full path (metrics,
 	 * api.c waited_for()). The full path's, as is every error. */
 	if (!s || !key || !usable(s) || crash_fast_path_off() ||
 	    atomic_load_explicit(&s->npending, memory_order_relaxed) ||

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * Wait and hold time histograms (J3, metrics). Each session counts its own
+ * Wait and hold time histograms (metrics). Each session counts its own
  * in its slot of the segment, and only on the contended path: the
  * lock-free acquire and release never read the clock nor write here.
  */
@@ -8,10 +8,7 @@
 
 #include "hist.h"
 
-const uint64_t hist_bounds_us[SEG_HIST_BUCKETS] = {
-	100,	1000,	 5000,	  10000,    50000,    100000,
-	500000, 1000000, 5000000, 10000000, 60000000, 300000000,
-};
+const uint64_t hist_bounds_us[SEG_HIST_BUCKETS] = SEG_HIST_BOUNDS_US;
 
 void hist_note(struct seg_hist *h, uint64_t ns)
 {

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Wait and hold time histograms in session slots (J3, metrics). */
+/* Wait and hold time histograms in session slots. */
 #ifndef SHMLOCK_HIST_H
 #define SHMLOCK_HIST_H
 
@@ -7,7 +7,7 @@
 
 #include "segment.h"
 
-/* Upper bounds of the buckets, in microseconds (100 us to 5 min). */
+/* Upper bounds of the buckets, in microseconds (SEG_HIST_BOUNDS_US). */
 extern const uint64_t hist_bounds_us[SEG_HIST_BUCKETS];
 
 /* Count one duration of @ns into @h (relaxed atomics: a scrape may see a

@@ -1,18 +1,28 @@
 // SPDX-License-Identifier: MIT
 /*
- * The client side of the keeper's protocol (broker/core/keeper.c has the server
- * and the protocol's description): one byte sent on a SOCK_SEQPACKET
- * connection, 'K' back, with the segment's fd for 'G'. The broker, the CLI's
- * offline view (cli/offline.c) and the tests all ask it this way.
+ * The client side of the keeper's protocol (keeper_proto.h; the keeper is
+ * broker/core/keeper.c). The broker, the CLI's offline view (cli/offline.c)
+ * and the tests all ask it this way.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "client.h"
+#include "keeper_proto.h"
+
+int keeper_path(const char *socket_path, char *buf, size_t size)
+{
+	size_t max = sizeof(((struct sockaddr_un *)0)->sun_path);
+
+	if (strlen(socket_path) + sizeof(KEEPER_SUFFIX) > (size < max ? size : max))
+		return -ENAMETOOLONG;
+	snprintf(buf, size, "%s%s", socket_path, KEEPER_SUFFIX);
+	return 0;
+}
 
 int keeper_exchange(const char *path, char cmd, int timeout_s, int *fd)
 {
@@ -51,7 +61,7 @@ int keeper_exchange(const char *path, char cmd, int timeout_s, int *fd)
 		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
 		    c->cmsg_len == CMSG_LEN(sizeof(int)))
 			memcpy(&got, CMSG_DATA(c), sizeof(int));
-	if (n != 1 || ans != 'K' || (fd && got < 0))
+	if (n != 1 || ans != KEEPER_OK || (fd && got < 0))
 		err = -EPROTO;
 	else if (fd)
 		*fd = got, got = -1;

@@ -79,7 +79,7 @@ static bool delay_over_locked(struct seg_key *k)
 
 static int check_kind_locked(struct seg_key *k, const struct acquire_req *req)
 {
-	/* A key keeps its kind and limit while it exists (issue 3, Consul's
+	/* A key keeps its kind and limit while it exists (as Consul's
 	 * semaphore): until --gc-idle reclaims it, even when idle. */
 	if (k->kind == LOCAL_KIND_NONE) {
 		/* Issue 16: a cluster semaphore has one etcd key per slot. */
@@ -214,7 +214,7 @@ static int enqueue_locked(struct segment *seg, struct seg_key *k, const struct a
 	node->hold = IDX_NONE;
 	node->token = 0;
 	now = mono_ns();
-	node->queued_ms = (uint32_t)(now / 1000000); /* J3: shmlock info's wait time */
+	node->queued_ms = (uint32_t)(now / 1000000); /* shmlock info's wait time */
 	if (req->queued_ns)
 		*req->queued_ns = now;
 	node->next = IDX_NONE;
@@ -266,14 +266,14 @@ int key_acquire_locked(struct segment *seg, struct seg_key *k, const struct acqu
 	/* No barging: a free slot goes to the queue's head, not to us. A
 	 * cluster key also needs the host's cluster lock (cluster_gated()). */
 	if (k->holders < k->limit && k->q_head == IDX_NONE && delay_over_locked(k) &&
-	    !cluster_gated(seg, k) && !cluster_slots_full(k)) /* K1: slots from etcd */
+	    !cluster_gated(seg, k) && !cluster_slots_full(k)) /* slots from etcd */
 		return grant_uncontended_locked(seg, k, req, token, &hints->hold);
 	if (req->try_only)
 		return -EBUSY;
 	err = enqueue_locked(seg, k, req, waiter, &hints->wait);
 	if (err == 1)
 		atomic_fetch_add_explicit(&hints->queued, 1, memory_order_relaxed);
-	/* Cluster keys (issue 16): a waiter on a gated key asks the broker to
+	/* Cluster keys: a waiter on a gated key asks the broker to
 	 * take the key's cluster lock. Host-local keys never get here. */
 	if (err == 1 && (cluster_gated(seg, k) || cluster_slots_full(k)))
 		cluster_ring(seg->hdr);
@@ -314,7 +314,7 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	CRASH_POINT(HANDOFF_UNLINKED);
 	/* The staged value before GRANTED: once granted, the waiter may free
 	 * its node and stage another request's value in it (a data race
-	 * found by TSan, issue 13 N2: a key could get another key's value).
+	 * found by TSan: a key could get another key's value).
 	 * Bounds-checked: node fields may be damaged (found by fuzz_segment). */
 	if (wn->staged_len && wn->staged_len - 1 <= seg->caps.max_value && w >= seg->caps.max_holds)
 		key_set_value_locked(seg, k, seg_staged_buf(seg, w), wn->staged_len - 1);
@@ -330,7 +330,7 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 		lease_note(seg, h);
 }
 
-/* J2 (issue 12, lock-delay visible): the broker's note of who caused it. */
+/* Lock-delay made visible: the broker's note of who caused it. */
 void (*key_delay_hook)(const struct seg_key *k, const struct seg_session *s, unsigned how,
 		       uint64_t until_ns);
 
@@ -378,7 +378,7 @@ uint32_t key_release_hold_locked(struct segment *seg, struct seg_key *k, uint32_
 	 * key's cluster lock; it asks for one ring at a time (CL_ARMED), so a
 	 * queue that empties for a moment at every turn costs no wake-up. */
 	if (atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_ARMED) {
-		atomic_fetch_and(&k->cluster, ~CL_ARMED);
+		seg_key_cluster_disarm(k);
 		cluster_ring_release(seg->hdr); /* a key the broker holds: no full scan */
 	}
 	return IDX_NONE;
@@ -392,7 +392,7 @@ uint32_t key_grant_pending_locked(struct segment *seg, struct seg_key *k, uint32
 
 	while (n < nwake && k->holders < k->limit && k->q_head != IDX_NONE &&
 	       k->q_head < seg->nnodes && delay_over_locked(k) && !cluster_gated(seg, k) &&
-	       !cluster_slots_full(k)) { /* K1: a cluster semaphore's slots from etcd */
+	       !cluster_slots_full(k)) { /* a cluster semaphore's slots from etcd */
 		uint32_t w = k->q_head;
 		uint64_t ww = atomic_load(&seg->nodes[w].word);
 		uint32_t h;
@@ -427,7 +427,7 @@ void waiter_wake(struct segment *seg, uint32_t n)
 	if (was == NODE_FUTEX_PARKED)
 		futex_wake(&node->futex, 1);
 	else if (was == NODE_FUTEX_DOORBELL)
-		seg_ring(seg); /* J5: the broker's own grants need no futex wake */
+		seg_ring(seg); /* the broker's own grants need no futex wake */
 }
 
 /*

@@ -335,18 +335,6 @@ static inline bool cluster_deadline_passed(const struct segment *seg)
 	return dl && mono_ns() >= dl;
 }
 
-/* seg_key.cluster bits, written under the key mutex. */
-#define CL_KEY 1u   /* under a --cluster-prefix: a grant needs the host's cluster lock */
-#define CL_OPEN 2u  /* the broker holds the key's cluster lock: grants may go on */
-#define CL_ARMED 4u /* the broker wants a ring at the next release without handoff */
-
-/* A cluster key's tokens: CLUSTER_TOKEN_BASE + (etcd revision of the host's
- * acquisition << CLUSTER_SEQ_BITS) + local sequence, so that a later holder
- * on any host has a larger one. The base keeps them above the host-local
- * tokens (the segment counter starts at the realtime clock, below 2^61). */
-#define CLUSTER_TOKEN_BASE (1ull << 62)
-#define CLUSTER_SEQ_BITS 24
-
 /*
  * Is what was granted of cluster key @k void now? Past the host's deadline,
  * or opened under an etcd lease that is not the host's lease now
@@ -437,9 +425,9 @@ static inline bool cluster_slots_over(const struct seg_key *k)
  * know yet gained a waiter: it looks at every key entry), while
  * cluster_ring_release() adds 1 (a key it holds, and so looks at anyway, was
  * released without a handoff: it looks at its own keys only). A carry out
- * of the low half costs one needless look at every entry.
+ * of the low half costs one needless look at every entry (the bell's
+ * encoding, CLUSTER_BELL_FIND, is in segment.h).
  */
-#define CLUSTER_BELL_FIND (1u << 16)
 void cluster_ring(struct seg_header *h);
 void cluster_ring_release(struct seg_header *h);
 /* Is @key under one of the cluster prefixes the broker published? */

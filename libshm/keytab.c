@@ -121,7 +121,7 @@ static bool fast_eligible(const struct seg_key *k)
 	if (atomic_load(&k->state) != KEY_USED || k->q_head != IDX_NONE || k->delay_until_ns != 0 ||
 	    atomic_load(&k->watchers) != 0)
 		return false;
-	/* Cluster keys (issue 16) stay on the mutex path: its release tells
+	/* Cluster keys stay on the mutex path: its release tells
 	 * the broker when the host may give up the key's cluster lock. */
 	if (atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_KEY)
 		return false;
@@ -579,8 +579,7 @@ static int create_locked(struct segment *seg, uint32_t hash, const char *key, si
 	k->key[len] = '\0';
 	k->key_len = (uint32_t)len;
 	/* A key under a cluster prefix starts gated (cluster_gated()). */
-	atomic_store(&k->cluster, cluster_prefix_match(seg, key, len) ? CL_KEY : 0);
-	atomic_store(&k->cluster_lease, 0);
+	seg_key_cluster_reset(k, cluster_prefix_match(seg, key, len));
 	atomic_store(&k->hash, hash);
 	atomic_store(&k->state, KEY_USED);
 	atomic_store_explicit(&seg->index[slot], idx + 1, memory_order_release);

@@ -8,11 +8,8 @@
  * words inside the mutex (__data.__list) and, on unlock, writes through the
  * pointers it reads back from there. A peer that rewrites those words picks
  * the address and the value of a write in the unlocking process (the broker
- * included). So a lock here is one 32-bit futex word:
- *
- *   bit 31  LW_WAITERS  someone may sleep on the word: the unlocker wakes one
- *   bit 30  LW_DIED     the owner died inside: the next taker must repair
- *   0..29   the owner's pid, as the broker sees it (0: free)
+ * included). So a lock here is one 32-bit futex word, laid out in segment.h
+ * (LW_WAITERS, LW_DIED, the owner's pid).
  *
  * A dead owner is found two ways. The broker watches every client process
  * through a pidfd, and when one exits it marks the words that process held.
@@ -48,10 +45,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define LW_WAITERS (1u << 31)
-#define LW_DIED (1u << 30)
-#define LW_OWNER_MASK (LW_DIED - 1)
-#define LW_OWNER(v) ((v)&LW_OWNER_MASK)
+#include "segment.h"
 
 /* A waiter checks its lock's owner for life after this long without a change. */
 #define LW_CHECK_NS 50000000ull

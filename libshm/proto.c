@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "proto.h"
-#include "seg_flags.h"
+#include "segment.h"
 
 void proto_init_hdr(struct proto_hdr *h, uint16_t type, uint32_t len)
 {

@@ -10,7 +10,6 @@
 
 #include <stdbool.h>
 
-#include "seg_flags.h"
 #include "segment.h"
 
 /*

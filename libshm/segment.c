@@ -176,3 +176,23 @@ int seg_bind(struct segment *seg, void *mem, size_t size)
 	seg->lock_judge = &lw_pid_judge;
 	return 0;
 }
+
+void seg_cluster_set_prefixes(struct seg_header *h, const char (*prefixes)[SEG_CLUSTER_PREFIX_MAX],
+			      uint32_t n)
+{
+	uint32_t i;
+
+	if (n > SEG_CLUSTER_PREFIXES)
+		n = SEG_CLUSTER_PREFIXES;
+	/* None while they change: a key created meanwhile is not a cluster
+	 * key, and the broker re-reads every key after (publish_prefixes()). */
+	__atomic_store_n(&h->cluster_nprefix, 0, __ATOMIC_RELEASE);
+	for (i = 0; i < n; i++) {
+		size_t len = strnlen(prefixes[i], SEG_CLUSTER_PREFIX_MAX - 1);
+
+		memset(h->cluster_prefix[i], 0, SEG_CLUSTER_PREFIX_MAX);
+		memcpy(h->cluster_prefix[i], prefixes[i], len);
+		h->cluster_prefix_len[i] = (uint32_t)len;
+	}
+	__atomic_store_n(&h->cluster_nprefix, n, __ATOMIC_RELEASE);
+}

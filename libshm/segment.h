@@ -2,11 +2,29 @@
 /*
  * The shared-memory segment: layout, creation and attachment.
  *
+ * This header is the segment's format, all of it: the layout of every region,
+ * every word's bits and every flag a field may carry, and the few named
+ * writers of state that another part of the broker owns (the cluster state of
+ * a key and of the host, below). The algorithms that run over the format are
+ * in their own headers: keyops.h (keys, nodes, tokens, cluster gates),
+ * lockword.h (the lock words' protocol), hist.h (histograms), seg_check.h
+ * (checks of a slot).
+ *
  * Layout (offsets recorded in the header, each 64-byte aligned):
  *
  *   header | sessions[max_sessions] | keys[max_keys] | index[index_size]
  *          | nodes[max_holds + max_waiters] | values[max_keys][2][max_value]
  *          | lease_bits[(nodes + 63) / 64] | staged[max_waiters][max_value]
+ *
+ * header:     struct seg_header (caps, region offsets, broker's doorbell, table
+ *             lock, slow-path stats, the host's cluster state, token counter)
+ * sessions:   struct seg_session, one per session slot (SESS_* states and flags)
+ * keys:       struct seg_key, placed by hash (KEY_* states, fast word, CL_* bits)
+ * index:      the hash index: key entry + 1, 0 empty, INDEX_TOMB deleted
+ * nodes:      struct seg_node, holds then waiters (NODE_* states and futex values)
+ * values:     two buffers per key; value_word names the current one
+ * lease_bits: one bit per node, "this hold's lease deadline changed"
+ * staged:     one value buffer per waiter node
  *
  * staged[] holds the value a queued request asks to attach, so whoever
  * grants it publishes the value with the grant: a new leader is never shown
@@ -39,7 +57,7 @@ struct lw_judge; /* lockword.h */
  * 5: key entries are placed by hash (keytab.c); KEY_FREED marks a free
  * entry that was used.
  * 6: session slots carry wait/hold histograms (metrics).
- * 7: cluster keys (issue 16): a key's cluster gate (seg_key.cluster) and the
+ * 7: cluster keys: a key's cluster gate (seg_key.cluster) and the
  * header's cluster prefix table and bell.
  * 8: handoffs and timeouts are counted per key entry (n_handoffs,
  * n_timeouts), no longer in the header's stats line.
@@ -53,6 +71,19 @@ struct lw_judge; /* lockword.h */
  * (seg_key.cluster_lease against seg_header.cluster_lease_id): an older
  * client would grant under a later lease a key the broker could not close. */
 #define SEG_ABI 11u
+
+/*
+ * A lock word (seg_key.lock, seg_header.table_lock): one 32-bit futex word,
+ * never a pointer (lockword.h has the protocol and its reasons):
+ *
+ *   bit 31  LW_WAITERS  someone may sleep on the word: the unlocker wakes one
+ *   bit 30  LW_DIED     the owner died inside: the next taker must repair
+ *   0..29   the owner's pid, as the broker sees it (0: free)
+ */
+#define LW_WAITERS (1u << 31)
+#define LW_DIED (1u << 30)
+#define LW_OWNER_MASK (LW_DIED - 1)
+#define LW_OWNER(v) ((v)&LW_OWNER_MASK)
 
 #define SEG_NAME_MAX 64		  /* session name, including the NUL */
 #define SEG_CLUSTER_PREFIXES 8	  /* --cluster-prefix, at most this many */
@@ -73,13 +104,46 @@ enum seg_session_state {
 #define SESS_PACK(state, gen) (((uint64_t)(gen) << 32) | (uint64_t)(state))
 
 /*
- * A histogram of durations (J3, metrics): kept in the session slot of the
+ * Flag bits of struct seg_session.flags: the one list of them, so that the
+ * broker, liblocal and shmlockd --check agree on what a healthy slot holds.
+ * Bits 0..15 are the public LOCAL_SESSION_* flags a client may ask for
+ * (liblocal.h); bits 16..31 are the broker's own markers, which no client can
+ * set (proto_decode_request() refuses them in OPEN).
+ */
+/* Client-requested: the session survives its creator (pid 0 in the slot). */
+#define SESS_FLAG_NO_PROCESS_CHECK ((uint32_t)LOCAL_SESSION_NO_PROCESS_CHECK)
+/* Broker-set: an HTTP session, opened by the broker in its own name (its pid
+ * and start time, no pidfd). Only tells transports apart in stats. */
+#define SESS_FLAG_HTTP (1u << 16)
+/* Broker-set: a session of a connection of the TCP line protocol (the
+ * connection is its owner), opened as an HTTP session is. */
+#define SESS_FLAG_TCP (1u << 17)
+
+/* What a client may put in MSG_OPEN. */
+#define SESS_FLAGS_CLIENT SESS_FLAG_NO_PROCESS_CHECK
+/* Every bit a healthy slot may carry. */
+#define SESS_FLAGS_ALL (SESS_FLAGS_CLIENT | SESS_FLAG_HTTP | SESS_FLAG_TCP)
+
+/* seg_session.expired[].why */
+#define SESS_EXPIRED_LEASE 0u	/* a lease expired */
+#define SESS_EXPIRED_CLUSTER 1u /* a cluster key's lock was lost */
+
+/*
+ * A histogram of durations (metrics): kept in the session slot of the
  * process that measured them, never in a line other sessions write, and
  * never reset when the slot is reused, so the broker's sum over all slots
  * at scrape counts every session that ever ran. bucket[i]: durations in
  * (hist_bounds_us[i - 1], hist_bounds_us[i]]; longer ones only in count.
  */
 #define SEG_HIST_BUCKETS 12
+/* The buckets' upper bounds in microseconds (100 us to 5 min): part of the
+ * format, since a reader adds up what other processes counted. */
+#define SEG_HIST_BOUNDS_US                                                                 \
+	{                                                                                  \
+		100, 1000, 5000, 10000, 50000, 100000, 500000, 1000000, 5000000, 10000000, \
+			60000000, 300000000                                                \
+	}
+
 struct seg_hist {
 	_Atomic uint64_t count;
 	_Atomic uint64_t sum_us;
@@ -109,7 +173,7 @@ struct seg_session {
 	_Atomic uint32_t expired_next;
 	struct {
 		_Atomic uint32_t key; /* key index + 1; 0: empty */
-		uint32_t why;	      /* 0: a lease expired; 1: a cluster key's lock was lost */
+		uint32_t why;	      /* SESS_EXPIRED_LEASE or SESS_EXPIRED_CLUSTER */
 		uint64_t token;
 	} expired[SESS_EXPIRED_SLOTS];
 	/* Written only by the session's own process, on the contended path
@@ -174,7 +238,7 @@ struct seg_node {
 	uint64_t lease_until_ns; /* 0: no lease */
 	uint32_t staged_len;	 /* NODE_WAITING: value to attach at the grant, + 1; 0: none */
 	/* NODE_WAITING: CLOCK_MONOTONIC in ms (low 32 bits) when it queued, for
-	 * `shmlock info` (J3); in the line's spare bytes, on the queueing path. */
+	 * `shmlock info`; in the line's spare bytes, on the queueing path. */
 	uint32_t queued_ms;
 } __attribute__((aligned(64)));
 
@@ -249,6 +313,23 @@ static inline bool key_state_free(uint32_t st)
 	(((uint64_t)(seq)&FAST_SEQ_MASK) | ((held) ? FBASE_HELD : 0) | \
 	 ((folding) ? FBASE_FOLDING : 0))
 
+/*
+ * seg_key.cluster bits (docs/cluster.md), written under the key mutex. Only
+ * the cluster manager opens and shuts a key (the seg_key_cluster_*() writers
+ * below); key creation sets CL_KEY, a release without a handoff clears
+ * CL_ARMED as it rings.
+ */
+#define CL_KEY 1u   /* under a --cluster-prefix: a grant needs the host's cluster lock */
+#define CL_OPEN 2u  /* the broker holds the key's cluster lock: grants may go on */
+#define CL_ARMED 4u /* the broker wants a ring at the next release without handoff */
+
+/* A cluster key's tokens: CLUSTER_TOKEN_BASE + (etcd revision of the host's
+ * acquisition << CLUSTER_SEQ_BITS) + local sequence, so that a later holder
+ * on any host has a larger one. The base keeps them above the host-local
+ * tokens (the segment counter starts at the realtime clock, below 2^61). */
+#define CLUSTER_TOKEN_BASE (1ull << 62)
+#define CLUSTER_SEQ_BITS 24
+
 struct seg_key {
 	_Atomic uint32_t lock; /* lockword.h: the key's mutex */
 	uint32_t lock_pad;
@@ -305,7 +386,7 @@ struct seg_key {
 	 * (cluster_gated()). Under the mutex. */
 	_Atomic int64_t cluster_lease;
 	char key[LOCAL_KEY_MAX + 1];
-	/* This entry's share of the slow-path counters (issue 13: not one
+	/* This entry's share of the slow-path counters (not one
 	 * line every process writes). Raised under the mutex only, with a
 	 * plain load and store; read without it. Never cleared when the entry
 	 * is reused, so their sum over all entries only ever rises: readers
@@ -315,6 +396,14 @@ struct seg_key {
 } __attribute__((aligned(64)));
 
 /* ---- header ----------------------------------------------------------- */
+
+/* seg_header.cluster_bell: clients add CLUSTER_BELL_FIND when a key the
+ * manager may not know gained a waiter (it looks at every key entry), 1 when
+ * a key it holds was released without a handoff (it looks at its own). */
+#define CLUSTER_BELL_FIND (1u << 16)
+/* seg_header.cluster_deadline_ns: 0, no cluster; this, a deadline already
+ * past (no lease yet, or jeopardy): no cluster key is granted. */
+#define SEG_CLUSTER_DEADLINE_PAST 1ull
 
 struct seg_caps {
 	uint32_t max_keys;
@@ -542,5 +631,98 @@ static inline char *seg_staged_buf(const struct segment *seg, uint32_t n)
 {
 	return seg->staged + (size_t)(n - seg->caps.max_holds) * seg->caps.max_value;
 }
+
+/*
+ * ---- cluster state: the named writers -------------------------------------
+ *
+ * The cluster manager (broker/cluster/) owns these fields; the gates that
+ * read them are in keyops.h (cluster_gated(), cluster_grant_void(),
+ * cluster_slots_full()). Each key writer runs under the key's mutex.
+ */
+
+/* @k's gate opens under etcd lease @lease: this host holds the key's cluster
+ * lock, grants may go on, and the next release without a handoff rings. */
+static inline void seg_key_cluster_open(struct seg_key *k, int64_t lease)
+{
+	atomic_store(&k->cluster_lease, lease);
+	atomic_store(&k->cluster, CL_KEY | CL_OPEN | CL_ARMED);
+}
+
+/* No new grant of @k; its holds stay valid under its lease (a yield to
+ * other hosts, or the last holder gone). With @arm, the next release without
+ * a handoff rings the manager. */
+static inline void seg_key_cluster_hold_back(struct seg_key *k, bool arm)
+{
+	uint32_t st = atomic_load(&k->cluster) & ~CL_OPEN;
+
+	atomic_store(&k->cluster, arm ? st | CL_ARMED : st);
+}
+
+/* @k is shut: its cluster lock is lost or never was ours. No grant, and
+ * what it granted is void (no lease): the caller ends its holds. */
+static inline void seg_key_cluster_shut(struct seg_key *k)
+{
+	seg_key_cluster_hold_back(k, false);
+	atomic_store(&k->cluster_lease, 0);
+}
+
+/* Ring the manager at @k's next release without a handoff. */
+static inline void seg_key_cluster_arm(struct seg_key *k)
+{
+	atomic_fetch_or(&k->cluster, CL_ARMED);
+}
+
+/* The next release rang (or nobody wants it to): the ring is taken. */
+static inline void seg_key_cluster_disarm(struct seg_key *k)
+{
+	atomic_fetch_and(&k->cluster, ~CL_ARMED);
+}
+
+/* @k as a fresh entry: a cluster key (gated, never opened) or not one. */
+static inline void seg_key_cluster_reset(struct seg_key *k, bool cluster_key)
+{
+	atomic_store(&k->cluster, cluster_key ? CL_KEY : 0);
+	atomic_store(&k->cluster_lease, 0);
+}
+
+/* The lease an entry that is no longer @k's key was opened under, forgotten
+ * (nothing is granted under it any more). */
+static inline void seg_key_cluster_forget_lease(struct seg_key *k)
+{
+	atomic_store(&k->cluster_lease, 0);
+}
+
+/* A cluster semaphore @k takes no holder beyond @slots (those reserved in
+ * etcd). */
+static inline void seg_key_cluster_slots(struct seg_key *k, uint32_t slots)
+{
+	k->cluster_slots = slots;
+}
+
+/* The host's etcd lease (0: none), for a restarted broker to re-adopt and
+ * for cluster_gated() to compare each key's lease with. */
+static inline void seg_cluster_set_lease(struct seg_header *h, int64_t lease)
+{
+	atomic_store(&h->cluster_lease_id, lease);
+}
+
+/* The host's cluster deadline (CLOCK_MONOTONIC ns; SEG_CLUSTER_DEADLINE_PAST:
+ * nothing may be granted; 0: no cluster). */
+static inline void seg_cluster_set_deadline(struct seg_header *h, uint64_t at_ns)
+{
+	atomic_store(&h->cluster_deadline_ns, at_ns);
+}
+
+/* The manager sleeps on the cluster bell (@on), so that a ring must wake it
+ * (cluster_ring()), or it is awake and will look anyway. */
+static inline void seg_cluster_set_listening(struct seg_header *h, bool on)
+{
+	atomic_store(&h->cluster_listening, on ? 1u : 0u);
+}
+
+/* Publish the cluster prefixes (at most SEG_CLUSTER_PREFIXES, each shorter
+ * than SEG_CLUSTER_PREFIX_MAX): key creation reads them (segment.c). */
+void seg_cluster_set_prefixes(struct seg_header *h, const char (*prefixes)[SEG_CLUSTER_PREFIX_MAX],
+			      uint32_t n);
 
 #endif

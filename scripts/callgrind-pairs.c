@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * Instructions per acquire+release, for callgrind (issue 13, M1): a clock
+ * Instructions per acquire+release, for callgrind: a clock
  * is noisy on a shared 2-core machine, an instruction count is not.
  *
  *   valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file=OUT \
@@ -15,7 +15,7 @@
  *   semheld   - the same while another session holds one unit
  *   contendedP - local_lock + local_release on a key that P-1 other
  *               processes (2 <= P <= 16) lock and release in a loop too: a
- *               FIFO handoff per pair (issue 13, N2). Only this process is
+ *               FIFO handoff per pair. Only this process is
  *               counted; the others run under valgrind as well (forked), with
  *               instrumentation off. Run it under `taskset -c 0` for the
  *               one-CPU case of `make bench` section 2.

@@ -1,10 +1,10 @@
 #!/bin/sh
-# Instructions per acquire+release under callgrind (issue 13, M1).
+# Instructions per acquire+release under callgrind.
 #   scripts/callgrind-pairs.sh BUILD_DIR [N] [CASES...]
 # BUILD_DIR holds liblocal.a and shmlockd (e.g. build/rel from
 # `make O=build/rel build/rel/liblocal.a build/rel/shmlockd`).
 # Prints "case instructions-per-pair" for each case. contendedP (P processes
-# on one key, issue 13 N2) counts a contended lock+release cycle: run it on
+# on one key) counts a contended lock+release cycle: run it on
 # one CPU, as section 2's steadiest row does:
 #   taskset -c 1 scripts/callgrind-pairs.sh build/rel 2000 contended8
 set -e

@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 #
-# The broker's own cost per acquire+release over the network (issue 14):
+# The broker's own cost per acquire+release over the network:
 # user-space instructions (callgrind) or system calls (strace -c) per op,
 # counted over a fixed number of ops only (connections opened and warmed up
 # first, outside the count), so figures are stable on a busy machine,

@@ -149,21 +149,21 @@ static int keeper_call(const struct broker_proc *b, char cmd, int *fd)
 
 	if (fd)
 		*fd = -1;
-	if ((size_t)snprintf(path, sizeof(path), "%s.keep", b->sock) >= sizeof(path))
+	if (keeper_path(b->sock, path, sizeof(path)))
 		FAIL_AT("socket path too long for its keeper: %s", b->sock);
 	return keeper_exchange(path, cmd, 5, fd);
 }
 
 int keeper_segment_fd(const struct broker_proc *b)
 {
-	int fd, err = keeper_call(b, 'G', &fd);
+	int fd, err = keeper_call(b, KEEPER_GET, &fd);
 
 	return err ? err : fd;
 }
 
 int keeper_end(const struct broker_proc *b)
 {
-	return keeper_call(b, 'Q', NULL);
+	return keeper_call(b, KEEPER_QUIT, NULL);
 }
 
 void broker_stop(struct broker_proc *b)

@@ -25,6 +25,7 @@
 
 #include "broker_fixture.h"
 #include "harness.h"
+#include "keeper_proto.h"
 #include "segment.h"
 
 #define NOBODY 65534u
@@ -226,7 +227,7 @@ TEST(files, the_segment_is_owner_only, 30)
 	shm_file(&b, path, sizeof(path));
 	CHECK_EQ(stat(path, &st), -1); /* no name */
 	check_ours(&b, NULL);
-	snprintf(path, sizeof(path), "%s.keep", b.sock);
+	CHECK_OK(keeper_path(b.sock, path, sizeof(path)));
 	CHECK_OK(stat(path, &st));
 	CHECK_EQ(st.st_gid, NOBODY); /* reachable by the group, yet: */
 	CHECK_EQ(keeper_as_nobody(&b), 1);

@@ -20,6 +20,7 @@
 
 #include "broker_fixture.h"
 #include "harness.h"
+#include "keeper_proto.h"
 #include "net_fixture.h"
 
 /* The broker's socket answers before its loop has started the metrics
@@ -279,7 +280,7 @@ TEST(metrics, socket_activated_metrics_fd, 30)
 	CHECK(mkdtemp(dir));
 	snprintf(sock, sizeof(sock), "%s/sock", dir);
 	snprintf(logf, sizeof(logf), "%s/log", dir);
-	snprintf(keep, sizeof(keep), "%s.keep", sock);
+	CHECK_OK(keeper_path(sock, keep, sizeof(keep)));
 	snprintf(shm, sizeof(shm), "/shmlock-metrics-%d", (int)getpid());
 	lfd = tcp_listener(&port);
 	pid = fork();

@@ -71,7 +71,7 @@ static uint32_t end_holds_locked(struct segment *seg, struct seg_key *k)
 	while ((h = k->h_head) != IDX_NONE && h < seg->caps.max_holds && n < seg->nnodes) {
 		uint64_t w = atomic_load(&seg->nodes[h].word);
 
-		record_expiry(seg, NODE_SESSION(w), idx, seg->nodes[h].token, 1);
+		record_expiry(seg, NODE_SESSION(w), idx, seg->nodes[h].token, SESS_EXPIRED_CLUSTER);
 		key_release_hold_locked(seg, k, h, REL_VOLUNTARY); /* gated: no handoff */
 		n++;
 	}
@@ -82,8 +82,7 @@ static uint32_t end_holds_locked(struct segment *seg, struct seg_key *k)
  * every local hold ended. The count of holds ended. */
 static uint32_t key_close_locked(struct segment *seg, struct seg_key *k)
 {
-	atomic_store(&k->cluster, atomic_load(&k->cluster) & ~CL_OPEN);
-	atomic_store(&k->cluster_lease, 0);
+	seg_key_cluster_shut(k);
 	return end_holds_locked(seg, k);
 }
 
@@ -109,8 +108,8 @@ static void jeopardy(struct cluster *c, const char *why)
 	atomic_store(&c->lease_id, 0);
 	atomic_fetch_add(&c->epoch, 1); /* what was taken under it is gone */
 	/* No grant from here on, even by a client alone (cluster_gated()). */
-	atomic_store(&seg->hdr->cluster_deadline_ns, 1);
-	atomic_store(&seg->hdr->cluster_lease_id, 0);
+	seg_cluster_set_deadline(seg->hdr, SEG_CLUSTER_DEADLINE_PAST);
+	seg_cluster_set_lease(seg->hdr, 0);
 	for (i = 0; i < seg->caps.max_keys; i++) {
 		struct seg_key *k = &seg->keys[i];
 
@@ -147,7 +146,7 @@ static void jeopardy(struct cluster *c, const char *why)
 static void set_deadline(struct cluster *c, uint64_t at)
 {
 	atomic_store(&c->deadline_ns, at);
-	atomic_store(&c->seg->hdr->cluster_deadline_ns, at);
+	seg_cluster_set_deadline(c->seg->hdr, at);
 }
 
 static int64_t lease_grant(struct cluster *c, struct etcd *e, int64_t *ttl)
@@ -274,7 +273,7 @@ static void *lease_thread(void *arg)
 			}
 			/* The segment first: a key the manager opens under
 			 * lease_id must find it there (cluster_gated()). */
-			atomic_store(&c->seg->hdr->cluster_lease_id, id);
+			seg_cluster_set_lease(c->seg->hdr, id);
 			set_deadline(c, sent + (uint64_t)ttl * 1000000000ull -
 						(uint64_t)c->margin_ms * 1000000ull);
 			atomic_fetch_add(&c->epoch, 1);
@@ -401,8 +400,7 @@ static int open_gate(struct cluster *c, uint32_t i, struct ckey *ck)
 	/* Whether hosts queued behind us while we waited is not known here
 	 * (their puts may have been seen before this): asked once. */
 	atomic_store(&ck->others, 1);
-	atomic_store(&k->cluster_lease, ck->w->lease);
-	atomic_store(&k->cluster, CL_KEY | CL_OPEN | CL_ARMED);
+	seg_key_cluster_open(k, ck->w->lease);
 	ck->batch_ns = mono_ns();
 	ck->batch_l0 = l;
 	ck->yielding = false;
@@ -477,7 +475,7 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 		c->lingering = true;
 	} else if (k->holders == 0 && (!k->waiters || ck->yielding || cluster_gated(seg, k))) {
 		/* Idle, or yielded and now free, or its token range spent. */
-		atomic_store(&k->cluster, atomic_load(&k->cluster) & ~CL_OPEN);
+		seg_key_cluster_hold_back(k, false);
 		give_up = true;
 	} else if (!ck->yielding) {
 		ck->idle_ns = 0;
@@ -495,7 +493,7 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 	/* In use (or yielding): ring us at the next release without handoff.
 	 * Lingering: we look again after --cluster-linger anyway. */
 	if (!give_up && key_is(k, ck) && (k->holders || k->waiters || ck->yielding))
-		atomic_fetch_or(&k->cluster, CL_ARMED);
+		seg_key_cluster_arm(k);
 	/* A lock-delay (of a lost host) over: grant the queue. */
 	if (!give_up && key_is(k, ck) && !k->holders && k->waiters && k->delay_until_ns &&
 	    now >= k->delay_until_ns && (atomic_load(&k->cluster) & CL_OPEN)) {
@@ -530,7 +528,7 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 	if (key_lock_timed(seg, k, BROKER_LOCK_MS))
 		return;
 	if (key_is(k, ck)) {
-		atomic_store(&k->cluster, (atomic_load(&k->cluster) & ~CL_OPEN) | CL_ARMED);
+		seg_key_cluster_hold_back(k, true);
 		ck->yielding = true;
 		if (!k->holders) {
 			key_unlock(k);
@@ -701,7 +699,7 @@ static bool close_stale(struct cluster *c, uint32_t i, struct ckey *ck, int64_t 
 			     (int)key_name_len(k), k->key,
 			     (uint64_t)((mono_ns() - ck->unclosed_ns) / 1000000ull), ended);
 	} else {
-		atomic_store(&k->cluster_lease, 0); /* a free entry's leftover */
+		seg_key_cluster_forget_lease(k); /* a free entry's leftover */
 	}
 	key_unlock(k);
 	ck->unclosed_ns = 0;
@@ -878,7 +876,7 @@ static void *manager(void *arg)
 			next_full = mono_ns() + FULL_MS * 1000000ull;
 		scan(c, full);
 		last = v;
-		atomic_store(&h->cluster_listening, 1);
+		seg_cluster_set_listening(h, true);
 		/* Soon again while something is pending (at least 1 ms: with
 		 * --cluster-linger 0 it would spin). */
 		wait_ms = c->lingering && c->o->linger_ms < TICK_MS ? c->o->linger_ms : TICK_MS;
@@ -887,7 +885,7 @@ static void *manager(void *arg)
 		woke_by = mono_ns() + wait_ms * 1000000ull;
 		if (atomic_load(&h->cluster_bell) == v && !atomic_load(&c->stop))
 			futex_wait_until(&h->cluster_bell, v, woke_by);
-		atomic_store(&h->cluster_listening, 0);
+		seg_cluster_set_listening(h, false);
 	}
 	/* How busy the manager was (the cost of the bell: docs/cluster.md). */
 	blog(LOG_INFO, "cluster: manager: %" PRIu64 " looks, %" PRIu64 " at every key entry",
@@ -929,18 +927,12 @@ static void publish_prefixes(struct broker *b, struct cluster *c)
 		c->adopt_id = atomic_load(&h->cluster_lease_id);
 		atomic_store(&c->deadline_ns, dl);
 	}
-	__atomic_store_n(&h->cluster_nprefix, 0, __ATOMIC_RELEASE);
 	/* Until the first lease: past (nothing granted); 0 without a cluster. */
 	if (!c || !c->adopt_id) {
-		atomic_store(&h->cluster_deadline_ns, c ? 1 : 0);
-		atomic_store(&h->cluster_lease_id, 0);
+		seg_cluster_set_deadline(h, c ? SEG_CLUSTER_DEADLINE_PAST : 0);
+		seg_cluster_set_lease(h, 0);
 	}
-	for (i = 0; i < o->nprefixes; i++) {
-		memset(h->cluster_prefix[i], 0, SEG_CLUSTER_PREFIX_MAX);
-		strcpy(h->cluster_prefix[i], o->prefixes[i]);
-		h->cluster_prefix_len[i] = (uint32_t)strlen(o->prefixes[i]);
-	}
-	__atomic_store_n(&h->cluster_nprefix, o->nprefixes, __ATOMIC_RELEASE);
+	seg_cluster_set_prefixes(h, o->prefixes, o->nprefixes);
 	/* Keys of an earlier run (a restart): cluster keys or not by today's
 	 * prefixes, and closed until this broker takes their cluster locks. */
 	for (i = 0; i < b->seg.caps.max_keys; i++) {
@@ -950,8 +942,7 @@ static void publish_prefixes(struct broker *b, struct cluster *c)
 		    key_lock_timed(&b->seg, k, BROKER_LOCK_MS))
 			continue;
 		if (!cluster_prefix_match(&b->seg, k->key, k->key_len)) {
-			atomic_store(&k->cluster, 0);
-			atomic_store(&k->cluster_lease, 0);
+			seg_key_cluster_reset(k, false);
 		} else if (c && c->adopt_id && atomic_load(&k->cluster_lease) == c->adopt_id &&
 			   ((atomic_load(&k->cluster) & CL_OPEN) || k->holders)) {
 			/* Open under the lease we re-adopt, or held while it
@@ -959,15 +950,14 @@ static void publish_prefixes(struct broker *b, struct cluster *c)
 			 * key still there until the release): checked in etcd. */
 			struct ckey *ck = &c->keys[i];
 
-			atomic_store(&k->cluster, CL_KEY | CL_OPEN | CL_ARMED);
+			seg_key_cluster_open(k, c->adopt_id);
 			ck->state = CK_ADOPT;
 			ck->len = k->key_len <= LOCAL_KEY_MAX ? k->key_len : LOCAL_KEY_MAX;
 			memcpy(ck->name, k->key, ck->len);
 			ck->name[ck->len] = '\0';
 			ck->epoch = 1; /* the lease thread's first: the adoption */
 		} else {
-			atomic_store(&k->cluster, CL_KEY);
-			atomic_store(&k->cluster_lease, 0);
+			seg_key_cluster_reset(k, true);
 			/* Holds of an earlier run whose cluster locks this broker
 			 * does not hold. */
 			if (k->holders)

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cluster.h"
-#include "faces/http/http.h"
+#include "core/options.h"
 
 const struct option cluster_long_opts[CLUSTER_NOPTS] = {
 	{ "cluster", required_argument, NULL, OPT_CLUSTER },

@@ -412,9 +412,9 @@ static void yield_drop_locked(struct seg_key *k, struct ckey *ck, uint32_t *drop
 		drop[(*ndrop)++] = ck->slots[--ck->nslots];
 		ck->yield--;
 	}
-	k->cluster_slots = ck->nslots - ck->yield;
+	seg_key_cluster_slots(k, ck->nslots - ck->yield);
 	if (!ck->nslots)
-		atomic_store(&k->cluster, atomic_load(&k->cluster) & ~CL_OPEN);
+		seg_key_cluster_hold_back(k, false);
 	if (!ck->yield)
 		ck->batch_ns = 0; /* done: a new batch from the next look */
 }
@@ -439,12 +439,11 @@ static void slots_add_locked(struct cluster *c, struct seg_key *k, struct ckey *
 		__atomic_store_n(&k->token, base, __ATOMIC_RELAXED);
 	}
 	/* A yield under way goes on: the hosts it is for queued before us. */
-	k->cluster_slots = ck->nslots - ck->yield;
-	atomic_store(&k->cluster_lease, w->lease);
+	seg_key_cluster_slots(k, ck->nslots - ck->yield);
 	/* Hosts that queued while we waited were seen before: asked once at
 	 * the batch end (as for locks, open_gate()). */
 	atomic_store(&ck->others, 1);
-	atomic_store(&k->cluster, CL_KEY | CL_OPEN | CL_ARMED);
+	seg_key_cluster_open(k, w->lease);
 	do {
 		n = key_grant_pending_locked(seg, k, wake, 64);
 		for (j = 0; j < n; j++)
@@ -506,7 +505,7 @@ static void sem_batch_end(struct cluster *c, uint32_t i, struct ckey *ck, int64_
 	}
 	ck->yield = need < ck->nslots ? need : ck->nslots;
 	yield_drop_locked(k, ck, drop, &ndrop);
-	atomic_fetch_or(&k->cluster, CL_ARMED); /* the releases ring us */
+	seg_key_cluster_arm(k); /* the releases ring us */
 	key_unlock(k);
 	slots_delete(c, ck, ck->lease, drop, ndrop);
 	blog(LOG_DEBUG, "cluster: %.*s: batch over, %u slot(s) given back to other hosts",
@@ -592,9 +591,9 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 				drop[ndrop++] = ck->slots[--ck->nslots];
 			if (ck->yield > ck->nslots) /* given back anyway */
 				ck->yield = ck->nslots;
-			k->cluster_slots = ck->nslots - ck->yield;
+			seg_key_cluster_slots(k, ck->nslots - ck->yield);
 			if (!ck->nslots)
-				atomic_store(&k->cluster, atomic_load(&k->cluster) & ~CL_OPEN);
+				seg_key_cluster_hold_back(k, false);
 			ck->idle_ns = 0;
 		} else {
 			c->lingering = true;
@@ -620,7 +619,7 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 		batch_over = grants >= c->o->batch || (grants && now - ck->batch_ns >= span);
 	}
 	if (k->holders || k->waiters)
-		atomic_fetch_or(&k->cluster, CL_ARMED);
+		seg_key_cluster_arm(k);
 	if (ck->nslots)
 		publish = cvalue_snapshot_locked(c, k, ck, &pub);
 	key_unlock(k);

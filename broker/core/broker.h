@@ -20,6 +20,7 @@
 #include "faces/consul/consul.h"
 #include "cluster/cluster.h"
 #include "owners.h"
+#include "face.h"
 
 /* A per-event log line that may come in bursts (100 000 leases expiring
  * together): at most BLOG_BURST lines a second, then one line saying how
@@ -44,29 +45,21 @@ struct blog_backoff {
  * before this one. */
 bool blog_backoff_allow(struct blog_backoff *l, uint64_t now_ns, uint32_t *suppressed);
 
-/* Every timer kind, in one place so that no two modules pick one number. */
+/* The core's timer kinds (those of a face are its own: face_schedule()). */
 enum timer_kind {
-	TIMER_TTL = 1,	   /* a = session slot, b = generation */
-	TIMER_DELAY = 2,   /* a = key index: grant waiters when lock-delay ends */
-	TIMER_SCAN = 3,	   /* periodic: repair mutexes whose owner died unseen */
-	TIMER_LEASE = 4,   /* a = hold node: its lease may have run out */
-	TIMER_GC = 5,	   /* periodic: reclaim keys idle for --gc-idle */
-	TIMER_SWEEP = 6,   /* a = slot, b = gen: finish a sweep a stalled key held up */
-	TIMER_NOTIFY = 16, /* a = enum notify_what: service-manager messages */
-	/* The listeners' timers (each module's timer function reads a and b). */
-	TIMER_HTTP_TICK = 32,	 /* periodic: run libmicrohttpd's timeouts, reap */
-	TIMER_HTTP_WAIT = 33,	 /* a = waiter slot, b = its generation */
-	TIMER_HTTP_RUN = 34,	 /* now: run libmicrohttpd (http_server.c run_soon()) */
-	TIMER_HTTP_DELAY = 35,	 /* a = delayed answer slot, b = its generation */
-	TIMER_CONSUL_WAIT = 36,	 /* a Consul blocking query's wait ran out */
+	TIMER_TTL = 1,		 /* a = session slot, b = generation */
+	TIMER_DELAY = 2,	 /* a = key index: grant waiters when lock-delay ends */
+	TIMER_SCAN = 3,		 /* periodic: repair mutexes whose owner died unseen */
+	TIMER_LEASE = 4,	 /* a = hold node: its lease may have run out */
+	TIMER_GC = 5,		 /* periodic: reclaim keys idle for --gc-idle */
+	TIMER_SWEEP = 6,	 /* a = slot, b = gen: finish a sweep a stalled key held up */
+	TIMER_NOTIFY = 16,	 /* a = enum notify_what: service-manager messages */
 	TIMER_LISTEN_REARM = 40, /* re-enable accepting after EMFILE (conns.c) */
-	TIMER_TCP_TICK = 48,	 /* periodic: read timeouts */
-	TIMER_TCP_WAIT = 49,	 /* a = connection slot, b = its generation */
-	TIMER_METRICS_TICK = 64, /* periodic: run the metrics listener's timeouts */
 };
 
 struct timer {
-	uint64_t at_ns; /* CLOCK_MONOTONIC */
+	uint64_t at_ns;		  /* CLOCK_MONOTONIC */
+	const struct face *owner; /* NULL: the core's own */
 	uint32_t kind, a, b;
 };
 
@@ -154,6 +147,10 @@ struct broker {
 	bool listen_owned;   /* we bound it (not socket-activated): unlink at exit */
 	struct conns *conns; /* conns.c: connections yet to send their request */
 	int epfd, timerfd, sigfd;
+	struct watch *watches; /* watch.c: by fd */
+	int nwatches;
+	const struct face *faces[FACES_MAX]; /* faces.c: registered in main.c */
+	unsigned nfaces;
 	uint64_t armed_ns; /* what timerfd is set to; 0: disarmed */
 	struct timer_heap timers;
 	struct cds_lfht *by_id;	   /* id -> bsession, read under RCU */
@@ -228,8 +225,8 @@ void shm_teardown(struct broker *b);
 /* 0 while the live header validates; logs the change, sets seg_rejected. */
 int shm_revalidate(struct broker *b);
 
-/* keeper.c: the process that keeps the segment's fd while no broker runs. */
-int keeper_path(const char *socket_path, char *buf, size_t size);
+/* keeper.c: the process that keeps the segment's fd while no broker runs
+ * (keeper_proto.h: its protocol and keeper_path()). */
 int keeper_fetch(const char *path, int *fd); /* -ENOENT, -ECONNREFUSED: none */
 int keeper_quit(const char *path);
 int keeper_start(struct broker *b, int memfd);
@@ -273,7 +270,8 @@ unsigned listen_max_connections(unsigned configured);
 ssize_t send_with_fd(int sock, const void *buf, size_t len, int fd, int flags);
 
 /* timers.c */
-int timer_add(struct timer_heap *h, uint64_t at_ns, uint32_t kind, uint32_t a, uint32_t b);
+int timer_add(struct timer_heap *h, uint64_t at_ns, const struct face *owner, uint32_t kind,
+	      uint32_t a, uint32_t b);
 bool timer_peek(const struct timer_heap *h, struct timer *out);
 void timer_pop(struct timer_heap *h);
 void timer_free(struct timer_heap *h);
@@ -327,6 +325,7 @@ void sessions_reclaim_untracked(struct broker *b);
 #define BROKER_TURN_LOCK_MS 20
 /* Grant waiters of key @idx whose lock-delay has ended. */
 void key_delay_due(struct broker *b, uint32_t idx);
+/* A core timer (timers.c; a face's: face_schedule()). */
 void broker_schedule(struct broker *b, uint64_t at_ns, uint32_t kind, uint32_t a, uint32_t b2);
 
 /* leases.c */
@@ -357,22 +356,12 @@ int check_segment(const struct broker_opts *o);
 
 /* loop.c */
 int loop_run(struct broker *b);
-int loop_watch_fd(struct broker *b, int fd, uint64_t tag);
-void loop_unwatch_fd(struct broker *b, int fd);
 
-/* epoll tags: the high byte says what the fd is. */
-#define TAG_LISTEN (1ull << 56)
-#define TAG_CONN (2ull << 56)
-#define TAG_PIDFD (3ull << 56)
-#define TAG_TIMER (4ull << 56)
-#define TAG_SIGNAL (5ull << 56)
-#define TAG_LEASE (6ull << 56)
-#define TAG_HTTP (7ull << 56)	    /* value: libmicrohttpd daemon index */
-#define TAG_HTTP_HUP (8ull << 56)   /* value: HTTP waiter slot */
-#define TAG_TCP_LISTEN (9ull << 56) /* value: TCP listener index */
-#define TAG_TCP (10ull << 56)	    /* value: generation << 32 | connection slot */
-#define TAG_METRICS (11ull << 56)   /* the metrics listener's libmicrohttpd (metrics.c) */
-#define TAG_KIND(t) ((t)&0xffull << 56)
-#define TAG_VALUE(t) ((t) & ((1ull << 56) - 1))
+/* watch.c: the fds of face.h's loop_watch(). */
+struct epoll_event;
+/* Run the callback of the watch @ev reports (none if it was unwatched since,
+ * or, with @only, if its callback is not @only): true when one ran. */
+bool loop_dispatch(struct broker *b, const struct epoll_event *ev, loop_fn *only);
+void loop_watches_free(struct broker *b);
 
 #endif

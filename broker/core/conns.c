@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <syslog.h>
@@ -45,6 +46,7 @@ struct conns {
 	struct silent *v; /* unordered; n used */
 	uint32_t n, cap, per_uid;
 	bool listener_off;
+	void (*serve)(struct broker *b, int conn); /* answer its request */
 	/* Closed since the last summary, and why. */
 	uint32_t timed_out, evicted, emfile;
 };
@@ -66,12 +68,28 @@ static void set_caps(struct conns *c)
 	c->per_uid = c->cap / 4 ? c->cap / 4 : 1;
 }
 
-int conns_init(struct broker *b)
+static void listener_ready(struct broker *b, int fd, uint32_t events, void *ctx)
+{
+	(void)fd;
+	(void)events;
+	(void)ctx;
+	conns_accept(b);
+}
+
+void conns_request_ready(struct broker *b, int fd, uint32_t events, void *ctx)
+{
+	(void)events;
+	(void)ctx;
+	b->conns->serve(b, fd);
+}
+
+int conns_init(struct broker *b, void (*serve)(struct broker *b, int conn))
 {
 	struct conns *c = calloc(1, sizeof(*c));
 
 	if (!c)
 		return -ENOMEM;
+	c->serve = serve;
 	c->v = calloc(CONN_MAX, sizeof(*c->v));
 	if (!c->v) {
 		free(c);
@@ -80,7 +98,7 @@ int conns_init(struct broker *b)
 	set_caps(c);
 	b->conns = c;
 	blog(LOG_DEBUG, "at most %u silent connections, %u per uid", c->cap, c->per_uid);
-	return 0;
+	return loop_watch(b, b->listen_fd, EPOLLIN, listener_ready, NULL);
 }
 
 void conns_fini(struct broker *b)
@@ -91,7 +109,7 @@ void conns_fini(struct broker *b)
 	if (!c)
 		return;
 	for (i = 0; i < c->n; i++) {
-		loop_unwatch_fd(b, c->v[i].fd);
+		loop_unwatch(b, c->v[i].fd);
 		close(c->v[i].fd);
 	}
 	free(c->v);
@@ -108,7 +126,7 @@ static void drop_at(struct broker *b, uint32_t i)
 {
 	struct conns *c = b->conns;
 
-	loop_unwatch_fd(b, c->v[i].fd);
+	loop_unwatch(b, c->v[i].fd);
 	close(c->v[i].fd);
 	c->v[i] = c->v[--c->n];
 }
@@ -181,7 +199,7 @@ static bool fd_pressure(struct broker *b, int err)
 		return true;
 	if (!c->listener_off) {
 		c->listener_off = true;
-		loop_unwatch_fd(b, b->listen_fd);
+		loop_unwatch(b, b->listen_fd);
 		broker_schedule(b, mono_ns() + CONN_BACKOFF_MS * 1000000ull, TIMER_LISTEN_REARM, 0,
 				0);
 		blog(LOG_WARNING, "accept: %s; not accepting for %u ms", strerror(err),
@@ -198,7 +216,7 @@ void conns_rearm(struct broker *b)
 		return;
 	c->listener_off = false;
 	if (!b->stopping)
-		loop_watch_fd(b, b->listen_fd, TAG_LISTEN);
+		loop_watch(b, b->listen_fd, EPOLLIN, listener_ready, NULL);
 }
 
 void conns_accept(struct broker *b)
@@ -222,14 +240,14 @@ void conns_accept(struct broker *b)
 		}
 		getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len);
 		make_room(b, cred.uid);
-		if (loop_watch_fd(b, conn, TAG_CONN | (uint64_t)conn)) {
+		if (loop_watch(b, conn, EPOLLIN, conns_request_ready, NULL)) {
 			close(conn);
 			continue;
 		}
 		c->v[c->n++] = (struct silent){ conn, cred.uid, mono_ns() };
 		/* Most requests are already there: answer now, before the
 		 * next accept could evict this one. */
-		loop_handle_conn(b, conn);
+		c->serve(b, conn);
 	}
 }
 

@@ -26,7 +26,9 @@ struct broker;
 
 struct conns;
 
-int conns_init(struct broker *b);
+/* Watch the control socket's listener; @serve answers the request waiting on a
+ * connection (loop.c), and closes it then. 0 or -errno. */
+int conns_init(struct broker *b, void (*serve)(struct broker *b, int conn));
 void conns_fini(struct broker *b);
 /* Accept what waits on the listener (at most CONN_ACCEPTS_PER_TURN). */
 void conns_accept(struct broker *b);
@@ -39,7 +41,8 @@ void conns_rearm(struct broker *b);
 /* Silent connections now (tests, logs). */
 uint32_t conns_count(const struct broker *b);
 
-/* loop.c: answer the request waiting on @conn, if any (closes it then). */
-void loop_handle_conn(struct broker *b, int conn);
+/* The watch callback of an accepted connection (face.h): its request may be
+ * there. */
+void conns_request_ready(struct broker *b, int fd, uint32_t events, void *ctx);
 
 #endif

@@ -14,8 +14,7 @@
  * ('Q', a broker run with --destroy-segment-on-exit), on SIGTERM or SIGINT,
  * or once its socket file is gone or replaced, since nobody can reach it then.
  *
- * Protocol (SOCK_SEQPACKET, one exchange per connection): the peer sends one
- * byte, 'G' (get) or 'Q' (quit); the keeper answers 'K', with the fd for 'G'.
+ * Protocol: keeper_proto.h.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,31 +35,21 @@
 #include <unistd.h>
 
 #include "broker.h"
+#include "keeper_proto.h"
 
-#define KEEPER_SUFFIX ".keep"
 #define KEEPER_POLL_MS 1000
-
-int keeper_path(const char *socket_path, char *buf, size_t size)
-{
-	size_t max = sizeof(((struct sockaddr_un *)0)->sun_path);
-
-	if (strlen(socket_path) + sizeof(KEEPER_SUFFIX) > (size < max ? size : max))
-		return -ENAMETOOLONG;
-	snprintf(buf, size, "%s%s", socket_path, KEEPER_SUFFIX);
-	return 0;
-}
 
 /* How long the broker waits for the keeper's answer. */
 #define KEEPER_CALL_S 5
 
 int keeper_fetch(const char *path, int *fd)
 {
-	return keeper_exchange(path, 'G', KEEPER_CALL_S, fd);
+	return keeper_exchange(path, KEEPER_GET, KEEPER_CALL_S, fd);
 }
 
 int keeper_quit(const char *path)
 {
-	return keeper_exchange(path, 'Q', KEEPER_CALL_S, NULL);
+	return keeper_exchange(path, KEEPER_QUIT, KEEPER_CALL_S, NULL);
 }
 
 int segment_fd_label(int fd, char *buf, size_t size)
@@ -117,7 +106,7 @@ static void serve(int conn, int memfd, const char *path)
 	struct timeval tv = { .tv_sec = 1 };
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
-	char cmd = 0, ans = 'K';
+	char cmd = 0, ans = KEEPER_OK;
 
 	/* Our own user and root only: the fd is every lock. */
 	if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
@@ -127,9 +116,9 @@ static void serve(int conn, int memfd, const char *path)
 	setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	if (recv(conn, &cmd, 1, 0) != 1)
 		return;
-	if (cmd == 'G') {
+	if (cmd == KEEPER_GET) {
 		send_with_fd(conn, &ans, 1, memfd, MSG_NOSIGNAL);
-	} else if (cmd == 'Q') {
+	} else if (cmd == KEEPER_QUIT) {
 		unlink(path);
 		send(conn, &ans, 1, MSG_NOSIGNAL);
 		close(conn);

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -86,6 +87,17 @@ static void rescan(struct broker *b)
 			schedule_node(b, i);
 }
 
+/* The doorbell thread's eventfd: leases to schedule, and grants to waiters
+ * the faces armed. */
+static void doorbell_rang(struct broker *b, int fd, uint32_t events, void *ctx)
+{
+	(void)fd;
+	(void)events;
+	(void)ctx;
+	leases_drain(b);
+	faces_doorbell(b);
+}
+
 int leases_start(struct broker *b)
 {
 	int err;
@@ -96,7 +108,7 @@ int leases_start(struct broker *b)
 	b->lease_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (b->lease_efd < 0)
 		return -errno;
-	err = loop_watch_fd(b, b->lease_efd, TAG_LEASE);
+	err = loop_watch(b, b->lease_efd, EPOLLIN, doorbell_rang, NULL);
 	if (err)
 		return err;
 	rescan(b);
@@ -203,7 +215,7 @@ void lease_due(struct broker *b, uint32_t i, uint64_t at)
 		key_unlock(k);
 		return;
 	}
-	record_expiry(seg, NODE_SESSION(w), seg_key_index(seg, k), n->token, 0);
+	record_expiry(seg, NODE_SESSION(w), seg_key_index(seg, k), n->token, SESS_EXPIRED_LEASE);
 	session_public_id(NODE_SESSION(w), n->session_gen, id, sizeof(id));
 	if (blog_allow(&b->expiry_log, now))
 		blog(LOG_NOTICE, "lease of %.*s held by session %s expired; released",

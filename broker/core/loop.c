@@ -22,41 +22,12 @@
 #include "broker.h"
 #include "clock.h"
 #include "conns.h"
-#include "faces/metrics/metrics.h" /* J3 */
 #include "operator.h"
 #include "procinfo.h"
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77 /* Linux 6.5; missing from 6.1 UAPI headers */
 #endif
-
-#ifdef LOCAL_CRASH_POINTS
-/* Test builds: while the file $SHMLOCK_FAIL_PIDFD_WATCH names exists, watching
- * a process fails as at the kernel's epoll watch limit, which a test cannot
- * reach without exhausting the host's. */
-static bool pidfd_watch_fails(uint64_t tag)
-{
-	const char *path = getenv("SHMLOCK_FAIL_PIDFD_WATCH");
-
-	return TAG_KIND(tag) == TAG_PIDFD && path && access(path, F_OK) == 0;
-}
-#else
-#define pidfd_watch_fails(tag) false
-#endif
-
-int loop_watch_fd(struct broker *b, int fd, uint64_t tag)
-{
-	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = tag };
-
-	if (pidfd_watch_fails(tag))
-		return -ENOSPC;
-	return epoll_ctl(b->epfd, EPOLL_CTL_ADD, fd, &ev) ? -errno : 0;
-}
-
-void loop_unwatch_fd(struct broker *b, int fd)
-{
-	epoll_ctl(b->epfd, EPOLL_CTL_DEL, fd, NULL);
-}
 
 /* The peer's pidfd: SO_PEERPIDFD, else SO_PEERCRED + pidfd_open, checked
  * against the start time the client reported so a reused pid is refused. */
@@ -173,7 +144,7 @@ static void send_reply(int conn, const struct proto_reply *rep, int fd)
 	send_with_fd(conn, rep, sizeof(*rep), fd, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-void loop_handle_conn(struct broker *b, int conn)
+static void loop_handle_conn(struct broker *b, int conn)
 {
 	char buf[PROTO_MAX_MSG + 1];
 	union proto_request req;
@@ -228,7 +199,7 @@ void loop_handle_conn(struct broker *b, int conn)
 	}
 out:
 	conns_forget(b, conn);
-	loop_unwatch_fd(b, conn);
+	loop_unwatch(b, conn);
 	close(conn);
 }
 
@@ -322,7 +293,9 @@ static void handle_timers(struct broker *b)
 	b->armed_ns = 0;
 	while (timer_peek(&b->timers, &t) && t.at_ns <= now) {
 		timer_pop(&b->timers);
-		if (t.kind == TIMER_TTL)
+		if (t.owner)
+			faces_timer(b, t.owner, t.kind, t.a, t.b);
+		else if (t.kind == TIMER_TTL)
 			session_ttl_due(b, t.a, t.b);
 		else if (t.kind == TIMER_DELAY)
 			key_delay_due(b, t.a);
@@ -338,13 +311,15 @@ static void handle_timers(struct broker *b)
 			notify_due(b, t.a);
 		else if (t.kind == TIMER_LISTEN_REARM)
 			conns_rearm(b);
-		else if (t.kind == TIMER_TCP_TICK || t.kind == TIMER_TCP_WAIT)
-			tcp_timer(b, t.kind, t.a, t.b);
-		else if (t.kind == TIMER_METRICS_TICK) /* J3: metrics listener */
-			metrics_timer(b);
-		else
-			http_timer(b, t.kind, t.a, t.b);
 	}
+}
+
+static void timer_ready(struct broker *b, int fd, uint32_t events, void *ctx)
+{
+	(void)fd;
+	(void)events;
+	(void)ctx;
+	handle_timers(b);
 }
 
 static void handle_signal(struct broker *b)
@@ -362,9 +337,18 @@ static void handle_signal(struct broker *b)
 	}
 }
 
+static void signal_ready(struct broker *b, int fd, uint32_t events, void *ctx)
+{
+	(void)fd;
+	(void)events;
+	(void)ctx;
+	handle_signal(b);
+}
+
 static int loop_setup(struct broker *b)
 {
 	sigset_t mask;
+	int err;
 
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
@@ -377,12 +361,12 @@ static int loop_setup(struct broker *b)
 	b->sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
 	if (b->epfd < 0 || b->timerfd < 0 || b->sigfd < 0)
 		return -errno;
-	if (conns_init(b))
-		return -ENOMEM;
-	if (loop_watch_fd(b, b->listen_fd, TAG_LISTEN) || loop_watch_fd(b, b->timerfd, TAG_TIMER) ||
-	    loop_watch_fd(b, b->sigfd, TAG_SIGNAL))
-		return -errno;
-	return 0;
+	err = conns_init(b, loop_handle_conn);
+	if (!err)
+		err = loop_watch(b, b->timerfd, EPOLLIN, timer_ready, NULL);
+	if (!err)
+		err = loop_watch(b, b->sigfd, EPOLLIN, signal_ready, NULL);
+	return err;
 }
 
 /*
@@ -396,22 +380,20 @@ static void drain_requests(struct broker *b)
 	bool more = true;
 	int n, i;
 
-	loop_unwatch_fd(b, b->listen_fd);
+	loop_unwatch(b, b->listen_fd);
 	while (more) {
 		more = false;
 		n = epoll_wait(b->epfd, ev, 64, 0);
 		for (i = 0; i < n; i++)
-			if (TAG_KIND(ev[i].data.u64) == TAG_CONN) {
-				loop_handle_conn(b, (int)TAG_VALUE(ev[i].data.u64));
+			if (loop_dispatch(b, &ev[i], conns_request_ready))
 				more = true;
-			}
 	}
 }
 
 /*
  * Rings made by the broker itself (seg.ring_local): leases its in-process
- * sessions took and grants to waiters it armed; and HTTP daemons to run
- * for answers resumed. They are handled here, at the end of the turn that
+ * sessions took and grants to waiters it armed; and work the faces deferred
+ * to the end of the turn (HTTP daemons to run for answers resumed). They are handled here, at the end of the turn that
  * made them, as the eventfd of the doorbell thread
  * would be, without a futex wake, an eventfd write and read and one more
  * epoll turn per ring. What this handling does may ring again (a resumed
@@ -428,15 +410,14 @@ static bool local_rings(struct broker *b)
 		if (rung) {
 			b->seg.rung_local = false;
 			leases_collect(b);
-			http_doorbell(b);
-			tcp_doorbell(b);
+			faces_doorbell(b);
 		}
-		/* HTTP answers resumed in this turn (libmicrohttpd sends them
-		 * only when it runs). */
-		if (!http_run_due(b) && !rung)
+		/* Answers resumed in this turn (libmicrohttpd sends them only
+		 * when it runs). */
+		if (!faces_deferred(b, true) && !rung)
 			break;
 	}
-	return b->seg.rung_local || http_run_pending(b);
+	return b->seg.rung_local || faces_deferred(b, false);
 }
 
 int loop_run(struct broker *b)
@@ -455,11 +436,7 @@ int loop_run(struct broker *b)
 		broker_schedule(b, mono_ns() + SCAN_INTERVAL_NS, TIMER_GC, 0, 0);
 	err = leases_start(b);
 	if (!err)
-		err = http_start(b);
-	if (!err)
-		err = tcp_start(b);
-	if (!err)
-		err = metrics_start(b); /* J3: metrics-only listener */
+		err = faces_start(b);
 	if (err)
 		return err;
 	b->seg.ring_local = true; /* from here on the loop sees its own rings */
@@ -467,8 +444,8 @@ int loop_run(struct broker *b)
 	blog(LOG_INFO, "ready on %s, segment %s",
 	     b->listen_owned ? b->opts.socket_path : "the socket-activated socket",
 	     b->opts.shm_name);
-	/* Stopping waits for the HTTP API to drain (bounded by http.c). */
-	while (!b->stopping || !http_draining(b)) {
+	/* Stopping waits for the faces to drain (each bounds its own). */
+	while (!b->stopping || !faces_drained(b)) {
 		bool more = local_rings(b);
 
 		arm_timer(b);
@@ -478,50 +455,13 @@ int loop_run(struct broker *b)
 		if (n < 0)
 			return -errno;
 		b->seg.lock_budget_ns = BROKER_TURN_LOCK_MS * 1000000ull; /* a new turn */
-		for (i = 0; i < n; i++) {
-			uint64_t tag = ev[i].data.u64;
-
-			switch (TAG_KIND(tag)) {
-			case TAG_LISTEN:
-				conns_accept(b);
-				break;
-			case TAG_CONN:
-				loop_handle_conn(b, (int)TAG_VALUE(tag));
-				break;
-			case TAG_PIDFD:
-				session_died(b, (uint32_t)TAG_VALUE(tag));
-				break;
-			case TAG_TIMER:
-				handle_timers(b);
-				break;
-			case TAG_SIGNAL:
-				handle_signal(b);
-				break;
-			case TAG_LEASE:
-				leases_drain(b);
-				http_doorbell(b); /* grants to HTTP waiters ring it too */
-				tcp_doorbell(b);  /* ... and to TCP waiters */
-				break;
-			case TAG_TCP_LISTEN:
-			case TAG_TCP:
-				tcp_event(b, tag, ev[i].events);
-				break;
-			case TAG_METRICS: /* J3 */
-				metrics_event(b);
-				break;
-			case TAG_HTTP:
-			case TAG_HTTP_HUP:
-				http_event(b, tag);
-				break;
-			}
-		}
+		for (i = 0; i < n; i++)
+			loop_dispatch(b, &ev[i], NULL);
 	}
 	notify_stopping(b);
 	drain_requests(b);
 	local_rings(b);
-	tcp_stop(b);
-	http_stop(b);
-	metrics_stop(b); /* J3 */
+	faces_stop(b);
 	leases_stop(b);
 	conns_fini(b);
 	return 0;

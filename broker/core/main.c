@@ -13,7 +13,8 @@
 #include "broker.h"
 #include "conns.h"
 #include "clock.h"
-#include "faces/metrics/metrics.h" /* J3 */
+#include "faces/metrics/metrics.h"
+#include "faces/ui/ui.h"
 #include "paths.h"
 
 #ifndef SHMLOCK_VERSION
@@ -88,7 +89,7 @@ enum {
 	OPT_ALLOW_GID,
 	OPT_REPLACE,
 	OPT_REPLACE_WAIT,
-	OPT_METRICS_LISTEN /* J3 */
+	OPT_METRICS_LISTEN
 };
 
 static const struct option base_opts[] = {
@@ -109,7 +110,7 @@ static const struct option base_opts[] = {
 	{ "check", no_argument, NULL, OPT_CHECK },
 	{ "replace-segment", no_argument, NULL, OPT_REPLACE },
 	{ "replace-wait", required_argument, NULL, OPT_REPLACE_WAIT },
-	{ "metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN }, /* J3 */
+	{ "metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 };
@@ -247,7 +248,7 @@ static int parse_args(int argc, char **argv, struct broker_opts *o)
 		case OPT_REPLACE:
 			o->replace_segment = true;
 			break;
-		case OPT_METRICS_LISTEN: /* J3 */
+		case OPT_METRICS_LISTEN:
 			if (strlen(optarg) >= sizeof(o->metrics_listen) || !optarg[0]) {
 				fprintf(stderr,
 					"shmlockd: --metrics-listen: [HOST:]PORT expected\n");
@@ -356,6 +357,12 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGHUP);
 	sigprocmask(SIG_BLOCK, &sigs, NULL);
+	/* The faces, in the order they start (and stop in reverse). */
+	face_register(&b, &http_face); /* first: it starts the HTTP engine */
+	face_register(&b, &consul_face);
+	face_register(&b, &ui_face);
+	face_register(&b, &tcp_face);
+	face_register(&b, &metrics_face);
 	urcu_memb_register_thread();
 	b.started_ns = mono_ns();
 	delay_notes_init();
@@ -378,15 +385,15 @@ int main(int argc, char **argv)
 		atomic_store(&b.seg.hdr->broker_started_ns, b.started_ns);
 		err = loop_run(&b);
 	}
-	/* loop_run() stops both on a clean stop; a start-up step of it that
-	 * failed (an HTTP socket refused) leaves the lease thread running, which
-	 * must not outlive the segment's mapping. Both calls are idempotent. */
-	tcp_stop(&b);
-	http_stop(&b);
-	metrics_stop(&b); /* J3 */
+	/* loop_run() stops the faces and the lease thread on a clean stop; a
+	 * start-up step of it that failed (an HTTP socket refused) leaves the
+	 * lease thread running, which must not outlive the segment's mapping.
+	 * Both calls are idempotent. */
+	faces_stop(&b);
 	cluster_stop(&b);
 	leases_stop(&b);
 	conns_fini(&b); /* idempotent too */
+	loop_watches_free(&b);
 	listen_teardown(&b);
 	if (b.by_id)
 		sessions_fini(&b);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/pidfd.h>
 #include <sys/random.h>
 #include <syslog.h>
@@ -56,10 +57,39 @@ static void bsession_free_rcu(struct rcu_head *head)
 	free(caa_container_of(head, struct bsession, rcu));
 }
 
+static void process_exited(struct broker *b, int fd, uint32_t events, void *slot)
+{
+	(void)fd;
+	(void)events;
+	session_died(b, (uint32_t)(uintptr_t)slot);
+}
+
+#ifdef LOCAL_CRASH_POINTS
+/* Test builds: while the file $SHMLOCK_FAIL_PIDFD_WATCH names exists, watching
+ * a process fails as at the kernel's epoll watch limit, which a test cannot
+ * reach without exhausting the host's. */
+static bool pidfd_watch_fails(void)
+{
+	const char *path = getenv("SHMLOCK_FAIL_PIDFD_WATCH");
+
+	return path && access(path, F_OK) == 0;
+}
+#else
+#define pidfd_watch_fails() false
+#endif
+
+/* Watch the process behind @pidfd: its exit ends the session in @slot. */
+static int watch_process(struct broker *b, int pidfd, uint32_t slot)
+{
+	if (pidfd_watch_fails())
+		return -ENOSPC;
+	return loop_watch(b, pidfd, EPOLLIN, process_exited, (void *)(uintptr_t)slot);
+}
+
 static void unwatch_pidfd(struct broker *b, int *fd)
 {
 	if (*fd >= 0) {
-		loop_unwatch_fd(b, *fd);
+		loop_unwatch(b, *fd);
 		close(*fd);
 		*fd = -1;
 	}
@@ -112,7 +142,7 @@ static int track(struct broker *b, uint32_t slot, uint32_t gen, const uint8_t *i
 	if (!bs)
 		return -ENOMEM;
 	if (pidfd >= 0) {
-		err = loop_watch_fd(b, pidfd, TAG_PIDFD | slot);
+		err = watch_process(b, pidfd, slot);
 		if (err) {
 			blog(LOG_ERR, "cannot watch pid %d (%s): no session for it", (int)who->pid,
 			     strerror(-err));
@@ -169,12 +199,6 @@ static uint32_t free_slot(struct broker *b)
 void session_public_id(uint32_t slot, uint32_t gen, char *out, size_t size)
 {
 	snprintf(out, size, "s%ug%u", slot, gen);
-}
-
-void broker_schedule(struct broker *b, uint64_t at_ns, uint32_t kind, uint32_t a, uint32_t b2)
-{
-	if (timer_add(&b->timers, at_ns, kind, a, b2))
-		blog(LOG_CRIT, "out of memory for a timer; a deadline may be missed");
 }
 
 /*
@@ -459,7 +483,7 @@ static void end_session(struct broker *b, uint32_t slot, bool lost, const char *
 	struct creator who;
 	uint32_t gen;
 
-	http_session_ended(b, slot); /* its requests in flight end first */
+	faces_session_ended(b, slot); /* its requests in flight end first */
 	bs = b->by_slot[slot];
 	if (!bs)
 		return;
@@ -649,7 +673,7 @@ int session_bind(struct broker *b, const uint8_t id[16], pid_t peer, pid_t pid)
 		close(fd);
 		return -EINVAL;
 	}
-	err = loop_watch_fd(b, fd, TAG_PIDFD | slot);
+	err = watch_process(b, fd, slot);
 	if (err) {
 		/* Unwatched, the child's exit would go unseen: not bound. */
 		blog(LOG_ERR, "cannot watch pid %d (%s): not bound", (int)pid, strerror(-err));

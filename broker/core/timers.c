@@ -2,10 +2,12 @@
 /*
  * A binary min-heap of deadlines (TTL ends, lock-delay ends). Entries are
  * never removed early: when one fires, its owner re-checks the state in the
- * segment (a renewed TTL just re-arms), so cancelling costs nothing.
+ * segment (a renewed TTL just re-arms), so cancelling costs nothing. Each
+ * carries its owner: the core (NULL) or the face that scheduled it.
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <syslog.h>
 
 #include "broker.h"
 
@@ -17,7 +19,8 @@ static void swap(struct timer *a, struct timer *b)
 	*b = t;
 }
 
-int timer_add(struct timer_heap *h, uint64_t at_ns, uint32_t kind, uint32_t a, uint32_t b)
+int timer_add(struct timer_heap *h, uint64_t at_ns, const struct face *owner, uint32_t kind,
+	      uint32_t a, uint32_t b)
 {
 	size_t i;
 
@@ -31,7 +34,7 @@ int timer_add(struct timer_heap *h, uint64_t at_ns, uint32_t kind, uint32_t a, u
 		h->cap = cap;
 	}
 	i = h->n++;
-	h->v[i] = (struct timer){ at_ns, kind, a, b };
+	h->v[i] = (struct timer){ at_ns, owner, kind, a, b };
 	while (i && h->v[(i - 1) / 2].at_ns > h->v[i].at_ns) {
 		swap(&h->v[(i - 1) / 2], &h->v[i]);
 		i = (i - 1) / 2;
@@ -73,4 +76,22 @@ void timer_free(struct timer_heap *h)
 	free(h->v);
 	h->v = NULL;
 	h->n = h->cap = 0;
+}
+
+static void schedule(struct broker *b, uint64_t at_ns, const struct face *owner, uint32_t kind,
+		     uint32_t a, uint32_t b2)
+{
+	if (timer_add(&b->timers, at_ns, owner, kind, a, b2))
+		blog(LOG_CRIT, "out of memory for a timer; a deadline may be missed");
+}
+
+void broker_schedule(struct broker *b, uint64_t at_ns, uint32_t kind, uint32_t a, uint32_t b2)
+{
+	schedule(b, at_ns, NULL, kind, a, b2);
+}
+
+void face_schedule(struct broker *b, const struct face *owner, uint64_t at_ns, uint32_t kind,
+		   uint32_t a, uint32_t b2)
+{
+	schedule(b, at_ns, owner, kind, a, b2);
 }

@@ -137,7 +137,7 @@ struct latency summarize(double *v, int n);
 void print_latency_row(const char *name, struct latency l);
 
 /*
- * Paired runs (issue 13): a measured case and its baseline run back to back,
+ * Paired runs: a measured case and its baseline run back to back,
  * several times, in alternating order, so that a slowdown of the whole
  * machine (other work on a shared VM) hits both sides of a pair alike. The
  * figure is the median of the per-pair ratios, with their spread; a single

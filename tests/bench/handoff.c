@@ -16,7 +16,7 @@
 #include "common.h"
 
 /* HANDOFF_ROUNDS rounds; in each, every liblocal case runs for HANDOFF_RUN_NS
- * next to a ping-pong run as long (issue 13: paired, so that the load of the
+ * next to a ping-pong run as long (paired, so that the load of the
  * shared machine hits both; the ping-pong alone swung 37k-316k/s between
  * runs). Short runs, many pairs: about 9 s for the section. No progress at
  * all for STALL_NS means a hang; after stop, the processes get
@@ -444,7 +444,7 @@ void bench_handoffs(void)
 	for (i = 0; i < NPROCS; i++)
 		if (fifo[i].hung)
 			printf("  %d procs: %s\n", procs[i], fifo[i].hang.note);
-	/* The target of issue 13 is for 8 processes; 2 and 4 are context. */
+	/* The figure that matters is for 8 processes; 2 and 4 are context. */
 	i = NPROCS - 1;
 	if (fifo[i].hung) {
 		add_target(false, "FIFO handoffs, %d procs >= 2/3 of futex ping-pong (HUNG)",

@@ -625,7 +625,7 @@ void bench_http(void)
 	       "  another CPU is costly here (compare: taskset -c 0 shmlock-bench).\n",
 	       ncpu);
 	net_print_above_floor("HTTP", raw, nraw, floor, nfloor);
-	printf("  dflockd v1.10 measured on this machine (issue 14) spends 26-67 us of\n"
+	printf("  dflockd v1.10 measured on this machine spends 26-67 us of\n"
 	       "  server CPU per acquire+release over its TCP protocol; the target for\n"
 	       "  HTTP here is <= 20 us of broker CPU per op. It counts the kernel's and\n"
 	       "  libmicrohttpd's share (the floor rows): where the floor alone is above it\n"

@@ -5,7 +5,7 @@
  *    locking its own robust process-shared pthread mutex (in its own cache
  *    line) in the same run. Nothing is shared between the processes but
  *    whatever the lock implementation shares, so the throughput should grow
- *    N-fold (issue 13: >= 0.9 N x one process).
+ *    N-fold (the aim: >= 0.9 N x one process).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -188,7 +188,7 @@ void bench_scale(void)
 		if (pthread_mutex_init(&ss->slot[i].mutex, &a))
 			fatal("pthread_mutex_init");
 	pthread_mutexattr_destroy(&a);
-	/* Paired (issue 13): each N-process run next to a one-process run of
+	/* Paired: each N-process run next to a one-process run of
 	 * the same mode, the order alternating from round to round, so that a
 	 * burst of load from elsewhere on the machine hits both sides of a
 	 * pair. The figure is the median of the per-pair ratios. */

@@ -4,7 +4,7 @@
  *    local_sem_acquire() (limit 4, timeout_ms 0) + local_release(), next to
  *    POSIX sem_wait() + sem_post() on a process-shared unnamed semaphore in
  *    a MAP_SHARED mapping. Then the same while another session holds one
- *    unit of the semaphore all along (issue 13: a second holder).
+ *    unit of the semaphore all along (a second holder).
  */
 #include <errno.h>
 #include <semaphore.h>

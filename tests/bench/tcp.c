@@ -271,7 +271,7 @@ void bench_tcp(void)
 	net_print_above_floor("TCP", runs, nruns, floor, nfloor);
 	printf("  dflockd v1.10 measured on this machine with its own Go client: ~11k ops/s\n"
 	       "  for 1 client, 25-39k for 10-200 clients on own keys, 14k on one key, at\n"
-	       "  26-67 us of server CPU per op (issue 14); the target here is <= 10 us of\n"
+	       "  26-67 us of server CPU per op; the target here is <= 10 us of\n"
 	       "  broker CPU per op. It counts the kernel's share: where the floor alone is\n"
 	       "  above it (on the 2-CPU development VM it is), only the part above the\n"
 	       "  floor is the broker's to cut (docs/architecture.md, \"Broker CPU per\n"

@@ -143,6 +143,7 @@ static void teardown(void)
 	if (B.by_id)
 		sessions_fini(&B);
 	timer_free(&B.timers);
+	loop_watches_free(&B);
 	if (B.epfd >= 0)
 		close(B.epfd);
 	if (B.mem)
@@ -199,19 +200,19 @@ static int run_due_timers(void)
 	while (timer_peek(&B.timers, &t) && t.at_ns <= now) {
 		timer_pop(&B.timers);
 		n++;
-		if (t.kind == TIMER_TTL)
+		if (t.owner)
+			faces_timer(&B, t.owner, t.kind, t.a, t.b);
+		else if (t.kind == TIMER_TTL)
 			session_ttl_due(&B, t.a, t.b);
 		else if (t.kind == TIMER_DELAY)
 			key_delay_due(&B, t.a);
 		else if (t.kind == TIMER_SWEEP)
 			session_sweep_due(&B, t.a, t.b);
-		else if (t.kind >= TIMER_HTTP_TICK)
-			http_timer(&B, t.kind, t.a, t.b);
 	}
 	return n;
 }
 
-/* Time passes for the timers of @kind: they fire now. Others stay. */
+/* Time passes for the HTTP face's timers of @kind: they fire now. Others stay. */
 static size_t fire_timers_of(uint32_t kind)
 {
 	struct timer *v = NULL, t;
@@ -227,9 +228,9 @@ static size_t fire_timers_of(uint32_t kind)
 		timer_pop(&B.timers);
 	}
 	for (i = 0; i < n; i++)
-		if (v[i].kind == kind)
+		if (v[i].owner == &http_face && v[i].kind == kind)
 			http_timer(&B, v[i].kind, v[i].a, v[i].b), fired++;
-		else if (timer_add(&B.timers, v[i].at_ns, v[i].kind, v[i].a, v[i].b))
+		else if (timer_add(&B.timers, v[i].at_ns, v[i].owner, v[i].kind, v[i].a, v[i].b))
 			abort();
 	free(v);
 	return fired;
@@ -250,14 +251,9 @@ static int loop_once(void)
 	int n = epoll_wait(B.epfd, ev, 64, 0), i, done = 0;
 	uint32_t bell;
 
-	for (i = 0; i < n; i++) {
-		uint64_t tag = ev[i].data.u64;
-
-		if (TAG_KIND(tag) == TAG_HTTP || TAG_KIND(tag) == TAG_HTTP_HUP) {
-			http_event(&B, tag);
+	for (i = 0; i < n; i++)
+		if (loop_dispatch(&B, &ev[i], NULL))
 			done++;
-		}
-	}
 	done += run_due_timers();
 	bell = atomic_load(&B.seg.hdr->broker_doorbell);
 	if (bell != last_bell) {
@@ -267,7 +263,7 @@ static int loop_once(void)
 	}
 	/* The end of the loop's turn (loop.c): daemons asked to run soon
 	 * (a resumed connection: a long poll answered, a 401 let go). */
-	if (http_run_due(&B))
+	if (http_face.deferred(&B, true))
 		done++;
 	return done;
 }

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The opt-in Consul-compatible HTTP API (docs/consul-api.md): sessions, KV
- * with acquire/release locks, blocking queries. It is one more listener of
- * the HTTP server (broker/faces/http/http_server.c): same libmicrohttpd setup, token,
- * rate limits, connection limits and drain; what differs is routed here.
+ * with acquire/release locks, blocking queries. Its listener is served by
+ * the HTTP engine (net/http_engine.c) as the HTTP API's are: same
+ * libmicrohttpd setup, Host and Origin checks, connection limits and drain;
+ * what a request means is routed here.
  */
 #ifndef SHMLOCKD_CONSUL_H
 #define SHMLOCKD_CONSUL_H
@@ -32,30 +33,9 @@ extern const char consul_usage_text[];
 void consul_opts_default(struct consul_opts *o);
 int consul_opt_parse(struct consul_opts *o, int opt, const char *arg);
 
-/* Hooks of the HTTP server (http_server.c, http_sessions.c): the Consul
- * listener is one of its libmicrohttpd daemons. */
-struct http;
-struct hreq;
-struct broker;
-struct MHD_Connection;
-/* The listener in h->d[@daemon] serves the Consul API: 0 or -errno. */
-int consul_start(struct http *h, unsigned daemon);
-void consul_stop(struct http *h); /* end waits, sessions, data */
-void consul_free(struct http *h); /* after the daemons stopped */
-/* Does connection @conn belong to the Consul listener? */
-bool consul_conn(struct http *h, struct MHD_Connection *conn);
-/* Route, authenticate and answer a Consul request (after the Host and
- * Origin checks every listener makes). */
-void consul_dispatch(struct hreq *r);
-int consul_send_answer(struct hreq *r); /* an enum MHD_Result */
-void consul_request_done(struct hreq *r);
-void consul_doorbell(struct http *h);
-void consul_timer(struct http *h, uint32_t a, uint32_t b);
-void consul_drain(struct http *h);
-/* TAG_HTTP_HUP values with this bit: the client of blocking query (value
- * & 0xffffffff) hung up. */
-#define CONSUL_HUP (1ull << 40)
-void consul_hangup(struct http *h, uint32_t slot);
-void consul_session_ended(struct broker *b, uint32_t slot);
+/* The face the core knows (core/face.h): a client of the HTTP engine
+ * (net/http_engine.c) on a listener of its own. */
+struct face;
+extern const struct face consul_face;
 
 #endif

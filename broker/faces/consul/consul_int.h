@@ -11,7 +11,9 @@
 #include <stdatomic.h>
 
 #include "consul.h"
+#include "duration.h"
 #include "faces/http/http_int.h"
+#include "net/http_engine.h"
 
 /* Timer kind of the Consul API: a = waiter slot, b = its generation;
  * a = CONSUL_TIMER_EVAL: re-evaluate the blocking queries now. */
@@ -30,7 +32,7 @@ struct csession {
 	uint32_t slot, gen;
 	char id[CONSUL_UUID_LEN + 1];
 	char *name;
-	uint64_t ttl_s; /* 0: none */
+	uint64_t ttl_ms; /* 0: none */
 	uint64_t lock_delay_ns;
 	bool behavior_delete;
 	json_t *node_checks, *service_checks; /* as given (Consul's lists) */
@@ -157,9 +159,6 @@ int consul_unescape(const char *in, size_t n, char *out, size_t size, size_t *ou
 /* Start a blocking query if ?index= asks for one and the view is not past
  * it: true when @r was suspended (answered later). */
 bool consul_block(struct hreq *r, enum cw_kind kind, const char *key, uint64_t view_index);
-/* "15s", "1m30s", "250ms", "10" (seconds) -> ns; -1 if malformed. */
-int64_t consul_duration(const char *s);
-void consul_format_duration(uint64_t ns, char *out, size_t size);
 
 /* consul_sessions.c */
 int csessions_init(struct consul *c);
@@ -205,5 +204,24 @@ int consul_watch_start(struct consul *c);
 void consul_watch_stop(struct consul *c);
 /* Recompute the watched keys from the blocking queries. */
 void consul_watch_update(struct consul *c);
+
+/* ---- the face's hooks (consul_server.c, consul_sessions.c) ------------------ */
+
+struct MHD_Connection;
+/* The listener in h->d[@daemon] serves the Consul API: 0 or -errno. */
+int consul_start(struct http *h, unsigned daemon);
+void consul_stop(struct http *h); /* end waits, sessions, data */
+void consul_free(struct http *h); /* after the daemons stopped */
+/* Route, authenticate and answer a Consul request (after the Host and
+ * Origin checks every listener makes). */
+void consul_dispatch(struct hreq *r);
+int consul_send_answer(struct hreq *r); /* an enum MHD_Result */
+void consul_request_done(struct hreq *r);
+void consul_doorbell(struct http *h);
+void consul_timer(struct http *h, uint32_t a, uint32_t b);
+void consul_drain(struct http *h);
+/* The client of the blocking query in @slot hung up. */
+void consul_hangup(struct http *h, uint32_t slot);
+void consul_session_ended(struct broker *b, uint32_t slot);
 
 #endif

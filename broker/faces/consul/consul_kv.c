@@ -83,7 +83,7 @@ static void remove_at(struct consul *c, size_t i)
 
 	if (e->owner) {
 		local_release(e->owner->ls, e->key);
-		c->h->maybe_granted = true;
+		c->b->seg.rung_local = true; /* a waiter of any face may be granted */
 	}
 	memmove(c->ents + i, c->ents + i + 1, (c->nents - i - 1) * sizeof(*c->ents));
 	c->nents--;
@@ -638,7 +638,7 @@ static void put(struct hreq *r, const char *key, size_t klen)
 	}
 	if (release) {
 		local_release(cs->ls, key);
-		c->h->maybe_granted = true;
+		c->b->seg.rung_local = true; /* a waiter of any face may be granted */
 		e->owner = NULL;
 	}
 	e->modify = c->kv_index = consul_bump(c);

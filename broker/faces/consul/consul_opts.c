@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "consul.h"
-#include "faces/http/http.h"
+#include "core/options.h"
 
 const struct option consul_long_opts[CONSUL_NOPTS] = {
 	{ "consul-listen", required_argument, NULL, OPT_CONSUL_LISTEN },

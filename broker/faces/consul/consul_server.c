@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
- * The Consul-compatible API's front: one more libmicrohttpd daemon of the
- * HTTP server (http_server.c runs it, checks Host and Origin, counts its
- * connections and drains it), whose requests come here: the token (Consul's
- * X-Consul-Token, ?token= or Authorization: Bearer, against --auth-token),
- * the per-address rate limit of the HTTP API, routing, Consul's answers and
- * headers, and blocking queries.
+ * The Consul-compatible API's front: a client of the HTTP engine on a
+ * listener of its own (net/http_engine.c runs it, admits its connections,
+ * checks Host and Origin, counts its connections and drains it), whose
+ * requests come here: who may make them (Consul's X-Consul-Token, ?token=
+ * or Authorization: Bearer against --auth-token, or a user the control
+ * socket admits: the network module's checks), the network module's
+ * per-peer rate limit, routing, Consul's answers and headers, and blocking
+ * queries.
  *
  * A blocking query (?index=N&wait=D) is a suspended connection, answered
  * again from scratch when the index of what it reads passes N: changes made
@@ -27,6 +29,7 @@
 
 #include "clock.h"
 #include "consul_int.h"
+#include "net/http_engine.h"
 
 static struct creq *cx(struct hreq *r)
 {
@@ -169,7 +172,7 @@ void consul_changed(struct consul *c)
 	if (c->eval_pending || !c->active_waits)
 		return;
 	c->eval_pending = true;
-	broker_schedule(c->b, mono_ns(), TIMER_CONSUL_WAIT, CONSUL_TIMER_EVAL, 0);
+	face_schedule(c->b, &consul_face, mono_ns(), TIMER_CONSUL_WAIT, CONSUL_TIMER_EVAL, 0);
 }
 
 /* ---- query parameters ---------------------------------------------------- */
@@ -229,69 +232,6 @@ bool consul_arg(struct hreq *r, const char *name, char *buf, size_t size)
 	return true;
 }
 
-/* ---- durations --------------------------------------------------------------- */
-
-int64_t consul_duration(const char *s)
-{
-	static const struct {
-		const char *unit;
-		uint64_t ns;
-	} units[] = { { "ns", 1 },
-		      { "us", 1000 },
-		      { "ms", 1000000 },
-		      { "s", 1000000000ull },
-		      { "m", 60000000000ull },
-		      { "h", 3600000000000ull } };
-	uint64_t total = 0;
-	bool any = false;
-
-	if (!*s)
-		return -1;
-	while (*s) {
-		char *end;
-		double v = strtod(s, &end);
-		size_t i, best = 0, best_len = 0;
-
-		if (end == s || v < 0)
-			return -1;
-		s = end;
-		if (!*s && !any) /* a bare number: seconds, as Consul's ?wait= takes */
-			return (int64_t)(v * 1e9);
-		for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-			size_t n = strlen(units[i].unit);
-
-			if (!strncmp(s, units[i].unit, n) && n > best_len) {
-				best = i;
-				best_len = n;
-			}
-		}
-		if (!best_len)
-			return -1;
-		s += best_len;
-		total += (uint64_t)(v * (double)units[best].ns);
-		any = true;
-		if (total > (uint64_t)INT64_MAX / 2)
-			return -1;
-	}
-	return (int64_t)total;
-}
-
-void consul_format_duration(uint64_t ns, char *out, size_t size)
-{
-	/* As Go's time.Duration prints the whole seconds Consul deals in. */
-	uint64_t s = ns / 1000000000ull;
-
-	if (ns % 1000000000ull)
-		snprintf(out, size, "%" PRIu64 "ms", ns / UINT64_C(1000000));
-	else if (s >= 3600)
-		snprintf(out, size, "%" PRIu64 "h%" PRIu64 "m%" PRIu64 "s", s / 3600, s % 3600 / 60,
-			 s % 60);
-	else if (s >= 60)
-		snprintf(out, size, "%" PRIu64 "m%" PRIu64 "s", s / 60, s % 60);
-	else
-		snprintf(out, size, "%" PRIu64 "s", s);
-}
-
 /* ---- blocking queries ---------------------------------------------------- */
 
 static int32_t wait_slot(struct consul *c)
@@ -316,23 +256,24 @@ static int32_t wait_slot(struct consul *c)
 
 /* libmicrohttpd does not poll suspended connections: watch the socket for
  * a hang-up (EPOLLRDHUP only), as the HTTP API's long polls do. */
+static void hung_up(struct broker *b, int fd, uint32_t events, void *slot)
+{
+	(void)fd;
+	(void)events;
+	if (b->http)
+		consul_hangup(b->http, (uint32_t)(uintptr_t)slot);
+}
+
 static void watch_hangup(struct consul *c, struct hreq *r, uint32_t slot)
 {
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	struct epoll_event ev = { .events = EPOLLRDHUP };
-	struct cwait *w = &c->waits[slot];
-
-	w->fd = ci ? ci->connect_fd : -1;
-	ev.data.u64 = TAG_HTTP_HUP | CONSUL_HUP | slot;
-	if (w->fd >= 0 && epoll_ctl(c->b->epfd, EPOLL_CTL_ADD, w->fd, &ev))
-		w->fd = -1; /* its deadline still ends it */
+	/* -1: its deadline still ends it. */
+	c->waits[slot].fd = http_engine_watch_hangup(r, hung_up, (void *)(uintptr_t)slot);
 }
 
 static void unwatch_hangup(struct consul *c, struct cwait *w)
 {
 	if (w->fd >= 0)
-		loop_unwatch_fd(c->b, w->fd);
+		loop_unwatch(c->b, w->fd);
 	w->fd = -1;
 }
 
@@ -352,13 +293,16 @@ bool consul_block(struct hreq *r, enum cw_kind kind, const char *key, uint64_t v
 	if (errno || *end || !want || view > want)
 		return false;
 	if (consul_arg(r, "wait", buf, sizeof(buf)) && buf[0]) {
-		int64_t ns = consul_duration(buf);
+		const char *why;
+		int64_t ns;
 
-		if (ns < 0) {
+		/* Go's durations, and bare seconds as documented; what does not
+		 * parse, overflows or is negative gets Consul's answer. */
+		if (duration_parse_or_seconds(buf, &ns, &why) || ns < 0) {
 			consul_reply_text(r, 400, "Invalid wait time");
 			return true;
 		}
-		wait_ms = (uint64_t)ns / 1000000u;
+		wait_ms = (uint64_t)duration_ms(ns);
 	}
 	if (wait_ms > CONSUL_WAIT_MAX_MS)
 		wait_ms = CONSUL_WAIT_MAX_MS;
@@ -375,8 +319,8 @@ bool consul_block(struct hreq *r, enum cw_kind kind, const char *key, uint64_t v
 	cx(r)->waiter = slot;
 	c->active_waits++;
 	watch_hangup(c, r, (uint32_t)slot);
-	broker_schedule(c->b, mono_ns() + wait_ms * 1000000ull, TIMER_CONSUL_WAIT, (uint32_t)slot,
-			w->gen);
+	face_schedule(c->b, &consul_face, mono_ns() + wait_ms * 1000000ull, TIMER_CONSUL_WAIT,
+		      (uint32_t)slot, w->gen);
 	hreq_suspend(r);
 	consul_watch_update(c);
 	return true;
@@ -598,10 +542,10 @@ void consul_dispatch(struct hreq *r)
 	switch (authorized(r)) {
 	case REFUSED:
 		consul_reply_text(r, 403, "Permission denied");
-		http_delay_answer(r);
+		http_admit_delay(r);
 		return;
 	case BY_UID:
-		if (!http_uid_web_ok(r)) { /* a web page's request: Consul's words */
+		if (!http_admit_web_ok(r)) { /* a web page's request: Consul's words */
 			consul_reply_text(r, 403,
 					  "Permission denied: a request a web page "
 					  "could send needs the token");
@@ -625,16 +569,6 @@ void consul_dispatch(struct hreq *r)
 }
 
 /* ---- start and stop ------------------------------------------------------ */
-
-bool consul_conn(struct http *h, struct MHD_Connection *conn)
-{
-	const union MHD_ConnectionInfo *ci;
-
-	if (!h->consul)
-		return false;
-	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_DAEMON);
-	return ci && ci->daemon == h->d[h->consul->daemon];
-}
 
 /*
  * The first index: the time in microseconds since the epoch. A restart
@@ -703,3 +637,73 @@ void consul_free(struct http *h)
 	free(h->consul);
 	h->consul = NULL;
 }
+
+/* ---- the face ------------------------------------------------------------------ */
+
+static void request_done(struct hreq *r, bool completed)
+{
+	(void)completed;
+	consul_request_done(r);
+}
+
+/* A client of the HTTP engine, on a listener of its own. */
+static const struct http_client consul_client = {
+	.dispatch = consul_dispatch,
+	.send_answer = consul_send_answer,
+	.request_done = request_done,
+	.free = consul_free,
+	.wants_url = true,
+};
+
+static int face_start(struct broker *b)
+{
+	const char *spec = b->opts.consul.listen;
+	int act = activated_stream_fd("consul"), fd, i;
+
+	if (!spec[0] && act < 0)
+		return 0;
+	if (!b->http) /* the HTTP face starts the engine for this API too */
+		return -EINVAL;
+	fd = act >= 0 ? act : listen_tcp_spec(spec, "--consul-listen", "Consul API");
+	if (fd < 0)
+		return fd;
+	i = http_engine_listen(b->http, fd, &consul_client,
+			       spec[0] ? spec : "the socket-activated Consul socket");
+	return i < 0 ? i : consul_start(b->http, (unsigned)i);
+}
+
+static void face_stop(struct broker *b)
+{
+	if (b->http)
+		consul_stop(b->http); /* its records go when the engine closes */
+}
+
+static void face_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
+{
+	(void)kind;
+	if (b->http)
+		consul_timer(b->http, a, b2);
+}
+
+static void face_doorbell(struct broker *b)
+{
+	if (b->http)
+		consul_doorbell(b->http);
+}
+
+static bool face_drained(struct broker *b)
+{
+	if (b->http)
+		consul_drain(b->http); /* the engine counts the connections left */
+	return true;
+}
+
+const struct face consul_face = {
+	.name = "consul",
+	.start = face_start,
+	.stop = face_stop,
+	.timer = face_timer,
+	.session_ended = consul_session_ended,
+	.doorbell = face_doorbell,
+	.drained = face_drained,
+};

@@ -25,7 +25,7 @@
 #include "clock.h"
 #include "consul_int.h"
 #include "procinfo.h"
-#include "seg_flags.h"
+#include "segment.h"
 
 #define TTL_MAX_S 86400u
 #define LOCK_DELAY_MAX_NS 60000000000ull
@@ -151,7 +151,7 @@ json_t *consul_session_json(struct consul *c, const struct csession_view *v)
 	size_t i;
 
 	if (v->ttl_ns)
-		consul_format_duration(v->ttl_ns, ttl, sizeof(ttl));
+		duration_format(v->ttl_ns / 1000000u, ttl, sizeof(ttl));
 	json_array_foreach(v->node_checks, i, e) json_array_append(checks, e);
 	return json_pack(
 		"{s:s, s:s, s:s, s:I, s:s, s:s, s:O, s:O, s:o, s:I, s:I}", "ID", v->id, "Name",
@@ -169,7 +169,7 @@ static json_t *entry_json(struct consul *c, const struct csession *cs)
 		.node_checks = cs->node_checks,
 		.service_checks = cs->service_checks,
 		.lock_delay_ns = cs->lock_delay_ns,
-		.ttl_ns = cs->ttl_s * 1000000000ull,
+		.ttl_ns = cs->ttl_ms * 1000000ull,
 		.create_index = cs->create_index,
 		.modify_index = cs->modify_index,
 		.behavior_delete = cs->behavior_delete,
@@ -234,29 +234,42 @@ static int check_list(struct hreq *r, json_t *j, const char *field, bool objects
 	return 0;
 }
 
+/* LockDelay: a Go duration (sub-second values kept), or a number as
+ * Consul's decoder takes it: below 1000 seconds, else nanoseconds. At most
+ * 60 s, as Consul clamps it. */
 static int parse_lock_delay(struct hreq *r, json_t *v, uint64_t *ns)
 {
+	const char *why;
+	int64_t d;
+	int err;
+
 	if (!v || json_is_null(v)) {
 		*ns = LOCK_DELAY_DEFAULT_NS;
 		return 0;
 	}
 	if (json_is_integer(v) && json_integer_value(v) >= 0) {
-		json_int_t n = json_integer_value(v);
-
-		/* As Consul: a small number is seconds, a large one ns. */
-		*ns = n < 1000 ? (uint64_t)n * 1000000000ull : (uint64_t)n;
+		d = json_integer_value(v);
+	} else if (json_is_real(v) && json_real_value(v) >= 0 && json_real_value(v) < 9e18) {
+		d = (int64_t)json_real_value(v); /* Go's time.Duration(float64) */
 	} else if (json_is_string(v)) {
-		int64_t d = consul_duration(json_string_value(v));
-
-		if (d < 0) {
-			consul_reply_text(r, 400, "Request decode failed: invalid LockDelay");
+		err = duration_parse(json_string_value(v), &d, &why);
+		if (!err && d < 0) {
+			err = -ERANGE;
+			why = "negative duration";
+		}
+		if (err) {
+			consul_reply_text(r, 400, "Request decode failed: LockDelay '%s': %s",
+					  json_string_value(v), why);
 			return -1;
 		}
 		*ns = (uint64_t)d;
+		goto clamp;
 	} else {
 		consul_reply_text(r, 400, "Request decode failed: invalid LockDelay");
 		return -1;
 	}
+	*ns = d < 1000 ? (uint64_t)d * 1000000000ull : (uint64_t)d;
+clamp:
 	if (*ns > LOCK_DELAY_MAX_NS)
 		*ns = LOCK_DELAY_MAX_NS;
 	return 0;
@@ -286,7 +299,7 @@ static void create(struct hreq *r)
 	struct proto_open req;
 	struct proto_reply rep;
 	json_error_t e;
-	uint64_t ttl_s = 0;
+	uint64_t ttl_ms = 0;
 	int err;
 
 	if (r->body_len) {
@@ -314,24 +327,29 @@ static void create(struct hreq *r)
 		goto out;
 	}
 	if ((v = jget(j, "TTL")) && !json_is_null(v)) {
-		int64_t ns = json_is_string(v) ? (json_string_length(v)
-							  ? consul_duration(json_string_value(v))
-							  : 0)
-					       : -1;
-		uint32_t min = h->b->opts.consul.ttl_min_s;
+		/* A Go duration, as Consul's time.ParseDuration reads it: no
+		 * bare number, no hex, no overflow (which once meant no TTL). */
+		int64_t ns = 0, min_ns = (int64_t)h->b->opts.consul.ttl_min_s * 1000000000ll;
+		const char *why = "a string";
 
-		if (ns < 0) {
-			consul_reply_text(r, 400, "Request decode failed: invalid TTL");
+		if (!json_is_string(v) ||
+		    (json_string_length(v) && duration_parse(json_string_value(v), &ns, &why))) {
+			consul_reply_text(r, 400, "Request decode failed: TTL %s%s%s: %s",
+					  json_is_string(v) ? "'" : "",
+					  json_is_string(v) ? json_string_value(v) : "",
+					  json_is_string(v) ? "'" : "", why);
 			goto out;
 		}
-		ttl_s = (uint64_t)ns / 1000000000ull;
-		if (ns && (ns % 1000000000ll || ttl_s < min || ttl_s > TTL_MAX_S)) {
+		/* Consul's range, its own error; sub-second TTLs are kept (to
+		 * the millisecond the segment counts in, rounded up). */
+		if (ns && (ns < min_ns || ns > (int64_t)TTL_MAX_S * 1000000000ll)) {
 			consul_reply_text(r, 400,
 					  "Invalid Session TTL '%" PRId64 "', must be between "
 					  "[%us=24h0m0s]",
-					  ns, min);
+					  ns, h->b->opts.consul.ttl_min_s);
 			goto out;
 		}
+		ttl_ms = (uint64_t)duration_ms(ns);
 	}
 	if (check_list(r, j, "Checks", false, &checks) ||
 	    check_list(r, j, "NodeChecks", false, &nchecks) ||
@@ -355,13 +373,13 @@ static void create(struct hreq *r)
 		cs->node_checks = json_pack("[s]", "serfHealth");
 	}
 	cs->service_checks = schecks ? json_incref(schecks) : json_null();
-	cs->ttl_s = ttl_s;
+	cs->ttl_ms = ttl_ms;
 	cs->behavior_delete = !strcmp(behavior, "delete");
 	if (h->draining) {
 		consul_reply_text(r, 503, "the broker is shutting down");
 		goto out;
 	}
-	if (c->nsessions >= http_sessions_cap(h)) {
+	if (c->nsessions >= http_engine_sessions_cap(h)) {
 		consul_reply_text(r, 500,
 				  "%u sessions open: this API's share of the session "
 				  "table (--http-max-sessions)",
@@ -380,7 +398,7 @@ static void create(struct hreq *r)
 	snprintf(req.name, sizeof(req.name), "consul:%.55s", name);
 	req.flags = SESS_FLAG_HTTP;
 	req.start_time = broker_start_time;
-	req.ttl_ms = (uint32_t)(ttl_s * 2000u);
+	req.ttl_ms = (uint32_t)(ttl_ms * 2u);
 	req.lock_delay_ms = (uint32_t)(cs->lock_delay_ns / 1000000u);
 	req.behavior = cs->behavior_delete ? LOCAL_BEHAVIOR_DELETE : LOCAL_BEHAVIOR_RELEASE;
 	err = session_open(h->b, &req, -1, getpid(), getuid(), broker_start_time, &rep);
@@ -414,7 +432,7 @@ out:
 
 void consul_session_ended(struct broker *b, uint32_t slot)
 {
-	struct consul *c = b->http ? b->http->consul : NULL;
+	struct consul *c = b->http ? b->http->consul : NULL; /* the HTTP engine's */
 	struct csession *cs;
 	struct net_ipstat *ip;
 
@@ -473,7 +491,7 @@ void consul_session_route(struct hreq *r, const char *rest)
 		 * lock-delay, as in Consul. */
 		if (cs) {
 			session_end_slot(c->b, cs->slot, true, "destroyed over the Consul API");
-			r->h->maybe_granted = true;
+			c->b->seg.rung_local = true; /* a waiter of any face may be granted */
 		}
 		consul_reply(r, 200, json_true());
 	} else if ((id = after(rest, "info/"))) {

@@ -71,12 +71,6 @@ extern const char http_usage_text[];
 void http_opts_default(struct http_opts *o);
 /* Parse one HTTP option; 0 or -1 (message printed). */
 int http_opt_parse(struct http_opts *o, int opt, const char *arg);
-/* --@name's @arg as a number in [@min, @max] into @out: 0, or -1 after
- * saying what was expected (the HTTP and TCP options share it). */
-int opt_number(const char *name, const char *arg, uint32_t min, uint32_t max, uint32_t *out);
-/* --@name's @arg copied into @dst (@size bytes): 0, or -1 after saying it is
- * empty or too long (the HTTP, TCP and Consul options share it). */
-int opt_string(const char *name, const char *arg, char *dst, size_t size);
 bool http_enabled(const struct http_opts *o);
 
 /* Start the listeners (bound, or the socket-activated fd named "http"). */
@@ -84,13 +78,10 @@ int http_start(struct broker *b);
 /* Stop at once: close every HTTP session, free everything. */
 void http_stop(struct broker *b);
 
-/* Event-loop hooks. */
-void http_event(struct broker *b, uint64_t tag);
+/* The face the core knows (core/face.h); its hooks follow. */
+struct face;
+extern const struct face http_face;
 void http_doorbell(struct broker *b); /* the doorbell rang: poll the waiters */
-/* End of the loop's turn: run the daemons if asked to (true: they ran);
- * whether that is still wanted (then the loop polls without sleeping). */
-bool http_run_due(struct broker *b);
-bool http_run_pending(struct broker *b);
 void http_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2);
 /* Session @slot ended (closed, destroyed by an operator): end its requests. */
 void http_session_ended(struct broker *b, uint32_t slot);

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The HTTP API's internal interfaces, shared by broker/http_*.c only. */
+/* The HTTP API's internal interfaces (faces/http/), and the request and
+ * server records the HTTP engine (net/http_engine.c) and its other clients,
+ * the Consul API and the web view, share. */
 #ifndef SHMLOCKD_HTTP_INT_H
 #define SHMLOCKD_HTTP_INT_H
 
@@ -12,12 +14,20 @@
 
 #include "core/broker.h"
 #include "http.h"
+#include "net/dflockd.h"
 #include "net/net.h"
 
 #define HTTP_BODY_MAX (1u << 20)
 /* --http-listen, --http-socket, socket-activated; + the Consul API's two */
 #define HTTP_MAX_DAEMONS 5
-/* Timer kinds of the HTTP API in the broker's heap. */
+/* The HTTP face's timer kinds (face_schedule(), http_timer()). */
+enum http_timer_kind {
+	TIMER_HTTP_TICK = 1,   /* periodic: run libmicrohttpd's timeouts, reap */
+	TIMER_HTTP_WAIT = 2,   /* a = waiter slot, b = its generation */
+	TIMER_HTTP_RUN = 3,    /* now: run libmicrohttpd (http_server.c run_soon()) */
+	TIMER_HTTP_DELAY = 4,  /* a = delayed answer slot, b = its generation (http_admit.c) */
+	TIMER_CONSUL_WAIT = 5, /* a Consul blocking query's wait ran out */
+};
 
 /* ---- routes (http_routes.c) --------------------------------------------- */
 
@@ -75,9 +85,13 @@ bool http_route_open(enum http_route r);
 /* ---- per-request state (http_server.c) ---------------------------------- */
 
 struct hsession;
+struct http_client;
 
 struct hreq {
 	struct http *h;
+	/* Its listener's client (net/http_engine.h), and a client that took
+	 * its path on that listener (the web view's /ui), else NULL. */
+	const struct http_client *client, *sub;
 	struct MHD_Connection *conn;
 	uint64_t start_ns;
 	enum http_method method;
@@ -106,12 +120,11 @@ struct hreq {
 	 * else 0: released if the answer never reaches the client
 	 * (http_grant_undelivered()). */
 	uint64_t grant_tok;
-	/* The Consul-compatible API (consul_server.c): its listener's
-	 * requests, their URL and state. */
-	bool consul;
+	/* The URL, kept for clients that want it (the Consul API, the web
+	 * view), and the Consul API's request state (consul_server.c). */
 	char *url;
 	void *cx;
-	/* K4, the web view (ui_server.c): the answer's Content-Type when not
+	/* The web view (ui_server.c): the answer's Content-Type when not
 	 * JSON from the API, and a long poll of the view in flight. */
 	const char *ctype;
 	bool ui_waiting;
@@ -184,8 +197,6 @@ void http_sessions_reap(struct http *h);
 /* Close every session (shutdown). */
 void http_sessions_close_all(struct http *h);
 uint32_t http_sessions_count(const struct http *h);
-/* HTTP sessions allowed at once (below the segment's session table). */
-uint32_t http_sessions_cap(const struct http *h);
 
 /* ---- locks and semaphores (http_locks.c) -------------------------------- */
 
@@ -220,32 +231,9 @@ void http_format_token(const struct http *h, const struct hsession *hs, uint64_t
 		       char out[33]);
 void http_token_key_init(struct http *h);
 
-/* ---- authentication and delayed answers (http_auth.c) --------------------- */
-
-/* The request may pass (the token, a user the control socket admits, or
- * no token needed: docs/security.md); else it is answered 401 (after a
- * delay) or 403, and false. */
-bool http_auth_check(struct hreq *r);
-/* Admitted by uid alone (no token): refuse what a web page could have made
- * the user's browser send. True when @r may pass; else it is answered. */
-bool http_uid_web_ok(struct hreq *r);
-/* Hold @r's answer (already set) back for NET_AUTH_DELAY_NS. */
-void http_delay_answer(struct hreq *r);
-void http_delayed_due(struct http *h, uint32_t slot, uint32_t gen);
-/* Send every delayed answer now (shutdown). */
-void http_delayed_flush(struct http *h);
-void http_delayed_forget(struct hreq *r);
-
 /* ---- stats and metrics (http_stats.c) ----------------------------------- */
 
 void http_stats(struct hreq *r);
-/* The first holder of @key as @observer sees it, for stats (HTTP's and the
- * TCP protocol's): its session id and lease left; "" and 0 when none. */
-struct first_holder {
-	char session[LOCAL_SESSION_ID_LEN + 1];
-	uint64_t lease_ms;
-};
-void stats_first_holder(local_session *observer, const char *key, struct first_holder *f);
 void http_metrics(struct hreq *r);
 void http_metrics_note(struct http *h, enum http_method m, enum http_route rt, int status,
 		       uint64_t ns);
@@ -264,8 +252,17 @@ struct http_counters {
 
 struct http {
 	struct broker *b;
+	/* The engine (net/http_engine.c): daemons, their listeners and
+	 * clients, and the client that takes paths on shared listeners. */
 	struct MHD_Daemon *d[HTTP_MAX_DAEMONS];
 	int listen_fd[HTTP_MAX_DAEMONS];
+	const struct http_client *client[HTTP_MAX_DAEMONS];
+	const struct http_client *path_client;
+	/* Every answered request, for the HTTP API's counters. */
+	void (*note_request)(struct hreq *r, uint64_t ns);
+	/* The face that made this record: the engine's own timers (a held
+	 * answer's, TIMER_HTTP_DELAY) are its, and it passes them back. */
+	const struct face *face;
 	bool unlink_unix;
 	unsigned nd;
 	bool draining;
@@ -279,7 +276,8 @@ struct http {
 	/* waiters */
 	struct hwaiter *waiters;
 	uint32_t nwaiters, cap_waiters, active_waiters;
-	/* Answers held back (a 401's delay), and their generations. */
+	/* Answers held back (a refusal's delay, net/http_admit.c), and their
+	 * generations. */
 	struct hreq **delayed;
 	uint32_t *delayed_gen;
 	uint32_t ndelayed;
@@ -294,7 +292,7 @@ struct http {
 	struct net_pool pool;
 	struct http_counters c;
 	struct consul *consul; /* consul_*.c; NULL when off */
-	struct ui *ui;	       /* K4: the web view's long polls (ui_server.c); NULL until used */
+	struct ui *ui;	       /* the web view's long polls (ui_server.c); NULL until used */
 };
 
 #endif

@@ -28,7 +28,7 @@
 #include "client.h" /* hex_decode() */
 #include "clock.h"
 #include "http_int.h"
-#include "faces/tcp/tcp.h"
+#include "net/http_engine.h"
 
 /* Durations in seconds, as dflockd takes them: 0 up to the largest Go
  * time.Duration in seconds. Waits that long are broker timers (a u64 of
@@ -406,7 +406,7 @@ static void finish(struct http *h, uint32_t slot)
 	struct hreq *r = w->req;
 
 	if (w->fd >= 0)
-		loop_unwatch_fd(h->b, w->fd);
+		loop_unwatch(h->b, w->fd);
 	w->req = NULL;
 	w->gen++;
 	w->sess->waiting--;
@@ -453,14 +453,28 @@ static bool poll_one(struct http *h, uint32_t slot, bool cancel)
 	return true;
 }
 
+/* The client of a waiting request hung up. */
+static void hangup_ready(struct broker *b, int fd, uint32_t events, void *slot)
+{
+	struct http *h = b->http;
+
+	(void)fd;
+	(void)events;
+	if (!h)
+		return;
+	http_waiter_hangup(h, (uint32_t)(uintptr_t)slot);
+	if (h->maybe_granted) { /* its grant, if it had one, went to the next */
+		h->maybe_granted = false;
+		http_waiters_poll(h);
+	}
+}
+
 /* Answer @r later: its queued request (already local_enqueue()d) is
  * granted, times out at @timeout_s, or its client goes away. */
 static void wait_begin(struct hreq *r, struct hsession *hs, json_int_t timeout_s,
 		       json_int_t lease_s, bool two_phase)
 {
 	struct http *h = r->h;
-	const union MHD_ConnectionInfo *ci;
-	struct epoll_event ev = { .events = EPOLLRDHUP };
 	struct hwaiter *w;
 	uint64_t tok = 0;
 	int32_t slot;
@@ -498,12 +512,9 @@ static void wait_begin(struct hreq *r, struct hsession *hs, json_int_t timeout_s
 	w->two_phase = two_phase;
 	w->deadline_ns = mono_ns() + (uint64_t)timeout_s * 1000000000ull;
 	memcpy(w->key, r->rt.param, r->rt.param_len + 1);
-	ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-	w->fd = ci ? ci->connect_fd : -1;
-	ev.data.u64 = TAG_HTTP_HUP | (uint64_t)slot;
-	if (w->fd >= 0 && epoll_ctl(h->b->epfd, EPOLL_CTL_ADD, w->fd, &ev))
-		w->fd = -1; /* no hang-up detection; the deadline still ends it */
-	broker_schedule(h->b, w->deadline_ns, TIMER_HTTP_WAIT, (uint32_t)slot, w->gen);
+	/* No hang-up detection (-1): the deadline still ends it. */
+	w->fd = http_engine_watch_hangup(r, hangup_ready, (void *)(uintptr_t)slot);
+	face_schedule(h->b, &http_face, w->deadline_ns, TIMER_HTTP_WAIT, (uint32_t)slot, w->gen);
 	hs->waiting++;
 	h->active_waiters++;
 	r->waiter = slot;
@@ -524,7 +535,8 @@ void http_waiter_due(struct http *h, uint32_t slot, uint32_t gen)
 	if (slot < h->nwaiters && h->waiters[slot].req && h->waiters[slot].gen == gen &&
 	    !poll_one(h, slot, true))
 		/* Its key's mutex is held by a stalled process: try again. */
-		broker_schedule(h->b, mono_ns() + 100000000ull, TIMER_HTTP_WAIT, slot, gen);
+		face_schedule(h->b, &http_face, mono_ns() + 100000000ull, TIMER_HTTP_WAIT, slot,
+			      gen);
 }
 
 /* Leave the queue; a grant that landed meanwhile goes to the next waiter. */

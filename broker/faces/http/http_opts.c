@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/options.h"
 #include "http.h"
 
 const struct option http_long_opts[HTTP_NOPTS] = {
@@ -74,32 +75,6 @@ void http_opts_default(struct http_opts *o)
 bool http_enabled(const struct http_opts *o)
 {
 	return o->listen[0] || o->unix_path[0];
-}
-
-int opt_string(const char *name, const char *arg, char *dst, size_t size)
-{
-	if (strlen(arg) >= size || !*arg) {
-		fprintf(stderr, "shmlockd: --%s: empty or too long\n", name);
-		return -1;
-	}
-	strcpy(dst, arg);
-	return 0;
-}
-
-int opt_number(const char *name, const char *arg, uint32_t min, uint32_t max, uint32_t *out)
-{
-	unsigned long long v;
-	char *end;
-
-	errno = 0;
-	v = strtoull(arg, &end, 10);
-	if (errno || !*arg || *arg == '-' || *end || v < min || v > max) {
-		fprintf(stderr, "shmlockd: --%s: expected a number in %u..%u, got '%s'\n", name,
-			min, max, arg);
-		return -1;
-	}
-	*out = (uint32_t)v;
-	return 0;
 }
 
 static int token_file(const char *path, char *dst, size_t size)

@@ -23,8 +23,9 @@
 
 #include "clock.h"
 #include "http_int.h"
+#include "net/http_engine.h"
 #include "procinfo.h"
-#include "seg_flags.h"
+#include "segment.h"
 
 static uint64_t broker_start_time;
 
@@ -79,16 +80,6 @@ uint32_t http_sessions_count(const struct http *h)
  * sessions get at most --http-max-sessions (default half the table), and
  * never the whole table.
  */
-uint32_t http_sessions_cap(const struct http *h)
-{
-	uint32_t table = h->b->seg.caps.max_sessions;
-	uint32_t cap = h->b->opts.http.max_sessions ? h->b->opts.http.max_sessions : table / 2;
-
-	if (table > 1 && cap > table - 1)
-		cap = table - 1;
-	return cap ? cap : 1;
-}
-
 void http_sessions_create(struct hreq *r)
 {
 	struct http *h = r->h;
@@ -105,7 +96,7 @@ void http_sessions_create(struct hreq *r)
 		hreq_error(r, 503, "draining", "the broker is shutting down");
 		return;
 	}
-	if (h->nsessions >= http_sessions_cap(h)) {
+	if (h->nsessions >= http_engine_sessions_cap(h)) {
 		/* dflockd's code for its HTTP session cap; shmlock's own name
 		 * with --http-extensions. */
 		hreq_error(r, 503, o->extensions ? "max_http_sessions" : "max_sessions",
@@ -252,7 +243,6 @@ void http_session_ended(struct broker *b, uint32_t slot)
 	struct http *h = b->http;
 	struct hsession *hs;
 
-	consul_session_ended(b, slot); /* a Consul API session (consul_sessions.c) */
 	if (!h || slot >= b->seg.caps.max_sessions || !(hs = h->by_slot[slot]))
 		return;
 	http_waiters_end(h, hs, 410, "session_gone");

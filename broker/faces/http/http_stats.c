@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "http_int.h"
-#include "faces/metrics/metrics.h"
+#include "core/metrics_text.h"
 #include "core/operator.h"
 
 /* Status codes the API answers with, in the order of the counters. */
@@ -45,22 +45,6 @@ struct stats_walk {
 	struct http *h;
 	json_t *locks, *sems, *idle_locks, *idle_sems;
 };
-
-static int take_first(const struct local_holder *hl, void *arg)
-{
-	struct first_holder *f = arg;
-
-	memcpy(f->session, hl->session, sizeof(f->session));
-	f->lease_ms = hl->lease_remaining_ms;
-	return 1; /* stop: the first is all stats show */
-}
-
-void stats_first_holder(local_session *observer, const char *key, struct first_holder *f)
-{
-	f->session[0] = '\0';
-	f->lease_ms = 0;
-	local_holders(observer, key, take_first, f);
-}
 
 /*
  * A key as JSON text must be UTF-8; keys are any bytes but NUL. One that is

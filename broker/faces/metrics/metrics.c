@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@
 #define METRICS_CONNECTION_TIMEOUT_S 10
 #define METRICS_TICK_NS 1000000000ull
 #define RUNS_PER_EVENT 32
+#define TIMER_METRICS_TICK 1 /* periodic: run the listener's timeouts */
 
 struct metrics {
 	struct MHD_Daemon *d;
@@ -156,7 +158,9 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 	blog(LOG_DEBUG, "metrics: %s", buf);
 }
 
-int metrics_start(struct broker *b)
+static void metrics_ready(struct broker *b, int fd, uint32_t events, void *ctx);
+
+static int metrics_start(struct broker *b)
 {
 	const char *spec = b->opts.metrics_listen;
 	int act = activated_stream_fd("metrics"), fd;
@@ -194,14 +198,14 @@ int metrics_start(struct broker *b)
 	if (!m->d)
 		return -EINVAL;
 	info = MHD_get_daemon_info(m->d, MHD_DAEMON_INFO_EPOLL_FD);
-	if (!info || loop_watch_fd(b, info->epoll_fd, TAG_METRICS))
+	if (!info || loop_watch(b, info->epoll_fd, EPOLLIN, metrics_ready, NULL))
 		return -EINVAL;
-	broker_schedule(b, mono_ns() + METRICS_TICK_NS, TIMER_METRICS_TICK, 0, 0);
+	face_schedule(b, &metrics_face, mono_ns() + METRICS_TICK_NS, TIMER_METRICS_TICK, 0, 0);
 	blog(LOG_INFO, "metrics on %s", act >= 0 ? "the socket-activated socket" : spec);
 	return 0;
 }
 
-void metrics_stop(struct broker *b)
+static void metrics_stop(struct broker *b)
 {
 	struct metrics *m = b->metrics;
 
@@ -214,7 +218,7 @@ void metrics_stop(struct broker *b)
 	b->metrics = NULL;
 }
 
-void metrics_event(struct broker *b)
+static void metrics_event(struct broker *b)
 {
 	struct metrics *m = b->metrics;
 	MHD_UNSIGNED_LONG_LONG ms;
@@ -231,14 +235,32 @@ void metrics_event(struct broker *b)
 	}
 }
 
-void metrics_timer(struct broker *b)
+static void metrics_ready(struct broker *b, int fd, uint32_t events, void *ctx)
+{
+	(void)fd;
+	(void)events;
+	(void)ctx;
+	metrics_event(b);
+}
+
+static void metrics_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 {
 	struct net_conn *late;
 
+	(void)kind;
+	(void)a;
+	(void)b2;
 	if (!b->metrics)
 		return;
 	while ((late = net_pool_overdue(&b->metrics->pool, mono_ns())))
 		net_conn_doom(&b->metrics->pool, late); /* no whole head in time */
 	metrics_event(b);				/* connection timeouts */
-	broker_schedule(b, mono_ns() + METRICS_TICK_NS, TIMER_METRICS_TICK, 0, 0);
+	face_schedule(b, &metrics_face, mono_ns() + METRICS_TICK_NS, TIMER_METRICS_TICK, 0, 0);
 }
+
+const struct face metrics_face = {
+	.name = "metrics",
+	.start = metrics_start,
+	.stop = metrics_stop,
+	.timer = metrics_timer,
+};

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "net/dflockd.h" /* the token's text, shared with the HTTP API */
+
 struct broker;
 
 struct tcp_opts {
@@ -48,10 +50,10 @@ int tcp_opt_parse(struct tcp_opts *o, int opt, const char *arg);
 int tcp_start(struct broker *b);
 /* Close every connection (ending its session) and the listener. */
 void tcp_stop(struct broker *b);
-/* Event-loop hooks. */
-void tcp_event(struct broker *b, uint64_t tag, uint32_t events);
+/* The face the core knows (core/face.h); its hooks follow. */
+struct face;
+extern const struct face tcp_face;
 void tcp_doorbell(struct broker *b);
-void tcp_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2);
 
 /* ---- the line protocol (tcp_parse.c: no broker state, fuzzed) ------------ */
 
@@ -110,9 +112,6 @@ struct tcp_req {
 long tcp_frame(const char *buf, size_t len, const char *lines[3], size_t lens[3]);
 /* Validate a framed request: TE_OK, or the reason it is answered "error". */
 enum tcp_perr tcp_parse(const char *const lines[3], const size_t lens[3], struct tcp_req *out);
-/* 32 hex digits: 16 of fencing token, big-endian, then 16 of salt. */
-void tcp_format_token(uint64_t fence, uint64_t salt, char out[33]);
-bool tcp_parse_token(const char *s, uint64_t *fence, uint64_t *salt);
 const char *tcp_cmd_name(enum tcp_cmd c);
 
 #endif

@@ -10,6 +10,12 @@
 #include "net/net.h"
 #include "tcp.h"
 
+/* The TCP face's timer kinds (face_schedule()). */
+enum tcp_timer_kind {
+	TIMER_TCP_TICK = 1, /* periodic: read timeouts */
+	TIMER_TCP_WAIT = 2, /* a = connection slot, b = its generation */
+};
+
 /* Input kept per connection: a whole request (3 lines of TCP_LINE_MAX)
  * and what a client pipelined behind it. */
 #define TCP_IN_CAP 4096

@@ -28,7 +28,7 @@
 
 #include "clock.h"
 #include "procinfo.h"
-#include "seg_flags.h"
+#include "segment.h"
 #include "faces/http/http_int.h"
 #include "tcp_int.h"
 
@@ -353,8 +353,8 @@ static void wait_begin(struct tcp *t, struct tconn *c, const char *key, int64_t 
 	copy_key(c->wkey, key);
 	c->wword = word;
 	c->wwaiting = waiting;
-	broker_schedule(t->b, mono_ns() + (uint64_t)timeout_s * 1000000000ull, TIMER_TCP_WAIT,
-			c->slot, c->wgen);
+	face_schedule(t->b, &tcp_face, mono_ns() + (uint64_t)timeout_s * 1000000000ull,
+		      TIMER_TCP_WAIT, c->slot, c->wgen);
 }
 
 bool tcp_wait_poll(struct tcp *t, struct tconn *c, bool cancel)

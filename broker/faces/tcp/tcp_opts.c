@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "faces/http/http.h"
+#include "core/options.h"
 #include "tcp.h"
 
 const struct option tcp_long_opts[TCP_NOPTS] = {

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
- * The TCP listener and its connections on the broker's event loop: accept
- * (who is admitted, caps and the deadline for "auth" are broker/net/'s:
- * over --tcp-max-connections a connection is closed at once, as dflockd
- * does, unless one not authenticated yet makes room), non-blocking reads into a per-connection buffer, requests served
- * strictly in order, replies written without blocking (the rest waits for
+ * The TCP listener and its connections on the broker's event loop (fds
+ * watched through core/face.h's loop_watch()): accept (who is admitted, caps
+ * and the deadline for "auth" are broker/net/'s: over --tcp-max-connections
+ * a connection is closed at once, as dflockd does, unless one not
+ * authenticated yet makes room), non-blocking reads into a per-connection
+ * buffer, requests served strictly in order, replies written without blocking (the rest waits for
  * EPOLLOUT), a read timeout per line, and a connection that waits watched
  * only for its hang-up (EPOLLRDHUP) until its wait ends.
  */
@@ -31,10 +32,14 @@
 #define TICK_NS 1000000000ull
 #define GEN_MASK 0xffffffu
 
-static uint64_t conn_tag(const struct tconn *c)
+/* What a connection's watch carries: its slot and generation. */
+static void *conn_tag(const struct tconn *c)
 {
-	return TAG_TCP | (uint64_t)(c->gen & GEN_MASK) << 32 | c->slot;
+	return (void *)(uintptr_t)((uint64_t)(c->gen & GEN_MASK) << 32 | c->slot);
 }
+
+static void listener_ready(struct broker *b, int fd, uint32_t events, void *i);
+static void conn_ready(struct broker *b, int fd, uint32_t events, void *tag);
 
 int tcp_start(struct broker *b)
 {
@@ -89,11 +94,11 @@ int tcp_start(struct broker *b)
 			     o->listen[0] ? o->listen : "a socket-activated socket");
 			return -EPERM;
 		}
-		err = loop_watch_fd(b, t->listen_fd[i], TAG_TCP_LISTEN | i);
+		err = loop_watch(b, t->listen_fd[i], EPOLLIN, listener_ready, (void *)(uintptr_t)i);
 		if (err)
 			return err;
 	}
-	broker_schedule(b, mono_ns() + TICK_NS, TIMER_TCP_TICK, 0, 0);
+	face_schedule(b, &tcp_face, mono_ns() + TICK_NS, TIMER_TCP_TICK, 0, 0);
 	blog(LOG_INFO, "TCP protocol on %s%s%s", o->listen[0] ? o->listen : "",
 	     act >= 0 ? " (socket-activated)" : "", t->tls_ctx ? " with TLS" : "");
 	if (!net_token(b)[0] && o->insecure_no_auth)
@@ -114,7 +119,7 @@ static void conn_close(struct tcp *t, struct tconn *c)
 		tcp_wait_cancel(t, c);
 	tcp_conn_release(t, c);
 	net_pool_del(&t->pool, &c->nc);
-	loop_unwatch_fd(t->b, c->fd);
+	loop_unwatch(t->b, c->fd);
 	/* Unread input would turn the close into a reset that can destroy
 	 * the reply just written: read it away first. */
 	shutdown(c->fd, SHUT_WR);
@@ -146,7 +151,7 @@ void tcp_stop(struct broker *b)
 			conn_close(t, t->conns[i]);
 		}
 	for (i = 0; i < t->nl; i++) {
-		loop_unwatch_fd(b, t->listen_fd[i]);
+		loop_unwatch(b, t->listen_fd[i]);
 		close(t->listen_fd[i]);
 	}
 	session_inproc_free(t->observer);
@@ -217,9 +222,8 @@ void tcp_reply(struct tconn *c, const char *fmt, ...)
 
 void tcp_conn_update(struct tcp *t, struct tconn *c)
 {
-	struct epoll_event ev = { .data.u64 = conn_tag(c) };
+	struct epoll_event ev = { .events = EPOLLRDHUP };
 
-	ev.events = EPOLLRDHUP;
 	/* A wait leaves EPOLLIN on: most clients send nothing until it is
 	 * answered, and two epoll_ctl() per wait are what it would cost to
 	 * switch it off and on. Only input that comes meanwhile turns it off
@@ -232,7 +236,7 @@ void tcp_conn_update(struct tcp *t, struct tconn *c)
 	if (ev.events == c->events)
 		return;
 	c->events = ev.events;
-	epoll_ctl(t->b->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+	loop_modify(t->b, c->fd, ev.events);
 }
 
 /* ---- input ------------------------------------------------------------------- */
@@ -249,7 +253,7 @@ static void hold_failure(struct tcp *t, struct tconn *c)
 	blog(LOG_NOTICE, "TCP %s: authentication failed", c->peer);
 	c->held = true;
 	c->in_len = 0;
-	broker_schedule(t->b, at, TIMER_TCP_WAIT, c->slot, c->gen);
+	face_schedule(t->b, &tcp_face, at, TIMER_TCP_WAIT, c->slot, c->gen);
 }
 
 static void release_failure(struct tcp *t, struct tconn *c);
@@ -442,7 +446,6 @@ static void conn_accept(struct tcp *t, int lfd)
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
 		int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		struct epoll_event ev;
 		struct net_conn *evict;
 		struct tconn *c;
 		char host[INET6_ADDRSTRLEN] = "?";
@@ -504,9 +507,7 @@ static void conn_accept(struct tcp *t, int lfd)
 		c->id = t->next_id++;
 		c->line_since_ns = mono_ns();
 		c->events = EPOLLIN | EPOLLRDHUP;
-		ev.events = c->events;
-		ev.data.u64 = conn_tag(c);
-		if (epoll_ctl(t->b->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+		if (loop_watch(t->b, fd, c->events, conn_ready, conn_tag(c))) {
 			net_pool_del(&t->pool, &c->nc);
 			free(c);
 			close(fd);
@@ -532,19 +533,26 @@ static void after_turn(struct tcp *t)
 	t->b->seg.rung_local = true;
 }
 
-void tcp_event(struct broker *b, uint64_t tag, uint32_t events)
+static void listener_ready(struct broker *b, int fd, uint32_t events, void *i)
 {
 	struct tcp *t = b->tcp;
-	uint32_t slot = (uint32_t)(tag & 0xffffffffu), gen = (uint32_t)(TAG_VALUE(tag) >> 32);
+
+	(void)fd;
+	(void)events;
+	if (t && (uintptr_t)i < t->nl)
+		conn_accept(t, t->listen_fd[(uintptr_t)i]);
+}
+
+static void conn_ready(struct broker *b, int fd, uint32_t events, void *tag)
+{
+	struct tcp *t = b->tcp;
+	uint32_t slot = (uint32_t)((uintptr_t)tag & 0xffffffffu);
+	uint32_t gen = (uint32_t)((uint64_t)(uintptr_t)tag >> 32);
 	struct tconn *c;
 
+	(void)fd;
 	if (!t)
 		return;
-	if (TAG_KIND(tag) == TAG_TCP_LISTEN) {
-		if (TAG_VALUE(tag) < t->nl)
-			conn_accept(t, t->listen_fd[TAG_VALUE(tag)]);
-		return;
-	}
 	if (slot >= t->nconns || !(c = t->conns[slot]) || (c->gen & GEN_MASK) != gen)
 		return;
 	if (c->held && (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
@@ -595,10 +603,8 @@ void tcp_doorbell(struct broker *b)
 		else
 			i++;
 	}
-	if (t->maybe_granted) {
-		t->maybe_granted = false;
-		http_doorbell(b);
-	}
+	/* A grant to another face's waiter: the core rings every face again. */
+	after_turn(t);
 }
 
 static void tick(struct tcp *t)
@@ -636,7 +642,7 @@ static void tick(struct tcp *t)
 	after_turn(t);
 }
 
-void tcp_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
+static void tcp_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 {
 	struct tcp *t = b->tcp;
 	struct tconn *c;
@@ -645,7 +651,7 @@ void tcp_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 		return;
 	if (kind == TIMER_TCP_TICK) {
 		tick(t);
-		broker_schedule(b, mono_ns() + TICK_NS, TIMER_TCP_TICK, 0, 0);
+		face_schedule(b, &tcp_face, mono_ns() + TICK_NS, TIMER_TCP_TICK, 0, 0);
 		return;
 	}
 	if (a < t->nconns && (c = t->conns[a]) && c->held && c->gen == b2) {
@@ -657,6 +663,14 @@ void tcp_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 	if (tcp_wait_poll(t, c, true))
 		tcp_resume(t, c);
 	else /* its key's mutex is held by a stalled process: try again */
-		broker_schedule(b, mono_ns() + 100000000ull, TIMER_TCP_WAIT, a, b2);
+		face_schedule(b, &tcp_face, mono_ns() + 100000000ull, TIMER_TCP_WAIT, a, b2);
 	after_turn(t);
 }
+
+const struct face tcp_face = {
+	.name = "tcp",
+	.start = tcp_start,
+	.stop = tcp_stop,
+	.timer = tcp_timer,
+	.doorbell = tcp_doorbell,
+};

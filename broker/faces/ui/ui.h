@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The live web view (K4, issue 17; docs/web-view.md): a page under /ui/ on
+ * The live web view (docs/web-view.md): a page under /ui/ on
  * the HTTP listener, its assets compiled in (ui/, scripts/embed.sh), and
  * its data, /ui/api/state, a snapshot of the segment built here with
  * jansson, answered at once or as a long poll that a change ends.
@@ -12,6 +12,11 @@
 #include <stdint.h>
 
 #include "faces/http/http_int.h"
+
+/* The face the core knows (core/face.h): a client of the HTTP engine that
+ * takes /ui on the HTTP API's listeners. */
+struct face;
+extern const struct face ui_face;
 
 /* Is @url the view's (/ui, /ui/...)? */
 bool ui_path(const char *url);

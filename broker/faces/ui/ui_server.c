@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "net/http_engine.h"
 #include "ui.h"
 
 #define UI_POLL_S 25
@@ -193,7 +194,7 @@ void ui_dispatch(struct hreq *r)
 	else if (n == 8 && !strncmp(p, "/app.css", 8))
 		reply_text(r, ui_app_css, "text/css; charset=utf-8");
 	else if (n == 10 && !strncmp(p, "/api/state", 10)) {
-		if (http_auth_check(r)) /* else answered 401 (after its delay) */
+		if (http_admit_bearer(r)) /* else answered 401 (after its delay) */
 			state(r);
 	} else
 		hreq_error(r, 404, "not_found", "no such page of the web view");
@@ -290,3 +291,69 @@ void ui_free(struct http *h)
 	free(h->ui);
 	h->ui = NULL;
 }
+
+/* ---- the face ------------------------------------------------------------------ */
+
+#define UI_TICK_NS 250000000ull /* lock-free changes ring no doorbell */
+
+static void request_done(struct hreq *r, bool completed)
+{
+	(void)completed;
+	ui_request_done(r);
+}
+
+/* A client of the HTTP engine: /ui on the HTTP API's listeners. */
+static const struct http_client ui_client = {
+	.dispatch = ui_dispatch,
+	.request_done = request_done,
+	.claims = ui_path,
+	.free = ui_free,
+};
+
+static int face_start(struct broker *b)
+{
+	if (b->http) {
+		http_engine_path(b->http, &ui_client);
+		face_schedule(b, &ui_face, mono_ns() + UI_TICK_NS, 0, 0, 0);
+	}
+	return 0;
+}
+
+static void face_stop(struct broker *b)
+{
+	if (b->http)
+		ui_end_all(b->http); /* its records go when the engine closes */
+}
+
+static void face_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
+{
+	(void)kind;
+	(void)a;
+	(void)b2;
+	if (!b->http)
+		return;
+	ui_poll(b->http, true);
+	face_schedule(b, &ui_face, mono_ns() + UI_TICK_NS, 0, 0, 0);
+}
+
+static void face_doorbell(struct broker *b)
+{
+	if (b->http)
+		ui_poll(b->http, false);
+}
+
+static bool face_drained(struct broker *b)
+{
+	if (b->http)
+		ui_end_all(b->http);
+	return true;
+}
+
+const struct face ui_face = {
+	.name = "ui",
+	.start = face_start,
+	.stop = face_stop,
+	.timer = face_timer,
+	.doorbell = face_doorbell,
+	.drained = face_drained,
+};

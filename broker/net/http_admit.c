@@ -1,26 +1,28 @@
 // SPDX-License-Identifier: MIT
 /*
- * Who may use the HTTP API (the rules: docs/security.md), and answers held
- * back for a while.
+ * Who may make a request of an HTTP-speaking face (the rules:
+ * docs/security.md), and answers held back for a while: the HTTP engine's
+ * part of the network module, which the dflockd HTTP API, the web view and
+ * the Consul API share rather than borrow from one another.
  *
  * A request passes with the bearer token of --auth-token (checked by
- * broker/net/net_token.c), or when the kernel names its sender as a user
- * the control socket admits (a loopback or Unix peer, broker/net/net_peer.c)
- * and it is nothing a web page could have made that user's browser send.
- * Without a token configured, the Unix socket and --http-insecure-no-auth
- * let everyone through, as before. A refused request is answered 401 with
- * "WWW-Authenticate: Bearer" after NET_AUTH_DELAY_NS, as dflockd makes a
- * failed TCP "auth" wait, so that guessing costs time. The delay suspends
- * the connection (the loop goes on serving others) and a broker timer
- * resumes it.
+ * net_token.c), or when the kernel names its sender as a user the control
+ * socket admits (a loopback or Unix peer, net_peer.c) and it is nothing a
+ * web page could have made that user's browser send. Without a token
+ * configured, the Unix socket and --http-insecure-no-auth let everyone
+ * through. A refused request is answered after NET_AUTH_DELAY_NS (and one
+ * per delay per peer, net_auth_fail_at()), as dflockd makes a failed TCP
+ * "auth" wait, so that guessing costs time. The delay suspends the
+ * connection (the loop goes on serving others) and a timer of the face that
+ * made the engine's record resumes it.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
-#include "http_int.h"
+#include "http_engine.h"
 
-void http_delay_answer(struct hreq *r)
+void http_admit_delay(struct hreq *r)
 {
 	struct http *h = r->h;
 	uint64_t at = net_auth_fail_at(&h->rates, r->peer, mono_ns());
@@ -46,11 +48,11 @@ void http_delay_answer(struct hreq *r)
 	}
 	h->delayed[i] = r;
 	r->delayed = (int32_t)i;
-	broker_schedule(h->b, at, TIMER_HTTP_DELAY, i, h->delayed_gen[i]);
+	face_schedule(h->b, h->face, at, TIMER_HTTP_DELAY, i, h->delayed_gen[i]);
 	hreq_suspend(r);
 }
 
-bool http_uid_web_ok(struct hreq *r)
+bool http_admit_web_ok(struct hreq *r)
 {
 	const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
 	const char *ctype = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type");
@@ -73,7 +75,7 @@ bool http_uid_web_ok(struct hreq *r)
 	return true;
 }
 
-bool http_auth_check(struct hreq *r)
+bool http_admit_bearer(struct hreq *r)
 {
 	const struct broker *b = r->h->b;
 	const char *token = net_token(b);
@@ -86,12 +88,12 @@ bool http_auth_check(struct hreq *r)
 	if (!token[0] && (!r->tcp || b->opts.http.insecure_no_auth))
 		return true;
 	if (r->uid_ok)
-		return http_uid_web_ok(r);
+		return http_admit_web_ok(r);
 	hreq_error(r, 401, "unauthorized",
 		   token[0] ? "missing or wrong Authorization: Bearer token"
 			    : "served only to the users the broker's socket admits (see "
 			      "--allow-uid), or with a token (--auth-token)");
-	http_delay_answer(r);
+	http_admit_delay(r);
 	return false;
 }
 
@@ -105,13 +107,13 @@ static void release(struct http *h, uint32_t slot)
 	hreq_resume(r);
 }
 
-void http_delayed_due(struct http *h, uint32_t slot, uint32_t gen)
+void http_admit_due(struct http *h, uint32_t slot, uint32_t gen)
 {
 	if (slot < h->ndelayed && h->delayed[slot] && h->delayed_gen[slot] == gen)
 		release(h, slot);
 }
 
-void http_delayed_flush(struct http *h)
+void http_admit_flush(struct http *h)
 {
 	uint32_t i;
 
@@ -125,7 +127,7 @@ void http_delayed_flush(struct http *h)
 	h->ndelayed = 0;
 }
 
-void http_delayed_forget(struct hreq *r)
+void http_admit_forget(struct hreq *r)
 {
 	struct http *h = r->h;
 

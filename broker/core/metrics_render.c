@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/broker.h"
+#include "broker.h"
 #include "hist.h"
-#include "metrics.h"
-#include "core/operator.h"
+#include "metrics_text.h"
+#include "operator.h"
 
 void text_put(struct text *t, const char *fmt, ...)
 {

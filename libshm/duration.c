@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: MIT
 /*
- * Durations as Go's time.ParseDuration reads them, since `consul lock`
- * users pass -timeout=1m30s and expect the same spelling to work here.
+ * Durations as Go's time.ParseDuration reads them (duration.h), since
+ * `consul lock` users pass -timeout=1m30s and Consul's clients send
+ * TTL "15s", and expect the same spelling to work here.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
+#include "duration.h"
 
 #define NS_PER_MS 1000000LL
 
@@ -105,7 +107,32 @@ int duration_parse(const char *s, int64_t *ns, const char **why)
 	return 0;
 range:
 	*why = "duration out of range";
-	return -EINVAL;
+	return -ERANGE;
+}
+
+int duration_parse_or_seconds(const char *s, int64_t *ns, const char **why)
+{
+	char buf[64];
+	size_t i, n = strlen(s), dots = 0;
+
+	/* Only digits with at most one dot: seconds. Anything else (a sign,
+	 * an exponent, hex, inf) is for duration_parse() to take or refuse. */
+	for (i = 0; i < n; i++) {
+		if (s[i] == '.')
+			dots++;
+		else if (!is_digit(s[i]))
+			break;
+	}
+	if (!n || i < n || dots > 1)
+		return duration_parse(s, ns, why);
+	if (n + 2 > sizeof(buf)) {
+		*why = "duration out of range";
+		return -ERANGE;
+	}
+	memcpy(buf, s, n);
+	buf[n] = 's';
+	buf[n + 1] = '\0';
+	return duration_parse(buf, ns, why);
 }
 
 int64_t duration_ms(int64_t ns)
