@@ -663,7 +663,6 @@ void http_engine_close(struct http *h)
 			c->free(h);
 	}
 	h->nd = 0;
-	net_rate_free(&h->rates);
 }
 
 uint32_t http_engine_sessions_cap(const struct http *h)

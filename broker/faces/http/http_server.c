@@ -316,6 +316,7 @@ void http_stop(struct broker *b)
 	if (h->unlink_unix)
 		unlink(b->opts.http.unix_path);
 	hsessions_fini(h);
+	net_rate_free(&h->rates); /* after the sessions that counted in it */
 	free(h->waiters);
 	free(h);
 	b->http = NULL;
