@@ -665,6 +665,11 @@ void http_engine_close(struct http *h)
 	h->nd = 0;
 }
 
+uint32_t http_engine_sessions_count(const struct http *h)
+{
+	return h->nsessions;
+}
+
 uint32_t http_engine_sessions_cap(const struct http *h)
 {
 	uint32_t table = h->b->seg.caps.max_sessions;

@@ -87,6 +87,9 @@ int http_engine_watch_hangup(struct hreq *r, loop_fn *fn, void *ctx);
 /* Sessions the HTTP API and the Consul API may hold at once, each counting
  * its own (--http-max-sessions, else half the segment's session table). */
 uint32_t http_engine_sessions_cap(const struct http *h);
+/* The HTTP API's sessions open now: the network faces' share of the session
+ * table that the TCP protocol's connections get what is left of. */
+uint32_t http_engine_sessions_count(const struct http *h);
 
 /* ---- who may make a request (http_admit.c) ----------------------------- */
 

@@ -55,6 +55,7 @@
 
 #include "clock.h"
 #include "faces/http/http_int.h"
+#include "net/http_engine.h"
 #include "invariants.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -635,11 +636,11 @@ static void settle(void)
 	http_sessions_close_all(h);
 	loop_once();
 	fire_wait_deadlines(); /* of waits long over: only drops them */
-	if (live_sessions(obs) || used_nodes(obs) || http_sessions_count(h)) {
+	if (live_sessions(obs) || used_nodes(obs) || http_engine_sessions_count(h)) {
 		fprintf(stderr,
 			"fuzz_http: %u session(s), %u node(s), %u HTTP session(s) left "
 			"after closing them all\n",
-			live_sessions(obs), used_nodes(obs), http_sessions_count(h));
+			live_sessions(obs), used_nodes(obs), http_engine_sessions_count(h));
 		abort();
 	}
 	h->draining = false; /* configure() starts each input afresh */

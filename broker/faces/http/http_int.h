@@ -196,7 +196,6 @@ void http_session_done(struct hreq *r);
 void http_sessions_reap(struct http *h);
 /* Close every session (shutdown). */
 void http_sessions_close_all(struct http *h);
-uint32_t http_sessions_count(const struct http *h);
 
 /* ---- locks and semaphores (http_locks.c) -------------------------------- */
 

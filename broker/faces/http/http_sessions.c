@@ -69,11 +69,6 @@ void hsessions_fini(struct http *h)
 	session_inproc_free(h->observer);
 }
 
-uint32_t http_sessions_count(const struct http *h)
-{
-	return h->nsessions;
-}
-
 /*
  * The segment's session table (--max-sessions) is shared with liblocal: any
  * local user who can reach the API must not be able to fill it. HTTP
