@@ -180,7 +180,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	B.started_ns = mono_ns();
 	atomic_store(&B.seg.hdr->broker_pid, (uint32_t)getpid());
 	B.epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (B.epfd < 0 || sessions_init(&B) || http_start(&B) || !B.http)
+	/* Registered as main.c does, so that the core's hooks reach it (a
+	 * session's end: the HTTP sessions settle() closes are let go). */
+	if (B.epfd < 0 || sessions_init(&B) || face_register(&B, &http_face) || http_start(&B) ||
+	    !B.http)
 		abort();
 	B.served = true;
 	__sanitizer_set_death_callback(remove_files);
