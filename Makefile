@@ -178,12 +178,14 @@ $(EXAMPLES): $(O)/examples/%: $(O)/docs/examples/%.o $(STLIB)
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) -lpthread
 
 # Tests link the static archive so they can reach internal functions too,
-# the broker's HTTP route table (checked against the OpenAPI document) and
-# the loop's fd watches (unit_watch.c).
+# the broker's HTTP route table (checked against the OpenAPI document), the
+# loop's fd watches (unit_watch.c) and the network module's pure parts
+# (tests/unit_net.c).
+NET_UNIT_OBJ := $(patsubst %,$(O)/broker/net/%.o,net_token net_conns net_rate net_web)
 $(TESTS): $(TESTLIB_SRC:%.c=$(O)/%.o) $(UNIT_SRC:%.c=$(O)/%.o) $(INTEG_SRC:%.c=$(O)/%.o) \
 		$(O)/tests/main.o $(O)/tests/runner.o $(O)/tests/isolate.o \
 		$(O)/broker/faces/http/http_routes.o $(O)/broker/faces/http/http_body.o \
-		$(O)/broker/core/watch.o $(STLIB)
+		$(O)/broker/core/watch.o $(NET_UNIT_OBJ) $(STLIB)
 	$(call say,LD,$@)
 	$(Q)$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDFLAGS) $(CUNIT_LIBS) $(CURL_LIBS) $(HTTP_LIBS) $(TLS_LIBS) \
 		-lpthread

@@ -1332,7 +1332,9 @@ TEST(http, auth_token_is_required_except_on_open_routes, 20)
 	struct http_call *c;
 	char *s;
 
-	hb_start(&h, true, ARGS("--auth-token", "s3cret-T0ken"));
+	/* The token alone: root, the test's user, is no longer admitted by
+	 * its uid (docs/security.md). */
+	hb_start(&h, true, ARGS("--auth-token", "s3cret-T0ken", "--token-only"));
 	none = h.tcp;
 	wrong = h.tcp;
 	wrong.authz = "Bearer s3cret-T0kem";
@@ -1642,9 +1644,8 @@ TEST(http, rate_limit_per_address_is_429, 20)
 		CHECK_STATUS(req(&h.tcp, "GET", "/health", NULL, NULL), 200);
 		CHECK_STATUS(req(&h.tcp, "GET", "/ready", NULL, NULL), 200);
 	}
-	/* Another address (the Unix socket's clients are "local") has its own bucket. */
-	CHECK_STATUS(req(&h.ux, "GET", "/v1/stats", NULL, NULL), 200);
-	CHECK_STATUS(req(&h.ux, "GET", "/v1/stats", NULL, NULL), 200);
+	/* A local peer is its user (broker/net/): the same user over the Unix
+	 * socket draws on the same bucket, now empty. */
 	CHECK_ERROR(req(&h.ux, "GET", "/v1/stats", NULL, NULL), 429, "rate_limited");
 	/* A rate, not a ban: a token comes back within about a second. */
 	c = NULL;
@@ -1670,14 +1671,14 @@ TEST(http, session_caps_are_503, 30)
 	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_sessions");
 	hb_stop(&h);
 
-	/* --http-max-sessions-per-ip: TCP clients on 127.0.0.1, Unix ones "local". */
+	/* --http-max-sessions-per-ip: a local peer is its user, over TCP from
+	 * any 127/8 address or over the Unix socket (broker/net/). */
 	hb_start(&h, true, ARGS("--http-max-sessions-per-ip", "1"));
 	a = session_new(&h.tcp);
 	CHECK_ERROR(req(&h.tcp, "POST", "/v1/sessions", NULL, NULL), 503, "max_sessions_per_ip");
-	b = session_new(&h.ux);
 	CHECK_ERROR(req(&h.ux, "POST", "/v1/sessions", NULL, NULL), 503, "max_sessions_per_ip");
 	CHECK_STATUS(req(&h.tcp, "DELETE", strf("/v1/sessions/%s", a), NULL, NULL), 204);
-	a = session_new(&h.tcp);
+	b = session_new(&h.ux);
 	CHECK_ERROR(req(&h.tcp, "POST", "/v1/sessions", NULL, NULL), 503, "max_sessions_per_ip");
 	CHECK_STATUS(req(&h.ux, "DELETE", strf("/v1/sessions/%s", b), NULL, NULL), 204);
 	hb_stop(&h);
@@ -2441,21 +2442,23 @@ TEST_FLAGS(http, a_thousand_long_polls_are_served_by_few_threads_in_fifo_order, 
 
 /* ---- safe defaults (issue 18 item 10) ------------------------------------------- */
 
-TEST(http, tcp_without_a_token_needs_an_explicit_flag, 30)
+TEST(http, tcp_off_loopback_without_a_token_needs_an_explicit_flag, 30)
 {
 	struct broker_proc b;
 	struct hbroker h;
 	char listen[32];
 
 	broker_names(&b, "notoken");
-	snprintf(listen, sizeof(listen), "127.0.0.1:%d", free_port());
-	/* Refused: every local user could take and release any lock. */
+	snprintf(listen, sizeof(listen), "0.0.0.0:%d", free_port());
+	/* Off loopback, refused: whoever reaches it could take and release
+	 * any lock. (On loopback the control socket's users are admitted by
+	 * uid, with no flag: tests/it_net_uid.c.) */
 	CHECK(broker_refuses(&b, ARGS("--http-listen", listen), 10000) != 0);
 	CHECK(broker_log_has(&b, "--http-insecure-no-auth"));
 	broker_stop(&b);
 
-	/* With a token: served, and the token is needed. */
-	hb_start(&h, true, ARGS("--auth-token", "t0ken"));
+	/* With a token, and nothing else admitting: the token is needed. */
+	hb_start(&h, true, ARGS("--auth-token", "t0ken", "--token-only"));
 	CHECK_ERROR(req(&h.tcp, "POST", "/v1/sessions", NULL, NULL), 401, "unauthorized");
 	hb_stop(&h);
 	/* The Unix socket (mode 0660, the socket's group) needs none. */
@@ -2559,7 +2562,7 @@ static bool hung_up(int fd)
 	return poll(&p, 1, 0) == 1 && recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
 }
 
-/* Issue 18 item 8 on HTTP: silent connections are capped per address and
+/* Silent connections are capped per peer (a local one is its user) and
  * closed after --http-connection-timeout (it was 120 s, for anyone). */
 TEST(http, silent_connections_are_capped_and_timed_out, 45)
 {
@@ -2574,13 +2577,14 @@ TEST(http, silent_connections_are_capped_and_timed_out, 45)
 	http_close_kept_alive(); /* hb_start's keep-alive connection counts too */
 	for (i = 0; i < 4; i++)
 		fd[i] = tcp_connect(port);
-	/* The fourth from 127.0.0.1 is refused (closed at once). */
-	CHECK(WAIT_FOR(hung_up(fd[3]), 5000));
-	CHECK(!hung_up(fd[0]));
-	/* The Unix socket is another "address". */
+	/* The fourth from the same peer makes room: the oldest one that has
+	 * sent no request yet is closed (broker/net/net_conns.c). */
+	CHECK(WAIT_FOR(hung_up(fd[0]), 5000));
+	CHECK(!hung_up(fd[3]));
+	/* The Unix socket has no cap per peer. */
 	CHECK_STATUS(req(&h.ux, "GET", "/v1/stats", NULL, NULL), 200);
 	/* Silent ones are closed after the timeout, and room comes back. */
-	CHECK(WAIT_FOR(hung_up(fd[0]) && hung_up(fd[1]) && hung_up(fd[2]), 20000));
+	CHECK(WAIT_FOR(hung_up(fd[1]) && hung_up(fd[2]) && hung_up(fd[3]), 20000));
 	CHECK_STATUS(req(&h.tcp, "GET", "/v1/stats", NULL, NULL), 200);
 	for (i = 0; i < 4; i++)
 		close(fd[i]);
@@ -2601,7 +2605,7 @@ TEST(http, rate_limit_comes_before_the_token_and_401s_are_delayed, 30)
 	uint64_t t0;
 
 	hb_start(&h, true,
-		 ARGS("--auth-token", "tok", "--http-rate-limit-per-ip", "1",
+		 ARGS("--auth-token", "tok", "--token-only", "--http-rate-limit-per-ip", "1",
 		      "--http-rate-limit-burst", "2"));
 	none = h.tcp;
 	right = h.tcp;

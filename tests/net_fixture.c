@@ -4,7 +4,9 @@
 #include <curl/curl.h>
 #include <jansson.h>
 #include <errno.h>
+#include <grp.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -590,4 +592,43 @@ void http_close_kept_alive(void)
 const char *http_call_error(const struct http_call *c)
 {
 	return c->rc == CURLE_OK ? "answered" : curl_easy_strerror((CURLcode)c->rc);
+}
+
+int tcp_connect_from(const char *src, int port)
+{
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	struct sockaddr_in from = { .sin_family = AF_INET };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (src && (inet_pton(AF_INET, src, &from.sin_addr) != 1 ||
+		    bind(fd, (struct sockaddr *)&from, sizeof(from)))) {
+		close(fd);
+		return -1;
+	}
+	if (connect(fd, (struct sockaddr *)&to, sizeof(to))) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+bool tcp_peer_closed(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
+	char c;
+
+	if (poll(&p, 1, 0) != 1)
+		return false;
+	if (p.revents & (POLLHUP | POLLERR | POLLRDHUP))
+		return true;
+	return recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK) == 0;
+}
+
+void become_nobody(void)
+{
+	if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+		_exit(99);
 }

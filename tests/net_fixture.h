@@ -146,4 +146,15 @@ const char *http_call_error(const struct http_call *c);
 /* Drive the calls in flight until @cond holds or @timeout_ms passes. */
 #define HTTP_PUMP_UNTIL(cond, timeout_ms) WAIT_FOR((http_pump(1), (cond)), (timeout_ms))
 
+/* ---- peers for the network module's tests (it_net_*.c) ------------------ */
+
+/* A TCP connection to 127.0.0.1:@port from the loopback address @src
+ * ("127.0.0.2"; NULL: any), blocking; -1 when refused. */
+int tcp_connect_from(const char *src, int port);
+/* Has the peer closed @fd (EOF or reset seen now, without waiting)? */
+bool tcp_peer_closed(int fd);
+/* In a forked child: become user and group nobody (65534), with no
+ * supplementary groups; _exit(99) when that fails. */
+void become_nobody(void);
+
 #endif

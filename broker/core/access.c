@@ -63,23 +63,32 @@ static bool listed(const uint32_t *ids, uint32_t n, uint32_t id)
 	return false;
 }
 
-int access_check(const struct broker *b, int conn, const struct ucred *cred)
+int access_check_ids(const struct broker *b, uint32_t uid, uint32_t gid, const uint32_t *groups,
+		     uint32_t ngroups)
 {
 	const struct broker_opts *o = &b->opts;
-	gid_t groups[64];
-	socklen_t len = sizeof(groups);
 	uint32_t i;
 
 	if (!o->nallow_uid && !o->nallow_gid)
 		return 0;
-	if (cred->uid == 0 || cred->uid == geteuid() ||
-	    listed(o->allow_uid, o->nallow_uid, cred->uid))
+	if (uid == 0 || uid == geteuid() || listed(o->allow_uid, o->nallow_uid, uid))
 		return 0;
-	if (listed(o->allow_gid, o->nallow_gid, cred->gid))
+	if (listed(o->allow_gid, o->nallow_gid, gid))
 		return 0;
-	if (getsockopt(conn, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
-		for (i = 0; i < len / sizeof(gid_t); i++)
-			if (listed(o->allow_gid, o->nallow_gid, groups[i]))
-				return 0;
+	for (i = 0; i < ngroups; i++)
+		if (listed(o->allow_gid, o->nallow_gid, groups[i]))
+			return 0;
 	return -LOCAL_EDENIED;
+}
+
+int access_check(const struct broker *b, int conn, const struct ucred *cred)
+{
+	gid_t groups[64];
+	socklen_t len = sizeof(groups);
+
+	if (!b->opts.nallow_uid && !b->opts.nallow_gid)
+		return 0;
+	if (getsockopt(conn, SOL_SOCKET, SO_PEERGROUPS, groups, &len))
+		len = 0;
+	return access_check_ids(b, cred->uid, cred->gid, groups, len / sizeof(gid_t));
 }

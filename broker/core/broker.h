@@ -196,6 +196,9 @@ int access_parse_ids(const char *s, uint32_t *ids, uint32_t *n);
 int access_parse_group(const char *s, gid_t *out);
 /* 0 when the peer may open sessions and act as an operator, else -LOCAL_EDENIED. */
 int access_check(const struct broker *b, int conn, const struct ucred *cred);
+/* The same for a user known by ids (a loopback TCP peer, broker/net/). */
+int access_check_ids(const struct broker *b, uint32_t uid, uint32_t gid, const uint32_t *groups,
+		     uint32_t ngroups);
 
 /* log.c: stderr with sd-daemon priority prefixes, which journald parses. */
 void blog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

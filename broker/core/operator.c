@@ -23,6 +23,7 @@
 
 #include "clock.h"
 #include "keyreset.h"
+#include "net/net.h"
 #include "operator.h"
 #include "seg_check.h"
 

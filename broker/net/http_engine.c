@@ -3,9 +3,12 @@
  * The HTTP engine (http_engine.h): libmicrohttpd driven from the broker's
  * event loop (its epoll fd sits in ours, so every callback runs on the loop
  * thread and sees the same state as the socket protocol: no locks between
- * the two), the Host and Origin checks every listener makes, request
- * bodies, answers, including those of suspended long polls, connection
- * counting and the drain. What a request means is its client's (a face).
+ * the two), the network module's admission of every connection (caps per
+ * peer and the deadline for a whole request head, as nginx keeps them for
+ * every protocol module: net_conns.c), the Host and Origin checks every
+ * listener makes, request bodies, answers, including those of suspended
+ * long polls, connection counting and the drain. What a request means is
+ * its client's (a face).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -13,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <syslog.h>
@@ -100,33 +102,14 @@ void hreq_resume(struct hreq *r)
 	run_soon(r->h);
 }
 
-/* @origin is in the list (@any: or the list has "*"). */
-static bool origin_in(const struct http_opts *o, const char *origin, bool any)
-{
-	const char *p = o->cors_origins;
-	size_t n = strlen(origin);
-
-	while (*p) {
-		size_t len = strcspn(p, ",");
-
-		while (len && *p == ' ')
-			p++, len--;
-		if ((any && len == 1 && *p == '*') || (len == n && !strncmp(p, origin, n)))
-			return true;
-		p += len;
-		p += *p == ',';
-	}
-	return false;
-}
-
 static bool origin_allowed(const struct http_opts *o, const char *origin)
 {
-	return origin_in(o, origin, true);
+	return net_origin_in(o->cors_origins, origin, true);
 }
 
 static bool origin_listed(const struct http_opts *o, const char *origin)
 {
-	return origin_in(o, origin, false);
+	return net_origin_in(o->cors_origins, origin, false);
 }
 
 static void add_cors(struct hreq *r, struct MHD_Response *resp)
@@ -190,71 +173,6 @@ static enum MHD_Result send_answer(struct hreq *r)
 	return ret;
 }
 
-/* Constant time in the length of the expected token. */
-bool http_bearer_ok(const char *header, const char *token)
-{
-	size_t n = strlen(token), i, got;
-	unsigned char diff = 0;
-
-	/* As dflockd (RFC 7235): the scheme in any case, blanks around the
-	 * token dropped; the token itself compared exactly. */
-	if (!header || strncasecmp(header, "Bearer ", 7))
-		return false;
-	header += 7;
-	while (*header == ' ' || *header == '\t')
-		header++;
-	got = strlen(header);
-	while (got && (header[got - 1] == ' ' || header[got - 1] == '\t'))
-		got--;
-	diff = got != n;
-	for (i = 0; i < n; i++)
-		diff |= (unsigned char)(token[i] ^ (i < got ? header[i] : 0));
-	return diff == 0;
-}
-
-/* @name (no port) is one of the comma-separated @list, ignoring case. */
-static bool name_listed(const char *list, const char *name, size_t n)
-{
-	while (*list) {
-		size_t len;
-
-		while (*list == ' ' || *list == ',')
-			list++;
-		len = strcspn(list, ", ");
-		if (len && len == n && !strncasecmp(list, name, n))
-			return true;
-		list += len;
-	}
-	return false;
-}
-
-/* Is the IP literal @host the local address of @c, or a loopback one? */
-static bool local_literal(struct MHD_Connection *c, const char *host)
-{
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-	struct in6_addr a6;
-	struct in_addr a4;
-
-	if (inet_pton(AF_INET, host, &a4) == 1) {
-		if ((ntohl(a4.s_addr) >> 24) == 127)
-			return true;
-		return ci && !getsockname(ci->connect_fd, (struct sockaddr *)&ss, &len) &&
-		       ss.ss_family == AF_INET &&
-		       ((struct sockaddr_in *)&ss)->sin_addr.s_addr == a4.s_addr;
-	}
-	if (inet_pton(AF_INET6, host, &a6) == 1) {
-		if (IN6_IS_ADDR_LOOPBACK(&a6))
-			return true;
-		return ci && !getsockname(ci->connect_fd, (struct sockaddr *)&ss, &len) &&
-		       ss.ss_family == AF_INET6 &&
-		       !memcmp(&((struct sockaddr_in6 *)&ss)->sin6_addr, &a6, sizeof(a6));
-	}
-	return false;
-}
-
 /*
  * DNS rebinding: a page from evil.example whose name is made to resolve to
  * 127.0.0.1 reaches the API with "Host: evil.example[:port]", same-origin
@@ -265,31 +183,12 @@ static bool local_literal(struct MHD_Connection *c, const char *host)
 static bool host_allowed(struct hreq *r)
 {
 	const char *host = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Host");
-	char name[256];
-	size_t n;
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 
 	if (!r->tcp || !host)
 		return true;
-	if (host[0] == '[') { /* [v6]:port */
-		const char *end = strchr(host, ']');
-
-		if (!end)
-			return false;
-		n = (size_t)(end - host - 1);
-		host++;
-	} else {
-		const char *colon = strchr(host, ':');
-
-		n = colon ? (size_t)(colon - host) : strlen(host);
-	}
-	if (!n || n >= sizeof(name))
-		return false;
-	memcpy(name, host, n);
-	name[n] = '\0';
-	if (n && name[n - 1] == '.') /* "localhost." is the same name */
-		name[--n] = '\0';
-	return !strcasecmp(name, "localhost") || local_literal(r->conn, name) ||
-	       name_listed(r->h->b->opts.http.allowed_hosts, name, n);
+	return net_host_ok(host, ci ? ci->connect_fd : -1, r->h->b->opts.http.allowed_hosts);
 }
 
 /*
@@ -340,7 +239,17 @@ static const struct http_client *client_of(struct http *h, struct MHD_Connection
 struct hconn {
 	char ip[64];
 	bool tcp;
+	struct net_peer peer;
+	struct net_conn nc; /* in h->pool: caps and the head's deadline */
 };
+
+static struct hconn *hconn_of(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return ci ? ci->socket_context : NULL;
+}
 
 static void client_ip(struct MHD_Connection *c, char *out, size_t size, bool *tcp)
 {
@@ -364,7 +273,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 {
 	struct http *h = cls;
 	struct hreq *r = *ctx;
-	const union MHD_ConnectionInfo *hc;
+	struct hconn *k;
 
 	(void)version;
 	if (!r) {
@@ -384,14 +293,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 			r->verb[n] = '\0';
 		}
 		http_route_match(url, r->method, &r->rt);
-		hc = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-		if (hc && hc->socket_context) {
-			const struct hconn *k = hc->socket_context;
-
+		k = hconn_of(c);
+		if (k) {
 			memcpy(r->ip, k->ip, sizeof(r->ip));
 			r->tcp = k->tcp;
+			memcpy(r->peer, k->peer.key, sizeof(r->peer));
+			r->uid_ok = k->peer.uid_admitted;
+			net_pool_ready(&h->pool, &k->nc); /* its head is in */
 		} else {
 			client_ip(c, r->ip, sizeof(r->ip), &r->tcp);
+			memcpy(r->peer, r->ip, sizeof(r->peer));
 		}
 		r->client = client_of(h, c);
 		if (r->client->shares_paths && h->path_client && h->path_client->claims(url))
@@ -443,10 +354,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
 {
 	struct http *h = cls;
 	struct hreq *r = *ctx;
+	struct hconn *k = hconn_of(c);
 
-	(void)c;
+	if (k && why == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+		net_pool_pending(&h->pool, &k->nc, mono_ns()); /* the next head's deadline */
 	if (!r)
 		return;
+	http_admit_forget(r);
 	if (r->sub && r->sub->request_done)
 		r->sub->request_done(r, why == MHD_REQUEST_TERMINATED_COMPLETED_OK);
 	if (r->client->request_done)
@@ -466,16 +380,39 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx
 	struct http *h = cls;
 
 	if (what == MHD_CONNECTION_NOTIFY_STARTED) {
-		struct hconn *hc = malloc(sizeof(*hc));
+		struct hconn *hc = calloc(1, sizeof(*hc));
+		const union MHD_ConnectionInfo *ci =
+			MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		struct net_conn *out;
 
-		/* The peer's address, formatted once for the connection's
-		 * requests (NULL: each request formats it). */
-		if (hc)
+		/* The peer, known once for the connection's requests (NULL:
+		 * each request formats its address, and it has no cap). */
+		if (hc && ci) {
 			client_ip(c, hc->ip, sizeof(hc->ip), &hc->tcp);
+			net_peer_of(h->b, ci->connect_fd, &hc->peer);
+			hc->nc.fd = ci->connect_fd;
+			hc->nc.owner = hc;
+			/* Every Unix client has the same (no) address: no cap per peer. */
+			if (hc->tcp)
+				memcpy(hc->nc.key, hc->peer.key, sizeof(hc->nc.key));
+			out = net_pool_add(&h->pool, &hc->nc, mono_ns());
+			if (out) {
+				blog(LOG_DEBUG, "http: %s %s (--http-max-connections%s)",
+				     out == &hc->nc ? "refused"
+						    : "evicted an unfinished request of",
+				     out == &hc->nc ? hc->peer.key : out->key,
+				     hc->tcp ? ", --http-max-connections-per-ip" : "");
+				net_conn_doom(&h->pool, out);
+			}
+		}
 		*socket_ctx = hc;
 		h->connections++;
 	} else {
-		free(*socket_ctx);
+		struct hconn *hc = *socket_ctx;
+
+		if (hc && hc->nc.fd)
+			net_pool_del(&h->pool, &hc->nc);
+		free(hc);
 		*socket_ctx = NULL;
 		if (h->connections)
 			h->connections--;
@@ -514,35 +451,74 @@ bool http_engine_is_tcp(int fd)
  * Connections cost an fd each and any local user may open them (before
  * any token is checked): at most --http-max-connections (default a quarter
  * of the fd limit) over all listeners, on TCP at most
- * --http-max-connections-per-ip from one address, and none idle or
- * dawdling over its request longer than --http-connection-timeout.
- * Suspended long polls are not idle: their own deadline ends them.
+ * --http-max-connections-per-ip from one peer (a local user, else an
+ * address), and none dawdling over its request head longer than
+ * --http-connection-timeout: the pool's (on_connection(), http_engine_tick()),
+ * where one whose head is not in yet makes room for a new one. Suspended
+ * long polls are not idle: their own deadline ends them.
  */
+void http_engine_init(struct http *h, struct broker *b, const struct face *owner)
+{
+	const struct http_opts *o = &b->opts.http;
+
+	h->b = b;
+	h->face = owner;
+	h->rates.rate = o->rate_per_ip;
+	h->rates.burst = o->rate_burst;
+	h->pool.max = listen_max_connections(o->max_connections);
+	h->pool.max_per_peer =
+		o->max_connections_per_ip ? o->max_connections_per_ip : (h->pool.max + 1) / 2;
+	h->pool.deadline_ns = (uint64_t)o->connection_timeout_s * 1000000000ull;
+}
+
+/*
+ * Who may use a TCP listener: with a token, whoever has it; without one,
+ * on a loopback address, the users the control socket admits (the kernel
+ * names a local peer's user: net_peer.c). Off loopback nothing names the
+ * peer, so a listener there without a token hands every lock to whoever
+ * reaches it: it takes --http-insecure-no-auth to say so.
+ */
+static int check_open(const struct http *h, int fd, const char *what)
+{
+	if (net_token(h->b)[0] || h->b->opts.http.insecure_no_auth || !http_engine_is_tcp(fd) ||
+	    net_fd_loopback(fd))
+		return 0;
+	blog(LOG_ERR,
+	     "refusing to serve HTTP on %s, not a loopback address, without --auth-token or "
+	     "--auth-token-file: whoever reaches it could take and release any lock. "
+	     "Listen on 127.0.0.1, or pass --http-insecure-no-auth to allow it",
+	     what);
+	return -EPERM;
+}
+
 static void daemon_ready(struct broker *b, int fd, uint32_t events, void *i);
 
-int http_engine_listen(struct http *h, int fd, const struct http_client *client)
+int http_engine_listen(struct http *h, int fd, const struct http_client *client, const char *what)
 {
 	const struct http_opts *o = &h->b->opts.http;
 	const union MHD_DaemonInfo *info;
 	struct MHD_Daemon *d;
-	unsigned i = h->nd, max = listen_max_connections(o->max_connections);
-	unsigned per_ip = o->max_connections_per_ip ? o->max_connections_per_ip : (max + 1) / 2;
+	/* The caps are the pool's (on_connection()); libmicrohttpd's own
+	 * limit leaves room for connections doomed and not yet closed. */
+	unsigned i = h->nd, max = h->pool.max + h->pool.max / 4 + 16;
 	int err;
 
 	if (i == HTTP_MAX_DAEMONS) {
 		close(fd);
 		return -ENOSPC;
 	}
-	if (!http_engine_is_tcp(fd))
-		per_ip = 0; /* every Unix client has the same (no) address */
-	d = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL,
-			     NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, fd,
-			     MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-			     MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-			     MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes, h,
-			     MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_CONNECTION_TIMEOUT,
-			     (unsigned)o->connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, max,
-			     MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_END);
+	err = check_open(h, fd, what);
+	if (err) {
+		close(fd);
+		return err;
+	}
+	d = MHD_start_daemon(
+		MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+		on_request, h, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED,
+		on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+		MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+		h, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->connection_timeout_s,
+		MHD_OPTION_CONNECTION_LIMIT, max, MHD_OPTION_END);
 	if (!d) {
 		close(fd);
 		return -EINVAL;
@@ -624,6 +600,21 @@ void http_engine_run_all(struct http *h)
 		after_run(h, h->client[i]);
 }
 
+void http_engine_tick(struct http *h)
+{
+	struct net_conn *late;
+	uint64_t now = mono_ns();
+
+	/* Whole heads overdue: shut down, libmicrohttpd then closes them. */
+	while ((late = net_pool_overdue(&h->pool, now))) {
+		blog(LOG_DEBUG, "http: %s sent no whole request head in %us", late->key,
+		     h->b->opts.http.connection_timeout_s);
+		net_conn_doom(&h->pool, late);
+	}
+	http_engine_run_all(h); /* connection timeouts */
+	net_rate_gc(&h->rates);
+}
+
 bool http_engine_deferred(struct http *h, bool run)
 {
 	if (!run || !h->run_pending)
@@ -672,6 +663,11 @@ void http_engine_close(struct http *h)
 			c->free(h);
 	}
 	h->nd = 0;
+}
+
+uint32_t http_engine_sessions_count(const struct http *h)
+{
+	return h->nsessions;
 }
 
 uint32_t http_engine_sessions_cap(const struct http *h)

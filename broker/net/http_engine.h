@@ -2,8 +2,11 @@
 /*
  * The HTTP engine every HTTP-speaking face uses (the dflockd HTTP API, the
  * Consul-compatible API, the web view): libmicrohttpd driven from the
- * broker's event loop, the Host and Origin checks, CORS headers, connection
- * counting and the drain, request bodies, answers and suspended requests.
+ * broker's event loop, the network module's admission on every connection
+ * (who the peer is, caps per peer, the deadline for a whole request head:
+ * net.h), the Host and Origin checks, CORS headers, connection counting and
+ * the drain, request bodies, answers and suspended requests; and who may
+ * make a request, with refusals held back (http_admit.c).
  *
  * A face is a client of the engine: it gives the engine a listening socket
  * and a struct http_client, and the engine hands it the requests that arrive
@@ -48,10 +51,15 @@ struct http_client {
 	bool shares_paths;
 };
 
+/* Make @h the engine's record of @b (zeroed by the caller): its caps and
+ * rate limits from the HTTP options (--http-max-connections ...); its own
+ * timers are @owner's, which passes them back (http_admit_due()). */
+void http_engine_init(struct http *h, struct broker *b, const struct face *owner);
 /* Serve @client on the listening socket @fd (ours to close from now): the
- * daemon's index, or -errno. Connection caps and timeouts are the HTTP
- * options' (--http-max-connections ...). */
-int http_engine_listen(struct http *h, int fd, const struct http_client *client);
+ * daemon's index, or -errno. A TCP listener off loopback without a token
+ * is refused (-EPERM, logged naming @what) unless --http-insecure-no-auth:
+ * nothing would name its peers. */
+int http_engine_listen(struct http *h, int fd, const struct http_client *client, const char *what);
 /* @client takes the URLs it claims on the listeners that share paths. */
 void http_engine_path(struct http *h, const struct http_client *client);
 /* Is @fd a TCP socket (not AF_UNIX)? */
@@ -62,6 +70,9 @@ bool http_engine_is_tcp(int fd);
 bool http_engine_deferred(struct http *h, bool run);
 /* Run every daemon (connection timeouts, answers resumed). */
 void http_engine_run_all(struct http *h);
+/* The periodic tick: close connections whose request head is overdue, run
+ * every daemon, forget idle peers' records. */
+void http_engine_tick(struct http *h);
 /* SIGTERM: stop taking new work (h->draining), and say whether every
  * connection is gone or the drain's bound passed. */
 bool http_engine_drain(struct http *h);
@@ -76,9 +87,28 @@ int http_engine_watch_hangup(struct hreq *r, loop_fn *fn, void *ctx);
 /* Sessions the HTTP API and the Consul API may hold at once, each counting
  * its own (--http-max-sessions, else half the segment's session table). */
 uint32_t http_engine_sessions_cap(const struct http *h);
+/* The HTTP API's sessions open now: the network faces' share of the session
+ * table that the TCP protocol's connections get what is left of. */
+uint32_t http_engine_sessions_count(const struct http *h);
 
-/* Authorization: Bearer @token, as dflockd checks it: constant time in the
- * token's length. */
-bool http_bearer_ok(const char *header, const char *token);
+/* ---- who may make a request (http_admit.c) ----------------------------- */
+
+/* dflockd's rule: the request may pass (an open route, Authorization:
+ * Bearer with the token, a user the control socket admits, or no token
+ * needed: docs/security.md); else it is answered 401 (after a delay) or 403,
+ * and false. */
+bool http_admit_bearer(struct hreq *r);
+/* Admitted by uid alone (no token): refuse what a web page could have made
+ * the user's browser send. True when @r may pass; else it is answered. */
+bool http_admit_web_ok(struct hreq *r);
+/* Hold @r's answer (already set) back: NET_AUTH_DELAY_NS, one per delay
+ * per peer. */
+void http_admit_delay(struct hreq *r);
+/* The owner's TIMER_HTTP_DELAY (@slot, @gen) is due: answer. */
+void http_admit_due(struct http *h, uint32_t slot, uint32_t gen);
+/* Send every held answer now (shutdown). */
+void http_admit_flush(struct http *h);
+/* @r is over: forget its held answer, if any. */
+void http_admit_forget(struct hreq *r);
 
 #endif

@@ -55,6 +55,7 @@
 
 #include "clock.h"
 #include "faces/http/http_int.h"
+#include "net/http_engine.h"
 #include "invariants.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -179,8 +180,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	B.started_ns = mono_ns();
 	atomic_store(&B.seg.hdr->broker_pid, (uint32_t)getpid());
 	B.epfd = epoll_create1(EPOLL_CLOEXEC);
-	/* Registered as main() does, so that the core's session_ended reaches
-	 * the face and closing a session drops its HTTP record. */
+	/* Registered as main.c does, so that the core's hooks reach it (a
+	 * session's end: the HTTP sessions settle() closes are let go). */
 	if (B.epfd < 0 || sessions_init(&B) || face_register(&B, &http_face) || http_start(&B) ||
 	    !B.http)
 		abort();
@@ -610,7 +611,9 @@ static void configure(uint8_t cfg)
 	o->max_sessions_per_ip = cfg & CFG_PER_IP ? 3 : 0;
 	/* A fresh start: the records of addresses (buckets, session counts),
 	 * then the two sessions the placeholders name. */
-	http_ips_free(B.http);
+	net_rate_free(&B.http->rates);
+	B.http->rates.rate = o->rate_per_ip;
+	B.http->rates.burst = o->rate_burst;
 	open_session(session_ids[0]);
 	open_session(session_ids[1]);
 	if (cfg & CFG_DRAIN)
@@ -636,11 +639,11 @@ static void settle(void)
 	http_sessions_close_all(h);
 	loop_once();
 	fire_wait_deadlines(); /* of waits long over: only drops them */
-	if (live_sessions(obs) || used_nodes(obs) || http_sessions_count(h)) {
+	if (live_sessions(obs) || used_nodes(obs) || http_engine_sessions_count(h)) {
 		fprintf(stderr,
 			"fuzz_http: %u session(s), %u node(s), %u HTTP session(s) left "
 			"after closing them all\n",
-			live_sessions(obs), used_nodes(obs), http_sessions_count(h));
+			live_sessions(obs), used_nodes(obs), http_engine_sessions_count(h));
 		abort();
 	}
 	h->draining = false; /* configure() starts each input afresh */

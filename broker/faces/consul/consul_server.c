@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
- * The Consul-compatible API's front: one more libmicrohttpd daemon of the
- * HTTP server (http_server.c runs it, checks Host and Origin, counts its
- * connections and drains it), whose requests come here: the token (Consul's
- * X-Consul-Token, ?token= or Authorization: Bearer, against --auth-token),
- * the per-address rate limit of the HTTP API, routing, Consul's answers and
- * headers, and blocking queries.
+ * The Consul-compatible API's front: a client of the HTTP engine on a
+ * listener of its own (net/http_engine.c runs it, admits its connections,
+ * checks Host and Origin, counts its connections and drains it), whose
+ * requests come here: who may make them (Consul's X-Consul-Token, ?token=
+ * or Authorization: Bearer against --auth-token, or a user the control
+ * socket admits: the network module's checks), the network module's
+ * per-peer rate limit, routing, Consul's answers and headers, and blocking
+ * queries.
  *
  * A blocking query (?index=N&wait=D) is a suspended connection, answered
  * again from scratch when the index of what it reads passes N: changes made
@@ -433,33 +435,33 @@ void consul_request_done(struct hreq *r)
 
 /* ---- dispatch -------------------------------------------------------------- */
 
-static bool token_eq(const char *got, const char *want)
-{
-	size_t n = strlen(want), i, len = strlen(got);
-	unsigned char diff = len != n;
+/*
+ * A request passes with the token (X-Consul-Token, Authorization: Bearer
+ * or ?token=), or from a user the control socket admits when it is nothing
+ * a web page could have sent (broker/net/, docs/security.md): a local
+ * client that sends no token — as python3-consul does — is served as the
+ * Unix socket would serve its user. Without a token configured,
+ * --http-insecure-no-auth lets everyone through.
+ */
+enum admitted { REFUSED, BY_TOKEN, BY_UID };
 
-	for (i = 0; i < n; i++)
-		diff |= (unsigned char)(want[i] ^ (i < len ? got[i] : 0));
-	return diff == 0;
-}
-
-static bool authorized(struct hreq *r)
+static enum admitted authorized(struct hreq *r)
 {
-	const char *want = r->h->b->opts.http.auth_token;
+	const struct broker *b = r->h->b;
 	const char *t;
 	char arg[300];
 
-	if (!want[0])
-		return true;
+	if (!net_token(b)[0] && (!r->tcp || b->opts.http.insecure_no_auth))
+		return BY_TOKEN; /* none needed */
 	t = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Consul-Token");
-	if (t)
-		return token_eq(t, want);
+	if (t && net_token_ok(b, t, strlen(t)))
+		return BY_TOKEN;
 	t = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
-	if (t)
-		return http_bearer_ok(t, want);
-	if (consul_arg(r, "token", arg, sizeof(arg)))
-		return token_eq(arg, want);
-	return false;
+	if (t && net_bearer_ok(b, t))
+		return BY_TOKEN;
+	if (consul_arg(r, "token", arg, sizeof(arg)) && net_token_ok(b, arg, strlen(arg)))
+		return BY_TOKEN;
+	return r->uid_ok ? BY_UID : REFUSED;
 }
 
 static bool is_verb(struct hreq *r, const char *v)
@@ -537,11 +539,23 @@ void consul_dispatch(struct hreq *r)
 	r->cx = q;
 	snprintf(q->path, sizeof(q->path), "%s", r->url ? r->url : "");
 	q->path[strcspn(q->path, "?")] = '\0';
-	if (!authorized(r)) {
+	switch (authorized(r)) {
+	case REFUSED:
 		consul_reply_text(r, 403, "Permission denied");
+		http_admit_delay(r);
 		return;
+	case BY_UID:
+		if (!http_admit_web_ok(r)) { /* a web page's request: Consul's words */
+			consul_reply_text(r, 403,
+					  "Permission denied: a request a web page "
+					  "could send needs the token");
+			return;
+		}
+		break;
+	case BY_TOKEN:
+		break;
 	}
-	if (!http_rate_allow(r->h, r->ip)) {
+	if (!net_rate_allow(&r->h->rates, r->peer)) {
 		consul_reply_text(r, 429,
 				  "Your IP is issuing too many concurrent connections, "
 				  "please rate limit your calls");
@@ -653,7 +667,8 @@ static int face_start(struct broker *b)
 	fd = act >= 0 ? act : listen_tcp_spec(spec, "--consul-listen", "Consul API");
 	if (fd < 0)
 		return fd;
-	i = http_engine_listen(b->http, fd, &consul_client);
+	i = http_engine_listen(b->http, fd, &consul_client,
+			       spec[0] ? spec : "the socket-activated Consul socket");
 	return i < 0 ? i : consul_start(b->http, (unsigned)i);
 }
 

@@ -292,7 +292,7 @@ static void create(struct hreq *r)
 	struct consul *c = r->h->consul;
 	struct http *h = r->h;
 	const struct http_opts *o = &h->b->opts.http;
-	struct ipstat *ip = http_ip(h, r->ip);
+	struct net_ipstat *ip = net_rate_peer(&h->rates, r->peer);
 	json_t *j = NULL, *checks = NULL, *nchecks = NULL, *schecks = NULL, *v;
 	const char *name = "", *behavior = "release", *node = NULL;
 	struct csession *cs = NULL;
@@ -414,7 +414,7 @@ static void create(struct hreq *r)
 	cs->slot = rep.slot;
 	cs->gen = rep.gen;
 	uuid_of(rep.id, cs->id);
-	snprintf(cs->ip, sizeof(cs->ip), "%s", r->ip);
+	snprintf(cs->ip, sizeof(cs->ip), "%s", r->peer);
 	cs->create_index = cs->modify_index = c->sess_index = consul_bump(c);
 	c->by_slot[cs->slot] = cs;
 	c->nsessions++;
@@ -434,13 +434,13 @@ void consul_session_ended(struct broker *b, uint32_t slot)
 {
 	struct consul *c = b->http ? b->http->consul : NULL; /* the HTTP engine's */
 	struct csession *cs;
-	struct ipstat *ip;
+	struct net_ipstat *ip;
 
 	if (!c || !c->by_slot || slot >= b->seg.caps.max_sessions || !(cs = c->by_slot[slot]))
 		return;
 	c->by_slot[slot] = NULL;
 	c->nsessions--;
-	ip = http_ip(c->h, cs->ip);
+	ip = net_rate_peer(&c->h->rates, cs->ip);
 	if (ip && ip->sessions)
 		ip->sessions--;
 	consul_kv_session_ended(c, cs); /* behavior release or delete */

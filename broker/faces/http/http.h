@@ -36,6 +36,9 @@ struct http_opts {
 	 * extras, 409 lease_expired/limit_mismatch on release and renew,
 	 * strict bodies); off: dflockd's exactly. */
 	bool extensions;
+	/* Admit network clients by the token only, never by the uid the
+	 * kernel names (broker/net/net_peer.c). */
+	bool token_only;
 };
 
 /* Option ids for getopt_long: main.c appends http_long_opts to its table. */
@@ -58,6 +61,7 @@ enum {
 	OPT_HTTP_MAX_CONNS_PER_IP,
 	OPT_HTTP_CONN_TIMEOUT,
 	OPT_HTTP_EXTENSIONS,
+	OPT_HTTP_TOKEN_ONLY,
 	OPT_HTTP_LAST,
 };
 #define HTTP_NOPTS (OPT_HTTP_LAST - OPT_HTTP_FIRST)

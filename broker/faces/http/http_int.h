@@ -15,6 +15,7 @@
 #include "core/broker.h"
 #include "http.h"
 #include "net/dflockd.h"
+#include "net/net.h"
 
 #define HTTP_BODY_MAX (1u << 20)
 /* --http-listen, --http-socket, socket-activated; + the Consul API's two */
@@ -24,7 +25,7 @@ enum http_timer_kind {
 	TIMER_HTTP_TICK = 1,   /* periodic: run libmicrohttpd's timeouts, reap */
 	TIMER_HTTP_WAIT = 2,   /* a = waiter slot, b = its generation */
 	TIMER_HTTP_RUN = 3,    /* now: run libmicrohttpd (http_server.c run_soon()) */
-	TIMER_HTTP_DELAY = 4,  /* a = delayed answer slot, b = its generation */
+	TIMER_HTTP_DELAY = 4,  /* a = delayed answer slot, b = its generation (http_admit.c) */
 	TIMER_CONSUL_WAIT = 5, /* a Consul blocking query's wait ran out */
 };
 
@@ -101,7 +102,9 @@ struct hreq {
 	size_t body_len, body_cap;
 	bool body_too_large;
 	char ip[64];
-	bool tcp; /* came over TCP (Host is checked), not the Unix socket */
+	bool tcp;      /* came over TCP (Host is checked), not the Unix socket */
+	char peer[64]; /* what rate limits and caps count by (struct net_peer.key) */
+	bool uid_ok;   /* the kernel names a user the control socket admits */
 	/* The answer, kept while the connection is suspended. */
 	int status;
 	char *reply;	   /* JSON text (malloc) or NULL */
@@ -198,7 +201,6 @@ void http_session_done(struct hreq *r);
 void http_sessions_reap(struct http *h);
 /* Close every session (shutdown). */
 void http_sessions_close_all(struct http *h);
-uint32_t http_sessions_count(const struct http *h);
 
 /* ---- locks and semaphores (http_locks.c) -------------------------------- */
 
@@ -233,39 +235,12 @@ void http_format_token(const struct http *h, const struct hsession *hs, uint64_t
 		       char out[33]);
 void http_token_key_init(struct http *h);
 
-/* ---- authentication and delayed answers (http_auth.c) --------------------- */
-
-/* The request may pass (no token configured, or the right one); else it is
- * answered 401, after a delay, and false. */
-bool http_auth_check(struct hreq *r);
-void http_delayed_due(struct http *h, uint32_t slot, uint32_t gen);
-/* Send every delayed answer now (shutdown). */
-void http_delayed_flush(struct http *h);
-void http_delayed_forget(struct hreq *r);
-
 /* ---- stats and metrics (http_stats.c) ----------------------------------- */
 
 void http_stats(struct hreq *r);
 void http_metrics(struct hreq *r);
 void http_metrics_note(struct http *h, enum http_method m, enum http_route rt, int status,
 		       uint64_t ns);
-
-/* ---- rate limits per client address (http_limits.c) ---------------------- */
-
-struct ipstat {
-	char ip[64];
-	uint32_t sessions;
-	double tokens;
-	uint64_t refill_ns;
-	struct ipstat *next;
-};
-
-/* The record of @ip, created on demand; NULL when out of memory. */
-struct ipstat *http_ip(struct http *h, const char *ip);
-/* A request from @ip may proceed (a token was taken). */
-bool http_rate_allow(struct http *h, const char *ip);
-void http_ips_gc(struct http *h);
-void http_ips_free(struct http *h);
 
 /* ---- the whole server --------------------------------------------------- */
 
@@ -289,6 +264,9 @@ struct http {
 	const struct http_client *path_client;
 	/* Every answered request, for the HTTP API's counters. */
 	void (*note_request)(struct hreq *r, uint64_t ns);
+	/* The face that made this record: the engine's own timers (a held
+	 * answer's, TIMER_HTTP_DELAY) are its, and it passes them back. */
+	const struct face *face;
 	bool unlink_unix;
 	unsigned nd;
 	bool draining;
@@ -302,7 +280,8 @@ struct http {
 	/* waiters */
 	struct hwaiter *waiters;
 	uint32_t nwaiters, cap_waiters, active_waiters;
-	/* Answers held back (a 401's delay), and their generations. */
+	/* Answers held back (a refusal's delay, net/http_admit.c), and their
+	 * generations. */
 	struct hreq **delayed;
 	uint32_t *delayed_gen;
 	uint32_t ndelayed;
@@ -311,9 +290,10 @@ struct http {
 	/* A request of ours released something: our own waiters may have
 	 * been granted (without waiting for the doorbell thread). */
 	bool maybe_granted;
-	/* per-IP records: a small chained hash */
-	struct ipstat *ips[256];
-	uint32_t nips;
+	/* Per-peer rate limits and session counts (broker/net/net_rate.c). */
+	struct net_rates rates;
+	/* Connection caps and head deadlines over all listeners (net_conns.c). */
+	struct net_pool pool;
 	struct http_counters c;
 	struct consul *consul; /* consul_*.c; NULL when off */
 	struct ui *ui;	       /* the web view's long polls (ui_server.c); NULL until used */

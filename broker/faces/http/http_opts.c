@@ -27,6 +27,7 @@ const struct option http_long_opts[HTTP_NOPTS] = {
 	{ "http-max-connections-per-ip", required_argument, NULL, OPT_HTTP_MAX_CONNS_PER_IP },
 	{ "http-connection-timeout", required_argument, NULL, OPT_HTTP_CONN_TIMEOUT },
 	{ "http-extensions", no_argument, NULL, OPT_HTTP_EXTENSIONS },
+	{ "token-only", no_argument, NULL, OPT_HTTP_TOKEN_ONLY },
 };
 
 const char http_usage_text[] =
@@ -37,10 +38,14 @@ const char http_usage_text[] =
 	"                          this (default 20)\n"
 	"  --default-lease-ttl SECONDS  lease of HTTP holds that name none (default 33)\n"
 	"  --auth-token TOKEN      require 'Authorization: Bearer TOKEN' (all but\n"
-	"                          /health, /ready, /v1/openapi.json); needed on TCP\n"
-	"  --auth-token-file FILE  ... read from FILE (first line)\n"
-	"  --http-insecure-no-auth serve TCP without a token: every local user may\n"
-	"                          take and release any lock over HTTP\n"
+	"                          /health, /ready, /v1/openapi.json); needed off loopback\n"
+	"  --auth-token-file FILE  ... read from FILE (first line); with or without\n"
+	"                          it, a loopback client whose user the control\n"
+	"                          socket admits needs none (docs/security.md)\n"
+	"  --token-only            admit network clients (HTTP, Consul, TCP) by the\n"
+	"                          token alone, never by their user\n"
+	"  --http-insecure-no-auth serve TCP without a token to everyone who\n"
+	"                          connects (needed off loopback without a token)\n"
 	"  --http-allowed-hosts LIST  Host names accepted on TCP besides localhost and\n"
 	"                          the address connected to (comma-separated)\n"
 	"  --http-max-sessions N   HTTP sessions at once (default: half of\n"
@@ -134,6 +139,9 @@ int http_opt_parse(struct http_opts *o, int opt, const char *arg)
 	case OPT_HTTP_CONN_TIMEOUT:
 		return opt_number("http-connection-timeout", arg, 1, 86400,
 				  &o->connection_timeout_s);
+	case OPT_HTTP_TOKEN_ONLY:
+		o->token_only = true;
+		return 0;
 	case OPT_HTTP_EXTENSIONS:
 		o->extensions = true;
 		return 0;

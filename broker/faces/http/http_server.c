@@ -2,8 +2,9 @@
 /*
  * The dflockd HTTP API as a face: its listeners (a client of the HTTP engine,
  * net/http_engine.c, which also serves the Consul API and the web view),
- * CORS preflight, per-address rate limits, the token, dispatch to the route
- * handlers, and the face's hooks (doorbell, timers, drain, stop).
+ * CORS preflight, dflockd's order of the network module's rate limit and
+ * admission (net/), dispatch to the route handlers, and the face's hooks
+ * (doorbell, timers, drain, stop).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -120,7 +121,7 @@ static void dispatch(struct hreq *r)
 		return;
 	}
 	/* dflockd's order: rate limit, then token, then route. */
-	if (!r->rt.probe_path && !http_rate_allow(h, r->ip)) {
+	if (!r->rt.probe_path && !net_rate_allow(&h->rates, r->peer)) {
 		hreq_error(r, 429, "rate_limited", "over %u requests a second from %s",
 			   o->rate_per_ip, r->ip);
 		return;
@@ -129,7 +130,7 @@ static void dispatch(struct hreq *r)
 		r->sub->dispatch(r);
 		return;
 	}
-	if (!http_auth_check(r))
+	if (!http_admit_bearer(r))
 		return;
 	if (r->rt.id == R_NONE) {
 		if (r->rt.path_known)
@@ -174,7 +175,6 @@ static void dispatch(struct hreq *r)
 static void api_request_done(struct hreq *r, bool completed)
 {
 	http_waiter_drop(r);
-	http_delayed_forget(r);
 	if (r->grant_tok && !completed)
 		http_grant_undelivered(r); /* before the session is let go */
 	http_session_done(r);
@@ -217,29 +217,6 @@ static int listen_unix(struct broker *b, const char *path)
 	return fd;
 }
 
-/*
- * On TCP every local user can connect: the socket's mode, group and the
- * allow lists do not apply. Without a token that hands every lock to every
- * local user, so it takes --http-insecure-no-auth to say so. The Unix
- * socket (mode 0660, --socket-group) needs no token.
- */
-static int check_auth_default(const struct http_opts *o, int act, const char *consul_listen)
-{
-	if (o->auth_token[0] || o->insecure_no_auth)
-		return 0;
-	if (o->listen[0] || (act >= 0 && http_engine_is_tcp(act)) || consul_listen[0]) {
-		blog(LOG_ERR,
-		     "refusing to serve HTTP on TCP (%s) without --auth-token or "
-		     "--auth-token-file: every local user could take and release any lock. "
-		     "Use --http-socket, or pass --http-insecure-no-auth to allow it",
-		     o->listen[0]	? o->listen
-		     : consul_listen[0] ? consul_listen
-					: "socket-activated");
-		return -EPERM;
-	}
-	return 0;
-}
-
 int http_start(struct broker *b)
 {
 	const struct http_opts *o = &b->opts.http;
@@ -250,30 +227,27 @@ int http_start(struct broker *b)
 
 	if (!http_enabled(o) && act < 0 && !clisten[0] && cact < 0)
 		return 0;
-	err = check_auth_default(o, act, clisten);
-	if (!err && cact >= 0 && http_engine_is_tcp(cact))
-		err = check_auth_default(o, cact, clisten);
-	if (err)
-		return err;
 	h = calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
 	/* The engine's record: the Consul API (its face starts next) shares
-	 * it, with the HTTP API's sessions cap and per-address records. */
+	 * it, with the HTTP API's sessions cap and the network module's
+	 * per-peer records. */
 	b->http = h;
-	h->b = b;
+	http_engine_init(h, b, &http_face);
 	h->note_request = note_request;
 	http_token_key_init(h);
 	err = hsessions_init(h);
 	if (err)
 		return err;
-	if (act >= 0 && (err = http_engine_listen(h, act, &api_client)) < 0)
+	if (act >= 0 &&
+	    (err = http_engine_listen(h, act, &api_client, "a socket-activated socket")) < 0)
 		return err;
 	if (o->listen[0]) {
 		fd = listen_tcp_spec(o->listen, "--http-listen", "HTTP");
 		if (fd < 0)
 			return fd;
-		if ((err = http_engine_listen(h, fd, &api_client)) < 0)
+		if ((err = http_engine_listen(h, fd, &api_client, o->listen)) < 0)
 			return err;
 	}
 	if (o->unix_path[0]) {
@@ -281,7 +255,7 @@ int http_start(struct broker *b)
 		if (fd < 0)
 			return fd;
 		h->unlink_unix = true;
-		if ((err = http_engine_listen(h, fd, &api_client)) < 0)
+		if ((err = http_engine_listen(h, fd, &api_client, o->unix_path)) < 0)
 			return err;
 	}
 	face_schedule(b, &http_face, mono_ns() + 250000000ull, TIMER_HTTP_TICK, 0, 0);
@@ -289,7 +263,8 @@ int http_start(struct broker *b)
 		blog(LOG_INFO, "HTTP API on%s%s%s%s%s", o->listen[0] ? " " : "", o->listen,
 		     o->unix_path[0] ? " unix:" : "", o->unix_path,
 		     act >= 0 ? " (socket-activated)" : "");
-	if (!o->auth_token[0] && (o->listen[0] || (act >= 0 && http_engine_is_tcp(act))))
+	if (!net_token(b)[0] && o->insecure_no_auth &&
+	    (o->listen[0] || (act >= 0 && http_engine_is_tcp(act))))
 		blog(LOG_WARNING, "HTTP API on TCP without a token (--http-insecure-no-auth): "
 				  "every local user may take and release any lock");
 	return 0;
@@ -302,7 +277,7 @@ void http_stop(struct broker *b)
 
 	if (!h)
 		return;
-	http_delayed_flush(h); /* 401s held back: answered now */
+	http_admit_flush(h); /* refusals held back: answered now */
 	http_waiters_end(h, NULL, 503, "draining");
 	for (i = 0; i < h->nd; i++)
 		MHD_run(h->d[i]); /* let resumed connections finish */
@@ -311,7 +286,7 @@ void http_stop(struct broker *b)
 	if (h->unlink_unix)
 		unlink(b->opts.http.unix_path);
 	hsessions_fini(h);
-	http_ips_free(h);
+	net_rate_free(&h->rates); /* after the sessions that counted in it */
 	free(h->waiters);
 	free(h);
 	b->http = NULL;
@@ -331,7 +306,7 @@ void http_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 	if (!h)
 		return;
 	if (kind == TIMER_HTTP_DELAY) {
-		http_delayed_due(h, a, b2);
+		http_admit_due(h, a, b2);
 		return;
 	}
 	if (kind == TIMER_HTTP_WAIT) {
@@ -343,9 +318,8 @@ void http_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 		http_engine_run_all(h);
 		return;
 	}
-	http_engine_run_all(h); /* connection timeouts */
+	http_engine_tick(h); /* overdue heads, connection timeouts, idle peers */
 	http_sessions_reap(h);
-	http_ips_gc(h);
 	face_schedule(b, &http_face, mono_ns() + period, TIMER_HTTP_TICK, 0, 0);
 }
 

@@ -41,7 +41,7 @@ int hsessions_init(struct http *h)
 
 static void detach(struct http *h, struct hsession *hs)
 {
-	struct ipstat *ip = http_ip(h, hs->ip);
+	struct net_ipstat *ip = net_rate_peer(&h->rates, hs->ip);
 
 	if (h->by_slot[hs->slot] == hs) {
 		h->by_slot[hs->slot] = NULL;
@@ -69,11 +69,6 @@ void hsessions_fini(struct http *h)
 	session_inproc_free(h->observer);
 }
 
-uint32_t http_sessions_count(const struct http *h)
-{
-	return h->nsessions;
-}
-
 /*
  * The segment's session table (--max-sessions) is shared with liblocal: any
  * local user who can reach the API must not be able to fill it. HTTP
@@ -84,7 +79,7 @@ void http_sessions_create(struct hreq *r)
 {
 	struct http *h = r->h;
 	const struct http_opts *o = &h->b->opts.http;
-	struct ipstat *ip = http_ip(h, r->ip);
+	struct net_ipstat *ip = net_rate_peer(&h->rates, r->peer);
 	struct proto_open req;
 	struct proto_reply rep;
 	struct hsession *hs;
@@ -135,7 +130,7 @@ void http_sessions_create(struct hreq *r)
 	hs->slot = rep.slot;
 	hs->gen = rep.gen;
 	hs->last_seen_ns = mono_ns();
-	snprintf(hs->ip, sizeof(hs->ip), "%s", r->ip);
+	snprintf(hs->ip, sizeof(hs->ip), "%s", r->peer);
 	h->by_slot[hs->slot] = hs;
 	h->nsessions++;
 	ip->sessions++;

@@ -13,6 +13,7 @@
 #include "http_int.h"
 #include "core/metrics_text.h"
 #include "core/operator.h"
+#include "net/http_engine.h"
 
 /* Status codes the API answers with, in the order of the counters. */
 static const int status_codes[HTTP_STATUS_SLOTS] = { 200, 204, 400, 401, 404, 405, 408,
@@ -200,8 +201,8 @@ void http_stats(struct hreq *r)
 	}
 	json_object_set_new(j, "sessions",
 			    json_pack("{s:i, s:i, s:i}", "total", (json_int_t)st.sessions, "http",
-				      (json_int_t)http_sessions_count(h), "local",
-				      (json_int_t)(st.sessions - http_sessions_count(h))));
+				      (json_int_t)http_engine_sessions_count(h), "local",
+				      (json_int_t)(st.sessions - http_engine_sessions_count(h))));
 	json_object_set_new(
 		j, "capacity",
 		json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "keys",
@@ -276,7 +277,8 @@ void http_metrics(struct hreq *r)
 	requests(&t, &h->c);
 	/* The broker-wide part, as the metrics-only listener serves it. */
 	metrics_render_broker(h->b, &t);
-	text_gauge(&t, "shmlock_http_sessions", "Live HTTP sessions.", http_sessions_count(h));
+	text_gauge(&t, "shmlock_http_sessions", "Live HTTP sessions.",
+		   http_engine_sessions_count(h));
 	text_gauge(&t, "shmlock_http_connections", "Open HTTP connections.", h->connections);
 	text_gauge(&t, "shmlock_http_waiting", "HTTP requests waiting for a grant.",
 		   h->active_waiters);

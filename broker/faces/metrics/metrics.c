@@ -5,7 +5,9 @@
  * answers GET /metrics (Prometheus text format, version 0.0.4) and nothing
  * else: no lock, session or key route, so it can be opened to a monitoring
  * network without handing out the lock API. libmicrohttpd runs on the
- * broker's event loop through its epoll fd, as the HTTP API does.
+ * broker's event loop through its epoll fd, as the HTTP API does; caps per
+ * peer and the deadline for a whole request head are broker/net/'s, as
+ * for the HTTP API.
  */
 #include <errno.h>
 #include <microhttpd.h>
@@ -21,8 +23,10 @@
 #include "clock.h"
 #include "faces/http/http.h"
 #include "metrics.h"
+#include "net/net.h"
 
 #define METRICS_MAX_CONNECTIONS 64
+#define METRICS_MAX_PER_PEER 32
 #define METRICS_CONNECTION_TIMEOUT_S 10
 #define METRICS_TICK_NS 1000000000ull
 #define RUNS_PER_EVENT 32
@@ -31,7 +35,64 @@
 struct metrics {
 	struct MHD_Daemon *d;
 	int fd;
+	struct net_pool pool;
 };
+
+/* A connection's record (MHD's socket context). */
+struct mconn {
+	struct net_conn nc;
+};
+
+static struct mconn *mconn_of(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return ci ? ci->socket_context : NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
+			  enum MHD_ConnectionNotificationCode what)
+{
+	struct broker *b = cls;
+	struct metrics *m = b->metrics;
+	struct mconn *mc = *socket_ctx;
+
+	if (what == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci =
+			MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		struct net_peer p;
+		struct net_conn *out;
+
+		mc = ci ? calloc(1, sizeof(*mc)) : NULL;
+		*socket_ctx = mc;
+		if (!mc)
+			return;
+		net_peer_of(b, ci->connect_fd, &p);
+		mc->nc.fd = ci->connect_fd;
+		mc->nc.owner = mc;
+		memcpy(mc->nc.key, p.key, sizeof(mc->nc.key));
+		out = net_pool_add(&m->pool, &mc->nc, mono_ns());
+		if (out)
+			net_conn_doom(&m->pool, out); /* the new one, or an unfinished head */
+		return;
+	}
+	if (mc)
+		net_pool_del(&m->pool, &mc->nc);
+	free(mc);
+	*socket_ctx = NULL;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+			 enum MHD_RequestTerminationCode why)
+{
+	struct broker *b = cls;
+	struct mconn *mc = mconn_of(c);
+
+	(void)con_cls;
+	if (mc && why == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+		net_pool_pending(&b->metrics->pool, &mc->nc, mono_ns());
+}
 
 static enum MHD_Result answer(struct MHD_Connection *c, unsigned status, const char *type,
 			      const char *text, bool owned, const char *allow)
@@ -69,6 +130,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return MHD_YES;
 	}
 	if (!*con_cls) {
+		struct mconn *mc = mconn_of(c);
+
+		if (mc && b->metrics)
+			net_pool_ready(&b->metrics->pool, &mc->nc);
 		*con_cls = c; /* headers in: answer on the next call, body or not */
 		return MHD_YES;
 	}
@@ -118,12 +183,18 @@ static int metrics_start(struct broker *b)
 		return -ENOMEM;
 	}
 	m->fd = fd;
+	m->pool.max = METRICS_MAX_CONNECTIONS;
+	m->pool.max_per_peer = METRICS_MAX_PER_PEER;
+	m->pool.deadline_ns = METRICS_CONNECTION_TIMEOUT_S * 1000000000ull;
 	b->metrics = m;
-	m->d = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, b,
-				MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-				b, MHD_OPTION_CONNECTION_TIMEOUT,
-				(unsigned)METRICS_CONNECTION_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
-				(unsigned)METRICS_MAX_CONNECTIONS, MHD_OPTION_END);
+	m->d = MHD_start_daemon(
+		MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, b,
+		MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, b,
+		MHD_OPTION_NOTIFY_CONNECTION, on_connection, b, MHD_OPTION_NOTIFY_COMPLETED,
+		on_completed, b, MHD_OPTION_CONNECTION_TIMEOUT,
+		(unsigned)METRICS_CONNECTION_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
+		/* room for connections doomed, not yet closed */
+		(unsigned)(METRICS_MAX_CONNECTIONS + METRICS_MAX_CONNECTIONS / 4), MHD_OPTION_END);
 	if (!m->d)
 		return -EINVAL;
 	info = MHD_get_daemon_info(m->d, MHD_DAEMON_INFO_EPOLL_FD);
@@ -174,12 +245,16 @@ static void metrics_ready(struct broker *b, int fd, uint32_t events, void *ctx)
 
 static void metrics_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 {
+	struct net_conn *late;
+
 	(void)kind;
 	(void)a;
 	(void)b2;
 	if (!b->metrics)
 		return;
-	metrics_event(b); /* connection timeouts */
+	while ((late = net_pool_overdue(&b->metrics->pool, mono_ns())))
+		net_conn_doom(&b->metrics->pool, late); /* no whole head in time */
+	metrics_event(b);				/* connection timeouts */
 	face_schedule(b, &metrics_face, mono_ns() + METRICS_TICK_NS, TIMER_METRICS_TICK, 0, 0);
 }
 

@@ -21,6 +21,7 @@ struct tcp_opts {
 	char listen[128];	  /* [HOST:]PORT; "" when off */
 	uint32_t max_connections; /* 0: from the fd limit */
 	uint32_t read_timeout_s;  /* a line not received within this: error, close */
+	uint32_t auth_timeout_s;  /* not authenticated within this: error_auth, close */
 	bool insecure_no_auth;	  /* serve without --auth-token */
 	char tls_cert[256];	  /* PEM chain; with tls_key: TLS on every connection */
 	char tls_key[256];
@@ -34,6 +35,7 @@ enum {
 	OPT_TCP_INSECURE,
 	OPT_TCP_TLS_CERT,
 	OPT_TCP_TLS_KEY,
+	OPT_TCP_AUTH_TIMEOUT,
 	OPT_TCP_LAST,
 };
 #define TCP_NOPTS (OPT_TCP_LAST - OPT_TCP_FIRST)

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "core/broker.h"
+#include "net/net.h"
 #include "tcp.h"
 
 /* The TCP face's timer kinds (face_schedule()). */
@@ -47,6 +48,9 @@ struct tconn {
 	bool eof;     /* the peer shut its side: answer what came, then close */
 	bool closing; /* close once the output is written */
 	bool authed;
+	bool held;		/* a failed auth's answer waits for its time */
+	bool uid_first;		/* admitted by uid; no request served yet */
+	struct net_conn nc;	/* in tcp->pool: the cap, the auth deadline */
 	uint32_t events;	/* what epoll watches now */
 	uint64_t line_since_ns; /* since when a line is awaited */
 	uint64_t out_since_ns;	/* since when output is pending */
@@ -79,7 +83,8 @@ struct tcp {
 	unsigned nl;
 	struct tconn **conns;
 	uint32_t nconns, cap_conns, live;
-	uint32_t max_conns;
+	struct net_pool pool;	/* broker/net/: caps, the auth deadline */
+	struct net_rates rates; /* per-peer delays of failed authentications */
 	uint64_t next_id;
 	uint32_t waiting;     /* connections in a wait: waitv[0..waiting) */
 	struct tconn **waitv; /* so that a doorbell visits only those */

@@ -29,8 +29,8 @@
 #include "clock.h"
 #include "procinfo.h"
 #include "segment.h"
-#include "faces/http/http_int.h"
 #include "core/signals.h"
+#include "net/http_engine.h"
 #include "tcp_int.h"
 
 /* ---- the connection's records --------------------------------------------------- */
@@ -155,7 +155,7 @@ static struct tcp_enq *new_enq(struct tconn *c, const char *key)
 static uint32_t sessions_cap(const struct tcp *t)
 {
 	uint32_t half = t->b->seg.caps.max_sessions / 2;
-	uint32_t http = t->b->http ? http_sessions_count(t->b->http) : 0;
+	uint32_t http = t->b->http ? http_engine_sessions_count(t->b->http) : 0;
 
 	if (!half)
 		half = 1;

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
- * The TCP listener and its connections on the broker's event loop: accept
- * (over --tcp-max-connections a connection is closed at once, as dflockd
- * does), non-blocking reads into a per-connection buffer, requests served
- * strictly in order, replies written without blocking (the rest waits for
+ * The TCP listener and its connections on the broker's event loop (fds
+ * watched through core/face.h's loop_watch()): accept (who is admitted, caps
+ * and the deadline for "auth" are broker/net/'s: over --tcp-max-connections
+ * a connection is closed at once, as dflockd does, unless one not
+ * authenticated yet makes room), non-blocking reads into a per-connection
+ * buffer, requests served strictly in order, replies written without blocking (the rest waits for
  * EPOLLOUT), a read timeout per line, and a connection that waits watched
  * only for its hang-up (EPOLLRDHUP) until its wait ends.
  */
@@ -48,16 +50,6 @@ int tcp_start(struct broker *b)
 
 	if (!o->listen[0] && act < 0)
 		return 0;
-	if (!b->opts.http.auth_token[0] && !o->insecure_no_auth) {
-		blog(LOG_ERR,
-		     "refusing to serve the TCP protocol (%s) without --auth-token or "
-		     "--auth-token-file: every local user could take and release any lock. "
-		     "Pass --tcp-insecure-no-auth to allow it",
-		     o->listen[0] ? o->listen : "socket-activated");
-		if (act >= 0)
-			close(act);
-		return -EPERM;
-	}
 	if (!o->tls_cert[0] != !o->tls_key[0]) {
 		blog(LOG_ERR, "--tcp-tls-cert and --tcp-tls-key go together");
 		if (act >= 0)
@@ -69,7 +61,12 @@ int tcp_start(struct broker *b)
 		return -ENOMEM;
 	b->tcp = t;
 	t->b = b;
-	t->max_conns = listen_max_connections(o->max_connections);
+	t->pool.max = listen_max_connections(o->max_connections);
+	t->pool.deadline_ns = (uint64_t)o->auth_timeout_s * 1000000000ull;
+	/* One peer (a local user, else an address) may keep at most half of
+	 * them waiting to authenticate; authenticated ones are dflockd's:
+	 * no cap per peer. */
+	t->pool.max_pending_per_peer = (t->pool.max + 1) / 2;
 	t->next_id = 1;
 	t->observer = session_inproc_new(&b->seg, (struct owner){ IDX_NONE, 0 }, no_id);
 	if (act >= 0)
@@ -86,6 +83,17 @@ int tcp_start(struct broker *b)
 		t->listen_fd[t->nl++] = fd;
 	}
 	for (unsigned i = 0; i < t->nl; i++) {
+		/* Off loopback nothing names the peer: a token, or a flag that
+		 * says everyone who reaches it may use it. */
+		if (!net_token(b)[0] && !o->insecure_no_auth && !net_fd_loopback(t->listen_fd[i])) {
+			blog(LOG_ERR,
+			     "refusing to serve the TCP protocol on %s, not a loopback address, "
+			     "without --auth-token or --auth-token-file: whoever reaches it could "
+			     "take and release any lock. Listen on 127.0.0.1, or pass "
+			     "--tcp-insecure-no-auth to allow it",
+			     o->listen[0] ? o->listen : "a socket-activated socket");
+			return -EPERM;
+		}
 		err = loop_watch(b, t->listen_fd[i], EPOLLIN, listener_ready, (void *)(uintptr_t)i);
 		if (err)
 			return err;
@@ -93,13 +101,14 @@ int tcp_start(struct broker *b)
 	face_schedule(b, &tcp_face, mono_ns() + TICK_NS, TIMER_TCP_TICK, 0, 0);
 	blog(LOG_INFO, "TCP protocol on %s%s%s", o->listen[0] ? o->listen : "",
 	     act >= 0 ? " (socket-activated)" : "", t->tls_ctx ? " with TLS" : "");
-	if (!b->opts.http.auth_token[0])
+	if (!net_token(b)[0] && o->insecure_no_auth)
 		blog(LOG_WARNING, "TCP protocol without a token (--tcp-insecure-no-auth): "
 				  "every local user may take and release any lock");
 	return 0;
 }
 
 static int flush(struct tconn *c);
+static void conn_settle(struct tcp *t, struct tconn *c);
 
 static void conn_close(struct tcp *t, struct tconn *c)
 {
@@ -110,6 +119,7 @@ static void conn_close(struct tcp *t, struct tconn *c)
 		tcp_wait_cancel(t, c);
 	tcp_conn_release(t, c);
 	tcp_sig_conn_gone(t, c);
+	net_pool_del(&t->pool, &c->nc);
 	loop_unwatch(t->b, c->fd);
 	/* Unread input would turn the close into a reset that can destroy
 	 * the reply just written: read it away first. */
@@ -146,6 +156,7 @@ void tcp_stop(struct broker *b)
 		close(t->listen_fd[i]);
 	}
 	session_inproc_free(t->observer);
+	net_rate_free(&t->rates);
 	tcp_tls_fini(t);
 	free(t->conns);
 	free(t->waitv);
@@ -219,7 +230,7 @@ void tcp_conn_update(struct tcp *t, struct tconn *c)
 	 * switch it off and on. Only input that comes meanwhile turns it off
 	 * (tcp_event()), until the wait ends. */
 	if ((!c->waiting || ((c->events & EPOLLIN) && !c->wait_input)) && !c->eof && !c->closing &&
-	    c->out_len < TCP_OUT_HIGH)
+	    !c->held && c->out_len < TCP_OUT_HIGH)
 		ev.events |= EPOLLIN;
 	if (c->out_len || c->tls_want_write)
 		ev.events |= EPOLLOUT;
@@ -231,10 +242,27 @@ void tcp_conn_update(struct tcp *t, struct tconn *c)
 
 /* ---- input ------------------------------------------------------------------- */
 
+/*
+ * A failed authentication: its "error_auth" is written when its time comes
+ * (net_auth_fail_at(): one a delay per peer), by a broker timer; until
+ * then nothing more is read from it.
+ */
+static void hold_failure(struct tcp *t, struct tconn *c)
+{
+	uint64_t at = net_auth_fail_at(&t->rates, c->nc.key, mono_ns());
+
+	blog(LOG_NOTICE, "TCP %s: authentication failed", c->peer);
+	c->held = true;
+	c->in_len = 0;
+	face_schedule(t->b, &tcp_face, at, TIMER_TCP_WAIT, c->slot, c->gen);
+}
+
+static void release_failure(struct tcp *t, struct tconn *c);
+
 /* Serve the complete requests buffered, in order, until one waits. */
 static void serve_buffered(struct tcp *t, struct tconn *c)
 {
-	while (!c->waiting && !c->closing && c->out_len < TCP_OUT_HIGH) {
+	while (!c->waiting && !c->closing && !c->held && c->out_len < TCP_OUT_HIGH) {
 		const char *lines[3];
 		size_t lens[3];
 		struct tcp_req r;
@@ -260,21 +288,23 @@ static void serve_buffered(struct tcp *t, struct tconn *c)
 		memmove(c->in, c->in + n, c->in_len - (size_t)n);
 		c->in_len -= (size_t)n;
 		c->line_since_ns = mono_ns();
+		if (c->uid_first) {
+			/* A client given the token sends it first; its user is
+			 * admitted anyway, whatever it sends. */
+			c->uid_first = false;
+			if (!e && r.cmd == TC_AUTH && net_token(t->b)[0]) {
+				tcp_reply(c, "ok");
+				continue;
+			}
+		}
 		if (!c->authed) {
-			/* With a token, the first request must be a matching auth. */
-			const char *tok = t->b->opts.http.auth_token;
-			size_t i, tl = strlen(tok), al = strlen(r.arg);
-			unsigned diff = tl != al;
-
-			for (i = 0; !e && r.cmd == TC_AUTH && i < tl; i++)
-				diff |= (unsigned)(tok[i] ^ (i < al ? r.arg[i] : 0));
-			if (e || r.cmd != TC_AUTH || diff) {
-				blog(LOG_NOTICE, "TCP %s: authentication failed", c->peer);
-				tcp_reply(c, "error_auth");
-				c->closing = true;
+			/* The first request must be an auth with the token. */
+			if (e || r.cmd != TC_AUTH || !net_token_ok(t->b, r.arg, strlen(r.arg))) {
+				hold_failure(t, c);
 				return;
 			}
 			c->authed = true;
+			net_pool_ready(&t->pool, &c->nc);
 			tcp_reply(c, "ok");
 			continue;
 		}
@@ -285,6 +315,14 @@ static void serve_buffered(struct tcp *t, struct tconn *c)
 		}
 		tcp_serve(t, c, &r);
 	}
+}
+
+static void release_failure(struct tcp *t, struct tconn *c)
+{
+	c->held = false;
+	tcp_reply(c, "error_auth");
+	c->closing = true;
+	conn_settle(t, c);
 }
 
 /* Finish a turn on @c: write, close when done, watch what is needed. */
@@ -306,7 +344,7 @@ static void conn_read(struct tcp *t, struct tconn *c)
 {
 	bool short_read;
 
-	while (!c->waiting && !c->eof && !c->closing) {
+	while (!c->waiting && !c->eof && !c->closing && !c->held) {
 		long n;
 
 		if (c->in_len == sizeof(c->in))
@@ -391,6 +429,22 @@ static int32_t free_slot(struct tcp *t)
 	return (int32_t)t->nconns++;
 }
 
+/* Who @c's peer is, and what that admits (docs/security.md): the token's
+ * "auth", or nothing more when the kernel names a user the control socket
+ * admits, or when no token is needed at all. */
+static bool admit(struct tcp *t, struct tconn *c, int fd)
+{
+	const struct broker *b = t->b;
+	struct net_peer p;
+
+	net_peer_of(b, fd, &p);
+	snprintf(c->nc.key, sizeof(c->nc.key), "%s", p.key);
+	c->authed = p.uid_admitted || (!net_token(b)[0] && b->opts.tcp.insecure_no_auth);
+	c->uid_first = p.uid_admitted;
+	/* Without a token nothing else could admit it. */
+	return c->authed || net_token(b)[0];
+}
+
 static void conn_accept(struct tcp *t, int lfd)
 {
 	static uint32_t gens;
@@ -400,6 +454,7 @@ static void conn_accept(struct tcp *t, int lfd)
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
 		int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct net_conn *evict;
 		struct tconn *c;
 		char host[INET6_ADDRSTRLEN] = "?";
 		int32_t slot;
@@ -407,11 +462,38 @@ static void conn_accept(struct tcp *t, int lfd)
 
 		if (fd < 0)
 			return;
-		if (t->live >= t->max_conns || t->draining || !(c = calloc(1, sizeof(*c)))) {
-			blog(LOG_DEBUG, "TCP: connection refused (%u open, --tcp-max-connections)",
-			     t->live);
+		if (t->draining || !(c = calloc(1, sizeof(*c)))) {
 			close(fd);
 			continue;
+		}
+		if (!admit(t, c, fd)) {
+			blog(LOG_DEBUG,
+			     "TCP: %s is no user the control socket admits, and no "
+			     "token is set: closed",
+			     c->nc.key);
+			free(c);
+			close(fd);
+			continue;
+		}
+		c->nc.fd = fd;
+		c->nc.owner = c;
+		evict = net_pool_add(&t->pool, &c->nc, mono_ns());
+		if (evict == &c->nc) {
+			blog(LOG_DEBUG, "TCP: connection refused (%u open, --tcp-max-connections)",
+			     t->live);
+			free(c);
+			close(fd);
+			continue;
+		}
+		if (c->authed)
+			net_pool_ready(&t->pool, &c->nc);
+		if (evict) { /* one not authenticated made room */
+			struct tconn *old = evict->owner;
+
+			blog(LOG_DEBUG, "TCP %s: closed, not authenticated, to make room",
+			     old->peer);
+			old->closing = true;
+			conn_settle(t, old);
 		}
 		slot = free_slot(t);
 		if (slot < 0) {
@@ -431,10 +513,10 @@ static void conn_accept(struct tcp *t, int lfd)
 		c->slot = (uint32_t)slot;
 		c->gen = ++gens;
 		c->id = t->next_id++;
-		c->authed = !t->b->opts.http.auth_token[0];
 		c->line_since_ns = mono_ns();
 		c->events = EPOLLIN | EPOLLRDHUP;
 		if (loop_watch(t->b, fd, c->events, conn_ready, conn_tag(c))) {
+			net_pool_del(&t->pool, &c->nc);
 			free(c);
 			close(fd);
 			continue;
@@ -481,6 +563,10 @@ static void conn_ready(struct broker *b, int fd, uint32_t events, void *tag)
 		return;
 	if (slot >= t->nconns || !(c = t->conns[slot]) || (c->gen & GEN_MASK) != gen)
 		return;
+	if (c->held && (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
+		conn_close(t, c); /* gone before its failure was answered */
+		return;
+	}
 	if (c->waiting && (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
 		/* Gone while waiting: leave the queue, and end. */
 		tcp_wait_cancel(t, c);
@@ -532,7 +618,20 @@ void tcp_doorbell(struct broker *b)
 static void tick(struct tcp *t)
 {
 	uint64_t now = mono_ns(), limit = (uint64_t)t->b->opts.tcp.read_timeout_s * 1000000000ull;
+	struct net_conn *late;
 	uint32_t i;
+
+	while ((late = net_pool_overdue(&t->pool, now))) {
+		struct tconn *c = late->owner;
+
+		if (c->held)
+			continue; /* its answer is on its way */
+		blog(LOG_DEBUG, "TCP %s: not authenticated in %us (--tcp-auth-timeout)", c->peer,
+		     t->b->opts.tcp.auth_timeout_s);
+		tcp_reply(c, "error_auth");
+		c->closing = true;
+		conn_settle(t, c);
+	}
 
 	for (i = 0; i < t->nconns; i++) {
 		struct tconn *c = t->conns[i];
@@ -561,6 +660,10 @@ static void tcp_timer(struct broker *b, uint32_t kind, uint32_t a, uint32_t b2)
 	if (kind == TIMER_TCP_TICK) {
 		tick(t);
 		face_schedule(b, &tcp_face, mono_ns() + TICK_NS, TIMER_TCP_TICK, 0, 0);
+		return;
+	}
+	if (a < t->nconns && (c = t->conns[a]) && c->held && c->gen == b2) {
+		release_failure(t, c);
 		return;
 	}
 	if (a >= t->nconns || !(c = t->conns[a]) || !c->waiting || c->wgen != b2)

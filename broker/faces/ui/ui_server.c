@@ -194,7 +194,7 @@ void ui_dispatch(struct hreq *r)
 	else if (n == 8 && !strncmp(p, "/app.css", 8))
 		reply_text(r, ui_app_css, "text/css; charset=utf-8");
 	else if (n == 10 && !strncmp(p, "/api/state", 10)) {
-		if (http_auth_check(r)) /* else answered 401 (after its delay) */
+		if (http_admit_bearer(r)) /* else answered 401 (after its delay) */
 			state(r);
 	} else
 		hreq_error(r, 404, "not_found", "no such page of the web view");
