@@ -231,12 +231,12 @@ TSAN_VARS  := O=build/tsan CRASH_POINTS=1 WERROR=1 SANITIZE=thread CFLAGS="-O1 -
 STEP = @scripts/check-step.sh $(CHECK_LOG) $(@:check-%=%)
 # The test runner keeps one test at a time while the load average is above
 # its jobs plus the CPUs (tests/main.c): here the other lanes make part of
-# that load themselves (the models, a fuzzer, TSan's pass, a build: about
-# four), so the passes hold back only above six per CPU.
+# that load themselves (the models, a fuzzer, a build, niced: about four),
+# so the passes hold back only above six per CPU.
 CHECK_MAX_LOAD ?= $(shell echo $$((6 * $$(nproc))))
-# Make's jobs: the lanes (six) and the CPUs, for the builds' compilers;
+# Make's jobs: the lanes (five) and the CPUs, for the builds' compilers;
 # more only crowd the machine and its load average, which the tests read.
-CHECK_JOBS ?= $(shell echo $$((6 + $$(nproc))))
+CHECK_JOBS ?= $(shell echo $$((5 + $$(nproc))))
 # What the steps with O=build/check run, built in one go.
 CHECK_BUILT = tests/shmlock-tests examples/leader examples/semaphore soak/shmlock-soak \
 	jepsen/jepsen-worker
@@ -251,19 +251,23 @@ check: deps
 		scripts/check-step.sh --summary $(CHECK_LOG); exit $$rc
 
 # The lanes. Each runs its steps one after the other; the lanes run side
-# by side. The two test passes that keep four tests at once (the check
-# build's and ASan's) are in one lane, so they never load the machine
-# together; TSan, the fuzzers, the models and the Debian packages, each
-# mostly one CPU, fill what they leave.
-check-steps: check-jepsen check-valgrind check-tsan check-fuzz check-model check-deb
+# by side. The test passes (the check build's, TSan's, ASan's, then the
+# shorter runs) are all in lane 1, one pass at a time, each with its tests
+# side by side: a test that runs alone in its pass (TEST_ALONE) then has no
+# other test beside it, and the deadlines see the load they were made for.
+# The other lanes (builds, lint, fuzzers, models, Debian packages) keep no
+# deadline of a test and run niced: they take the CPU time the tests leave.
+check-steps: check-jepsen check-valgrind check-fuzz check-model check-deb
 
-# Lane 1: the check build, its tests, then ASan's, then the short runs
-# that use the check build.
+# Lane 1: the check build, its tests, TSan's and ASan's, then the short
+# runs that use the check build.
 check-build:
 	$(STEP) $(MAKE) $(CHECK_VARS) all $(addprefix build/check/,$(CHECK_BUILT))
 check-test: check-build
 	$(STEP) $(MAKE) $(CHECK_VARS) test
-check-asan: check-test check-asan-build
+check-tsan: check-test check-tsan-build
+	$(STEP) $(MAKE) $(TSAN_VARS) test-tsan
+check-asan: check-tsan check-asan-build
 	$(STEP) $(MAKE) $(ASAN_VARS) test
 check-python: check-asan
 	$(STEP) $(MAKE) $(CHECK_VARS) python-check
@@ -274,33 +278,29 @@ check-soak: check-install
 check-jepsen: check-soak
 	$(STEP) $(MAKE) $(CHECK_VARS) jepsen-short
 
-# Lane 2: the sanitizer builds (TSan's first: its pass is the longest),
-# the checks of the source, valgrind.
+# Lane 2: the sanitizer builds, niced, TSan's first (its pass comes first),
+# the checks of the source, then valgrind (not niced: its tests keep their
+# deadlines, one at a time under memcheck).
 check-tsan-build:
-	$(STEP) $(MAKE) $(TSAN_VARS) build/tsan/tests/shmlock-tests build/tsan/shmlockd \
-		build/tsan/shmlock
+	$(STEP) nice -n 10 $(MAKE) $(TSAN_VARS) build/tsan/tests/shmlock-tests \
+		build/tsan/shmlockd build/tsan/shmlock
 check-asan-build: check-tsan-build
-	$(STEP) $(MAKE) $(ASAN_VARS) build/asan/tests/shmlock-tests build/asan/shmlockd \
-		build/asan/shmlock build/asan/examples/leader build/asan/examples/semaphore
+	$(STEP) nice -n 10 $(MAKE) $(ASAN_VARS) build/asan/tests/shmlock-tests \
+		build/asan/shmlockd build/asan/shmlock build/asan/examples/leader \
+		build/asan/examples/semaphore
 check-lint: check-asan-build
-	$(STEP) sh -c '$(MAKE) header-check && $(MAKE) lint'
+	$(STEP) nice -n 10 sh -c '$(MAKE) header-check && $(MAKE) lint'
 check-valgrind: check-lint check-build
 	$(STEP) $(MAKE) $(CHECK_VARS) valgrind
 
-# Lane 3: TSan's pass, once its build is there.
-check-tsan: check-tsan-build
-	$(STEP) $(MAKE) $(TSAN_VARS) test-tsan
-
-# Lanes 4 to 6: one CPU each, for the most part. The fuzzers and the
-# models, which keep no deadline, run niced: they use what the builds and
-# the tests, whose deadlines count, leave. The Debian packages' build
-# waits for the check build, which everything in lane 1 waits for.
+# Lanes 3 to 5: one CPU each, for the most part, niced. The Debian
+# packages' build waits for the check build, which lane 1 waits for.
 check-fuzz:
 	$(STEP) nice -n 10 $(MAKE) fuzz-short
 check-model:
 	$(STEP) nice -n 10 $(MAKE) $(CHECK_VARS) model
 check-deb: check-build
-	$(STEP) $(MAKE) deb-check
+	$(STEP) nice -n 10 $(MAKE) deb-check
 
 run: deps-run
 	$(MAKE) all $(DEMO)
