@@ -232,8 +232,8 @@ STEP = @scripts/check-step.sh $(CHECK_LOG) $(@:check-%=%)
 # The test runner keeps one test at a time while the load average is above
 # its jobs plus the CPUs (tests/main.c). Here the other lanes make much of
 # that load themselves (up to CHECK_JOBS compilers, a fuzzer, the models),
-# niced so that they take no CPU time from the tests, but counted in the
-# load average all the same: the passes hold back only above ten per CPU,
+# most of it niced so that it takes no CPU time from the tests, but counted
+# in the load average all the same: the passes hold back only above ten per CPU,
 # when other work than make check's loads the machine.
 CHECK_MAX_LOAD ?= $(shell echo $$((10 * $$(nproc))))
 # Make's jobs: the lanes (five) and the CPUs, for the builds' compilers;
@@ -257,8 +257,9 @@ check: deps
 # shorter runs) are all in lane 1, one pass at a time, each with its tests
 # side by side: a test that runs alone in its pass (TEST_ALONE) then has no
 # other test beside it, and the deadlines see the load they were made for.
-# The other lanes (builds, lint, fuzzers, models, Debian packages) keep no
-# deadline of a test and run niced: they take the CPU time the tests leave.
+# The other lanes (lint, fuzzers, models, Debian packages) keep no deadline
+# of a test and run niced: they take the CPU time the tests leave; the
+# sanitizer builds, which lane 1 waits for, are not niced.
 check-steps: check-jepsen check-valgrind check-fuzz check-model check-deb
 
 # Lane 1: the check build, its tests, TSan's and ASan's, then the short
@@ -280,14 +281,15 @@ check-soak: check-install
 check-jepsen: check-soak
 	$(STEP) $(MAKE) $(CHECK_VARS) jepsen-short
 
-# Lane 2: the sanitizer builds, niced, TSan's first (its pass comes first),
-# the checks of the source, then valgrind (not niced: its tests keep their
-# deadlines, one at a time under memcheck).
+# Lane 2: the sanitizer builds, TSan's first (its pass comes first), not
+# niced: lane 1 waits for them (niced, on a machine others loaded, they
+# kept lane 1 idle 4.5 min), then the checks of the source, then valgrind
+# (not niced either: its tests keep their deadlines under memcheck).
 check-tsan-build:
-	$(STEP) nice -n 10 $(MAKE) $(TSAN_VARS) build/tsan/tests/shmlock-tests \
+	$(STEP) $(MAKE) $(TSAN_VARS) build/tsan/tests/shmlock-tests \
 		build/tsan/shmlockd build/tsan/shmlock
 check-asan-build: check-tsan-build
-	$(STEP) nice -n 10 $(MAKE) $(ASAN_VARS) build/asan/tests/shmlock-tests \
+	$(STEP) $(MAKE) $(ASAN_VARS) build/asan/tests/shmlock-tests \
 		build/asan/shmlockd build/asan/shmlock build/asan/examples/leader \
 		build/asan/examples/semaphore
 check-lint: check-asan-build
