@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * `shmlock lock` killed, or starved of CPU, while the next holder waits
- * (issue 11, item 2): the next holder's command must never start while
- * anything the old child started still runs, a child that escaped its
- * process group with setsid() included.
+ * `shmlock lock` killed, or starved of CPU, while the next holder waits:
+ * the next holder's command must never start while anything the old child
+ * started still runs, a child that escaped its process group with setsid()
+ * included.
  *
  * The "child" of every test below is a shell that starts a setsid()
  * grandchild and then becomes `sleep`; both append their pids to a file.
@@ -14,7 +14,8 @@
  * Starvation is simulated, not hoped for: the test SIGSTOPs the old
  * wrapper's own processes (everything between the shmlock the user started
  * and the child) just before SIGKILLing that shmlock, so they get no CPU
- * for as long as the next holder might take to get in.
+ * for as long as the next holder might take to get in: until whatever could
+ * let it in has acted (starve_window()), not for a fixed time.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -299,6 +300,58 @@ enum starve {
 
 static pid_t holder_of(pid_t top);
 
+/* Each of @pids[] but the family's two (which sleep) gone, or stopped:
+ * it can no longer act. */
+static bool none_acts(const pid_t *pids, size_t n, const pid_t fam[2])
+{
+	struct pstat ps;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (pids[i] != fam[0] && pids[i] != fam[1] && !pid_gone(pids[i]) &&
+		    (!pstat_of(pids[i], &ps) || ps.state != 'T'))
+			return false;
+	return true;
+}
+
+/*
+ * Wait until the broker has handled every event that was pending when this
+ * is called (the pidfd of a process that exited): two sessions opened one
+ * after the other, each a round trip through its event loop. The second
+ * request is read in a later batch of events than the one whose handling
+ * answered the first, and a batch is handled whole, so whatever was ready
+ * before the first was handled by then.
+ */
+static void broker_settle(const struct broker_proc *b)
+{
+	int i;
+
+	for (i = 0; i < 2; i++)
+		local_session_close(open_session(b, "settle", 0, 0));
+}
+
+/*
+ * The old wrapper's processes starved, its shmlock just killed: the window
+ * in which a wrong wrapper, or the broker, lets the next holder in. It ends
+ * when the next holder started, or when nothing that could let it in is
+ * left to act: every process of the old wrapper (@wrap, less the family
+ * @fam) gone or stopped,
+ * and the broker done with what their deaths told it. Had the hold moved
+ * meanwhile, the next holder's command is then on its way: wait for it, so
+ * that it judges while the old child still runs.
+ */
+static void starve_window(const struct broker_proc *b, local_session *obs, const char *key,
+			  const pid_t *wrap, size_t nwrap, const pid_t fam[2], const char *started)
+{
+	/* A wrapper process that keeps running (not one of these rounds')
+	 * gives the next holder the whole deadline to get in. */
+	if (WAIT_FOR(exists(started) || none_acts(wrap, nwrap, fam), 10000) && exists(started))
+		return;
+	broker_settle(b);
+	if (waiters_of(obs, key) != 1)
+		WAIT_FOR(exists(started), 10000);
+}
+
 static void killed_round(struct broker_proc *b, local_session *obs, int round, enum starve how)
 {
 	const char *pids = scratch("pids", round), *viol = scratch("viol", round);
@@ -310,7 +363,6 @@ static void killed_round(struct broker_proc *b, local_session *obs, int round, e
 	struct pstat ps;
 	int err[2] = { -1, -1 };
 
-	(void)b;
 	snprintf(key, sizeof(key), "killed/%d", round);
 	family_cmd(child, sizeof(child), pids, false, false);
 	judge_cmd(judge, sizeof(judge), pids, viol, started);
@@ -361,7 +413,7 @@ static void killed_round(struct broker_proc *b, local_session *obs, int round, e
 	pid_wait(top, 5000);
 	/* Starved for as long as it takes the next holder to get in if it
 	 * can; a correct wrapper keeps it out however long this lasts. */
-	WAIT_FOR(exists(started), 1000);
+	starve_window(b, obs, key, wrap, nwrap, fam, started);
 	for (i = 0; i < nstopped; i++)
 		kill(stopped[i], SIGCONT);
 	v.started = WAIT_FOR(exists(started), 10000);

@@ -9,7 +9,8 @@
  *
  * Usage: shmlock-tests [SUITE[/TEST]]...   (default: all)
  * $SHMLOCK_TEST_JOBS: tests at once (default: twice the online CPUs, and
- * one at a time while the load average is above that plus the CPUs).
+ * one at a time while the load average is above that plus the CPUs, or
+ * above $SHMLOCK_TEST_MAX_LOAD when that is set).
  * $SHMLOCK_TEST_TIMES=1: every test's time, not only the slow ones'.
  */
 #include <CUnit/Basic.h>
@@ -183,12 +184,17 @@ static unsigned jobs_wanted(void)
 	return 2 * cpus();
 }
 
-/* The load beyond which one test runs at a time: our own jobs plus one per
- * CPU; none when the jobs were asked for by hand. */
+/* The load beyond which one test runs at a time: $SHMLOCK_TEST_MAX_LOAD
+ * (0: no limit; make check, whose other steps load the machine beside the
+ * tests, sets it), else our own jobs plus one per CPU; none when the jobs
+ * were asked for by hand. */
 static double busy_load(unsigned jobs)
 {
 	const char *env = getenv("SHMLOCK_TEST_JOBS");
+	const char *max = getenv("SHMLOCK_TEST_MAX_LOAD");
 
+	if (max && *max)
+		return atof(max) > 0 ? atof(max) : 0;
 	return env && atoi(env) > 0 ? 0 : (double)(jobs + cpus());
 }
 
