@@ -4,6 +4,7 @@
 #include <ftw.h>
 #include <net/if.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,5 +105,12 @@ int isolate_test(const char *test_dir, bool host)
 		return r;
 	setenv("XDG_RUNTIME_DIR", run, 1);
 	setenv("HOME", home, 1);
+	/* Dispositions as a login shell leaves them, not as the suite was
+	 * started: under nohup or as a shell's background job SIGHUP, SIGINT
+	 * and SIGQUIT arrive ignored, and exec() passes that on to every
+	 * shmlock and broker a test starts. */
+	signal(SIGHUP, SIG_DFL);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGQUIT, SIG_DFL);
 	return host ? 0 : namespaces();
 }

@@ -24,7 +24,8 @@ void isolate_remove_tree(const char *dir);
 
 /*
  * In the test's child: make @test_dir with run/ (0700) and home/ below it
- * and point XDG_RUNTIME_DIR and HOME at them. Unless @host (a test that
+ * and point XDG_RUNTIME_DIR and HOME at them; SIGHUP, SIGINT and SIGQUIT
+ * back to their default action. Unless @host (a test that
  * must see the host's own /run, /dev/shm or network), enter new mount and
  * network namespaces as described above. 0 or -errno; -EPERM from the
  * namespaces (not root, or a container without CAP_SYS_ADMIN) is not an
