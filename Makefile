@@ -64,7 +64,7 @@ INTEG_SRC  := $(wildcard tests/it_*.c)
 
 PIC_OBJ    := $(LIBSHM_SRC:%.c=$(O)/pic/%.o)
 STATIC_OBJ := $(LIBSHM_SRC:%.c=$(O)/static/%.o)
-# K4: the web view's assets (ui/), embedded in the broker.
+# The web view's assets (ui/), embedded in the broker.
 UI_ASSETS  := index.html app.js app.css
 UI_GEN_OBJ := $(patsubst %,$(O)/gen/ui_%.o,$(subst .,_,$(UI_ASSETS)))
 BROKER_OBJ := $(BROKER_SRC:%.c=$(O)/%.o) $(O)/gen/openapi_doc.o $(UI_GEN_OBJ)
@@ -150,7 +150,7 @@ $(O)/gen/openapi_doc.c: docs/openapi.json scripts/embed.sh
 	@mkdir -p $(@D)
 	$(Q)sh scripts/embed.sh openapi_json $< > $@
 
-# K4: the web view's page, script and style (ui/), compiled into the broker
+# The web view's page, script and style (ui/), compiled into the broker
 # (docs/web-view.md): nothing fetched at build or install time.
 .SECONDARY: $(UI_GEN_OBJ:.o=.c)
 $(O)/gen/ui_%.c: scripts/embed.sh $(addprefix ui/,$(UI_ASSETS))
@@ -459,7 +459,7 @@ header-check:
 		$(CC) -std=c99 -Wall -Wextra -Werror -pedantic -Iinclude -x c -fsyntax-only -
 	@printf '#include <liblocal.h>\nint main() { return local_strerror(0) == nullptr; }\n' | \
 		$(CXX) -std=c++11 -Wall -Wextra -Werror -pedantic -Iinclude -x c++ -fsyntax-only -
-	@# The growable structs' macros, as C99 and C++11 programs use them (J3).
+	@# The growable structs' macros, as C99 and C++11 programs use them.
 	@printf '#include <liblocal.h>\nint main(void) { static LOCAL_OPTS(local_key_info, k);\n%s\n' \
 		'LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0); return LOCAL_HAS(&k, token) + (int)o.sz; }' | \
 		$(CC) -std=c99 -Wall -Wextra -Werror -pedantic -Iinclude -x c -fsyntax-only -
@@ -556,7 +556,7 @@ DOC_FILES      := README.md docs/cluster.md docs/security.md docs/http-api.md do
 # Every function of the public header gets a man page link to liblocal(3),
 # so that `man local_lock` finds it.
 MAN3_LINKS := $(shell sed -n 's/^LOCAL_API [^\x28]*[ *]\(local_[a-z_0-9]*\)\x28.*/\1/p' \
-		include/liblocal.h) local_session_opts_init # J3: a macro now
+		include/liblocal.h) local_session_opts_init # a macro now
 
 # What install writes, one path a line, without DESTDIR: uninstall removes
 # exactly these.

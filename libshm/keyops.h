@@ -41,7 +41,7 @@ struct node_hints {
 	_Atomic uint32_t hold;
 	_Atomic uint32_t wait;
 	struct key_hint keys[KEY_HINTS];
-	/* Issue 13 (N2): requests this session queued (key_acquire_locked(),
+	/* Requests this session queued (key_acquire_locked(),
 	 * under the key mutex) that may still be queued; acquire_slow() and
 	 * local_wait() take back their own once the wait has taken it out of
 	 * the queue (granted, or timed out and unlinked), as does a release
@@ -89,7 +89,7 @@ struct acquire_req {
 	const void *value; /* NULL: leave the value alone */
 	size_t value_len;
 	/* If set, an enqueue stores the clock it read for the node here: the
-	 * caller's wait starts then (J3 metrics: one clock read, not two). */
+	 * caller's wait starts then (metrics: one clock read, not two). */
 	uint64_t *queued_ns;
 };
 
@@ -117,7 +117,7 @@ int keytab_find_until(struct segment *seg, const char *key, size_t len, bool cre
 
 /* keytab_find_until(), trying entry @idx first (a session's key hint:
  * key_hint_idx()), which it confirms under the key's mutex: the mutex path
- * of a key the session used before skips hashing and probing (issue 13). */
+ * of a key the session used before skips hashing and probing. */
 int keytab_find_hinted(struct segment *seg, const char *key, size_t len, bool create,
 		       struct seg_key **out, uint64_t deadline_ns, uint32_t idx);
 
@@ -401,7 +401,7 @@ static inline bool cluster_grant_void(const struct segment *seg, const struct se
  * when the key takes its kind (keyops.c). */
 #define CLUSTER_SEM_MAX 64
 
-/* K1 (issue 16): a cluster semaphore takes no new holder beyond the slots
+/* A cluster semaphore takes no new holder beyond the slots
  * this host reserved in etcd (broker/cluster/cluster_sem.c). Under the key mutex. */
 static inline bool cluster_slots_full(const struct seg_key *k)
 {
@@ -457,7 +457,7 @@ int fast_acquire(struct segment *seg, const char *key, const struct acquire_req 
 /* Release of our hold on a key without its mutex: 0 or FAST_MISS. */
 int fast_release(struct segment *seg, const char *key, struct owner who, struct node_hints *hints);
 /* The whole of local_lock() and local_release(): the lock-free path with no
- * request built and no call layer (issue 13: those were a third of the
+ * request built and no call layer (those were a third of the
  * cost), and when that cannot answer, a tail call to api_lock_full() or
  * api_release_full() (api.c) or api_sem_acquire_full() (api_sem.c), which
  * check and report everything again. */
@@ -505,7 +505,7 @@ uint32_t segment_mark_gone_owners(struct segment *seg);
 
 /* Sanity checks used before trusting a key's own fields (repair quarantines
  * a key that fails them) and its list heads and counts (repair rebuilds).
- * Inline: every key_lock() asks (issue 13, M1: the calls were a tenth of a
+ * Inline: every key_lock() asks (the calls were a tenth of a
  * semaphore's mutex path). */
 static inline bool key_fields_sane(const struct segment *seg, const struct seg_key *k)
 {

@@ -1288,7 +1288,7 @@ TEST(cli, inspection_json_parses, 30)
 	broker_stop(&b);
 }
 
-/* ---- hostile names (issue 18, item 13) ---- */
+/* ---- hostile names ---- */
 
 #define EVIL_KEY "evil\x1b[2J\nFORGED-KEY  lock  1"
 #define EVIL_NAME                                   \

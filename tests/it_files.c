@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * The files the broker opens or makes by name (issue 18, items 2, 6 and 7;
- * issue 11, items 1 and 3): the segment's old name in world-writable
+ * The files the broker opens or makes by name: the segment's old name in world-writable
  * /dev/shm (the segment is a sealed memfd now, with no name: a file planted
  * there is nothing to the broker), the sockets and their directories. Each
  * attack is staged as root, with files of another user (nobody), and the

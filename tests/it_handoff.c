@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * The release->next-holder path and the cache lines of distinct keys (issue
- * 13, M2): a release wakes the waiter it granted after unlocking the key, so
+ * The release->next-holder path and the cache lines of distinct keys: a release wakes the waiter it granted after unlocking the key, so
  * a releaser that dies in between must not leave that waiter asleep; and
  * sessions that lock keys of their own use nodes of their own.
  */
@@ -167,7 +166,7 @@ static uint32_t queued_requests(const local_session *s)
 }
 
 /*
- * Issue 13 (N2): an acquire walks the key's queue for a duplicate request of
+ * An acquire walks the key's queue for a duplicate request of
  * its session only while the session may have one queued (node_hints.queued,
  * counted under the key mutex). The skip must not let a session queue twice
  * on a key: while one thread of the session waits, another thread's acquire
@@ -228,7 +227,7 @@ TEST(handoff, a_session_never_queues_twice_on_a_key, 30)
 }
 
 /*
- * J3 metrics after issue 13 (N2): a waited hold is remembered by its key
+ * Metrics: a waited hold is remembered by its key
  * entry (the key hint's), not by a hash of the string; its release still
  * counts its hold time once, and a key locked after it, never waited for,
  * is released lock-free meanwhile without being counted.
@@ -306,7 +305,7 @@ static void *hammer_key(void *arg)
 }
 
 /*
- * The J3 notes of waited holds are lock-free (issue 13, N2). Four threads of
+ * The notes of waited holds are lock-free. Four threads of
  * one session and four of another fight over four keys, one key per pair:
  * every wait that ended in a grant is counted once in the wait histogram,
  * and its release once in the hold histogram, however the threads of the

@@ -5,7 +5,7 @@
  * key and table locks live in, the index and the counters the broker reads,
  * or sits (stopped) inside critical sections. docs/security.md says what
  * survives that; each test here is one attack from the red team's report
- * (issue 18), and checks that
+ *, and checks that
  *
  *  - the broker stays up and answers (a new session opens) within a bound,
  *  - a client with a deadline gets an answer before it,

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * A hostile peer on the control socket (issue 18, items 8, 9 and 13; the
- * segment-side attacks are in it_hostile.c):
+ * A hostile peer on the control socket (the segment-side attacks are in it_hostile.c):
  * connections that never send, closing sessions one may not, names that
  * try to forge log lines. Each against a real shmlockd.
  */

@@ -2440,7 +2440,7 @@ TEST_FLAGS(http, a_thousand_long_polls_are_served_by_few_threads_in_fifo_order, 
 	hb_stop(&h);
 }
 
-/* ---- safe defaults (issue 18 item 10) ------------------------------------------- */
+/* ---- safe defaults -------------------------------------------------------- */
 
 TEST(http, tcp_off_loopback_without_a_token_needs_an_explicit_flag, 30)
 {

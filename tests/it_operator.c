@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * The operator's tools against a real broker (issue 11, items 4 to 6):
+ * The operator's tools against a real broker:
  *
  *  - `shmlockd --check` calls a busy, healthy broker healthy: every kind of
  *    session (process-checked, without a process check, with a TTL, HTTP)
@@ -343,7 +343,7 @@ TEST(operator, a_quarantined_key_is_listed_and_reset, 60)
 	static char out[65536];
 	struct broker_proc b;
 	char http_sock[160], line[64], *body, reply[1024], id[LOCAL_SESSION_ID_LEN + 1];
-	/* J4 (issue 14): quarantined_keys is a --http-extensions field of /v1/stats */
+	/* quarantined_keys is a --http-extensions field of /v1/stats */
 	const char *extra[] = { "--http-socket", http_sock, "--http-extensions", NULL };
 	LOCAL_OPTS(local_key_info, ki);
 	struct waiter_arg wa;

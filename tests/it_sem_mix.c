@@ -7,8 +7,7 @@
  * granted and whatever path the others took meanwhile), and release. The
  * holders are counted in a shared table from a snapshot (as the soak does),
  * which must never show more than the limit. This is the mix that found a
- * re-acquire granting a second slot in a lock-free holders prototype
- * (issue 13).
+ * re-acquire granting a second slot in a lock-free holders prototype.
  */
 #include <stdarg.h>
 #include <stdatomic.h>

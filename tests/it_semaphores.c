@@ -579,7 +579,7 @@ TEST(semaphores, tokens_rise_per_key_and_differ_across_keys, 20)
 }
 
 /*
- * Issue 13 (M1): the mutex path tries the entry the session found the same
+ * The mutex path tries the entry the session found the same
  * key string address in last (keytab_find_hinted()), and must confirm it
  * under the key mutex. A caller that reuses its buffer for another key
  * must get that other key, on acquire and on release, while both keys have

@@ -891,7 +891,7 @@ TEST(tcp, tls_on_every_connection_when_given_a_certificate, 40)
 	CHECK_EQ(system(cmd), 0);
 }
 
-/* ---- the broker's cost per request (issue 14, "Faster than dflockd") ---------- */
+/* ---- the broker's cost per request ------------------------------------------- */
 
 /* Context switches of @pid's threads other than its main (event-loop) one. */
 static unsigned long long helper_thread_switches(pid_t pid)

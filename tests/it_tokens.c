@@ -337,7 +337,7 @@ TEST(tokens, racing_processes_rise_per_key_and_never_repeat, 120)
 }
 
 /*
- * The slow-path counters (issue 13): a timeout and a handoff are counted in
+ * The slow-path counters: a timeout and a handoff are counted in
  * their key's entry, and local_stats() reports them, while the header's
  * shared stats line stays as it was (it took both before SEG_ABI 6).
  */

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * Who waits for a key, and for how long: local_admin_waiters() and the
- * queue in `shmlock info` (issue 12, "Lock-delay is visible").
+ * queue in `shmlock info`.
  */
 #include <errno.h>
 #include <fcntl.h>

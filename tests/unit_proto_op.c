@@ -38,7 +38,7 @@ TEST(unit, operator_requests_are_decoded_strictly, 10)
 	CHECK_EQ(proto_decode_request(&r, sizeof(r), &out), MSG_OP_LOCK_DELAY);
 	r = op(MSG_OP_BROKER, ""); /* about the broker: no key */
 	CHECK_EQ(proto_decode_request(&r, sizeof(r), &out), MSG_OP_BROKER);
-	r = op(MSG_OP_WAITERS, ""); /* J3: the queue of one key */
+	r = op(MSG_OP_WAITERS, ""); /* the queue of one key */
 	CHECK_EQ(proto_decode_request(&r, sizeof(r), &out), -LOCAL_EPROTO);
 	r = op(MSG_OP_WAITERS, "q/k");
 	CHECK_EQ(proto_decode_request(&r, sizeof(r), &out), MSG_OP_WAITERS);

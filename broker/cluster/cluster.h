@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Cluster keys on etcd (issue 16, docs/cluster.md): the broker's interface.
+ * Cluster keys on etcd (docs/cluster.md): the broker's interface.
  * Keys under --cluster-prefix are granted on this host only while it holds
  * the key's cluster lock in etcd (the gate: cluster_gated() in keyops.h).
  */

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * Cluster keys on etcd: the broker's side (issue 16, docs/cluster.md).
+ * Cluster keys on etcd: the broker's side (docs/cluster.md).
  *
  * Threads, not the event loop: every etcd step is a blocking HTTP request
  * (libcurl easy handles), and the lock recipe waits on watches that last

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * Cluster semaphores (issue 16, docs/cluster.md): the limit is enforced
+ * Cluster semaphores (docs/cluster.md): the limit is enforced
  * across hosts, and the slots are shared between them.
  *
  * A semaphore of limit L has L slot keys in etcd, NS "s/" hex(key) "/" i for

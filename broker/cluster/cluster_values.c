@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * Cluster keys across hosts: values, leader discovery, watches and the
- * lock-delay owed by a lost host (issue 16, docs/cluster.md).
+ * lock-delay owed by a lost host (docs/cluster.md).
  *
  * The host that holds a key's cluster lock publishes its holder (session,
  * name, pid, token, kind) and value in etcd, at NS "v/" hex(key), under the

@@ -156,7 +156,7 @@ static int add_holder(const struct segment *seg, uint32_t i, uint64_t now, struc
 	return 0;
 }
 
-/* A queued request (J3, `shmlock info`): read without the key's mutex, as
+/* A queued request (`shmlock info`): read without the key's mutex, as
  * a snapshot; the client puts them in arrival order. */
 static int add_waiter(const struct segment *seg, uint32_t i, uint32_t now_ms, struct page *p)
 {
@@ -612,7 +612,7 @@ static int op_stats(struct broker *b, struct page *p)
 	return 0;
 }
 
-/* Split out of op_stats() for /metrics (J3, broker/faces/metrics/metrics_render.c). */
+/* Split out of op_stats() for /metrics (broker/faces/metrics/metrics_render.c). */
 void operator_stats(const struct broker *b, struct proto_op_stats *r)
 {
 	api_seg_stats(&b->seg, r);
@@ -723,7 +723,7 @@ void operator_serve(struct broker *b, int conn, int type, const struct proto_op 
 		case MSG_OP_SESSIONS:
 			err = op_sessions(b, req, &p, &rep.next);
 			break;
-		case MSG_OP_WAITERS: /* J3 */
+		case MSG_OP_WAITERS: /* the queue of one key */
 			err = op_waiters(b, req, &p, &rep.next);
 			break;
 		case MSG_OP_RESET:

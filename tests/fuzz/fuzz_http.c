@@ -520,7 +520,7 @@ static void check_answer(int status, const char *head, const char *hend, const c
 	if (status == 200 && type && tn >= 10 && !strncmp(type, "text/plain", 10))
 		return; /* /metrics */
 	if (status == 200 && type && tn >= 5 && !strncmp(type, "text/", 5))
-		return; /* K4: the web view's page, script and style (ui_server.c) */
+		return; /* the web view's page, script and style (ui_server.c) */
 	if (in(status, mhd_own, sizeof(mhd_own) / sizeof(mhd_own[0])) && !(n && body[0] == '{'))
 		return;
 	fail("an answer neither JSON nor libmicrohttpd's own", head,

@@ -214,7 +214,7 @@ struct hwaiter {
 	bool two_phase; /* a /wait: the lease restarts at the answer */
 	bool sem;
 	char key[LOCAL_KEY_MAX + 1];
-	/* J5: its lock word and that word's value while it waits (NULL:
+	/* Its lock word and that word's value while it waits (NULL:
 	 * unknown), so that a doorbell skips it with one load. */
 	_Atomic uint64_t *word;
 	uint64_t waiting;

@@ -432,7 +432,7 @@ static bool poll_one(struct http *h, uint32_t slot, bool cancel)
 	int err;
 
 	if (!cancel && w->word && atomic_load(w->word) == w->waiting)
-		return false; /* J5: still queued, seen without a poll */
+		return false; /* still queued, seen without a poll */
 	err = api_pending_poll(w->sess->ls, w->key, cancel, &tok);
 	if (err == -EAGAIN)
 		return false;

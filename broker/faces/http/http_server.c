@@ -55,7 +55,7 @@ void hreq_local_error(struct hreq *r, int err)
 		hreq_error(r, 409, "not_enqueued", "%s", why);
 		break;
 	case LOCAL_EEXPIRED:
-	case LOCAL_ECLUSTER: /* issue 16: the host's cluster lock ended the hold */
+	case LOCAL_ECLUSTER: /* cluster keys: the host's cluster lock ended the hold */
 		hreq_error(r, 409, "lease_expired", "%s", why);
 		break;
 	case LOCAL_ENOTHELD:
