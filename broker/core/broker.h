@@ -256,16 +256,6 @@ void listen_teardown(struct broker *b);
  * answers there. @what names the socket in the log. Returns the bound fd.
  */
 int safe_bind_unix(struct broker *b, const char *path, int type, const char *what);
-/* 1 when every address [HOST:]PORT @spec binds to is a loopback one. */
-int listen_spec_loopback(const char *spec);
-/* A listening, non-blocking TCP socket on [HOST:]PORT (listen.c). */
-int listen_tcp_spec(const char *spec, const char *flag, const char *what);
-/* The socket-activated stream socket named @name ("http", "tcp"), made
- * non-blocking, or -1 (listen.c). */
-int activated_stream_fd(const char *name);
-/* A listener's connection cap: @configured, or when 0 a quarter of the fd
- * limit in force, kept within 16..16384 (listen.c). */
-unsigned listen_max_connections(unsigned configured);
 /* sendmsg() @len bytes of @buf on @sock with @flags, and @fd along with them
  * (SCM_RIGHTS) when it is >= 0 (listen.c; the control socket's replies and
  * the keeper's answers). */

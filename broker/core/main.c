@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "broker.h"
+#include "net/net.h"
 #include "conns.h"
 #include "clock.h"
 #include "faces/metrics/metrics.h"

@@ -23,6 +23,7 @@
 
 #include "clock.h"
 #include "http_engine.h"
+#include "net.h"
 
 void hreq_reply_json(struct hreq *r, int status, json_t *body)
 {

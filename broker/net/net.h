@@ -161,4 +161,17 @@ bool net_simple_write(const char *method, const char *content_type);
  * of the comma-separated @allowed names? */
 bool net_host_ok(const char *host, int fd, const char *allowed);
 
+/* ---- listeners (net_listen.c) ---- */
+
+/* 1 when every address [HOST:]PORT @spec binds to is a loopback one. */
+int listen_spec_loopback(const char *spec);
+/* A listening, non-blocking TCP socket on [HOST:]PORT. */
+int listen_tcp_spec(const char *spec, const char *flag, const char *what);
+/* The socket-activated stream socket named @name ("http", "tcp"), made
+ * non-blocking, or -1. */
+int activated_stream_fd(const char *name);
+/* A listener's connection cap: @configured, or when 0 a quarter of the fd
+ * limit in force, kept within 16..16384. */
+unsigned listen_max_connections(unsigned configured);
+
 #endif

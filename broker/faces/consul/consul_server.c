@@ -30,6 +30,7 @@
 #include "clock.h"
 #include "consul_int.h"
 #include "net/http_engine.h"
+#include "net/net.h"
 
 static struct creq *cx(struct hreq *r)
 {

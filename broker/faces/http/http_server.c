@@ -17,6 +17,7 @@
 #include "clock.h"
 #include "http_int.h"
 #include "net/http_engine.h"
+#include "net/net.h"
 
 extern const char openapi_json[];
 

@@ -28,6 +28,7 @@
 
 #include "clock.h"
 #include "tcp_int.h"
+#include "net/net.h"
 
 #define TICK_NS 1000000000ull
 #define GEN_MASK 0xffffffu
