@@ -124,9 +124,11 @@ byte incs;
 bool in_cs[N];
 byte finished;
 
-/* Reachability probes: tests/model/check.sh runs pan once more per probe
- * with $PROBE=n, which must fail there, to show that every scenario the
- * model claims to cover does happen in it. 0: no probe. */
+/* Reachability probes: every scenario the model claims to cover must
+ * happen in it. tests/model/check.sh reads that off the exhaustive search
+ * (pan's list of unreached statements must leave out a copy of each
+ * REACH(n)); by hand, $PROBE=n makes the search fail at the first REACH(n),
+ * with a trail that shows how the scenario comes about. 0: no probe. */
 byte probe;
 #define REACH(n) assert(probe != n)
 
