@@ -34,7 +34,7 @@
 #include "futex.h"
 #include "lockword.h"
 
-#define TICK_MS 50u	      /* the manager looks at held keys at least this often */
+#define TICK_MS CLUSTER_TICK_MS
 #define FULL_MS 1000u	      /* ... and at every key entry */
 #define RETRY_MS 200u	      /* after a failed recipe */
 #define RELEASE_MS 3000u      /* deleting our etcd key */
@@ -405,6 +405,7 @@ static int open_gate(struct cluster *c, uint32_t i, struct ckey *ck)
 	ck->batch_l0 = l;
 	ck->yielding = false;
 	ck->idle_ns = 0;
+	ck->waited = false;
 	do {
 		n = key_grant_pending_locked(seg, k, wake, 64);
 		for (j = 0; j < n; j++)
@@ -441,7 +442,7 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 {
 	struct segment *seg = c->seg;
 	struct seg_key *k = &seg->keys[i];
-	bool give_up = false, batch_over = false, publish = false, others = false;
+	bool give_up = false, batch_over = false, publish = false, asked = false;
 	struct cpub pub;
 
 	if (ck->epoch != atomic_load(&c->epoch) || !atomic_load(&c->lease_id)) {
@@ -449,36 +450,48 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 		return;
 	}
 	/* Idle, and the watch saw a host queue (or we do not know): ask, and
-	 * if one waits give the key up now rather than after the linger. */
-	if (!ck->yielding && peek_waiters_idle(k) && atomic_exchange(&ck->others, 0)) {
-		others = others_wait(c, ck);
+	 * if one waits keep the key only --cluster-linger, not --cluster-idle.
+	 * Known for this idle spell: not asked again. */
+	if (!ck->yielding && !ck->waited && peek_waiters_idle(k) &&
+	    atomic_exchange(&ck->others, 0)) {
+		asked = true;
+		ck->waited = others_wait(c, ck);
 		/* Taken again meanwhile (the key is only seen idle here, not
 		 * under the mutex): the batch end must still know. */
-		if (others)
+		if (ck->waited)
 			atomic_store(&ck->others, 1);
 	}
 	if (key_lock_timed(seg, k, BROKER_LOCK_MS))
 		return; /* busy (or quarantined): next tick */
 	if (!key_is(k, ck)) {
 		give_up = true; /* reclaimed: cannot happen while open, but be sure */
-	} else if (k->holders == 0 && !k->waiters && !ck->yielding && c->o->linger_ms &&
-		   !others && /* another host waits: no linger */
-		   (!ck->idle_ns || atomic_load(&k->lock_index) != ck->idle_l ||
-		    now - ck->idle_ns < (uint64_t)c->o->linger_ms * 1000000ull)) {
-		/* Idle: kept for --cluster-linger in case a local process comes
-		 * back at once (a queue often empties for microseconds between
-		 * two processes taking turns); used meanwhile, it starts again. */
-		if (!ck->idle_ns || atomic_load(&k->lock_index) != ck->idle_l) {
+	} else if (k->holders == 0 && !k->waiters && !ck->yielding) {
+		/* Idle: cached (docs/cluster.md, "Holding"). Used since the
+		 * last look, its idle spell starts again, and whether another
+		 * host waits is asked again (the mark stays set while one
+		 * does). */
+		uint64_t l = atomic_load(&k->lock_index), keep;
+
+		if (!ck->idle_ns || l != ck->idle_l) {
 			ck->idle_ns = now;
-			ck->idle_l = atomic_load(&k->lock_index);
+			ck->idle_l = l;
+			if (!asked)
+				ck->waited = false;
 		}
-		c->lingering = true;
-	} else if (k->holders == 0 && (!k->waiters || ck->yielding || cluster_gated(seg, k))) {
-		/* Idle, or yielded and now free, or its token range spent. */
+		keep = cluster_keep_ns(c, ck->waited);
+		if (now - ck->idle_ns >= keep) {
+			seg_key_cluster_hold_back(k, false);
+			give_up = true;
+		} else if (keep < TICK_MS * 1000000ull) {
+			c->lingering = true; /* again after --cluster-linger */
+		}
+	} else if (k->holders == 0 && (ck->yielding || cluster_gated(seg, k))) {
+		/* Yielded and now free, or its token range spent. */
 		seg_key_cluster_hold_back(k, false);
 		give_up = true;
 	} else if (!ck->yielding) {
 		ck->idle_ns = 0;
+		ck->waited = false;
 		/* A batch is over after --cluster-batch grants or
 		 * --cluster-batch-time with at least one grant: also when the
 		 * same process takes the key again and again, so that the
@@ -491,7 +504,7 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 			(grants && now - ck->batch_ns >= (uint64_t)c->o->batch_ms * 1000000ull);
 	}
 	/* In use (or yielding): ring us at the next release without handoff.
-	 * Lingering: we look again after --cluster-linger anyway. */
+	 * Idle: the next look (a tick, or --cluster-linger) sees it anyway. */
 	if (!give_up && key_is(k, ck) && (k->holders || k->waiters || ck->yielding))
 		seg_key_cluster_arm(k);
 	/* A lock-delay (of a lost host) over: grant the queue. */
@@ -615,6 +628,7 @@ static void adopt_tick(struct cluster *c, uint32_t i, struct ckey *ck)
 		ck->batch_l0 = atomic_load(&k->lock_index);
 		ck->yielding = false;
 		ck->idle_ns = 0;
+		ck->waited = false;
 		blog(LOG_INFO, "cluster: %.*s re-adopted", (int)ck->len, ck->name);
 	} else {
 		bool sem = false;
@@ -796,14 +810,19 @@ static bool stays_active(const struct ckey *ck, uint64_t now)
 static void scan(struct cluster *c, bool full)
 {
 	uint64_t now = mono_ns();
-	uint32_t i, j;
+	uint32_t i, j, used = 0;
 
 	if (!full) {
 		for (j = 0; j < c->nactive; j++)
 			look_at(c, c->active[j], now);
 	} else {
-		for (i = 0; i < c->seg->caps.max_keys; i++)
+		for (i = 0; i < c->seg->caps.max_keys; i++) {
 			look_at(c, i, now);
+			used += atomic_load(&c->seg->keys[i].state) == KEY_USED;
+		}
+		/* Seven eighths of the entries in use: cached keys make room
+		 * (cluster_keep_ns()). */
+		c->table_tight = (uint64_t)used * 8 >= (uint64_t)c->seg->caps.max_keys * 7;
 	}
 	/* The list anew: the keys that are not idle now, or to be retried, or
 	 * left open by a lease that ended. */

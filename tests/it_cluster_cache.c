@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Cluster keys cached by their host (docs/cluster.md, "Holding"): a host
+ * keeps a key's etcd lock, and a semaphore's slots, while no other host
+ * waits for them, so that a host using its own keys makes no etcd write per
+ * local operation; it gives them back when another host asks, or after
+ * --cluster-idle. A real 3-member etcd (etcd_fixture.h) and brokers with
+ * their own sockets and segments standing for hosts, at default options but
+ * for the lease TTL (short, as in it_cluster.c).
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "broker_fixture.h"
+#include "etcd_fixture.h"
+#include "harness.h"
+
+/* A host on @e with the default --cluster-linger, --cluster-batch and
+ * --cluster-idle, or with --cluster-idle @idle. */
+static void host_start(struct broker_proc *b, const struct etcd3 *e, const char *idle)
+{
+	const char *extra[] = { "--cluster",
+				e->eps,
+				"--cluster-prefix",
+				"c/",
+				"--cluster-lease-ttl",
+				"3",
+				"--cluster-margin",
+				"1000",
+				"--log-level",
+				"info",
+				idle ? "--cluster-idle" : NULL,
+				idle,
+				NULL };
+
+	broker_start(b, extra);
+}
+
+/* A number field of an etcd JSON answer ("name":"123"), the first one; 0 if
+ * absent. */
+static long long field(const char *out, const char *name)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":\"", name);
+	p = strstr(out, pat);
+	return p ? atoll(p + strlen(pat)) : 0;
+}
+
+/* etcd's revision now: it rises by one at every write (a put, a delete, a
+ * txn that changed something). */
+static long long etcd_revision(const struct etcd3 *e)
+{
+	char out[ETCD_OUT];
+	int i;
+
+	for (i = 0; i < 3; i++)
+		if (e->pid[i] > 0 && etcd_req(e->cport[i], "/v3/kv/range", "{\"key\":\"AA==\"}", out) == 0)
+			return field(out, "revision");
+	FAIL_AT("no etcd member answers");
+	return 0;
+}
+
+/* The create revision of the first etcd key under @prefix hex(@key) "/" (a
+ * lock key: NS hex(key) "/" lease; a slot: NS "s/" hex(key) "/" i): the
+ * acquisition it stands for. 0: none. */
+static long long first_create_rev(const struct etcd3 *e, const char *prefix, const char *key)
+{
+	char out[ETCD_OUT];
+
+	if (etcd_range_under(e, prefix, key, "/", false, out))
+		return 0;
+	return field(out, "create_revision");
+}
+
+/* A pause between two uses of a key, as a workload makes: longer than the
+ * 5 ms --cluster-linger, after which the key used to be given back. */
+static void pause_20ms(void)
+{
+	struct timespec ts = { 0, 20 * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+static int take(local_session *s, const char *key, bool sem, uint64_t *tok)
+{
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 10000);
+
+	return sem ? local_sem_acquire(s, key, 1, &o, tok) : local_lock(s, key, &o, tok);
+}
+
+/*
+ * Host @s takes @key (a lock, or a semaphore of limit 1 with @sem), then
+ * releases and takes it again 20 times with pauses longer than
+ * --cluster-linger: the acquisition made first is kept (the first etcd key
+ * under @prefix hex(@key) "/", the lock key or the slot, keeps its create
+ * revision) and nothing is written to etcd meanwhile. The last token in *@tok.
+ */
+static void use_cached(const struct etcd3 *e, local_session *s, const char *prefix,
+		       const char *key, bool sem, uint64_t *tok)
+{
+	long long cr, rev;
+	int i;
+
+	CHECK_OK(take(s, key, sem, tok));
+	cr = first_create_rev(e, prefix, key);
+	CHECK(cr > 0);
+	CHECK_OK(local_release(s, key));
+	/* A semaphore's waiter key goes once it is served. */
+	CHECK(WAIT_FOR(etcd_count_under(e, "shmlock/lock/s/", key, "/w/") == 0, 10000));
+	rev = etcd_revision(e);
+	for (i = 0; i < 20; i++) {
+		pause_20ms();
+		CHECK_OK(take(s, key, sem, tok));
+		CHECK_OK(local_release(s, key));
+	}
+	/* Before: a fresh acquisition (a new etcd key, a delete) each time. */
+	CHECK_EQ(first_create_rev(e, prefix, key), cr);
+	if (etcd_revision(e) - rev > 2)
+		FAIL_AT("%lld etcd writes for 20 local grants of a cached key",
+			etcd_revision(e) - rev);
+}
+
+/* The end of a test of two hosts: a clean stop leaves nothing of @key in
+ * etcd (the cached acquisitions go with the lease revoked). */
+static void stop_hosts(struct etcd3 *e, struct broker_proc *a, struct broker_proc *b,
+		       const char *prefix, const char *key)
+{
+	broker_stop_clean(a);
+	broker_stop_clean(b);
+	CHECK_EQ(etcd_count_under(e, prefix, key, "/"), 0);
+	etcd3_stop(e);
+}
+
+/*
+ * One host taking a cluster lock again and again keeps its acquisition
+ * (use_cached()); a second host that then asks is granted within 10 s (well
+ * below --cluster-idle, 30 s: the first host gave it back because it asked),
+ * with a larger token; the first gets it back the same way; a clean stop
+ * leaves nothing in etcd.
+ */
+TEST(cluster, idle_key_stays_cached, 60)
+{
+	const char *key = "c/cache";
+	struct broker_proc a, b;
+	local_session *sa, *sb;
+	uint64_t ta = 0, tb = 0;
+	struct etcd3 e;
+
+	etcd3_start(&e);
+	host_start(&a, &e, NULL);
+	host_start(&b, &e, NULL);
+	sa = open_session(&a, "cache-a", 0, 0);
+	sb = open_session(&b, "cache-b", 0, 0);
+	use_cached(&e, sa, "shmlock/lock/", key, false, &ta);
+	CHECK_OK(take(sb, key, false, &tb));
+	CHECK(tb > ta);
+	CHECK_OK(local_release(sb, key));
+	CHECK_OK(take(sa, key, false, &ta));
+	CHECK(ta > tb);
+	CHECK_OK(local_release(sa, key));
+	local_session_close(sa);
+	local_session_close(sb);
+	stop_hosts(&e, &a, &b, "shmlock/lock/", key);
+}
+
+/* The same for a cluster semaphore of limit 1: its slot stays taken across
+ * the uses; another host waiting for it is granted within 10 s. */
+TEST(cluster, idle_slots_stay_cached, 60)
+{
+	const char *key = "c/csem";
+	struct broker_proc a, b;
+	local_session *sa, *sb;
+	uint64_t tok;
+	struct etcd3 e;
+
+	etcd3_start(&e);
+	host_start(&a, &e, NULL);
+	host_start(&b, &e, NULL);
+	sa = open_session(&a, "csem-a", 0, 0);
+	sb = open_session(&b, "csem-b", 0, 0);
+	use_cached(&e, sa, "shmlock/lock/s/", key, true, &tok);
+	CHECK_OK(take(sb, key, true, &tok));
+	CHECK_OK(local_release(sb, key));
+	local_session_close(sa);
+	local_session_close(sb);
+	stop_hosts(&e, &a, &b, "shmlock/lock/s/", key);
+}
+
+/* After --cluster-idle with no local use, a cached lock and a cached slot
+ * go back to etcd by themselves (their etcd keys are deleted), and the
+ * next local use takes them anew. */
+TEST(cluster, idle_key_given_back, 60)
+{
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 10000);
+	struct broker_proc a;
+	local_session *s;
+	long long cr;
+	struct etcd3 e;
+
+	etcd3_start(&e);
+	host_start(&a, &e, "300ms");
+	s = open_session(&a, "idle", 0, 0);
+	CHECK_OK(local_lock(s, "c/idle", &o, NULL));
+	cr = first_create_rev(&e, "shmlock/lock/", "c/idle");
+	CHECK(cr > 0);
+	CHECK_OK(local_release(s, "c/idle"));
+	CHECK(WAIT_FOR(etcd_count_under(&e, "shmlock/lock/", "c/idle", "/") == 0, 10000));
+	CHECK_OK(local_lock(s, "c/idle", &o, NULL));
+	CHECK(first_create_rev(&e, "shmlock/lock/", "c/idle") > cr);
+	CHECK_OK(local_release(s, "c/idle"));
+	CHECK_OK(local_sem_acquire(s, "c/idles", 1, &o, NULL));
+	CHECK_EQ(etcd_count_under(&e, "shmlock/lock/s/", "c/idles", "/"), 1);
+	CHECK_OK(local_release(s, "c/idles"));
+	CHECK(WAIT_FOR(etcd_count_under(&e, "shmlock/lock/s/", "c/idles", "/") == 0, 10000));
+	local_session_close(s);
+	broker_stop_clean(&a);
+	etcd3_stop(&e);
+}
