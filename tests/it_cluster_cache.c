@@ -60,7 +60,8 @@ static long long etcd_revision(const struct etcd3 *e)
 	int i;
 
 	for (i = 0; i < 3; i++)
-		if (e->pid[i] > 0 && etcd_req(e->cport[i], "/v3/kv/range", "{\"key\":\"AA==\"}", out) == 0)
+		if (e->pid[i] > 0 &&
+		    etcd_req(e->cport[i], "/v3/kv/range", "{\"key\":\"AA==\"}", out) == 0)
 			return field(out, "revision");
 	FAIL_AT("no etcd member answers");
 	return 0;
@@ -79,7 +80,8 @@ static long long first_create_rev(const struct etcd3 *e, const char *prefix, con
 }
 
 /* A pause between two uses of a key, as a workload makes: longer than the
- * 5 ms --cluster-linger, after which the key used to be given back. */
+ * 5 ms after which an idle key used to be given back (the former default
+ * --cluster-linger). */
 static void pause_20ms(void)
 {
 	struct timespec ts = { 0, 20 * 1000000L };
@@ -96,13 +98,12 @@ static int take(local_session *s, const char *key, bool sem, uint64_t *tok)
 
 /*
  * Host @s takes @key (a lock, or a semaphore of limit 1 with @sem), then
- * releases and takes it again 20 times with pauses longer than
- * --cluster-linger: the acquisition made first is kept (the first etcd key
+ * releases and takes it again 20 times with pauses of 20 ms: the acquisition made first is kept (the first etcd key
  * under @prefix hex(@key) "/", the lock key or the slot, keeps its create
  * revision) and nothing is written to etcd meanwhile. The last token in *@tok.
  */
-static void use_cached(const struct etcd3 *e, local_session *s, const char *prefix,
-		       const char *key, bool sem, uint64_t *tok)
+static void use_cached(const struct etcd3 *e, local_session *s, const char *prefix, const char *key,
+		       bool sem, uint64_t *tok)
 {
 	long long cr, rev;
 	int i;

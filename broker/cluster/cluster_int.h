@@ -118,7 +118,6 @@ enum ckey_state {
 	CK_SEM,	     /* a semaphore: slots held or asked for (cluster_sem.c) */
 };
 
-#define CLUSTER_TICK_MS 50u	 /* the manager looks at held keys at least this often */
 #define CSEM_MAX CLUSTER_SEM_MAX /* slots of one cluster semaphore (keyops.h) */
 #define CSEM_BATCH 16		 /* slots asked for at once */
 
@@ -230,7 +229,9 @@ struct cluster {
 	_Atomic uint64_t lease_seen_ns, lease_check_ns;
 	uint32_t margin_ms;
 	int64_t adopt_id; /* the lease of the broker before us, to re-adopt */
-	bool lingering;	  /* manager: a held key is idle, to be looked at again soon */
+	/* manager: the earliest time a key asked to be looked at again before
+	 * the next tick (0: none; look_again_at()). */
+	uint64_t soon_ns;
 	/* manager: most key entries are in use (a full scan counts them):
 	 * cached keys, whose entries are not reclaimed while open, are given
 	 * up after --cluster-linger rather than --cluster-idle. */
@@ -263,6 +264,14 @@ static inline bool key_is_entry(const struct seg_key *k, const struct ckey *ck)
 {
 	return atomic_load(&k->state) == KEY_USED && k->key_len == ck->len &&
 	       !memcmp(k->key, ck->name, ck->len);
+}
+
+/* The manager looks at the keys again at @at_ns, if that is before its
+ * next tick (an idle key's linger ends, a holder to publish settles). */
+static inline void look_again_at(struct cluster *c, uint64_t at_ns)
+{
+	if (!c->soon_ns || at_ns < c->soon_ns)
+		c->soon_ns = at_ns;
 }
 
 /*

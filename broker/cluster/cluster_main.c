@@ -34,7 +34,8 @@
 #include "futex.h"
 #include "lockword.h"
 
-#define TICK_MS CLUSTER_TICK_MS
+#define TICK_MS 50u	      /* the manager looks at held keys at least this often */
+#define SOON_MS 5u	      /* a key whose mutex was busy: looked at again */
 #define FULL_MS 1000u	      /* ... and at every key entry */
 #define RETRY_MS 200u	      /* after a failed recipe */
 #define RELEASE_MS 3000u      /* deleting our etcd key */
@@ -482,8 +483,8 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 		if (now - ck->idle_ns >= keep) {
 			seg_key_cluster_hold_back(k, false);
 			give_up = true;
-		} else if (keep < TICK_MS * 1000000ull) {
-			c->lingering = true; /* again after --cluster-linger */
+		} else {
+			look_again_at(c, ck->idle_ns + keep);
 		}
 	} else if (k->holders == 0 && (ck->yielding || cluster_gated(seg, k))) {
 		/* Yielded and now free, or its token range spent. */
@@ -516,7 +517,7 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 		for (j = 0; j < n; j++)
 			waiter_wake(seg, wake[j]);
 	} else if (!give_up && key_is(k, ck) && k->delay_until_ns > now) {
-		c->lingering = true; /* look again soon */
+		look_again_at(c, k->delay_until_ns); /* the queue is granted then */
 	}
 	/* Holder or value changed: shown to the other hosts. */
 	if (!give_up && key_is(k, ck))
@@ -698,7 +699,7 @@ static bool close_stale(struct cluster *c, uint32_t i, struct ckey *ck, int64_t 
 			     (uint64_t)((now - ck->unclosed_ns) / 1000000ull));
 			ck->unclosed_log_ns = now + gap;
 		}
-		c->lingering = true; /* again at the next tick */
+		look_again_at(c, now + SOON_MS * 1000000ull);
 		return false;
 	}
 	was_open = atomic_load(&k->cluster) & CL_OPEN;
@@ -853,7 +854,7 @@ static void *manager(void *arg)
 	struct cluster *c = arg;
 	struct seg_header *h = c->seg->hdr;
 	uint32_t last = atomic_load(&h->cluster_bell) - CLUSTER_BELL_FIND; /* the first: full */
-	uint64_t next_full = 0, nfull = 0, nlooks = 0, wait_ms, woke_by = 0, paused = 0;
+	uint64_t next_full = 0, nfull = 0, nlooks = 0, woke_by = 0, paused = 0;
 	uint32_t i;
 
 	while (!atomic_load(&c->stop)) {
@@ -888,7 +889,7 @@ static void *manager(void *arg)
 		nfull += full;
 		nlooks++;
 
-		c->lingering = false;
+		c->soon_ns = 0;
 		/* A full scan at least every FULL_MS too: a look that could not
 		 * be made (a busy mutex, no lease yet) is not lost. */
 		if (full)
@@ -896,12 +897,12 @@ static void *manager(void *arg)
 		scan(c, full);
 		last = v;
 		seg_cluster_set_listening(h, true);
-		/* Soon again while something is pending (at least 1 ms: with
-		 * --cluster-linger 0 it would spin). */
-		wait_ms = c->lingering && c->o->linger_ms < TICK_MS ? c->o->linger_ms : TICK_MS;
-		if (!wait_ms)
-			wait_ms = 1;
-		woke_by = mono_ns() + wait_ms * 1000000ull;
+		/* Sooner when a key asked for it (at least 1 ms later: a time
+		 * already past would spin). */
+		now = mono_ns();
+		woke_by = now + TICK_MS * 1000000ull;
+		if (c->soon_ns && c->soon_ns < woke_by)
+			woke_by = c->soon_ns > now + 1000000ull ? c->soon_ns : now + 1000000ull;
 		if (atomic_load(&h->cluster_bell) == v && !atomic_load(&c->stop))
 			futex_wait_until(&h->cluster_bell, v, woke_by);
 		seg_cluster_set_listening(h, false);

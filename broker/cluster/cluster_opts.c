@@ -50,7 +50,7 @@ const char cluster_usage_text[] =
 	"  --cluster-linger MS     while another host waits for a cluster key, keep\n"
 	"                          it this long after its local queue empties, in\n"
 	"                          case a local process comes back within the batch\n"
-	"                          (default 5; 0: give it up at once)\n"
+	"                          (default 0: give it up at once)\n"
 	"  --cluster-idle DURATION while no other host waits, keep a cluster key's\n"
 	"                          lock (a semaphore's slots) until it has been idle\n"
 	"                          this long (default 30s; \"500ms\", \"2m\", or seconds;\n"
@@ -63,7 +63,7 @@ void cluster_opts_default(struct cluster_opts *o)
 	o->lease_ttl_s = 10;
 	o->batch = 1000;
 	o->batch_ms = 100;
-	o->linger_ms = 5;
+	o->linger_ms = 0;
 	o->idle_ms = 30000;
 }
 

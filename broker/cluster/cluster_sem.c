@@ -617,8 +617,8 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 				seg_key_cluster_hold_back(k, false);
 			ck->idle_ns = 0;
 			ck->waited = false;
-		} else if (keep < CLUSTER_TICK_MS * 1000000ull) {
-			c->lingering = true;
+		} else {
+			look_again_at(c, ck->idle_ns + keep);
 		}
 	} else {
 		ck->idle_ns = 0;
