@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # Sourced by scripts/cluster-bench.sh and scripts/cluster-scale.sh: a 1-member
 # etcd (Debian etcd-server) on free loopback ports, its data under $T/etcd.
 # etcd_one_start sets CP (its client port) and adds its pid to $pids, which
