@@ -20,8 +20,9 @@
 #include "harness.h"
 
 /* A host on @e with the default --cluster-linger, --cluster-batch and
- * --cluster-idle, or with --cluster-idle @idle. */
-static void host_start(struct broker_proc *b, const struct etcd3 *e, const char *idle)
+ * --cluster-idle, and option @opt @val if given. */
+static void host_start(struct broker_proc *b, const struct etcd3 *e, const char *opt,
+		       const char *val)
 {
 	const char *extra[] = { "--cluster",
 				e->eps,
@@ -33,8 +34,8 @@ static void host_start(struct broker_proc *b, const struct etcd3 *e, const char 
 				"1000",
 				"--log-level",
 				"info",
-				idle ? "--cluster-idle" : NULL,
-				idle,
+				opt,
+				val,
 				NULL };
 
 	broker_start(b, extra);
@@ -154,8 +155,8 @@ TEST(cluster, idle_key_stays_cached, 60)
 	struct etcd3 e;
 
 	etcd3_start(&e);
-	host_start(&a, &e, NULL);
-	host_start(&b, &e, NULL);
+	host_start(&a, &e, NULL, NULL);
+	host_start(&b, &e, NULL, NULL);
 	sa = open_session(&a, "cache-a", 0, 0);
 	sb = open_session(&b, "cache-b", 0, 0);
 	use_cached(&e, sa, "shmlock/lock/", key, false, &ta);
@@ -181,8 +182,8 @@ TEST(cluster, idle_slots_stay_cached, 60)
 	struct etcd3 e;
 
 	etcd3_start(&e);
-	host_start(&a, &e, NULL);
-	host_start(&b, &e, NULL);
+	host_start(&a, &e, NULL, NULL);
+	host_start(&b, &e, NULL, NULL);
 	sa = open_session(&a, "csem-a", 0, 0);
 	sb = open_session(&b, "csem-b", 0, 0);
 	use_cached(&e, sa, "shmlock/lock/s/", key, true, &tok);
@@ -205,7 +206,7 @@ TEST(cluster, idle_key_given_back, 60)
 	struct etcd3 e;
 
 	etcd3_start(&e);
-	host_start(&a, &e, "300ms");
+	host_start(&a, &e, "--cluster-idle", "300ms");
 	s = open_session(&a, "idle", 0, 0);
 	CHECK_OK(local_lock(s, "c/idle", &o, NULL));
 	cr = first_create_rev(&e, "shmlock/lock/", "c/idle");
@@ -219,6 +220,35 @@ TEST(cluster, idle_key_given_back, 60)
 	CHECK_EQ(etcd_count_under(&e, "shmlock/lock/s/", "c/idles", "/"), 1);
 	CHECK_OK(local_release(s, "c/idles"));
 	CHECK(WAIT_FOR(etcd_count_under(&e, "shmlock/lock/s/", "c/idles", "/") == 0, 10000));
+	local_session_close(s);
+	broker_stop_clean(&a);
+	etcd3_stop(&e);
+}
+
+/* Cached keys keep their key entries (an open key is not reclaimed): with
+ * seven eighths of --max-keys in use, idle keys are given back at once
+ * rather than after --cluster-idle (30 s here), so that new keys find room. */
+TEST(cluster, full_table_gives_cached_keys_back, 60)
+{
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 10000);
+	struct broker_proc a;
+	local_session *s;
+	struct etcd3 e;
+	char key[16];
+	int i;
+
+	etcd3_start(&e);
+	host_start(&a, &e, "--max-keys", "8");
+	s = open_session(&a, "full", 0, 0);
+	for (i = 0; i < 7; i++) {
+		snprintf(key, sizeof(key), "c/t%d", i);
+		CHECK_OK(local_lock(s, key, &o, NULL));
+		CHECK_OK(local_release(s, key));
+	}
+	for (i = 0; i < 7; i++) {
+		snprintf(key, sizeof(key), "c/t%d", i);
+		CHECK(WAIT_FOR(etcd_count_under(&e, "shmlock/lock/", key, "/") == 0, 10000));
+	}
 	local_session_close(s);
 	broker_stop_clean(&a);
 	etcd3_stop(&e);
