@@ -255,3 +255,63 @@ TEST(cluster, full_table_gives_cached_keys_back, 60)
 	broker_stop_clean(&a);
 	etcd3_stop(&e);
 }
+
+/* Does a try (timeout 0) of @key on @s fail? A success is released. */
+static bool try_fails(local_session *s, const char *key)
+{
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0);
+	int rc = local_lock(s, key, &o, NULL);
+
+	if (rc == 0)
+		CHECK_OK(local_release(s, key));
+	return rc != 0;
+}
+
+/*
+ * A cached key is kept while its host's lease lives; if its lock key is
+ * deleted from etcd by hand, the next host is granted (it finds no
+ * predecessor). The first host learns it when it asks etcd whether someone
+ * waits (the watch saw the second host queue): its key is no longer the
+ * first of the directory, so it shuts the key and stops granting it. Before,
+ * it went on granting the key locally, beside the other host, until it was
+ * idle for --cluster-idle.
+ */
+TEST(cluster, cached_key_deleted_in_etcd_is_closed, 60)
+{
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 10000);
+	const char *key = "c/gone";
+	char dir[200] = "shmlock/lock/", end[200], body[800], out[ETCD_OUT];
+	char from64[300], to64[300];
+	struct broker_proc a, b;
+	local_session *sa, *sb;
+	struct etcd3 e;
+	size_t n;
+	int i;
+
+	etcd3_start(&e);
+	host_start(&a, &e, NULL, NULL);
+	host_start(&b, &e, NULL, NULL);
+	sa = open_session(&a, "gone-a", 0, 0);
+	sb = open_session(&b, "gone-b", 0, 0);
+	CHECK_OK(local_lock(sa, key, &o, NULL));
+	CHECK_OK(local_release(sa, key));
+	CHECK_EQ(etcd_count_under(&e, "shmlock/lock/", key, "/"), 1);
+	n = strlen(dir);
+	for (i = 0; key[i]; i++)
+		n += (size_t)sprintf(dir + n, "%02x", (unsigned char)key[i]);
+	sprintf(dir + n, "/");
+	strcpy(end, dir);
+	end[n]++; /* '/' + 1 */
+	etcd_b64(dir, from64);
+	etcd_b64(end, to64);
+	snprintf(body, sizeof(body), "{\"key\":\"%s\",\"range_end\":\"%s\"}", from64, to64);
+	CHECK_OK(etcd_req(e.cport[0], "/v3/kv/deleterange", body, out));
+	CHECK_OK(local_lock(sb, key, &o, NULL)); /* no predecessor: granted */
+	CHECK(WAIT_FOR(try_fails(sa, key), 10000));
+	CHECK_OK(local_release(sb, key));
+	CHECK_OK(local_lock(sa, key, &o, NULL)); /* queued anew: served after B */
+	CHECK_OK(local_release(sa, key));
+	local_session_close(sa);
+	local_session_close(sb);
+	stop_hosts(&e, &a, &b, "shmlock/lock/", key);
+}

@@ -416,12 +416,21 @@ static int open_gate(struct cluster *c, uint32_t i, struct ckey *ck)
 	return 0;
 }
 
-/* Do other hosts wait for @ck's cluster lock? */
-static bool others_wait(struct cluster *c, struct ckey *ck)
+enum { OTHERS_NONE, OTHERS_WAIT, OTHERS_LOST };
+
+/*
+ * Do other hosts wait for @ck's cluster lock (OTHERS_WAIT)? One range of
+ * the key's lock directory, oldest first: while we hold the lock our etcd
+ * key is the first, and any other is a host queued behind us. If ours is not
+ * the first (OTHERS_LOST), our place is gone (a key deleted by hand): as a
+ * cached key may be kept a long time, that is checked here too.
+ */
+static int others_wait(struct cluster *c, struct ckey *ck)
 {
-	char dir[640], from[920], to[920];
+	char dir[640], from[920], to[920], mine[920];
+	const char *first;
 	json_t *rep = NULL;
-	bool yes = false;
+	int r = OTHERS_NONE;
 	size_t n;
 
 	cluster_dir(c->o, ck->name, ck->len, dir, sizeof(dir));
@@ -429,22 +438,46 @@ static bool others_wait(struct cluster *c, struct ckey *ck)
 	etcd_b64(dir, n, from);
 	dir[n - 1]++;
 	etcd_b64(dir, n, to);
+	etcd_b64(ck->ekey, strlen(ck->ekey), mine);
 	if (etcd_post(&c->etcd, "/v3/kv/range",
-		      json_pack("{s:s, s:s, s:b}", "key", from, "range_end", to, "count_only", 1),
-		      &rep, RELEASE_MS, &c->stop) == 0)
-		yes = etcd_i64(rep, "count") > 1;
-	else
+		      json_pack("{s:s, s:s, s:s, s:s, s:s, s:b}", "key", from, "range_end", to,
+				"sort_order", "ASCEND", "sort_target", "CREATE", "limit", "1",
+				"keys_only", 1),
+		      &rep, RELEASE_MS, &c->stop) == 0) {
+		first = json_string_value(
+			json_object_get(json_array_get(json_object_get(rep, "kvs"), 0), "key"));
+		if (!first || strcmp(first, mine))
+			r = OTHERS_LOST;
+		else if (etcd_i64(rep, "count") > 1)
+			r = OTHERS_WAIT;
+	} else {
 		atomic_store(&ck->others, 1); /* not known: ask again next time */
+	}
 	json_decref(rep);
-	return yes;
+	return r;
+}
+
+/* Under @k's mutex: our etcd key is no longer the first of its directory
+ * (others_wait()), so another host may hold the lock: shut the key, its
+ * holds ended as at a lease loss; the caller gives it up (our records go
+ * only if our key is there, guarded) and local waiters queue anew. */
+static void place_lost_locked(struct cluster *c, struct seg_key *k, struct ckey *ck)
+{
+	uint32_t ended = key_close_locked(c->seg, k);
+
+	blog(LOG_ERR,
+	     "cluster: %.*s: our lock key is no longer first in etcd (deleted by "
+	     "hand?): closed, %u hold(s) ended",
+	     (int)ck->len, ck->name, ended);
 }
 
 static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 {
 	struct segment *seg = c->seg;
 	struct seg_key *k = &seg->keys[i];
-	bool give_up = false, batch_over = false, publish = false, asked = false;
+	bool give_up = false, batch_over = false, publish = false, asked = false, lost = false;
 	struct cpub pub;
+	int r;
 
 	if (ck->epoch != atomic_load(&c->epoch) || !atomic_load(&c->lease_id)) {
 		ck->state = CK_IDLE; /* the lease is gone: so is our etcd key */
@@ -456,7 +489,9 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 	if (!ck->yielding && !ck->waited && peek_waiters_idle(k) &&
 	    atomic_exchange(&ck->others, 0)) {
 		asked = true;
-		ck->waited = others_wait(c, ck);
+		r = others_wait(c, ck);
+		lost = r == OTHERS_LOST;
+		ck->waited = r == OTHERS_WAIT;
 		/* Taken again meanwhile (the key is only seen idle here, not
 		 * under the mutex): the batch end must still know. */
 		if (ck->waited)
@@ -466,6 +501,9 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 		return; /* busy (or quarantined): next tick */
 	if (!key_is(k, ck)) {
 		give_up = true; /* reclaimed: cannot happen while open, but be sure */
+	} else if (lost) {
+		place_lost_locked(c, k, ck);
+		give_up = true;
 	} else if (k->holders == 0 && !k->waiters && !ck->yielding) {
 		/* Idle: cached (docs/cluster.md, "Holding"). Used since the
 		 * last look, its idle spell starts again, and whether another
@@ -533,14 +571,23 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 		return;
 	/* Asked only if the watch saw a host queue (or lost its place);
 	 * cleared first, so that a queue seen meanwhile sets it again. */
-	if (!atomic_exchange(&ck->others, 0) || !others_wait(c, ck)) {
+	r = atomic_exchange(&ck->others, 0) ? others_wait(c, ck) : OTHERS_NONE;
+	if (r == OTHERS_NONE) {
 		ck->batch_ns = mono_ns(); /* nobody else: a new batch */
 		ck->batch_l0 = atomic_load(&k->lock_index);
 		return;
 	}
 	/* Stop granting; the holder's release rings us and we give it up. */
-	if (key_lock_timed(seg, k, BROKER_LOCK_MS))
+	if (key_lock_timed(seg, k, BROKER_LOCK_MS)) {
+		atomic_store(&ck->others, 1); /* busy: asked again at the next look */
 		return;
+	}
+	if (key_is(k, ck) && r == OTHERS_LOST) {
+		place_lost_locked(c, k, ck);
+		key_unlock(k);
+		release_etcd(c, ck);
+		return;
+	}
 	if (key_is(k, ck)) {
 		seg_key_cluster_hold_back(k, true);
 		ck->yielding = true;
