@@ -329,6 +329,11 @@ bench: deps
 	@case ",$${SHMLOCK_BENCH_ONLY:-13}," in *,13,*) \
 		SHMLOCK_LIBLOCAL=$(abspath $(O))/$(SONAME) SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) \
 		PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 python/bench/binding.py;; esac
+	@# Section 14, cluster keys at scale: 3 and 5 brokers as hosts on one etcd member,
+	@# local operations per second and etcd writes per 1000 (docs/cluster.md, "Holding").
+	@case ",$${SHMLOCK_BENCH_ONLY:-14}," in *,14,*) \
+		echo "== 14. Cluster keys at scale: hosts on one etcd member (scripts/cluster-scale.sh)"; \
+		sh scripts/cluster-scale.sh $(O);; esac
 
 # ---- the knot (docs/architecture.md, "The core and its faces") ---------------
 

@@ -23,27 +23,8 @@ cleanup() {
 	rm -rf "$T"
 }
 trap cleanup EXIT INT TERM
-# A port nobody listens on (another etcd answering /health on ours would
-# make a bench against the wrong cluster, or none).
-port() {
-	while :; do
-		p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000))
-		ss -Htan "( sport = :$p or dport = :$p )" 2>/dev/null | grep -q . || { echo "$p"; return; }
-	done
-}
-CP=$(port)
-PP=$(port)
-etcd --name b --data-dir "$T/etcd" --listen-client-urls "http://127.0.0.1:$CP" \
-	--advertise-client-urls "http://127.0.0.1:$CP" --listen-peer-urls "http://127.0.0.1:$PP" \
-	--initial-advertise-peer-urls "http://127.0.0.1:$PP" \
-	--initial-cluster "b=http://127.0.0.1:$PP" >"$T/etcd.log" 2>&1 &
-epid=$!
-pids="$pids $epid"
-for _ in $(seq 100); do
-	curl -s "http://127.0.0.1:$CP/health" | grep -q true && break
-	sleep 0.1
-done
-kill -0 "$epid" 2>/dev/null || { echo "etcd did not start:" >&2; tail -3 "$T/etcd.log" >&2; exit 1; }
+. scripts/etcd-one.sh
+etcd_one_start
 for h in a b; do
 	"$O/shmlockd" --socket "$T/$h.sock" --shm-name "/shmlock-bench-$$-$h" \
 		--destroy-segment-on-exit --cluster "etcd://127.0.0.1:$CP" --cluster-prefix c/ \

@@ -31,7 +31,8 @@ struct cluster_opts {
 	uint32_t margin_ms;   /* holds end this long before the lease could expire */
 	uint32_t batch;	      /* grants per acquisition while other hosts wait */
 	uint32_t batch_ms;    /* ... and time */
-	uint32_t linger_ms;   /* an idle key's cluster lock is kept this long */
+	uint32_t linger_ms;   /* ... an idle key's, while another host waits for it */
+	uint32_t idle_ms;     /* an idle key's cluster lock (or slots) kept while nobody waits */
 };
 
 enum {
@@ -50,6 +51,7 @@ enum {
 	OPT_CLUSTER_BATCH,
 	OPT_CLUSTER_BATCH_MS,
 	OPT_CLUSTER_LINGER,
+	OPT_CLUSTER_IDLE,
 	OPT_CLUSTER_LAST,
 };
 #define CLUSTER_NOPTS (OPT_CLUSTER_LAST - OPT_CLUSTER_FIRST)

@@ -156,6 +156,9 @@ struct ckey {
 	bool yielding;	   /* CK_HELD: closed for other hosts; give up once free */
 	uint64_t idle_ns;  /* CK_HELD: first seen idle (0: in use) ... */
 	uint64_t idle_l;   /* ... with this lock_index */
+	/* CK_HELD, CK_SEM: etcd said another host waits, during this idle
+	 * spell (the manager's; cleared when the key is seen in use). */
+	bool waited;
 	/* Another host queued for this key's lock since we last asked etcd:
 	 * set by the watch thread (cluster_values.c), cleared by the manager
 	 * before it asks. A hint: a batch ends with a count query only when
@@ -225,8 +228,14 @@ struct cluster {
 	 * time it woke (lease_check_ns: asked for). */
 	_Atomic uint64_t lease_seen_ns, lease_check_ns;
 	uint32_t margin_ms;
-	int64_t adopt_id;	   /* the lease of the broker before us, to re-adopt */
-	bool lingering;		   /* manager: a held key is idle, to be looked at again soon */
+	int64_t adopt_id; /* the lease of the broker before us, to re-adopt */
+	/* manager: the earliest time a key asked to be looked at again before
+	 * the next tick (0: none; look_again_at()). */
+	uint64_t soon_ns;
+	/* manager: most key entries are in use (a full scan counts them):
+	 * cached keys, whose entries are not reclaimed while open, are given
+	 * up after --cluster-linger rather than --cluster-idle. */
+	bool table_tight;
 	uint32_t *active, nactive; /* manager: entries not CK_IDLE (scan()) */
 	/* Other hosts' holders (cluster_values.c): the watch thread writes,
 	 * the event loop reads (cluster_remote_fill()). */
@@ -255,6 +264,30 @@ static inline bool key_is_entry(const struct seg_key *k, const struct ckey *ck)
 {
 	return atomic_load(&k->state) == KEY_USED && k->key_len == ck->len &&
 	       !memcmp(k->key, ck->name, ck->len);
+}
+
+/* The manager looks at the keys again at @at_ns, if that is before its
+ * next tick (an idle key's linger ends, a holder to publish settles). */
+static inline void look_again_at(struct cluster *c, uint64_t at_ns)
+{
+	if (!c->soon_ns || at_ns < c->soon_ns)
+		c->soon_ns = at_ns;
+}
+
+/*
+ * How long a held key that nobody here uses (a semaphore's slots that no
+ * local demand needs) is kept, in ns: --cluster-idle while no other host is
+ * known to wait (a distributed lock manager's lock caching: the next local
+ * use costs no etcd write), --cluster-linger when one waits (@others) or
+ * the key table is nearly full; the shorter of the two if --cluster-idle is.
+ */
+static inline uint64_t cluster_keep_ns(const struct cluster *c, bool others)
+{
+	uint32_t ms = c->o->idle_ms;
+
+	if ((others || c->table_tight) && c->o->linger_ms < ms)
+		ms = c->o->linger_ms;
+	return (uint64_t)ms * 1000000ull;
 }
 
 /* ---- semaphores across hosts (cluster_sem.c) ------------------------------ */

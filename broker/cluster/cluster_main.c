@@ -35,6 +35,7 @@
 #include "lockword.h"
 
 #define TICK_MS 50u	      /* the manager looks at held keys at least this often */
+#define SOON_MS 5u	      /* a key whose mutex was busy: looked at again */
 #define FULL_MS 1000u	      /* ... and at every key entry */
 #define RETRY_MS 200u	      /* after a failed recipe */
 #define RELEASE_MS 3000u      /* deleting our etcd key */
@@ -405,6 +406,7 @@ static int open_gate(struct cluster *c, uint32_t i, struct ckey *ck)
 	ck->batch_l0 = l;
 	ck->yielding = false;
 	ck->idle_ns = 0;
+	ck->waited = false;
 	do {
 		n = key_grant_pending_locked(seg, k, wake, 64);
 		for (j = 0; j < n; j++)
@@ -414,12 +416,21 @@ static int open_gate(struct cluster *c, uint32_t i, struct ckey *ck)
 	return 0;
 }
 
-/* Do other hosts wait for @ck's cluster lock? */
-static bool others_wait(struct cluster *c, struct ckey *ck)
+enum { OTHERS_NONE, OTHERS_WAIT, OTHERS_LOST };
+
+/*
+ * Do other hosts wait for @ck's cluster lock (OTHERS_WAIT)? One range of
+ * the key's lock directory, oldest first: while we hold the lock our etcd
+ * key is the first, and any other is a host queued behind us. If ours is not
+ * the first (OTHERS_LOST), our place is gone (a key deleted by hand): as a
+ * cached key may be kept a long time, that is checked here too.
+ */
+static int others_wait(struct cluster *c, struct ckey *ck)
 {
-	char dir[640], from[920], to[920];
+	char dir[640], from[920], to[920], mine[920];
+	const char *first;
 	json_t *rep = NULL;
-	bool yes = false;
+	int r = OTHERS_NONE;
 	size_t n;
 
 	cluster_dir(c->o, ck->name, ck->len, dir, sizeof(dir));
@@ -427,58 +438,99 @@ static bool others_wait(struct cluster *c, struct ckey *ck)
 	etcd_b64(dir, n, from);
 	dir[n - 1]++;
 	etcd_b64(dir, n, to);
+	etcd_b64(ck->ekey, strlen(ck->ekey), mine);
 	if (etcd_post(&c->etcd, "/v3/kv/range",
-		      json_pack("{s:s, s:s, s:b}", "key", from, "range_end", to, "count_only", 1),
-		      &rep, RELEASE_MS, &c->stop) == 0)
-		yes = etcd_i64(rep, "count") > 1;
-	else
+		      json_pack("{s:s, s:s, s:s, s:s, s:s, s:b}", "key", from, "range_end", to,
+				"sort_order", "ASCEND", "sort_target", "CREATE", "limit", "1",
+				"keys_only", 1),
+		      &rep, RELEASE_MS, &c->stop) == 0) {
+		first = json_string_value(
+			json_object_get(json_array_get(json_object_get(rep, "kvs"), 0), "key"));
+		if (!first || strcmp(first, mine))
+			r = OTHERS_LOST;
+		else if (etcd_i64(rep, "count") > 1)
+			r = OTHERS_WAIT;
+	} else {
 		atomic_store(&ck->others, 1); /* not known: ask again next time */
+	}
 	json_decref(rep);
-	return yes;
+	return r;
+}
+
+/* Under @k's mutex: our etcd key is no longer the first of its directory
+ * (others_wait()), so another host may hold the lock: shut the key, its
+ * holds ended as at a lease loss; the caller gives it up (our records go
+ * only if our key is there, guarded) and local waiters queue anew. */
+static void place_lost_locked(struct cluster *c, struct seg_key *k, struct ckey *ck)
+{
+	uint32_t ended = key_close_locked(c->seg, k);
+
+	blog(LOG_ERR,
+	     "cluster: %.*s: our lock key is no longer first in etcd (deleted by "
+	     "hand?): closed, %u hold(s) ended",
+	     (int)ck->len, ck->name, ended);
 }
 
 static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 {
 	struct segment *seg = c->seg;
 	struct seg_key *k = &seg->keys[i];
-	bool give_up = false, batch_over = false, publish = false, others = false;
+	bool give_up = false, batch_over = false, publish = false, asked = false, lost = false;
 	struct cpub pub;
+	int r;
 
 	if (ck->epoch != atomic_load(&c->epoch) || !atomic_load(&c->lease_id)) {
 		ck->state = CK_IDLE; /* the lease is gone: so is our etcd key */
 		return;
 	}
 	/* Idle, and the watch saw a host queue (or we do not know): ask, and
-	 * if one waits give the key up now rather than after the linger. */
-	if (!ck->yielding && peek_waiters_idle(k) && atomic_exchange(&ck->others, 0)) {
-		others = others_wait(c, ck);
+	 * if one waits keep the key only --cluster-linger, not --cluster-idle.
+	 * Known for this idle spell: not asked again. */
+	if (!ck->yielding && !ck->waited && peek_waiters_idle(k) &&
+	    atomic_exchange(&ck->others, 0)) {
+		asked = true;
+		r = others_wait(c, ck);
+		lost = r == OTHERS_LOST;
+		ck->waited = r == OTHERS_WAIT;
 		/* Taken again meanwhile (the key is only seen idle here, not
 		 * under the mutex): the batch end must still know. */
-		if (others)
+		if (ck->waited)
 			atomic_store(&ck->others, 1);
 	}
 	if (key_lock_timed(seg, k, BROKER_LOCK_MS))
 		return; /* busy (or quarantined): next tick */
 	if (!key_is(k, ck)) {
 		give_up = true; /* reclaimed: cannot happen while open, but be sure */
-	} else if (k->holders == 0 && !k->waiters && !ck->yielding && c->o->linger_ms &&
-		   !others && /* another host waits: no linger */
-		   (!ck->idle_ns || atomic_load(&k->lock_index) != ck->idle_l ||
-		    now - ck->idle_ns < (uint64_t)c->o->linger_ms * 1000000ull)) {
-		/* Idle: kept for --cluster-linger in case a local process comes
-		 * back at once (a queue often empties for microseconds between
-		 * two processes taking turns); used meanwhile, it starts again. */
-		if (!ck->idle_ns || atomic_load(&k->lock_index) != ck->idle_l) {
+	} else if (lost) {
+		place_lost_locked(c, k, ck);
+		give_up = true;
+	} else if (k->holders == 0 && !k->waiters && !ck->yielding) {
+		/* Idle: cached (docs/cluster.md, "Holding"). Used since the
+		 * last look, its idle spell starts again, and whether another
+		 * host waits is asked again (the mark stays set while one
+		 * does). */
+		uint64_t l = atomic_load(&k->lock_index), keep;
+
+		if (!ck->idle_ns || l != ck->idle_l) {
 			ck->idle_ns = now;
-			ck->idle_l = atomic_load(&k->lock_index);
+			ck->idle_l = l;
+			if (!asked)
+				ck->waited = false;
 		}
-		c->lingering = true;
-	} else if (k->holders == 0 && (!k->waiters || ck->yielding || cluster_gated(seg, k))) {
-		/* Idle, or yielded and now free, or its token range spent. */
+		keep = cluster_keep_ns(c, ck->waited);
+		if (now - ck->idle_ns >= keep) {
+			seg_key_cluster_hold_back(k, false);
+			give_up = true;
+		} else {
+			look_again_at(c, ck->idle_ns + keep);
+		}
+	} else if (k->holders == 0 && (ck->yielding || cluster_gated(seg, k))) {
+		/* Yielded and now free, or its token range spent. */
 		seg_key_cluster_hold_back(k, false);
 		give_up = true;
 	} else if (!ck->yielding) {
 		ck->idle_ns = 0;
+		ck->waited = false;
 		/* A batch is over after --cluster-batch grants or
 		 * --cluster-batch-time with at least one grant: also when the
 		 * same process takes the key again and again, so that the
@@ -491,7 +543,7 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 			(grants && now - ck->batch_ns >= (uint64_t)c->o->batch_ms * 1000000ull);
 	}
 	/* In use (or yielding): ring us at the next release without handoff.
-	 * Lingering: we look again after --cluster-linger anyway. */
+	 * Idle: the next look (a tick, or --cluster-linger) sees it anyway. */
 	if (!give_up && key_is(k, ck) && (k->holders || k->waiters || ck->yielding))
 		seg_key_cluster_arm(k);
 	/* A lock-delay (of a lost host) over: grant the queue. */
@@ -503,7 +555,7 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 		for (j = 0; j < n; j++)
 			waiter_wake(seg, wake[j]);
 	} else if (!give_up && key_is(k, ck) && k->delay_until_ns > now) {
-		c->lingering = true; /* look again soon */
+		look_again_at(c, k->delay_until_ns); /* the queue is granted then */
 	}
 	/* Holder or value changed: shown to the other hosts. */
 	if (!give_up && key_is(k, ck))
@@ -519,14 +571,23 @@ static void held_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t n
 		return;
 	/* Asked only if the watch saw a host queue (or lost its place);
 	 * cleared first, so that a queue seen meanwhile sets it again. */
-	if (!atomic_exchange(&ck->others, 0) || !others_wait(c, ck)) {
+	r = atomic_exchange(&ck->others, 0) ? others_wait(c, ck) : OTHERS_NONE;
+	if (r == OTHERS_NONE) {
 		ck->batch_ns = mono_ns(); /* nobody else: a new batch */
 		ck->batch_l0 = atomic_load(&k->lock_index);
 		return;
 	}
 	/* Stop granting; the holder's release rings us and we give it up. */
-	if (key_lock_timed(seg, k, BROKER_LOCK_MS))
+	if (key_lock_timed(seg, k, BROKER_LOCK_MS)) {
+		atomic_store(&ck->others, 1); /* busy: asked again at the next look */
 		return;
+	}
+	if (key_is(k, ck) && r == OTHERS_LOST) {
+		place_lost_locked(c, k, ck);
+		key_unlock(k);
+		release_etcd(c, ck);
+		return;
+	}
 	if (key_is(k, ck)) {
 		seg_key_cluster_hold_back(k, true);
 		ck->yielding = true;
@@ -615,6 +676,7 @@ static void adopt_tick(struct cluster *c, uint32_t i, struct ckey *ck)
 		ck->batch_l0 = atomic_load(&k->lock_index);
 		ck->yielding = false;
 		ck->idle_ns = 0;
+		ck->waited = false;
 		blog(LOG_INFO, "cluster: %.*s re-adopted", (int)ck->len, ck->name);
 	} else {
 		bool sem = false;
@@ -684,7 +746,7 @@ static bool close_stale(struct cluster *c, uint32_t i, struct ckey *ck, int64_t 
 			     (uint64_t)((now - ck->unclosed_ns) / 1000000ull));
 			ck->unclosed_log_ns = now + gap;
 		}
-		c->lingering = true; /* again at the next tick */
+		look_again_at(c, now + SOON_MS * 1000000ull);
 		return false;
 	}
 	was_open = atomic_load(&k->cluster) & CL_OPEN;
@@ -796,14 +858,19 @@ static bool stays_active(const struct ckey *ck, uint64_t now)
 static void scan(struct cluster *c, bool full)
 {
 	uint64_t now = mono_ns();
-	uint32_t i, j;
+	uint32_t i, j, used = 0;
 
 	if (!full) {
 		for (j = 0; j < c->nactive; j++)
 			look_at(c, c->active[j], now);
 	} else {
-		for (i = 0; i < c->seg->caps.max_keys; i++)
+		for (i = 0; i < c->seg->caps.max_keys; i++) {
 			look_at(c, i, now);
+			used += atomic_load(&c->seg->keys[i].state) == KEY_USED;
+		}
+		/* Seven eighths of the entries in use: cached keys make room
+		 * (cluster_keep_ns()). */
+		c->table_tight = (uint64_t)used * 8 >= (uint64_t)c->seg->caps.max_keys * 7;
 	}
 	/* The list anew: the keys that are not idle now, or to be retried, or
 	 * left open by a lease that ended. */
@@ -834,7 +901,7 @@ static void *manager(void *arg)
 	struct cluster *c = arg;
 	struct seg_header *h = c->seg->hdr;
 	uint32_t last = atomic_load(&h->cluster_bell) - CLUSTER_BELL_FIND; /* the first: full */
-	uint64_t next_full = 0, nfull = 0, nlooks = 0, wait_ms, woke_by = 0, paused = 0;
+	uint64_t next_full = 0, nfull = 0, nlooks = 0, woke_by = 0, paused = 0;
 	uint32_t i;
 
 	while (!atomic_load(&c->stop)) {
@@ -869,7 +936,7 @@ static void *manager(void *arg)
 		nfull += full;
 		nlooks++;
 
-		c->lingering = false;
+		c->soon_ns = 0;
 		/* A full scan at least every FULL_MS too: a look that could not
 		 * be made (a busy mutex, no lease yet) is not lost. */
 		if (full)
@@ -877,12 +944,12 @@ static void *manager(void *arg)
 		scan(c, full);
 		last = v;
 		seg_cluster_set_listening(h, true);
-		/* Soon again while something is pending (at least 1 ms: with
-		 * --cluster-linger 0 it would spin). */
-		wait_ms = c->lingering && c->o->linger_ms < TICK_MS ? c->o->linger_ms : TICK_MS;
-		if (!wait_ms)
-			wait_ms = 1;
-		woke_by = mono_ns() + wait_ms * 1000000ull;
+		/* Sooner when a key asked for it (at least 1 ms later: a time
+		 * already past would spin). */
+		now = mono_ns();
+		woke_by = now + TICK_MS * 1000000ull;
+		if (c->soon_ns && c->soon_ns < woke_by)
+			woke_by = c->soon_ns > now + 1000000ull ? c->soon_ns : now + 1000000ull;
 		if (atomic_load(&h->cluster_bell) == v && !atomic_load(&c->stop))
 			futex_wait_until(&h->cluster_bell, v, woke_by);
 		seg_cluster_set_listening(h, false);

@@ -5,6 +5,7 @@
 
 #include "cluster.h"
 #include "core/options.h"
+#include "duration.h"
 
 const struct option cluster_long_opts[CLUSTER_NOPTS] = {
 	{ "cluster", required_argument, NULL, OPT_CLUSTER },
@@ -21,6 +22,7 @@ const struct option cluster_long_opts[CLUSTER_NOPTS] = {
 	{ "cluster-batch", required_argument, NULL, OPT_CLUSTER_BATCH },
 	{ "cluster-batch-time", required_argument, NULL, OPT_CLUSTER_BATCH_MS },
 	{ "cluster-linger", required_argument, NULL, OPT_CLUSTER_LINGER },
+	{ "cluster-idle", required_argument, NULL, OPT_CLUSTER_IDLE },
 };
 
 const char cluster_usage_text[] =
@@ -45,9 +47,14 @@ const char cluster_usage_text[] =
 	"  --cluster-batch N       while other hosts wait, hand a cluster key among\n"
 	"                          local waiters at most N times (default 1000)\n"
 	"  --cluster-batch-time MS ... or for at most MS milliseconds (default 100)\n"
-	"  --cluster-linger MS     keep an idle cluster key's lock this long, in case\n"
-	"                          a local process comes back (default 5; 0: give\n"
-	"                          it up as soon as the local queue is empty)\n";
+	"  --cluster-linger MS     while another host waits for a cluster key, keep\n"
+	"                          it this long after its local queue empties, in\n"
+	"                          case a local process comes back within the batch\n"
+	"                          (default 0: give it up at once)\n"
+	"  --cluster-idle DURATION while no other host waits, keep a cluster key's\n"
+	"                          lock (a semaphore's slots) until it has been idle\n"
+	"                          this long (default 30s; \"500ms\", \"2m\", or seconds;\n"
+	"                          0: give it up as soon as it is idle; at most 24h)\n";
 
 void cluster_opts_default(struct cluster_opts *o)
 {
@@ -56,7 +63,27 @@ void cluster_opts_default(struct cluster_opts *o)
 	o->lease_ttl_s = 10;
 	o->batch = 1000;
 	o->batch_ms = 100;
-	o->linger_ms = 5;
+	o->linger_ms = 0;
+	o->idle_ms = 30000;
+}
+
+/* A duration option (libshm/duration.c: "30s", "500ms", or seconds), in ms. */
+static int opt_duration_ms(const char *name, const char *arg, uint32_t max_ms, uint32_t *out)
+{
+	const char *why = NULL;
+	int64_t ns;
+
+	if (duration_parse_or_seconds(arg, &ns, &why)) {
+		fprintf(stderr, "shmlockd: --%s: '%s': %s\n", name, arg, why);
+		return -1;
+	}
+	if (ns < 0 || duration_ms(ns) > (int64_t)max_ms) {
+		fprintf(stderr, "shmlockd: --%s: '%s': out of range (0 to %u ms)\n", name, arg,
+			max_ms);
+		return -1;
+	}
+	*out = (uint32_t)duration_ms(ns);
+	return 0;
 }
 
 static int parse_endpoints(struct cluster_opts *o, const char *arg)
@@ -147,6 +174,8 @@ int cluster_opt_parse(struct cluster_opts *o, int opt, const char *arg)
 		return opt_number("cluster-batch-time", arg, 1, 3600000, &o->batch_ms);
 	case OPT_CLUSTER_LINGER:
 		return opt_number("cluster-linger", arg, 0, 60000, &o->linger_ms);
+	case OPT_CLUSTER_IDLE:
+		return opt_duration_ms("cluster-idle", arg, 86400000u, &o->idle_ms);
 	}
 	return -1;
 }

@@ -10,7 +10,8 @@
  * The host grants as many local holders as it has slots
  * (seg_key.cluster_slots, checked by cluster_slots_full() in every grant of a
  * new hold), asks for more when its local demand (holders + waiters) grows,
- * and gives the surplus back after --cluster-linger. A host lost with slots
+ * and gives the surplus back after --cluster-idle (--cluster-linger when
+ * another host waits for slots). A host lost with slots
  * loses them with its lease; the local deadline ends its holds before that,
  * as for locks. Hosts are served in FIFO order (etcd's semaphore recipe): a
  * host that wants slots puts a waiter key, NS "s/" hex(key) "/w/" lease,
@@ -544,6 +545,17 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 			ck->state = CK_IDLE;
 		return;
 	}
+	/* Slots nobody here uses, and the watch saw a host queue (or we do
+	 * not know): do other hosts need them? Then they are kept only
+	 * --cluster-linger. A hint read without the mutex; asked once per
+	 * idle spell, and the mark stays for the batch end. */
+	if (!ck->waited && !ck->yield &&
+	    ck->nslots > peek_waiters_of(k) + __atomic_load_n(&k->holders, __ATOMIC_RELAXED) &&
+	    atomic_exchange(&ck->others, 0)) {
+		ck->waited = sem_others_need(c, ck, lease) > 0;
+		if (ck->waited)
+			atomic_store(&ck->others, 1);
+	}
 	if (key_lock_timed(seg, k, BROKER_LOCK_MS)) {
 		if (w) { /* give them back: we could not use them */
 			slots_delete(c, ck, w->lease, w->idx, w->got);
@@ -579,15 +591,24 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 	if (!ck->sw && demand > ck->nslots && now >= ck->retry_ns)
 		sem_worker_start(c, ck, demand - ck->nslots, lease);
 	if (ck->nslots > demand && ck->nslots > k->holders) {
-		/* Surplus: given back after --cluster-linger (the holders keep
-		 * theirs; no new hold beyond what is left). */
+		/* Surplus: cached for --cluster-idle, or --cluster-linger when
+		 * another host waits (cluster_keep_ns()); the holders keep
+		 * theirs, and no new hold goes beyond what is left. */
+		uint64_t l = atomic_load(&k->lock_index), keep;
+
 		if (!ck->idle_ns) {
 			ck->idle_ns = now;
-			c->lingering = true;
-		} else if (now - ck->idle_ns >= (uint64_t)c->o->linger_ms * 1000000ull) {
-			uint32_t keep = demand > k->holders ? demand : k->holders;
+			ck->idle_l = l;
+		}
+		keep = cluster_keep_ns(c, ck->waited);
+		if (now - ck->idle_ns >= keep) {
+			uint32_t want = demand > k->holders ? demand : k->holders;
 
-			while (ck->nslots > keep)
+			/* Still used meanwhile, with nobody else waiting: one
+			 * slot stays (it is taken again at once otherwise). */
+			if (!want && l != ck->idle_l && !ck->waited && !c->table_tight)
+				want = 1;
+			while (ck->nslots > want)
 				drop[ndrop++] = ck->slots[--ck->nslots];
 			if (ck->yield > ck->nslots) /* given back anyway */
 				ck->yield = ck->nslots;
@@ -595,11 +616,13 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 			if (!ck->nslots)
 				seg_key_cluster_hold_back(k, false);
 			ck->idle_ns = 0;
+			ck->waited = false;
 		} else {
-			c->lingering = true;
+			look_again_at(c, ck->idle_ns + keep);
 		}
 	} else {
 		ck->idle_ns = 0;
+		ck->waited = false;
 	}
 	/* The batch, as for locks (held_tick()): after --cluster-batch grants,
 	 * or --cluster-batch-time with at least one, while slots are held and

@@ -76,11 +76,11 @@ bool cvalue_snapshot_locked(struct cluster *c, struct seg_key *k, struct ckey *c
 		ck->seen_ns = mono_ns();
 	}
 	if (mono_ns() - ck->seen_ns < PUB_SETTLE_MS * 1000000ull) {
-		/* Looked at again within --cluster-linger (5 ms), not a whole
-		 * tick (50 ms): the sooner a holder with a lock-delay is
+		/* Looked at again once it has settled, not a whole tick
+		 * (50 ms) later: the sooner a holder with a lock-delay is
 		 * published, the shorter the window in which its host's loss
 		 * leaves no lock-delay behind (docs/cluster.md). */
-		c->lingering = true;
+		look_again_at(c, ck->seen_ns + PUB_SETTLE_MS * 1000000ull);
 		return false;
 	}
 	memset(p, 0, sizeof(*p));
