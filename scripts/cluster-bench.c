@@ -6,11 +6,14 @@
  * processes, or between hosts when each process is on its own host); prints
  * handoffs per second. scripts/cluster-bench.sh builds and runs it.
  * Usage: cluster-bench KEY SECONDS SOCKET...
+ *        cluster-bench -u KEY SECONDS SOCKET: one process alone, lock+release
+ *        in a loop (uncontended); prints ns per lock+release.
  */
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -70,6 +73,38 @@ static void run(struct shared *sh, const char *sock, const char *key, double sec
 	_exit(0);
 }
 
+/* One process, lock+release of KEY for @secs after a warm-up (the first
+ * lock of a cluster key waits for the host to take its etcd lock). */
+static int uncontended(const char *key, double secs, const char *sock)
+{
+	struct local_session_opts o;
+	local_session *s;
+	double start, end, t;
+	long n = 0;
+	int i;
+
+	local_session_opts_init(&o);
+	o.socket_path = sock;
+	o.lock_delay_ms = 0;
+	if (local_session_open(&o, &s))
+		return 1;
+	for (i = 0; i < 100000; i++)
+		if (local_lock(s, key, NULL, NULL) || local_release(s, key))
+			return 3;
+	start = now();
+	end = start + secs;
+	do {
+		for (i = 0; i < 1000; i++)
+			if (local_lock(s, key, NULL, NULL) || local_release(s, key))
+				return 3;
+		n += 1000;
+	} while ((t = now()) < end);
+	printf("%-5s 1 process: %8.1f ns per lock+release (%ld after a warm-up of 100000)\n", key,
+	       (t - start) * 1e9 / (double)n, n);
+	local_session_close(s);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct shared *sh =
@@ -77,6 +112,8 @@ int main(int argc, char **argv)
 	double secs;
 	int n, i;
 
+	if (argc == 5 && !strcmp(argv[1], "-u"))
+		return uncontended(argv[2], atof(argv[3]), argv[4]);
 	if (argc < 4 || sh == MAP_FAILED) {
 		fprintf(stderr, "usage: %s KEY SECONDS SOCKET...\n", argv[0]);
 		return 2;
