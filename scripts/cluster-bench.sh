@@ -49,13 +49,18 @@ for _ in $(seq 100); do
 	sleep 0.1
 done
 kill -0 "$epid" 2>/dev/null || { echo "etcd did not start:" >&2; tail -3 "$T/etcd.log" >&2; exit 1; }
-for h in a b; do
+# Hosts a and b take the key in turns; host h holds its keys (a linger of
+# 60 s: the local figures are of a key its host holds, and the key-switching
+# runs leave each key idle for 20 ms at a time).
+for h in a b h; do
+	linger=5
+	[ "$h" = h ] && linger=60000
 	"$O/shmlockd" --socket "$T/$h.sock" --shm-name "/shmlock-bench-$$-$h" \
 		--destroy-segment-on-exit --cluster "etcd://127.0.0.1:$CP" --cluster-prefix c/ \
-		>"$T/$h.log" 2>&1 &
+		--cluster-linger "$linger" >"$T/$h.log" 2>&1 &
 	pids="$pids $!"
 done
-for h in a b; do
+for h in a b h; do
 	for _ in $(seq 100); do [ -S "$T/$h.sock" ] && break; sleep 0.1; done
 done
 cc -O2 -std=gnu11 -Iinclude scripts/cluster-bench.c "$O/liblocal.a" -lpthread -o "$T/cb"
@@ -71,28 +76,34 @@ verdict() {
 		printf "%s: cluster key at median %.2fx a host-local key (min %.2fx, max %.2fx, %d rounds; host-local median %s %s)\n",
 			what, m, v[1], v[NR], NR, a, unit;
 		printf "  target: %s, cluster key >= %.2fx host-local (anchor: host-local %s %s, same run): %s\n",
-			what, want, a, unit, m >= want ? "MET" : "NOT MET" }'
+			what, want, a, unit, (m >= want ? "MET" : "NOT MET") }'
 }
-# $ROUNDS rounds of $SECS s, "$T/cb" on host-local key $2 then cluster key
-# $3, each with the arguments after them; $1 "ns": field 4 is ns per
-# operation (the ratio is host-local / cluster), else a rate (cluster /
-# host-local). Ratios in $T/ratios, host-local figures in $T/anchors.
-rounds() {
-	unit=$1 lk=$2 ck=$3
+# A round's figures: one run of "$T/cb" $1 (-u: ns per lock+release, the
+# ratio host-local / cluster; -h: handoffs per second, the ratio cluster /
+# host-local) with host-local key $2 and cluster key $3, which it alternates
+# (the machine's load falls on both alike), and the sockets after them.
+round() {
+	mode=$1 lk=$2 ck=$3
 	shift 3
+	# shellcheck disable=SC2046 # two figures
+	set -- $(timeout $((SECS + 60)) "$T/cb" "$mode" "$lk" "$ck" "$SECS" "$@" | awk '{ print $5, $6 }')
+	l=${1:-0} c=${2:-0}
+	if [ "$mode" = -u ]; then
+		unit=ns
+		ratio=$(awk "BEGIN { printf \"%.2f\", $l / ($c > 0 ? $c : 1) }")
+	else
+		unit=handoffs/s
+		ratio=$(awk "BEGIN { printf \"%.2f\", $c / ($l > 0 ? $l : 1) }")
+	fi
+}
+# $ROUNDS rounds of round(); ratios in $T/ratios, host-local figures in
+# $T/anchors.
+rounds() {
 	: >"$T/ratios"
 	: >"$T/anchors"
 	r=0
 	while [ "$r" -lt "$ROUNDS" ]; do
-		# shellcheck disable=SC2086 # -u is one word or none
-		l=$(timeout $((SECS + 60)) "$T/cb" $U "$lk" "$SECS" "$@" | awk '{ print $4 }')
-		# shellcheck disable=SC2086
-		c=$(timeout $((SECS + 60)) "$T/cb" $U "$ck" "$SECS" "$@" | awk '{ print $4 }')
-		if [ "$unit" = ns ]; then
-			ratio=$(awk "BEGIN { printf \"%.2f\", $l / ($c > 0 ? $c : 1) }")
-		else
-			ratio=$(awk "BEGIN { printf \"%.2f\", $c / ($l > 0 ? $l : 1) }")
-		fi
+		round "$@"
 		echo "$ratio" >>"$T/ratios"
 		echo "$l" >>"$T/anchors"
 		echo "   round $((r + 1)): host-local $l $unit, cluster $c $unit: ${ratio}x"
@@ -101,12 +112,12 @@ rounds() {
 }
 if [ "${ONLY:-}" != cross ]; then
 echo "== one host, one process: lock+release of a key the host holds (lock-free)"
-echo "   ($ROUNDS rounds of $SECS s, host-local and cluster key interleaved; the ratio per round)"
-U=-u rounds ns l/u c/u "$T/a.sock"
+echo "   ($ROUNDS rounds of $SECS s, each alternating the two keys in batches of 1000: median ns per batch)"
+rounds -u l/u c/u "$T/h.sock"
 verdict "uncontended lock+release" 0.8 "ns"
 echo "== one host, two processes alternating: a handoff per grant"
-echo "   ($ROUNDS rounds of $SECS s, host-local and cluster key interleaved; the ratio per round)"
-U= rounds handoffs/s l/h c/h "$T/a.sock" "$T/a.sock"
+echo "   ($ROUNDS rounds of $SECS s, both processes switching between the keys every 20 ms)"
+rounds -h l/h c/h "$T/h.sock" "$T/h.sock"
 verdict "two-process handoffs" 0.9 "handoffs/s"
 echo "   (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
 fi
