@@ -343,3 +343,77 @@ TEST(cluster_fast, refused_closed_stale_spent, 60)
 	broker_stop_clean(&b);
 	etcd3_stop(&e);
 }
+
+#ifdef LOCAL_CRASH_POINTS
+#include "crashpoint.h"
+#include "invariants.h"
+
+/* A process on @b that takes and releases @key, dying at crash point @point
+ * if it gets there: true if it died there. */
+static bool dies_at(const struct broker_proc *b, const char *key, int point)
+{
+	char num[16];
+	pid_t pid;
+	int st;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		local_session *c;
+
+		snprintf(num, sizeof(num), "%d", point);
+		setenv("SHMLOCK_CRASH_AT", num, 1);
+		c = open_session(b, "crasher", 0, 0);
+		if (local_lock(c, key, NULL, NULL) || local_release(c, key))
+			_exit(1);
+		_exit(0);
+	}
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == CRASH_EXIT_CODE));
+	return WEXITSTATUS(st) == CRASH_EXIT_CODE;
+}
+
+/*
+ * A client killed at each step of the lock-free path on an open cluster key
+ * (claimed, committed, released): its hold is ended by the broker's sweep
+ * as for a host-local key, the segment keeps its invariants, the key is
+ * granted again on this host with a larger token and goes back to fast
+ * mode, still open.
+ */
+TEST(cluster_fast, killed_in_the_lock_free_path, 60)
+{
+	static const int points[] = { CP_FAST_ACQ_CLAIMED, CP_FAST_ACQ_PUBLISHED,
+				      CP_FAST_REL_PUBLISHED };
+	LOCAL_OPTS(local_acquire_opts, wait, .timeout_ms = 10000);
+	struct broker_proc a;
+	struct etcd3 e;
+	local_session *s;
+	struct seg_key *k;
+	uint64_t tok, last = 0;
+	unsigned i, tries;
+
+	etcd3_start(&e);
+	host_up(&a, &e, "10", "60000");
+	s = open_session(&a, "observer", 0, 0);
+	k = open_on_host(s, KEY);
+	for (i = 0; i < sizeof(points) / sizeof(points[0]); i++) {
+		/* The broker may have armed the key at that moment (the
+		 * mutex path then): again. */
+		for (tries = 0; !dies_at(&a, KEY, points[i]); tries++)
+			CHECK(tries < 100);
+		/* The broker's sweep of the dead session first. */
+		CHECK(WAIT_SESSIONS(s, 1, 10000));
+		CHECK_OK(local_lock(s, KEY, &wait, &tok));
+		CHECK(tok > last && tok > CLUSTER_TOKEN_BASE);
+		last = tok;
+		CHECK_OK(local_release(s, KEY));
+		CHECK_EQ(segment_violations(s), 0);
+		CHECK(atomic_load(&k->cluster) & CL_OPEN);
+		CHECK(WAIT_FOR(in_fast_mode(k), 5000));
+	}
+	local_session_close(s);
+	broker_stop_clean(&a);
+	etcd3_stop(&e);
+}
+#endif
