@@ -33,6 +33,22 @@
  * fast_release() un-names the node with one CAS; the node is then in flight
  * again, ours alone, and a plain store frees it. (If a mutex holder made it
  * NODE_HOLDING meanwhile, the sweep may free it too: then a CAS frees it.)
+ *
+ * Cluster keys (docs/cluster.md, "The lock-free path") are in fast mode only
+ * while the broker holds them open and wants no ring (fast_eligible()), and
+ * a lock-free acquire also checks the gate between steps 1 and 4
+ * (cluster_fast_refused(): open, the key's lease the host's lease now, the
+ * host's deadline more than a slack ahead by the coarse clock; the token
+ * range by fast_token()). Everything the broker changes in the key (closing
+ * it, arming it, a new range) it changes under the key mutex, which sets
+ * SLOW first: our CAS against F0 then fails. The header's lease and
+ * deadline it writes without the mutex, and the deadline passes by itself
+ * (a stopped broker writes nothing): those are read after F0 and before
+ * the CAS, so a grant committed with them valid was decided while they
+ * were, as the mutex path decides under the mutex before it grants. The
+ * broker, closing a key, sets SLOW under the mutex before it gives the etcd
+ * lock up, and finds a lock-free hold committed before that (adopted by
+ * key_lock()) to end.
  */
 #include <errno.h>
 #include <string.h>
@@ -166,6 +182,9 @@ acquire(struct segment *seg, const char *key, uint32_t kind, uint32_t limit, boo
 	/* Stable while SLOW is clear (they change under the mutex only); a
 	 * mismatch is the mutex path's to report. */
 	if (k->kind != kind || k->limit != limit)
+		return FAST_MISS;
+	/* A cluster key only while its host holds it (see the top). */
+	if (__builtin_expect(cluster_fast_refused(seg, k), 0))
 		return FAST_MISS;
 	*key_idx = idx;
 	if (__builtin_expect(FAST_HOLDER(f) != 0, 0)) {

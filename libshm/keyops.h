@@ -377,6 +377,46 @@ static inline bool cluster_gated(const struct segment *seg, const struct seg_key
 }
 
 /*
+ * The lock-free path stops granting a cluster key this long before the
+ * host's deadline, and leaves the rest to the mutex path, whose gate reads
+ * the precise clock. It reads CLOCK_MONOTONIC_COARSE (mono_coarse_ns()): the
+ * kernel's time at its last tick, never ahead of CLOCK_MONOTONIC, and
+ * behind it by at most a few ticks (4 ms each at HZ=250, 10 ms at HZ=100; a
+ * CPU that finds the tick stalled for 5 updates it itself). So a grant the
+ * coarse clock allows, coarse + slack < deadline, is before the deadline.
+ */
+#define CLUSTER_FAST_SLACK_NS (100ull * 1000000ull)
+
+/*
+ * Must the lock-free acquire leave cluster key @k to the mutex path? Yes
+ * unless the key is open and not armed (the broker wants no ring), under
+ * the lease the host holds now, and the host's deadline is more than
+ * CLUSTER_FAST_SLACK_NS ahead: cluster_gated()'s checks, but for the token
+ * range, which fast_token() checks (0 when spent), and with the cheap
+ * clock. Read after the fast word F0 (acquire), before the CAS that
+ * commits on it: whatever the broker changes under the key mutex sets SLOW
+ * first, so that CAS fails; what it changes without the mutex (the
+ * header's lease and deadline) and the clock are read here, and a client
+ * paused between this check and its CAS is the pause inside a critical
+ * step that the mutex path has too (docs/cluster.md, "Guarantees and what
+ * they assume"). False for a host-local key, at the cost of one load.
+ */
+static inline bool cluster_fast_refused(const struct segment *seg, const struct seg_key *k)
+{
+	uint32_t st = atomic_load_explicit(&k->cluster, memory_order_relaxed);
+	int64_t lease;
+	uint64_t dl;
+
+	if (__builtin_expect(!(st & CL_KEY), 1))
+		return false;
+	lease = atomic_load_explicit(&k->cluster_lease, memory_order_relaxed);
+	dl = atomic_load_explicit(&seg->hdr->cluster_deadline_ns, memory_order_acquire);
+	return (st & (CL_OPEN | CL_ARMED)) != CL_OPEN || !lease ||
+	       lease != atomic_load_explicit(&seg->hdr->cluster_lease_id, memory_order_acquire) ||
+	       dl <= SEG_CLUSTER_DEADLINE_PAST || mono_coarse_ns() + CLUSTER_FAST_SLACK_NS >= dl;
+}
+
+/*
  * A waiter's grant of cluster key @k, just consumed, is void: the key was
  * opened under a lease the host no longer holds (or its deadline passed).
  * The gate is checked when a hold is handed over, but a releaser stopped

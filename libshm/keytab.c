@@ -118,13 +118,22 @@ static void adopt_fast_hold_locked(struct segment *seg, struct seg_key *k)
  * touch; so while anyone watches, every change goes through the mutex). */
 static bool fast_eligible(const struct seg_key *k)
 {
+	uint32_t cl = atomic_load_explicit(&k->cluster, memory_order_relaxed);
+
 	if (atomic_load(&k->state) != KEY_USED || k->q_head != IDX_NONE || k->delay_until_ns != 0 ||
 	    atomic_load(&k->watchers) != 0)
 		return false;
-	/* Cluster keys stay on the mutex path: its release tells
-	 * the broker when the host may give up the key's cluster lock. */
-	if (atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_KEY)
-		return false;
+	/* A cluster lock key only while the broker holds it open under a
+	 * lease and wants no ring (CL_ARMED: the release must pass the mutex
+	 * to ring it); the lock-free acquire checks the rest of the gate at
+	 * every grant (cluster_fast_refused()). A key the broker closes or
+	 * arms leaves fast mode here: it is SLOW while the broker holds the
+	 * mutex, and stays so. Cluster semaphores stay on the mutex path
+	 * (cluster_slots_full()). */
+	if (cl & CL_KEY)
+		return (cl & (CL_OPEN | CL_ARMED)) == CL_OPEN &&
+		       atomic_load_explicit(&k->cluster_lease, memory_order_relaxed) &&
+		       k->kind == LOCAL_KIND_LOCK && k->holders <= 1;
 	if (k->kind == LOCAL_KIND_LOCK)
 		return k->holders <= 1;
 	return k->kind == LOCAL_KIND_SEMAPHORE && k->holders == 0;

@@ -109,8 +109,13 @@ static int check_key(struct segment *seg, uint32_t ki)
 		VIOLATION("key %s: queue tail is %u, last entry %u", k->key, k->q_tail, prev);
 	/* Tokens: the counter is at or above every token a key could give
 	 * (else a later range could give one again); a holder's token is at
-	 * most the key's last one drawn (else the next grant could repeat it). */
+	 * most the key's last one drawn (else the next grant could repeat it).
+	 * A cluster key's tokens come from the range its broker set from an
+	 * etcd revision, above every host-local token: bounded by that range's
+	 * end instead (docs/cluster.md, "Tokens"). */
 	counter = atomic_load(&seg->hdr->token_counter);
+	if (atomic_load(&k->cluster) & CL_KEY)
+		counter = k->tok_hi;
 	if (k->token > counter || k->tok_last > counter ||
 	    (k->tok_off <= k->token && k->tok_hi > counter))
 		VIOLATION("key %s: token %llu / last %llu / range end %llu above the counter "

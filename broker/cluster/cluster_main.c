@@ -371,8 +371,8 @@ static int open_gate(struct cluster *c, uint32_t i, struct ckey *ck)
 		return -ENOENT;
 	}
 	/* Tokens: CLUSTER_TOKEN_BASE + rev * 2^24 + local sequence (keyops.h).
-	 * lock_index is exact under the mutex (cluster keys never take the
-	 * lock-free path), so the next grant gets start + 1. Every acquisition
+	 * lock_index is exact under the mutex (key_lock() counted the
+	 * lock-free grants), so the next grant gets start + 1. Every acquisition
 	 * has a revision of its own (cluster_lock.c re-creates a key a failed
 	 * delete left); going on from the last token drawn is a second guard. */
 	base = CLUSTER_TOKEN_BASE + ((uint64_t)ck->w->rev << CLUSTER_SEQ_BITS);
