@@ -7,7 +7,10 @@
  * or when the key changed kind.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -409,5 +412,88 @@ TEST(handle, closing_a_handle_keeps_the_hold, 20)
 	CHECK_OK(local_key_close(h));
 	CHECK_RC(local_held(a, "close/k", &held), -LOCAL_ENOTHELD);
 	CHECK_OK(local_session_close(a));
+	broker_stop(&b);
+}
+
+/*
+ * A handle in use while another thread keeps reclaiming its one entry and
+ * giving it to another key: every grant by handle is a hold of the handle's
+ * key (its session holds that key by name at that moment), every release
+ * ends it, and the other key's holds are never touched.
+ */
+struct churn {
+	const struct broker_proc *b;
+	local_session *s;
+	_Atomic int stop;
+	_Atomic long grants, bad;
+};
+
+static void *churn_other_key(void *p)
+{
+	struct churn *c = p;
+	uint64_t t = 0, held = 0;
+	int i;
+
+	while (!atomic_load(&c->stop)) {
+		keytab_reclaim_idle(c->s->seg, 0, UINT32_MAX, 0);
+		if (local_lock(c->s, "churn/other", &try_once, &t))
+			continue;
+		atomic_fetch_add(&c->grants, 1);
+		/* Held by name: the handle's thread must not have released it. */
+		if (local_held(c->s, "churn/other", &held) || held != t)
+			atomic_fetch_add(&c->bad, 1);
+		if (local_release(c->s, "churn/other"))
+			atomic_fetch_add(&c->bad, 1);
+		/* Leave the entry the other key's, free and lock-free, a while:
+		 * where a handle that trusted its cached index would take it. */
+		for (i = 0; i < 20; i++)
+			sched_yield();
+	}
+	return NULL;
+}
+
+TEST(handle, a_handle_races_the_reuse_of_its_entry, 60)
+{
+	static const char *const flags[] = { "--max-keys", "1", "--gc-idle", "0", NULL };
+	struct broker_proc b;
+	struct churn c = { 0 };
+	local_session *a;
+	local_key *h;
+	pthread_t th;
+	uint64_t t = 0, held = 0, last = 0;
+	long i, mine = 0;
+	uint64_t end;
+	int err;
+
+	broker_start(&b, flags);
+	a = open_session(&b, "a", 0, 0);
+	c.b = &b;
+	c.s = open_session(&b, "other", 0, 0);
+	h = key_open(a, "churn/mine");
+	CHECK(pthread_create(&th, NULL, churn_other_key, &c) == 0);
+	/* Until both sides had the entry often, or 20 s (a starved thread). */
+	end = now_ms() + 20000;
+	for (i = 0; (mine < 1000 || atomic_load(&c.grants) < 1000) && now_ms() < end; i++) {
+		err = local_key_lock(h, &try_once, &t);
+		if (err == -LOCAL_EMAXKEYS || err == -EBUSY)
+			continue; /* the entry is the other key's, or being reclaimed */
+		CHECK_OK(err);
+		CHECK(t > last);
+		last = t;
+		CHECK_OK(local_held(a, "churn/mine", &held));
+		CHECK_EQ(held, t);
+		CHECK_RC(local_held(a, "churn/other", &held), -LOCAL_ENOTHELD);
+		CHECK_OK(local_key_release(h));
+		CHECK_RC(local_key_release(h), -LOCAL_ENOTHELD);
+		mine++;
+	}
+	atomic_store(&c.stop, 1);
+	CHECK(pthread_join(th, NULL) == 0);
+	CHECK_EQ(atomic_load(&c.bad), 0);
+	fprintf(stderr, "    %ld rounds: %ld grants by handle, %ld of the other key\n", i, mine,
+		atomic_load(&c.grants));
+	CHECK(mine > 0);
+	CHECK_OK(local_key_close(h));
+	CHECK_EQ(segment_violations(a), 0);
 	broker_stop(&b);
 }
