@@ -158,21 +158,6 @@ static void uncontended_teardown(struct uncontended *u)
 #define HANDLE_PAIRS 15
 #define HANDLE_RUN_NS (20 * NSEC_PER_MSEC)
 
-static double ns_per_op(op_loop fn, void *arg, const char *what)
-{
-	uint64_t t0 = now_ns(), t, ops = 0;
-	int err;
-
-	do {
-		err = fn(arg, UNC_BATCH);
-		if (err)
-			fatal("%s: %s", what, local_strerror(err));
-		ops += UNC_BATCH;
-		t = now_ns();
-	} while (t - t0 < HANDLE_RUN_NS);
-	return (double)(t - t0) / (double)ops;
-}
-
 /* Each of the handle's two entry points against the mutex, paired: the
  * slower of the two medians is the handle's figure. */
 static struct paired handle_vs_mutex(struct uncontended *u)
@@ -183,11 +168,13 @@ static struct paired handle_vs_mutex(struct uncontended *u)
 
 	for (i = 0; i < HANDLE_PAIRS; i++) {
 		if (i % 2)
-			mutex[i] = ns_per_op(loop_robust_mutex, u, "robust mutex");
-		try[i] = ns_per_op(loop_handle_try, u, "liblocal handle (timeout_ms=0)");
-		wait[i] = ns_per_op(loop_handle_wait, u, "liblocal handle (NULL opts)");
+			mutex[i] = ns_per_op(loop_robust_mutex, u, HANDLE_RUN_NS, "robust mutex");
+		try[i] = ns_per_op(loop_handle_try, u, HANDLE_RUN_NS,
+				   "liblocal handle (timeout_ms=0)");
+		wait[i] = ns_per_op(loop_handle_wait, u, HANDLE_RUN_NS,
+				    "liblocal handle (NULL opts)");
 		if (!(i % 2))
-			mutex[i] = ns_per_op(loop_robust_mutex, u, "robust mutex");
+			mutex[i] = ns_per_op(loop_robust_mutex, u, HANDLE_RUN_NS, "robust mutex");
 	}
 	t = paired_summary(try, mutex, HANDLE_PAIRS);
 	w = paired_summary(wait, mutex, HANDLE_PAIRS);
