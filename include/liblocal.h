@@ -310,6 +310,69 @@ LOCAL_API int local_enqueue(local_session *s, const char *key, uint32_t limit,
 			    const struct local_acquire_opts *opts, int *granted, uint64_t *token);
 LOCAL_API int local_wait(local_session *s, const char *key, int64_t timeout_ms, uint64_t *token);
 
+/* ---- key handles: a key resolved once ----------------------------------- */
+
+/*
+ * A key of one session, opened once by name, for a program that takes the
+ * same key over and over: the calls below skip what the calls by name do on
+ * every call to find the key (measuring, comparing or hashing the name).
+ * They answer exactly as local_lock(), local_sem_acquire() and
+ * local_release() do on the session and key the handle was opened with:
+ * the same holds, tokens, waits and error codes. A handle is not a hold and
+ * holds nothing: the key need not exist when the handle is opened (the first
+ * acquire makes it), and may be reclaimed and made again, of either kind, or
+ * its entry given to another key meanwhile; the handle then finds its key
+ * again by name, and never acts on another key. Thread-safe as its session
+ * is (any thread may use it, at once). It belongs to its session: close every
+ * handle before local_session_close(); in a child after fork() every call on
+ * it returns -LOCAL_EFORKED, as on its session.
+ */
+typedef struct local_key local_key;
+
+/*
+ * Open a handle on @key (1..255 bytes, NUL-terminated, no NUL inside) for
+ * session @s; *out receives it, to be ended with local_key_close(). No
+ * system call, no wait; the key is not made. Errors: -EINVAL (@s, @key or
+ * @out NULL; empty key), -ENAMETOOLONG (key over 255 bytes), -LOCAL_EFORKED,
+ * -ENOMEM. On error *out (when @out is not NULL) is set to NULL.
+ */
+LOCAL_API int local_key_open(local_session *s, const char *key, local_key **out);
+
+/*
+ * Free the handle @k. Releases nothing: a hold taken through it stays the
+ * session's (local_release() or another handle ends it). No other thread may
+ * be inside a call on @k. Returns 0; -EINVAL for NULL; in a child after
+ * fork() it frees the child's copy and returns -LOCAL_EFORKED.
+ */
+LOCAL_API int local_key_close(local_key *k);
+
+/* The key @k was opened on ("" for NULL). Valid until local_key_close(). */
+LOCAL_API const char *local_key_name(const local_key *k);
+
+/*
+ * local_lock() on @k's session and key: @opts, *token and every outcome as
+ * there (a try with @opts->timeout_ms 0, -EBUSY; a wait; a re-acquire keeps
+ * the token; a value or lease attached). Errors: as local_lock(), and
+ * -EINVAL for a NULL @k.
+ */
+LOCAL_API int local_key_lock(local_key *k, const struct local_acquire_opts *opts, uint64_t *token);
+
+/*
+ * local_sem_acquire() on @k's session and key, with @limit: every outcome
+ * as there (-LOCAL_ELIMIT, -LOCAL_EKIND, -EINVAL for @limit 0). Errors: as
+ * local_sem_acquire(), and -EINVAL for a NULL @k.
+ */
+LOCAL_API int local_key_sem_acquire(local_key *k, uint32_t limit,
+				    const struct local_acquire_opts *opts, uint64_t *token);
+
+/*
+ * local_release() of @k's session's hold on @k's key, however it was taken
+ * (by name or by any handle). Errors: as local_release() (-LOCAL_ENOTHELD,
+ * -LOCAL_EEXPIRED, -LOCAL_ESESSION, -LOCAL_EFORKED), and -EINVAL for a NULL
+ * @k.
+ */
+LOCAL_API int local_key_release(local_key *k);
+
 /* ---- watches, sequencers ------------------------------------------------ */
 
 /*

@@ -184,6 +184,36 @@ void api_info_clear(struct local_key_info *out);
 void api_note_wait(local_session *s, const char *key, int err, uint64_t since, uint32_t key_idx,
 		   uint64_t tok);
 
+/*
+ * A key handle (local_key_open(), api_handle.c). @cache names the entry the
+ * key was last found in and that entry's fast_base then (HCACHE_*): while
+ * the entry's fast word is clear of FAST_SLOW and its fast_base is still
+ * that value, the entry still holds the key (fastpath.c, "Key handles").
+ */
+struct local_key {
+	local_session *s;
+	_Atomic uint64_t cache;
+	uint32_t hash;
+	uint32_t len;
+	char name[]; /* len bytes and a NUL */
+};
+
+/* The entry index (22 bits: CAP_KEYS_MAX is 1 << 22) above fast_base's seq
+ * and held bits. FBASE_FOLDING is never set in a cached base: it marks the
+ * cache empty, and no base read through the mask can equal it. */
+#define HCACHE_BASE (FBASE_FOLDING | FBASE_HELD | FAST_SEQ_MASK)
+#define HCACHE_IDX(c) ((uint32_t)((c) >> 42))
+#define HCACHE_PACK(idx, base) (((uint64_t)(idx) << 42) | ((base) & (FBASE_HELD | FAST_SEQ_MASK)))
+#define HCACHE_NONE FBASE_FOLDING
+
+/* fastpath.c: local_key_lock(), local_key_sem_acquire() and
+ * local_key_release() on a handle (non-NULL): lock-free by the cached entry,
+ * else the calls by name with the handle's key. */
+int fast_key_lock(local_key *h, const struct local_acquire_opts *opts, uint64_t *token);
+int fast_key_sem_acquire(local_key *h, uint32_t limit, const struct local_acquire_opts *opts,
+			 uint64_t *token);
+int fast_key_release(local_key *h);
+
 void hex_encode(const uint8_t *in, size_t n, char *out);
 int hex_decode(const char *in, uint8_t *out, size_t n);
 

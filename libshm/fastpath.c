@@ -168,17 +168,14 @@ static void free_in_flight(struct seg_node *n)
  * call layers were a third of an uncontended lock+release.
  */
 static inline __attribute__((always_inline)) int
-acquire(struct segment *seg, const char *key, uint32_t kind, uint32_t limit, bool try_only,
-	struct owner who, struct node_hints *hints, uint64_t *token, uint32_t *key_idx)
+acquire_at(struct segment *seg, struct seg_key *k, uint64_t f, uint32_t idx, uint32_t kind,
+	   uint32_t limit, bool try_only, struct owner who, struct node_hints *hints,
+	   uint64_t *token, uint32_t *key_idx)
 {
-	struct seg_key *k;
 	struct seg_node *n;
-	uint64_t f, tok, claimed;
-	uint32_t idx, node;
+	uint64_t tok, claimed;
+	uint32_t node;
 
-	k = find(seg, key, hints, &f, &idx);
-	if (__builtin_expect(!k, 0))
-		return FAST_MISS;
 	/* Stable while SLOW is clear (they change under the mutex only); a
 	 * mismatch is the mutex path's to report. */
 	if (k->kind != kind || k->limit != limit)
@@ -237,6 +234,20 @@ acquire(struct segment *seg, const char *key, uint32_t kind, uint32_t limit, boo
 	CRASH_POINT(FAST_ACQ_PUBLISHED);
 	*token = tok; /* not n->token: the hold may already have been ended */
 	return 0;
+}
+
+/* acquire_at() the entry find() gives for @key. */
+static inline __attribute__((always_inline)) int
+acquire(struct segment *seg, const char *key, uint32_t kind, uint32_t limit, bool try_only,
+	struct owner who, struct node_hints *hints, uint64_t *token, uint32_t *key_idx)
+{
+	uint64_t f;
+	uint32_t idx;
+	struct seg_key *k = find(seg, key, hints, &f, &idx);
+
+	if (__builtin_expect(!k, 0))
+		return FAST_MISS;
+	return acquire_at(seg, k, f, idx, kind, limit, try_only, who, hints, token, key_idx);
 }
 
 int fast_acquire(struct segment *seg, const char *key, const struct acquire_req *req,
@@ -306,17 +317,14 @@ int fast_sem_acquire(local_session *s, const char *key, uint32_t limit,
 	return err != FAST_MISS ? err : api_sem_acquire_full(s, key, limit, opts, token);
 }
 
-/* The lock-free release, inlined into both entry points below. */
-static inline __attribute__((always_inline)) int release(struct segment *seg, const char *key,
-							 struct owner who, struct node_hints *hints)
+/* The lock-free release of entry @k (index @idx) whose fast word was @f,
+ * inlined into each entry point below. */
+static inline __attribute__((always_inline)) int
+release_at(struct segment *seg, struct seg_key *k, uint64_t f, uint32_t idx, struct owner who)
 {
-	uint64_t f, w;
-	uint32_t idx;
-	struct seg_key *k = find(seg, key, hints, &f, &idx);
+	uint64_t w;
 	struct seg_node *n;
 
-	if (!k)
-		return FAST_MISS;
 	w = ours(seg, f, idx, who);
 	if (!w || !session_is(seg, who))
 		return FAST_MISS; /* the mutex path tells not-held from ended */
@@ -333,6 +341,19 @@ static inline __attribute__((always_inline)) int release(struct segment *seg, co
 	else /* NODE_HOLDING: the sweep frees unnamed holds too */
 		atomic_compare_exchange_strong(&n->word, &w, 0);
 	return 0;
+}
+
+/* release_at() the entry find() gives for @key. */
+static inline __attribute__((always_inline)) int release(struct segment *seg, const char *key,
+							 struct owner who, struct node_hints *hints)
+{
+	uint64_t f;
+	uint32_t idx;
+	struct seg_key *k = find(seg, key, hints, &f, &idx);
+
+	if (!k)
+		return FAST_MISS;
+	return release_at(seg, k, f, idx, who);
 }
 
 int fast_release(struct segment *seg, const char *key, struct owner who, struct node_hints *hints)
@@ -353,5 +374,150 @@ int fast_unlock(local_session *s, const char *key)
 		return api_release_full(s, key);
 	if (release(s->seg, key, s->who, &s->hints) == FAST_MISS)
 		return api_release_tried(s, key); /* not a second lock-free try */
+	return 0;
+}
+
+/*
+ * ---- Key handles (local_key_*) --------------------------------------------
+ *
+ * The same lock-free acquire and release, with the entry found from the
+ * handle instead of the name. A handle caches the entry it found its key in
+ * and that entry's fast_base at the time; the check that the entry still
+ * holds the key is then the fast word clear of FAST_SLOW and fast_base
+ * unchanged (with the entry's hash and length, which are in the line already
+ * read), not a comparison of the bytes. Why that is enough:
+ *   - an entry changes key (reclaim, then creation) only under its mutex,
+ *     with FAST_SLOW set, and only an eligible key_unlock() clears FAST_SLOW
+ *     again, writing fast_base first; so each stretch of time in which the
+ *     word is clear of FAST_SLOW (a "run") has one key and one fast_base;
+ *   - every write of fast_base (key_unlock(), a fold, a reset) stores a seq
+ *     larger than the one it replaces, so no two runs share a fast_base
+ *     (up to the 2^39 wrap of seq, which the same-line hash and length
+ *     guard as well);
+ *   - the cache is written only when the fast word read before and after the
+ *     check of the bytes and the read of fast_base was the same, clear of
+ *     FAST_SLOW: the bytes and the base are then those of one run;
+ *   - a use reads the cache (acquire: what its writer read is the past), the
+ *     fast word (acquire), then fast_base: equal to the cached one, the word
+ *     is of that run (a later run's base would differ, and a word of an
+ *     earlier run cannot be read after the cache's writer read a later one).
+ * So a fast word that passes belongs to a run in which the entry held the
+ * handle's key, exactly as find() establishes with the bytes; and, as
+ * there, the CAS that commits fails if the run ended since. Anything else
+ * (no cache, another base, SLOW) is handle_probe(): the bytes, by the cached
+ * entry or a probe, as find() does.
+ */
+
+/* The handle's entry by its bytes (the cached one, else a probe): find()
+ * for a handle, which also caches what it found when it can. */
+static __attribute__((noinline)) struct seg_key *handle_probe(struct segment *seg, local_key *h,
+							      uint64_t *f, uint32_t *out_idx)
+{
+	uint32_t idx = HCACHE_IDX(atomic_load_explicit(&h->cache, memory_order_relaxed));
+	struct seg_key *k;
+	uint64_t b;
+
+	if (idx >= seg->caps.max_keys || !key_matches(&seg->keys[idx], h->hash, h->name, h->len)) {
+		idx = probe_unlocked(seg, h->hash);
+		if (idx == IDX_NONE)
+			return NULL;
+	}
+	k = &seg->keys[idx];
+	*f = atomic_load_explicit(&k->fast, memory_order_acquire);
+	if (!key_matches(k, h->hash, h->name, h->len))
+		return NULL;
+	b = atomic_load_explicit(&k->fast_base, memory_order_relaxed);
+	/* The bytes and the base before the second read of the word. */
+	atomic_thread_fence(memory_order_acquire);
+	if (!(*f & FAST_SLOW) && !(b & FBASE_FOLDING) &&
+	    atomic_load_explicit(&k->fast, memory_order_relaxed) == *f)
+		atomic_store_explicit(&h->cache, HCACHE_PACK(idx, b), memory_order_release);
+	*out_idx = idx;
+	return *f & FAST_SLOW ? NULL : k;
+}
+
+/* find() for a handle: the cached entry, checked as above. */
+static inline __attribute__((always_inline)) struct seg_key *
+handle_find(struct segment *seg, local_key *h, uint64_t *f, uint32_t *out_idx)
+{
+	uint64_t c = atomic_load_explicit(&h->cache, memory_order_acquire);
+	uint32_t idx = HCACHE_IDX(c);
+	struct seg_key *k;
+
+	if (__builtin_expect(idx < seg->caps.max_keys, 1)) {
+		k = &seg->keys[idx];
+		*f = atomic_load_explicit(&k->fast, memory_order_acquire);
+		if (__builtin_expect(!(*f & FAST_SLOW) &&
+					     (c & HCACHE_BASE) ==
+						     (atomic_load_explicit(&k->fast_base,
+									   memory_order_relaxed) &
+						      (FBASE_HELD | FAST_SEQ_MASK)) &&
+					     atomic_load_explicit(&k->hash, memory_order_relaxed) ==
+						     h->hash &&
+					     k->key_len == h->len,
+				     1)) {
+			*out_idx = idx;
+			return k;
+		}
+	}
+	return handle_probe(seg, h, f, out_idx);
+}
+
+/* entry_acquire() for a handle. */
+static inline __attribute__((always_inline)) int
+handle_acquire(local_key *h, uint32_t kind, uint32_t limit, const struct local_acquire_opts *opts,
+	       uint64_t *token)
+{
+	local_session *s = h->s;
+	struct seg_key *k;
+	uint32_t key_idx, idx;
+	uint64_t tok, f;
+	int err;
+
+	if (__builtin_expect(!usable(s) || !limit || crash_fast_path_off() ||
+				     (opts && (opts->sz != sizeof(*opts) || opts->lease_ms ||
+					       opts->value || opts->value_len)),
+			     0))
+		return FAST_MISS;
+	k = handle_find(s->seg, h, &f, &idx);
+	if (__builtin_expect(!k, 0))
+		return FAST_MISS;
+	err = acquire_at(s->seg, k, f, idx, kind, limit, opts && opts->timeout_ms == 0, s->who,
+			 &s->hints, &tok, &key_idx);
+	if (!err)
+		acquired(s, key_idx, tok, token);
+	return err;
+}
+
+int fast_key_lock(local_key *h, const struct local_acquire_opts *opts, uint64_t *token)
+{
+	int err = handle_acquire(h, LOCAL_KIND_LOCK, 1, opts, token);
+
+	return err != FAST_MISS ? err : api_lock_full(h->s, h->name, opts, token);
+}
+
+int fast_key_sem_acquire(local_key *h, uint32_t limit, const struct local_acquire_opts *opts,
+			 uint64_t *token)
+{
+	int err = handle_acquire(h, LOCAL_KIND_SEMAPHORE, limit, opts, token);
+
+	return err != FAST_MISS ? err : api_sem_acquire_full(h->s, h->name, limit, opts, token);
+}
+
+int fast_key_release(local_key *h)
+{
+	local_session *s = h->s;
+	struct seg_key *k;
+	uint64_t f;
+	uint32_t idx;
+
+	/* As fast_unlock(): what it leaves to the full path, this does too. */
+	if (!usable(s) || crash_fast_path_off() ||
+	    atomic_load_explicit(&s->npending, memory_order_relaxed) ||
+	    atomic_load_explicit(&s->nwaited, memory_order_relaxed))
+		return api_release_full(s, h->name);
+	k = handle_find(s->seg, h, &f, &idx);
+	if (!k || release_at(s->seg, k, f, idx, s->who) == FAST_MISS)
+		return api_release_tried(s, h->name);
 	return 0;
 }

@@ -10,6 +10,11 @@
  * runs N warm-up pairs, then N pairs with instrumentation on, and prints
  * nothing: callgrind_annotate OUT gives the total, divide by N. CASE is
  *   lock      - uncontended local_lock + local_release (lock-free)
+ *   lockwait  - the same with NULL options (wait forever)
+ *   handle    - uncontended local_key_lock + local_key_release (a key handle)
+ *   handlewait - the same with NULL options
+ *   mutex     - a process-shared robust pthread mutex lock + unlock, the
+ *               anchor of `make bench` section 1
  *   watched   - the same on a key another process watches (mutex path)
  *   sem       - local_sem_acquire(limit 4) + local_release, no other holder
  *   semheld   - the same while another session holds one unit
@@ -23,6 +28,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,20 +100,40 @@ static local_session *session(void)
 	return s;
 }
 
+static local_key *handle;      /* handle, handlewait */
+static pthread_mutex_t *mutex; /* mutex */
+
 static int pairs(local_session *s, const char *cs, const char *key, long n)
 {
 	static const LOCAL_OPTS(local_acquire_opts, try_once, .timeout_ms = 0);
 	/* Decided once: a strcmp() per pair was 40 of the instructions counted. */
 	bool sem = !strcmp(cs, "sem") || !strcmp(cs, "semheld");
+	const struct local_acquire_opts *o = strstr(cs, "wait") ? NULL : &try_once;
 	int err = 0;
 
+	if (mutex) {
+		while (n-- > 0 && !err) {
+			err = -pthread_mutex_lock(mutex);
+			if (!err)
+				err = -pthread_mutex_unlock(mutex);
+		}
+		return err;
+	}
+	if (handle) {
+		while (n-- > 0 && !err) {
+			err = local_key_lock(handle, o, NULL);
+			if (!err)
+				err = local_key_release(handle);
+		}
+		return err;
+	}
 	while (n-- > 0 && !err) {
 		if (sem)
 			err = local_sem_acquire(s, key, 4, &try_once, NULL);
 		else if (contended_case)
 			err = local_lock(s, key, NULL, NULL); /* queue and wait */
 		else
-			err = local_lock(s, key, &try_once, NULL);
+			err = local_lock(s, key, o, NULL);
 		if (!err)
 			err = local_release(s, key);
 	}
@@ -193,6 +219,23 @@ int main(int argc, char **argv)
 		}
 		pause_ms(200);
 		kill(watcher, SIGSTOP);
+	} else if (!strncmp(argv[2], "handle", 6)) {
+		err = local_key_open(s, key, &handle);
+		if (err)
+			die("handle", err);
+	} else if (!strcmp(argv[2], "mutex")) {
+		pthread_mutexattr_t a;
+
+		mutex = mmap(NULL, sizeof(*mutex), PROT_READ | PROT_WRITE,
+			     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (mutex == MAP_FAILED)
+			die("mmap", -errno);
+		pthread_mutexattr_init(&a);
+		pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+		pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+		err = -pthread_mutex_init(mutex, &a);
+		if (err)
+			die("pthread_mutex_init", err);
 	} else if (!strncmp(argv[2], "contended", 9)) {
 		int p = atoi(argv[2] + 9), i;
 
@@ -257,6 +300,8 @@ int main(int argc, char **argv)
 		atomic_store(&cshared->stop, 1);
 	while (nothers > 0)
 		waitpid(others[--nothers], &st, 0);
+	if (handle)
+		local_key_close(handle);
 	local_session_close(s);
 	kill(broker, SIGTERM);
 	waitpid(broker, &st, 0);

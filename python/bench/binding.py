@@ -6,7 +6,10 @@ Prints, in ns per lock+release pair (median of 5 rounds), in one process:
                user compares with;
   raw ctypes   local_lock()/local_release() called through ctypes directly:
                what the library costs from Python, the floor;
-  binding      ``with session.lock(key):`` the documented way;
+  raw handle   local_key_lock()/local_key_release() on a key handle, through
+               ctypes directly: the floor of what the binding calls;
+  binding      ``with session.lock(key):`` the documented way (through the
+               session's handle on the key);
 and the binding's ratio to each. Run by ``make bench`` (section 13) with
 SHMLOCK_LIBLOCAL and SHMLOCK_BROKER_BIN set; it starts its own broker on a
 private socket and segment.
@@ -86,6 +89,16 @@ def main() -> None:
                 lk(h, key, oref, ref)
                 rl(h, key)
 
+        kh = ctypes.c_void_p()
+        if lib.local_key_open(h, key, ctypes.byref(kh)):
+            raise SystemExit("local_key_open failed")
+
+        def raw_handle(n: int) -> None:
+            lk, rl, hv = lib.local_key_lock, lib.local_key_release, kh.value
+            for _ in range(n):
+                lk(hv, oref, ref)
+                rl(hv)
+
         def binding(n: int) -> None:
             lock = s.lock
             for _ in range(n):
@@ -93,16 +106,19 @@ def main() -> None:
                     pass
 
         binding(1000)  # warm: the key exists, the hint is set
-        f, r, b = rounds((flock, raw, binding), N)
+        f, r, rh, b = rounds((flock, raw, raw_handle, binding), N)
         vs_flock = statistics.median(y / x for x, y in zip(f, b))
         vs_raw = statistics.median(y / x for x, y in zip(r, b))
+        vs_raw_h = statistics.median(y / x for x, y in zip(rh, b))
         med = statistics.median
         print("== 13. The Python binding, lock+release in one process (median of 5 rounds)")
         print(f"  {'fcntl.flock (anchor)':<28}{med(f):>10.0f} ns")
         print(f"  {'raw ctypes (floor)':<28}{med(r):>10.0f} ns")
+        print(f"  {'raw ctypes, key handle':<28}{med(rh):>10.0f} ns")
         print(f"  {'with session.lock(key)':<28}{med(b):>10.0f} ns   "
-              f"{vs_flock:.2f}x flock (target <= 1.0x, aim 0.5x), {vs_raw:.2f}x raw ctypes"
-              " (ratios: medians of the rounds' own)")
+              f"{vs_flock:.2f}x flock (target <= 1.0x, aim 0.5x), {vs_raw:.2f}x raw ctypes,"
+              f" {vs_raw_h:.2f}x raw handle (ratios: medians of the rounds' own)")
+        lib.local_key_close(kh)
         s.close()
         os.close(fd)
     finally:

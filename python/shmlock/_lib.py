@@ -204,6 +204,12 @@ _PROTOS = {
     "local_admin_force_release": (c_int, [c_char_p, c_char_p, c_char_p]),
     "local_admin_session_destroy": (c_int, [c_char_p, c_char_p]),
     "local_admin_reset": (c_int, [c_char_p, c_char_p]),
+    "local_key_open": (c_int, [c_void_p, c_char_p, _P(c_void_p)]),
+    "local_key_close": (c_int, [c_void_p]),
+    "local_key_name": (c_char_p, [c_void_p]),
+    "local_key_lock": (c_int, [c_void_p, _P(AcquireOpts), _P(c_uint64)]),
+    "local_key_sem_acquire": (c_int, [c_void_p, c_uint32, _P(AcquireOpts), _P(c_uint64)]),
+    "local_key_release": (c_int, [c_void_p]),
     "local_strerror": (c_char_p, [c_int]),
     "local_version": (c_char_p, []),
 }

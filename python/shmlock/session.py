@@ -43,6 +43,12 @@ def _after_fork_in_child() -> None:
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
+# Key handles (local_key_open()) a session keeps, at most: the first keys it
+# takes get one, and go through it from then on; keys beyond go by name.
+# Never evicted while the session lives: another thread may be inside a call
+# on any of them, and a handle must not be freed under a call.
+_HANDLES_MAX = 256
+
 # Keys as liblocal takes them, encoded and checked once: a program takes the
 # same few keys over and over. Bounded: emptied when full.
 _KEY_CACHE_MAX = 4096
@@ -96,16 +102,17 @@ class Hold:
     parent's (liblocal's rule), and an explicit release() raises Forked.
     """
 
-    __slots__ = ("session", "key", "token", "limit", "released", "_kb")
+    __slots__ = ("session", "key", "token", "limit", "released", "_kb", "_kh")
 
     def __init__(self, session: "Session", key: str, token: int, limit: int = 0,
-                 _kb: Optional[bytes] = None) -> None:
+                 _kb: Optional[bytes] = None, _kh: Optional[int] = None) -> None:
         self.session = session
         self.key = key
         self.token = token
         self.limit = limit  # 0: a lock; >= 1: a semaphore of that limit
         self.released = False
         self._kb = _kb if _kb is not None else _key(key)
+        self._kh = _kh  # the session's handle on the key, if it keeps one
 
     @property
     def kind(self) -> str:
@@ -116,7 +123,7 @@ class Hold:
         if self.released:
             return
         try:
-            self.session._release(self._kb)
+            self.session._release(self._kb, self._kh)
         except ShmlockError as e:
             if e.code != _lib.EFORKED:
                 self.released = True
@@ -285,6 +292,14 @@ class Session:
         self._opts: Dict[int, Any] = {}
         self._lock_fn, self._release_fn = lib.local_lock, lib.local_release
         self._sem_fn = lib.local_sem_acquire
+        # Key handles by encoded key (_handle()): a lock, a semaphore slot
+        # and a release go through the key's handle, which skips finding
+        # the key by name in liblocal. None: a liblocal without them.
+        self._handles: Dict[bytes, int] = {}
+        self._key_open_fn = getattr(lib, "local_key_open", None)
+        if self._key_open_fn is not None:
+            self._klock_fn, self._krelease_fn = lib.local_key_lock, lib.local_key_release
+            self._ksem_fn = lib.local_key_sem_acquire
 
     # ---- lifetime -------------------------------------------------------
 
@@ -339,6 +354,7 @@ class Session:
         lib = _lib.lib()
         if self._gen != _forks[0]:
             h, self._h, self._closed = self._h, None, True
+            self._close_handles()  # the child's copies
             lib.local_session_close(h)
             return
         with self._closing:
@@ -350,7 +366,31 @@ class Session:
                 lib.local_session_destroy(self._h, self.id.encode())
                 self._idle.wait()
             h, self._h = self._h, None
+        self._close_handles()  # no call is in flight: none is inside one
         lib.local_session_close(h)
+
+    def _close_handles(self) -> None:
+        handles, self._handles = self._handles, {}
+        if handles:
+            close = _lib.lib().local_key_close
+            for kh in handles.values():
+                close(kh)
+
+    def _handle(self, h: int, kb: bytes) -> Optional[int]:
+        """The session's handle on @kb, opened on first use (a call in flight,
+        session @h); None when liblocal has none, the session keeps as many
+        as it may, or the key is one liblocal refuses (the call by name then
+        reports why)."""
+        kh = self._handles.get(kb)
+        if kh is not None or self._key_open_fn is None or len(self._handles) >= _HANDLES_MAX:
+            return kh
+        out = c_void_p()
+        if self._key_open_fn(h, kb, byref(out)) < 0 or out.value is None:
+            return None
+        kh = self._handles.setdefault(kb, out.value)
+        if kh != out.value:  # another thread opened one first: keep one
+            _lib.lib().local_key_close(out.value)
+        return kh
 
     def __enter__(self) -> "Session":
         return self
@@ -420,12 +460,16 @@ class Session:
         tok = c_uint64()
         h = self._enter()
         try:
-            rc = self._lock_fn(h, kb, o, byref(tok))
+            kh = self._handles.get(kb) or self._handle(h, kb)
+            if kh is not None:
+                rc = self._klock_fn(kh, o, byref(tok))
+            else:
+                rc = self._lock_fn(h, kb, o, byref(tok))
         finally:
             self._leave()
         if rc < 0:
             raise error_for(rc, "local_lock")
-        return Hold(self, key, tok.value, 0, kb)
+        return Hold(self, key, tok.value, 0, kb, kh)
 
     def try_lock(self, key: str, *, lease: Optional[float] = None,
                  value: Value = None) -> Optional[Hold]:
@@ -450,21 +494,29 @@ class Session:
         tok = c_uint64()
         h = self._enter()
         try:
-            rc = self._sem_fn(h, kb, limit, o, byref(tok))
+            kh = self._handles.get(kb) or self._handle(h, kb)
+            if kh is not None:
+                rc = self._ksem_fn(kh, limit, o, byref(tok))
+            else:
+                rc = self._sem_fn(h, kb, limit, o, byref(tok))
         finally:
             self._leave()
         if rc < 0:
             raise error_for(rc, "local_sem_acquire")
-        return Hold(self, key, tok.value, limit, kb)
+        return Hold(self, key, tok.value, limit, kb, kh)
 
     def release(self, key: str) -> None:
         """Release the session's hold on @key (local_release()); NotHeld / Expired if lost."""
-        self._release(_key(key))
+        kb = _key(key)
+        self._release(kb, self._handles.get(kb))
 
-    def _release(self, kb: bytes) -> None:
+    def _release(self, kb: bytes, kh: Optional[int] = None) -> None:
         h = self._enter()
         try:
-            rc = self._release_fn(h, kb)
+            if kh is not None:
+                rc = self._krelease_fn(kh)
+            else:
+                rc = self._release_fn(h, kb)
         finally:
             self._leave()
         if rc < 0:

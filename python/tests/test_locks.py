@@ -311,3 +311,63 @@ def test_default_session_configure_and_reopen(broker, key: str) -> None:
             assert shmlock.default_session().id != s.id
     finally:
         shmlock.configure()
+
+
+def test_lock_goes_through_a_key_handle(session: shmlock.Session, other: shmlock.Session,
+                                        key: str) -> None:
+    """with s.lock(k): opens the key's handle once and goes through it: the same
+    holds, tokens and errors as by name."""
+    from shmlock import session as session_mod
+    kb = key.encode()
+    with session.lock(key, timeout=5) as hold:
+        kh = session._handles[kb]
+        assert hold._kh == kh
+        assert session.held(key) == hold.token
+        assert session.info(key).token == hold.token
+        assert session.lock(key, timeout=0).token == hold.token  # re-acquire
+        assert other.try_lock(key) is None
+    assert not session.check_token(key, hold.token)
+    with session.lock(key) as again:
+        assert session._handles[kb] == kh  # the same handle, not another
+        assert again.token > hold.token
+    with pytest.raises(shmlock.NotHeld):
+        session.release(key)
+    sem = key + "/sem"
+    with session.semaphore(sem, 2) as s1, other.semaphore(sem, 2) as s2:
+        assert s1._kh == session._handles[sem.encode()]
+        assert s2.token > s1.token
+        with pytest.raises(shmlock.KindMismatch):
+            session.lock(sem, timeout=0)
+    # Beyond the bound, keys go by name and work as well.
+    assert 0 < len(session._handles) <= session_mod._HANDLES_MAX
+
+
+def test_handles_are_bounded_and_keys_beyond_go_by_name(
+        session: shmlock.Session, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shmlock import session as session_mod
+    monkeypatch.setattr(session_mod, "_HANDLES_MAX", len(session._handles) + 1)
+    with session.lock(key + "/a") as a:
+        assert a._kh is not None
+    with session.lock(key + "/b") as b:
+        assert b._kh is None
+        assert session.held(key + "/b") == b.token
+    assert (key + "/b").encode() not in session._handles
+
+
+def test_a_forked_child_cannot_use_the_parents_handles(session: shmlock.Session,
+                                                       key: str) -> None:
+    import os
+    with session.lock(key) as hold:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child's exit status is the verdict
+            code = 1
+            try:
+                session.lock(key, timeout=0)
+            except shmlock.Forked:
+                code = 0
+            except BaseException:
+                code = 2
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        assert session.held(key) == hold.token

@@ -593,26 +593,30 @@ const char *paired_text(const struct paired *p, char *buf, size_t size)
 	return buf;
 }
 
+double ns_per_op(op_loop fn, void *arg, uint64_t run_ns, const char *what)
+{
+	uint64_t t0 = now_ns(), t, ops = 0;
+	int err;
+
+	do {
+		err = fn(arg, UNC_BATCH);
+		if (err)
+			fatal("%s: %s", what, local_strerror(err));
+		ops += UNC_BATCH;
+		t = now_ns();
+	} while (t - t0 < run_ns);
+	return (double)(t - t0) / (double)ops;
+}
+
 struct op_result measure_ops(op_loop fn, void *arg, const char *what)
 {
 	double runs[UNC_RUNS];
 	struct op_result r;
 	int i;
 
-	for (i = -1; i < UNC_RUNS; i++) { /* run -1 warms caches and the CPU clock */
-		uint64_t t0 = now_ns(), t, ops = 0;
-		int err;
-
-		do {
-			err = fn(arg, UNC_BATCH);
-			if (err)
-				fatal("%s: %s", what, local_strerror(err));
-			ops += UNC_BATCH;
-			t = now_ns();
-		} while (t - t0 < UNC_RUN_NS);
-		if (i >= 0)
-			runs[i] = (double)(t - t0) / (double)ops;
-	}
+	ns_per_op(fn, arg, UNC_RUN_NS, what); /* warms caches and the CPU clock */
+	for (i = 0; i < UNC_RUNS; i++)
+		runs[i] = ns_per_op(fn, arg, UNC_RUN_NS, what);
 	r.median = percentile(runs, UNC_RUNS, 50);
 	r.best = runs[0];
 	return r;

@@ -163,6 +163,9 @@ struct op_result {
 	double best, median; /* ns per operation */
 };
 
+/* Run @fn in batches of UNC_BATCH for @run_ns; ns per operation. */
+double ns_per_op(op_loop fn, void *arg, uint64_t run_ns, const char *what);
+
 /* Run @fn in batches for UNC_RUN_NS, UNC_RUNS times; ns per operation. */
 struct op_result measure_ops(op_loop fn, void *arg, const char *what);
 

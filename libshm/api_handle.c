@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Key handles: a key of one session, checked and hashed once, so that the
+ * calls by handle skip finding the key by name (fastpath.c, "Key handles",
+ * has the lock-free part and why its check of the cached entry is enough).
+ * A handle keeps its key's name: whatever it cannot answer lock-free goes to
+ * the calls by name with it, which check and report everything.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+
+int local_key_open(local_session *s, const char *key, local_key **out)
+{
+	local_key *h;
+	size_t len;
+	int err;
+
+	if (out)
+		*out = NULL;
+	if (!out)
+		return -EINVAL;
+	err = api_enter(s, key, &len);
+	if (err)
+		return err;
+	h = malloc(sizeof(*h) + len + 1);
+	if (!h)
+		return -ENOMEM;
+	h->s = s;
+	atomic_init(&h->cache, HCACHE_NONE);
+	h->hash = key_hash(key, len);
+	h->len = (uint32_t)len;
+	memcpy(h->name, key, len + 1);
+	*out = h;
+	return 0;
+}
+
+int local_key_close(local_key *k)
+{
+	int err;
+
+	if (!k)
+		return -EINVAL;
+	/* In a child after fork() the session is the parent's, and so is
+	 * the handle: the child frees its copy and is told so. */
+	err = session_usable(k->s);
+	free(k);
+	return err;
+}
+
+const char *local_key_name(const local_key *k)
+{
+	return k ? k->name : "";
+}
+
+/* The lock-free path first, which goes on to the calls by name when it
+ * cannot answer (a tail call, as local_lock()). */
+int local_key_lock(local_key *k, const struct local_acquire_opts *opts, uint64_t *token)
+{
+	return k ? fast_key_lock(k, opts, token) : -EINVAL;
+}
+
+int local_key_sem_acquire(local_key *k, uint32_t limit, const struct local_acquire_opts *opts,
+			  uint64_t *token)
+{
+	return k ? fast_key_sem_acquire(k, limit, opts, token) : -EINVAL;
+}
+
+int local_key_release(local_key *k)
+{
+	return k ? fast_key_release(k) : -EINVAL;
+}

@@ -1,0 +1,499 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Key handles (local_key_open() and the calls by handle) against a real
+ * broker: the same answers and tokens as the calls by name, and never an
+ * operation on another key when the entry the handle found last was
+ * reclaimed and re-used, when the broker restarted, in a child after fork(),
+ * or when the key changed kind.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "broker_fixture.h"
+#include "harness.h"
+#include "invariants.h"
+
+static const LOCAL_OPTS(local_acquire_opts, try_once, .timeout_ms = 0);
+
+static struct local_key_info info_of(local_session *s, const char *key)
+{
+	LOCAL_OPTS(local_key_info, info);
+
+	CHECK_OK(local_info(s, key, &info));
+	return info;
+}
+
+static local_key *key_open(local_session *s, const char *key)
+{
+	local_key *h = NULL;
+
+	CHECK_OK(local_key_open(s, key, &h));
+	CHECK(h != NULL);
+	return h;
+}
+
+/* Lock, try, re-acquire, release and their errors: as by name, token for token. */
+TEST(handle, lock_and_release_answer_as_by_name, 20)
+{
+	LOCAL_OPTS(local_acquire_opts, brief, .timeout_ms = 50);
+	struct broker_proc b;
+	local_session *a, *o;
+	local_key *ha, *ho;
+	uint64_t t1 = 0, t2 = 0, t3 = 0, held = 0;
+	int i;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "a", 0, 0);
+	o = open_session(&b, "o", 0, 0);
+	ha = key_open(a, "h/k");
+	ho = key_open(o, "h/k");
+	CHECK(!strcmp(local_key_name(ha), "h/k"));
+
+	/* A key that does not exist yet is made by the first lock. */
+	CHECK_OK(local_key_lock(ha, NULL, &t1));
+	CHECK(t1 != 0);
+	CHECK_OK(local_held(a, "h/k", &held));
+	CHECK_EQ(held, t1);
+	CHECK_EQ(info_of(o, "h/k").token, t1);
+	/* Re-acquire: at once, the same token, by handle or by name. */
+	CHECK_OK(local_key_lock(ha, &try_once, &t2));
+	CHECK_EQ(t2, t1);
+	CHECK_OK(local_lock(a, "h/k", &try_once, &t2));
+	CHECK_EQ(t2, t1);
+	/* Another session: busy on a try, a timeout on a wait. */
+	CHECK_RC(local_key_lock(ho, &try_once, NULL), -EBUSY);
+	CHECK_RC(local_lock(o, "h/k", &try_once, NULL), -EBUSY);
+	CHECK_RC(local_key_lock(ho, &brief, NULL), -ETIMEDOUT);
+	/* Released by handle: the other takes it, with a larger token. */
+	CHECK_OK(local_key_release(ha));
+	CHECK_RC(local_key_release(ha), -LOCAL_ENOTHELD);
+	CHECK_RC(local_release(a, "h/k"), -LOCAL_ENOTHELD);
+	CHECK_OK(local_key_lock(ho, &try_once, &t3));
+	CHECK(t3 > t1);
+	CHECK_EQ(info_of(a, "h/k").token, t3);
+	/* By name and by handle mix: one hold, one release. */
+	CHECK_OK(local_release(o, "h/k"));
+	CHECK_RC(local_key_release(ho), -LOCAL_ENOTHELD);
+	/* Tokens keep rising, whichever way the key is taken. */
+	for (i = 0; i < 100; i++) {
+		uint64_t t = 0;
+
+		if (i % 2)
+			CHECK_OK(local_key_lock(ha, NULL, &t));
+		else
+			CHECK_OK(local_lock(a, "h/k", NULL, &t));
+		CHECK(t > t3);
+		CHECK_EQ(info_of(o, "h/k").token, t);
+		t3 = t;
+		if (i % 3)
+			CHECK_OK(local_key_release(ha));
+		else
+			CHECK_OK(local_release(a, "h/k"));
+	}
+	/* A value and a lease go the mutex path, by handle too. */
+	{
+		LOCAL_OPTS(local_acquire_opts, v, .timeout_ms = 0, .value = "leader",
+			   .value_len = 6, .lease_ms = 60000);
+
+		CHECK_OK(local_key_lock(ha, &v, &t1));
+		CHECK_EQ(info_of(o, "h/k").value_len, 6);
+		CHECK_EQ(info_of(o, "h/k").token, t1);
+		CHECK_OK(local_key_release(ha));
+	}
+	CHECK_EQ(info_of(o, "h/k").lock_index, 103);
+	CHECK_OK(local_key_close(ha));
+	CHECK_OK(local_key_close(ho));
+	CHECK_EQ(segment_violations(a), 0);
+	broker_stop(&b);
+}
+
+/* Semaphores by handle: slots, limits, kinds, as by name. */
+TEST(handle, semaphores_answer_as_by_name, 20)
+{
+	struct broker_proc b;
+	local_session *s[3];
+	local_key *h[3], *lk;
+	uint64_t t[3] = { 0 }, held = 0;
+	int i;
+
+	broker_start(&b, NULL);
+	for (i = 0; i < 3; i++) {
+		s[i] = open_session(&b, "s", 0, 0);
+		h[i] = key_open(s[i], "h/sem");
+	}
+	CHECK_OK(local_key_sem_acquire(h[0], 2, &try_once, &t[0]));
+	CHECK_OK(local_key_sem_acquire(h[1], 2, &try_once, &t[1]));
+	CHECK(t[1] > t[0]);
+	CHECK_RC(local_key_sem_acquire(h[2], 2, &try_once, NULL), -EBUSY);
+	CHECK_RC(local_sem_acquire(s[2], "h/sem", 2, &try_once, NULL), -EBUSY);
+	/* Asking again: its own token, at once. */
+	CHECK_OK(local_key_sem_acquire(h[0], 2, &try_once, &held));
+	CHECK_EQ(held, t[0]);
+	/* Another limit, another kind, no limit. */
+	CHECK_RC(local_key_sem_acquire(h[2], 3, &try_once, NULL), -LOCAL_ELIMIT);
+	CHECK_RC(local_key_lock(h[2], &try_once, NULL), -LOCAL_EKIND);
+	CHECK_RC(local_key_sem_acquire(h[2], 0, &try_once, NULL), -EINVAL);
+	CHECK_OK(local_key_release(h[0]));
+	CHECK_OK(local_key_sem_acquire(h[2], 2, &try_once, &t[2]));
+	CHECK(t[2] > t[1]);
+	CHECK_OK(local_held(s[2], "h/sem", &held));
+	CHECK_EQ(held, t[2]);
+	CHECK_OK(local_key_release(h[1]));
+	CHECK_OK(local_key_release(h[2]));
+	CHECK_RC(local_key_release(h[2]), -LOCAL_ENOTHELD);
+	/* A lock key used as a semaphore by handle. */
+	lk = key_open(s[0], "h/lock");
+	CHECK_OK(local_lock(s[1], "h/lock", NULL, NULL));
+	CHECK_RC(local_key_sem_acquire(lk, 2, &try_once, NULL), -LOCAL_EKIND);
+	CHECK_OK(local_release(s[1], "h/lock"));
+	CHECK_RC(local_key_sem_acquire(lk, 2, &try_once, NULL), -LOCAL_EKIND);
+	CHECK_OK(local_key_close(lk));
+	for (i = 0; i < 3; i++)
+		CHECK_OK(local_key_close(h[i]));
+	CHECK_EQ(segment_violations(s[0]), 0);
+	broker_stop(&b);
+}
+
+/*
+ * The handle's entry reclaimed and re-used by another key (a table of one
+ * entry, so it must be the same one): the handle's calls act on its own key
+ * only. The other key, held by the same session, is neither released nor
+ * taken again; the handle's lock finds the table full, as by name.
+ */
+TEST(handle, a_reused_entry_is_never_taken_for_the_key, 20)
+{
+	static const char *const flags[] = { "--max-keys", "1", "--gc-idle", "0", NULL };
+	struct broker_proc b;
+	local_session *a;
+	local_key *ha, *hb;
+	uint64_t tb = 0, tok = 0;
+	int i;
+
+	broker_start(&b, flags);
+	a = open_session(&b, "a", 0, 0);
+	ha = key_open(a, "reuse/a");
+	hb = key_open(a, "reuse/b");
+	/* Many lock-free rounds: the handle has found and kept its entry. */
+	for (i = 0; i < 10; i++) {
+		CHECK_OK(local_key_lock(ha, &try_once, NULL));
+		CHECK_OK(local_key_release(ha));
+	}
+	CHECK(keytab_reclaim_idle(a->seg, 0, UINT32_MAX, 0) == 1);
+	/* The one entry now holds reuse/b, held by the same session. */
+	CHECK_OK(local_lock(a, "reuse/b", NULL, &tb));
+	CHECK_EQ(info_of(a, "reuse/a").kind, LOCAL_KIND_NONE);
+	CHECK_RC(local_key_release(ha), -LOCAL_ENOTHELD);
+	CHECK_RC(local_key_lock(ha, &try_once, NULL), -LOCAL_EMAXKEYS);
+	CHECK_RC(local_lock(a, "reuse/a", &try_once, NULL), -LOCAL_EMAXKEYS);
+	CHECK_OK(local_held(a, "reuse/b", &tok));
+	CHECK_EQ(tok, tb);
+	CHECK_EQ(info_of(a, "reuse/b").holders, 1);
+	/* The same with reuse/b taken lock-free through its own handle. */
+	CHECK_OK(local_key_release(hb));
+	CHECK_OK(local_key_lock(hb, &try_once, &tb));
+	CHECK_RC(local_key_release(ha), -LOCAL_ENOTHELD);
+	CHECK_RC(local_key_lock(ha, NULL, NULL), -LOCAL_EMAXKEYS);
+	CHECK_OK(local_held(a, "reuse/b", &tok));
+	CHECK_EQ(tok, tb);
+	/* Released and reclaimed: the entry is reuse/a's again. */
+	CHECK_OK(local_key_release(hb));
+	CHECK(keytab_reclaim_idle(a->seg, 0, UINT32_MAX, 0) == 1);
+	CHECK_OK(local_key_lock(ha, &try_once, &tok));
+	CHECK(tok > tb);
+	CHECK_EQ(info_of(a, "reuse/a").holders, 1);
+	CHECK_RC(local_key_release(hb), -LOCAL_ENOTHELD);
+	CHECK_EQ(info_of(a, "reuse/a").holders, 1);
+	CHECK_OK(local_key_release(ha));
+	CHECK_OK(local_key_close(ha));
+	CHECK_OK(local_key_close(hb));
+	CHECK_EQ(segment_violations(a), 0);
+	broker_stop(&b);
+}
+
+/* A key that changes kind while a handle keeps it: reclaimed as a lock,
+ * made again as a semaphore, in the same entry. */
+TEST(handle, a_key_made_again_of_another_kind, 20)
+{
+	static const char *const flags[] = { "--max-keys", "1", "--gc-idle", "0", NULL };
+	struct broker_proc b;
+	local_session *a, *o;
+	local_key *h;
+
+	broker_start(&b, flags);
+	a = open_session(&b, "a", 0, 0);
+	o = open_session(&b, "o", 0, 0);
+	h = key_open(a, "kind/k");
+	CHECK_OK(local_key_lock(h, &try_once, NULL));
+	CHECK_OK(local_key_release(h));
+	CHECK(keytab_reclaim_idle(a->seg, 0, UINT32_MAX, 0) == 1);
+	CHECK_OK(local_sem_acquire(o, "kind/k", 3, &try_once, NULL));
+	CHECK_RC(local_key_lock(h, &try_once, NULL), -LOCAL_EKIND);
+	CHECK_RC(local_lock(a, "kind/k", &try_once, NULL), -LOCAL_EKIND);
+	CHECK_RC(local_key_release(h), -LOCAL_ENOTHELD);
+	CHECK_OK(local_key_sem_acquire(h, 3, &try_once, NULL));
+	CHECK_EQ(info_of(o, "kind/k").holders, 2);
+	CHECK_OK(local_key_release(h));
+	CHECK_OK(local_release(o, "kind/k"));
+	CHECK_OK(local_key_close(h));
+	CHECK_EQ(segment_violations(a), 0);
+	broker_stop(&b);
+}
+
+/* A broker restart keeps the segment and the hold: the handle goes on. */
+TEST(handle, a_handle_outlives_a_broker_restart, 30)
+{
+	struct broker_proc b;
+	local_session *a;
+	local_key *h;
+	uint64_t t1 = 0, t2 = 0;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "a", 0, 0);
+	h = key_open(a, "restart/k");
+	CHECK_OK(local_key_lock(h, NULL, &t1));
+	broker_signal_wait(&b, SIGKILL);
+	/* No broker: uncontended locking needs none. */
+	CHECK_OK(local_key_lock(h, &try_once, &t2));
+	CHECK_EQ(t2, t1);
+	broker_restart(&b);
+	CHECK(WAIT_SESSIONS(a, 1, 5000));
+	CHECK_EQ(info_of(a, "restart/k").token, t1);
+	CHECK_OK(local_key_release(h));
+	CHECK_OK(local_key_lock(h, &try_once, &t2));
+	CHECK(t2 > t1);
+	CHECK_OK(local_key_release(h));
+	CHECK_OK(local_key_close(h));
+	CHECK_EQ(segment_violations(a), 0);
+	broker_stop(&b);
+}
+
+/* A session ended under the handle: -LOCAL_ESESSION, as by name. */
+TEST(handle, an_ended_session_is_reported, 20)
+{
+	struct broker_proc b;
+	local_session *a, *o;
+	local_key *h;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "a", 0, 0);
+	o = open_session(&b, "o", 0, 0);
+	h = key_open(a, "end/k");
+	CHECK_OK(local_key_lock(h, &try_once, NULL));
+	CHECK_OK(local_session_destroy(o, local_session_id(a)));
+	CHECK_RC(local_key_lock(h, &try_once, NULL), -LOCAL_ESESSION);
+	CHECK_RC(local_lock(a, "end/k", &try_once, NULL), -LOCAL_ESESSION);
+	CHECK_RC(local_key_sem_acquire(h, 2, &try_once, NULL), -LOCAL_ESESSION);
+	CHECK_RC(local_key_release(h), local_release(a, "end/k"));
+	CHECK_OK(local_key_close(h));
+	broker_stop(&b);
+}
+
+/* In a child after fork(): every call by handle says the session is the
+ * parent's, and the parent's hold stays. */
+TEST(handle, a_child_after_fork_gets_the_session_error, 20)
+{
+	struct broker_proc b;
+	local_session *s;
+	local_key *h, *other;
+	pid_t pid;
+	int status;
+
+	broker_start(&b, NULL);
+	s = open_session(&b, "parent", 0, 0);
+	h = key_open(s, "fork/k");
+	other = key_open(s, "fork/other");
+	CHECK_OK(local_key_lock(h, NULL, NULL));
+	pid = fork();
+	if (pid == 0) {
+		local_key *n = NULL;
+
+		if (local_key_lock(other, &try_once, NULL) != -LOCAL_EFORKED)
+			_exit(1);
+		if (local_key_lock(h, &try_once, NULL) != -LOCAL_EFORKED)
+			_exit(2);
+		if (local_key_sem_acquire(other, 2, NULL, NULL) != -LOCAL_EFORKED)
+			_exit(3);
+		if (local_key_release(h) != -LOCAL_EFORKED)
+			_exit(4);
+		if (local_key_open(s, "fork/new", &n) != -LOCAL_EFORKED || n)
+			_exit(5);
+		if (local_key_close(h) != -LOCAL_EFORKED) /* frees the child's copy only */
+			_exit(6);
+		_exit(0);
+	}
+	CHECK(pid > 0);
+	CHECK_EQ(waitpid(pid, &status, 0), pid);
+	CHECK(WIFEXITED(status));
+	CHECK_EQ(WEXITSTATUS(status), 0);
+	CHECK_EQ(info_of(s, "fork/k").holders, 1);
+	CHECK_OK(local_key_release(h));
+	CHECK_OK(local_key_lock(other, &try_once, NULL));
+	CHECK_OK(local_key_release(other));
+	CHECK_OK(local_key_close(h));
+	CHECK_OK(local_key_close(other));
+	broker_stop(&b);
+}
+
+/* Bad arguments and limits: the codes the calls by name give. */
+TEST(handle, bad_arguments_and_limits, 20)
+{
+	static const char *const flags[] = { "--max-holds", "1", NULL };
+	struct local_acquire_opts unset = { 0 };
+	struct broker_proc b;
+	char longest[LOCAL_KEY_MAX + 2];
+	local_session *a, *o;
+	local_key *h = NULL, *one, *two;
+
+	broker_start(&b, flags);
+	a = open_session(&b, "a", 0, 0);
+	o = open_session(&b, "o", 0, 0);
+	CHECK_RC(local_key_open(NULL, "k", &h), -EINVAL);
+	CHECK_RC(local_key_open(a, NULL, &h), -EINVAL);
+	CHECK_RC(local_key_open(a, "k", NULL), -EINVAL);
+	CHECK_RC(local_key_open(a, "", &h), -EINVAL);
+	CHECK(h == NULL);
+	memset(longest, 'x', sizeof(longest) - 1);
+	longest[sizeof(longest) - 1] = '\0';
+	CHECK_RC(local_key_open(a, longest, &h), -ENAMETOOLONG);
+	CHECK(h == NULL);
+	longest[LOCAL_KEY_MAX] = '\0'; /* 255 bytes: the longest key */
+	h = key_open(a, longest);
+	CHECK_OK(local_key_lock(h, &try_once, NULL));
+	CHECK_EQ(info_of(o, longest).holders, 1);
+	CHECK_OK(local_key_release(h));
+	CHECK_OK(local_key_close(h));
+
+	CHECK_RC(local_key_lock(NULL, NULL, NULL), -EINVAL);
+	CHECK_RC(local_key_sem_acquire(NULL, 1, NULL, NULL), -EINVAL);
+	CHECK_RC(local_key_release(NULL), -EINVAL);
+	CHECK_RC(local_key_close(NULL), -EINVAL);
+	CHECK(!strcmp(local_key_name(NULL), ""));
+	one = key_open(a, "lim/one");
+	two = key_open(o, "lim/two");
+	CHECK_RC(local_key_lock(one, &unset, NULL), -EINVAL);
+	CHECK_RC(local_lock(a, "lim/one", &unset, NULL), -EINVAL);
+	/* One hold in the whole table: the second is refused, by handle as
+	 * by name. */
+	CHECK_OK(local_key_lock(one, &try_once, NULL));
+	CHECK_RC(local_key_lock(two, &try_once, NULL), -LOCAL_EMAXHOLDS);
+	CHECK_RC(local_lock(o, "lim/two", &try_once, NULL), -LOCAL_EMAXHOLDS);
+	CHECK_OK(local_key_release(one));
+	CHECK_OK(local_key_lock(two, &try_once, NULL));
+	CHECK_OK(local_key_release(two));
+	CHECK_OK(local_key_close(one));
+	CHECK_OK(local_key_close(two));
+	broker_stop(&b);
+}
+
+/* Closing a handle releases nothing: the hold is the session's. */
+TEST(handle, closing_a_handle_keeps_the_hold, 20)
+{
+	struct broker_proc b;
+	local_session *a;
+	local_key *h;
+	uint64_t t = 0, held = 0;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "a", 0, 0);
+	h = key_open(a, "close/k");
+	CHECK_OK(local_key_lock(h, NULL, &t));
+	CHECK_OK(local_key_close(h));
+	CHECK_OK(local_held(a, "close/k", &held));
+	CHECK_EQ(held, t);
+	/* A new handle on the key releases it. */
+	h = key_open(a, "close/k");
+	CHECK_OK(local_key_release(h));
+	CHECK_OK(local_key_close(h));
+	CHECK_RC(local_held(a, "close/k", &held), -LOCAL_ENOTHELD);
+	CHECK_OK(local_session_close(a));
+	broker_stop(&b);
+}
+
+/*
+ * A handle in use while another thread keeps reclaiming its one entry and
+ * giving it to another key: every grant by handle is a hold of the handle's
+ * key (its session holds that key by name at that moment), every release
+ * ends it, and the other key's holds are never touched.
+ */
+struct churn {
+	const struct broker_proc *b;
+	local_session *s;
+	_Atomic int stop;
+	_Atomic long grants, bad;
+};
+
+static void *churn_other_key(void *p)
+{
+	struct churn *c = p;
+	uint64_t t = 0, held = 0;
+	int i;
+
+	while (!atomic_load(&c->stop)) {
+		keytab_reclaim_idle(c->s->seg, 0, UINT32_MAX, 0);
+		if (local_lock(c->s, "churn/other", &try_once, &t))
+			continue;
+		atomic_fetch_add(&c->grants, 1);
+		/* Held by name: the handle's thread must not have released it. */
+		if (local_held(c->s, "churn/other", &held) || held != t)
+			atomic_fetch_add(&c->bad, 1);
+		if (local_release(c->s, "churn/other"))
+			atomic_fetch_add(&c->bad, 1);
+		/* Leave the entry the other key's, free and lock-free, a while:
+		 * where a handle that trusted its cached index would take it. */
+		for (i = 0; i < 20; i++)
+			sched_yield();
+	}
+	return NULL;
+}
+
+TEST(handle, a_handle_races_the_reuse_of_its_entry, 60)
+{
+	static const char *const flags[] = { "--max-keys", "1", "--gc-idle", "0", NULL };
+	struct broker_proc b;
+	struct churn c = { 0 };
+	local_session *a;
+	local_key *h;
+	pthread_t th;
+	uint64_t t = 0, held = 0, last = 0;
+	long i, mine = 0;
+	uint64_t end;
+	int err;
+
+	broker_start(&b, flags);
+	a = open_session(&b, "a", 0, 0);
+	c.b = &b;
+	c.s = open_session(&b, "other", 0, 0);
+	h = key_open(a, "churn/mine");
+	CHECK(pthread_create(&th, NULL, churn_other_key, &c) == 0);
+	/* Until both sides had the entry often, or 20 s (a starved thread). */
+	end = now_ms() + 20000;
+	for (i = 0; (mine < 1000 || atomic_load(&c.grants) < 1000) && now_ms() < end; i++) {
+		err = local_key_lock(h, &try_once, &t);
+		if (err == -LOCAL_EMAXKEYS || err == -EBUSY)
+			continue; /* the entry is the other key's, or being reclaimed */
+		CHECK_OK(err);
+		CHECK(t > last);
+		last = t;
+		CHECK_OK(local_held(a, "churn/mine", &held));
+		CHECK_EQ(held, t);
+		CHECK_RC(local_held(a, "churn/other", &held), -LOCAL_ENOTHELD);
+		CHECK_OK(local_key_release(h));
+		CHECK_RC(local_key_release(h), -LOCAL_ENOTHELD);
+		mine++;
+	}
+	atomic_store(&c.stop, 1);
+	CHECK(pthread_join(th, NULL) == 0);
+	CHECK_EQ(atomic_load(&c.bad), 0);
+	fprintf(stderr, "    %ld rounds: %ld grants by handle, %ld of the other key\n", i, mine,
+		atomic_load(&c.grants));
+	CHECK(mine > 0);
+	CHECK_OK(local_key_close(h));
+	CHECK_EQ(segment_violations(a), 0);
+	broker_stop(&b);
+}
