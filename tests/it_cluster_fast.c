@@ -28,10 +28,11 @@
 
 static const LOCAL_OPTS(local_acquire_opts, try_once, .timeout_ms = 0);
 
-/* A host with an etcd lease of @ttl_s and a --cluster-linger of @linger_ms
- * (a long one keeps a free key open: the host holds it). */
+/* A host with an etcd lease of @ttl_s that keeps a free key open for
+ * --cluster-idle @idle while no other host asks (the host holds it), and
+ * gives it up at once when one does (--cluster-linger 0). */
 static void host_up(struct broker_proc *b, const struct etcd3 *e, const char *ttl_s,
-		    const char *linger_ms)
+		    const char *idle)
 {
 	const char *extra[] = { "--cluster",
 				e->eps,
@@ -44,7 +45,9 @@ static void host_up(struct broker_proc *b, const struct etcd3 *e, const char *tt
 				"--cluster-batch",
 				"4",
 				"--cluster-linger",
-				linger_ms,
+				"0",
+				"--cluster-idle",
+				idle,
 				NULL };
 
 	broker_start(b, extra);
@@ -163,7 +166,7 @@ TEST(cluster_fast, open_key_taken_lock_free, 60)
 	int i, lock_free_grants = 0;
 
 	etcd3_start(&e);
-	host_up(&a, &e, "10", "60000");
+	host_up(&a, &e, "10", "60s");
 	s = open_session(&a, "fast", 0, 0);
 	k = open_on_host(s, KEY);
 	/* The broker looks at the key now and then (under its mutex): some
@@ -208,8 +211,8 @@ TEST(cluster_fast, refused_past_deadline_broker_stopped, 60)
 	int rc;
 
 	etcd3_start(&e);
-	host_up(&a, &e, "3", "60000");
-	host_up(&b, &e, "3", "5");
+	host_up(&a, &e, "3", "60s");
+	host_up(&b, &e, "3", "30s");
 	s = open_session(&a, "holder", 0, 0);
 	s2 = open_session(&a, "other", 0, 0);
 	k = open_on_host(s, KEY);
@@ -273,8 +276,8 @@ TEST(cluster_fast, refused_closed_stale_spent, 60)
 	int st;
 
 	etcd3_start(&e);
-	host_up(&a, &e, "10", "60000");
-	host_up(&b, &e, "10", "5");
+	host_up(&a, &e, "10", "60s");
+	host_up(&b, &e, "10", "30s");
 	s = open_session(&a, "fast", 0, 0);
 	h = s->seg->hdr;
 	k = open_on_host(s, KEY);
@@ -394,7 +397,7 @@ TEST(cluster_fast, killed_in_the_lock_free_path, 60)
 	unsigned i, tries;
 
 	etcd3_start(&e);
-	host_up(&a, &e, "10", "60000");
+	host_up(&a, &e, "10", "60s");
 	s = open_session(&a, "observer", 0, 0);
 	k = open_on_host(s, KEY);
 	for (i = 0; i < sizeof(points) / sizeof(points[0]); i++) {
