@@ -230,8 +230,10 @@ test: $(TESTS) $(BROKER) $(if $(CLI_SRC),$(CLI)) $(EXAMPLES)
 # rebuilds what another built and no two makes write one tree at once.
 CHECK_LOG  := build/check-logs
 CHECK_VARS := O=build/check CRASH_POINTS=1 WERROR=1
-ASAN_VARS  := O=build/asan CRASH_POINTS=1 WERROR=1 SANITIZE=address,undefined CFLAGS="-O1 -g"
-TSAN_VARS  := O=build/tsan CRASH_POINTS=1 WERROR=1 SANITIZE=thread CFLAGS="-O1 -g"
+# The sanitizer builds' debug information is line tables (-g1): all a report's
+# stack needs, and a tenth less compiling than -g.
+ASAN_VARS  := O=build/asan CRASH_POINTS=1 WERROR=1 SANITIZE=address,undefined CFLAGS="-O1 -g1"
+TSAN_VARS  := O=build/tsan CRASH_POINTS=1 WERROR=1 SANITIZE=thread CFLAGS="-O1 -g1"
 # Run one step: its name is the target's without "check-".
 STEP = @scripts/check-step.sh $(CHECK_LOG) $(@:check-%=%)
 # The test runner keeps one test at a time while the load average is above
@@ -487,41 +489,56 @@ FUZZ_CLI_SRC := cli/args.c libshm/duration.c cli/escape.c
 FUZZ_BROKER_OBJ := $(patsubst %.c,$(FUZZ_O)/%.o,$(filter-out broker/core/main.c,$(BROKER_SRC))) \
 		   $(FUZZ_O)/gen/openapi_doc.o $(patsubst %,$(FUZZ_O)/gen/ui_%.o,index_html app_js app_css)
 
-fuzz-build:
+# The objects in one recursive make (its own flags), then each target
+# linked by a rule of its own, side by side under make's jobs.
+FUZZ_LINKS := $(FUZZ_TARGETS:%=fuzz-link-%)
+.PHONY: fuzz-objs $(FUZZ_LINKS)
+fuzz-build: $(FUZZ_LINKS)
+fuzz-objs:
 	$(MAKE) O=$(FUZZ_O) CC=clang SANITIZE=address,undefined \
 		CFLAGS="-O1 -g -fsanitize=fuzzer-no-link" $(FUZZ_O)/liblocal.a $(FUZZ_BROKER_OBJ)
-	@for t in $(FUZZ_TARGETS); do \
-		echo "  FUZZ    $(FUZZ_O)/$$t"; \
-		libs=; \
-		case $$t in fuzz_cli) extra="-Icli $(FUZZ_CLI_SRC)";; \
-		fuzz_tcp) extra="-Ibroker broker/faces/tcp/tcp_parse.c broker/net/dflockd.c";; \
-		fuzz_http_body) extra="-Ibroker broker/faces/http/http_body.c"; libs="$(HTTP_LIBS)";; \
-		fuzz_http) extra="-Ibroker -Itests tests/invariants.c $(FUZZ_BROKER_OBJ)"; \
-			libs="-Wl,--wrap=urcu_memb_call_rcu $(URCU_LIBS) $(SYSTEMD_LIBS) $(HTTP_LIBS) $(TLS_LIBS) $(CURL_LIBS)";; \
-		*) extra=;; esac; \
-		clang -O1 -g -D_GNU_SOURCE -Iinclude -Ilibshm \
-			-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-			tests/fuzz/$$t.c $$extra $(FUZZ_O)/liblocal.a $$libs -lpthread \
-			-o $(FUZZ_O)/$$t || exit 1; \
-	done
+$(FUZZ_LINKS): fuzz-link-%: fuzz-objs
+	@echo "  FUZZ    $(FUZZ_O)/$*"
+	@libs=; \
+	case $* in fuzz_cli) extra="-Icli $(FUZZ_CLI_SRC)";; \
+	fuzz_tcp) extra="-Ibroker broker/faces/tcp/tcp_parse.c broker/net/dflockd.c";; \
+	fuzz_http_body) extra="-Ibroker broker/faces/http/http_body.c"; libs="$(HTTP_LIBS)";; \
+	fuzz_http) extra="-Ibroker -Itests tests/invariants.c $(FUZZ_BROKER_OBJ)"; \
+		libs="-Wl,--wrap=urcu_memb_call_rcu $(URCU_LIBS) $(SYSTEMD_LIBS) $(HTTP_LIBS) $(TLS_LIBS) $(CURL_LIBS)";; \
+	*) extra=;; esac; \
+	clang -O1 -g -D_GNU_SOURCE -Iinclude -Ilibshm \
+		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+		tests/fuzz/$*.c $$extra $(FUZZ_O)/liblocal.a $$libs -lpthread \
+		-o $(FUZZ_O)/$*
 
 # Each target for FUZZ_SECONDS (default 5 minutes); `fuzz-short` is the
 # bounded run that `make check` does. New inputs go to a scratch corpus (so
 # fuzz-short starts from the committed seeds in tests/fuzz/corpus/ only when
 # build/fuzz is fresh, as in CI).
-fuzz fuzz-short: fuzz-build
-	@for t in $(FUZZ_TARGETS); do \
-		c=$${t#fuzz_}; mkdir -p $(FUZZ_O)/corpus/$$c; \
-		runs=$(FUZZ_SHORT_RUNS); case $$t in fuzz_http) runs=$(FUZZ_HTTP_SHORT_RUNS);; \
+# One rule per target (fuzz-short-NAME, fuzz-long-NAME), so that make's
+# jobs run the targets side by side: in make check their lane is niced and
+# takes the CPU time the tests leave, which several fuzzers at once take
+# more of than one. Each keeps its own log and corpus, and prints its lines
+# when it is done.
+FUZZ_LONG := $(FUZZ_TARGETS:%=fuzz-long-%)
+FUZZ_SHORT := $(FUZZ_TARGETS:%=fuzz-short-%)
+.PHONY: $(FUZZ_LONG) $(FUZZ_SHORT)
+fuzz: $(FUZZ_LONG)
+fuzz-short: $(FUZZ_SHORT)
+$(FUZZ_LONG): fuzz-long-%: fuzz-build
+	@$(call fuzz_run,$*,$(FUZZ_SECONDS) s,-max_total_time=$(FUZZ_SECONDS))
+$(FUZZ_SHORT): fuzz-short-%: fuzz-build
+	@runs=$(FUZZ_SHORT_RUNS); case $* in fuzz_http) runs=$(FUZZ_HTTP_SHORT_RUNS);; \
 		fuzz_tcp) runs=$(FUZZ_TCP_SHORT_RUNS);; \
 		fuzz_http_body) runs=$(FUZZ_HTTP_BODY_SHORT_RUNS);; esac; \
-		echo "  RUN     $$t for $(if $(filter fuzz-short,$@),$$runs runs (seed 1),$(FUZZ_SECONDS) s)"; \
-		$(FUZZ_O)/$$t $(if $(filter fuzz-short,$@),-seed=1 -runs=$$runs,-max_total_time=$(FUZZ_SECONDS)) \
-			-timeout=10 -print_final_stats=1 -artifact_prefix=$(FUZZ_O)/ \
-			$(FUZZ_O)/corpus/$$c tests/fuzz/corpus/$$c \
-			2> $(FUZZ_O)/$$t.log || { tail -50 $(FUZZ_O)/$$t.log; exit 1; }; \
-		grep -E 'stat::number_of_executed_units|Done' $(FUZZ_O)/$$t.log | tail -2; \
-	done
+		$(call fuzz_run,$*,$$runs runs (seed 1),-seed=1 -runs=$$runs)
+# Run target $(1) ($(2) says for how long) with libFuzzer options $(3).
+fuzz_run = mkdir -p $(FUZZ_O)/corpus/$(1:fuzz_%=%); \
+	$(FUZZ_O)/$(1) $(3) -timeout=10 -print_final_stats=1 -artifact_prefix=$(FUZZ_O)/ \
+		$(FUZZ_O)/corpus/$(1:fuzz_%=%) tests/fuzz/corpus/$(1:fuzz_%=%) 2> $(FUZZ_O)/$(1).log || \
+		{ echo "  FAIL    $(1) for $(2)"; tail -50 $(FUZZ_O)/$(1).log; exit 1; }; \
+	echo "  RUN     $(1) for $(2): $$(grep -E 'stat::number_of_executed_units|Done' \
+		$(FUZZ_O)/$(1).log | tail -2 | tr -s ' \n' ' ')"
 # make check runs a fixed number of inputs from a fixed seed: the same
 # exploration every time, so CI is reproducible; make fuzz explores anew.
 FUZZ_SHORT_RUNS ?= 2000000

@@ -5,7 +5,8 @@
 #
 # Usage: tests/model/check.sh OUTDIR [SPIN_DEFINES...]
 #   e.g. tests/model/check.sh build/model -DBUG_WAKE_DEATH   (expected to fail)
-# On failure the counterexample is replayed into OUTDIR/trail.txt.
+# On failure the counterexample is replayed into OUTDIR/key/trail.txt (tokens/,
+# sem/ for the other models).
 set -eu
 
 out=$1
@@ -19,67 +20,75 @@ cd "$out"
 copt() {
 	case "$*" in *BUG_*) echo -O0;; *) echo -O2;; esac
 }
-cp "$here/key.pml" key.pml
-rm -f key.pml.trail pan pan.out trail.txt tables.txt
-spin -a "$@" key.pml
-# -DCOLLAPSE: exact, about a third of the memory; MEMLIM (MiB) stops a run
-# that would swamp the machine instead of swapping.
-${CC:-cc} $(copt "$@") -w -DSAFETY -DCOLLAPSE -DMEMLIM=8192 -o pan pan.c
-start=$(date +%s)
-./pan -m300000 -w26 > pan.out 2>&1 || true
-secs=$(($(date +%s) - start))
+key_model() {
+	mkdir -p key && cd key
+	fail=0
+	cp "$here/key.pml" key.pml
+	rm -f key.pml.trail pan pan.out trail.txt tables.txt
+	spin -a "$@" key.pml
+	# -DCOLLAPSE: exact, about a third of the memory; MEMLIM (MiB) stops a run
+	# that would swamp the machine instead of swapping.
+	${CC:-cc} $(copt "$@") -w -DSAFETY -DCOLLAPSE -DMEMLIM=8192 -o pan pan.c
+	start=$(date +%s)
+	./pan -m300000 -w26 > pan.out 2>&1 || true
+	secs=$(($(date +%s) - start))
 
-stored=$(sed -n 's/^ *\([0-9.e+]*\) states, stored.*/\1/p' pan.out)
-trans=$(sed -n 's/.*transitions (= stored+matched).*/&/p' pan.out | awk '{print $1}')
-depth=$(sed -n 's/.*depth reached \([0-9]*\).*/\1/p' pan.out)
-errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' pan.out)
-echo "model: spin $* : ${stored:-?} states stored, ${trans:-?} transitions, depth ${depth:-?}," \
-	"errors ${errors:-?}, ${secs} s"
+	stored=$(sed -n 's/^ *\([0-9.e+]*\) states, stored.*/\1/p' pan.out)
+	trans=$(sed -n 's/.*transitions (= stored+matched).*/&/p' pan.out | awk '{print $1}')
+	depth=$(sed -n 's/.*depth reached \([0-9]*\).*/\1/p' pan.out)
+	errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' pan.out)
+	echo "model: spin $* : ${stored:-?} states stored, ${trans:-?} transitions, depth ${depth:-?}," \
+		"errors ${errors:-?}, ${secs} s"
 
-fail=0
-if [ "${errors:-x}" != 0 ]; then
-	grep -E '^pan:[0-9]+:' pan.out >&2 || true
-	if [ -f key.pml.trail ]; then
-		spin -t -p -l -g "$@" key.pml > trail.txt 2>&1 || true
-		echo "model: counterexample replayed in $out/trail.txt" >&2
-	fi
-	fail=1
-fi
-if grep -q 'max search depth too small' pan.out; then
-	echo "model: search depth too small: the search was not exhaustive" >&2
-	fail=1
-fi
-# Each probe (REACH(n) in key.pml) must be reached, or the model lost a
-# scenario it claims to cover. The exhaustive search above already says
-# which statements it never reached (pan's "unreached in proctype" lists,
-# in the numbering of `pan -d -d`): a probe is reached when at least one of
-# its copies (inline expansions) is missing from those lists. That is what
-# a search with $PROBE=n would find too (it fails at the first copy it
-# executes, in the same order), without 14 more searches.
-# Only for the default configuration; the others cover other ground.
-if [ $fail = 0 ] && [ $# = 0 ]; then
-	./pan -d -d > tables.txt 2>&1
-	missed=""
-	n=0
-	for p in $(sed -n 's/.*REACH(\([0-9]*\)).*/\1/p' key.pml | sort -nu); do
-		[ "$p" = 13 ] && continue # EXPIRY only
-		hit=$(awk -v P="$p" -f "$here/reached.awk" tables.txt pan.out)
-		[ "${hit:-0}" -gt 0 ] || missed="$missed $p"
-		n=$((n + 1))
-	done
-	if [ -n "$missed" ]; then
-		echo "model: scenarios never reached (REACH):$missed" \
-			"(PROBE=n ./pan -m300000 -w24 in $out confirms, and writes no trail)" >&2
+	fail=0
+	if [ "${errors:-x}" != 0 ]; then
+		grep -E '^pan:[0-9]+:' pan.out >&2 || true
+		if [ -f key.pml.trail ]; then
+			spin -t -p -l -g "$@" key.pml > trail.txt 2>&1 || true
+			echo "model: counterexample replayed in $out/key/trail.txt" >&2
+		fi
 		fail=1
-	else
-		echo "model: all $n scenario probes reached"
 	fi
-fi
-[ $fail = 0 ] && echo "model: PASS (mutual exclusion, FIFO, no barging, no deadlock or lost wake-up, nothing leaked)"
+	if grep -q 'max search depth too small' pan.out; then
+		echo "model: search depth too small: the search was not exhaustive" >&2
+		fail=1
+	fi
+	# Each probe (REACH(n) in key.pml) must be reached, or the model lost a
+	# scenario it claims to cover. The exhaustive search above already says
+	# which statements it never reached (pan's "unreached in proctype" lists,
+	# in the numbering of `pan -d -d`): a probe is reached when at least one of
+	# its copies (inline expansions) is missing from those lists. That is what
+	# a search with $PROBE=n would find too (it fails at the first copy it
+	# executes, in the same order), without 14 more searches.
+	# Only for the default configuration; the others cover other ground.
+	if [ $fail = 0 ] && [ $# = 0 ]; then
+		./pan -d -d > tables.txt 2>&1
+		missed=""
+		n=0
+		for p in $(sed -n 's/.*REACH(\([0-9]*\)).*/\1/p' key.pml | sort -nu); do
+			[ "$p" = 13 ] && continue # EXPIRY only
+			hit=$(awk -v P="$p" -f "$here/reached.awk" tables.txt pan.out)
+			[ "${hit:-0}" -gt 0 ] || missed="$missed $p"
+			n=$((n + 1))
+		done
+		if [ -n "$missed" ]; then
+			echo "model: scenarios never reached (REACH):$missed" \
+				"(PROBE=n ./pan -m300000 -w24 in $out/key confirms, and writes no trail)" >&2
+			fail=1
+		else
+			echo "model: all $n scenario probes reached"
+		fi
+	fi
+	[ $fail = 0 ] && echo "model: PASS (mutual exclusion, FIFO, no barging, no deadlock or lost wake-up, nothing leaked)"
 
+	return $fail
+}
+
+tokens_model() {
+	mkdir -p tokens && cd tokens
+	fail=0
 # Fencing tokens from per-key ranges (tokens.pml): the default must pass,
 # and each BUG_ option must fail (the model still sees what it guards).
-if [ $# = 0 ]; then
 	cp "$here/tokens.pml" tokens.pml
 	for opt in "" -DBUG_NO_TOKLAST -DBUG_NO_VOID; do
 		rm -f tokens.pml.trail
@@ -92,7 +101,7 @@ if [ $# = 0 ]; then
 			echo "model: tokens.pml: ${stored:-?} states stored, errors ${errors:-?}"
 			if [ "${errors:-x}" != 0 ] || grep -q 'max search depth too small' tokens.out; then
 				spin -t -p -l -g tokens.pml > tokens-trail.txt 2>&1 || true
-				echo "model: tokens.pml failed; counterexample in $out/tokens-trail.txt" >&2
+				echo "model: tokens.pml failed; counterexample in $out/tokens/tokens-trail.txt" >&2
 				fail=1
 			fi
 		elif [ "${errors:-0}" = 0 ]; then
@@ -101,11 +110,15 @@ if [ $# = 0 ]; then
 		fi
 	done
 	[ $fail = 0 ] && echo "model: tokens PASS (rising per key across crashes and GC, unique across keys)"
-fi
+	return $fail
+}
+
+sem_model() {
+	mkdir -p sem && cd sem
+	fail=0
 # Lock-free semaphore holders beyond the first (sem.pml, a design not yet
 # in C: docs/architecture.md): each configuration must pass exhaustively,
 # and each BUG_ option must fail.
-if [ $# = 0 ]; then
 	cp "$here/sem.pml" sem.pml
 	for cfg in "-DP=3 -DLIM=2 -DITER=1" "-DP=2 -DLIM=1 -DITER=3" \
 		"-DP=2 -DLIM=1 -DITER=2 -DBUG_NO_TAG" "-DP=2 -DLIM=1 -DITER=2 -DBUG_NO_FINISH" \
@@ -128,12 +141,32 @@ if [ $# = 0 ]; then
 			if [ "${errors:-x}" != 0 ] || grep -q 'max search depth too small\|MEMLIM' \
 				"sem$name.out"; then
 				spin -t -p -l -g $cfg sem.pml > "sem-trail$name.txt" 2>&1 || true
-				echo "model: sem.pml $cfg failed; see $out/sem-trail$name.txt" >&2
+				echo "model: sem.pml $cfg failed; see $out/sem/sem-trail$name.txt" >&2
 				fail=1
 			fi;;
 		esac
 	done
 	[ $fail = 0 ] && echo "model: sem PASS (limit kept, count = holds in the node table," \
 		"grants counted exactly, nothing leaked, across kills at every lock-free step)"
+	return $fail
+}
+
+# The three run side by side (each in its own directory: spin -a writes
+# pan.c where it runs), their output in order: in make check the models'
+# lane is niced and takes the CPU time the tests leave, which three
+# searches at once take more of than one. Memory: about 3 GiB in all.
+fail=0
+if [ $# = 0 ]; then
+	(tokens_model) > tokens.log 2>&1 &
+	tokens=$!
+	(sem_model) > sem.log 2>&1 &
+	sem=$!
+fi
+(key_model "$@") || fail=1
+if [ $# = 0 ]; then
+	wait $tokens || fail=1
+	cat tokens.log
+	wait $sem || fail=1
+	cat sem.log
 fi
 exit $fail
