@@ -39,8 +39,9 @@
  * broker's sweep (under the mutex) ends its holds and frees its unnamed
  * nodes. Mutex sections are atomic here (key.pml's subject). The three
  * threads with a kill (no -D) are too many states for make model (1.1e8
- * states and 13 min found BUG_SETTLE_LOWEST there, when it was the rule);
- * it checks (tests/model/check.sh): -DNOKILL (all three: the twins beside another
+ * states and 13 min found BUG_SETTLE_LOWEST there, when it was the rule;
+ * with the rule below it passes: 1.9e8 states, 19 min, 8.6 GB); make model
+ * checks (tests/model/check.sh): -DNOKILL (all three: the twins beside another
  * session, 8.4e6 states), -DNOT2 (the twins, a kill), -DSOLO -DITER2=2 (T0
  * and T2, two rounds of T2, a kill).
  *
