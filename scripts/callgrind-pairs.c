@@ -18,6 +18,8 @@
  *   watched   - the same on a key another process watches (mutex path)
  *   sem       - local_sem_acquire(limit 4) + local_release, no other holder
  *   semheld   - the same while another session holds one unit
+ *   posixsem  - sem_wait + sem_post on a process-shared POSIX semaphore
+ *               (value 4) in a MAP_SHARED page: the anchor of the two above
  *   contendedP - local_lock + local_release on a key that P-1 other
  *               processes (2 <= P <= 16) lock and release in a loop too: a
  *               FIFO handoff per pair. Only this process is
@@ -27,6 +29,7 @@
  * Built by scripts/callgrind-pairs.sh, not by make: it is a measuring tool.
  */
 #include <errno.h>
+#include <semaphore.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -102,6 +105,7 @@ static local_session *session(void)
 
 static local_key *handle;      /* handle, handlewait */
 static pthread_mutex_t *mutex; /* mutex */
+static sem_t *posix;	       /* posixsem */
 
 static int pairs(local_session *s, const char *cs, const char *key, long n)
 {
@@ -126,6 +130,12 @@ static int pairs(local_session *s, const char *cs, const char *key, long n)
 				err = local_key_release(handle);
 		}
 		return err;
+	}
+	if (posix) {
+		while (n-- > 0)
+			if (sem_wait(posix) || sem_post(posix))
+				return -errno;
+		return 0;
 	}
 	while (n-- > 0 && !err) {
 		if (sem)
@@ -184,6 +194,11 @@ int main(int argc, char **argv)
 		err = local_sem_acquire(other, key, 4, NULL, NULL);
 		if (err)
 			die("other holder", err);
+	} else if (!strcmp(argv[2], "posixsem")) {
+		posix = mmap(NULL, sizeof(*posix), PROT_READ | PROT_WRITE,
+			     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (posix == MAP_FAILED || sem_init(posix, 1, 4))
+			die("POSIX semaphore", -errno);
 	} else if (!strcmp(argv[2], "watched")) {
 		struct local_key_info info = { .sz = sizeof(info) };
 

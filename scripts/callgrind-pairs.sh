@@ -11,7 +11,7 @@ set -e
 O=${1:?build dir}
 N=${2:-2000}
 shift 2 || shift $#
-CASES=${*:-lock watched sem semheld}
+CASES=${*:-lock watched sem semheld posixsem}
 BIN=$O/callgrind-pairs
 cc -O2 -g -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilibshm scripts/callgrind-pairs.c $O/liblocal.a \
 	-o "$BIN" -lpthread

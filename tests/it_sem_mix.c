@@ -8,18 +8,31 @@
  * holders are counted in a shared table from a snapshot (as the soak does),
  * which must never show more than the limit. This is the mix that found a
  * re-acquire granting a second slot in a lock-free holders prototype.
+ *
+ * Then the other three ways that prototype lost count, each a test here
+ * whatever path a semaphore's holders take: two threads of one session
+ * releasing the same hold at once, two threads of one session acquiring at
+ * once, and an acquire stopped in its lock-free step while its key is
+ * released, reclaimed and created again as a lock.
  */
+#include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "broker_fixture.h"
+#include "crashpoint.h"
 #include "harness.h"
+#include "invariants.h"
+#include "keyops.h"
+#include "word_fixture.h"
 
 #define MIX_PROCS 8
 #define MIX_ITERS 8000
@@ -150,3 +163,231 @@ TEST(sem_mix, every_way_of_granting_keeps_one_slot_per_session, 120)
 	CHECK_EQ(bad, 0);
 	broker_stop_clean(&b);
 }
+
+/* ---- two threads of one session ----------------------------------------- */
+
+#define TWIN_ROUNDS 3000
+#define TWIN_LIMIT 3
+
+struct twin {
+	local_session *s;
+	const char *key;
+	pthread_barrier_t go, done;
+	int acquire; /* this round: 1 both acquire, 0 both release */
+	int rc[2];
+	uint64_t tok[2];
+	_Atomic int stop;
+};
+
+struct twin_arg {
+	struct twin *t;
+	int i;
+};
+
+static void *twin_run(void *p)
+{
+	static const LOCAL_OPTS(local_acquire_opts, try, .timeout_ms = 0);
+	struct twin_arg *a = p;
+	struct twin *t = a->t;
+
+	for (;;) {
+		pthread_barrier_wait(&t->go);
+		if (atomic_load(&t->stop))
+			return NULL;
+		if (t->acquire)
+			t->rc[a->i] =
+				local_sem_acquire(t->s, t->key, TWIN_LIMIT, &try, &t->tok[a->i]);
+		else
+			t->rc[a->i] = local_release(t->s, t->key);
+		pthread_barrier_wait(&t->done);
+	}
+}
+
+/* Run one round on both threads: acquire (1) or release (0) at once. */
+static void twin_round(struct twin *t, int acquire)
+{
+	t->acquire = acquire;
+	t->rc[0] = t->rc[1] = 1;
+	t->tok[0] = t->tok[1] = 0;
+	pthread_barrier_wait(&t->go);
+	pthread_barrier_wait(&t->done);
+}
+
+/* How many units of @key (limit TWIN_LIMIT) the sessions @probe can take
+ * now, each one at most: the units left. Released again. */
+static int units_left(local_session *const *probe, int n, const char *key)
+{
+	static const LOCAL_OPTS(local_acquire_opts, try, .timeout_ms = 0);
+	int i, got = 0, rc;
+
+	for (i = 0; i < n; i++) {
+		rc = local_sem_acquire(probe[i], key, TWIN_LIMIT, &try, NULL);
+		if (rc == 0)
+			got++;
+		else if (rc != -EBUSY)
+			FAIL_AT("probe %d: %s", i, local_strerror(rc));
+	}
+	for (i = 0; i < got; i++)
+		CHECK_OK(local_release(probe[i], key));
+	return got;
+}
+
+/*
+ * A session is one holder however many of its threads ask: two threads
+ * acquiring at once get one unit and the same token, two threads releasing
+ * it at once end it once (one answers LOCAL_ENOTHELD), while another session
+ * holds a unit too, so that neither is the key's only holder. After each
+ * round the units left are counted by sessions that try to take them: a
+ * second unit taken, or a unit given back twice, shows there. A
+ * lock-free-holders prototype failed both ways.
+ */
+TEST(sem_mix, two_threads_of_one_session_hold_one_unit, 120)
+{
+	const char *key = "twin/k";
+	struct twin t = { .key = key };
+	struct twin_arg a[2] = { { &t, 0 }, { &t, 1 } };
+	local_session *other, *probe[TWIN_LIMIT];
+	struct broker_proc b;
+	pthread_t th[2];
+	int r, i;
+
+	broker_start(&b, NULL);
+	t.s = open_session(&b, "twins", 0, 0);
+	other = open_session(&b, "other", 0, 0);
+	for (i = 0; i < TWIN_LIMIT; i++)
+		probe[i] = open_session(&b, "probe", 0, 0);
+	CHECK_OK(local_sem_acquire(other, key, TWIN_LIMIT, NULL, NULL));
+	CHECK_OK(pthread_barrier_init(&t.go, NULL, 3));
+	CHECK_OK(pthread_barrier_init(&t.done, NULL, 3));
+	for (i = 0; i < 2; i++)
+		CHECK_OK(pthread_create(&th[i], NULL, twin_run, &a[i]));
+	for (r = 0; r < TWIN_ROUNDS; r++) {
+		twin_round(&t, 1);
+		if (t.rc[0] || t.rc[1] || t.tok[0] != t.tok[1] || !t.tok[0])
+			FAIL_AT("round %d: acquire at once: %s (token %llu), %s (token %llu)", r,
+				local_strerror(t.rc[0]), (unsigned long long)t.tok[0],
+				local_strerror(t.rc[1]), (unsigned long long)t.tok[1]);
+		if (r % 8 == 0 && (i = units_left(probe, TWIN_LIMIT, key)) != TWIN_LIMIT - 2)
+			FAIL_AT("round %d: %d units left after one session's two threads took "
+				"one (limit %d, another session holds one)",
+				r, i, TWIN_LIMIT);
+		twin_round(&t, 0);
+		if (!((t.rc[0] == 0 && t.rc[1] == -LOCAL_ENOTHELD) ||
+		      (t.rc[1] == 0 && t.rc[0] == -LOCAL_ENOTHELD)))
+			FAIL_AT("round %d: release at once: %s, %s", r, local_strerror(t.rc[0]),
+				local_strerror(t.rc[1]));
+		if (r % 8 == 0 && (i = units_left(probe, TWIN_LIMIT, key)) != TWIN_LIMIT - 1)
+			FAIL_AT("round %d: %d units left after one session's two threads released "
+				"one (limit %d, another session holds one)",
+				r, i, TWIN_LIMIT);
+	}
+	atomic_store(&t.stop, 1);
+	pthread_barrier_wait(&t.go);
+	for (i = 0; i < 2; i++)
+		CHECK_OK(pthread_join(th[i], NULL));
+	CHECK_EQ(units_left(probe, TWIN_LIMIT, key), TWIN_LIMIT - 1);
+	CHECK_EQ(segment_violations(other), 0);
+	CHECK_OK(local_release(other, key));
+	broker_stop_clean(&b);
+}
+
+#ifdef LOCAL_CRASH_POINTS
+static bool readable(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return poll(&p, 1, 0) == 1;
+}
+
+struct stale_role {
+	const struct broker_proc *b;
+	const char *key;
+};
+
+/* Child: a semaphore acquire that stops (SIGSTOP) in its lock-free step,
+ * the hold node claimed and the commit still to come; then reports. */
+static void stale_acquirer(void *p, int in, int out)
+{
+	const struct stale_role *r = p;
+	local_session *s;
+	char buf[8], num[8];
+	uint64_t tok = 0;
+	int rc;
+
+	(void)in;
+	snprintf(num, sizeof(num), "%d", CP_FAST_ACQ_CLAIMED);
+	setenv("SHMLOCK_STOP_AT", num, 1);
+	s = open_session(r->b, "stale", 0, 0);
+	say(out, "open");
+	rc = local_sem_acquire(s, r->key, 2, NULL, &tok);
+	say(out, "done %d %d", rc, rc == 0 ? local_held(s, r->key, NULL) : 0);
+	hear(in, buf, sizeof(buf));
+}
+
+/*
+ * A lock-free semaphore acquire stopped between claiming its node and
+ * committing, while its key is released by everyone, reclaimed, and created
+ * again as a lock that another session holds. When it goes on, its commit
+ * must fail (the entry is not the key it read), and the mutex path then
+ * answers LOCAL_EKIND: two holders of the lock would be the defect a
+ * lock-free-holders prototype had (a stale compare-and-swap that matched
+ * the lock's hold node). Run once with no other holder (the first holder's
+ * lock-free step) and once with another session holding a unit (where
+ * holders beyond the first would have theirs; without such a step the
+ * acquire does not stop and the round checks nothing more).
+ */
+TEST(sem_mix, a_stale_lock_free_acquire_does_not_hold_a_key_made_again_as_a_lock, 60)
+{
+	const char *key = "stale/k";
+	struct stale_role r = { NULL, key };
+	struct broker_proc b;
+	local_session *other, *locker;
+	struct child c;
+	char line[64], want[64];
+	int round, stopped;
+
+	broker_start(&b, NULL);
+	r.b = &b;
+	other = open_session(&b, "other", 0, 0);
+	locker = open_session(&b, "locker", 0, 0);
+	for (round = 0; round < 2; round++) {
+		make_key(other, "stale/side"); /* the sessions are in use */
+		if (round == 1)
+			CHECK_OK(local_sem_acquire(other, key, 2, NULL, NULL));
+		else {
+			CHECK_OK(local_sem_acquire(other, key, 2, NULL, NULL));
+			CHECK_OK(local_release(other, key)); /* the key exists, free */
+		}
+		child_spawn(&c, stale_acquirer, &r);
+		child_expect(&c, "open", 5000);
+		/* Stopped at the point, or answered without passing it. */
+		CHECK(WAIT_FOR(is_stopped(c.pid) || readable(c.rd), 5000));
+		stopped = is_stopped(c.pid);
+		if (!stopped) { /* no lock-free step here: nothing stale to resume */
+			CHECK_OK(child_read(&c, line, sizeof(line), 5000));
+			child_send(&c, "x");
+			child_wait(&c, 5000);
+			CHECK_OK(local_release(other, key));
+			continue;
+		}
+		if (round == 1)
+			CHECK_OK(local_release(other, key));
+		CHECK(keytab_reclaim_idle(other->seg, 0, UINT32_MAX, 0) >= 1);
+		CHECK_OK(local_lock(locker, key, NULL, NULL)); /* created again, a lock */
+		kill(c.pid, SIGCONT);
+		CHECK_OK(child_read(&c, line, sizeof(line), 5000));
+		snprintf(want, sizeof(want), "done %d 0", -LOCAL_EKIND);
+		if (strcmp(line, want))
+			FAIL_AT("round %d: the resumed acquire answered \"%s\", not \"%s\"", round,
+				line, want);
+		CHECK_OK(local_held(locker, key, NULL));
+		CHECK_EQ(segment_violations(locker), 0);
+		child_send(&c, "x");
+		child_wait(&c, 5000);
+		CHECK_OK(local_release(locker, key));
+		CHECK(keytab_reclaim_idle(other->seg, 0, UINT32_MAX, 0) >= 1);
+	}
+	CHECK_EQ(segment_violations(other), 0);
+	broker_stop_clean(&b);
+}
+#endif
