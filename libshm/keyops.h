@@ -413,7 +413,8 @@ static inline bool cluster_fast_refused(const struct segment *seg, const struct 
 	dl = atomic_load_explicit(&seg->hdr->cluster_deadline_ns, memory_order_acquire);
 	return (st & (CL_OPEN | CL_ARMED)) != CL_OPEN || !lease ||
 	       lease != atomic_load_explicit(&seg->hdr->cluster_lease_id, memory_order_acquire) ||
-	       dl <= SEG_CLUSTER_DEADLINE_PAST || mono_coarse_ns() + CLUSTER_FAST_SLACK_NS >= dl;
+	       dl <= SEG_CLUSTER_DEADLINE_PAST || dl <= CLUSTER_FAST_SLACK_NS ||
+	       mono_coarse_ns() >= dl - CLUSTER_FAST_SLACK_NS; /* no overflow either way */
 }
 
 /*
