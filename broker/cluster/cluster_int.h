@@ -252,6 +252,13 @@ static inline uint32_t peek_waiters_of(const struct seg_key *k)
 	return __atomic_load_n(&k->waiters, __ATOMIC_RELAXED);
 }
 
+/* Holders and waiters, a hint read without the mutex, as above. */
+static inline uint32_t peek_waiters_and_holders(const struct seg_key *k)
+{
+	return __atomic_load_n(&k->waiters, __ATOMIC_RELAXED) +
+	       __atomic_load_n(&k->holders, __ATOMIC_RELAXED);
+}
+
 /* Neither held nor waited for? A hint read without the mutex, as above. */
 static inline bool peek_waiters_idle(const struct seg_key *k)
 {
