@@ -549,8 +549,7 @@ void sem_tick(struct cluster *c, uint32_t i, struct ckey *ck, uint64_t now)
 	 * not know): do other hosts need them? Then they are kept only
 	 * --cluster-linger. A hint read without the mutex; asked once per
 	 * idle spell, and the mark stays for the batch end. */
-	if (!ck->waited && !ck->yield &&
-	    ck->nslots > peek_waiters_and_holders(k) &&
+	if (!ck->waited && !ck->yield && ck->nslots > peek_waiters_and_holders(k) &&
 	    atomic_exchange(&ck->others, 0)) {
 		ck->waited = sem_others_need(c, ck, lease) > 0;
 		if (ck->waited)
