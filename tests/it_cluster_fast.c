@@ -220,8 +220,7 @@ TEST(cluster_fast, refused_past_deadline_broker_stopped, 60)
 	CHECK_OK(local_lock(s, KEY, NULL, &tok)); /* lock-free, before the deadline */
 	CHECK(WAIT_FOR(cluster_deadline_passed(s->seg), 10000));
 	/* The holder is told, with no broker. */
-	while ((rc = local_held(s, KEY, NULL)) == 0 || rc == -ETIMEDOUT)
-		usleep(1000);
+	CHECK(WAIT_FOR((rc = local_held(s, KEY, NULL)) != 0 && rc != -ETIMEDOUT, 10000));
 	CHECK_RC(rc, -LOCAL_ECLUSTER);
 	local_release(s, KEY);
 	/* The key is back in fast mode (nothing here shut it: the broker is
