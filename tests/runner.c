@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -169,6 +170,14 @@ static void finish(struct test_run *r, int status, bool timed_out)
 		alone_running = false;
 }
 
+/* The CPU time wait4() reports: the test's process and every descendant it
+ * waited for (a broker or etcd it stopped), not one reparented to init. */
+static uint64_t cpu_ms_of(const struct rusage *ru)
+{
+	return (uint64_t)(ru->ru_utime.tv_sec + ru->ru_stime.tv_sec) * 1000 +
+	       (uint64_t)(ru->ru_utime.tv_usec + ru->ru_stime.tv_usec) / 1000;
+}
+
 static void reap(void)
 {
 	uint64_t now = now_ms();
@@ -176,15 +185,18 @@ static void reap(void)
 
 	for (i = 0; i < nruns; i++) {
 		struct test_run *r = &runs[i];
+		struct rusage ru = { 0 };
 		int status;
 
 		if (!r->started || r->done)
 			continue;
-		if (waitpid(r->pid, &status, WNOHANG) == r->pid) {
+		if (wait4(r->pid, &status, WNOHANG, &ru) == r->pid) {
+			r->cpu_ms = cpu_ms_of(&ru);
 			finish(r, status, false);
 		} else if (now >= r->t0_ms + (uint64_t)r->timeout_s * 1000) {
 			kill(-r->pid, SIGKILL);
-			waitpid(r->pid, &status, 0);
+			wait4(r->pid, &status, 0, &ru);
+			r->cpu_ms = cpu_ms_of(&ru);
 			finish(r, status, true);
 		}
 	}
@@ -284,28 +296,64 @@ size_t runner_done(void)
 	return n;
 }
 
-void runner_print_slowest(FILE *to, size_t top)
+/* The @top runs done with the largest @key, largest first, each printed by @show. */
+static void print_top(FILE *to, size_t top, uint64_t (*key)(const struct test_run *),
+		      void (*show)(FILE *, const struct test_run *))
 {
 	bool *shown = calloc(nruns ? nruns : 1, sizeof(*shown));
 	size_t k, i;
 
 	if (!shown)
 		return;
-	fprintf(to, "\nSlowest tests (up to %u at once):\n", max_jobs);
 	for (k = 0; k < top; k++) {
 		size_t best = nruns;
 
 		for (i = 0; i < nruns; i++)
 			if (runs[i].done && !shown[i] &&
-			    (best == nruns || runs[i].took_ms > runs[best].took_ms))
+			    (best == nruns || key(&runs[i]) > key(&runs[best])))
 				best = i;
 		if (best == nruns)
 			break;
 		shown[best] = true;
-		fprintf(to, "  %6.1f s  %s/%s (deadline %d s)\n", (double)runs[best].took_ms / 1000,
-			runs[best].tc->suite, runs[best].tc->name, runs[best].timeout_s);
+		show(to, &runs[best]);
 	}
 	free(shown);
+}
+
+static uint64_t took_of(const struct test_run *r)
+{
+	return r->took_ms;
+}
+
+static uint64_t cpu_of(const struct test_run *r)
+{
+	return r->cpu_ms;
+}
+
+static void show_took(FILE *to, const struct test_run *r)
+{
+	fprintf(to, "  %6.1f s  %s/%s (deadline %d s)\n", (double)r->took_ms / 1000, r->tc->suite,
+		r->tc->name, r->timeout_s);
+}
+
+static void show_cpu(FILE *to, const struct test_run *r)
+{
+	fprintf(to, "  %6.1f s  %s/%s\n", (double)r->cpu_ms / 1000, r->tc->suite, r->tc->name);
+}
+
+void runner_print_slowest(FILE *to, size_t top)
+{
+	uint64_t cpu = 0;
+	size_t i;
+
+	fprintf(to, "\nSlowest tests (up to %u at once):\n", max_jobs);
+	print_top(to, top, took_of, show_took);
+	for (i = 0; i < nruns; i++)
+		cpu += runs[i].cpu_ms;
+	fprintf(to,
+		"Most CPU time (user + system, with what each test waited for; %.1f s in all):\n",
+		(double)cpu / 1000);
+	print_top(to, top, cpu_of, show_cpu);
 }
 
 void runner_kill_all(void)

@@ -25,9 +25,10 @@ struct test_run {
 	int pidfd;	/* -1 where pidfd_open() is unknown (valgrind) */
 	uint64_t t0_ms; /* start, on now_ms()'s clock */
 	uint64_t took_ms;
-	int status;    /* raw wait status */
-	char dir[512]; /* the test's HOME and XDG_RUNTIME_DIR are below */
-	char out[512]; /* its stdout and stderr */
+	uint64_t cpu_ms; /* user + system time of the test and what it waited for */
+	int status;	 /* raw wait status */
+	char dir[512];	 /* the test's HOME and XDG_RUNTIME_DIR are below */
+	char out[512];	 /* its stdout and stderr */
 };
 
 /*
@@ -49,7 +50,8 @@ void runner_replay(size_t i, FILE *to);
 /* How many tests are done. */
 size_t runner_done(void);
 
-/* The @top slowest tests done, slowest first. */
+/* The @top slowest tests done, slowest first, then the @top that took the
+ * most CPU time (make check is CPU-bound: that is where its time goes). */
 void runner_print_slowest(FILE *to, size_t top);
 
 /* Kill whatever still runs (an interrupted run) and free the records. */
