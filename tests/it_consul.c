@@ -19,7 +19,9 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,23 +212,12 @@ static int stat_of(const char *name)
 	return atoi(v);
 }
 
-/* Wait (5 s at most) until @n blocking queries are suspended. */
-static void wait_blocked(int n)
-{
-	uint64_t until = now_ms() + 5000;
-
-	while (stat_of("blocking_queries") != n) {
-		if (now_ms() > until)
-			FAIL_AT("%d blocking queries never suspended", n);
-		usleep(2000);
-	}
-}
-
 /* A request on a thread of its own (blocking queries). */
 struct bg {
 	pthread_t t;
 	const char *method, *path;
 	struct resp *r;
+	atomic_bool answered;
 };
 
 static void *bg_main(void *arg)
@@ -234,7 +225,27 @@ static void *bg_main(void *arg)
 	struct bg *g = arg;
 
 	g->r = call(g->method, g->path, NULL);
+	atomic_store(&g->answered, true);
 	return NULL;
+}
+
+/* Wait until the broker counts @g's query among its suspended blocking
+ * queries (the only one: the tests start one at a time). A query answered
+ * without waiting (its index was already behind) is told apart from one
+ * that has not reached the broker yet; the 15 s bound is for a loaded
+ * machine under a sanitizer, half the test's own deadline. */
+static void wait_blocked(struct bg *g)
+{
+	uint64_t until = now_ms() + 15000;
+
+	while (stat_of("blocking_queries") != 1) {
+		if (atomic_load(&g->answered))
+			FAIL_AT("%s was answered without waiting (status %ld): %s", g->path,
+				g->r->status, g->r->body);
+		if (now_ms() > until)
+			FAIL_AT("%s never suspended in 15 s", g->path);
+		usleep(2000);
+	}
 }
 
 static struct bg *bg_start(const char *path)
@@ -651,7 +662,7 @@ TEST(consul, a_liblocal_hold_is_a_kv_entry_with_its_session, 30)
 	r = call("GET", "/v1/kv/svc/primary", NULL);
 	idx = r->index;
 	g = bg_start(strf("/v1/kv/svc/primary?index=%llu&wait=20s", (unsigned long long)idx));
-	wait_blocked(1);
+	wait_blocked(g);
 	CHECK_OK(local_release(ls, "svc/primary"));
 	r = bg_join(g);
 	CHECK(r->index > idx);
@@ -660,7 +671,7 @@ TEST(consul, a_liblocal_hold_is_a_kv_entry_with_its_session, 30)
 	r = call("GET", "/v1/kv/svc/primary", NULL);
 	idx = r->index;
 	g = bg_start(strf("/v1/kv/svc/primary?index=%llu&wait=20s", (unsigned long long)idx));
-	wait_blocked(1);
+	wait_blocked(g);
 	CHECK_OK(local_lock(ls, "svc/primary", &o, &tok));
 	r = bg_join(g);
 	CHECK_STATUS(r, 200);
@@ -728,7 +739,7 @@ TEST(consul, blocking_queries_woken_by_api_liblocal_and_cli, 30)
 	CHECK_EQ(r->index, idx);
 	/* a change through this API */
 	g = bg_start(strf("/v1/kv/w/k?index=%llu&wait=20s", (unsigned long long)idx));
-	wait_blocked(1);
+	wait_blocked(g);
 	CHECK(put_bool("/v1/kv/w/k", "v2"));
 	r = bg_join(g);
 	CHECK(r->index > idx);
@@ -737,14 +748,14 @@ TEST(consul, blocking_queries_woken_by_api_liblocal_and_cli, 30)
 	idx = r->index;
 	/* a lock taken by liblocal */
 	g = bg_start(strf("/v1/kv/w/k?index=%llu&wait=20s", (unsigned long long)idx));
-	wait_blocked(1);
+	wait_blocked(g);
 	CHECK_OK(local_lock(ls, "w/k", &o, &tok));
 	r = bg_join(g);
 	CHECK(r->index > idx);
 	CHECK(json_object_get(json_array_get(js(r), 0), "Session"));
 	idx = r->index;
 	g = bg_start(strf("/v1/kv/w/k?index=%llu&wait=20s", (unsigned long long)idx));
-	wait_blocked(1);
+	wait_blocked(g);
 	CHECK_OK(local_release(ls, "w/k"));
 	r = bg_join(g);
 	CHECK(r->index > idx && !json_object_get(json_array_get(js(r), 0), "Session"));
@@ -753,13 +764,13 @@ TEST(consul, blocking_queries_woken_by_api_liblocal_and_cli, 30)
 	r = call("GET", "/v1/kv/w/?recurse", NULL);
 	idx = r->index;
 	g = bg_start(strf("/v1/kv/w/?recurse&index=%llu&wait=20s", (unsigned long long)idx));
-	wait_blocked(1);
+	wait_blocked(g);
 	pid = cli_hold(&b, NULL, 0, "w/k", &wfd);
 	r = bg_join(g);
 	CHECK(r->index > idx && json_object_get(json_array_get(js(r), 0), "Session"));
 	idx = r->index;
 	g = bg_start(strf("/v1/kv/w/?recurse&index=%llu&wait=20s", (unsigned long long)idx));
-	wait_blocked(1);
+	wait_blocked(g);
 	close(wfd); /* the CLI's command ends: it releases */
 	r = bg_join(g);
 	CHECK(r->index > idx && !json_object_get(json_array_get(js(r), 0), "Session"));
@@ -768,13 +779,13 @@ TEST(consul, blocking_queries_woken_by_api_liblocal_and_cli, 30)
 	/* a new key under the prefix; a deleted one */
 	idx = r->index;
 	g = bg_start(strf("/v1/kv/w/?keys&index=%llu&wait=20s", (unsigned long long)idx));
-	wait_blocked(1);
+	wait_blocked(g);
 	CHECK(put_bool("/v1/kv/w/new", "n"));
 	r = bg_join(g);
 	CHECK(json_array_size(js(r)) == 2);
 	idx = r->index;
 	g = bg_start(strf("/v1/kv/w/?keys&index=%llu&wait=20s", (unsigned long long)idx));
-	wait_blocked(1);
+	wait_blocked(g);
 	CHECK(!strcmp(call("DELETE", "/v1/kv/w/new", NULL)->body, "true"));
 	r = bg_join(g);
 	CHECK(json_array_size(js(r)) == 1);
@@ -782,7 +793,7 @@ TEST(consul, blocking_queries_woken_by_api_liblocal_and_cli, 30)
 	r = call("GET", "/v1/session/list", NULL);
 	idx = r->index;
 	g = bg_start(strf("/v1/session/list?index=%llu&wait=20s", (unsigned long long)idx));
-	wait_blocked(1);
+	wait_blocked(g);
 	{
 		char *s = session_create("{\"Name\":\"x\"}");
 
@@ -791,7 +802,7 @@ TEST(consul, blocking_queries_woken_by_api_liblocal_and_cli, 30)
 		CHECK(json_array_size(js(r)) == 2 && r->index > idx);
 		idx = r->index;
 		g = bg_start(strf("/v1/session/list?index=%llu&wait=20s", (unsigned long long)idx));
-		wait_blocked(1);
+		wait_blocked(g);
 		call("PUT", strf("/v1/session/destroy/%s", s), NULL);
 		r = bg_join(g);
 		CHECK(json_array_size(js(r)) == 1 && r->index > idx);
@@ -872,7 +883,7 @@ TEST(consul, recipe_leader_election, 30)
 		struct bg *g = bg_start(
 			strf("/v1/kv/service/db/leader?index=%llu", (unsigned long long)idx));
 
-		wait_blocked(1);
+		wait_blocked(g);
 		CHECK(!strcmp(curl_cmd("-X PUT '%s/v1/kv/service/db/leader?release=%s'", base, s1),
 			      "true"));
 		CHECK(!json_object_get(json_array_get(js(bg_join(g)), 0), "Session"));
