@@ -111,7 +111,7 @@ class Hold:
 
     if TYPE_CHECKING:  # the attributes of both kinds
         session: "Session"
-        key: Union[str, bytes]
+        key: str
         token: int
         limit: int  # 0: a lock; >= 1: a semaphore of that limit
         released: bool
@@ -162,7 +162,7 @@ class _CtypesHold(Hold):
 
     __slots__ = ("session", "key", "token", "limit", "released", "_kb", "_kh")
 
-    def __init__(self, session: "Session", key: Union[str, bytes], token: int, limit: int = 0,
+    def __init__(self, session: "Session", key: str, token: int, limit: int = 0,
                  _kb: Optional[bytes] = None, _kh: Optional[int] = None) -> None:
         self.session = session
         self.key = key
