@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """shmlock: locks, semaphores, sessions and fencing tokens from the shmlockd broker.
 
-A ctypes binding of liblocal (liblocal(3)); see docs/python.md.
+A ctypes binding of liblocal (liblocal(3)), with a C accelerator for locks
+and semaphores (shmlock._fast, when built); see docs/python.md.
 
     import shmlock
 
