@@ -10,9 +10,13 @@
  * when the key is busy and the caller would wait does it call again with
  * the GIL released, as a call in flight that Session.close() waits for (the
  * Session's own list, so both paths count alike). A release never waits for
- * a holder either, and keeps the GIL. Those calls may still wait for
- * another process's short critical section on the key's mutex, which the
- * broker repairs if that process dies in it.
+ * a holder either, and keeps the GIL. Letting the GIL go around those two
+ * costs a fifth more instructions per pair (docs/performance.md). They may
+ * still wait for another process inside the key's mutex: a try 100 ms at
+ * most (API_TRY_LOCK_MS, then -EBUSY and the wait without the GIL), a
+ * release until that process leaves it (the broker repairs the mutex of a
+ * process that dies in it; one stopped there stops this interpreter's
+ * threads too).
  *
  * Close: Session.close() marks the Core closed (close()) before it waits
  * for the calls in flight, then frees the handles (close_handles()) and
@@ -197,6 +201,7 @@ static void core_leave(fast_core *c)
 static int acquire_waiting(fast_core *c, fast_key *k, uint32_t limit,
 			   const struct local_acquire_opts *o, uint64_t *tok)
 {
+	PyThreadState *ts;
 	int rc;
 
 	if (PyList_Append(c->inflight, Py_None) < 0)
@@ -205,8 +210,10 @@ static int acquire_waiting(fast_core *c, fast_key *k, uint32_t limit,
 		core_leave(c);
 		return -LOCAL_ESESSION;
 	}
-	Py_BEGIN_ALLOW_THREADS rc = acquire(c, k, limit, o, tok);
-	Py_END_ALLOW_THREADS core_leave(c);
+	ts = PyEval_SaveThread();
+	rc = acquire(c, k, limit, o, tok);
+	PyEval_RestoreThread(ts);
+	core_leave(c);
 	return rc;
 }
 
