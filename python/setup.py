@@ -7,6 +7,11 @@ $SHMLOCK_LIB_DIR when set, else from the source tree around this directory
 (the liblocal-dev package). The Debian package builds it after the top-level
 make (debian/rules); `make python-check` builds its own copy (the Makefile's
 PY_EXT rule) and does not need this file.
+
+A build that cannot compile it (no liblocal-dev, no Python headers) warns and
+installs the package without it: the binding then works through ctypes
+alone. $SHMLOCK_ACCEL_REQUIRED=1 makes that an error (debian/rules sets it: a
+package must not ship without its accelerator).
 """
 
 import os
@@ -36,5 +41,6 @@ setup(ext_modules=[
         library_dirs=_dir("SHMLOCK_LIB_DIR", "build", "liblocal.so"),
         libraries=["local"],
         extra_compile_args=["-std=gnu11", "-fvisibility=hidden"],
+        optional=os.environ.get("SHMLOCK_ACCEL_REQUIRED") != "1",
     )
 ])
