@@ -250,7 +250,7 @@ CHECK_MAX_LOAD ?= $(shell echo $$((10 * $$(nproc))))
 CHECK_JOBS ?= $(shell echo $$((5 + $$(nproc))))
 # What the steps with O=build/check run, built in one go.
 CHECK_BUILT = tests/shmlock-tests examples/leader examples/semaphore soak/shmlock-soak \
-	jepsen/jepsen-worker
+	jepsen/jepsen-worker python/_fast$(PY_EXT_SUFFIX)
 
 .PHONY: check-steps check-model check-lint check-build check-test check-python check-install \
 	check-soak check-jepsen check-valgrind check-asan-build check-asan check-tsan-build \
