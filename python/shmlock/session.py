@@ -302,6 +302,10 @@ class Session:
             opts.flags |= _lib.SESSION_NO_PROCESS_CHECK
         if broker_wait is not None:
             opts.broker_wait_ms = int(math.ceil(broker_wait * 1000))
+        # The accelerator (shmlock/_accel.py), chosen before the session
+        # opens (a SHMLOCK_ACCEL path that does not load raises here): its
+        # Core (below) serves lock() and semaphore(). It needs key handles.
+        fast = _accel.fast() if getattr(lib, "local_key_open", None) is not None else None
         h = c_void_p()
         raise_for(lib.local_session_open(byref(opts), byref(h)), "local_session_open")
         self._h = h.value
@@ -329,10 +333,8 @@ class Session:
         if self._key_open_fn is not None:
             self._klock_fn, self._krelease_fn = lib.local_key_lock, lib.local_key_release
             self._ksem_fn = lib.local_key_sem_acquire
-        # The accelerator (shmlock/_accel.py): lock() and semaphore() go
-        # through its Core, which keeps its own key handles and counts its
-        # waits in _inflight as _enter() does; None: ctypes alone.
-        fast = _accel.fast() if self._key_open_fn is not None else None
+        # The Core keeps its own key handles and counts its waits in
+        # _inflight as _enter() does; None: ctypes alone.
         if fast is not None:
             self._core = fast.Core(self._h, self._inflight, self._idle, _HANDLES_MAX)
 
