@@ -250,7 +250,7 @@ CHECK_MAX_LOAD ?= $(shell echo $$((10 * $$(nproc))))
 CHECK_JOBS ?= $(shell echo $$((5 + $$(nproc))))
 # What the steps with O=build/check run, built in one go.
 CHECK_BUILT = tests/shmlock-tests examples/leader examples/semaphore soak/shmlock-soak \
-	jepsen/jepsen-worker
+	jepsen/jepsen-worker python/_fast$(PY_EXT_SUFFIX)
 
 .PHONY: check-steps check-model check-lint check-build check-test check-python check-install \
 	check-soak check-jepsen check-valgrind check-asan-build check-asan check-tsan-build \
@@ -323,7 +323,7 @@ run: deps-run
 	scripts/run.sh $(abspath $(BROKER)) $(abspath $(DEMO))
 
 bench: deps
-	$(MAKE) all $(BENCH)
+	$(MAKE) all $(BENCH) $(PY_EXT)
 	SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) $(BENCH)
 	@# Section 12, cluster keys on etcd: a real etcd and two brokers as hosts.
 	@case ",$${SHMLOCK_BENCH_ONLY:-12}," in *,12,*) \
@@ -332,6 +332,7 @@ bench: deps
 	@# Section 13, the Python binding against fcntl.flock and raw ctypes, in one process.
 	@case ",$${SHMLOCK_BENCH_ONLY:-13}," in *,13,*) \
 		SHMLOCK_LIBLOCAL=$(abspath $(O))/$(SONAME) SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) \
+		SHMLOCK_ACCEL=$(abspath $(PY_EXT)) \
 		PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 python/bench/binding.py;; esac
 	@# Section 14, cluster keys at scale: 3 and 5 brokers as hosts on one etcd member,
 	@# local operations per second and etcd writes per 1000 (docs/cluster.md, "Holding").
@@ -352,13 +353,36 @@ knot: $(BROKER)
 
 # ---- the Python binding (python/, docs/python.md) -------------------------
 
+# The accelerator shmlock._fast (python/ext/, docs/python.md "The
+# accelerator"), built here against this build's liblocal.so with the
+# project's warnings, into $(O)/python/ and loaded by path (SHMLOCK_ACCEL):
+# the source tree stays clean and each O= has its own. python/setup.py
+# builds the same sources for packages. No sanitizer flags: Python loads
+# it, and the binding's tests run against the plain builds.
+PY_EXT_SUFFIX := $(shell /usr/bin/python3 -c \
+	'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+PY_INCLUDE    := $(shell /usr/bin/python3 -c \
+	'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+PY_EXT_SRC    := $(wildcard python/ext/*.c)
+PY_EXT        := $(O)/python/_fast$(PY_EXT_SUFFIX)
+$(PY_EXT): $(PY_EXT_SRC) python/ext/fast.h $(SHLIB) $(FLAGS_STAMP)
+	$(call say,CC,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) -D_GNU_SOURCE -Iinclude -isystem $(PY_INCLUDE) $(WARNINGS) $(CFLAGS) -fPIC \
+		-fvisibility=hidden -shared $(PY_EXT_SRC) -o $@ -L$(O) -llocal -lpthread -lm
+
 # Its pytest suite with Debian's python3, against this build's liblocal.so
-# and a broker it starts on a private socket (python/tests/conftest.py).
+# and a broker it starts on a private socket (python/tests/conftest.py):
+# twice, with the accelerator and with ctypes alone (SHMLOCK_ACCEL=off),
+# which must answer alike.
 .PHONY: python-check
-python-check: $(SHLIB) $(BROKER)
-	cd python && SHMLOCK_LIBLOCAL=$(abspath $(O))/$(SONAME) \
+python-check: $(SHLIB) $(BROKER) $(PY_EXT)
+	cd python && for accel in $(abspath $(PY_EXT)) off; do \
+		echo "  PYTEST  SHMLOCK_ACCEL=$$accel"; \
+		SHMLOCK_ACCEL=$$accel SHMLOCK_LIBLOCAL=$(abspath $(O))/$(SONAME) \
 		SHMLOCK_BROKER_BIN=$(abspath $(BROKER)) PYTHONDONTWRITEBYTECODE=1 \
-		timeout 300 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests
+		timeout 300 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests || exit 1; \
+	done
 
 # ---- reliability (docs/reliability.md) -----------------------------------
 
@@ -729,7 +753,8 @@ help:
 	@echo '                step, side by side; each step'"'"'s log in build/check-logs/'
 	@echo 'make run        run shmlockd in the foreground with a short demo'
 	@echo 'make bench      print the benchmark tables'
-	@echo 'make python-check  the Python binding'"'"'s pytest suite against this build'
+	@echo 'make python-check  the Python binding'"'"'s pytest suite against this build, with its'
+	@echo '                C accelerator and with ctypes alone'
 	@echo 'make jepsen     the fault suite of cluster keys (docs/jepsen.md): SECONDS=60 RUNS=3'
 	@echo '                [SEED=N]; make jepsen-short is its fixed schedule (in make check)'
 	@echo 'make install    install under $$(DESTDIR)$$(PREFIX) (ldconfig when DESTDIR is empty)'

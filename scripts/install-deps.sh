@@ -34,16 +34,18 @@ etcd-server etcd-client"
 TEST_PKGS="$TEST_PKGS chromium"
 # python3-consul: a real Consul client against the Consul-compatible API (tests/it_consul.c).
 TEST_PKGS="$TEST_PKGS python3-consul"
-# python3-pytest: the Python binding's tests (make python-check; asyncio without a plugin).
-TEST_PKGS="$TEST_PKGS python3-pytest"
+# python3-pytest: the Python binding's tests (make python-check; asyncio without a plugin);
+# python3-dev: the headers its C accelerator builds with (python/ext/, make python-check, make bench).
+TEST_PKGS="$TEST_PKGS python3-pytest python3-dev"
 # cppcheck: the static check in make check (make static-check); clang-format for make lint.
 TEST_PKGS="$TEST_PKGS cppcheck clang-format"
 
 # Debian packages (debian/, make deb-check): debhelper (dh_installsysusers
 # needs 13.11's sequence), dh-python and pybuild's pyproject plugin with
-# setuptools for python3-shmlock, fakeroot and dpkg-dev for
+# setuptools for python3-shmlock, python3-all-dev for its C accelerator
+# (every supported Python's headers), fakeroot and dpkg-dev for
 # dpkg-buildpackage, lintian for the policy check.
-DEB_PKGS="debhelper dh-python python3-all pybuild-plugin-pyproject python3-setuptools \
+DEB_PKGS="debhelper dh-python python3-all python3-all-dev pybuild-plugin-pyproject python3-setuptools \
 fakeroot dpkg-dev lintian"
 
 case "${1:-all}" in

@@ -280,14 +280,19 @@ fi
 # ---- the installed Python binding ----
 if [ "$(state python3-shmlock)" = installed ]; then
 	# From /, without SHMLOCK_LIBLOCAL: the module of the package, over the
-	# liblocal.so.0 of liblocal0 (python3-shmlock's dependency).
+	# liblocal.so.0 of liblocal0 (python3-shmlock's dependency), with its C
+	# accelerator (python/ext/) in use.
 	if out=$(cd / && env -u SHMLOCK_LIBLOCAL -u PYTHONPATH SHMLOCK_SOCKET="$sock" /usr/bin/python3 -c '
-import shmlock
+import shmlock, shmlock._fast
 assert shmlock.__file__.startswith("/usr/lib/python3/dist-packages/shmlock/"), shmlock.__file__
 with shmlock.lock("deb/python", timeout=5) as hold:
     libs = {l.split()[-1] for l in open("/proc/self/maps") if "/liblocal.so" in l}
     assert libs and all(p.startswith(("/usr/lib/", "/lib/")) for p in libs), libs
-    print("token", hold.token)
+    # The package ships the accelerator, and lock() goes through it.
+    assert shmlock.accelerator() == "_fast", shmlock.accelerator()
+    assert shmlock._fast.__file__.startswith("/usr/lib/python3/dist-packages/shmlock/")
+    assert isinstance(hold, shmlock._fast.Hold), type(hold)
+    print("token", hold.token, "through", shmlock.accelerator())
 ' 2>&1); then
 		ok "the installed binding (python3 -c import shmlock) took deb/python ($out)"
 	else

@@ -5,11 +5,14 @@ Prints, in ns per lock+release pair (median of 5 rounds), in one process:
   fcntl.flock  LOCK_EX then LOCK_UN on an open file: the anchor a Python
                user compares with;
   raw ctypes   local_lock()/local_release() called through ctypes directly:
-               what the library costs from Python, the floor;
+               the floor of any ctypes binding;
   raw handle   local_key_lock()/local_key_release() on a key handle, through
                ctypes directly: the floor of what the binding calls;
-  binding      ``with session.lock(key):`` the documented way (through the
-               session's handle on the key);
+  binding      ``with session.lock(key):`` the documented way, through the
+               accelerator shmlock._fast when in use (make bench loads the
+               build's: SHMLOCK_ACCEL), else ctypes;
+  ctypes path  the same through ctypes alone (a session without the
+               accelerator's Core), when the accelerator is in use;
 and the binding's ratio to each. Run by ``make bench`` (section 13) with
 SHMLOCK_LIBLOCAL and SHMLOCK_BROKER_BIN set; it starts its own broker on a
 private socket and segment.
@@ -105,20 +108,40 @@ def main() -> None:
                 with lock("bench/py"):
                     pass
 
+        # The ctypes path beside it: a session whose Core is dropped before
+        # its first call goes through ctypes as with SHMLOCK_ACCEL=off.
+        accel = shmlock.accelerator()
+        sc = shmlock.Session(os.environ["SHMLOCK_SOCKET"], name="pybench-ctypes")
+        sc._core = None
+
+        def ctypes_path(n: int) -> None:
+            lock = sc.lock
+            for _ in range(n):
+                with lock("bench/py"):
+                    pass
+
         binding(1000)  # warm: the key exists, the hint is set
-        f, r, rh, b = rounds((flock, raw, raw_handle, binding), N)
+        ctypes_path(1000)
+        fns = (flock, raw, raw_handle, binding) + ((ctypes_path,) if accel == "_fast" else ())
+        f, r, rh, b, *c = rounds(fns, N)
         vs_flock = statistics.median(y / x for x, y in zip(f, b))
         vs_raw = statistics.median(y / x for x, y in zip(r, b))
         vs_raw_h = statistics.median(y / x for x, y in zip(rh, b))
         med = statistics.median
         print("== 13. The Python binding, lock+release in one process (median of 5 rounds)")
         print(f"  {'fcntl.flock (anchor)':<28}{med(f):>10.0f} ns")
-        print(f"  {'raw ctypes (floor)':<28}{med(r):>10.0f} ns")
+        print(f"  {'raw ctypes (ctypes floor)':<28}{med(r):>10.0f} ns")
         print(f"  {'raw ctypes, key handle':<28}{med(rh):>10.0f} ns")
         print(f"  {'with session.lock(key)':<28}{med(b):>10.0f} ns   "
               f"{vs_flock:.2f}x flock (target <= 1.0x, aim 0.5x), {vs_raw:.2f}x raw ctypes,"
-              f" {vs_raw_h:.2f}x raw handle (ratios: medians of the rounds' own)")
+              f" {vs_raw_h:.2f}x raw handle (ratios: medians of the rounds' own;"
+              f" accelerator: {accel})")
+        if c:
+            ct = c[0]
+            print(f"  {'  the same, ctypes alone':<28}{med(ct):>10.0f} ns   "
+                  f"{statistics.median(y / x for x, y in zip(f, ct)):.2f}x flock")
         lib.local_key_close(kh)
+        sc.close()
         s.close()
         os.close(fd)
     finally:

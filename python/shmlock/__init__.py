@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """shmlock: locks, semaphores, sessions and fencing tokens from the shmlockd broker.
 
-A ctypes binding of liblocal (liblocal(3)); see docs/python.md.
+A ctypes binding of liblocal (liblocal(3)), with a C accelerator for locks
+and semaphores (shmlock._fast, when built); see docs/python.md.
 
     import shmlock
 
@@ -21,7 +22,7 @@ import os
 import threading
 from typing import Any, AsyncIterator, Dict, List, Optional
 
-from . import admin, errors
+from . import _accel, admin, errors
 from ._lib import lib as _load
 from .errors import (AccessDenied, AlreadyEnqueued, BrokerUnavailable, ClusterLost, Corrupt,
                      Expired, Forked, InvalidArgument, KindMismatch, LimitExceeded, NotAcquired,
@@ -34,7 +35,8 @@ __version__ = "0.2.0"
 
 __all__ = [
     "Session", "Hold", "Pending", "KeyInfo", "HolderInfo", "SessionInfo", "Stats",
-    "WaiterInfo", "Leader", "admin", "errors", "version", "default_session", "configure",
+    "WaiterInfo", "Leader", "admin", "errors", "version", "accelerator", "default_session",
+    "configure",
     "close_default_session", "lock", "lock_async", "try_lock", "semaphore", "enqueue", "release", "held",
     "renew_hold", "check_token", "info", "value", "leader", "watch", "watch_async", "watches",
     "holders", "keys", "sessions", "stats", "force_release", "destroy_session", "strerror",
@@ -48,6 +50,14 @@ __all__ = [
 def version() -> str:
     """The version of the liblocal in use (local_version())."""
     return str(_load().local_version().decode("ascii"))
+
+
+def accelerator() -> str:
+    """How lock() and semaphore() reach liblocal: "_fast" (the C accelerator) or "ctypes".
+
+    $SHMLOCK_ACCEL=off forces ctypes; see docs/python.md, "The accelerator".
+    """
+    return _accel.name()
 
 
 _default: Optional[Session] = None

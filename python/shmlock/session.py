@@ -13,10 +13,10 @@ import time
 from contextlib import contextmanager
 from ctypes import byref, c_int, c_uint64, c_void_p
 from types import TracebackType
-from typing import (Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Type, TypeVar,
-                    Union)
+from typing import (TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Iterator, List, Optional,
+                    Type, TypeVar, Union)
 
-from . import _lib
+from . import _accel, _lib
 from .errors import ShmlockError, Timeout, error_for, raise_for
 from .info import HolderInfo, KeyInfo, Leader, SessionInfo, Stats
 
@@ -100,35 +100,35 @@ class Hold:
     raises Expired / NotHeld, unless another exception is already on its way.
     In a child process after fork() the exit does nothing: the hold stays the
     parent's (liblocal's rule), and an explicit release() raises Forked.
+
+    Holds are made by Session.lock() and the like, never directly: the
+    ctypes path makes a _CtypesHold, the accelerator (shmlock._fast) a
+    subclass of its C Hold; both are Holds and answer alike. This class
+    holds what they share.
     """
 
-    __slots__ = ("session", "key", "token", "limit", "released", "_kb", "_kh")
+    __slots__ = ()
 
-    def __init__(self, session: "Session", key: str, token: int, limit: int = 0,
-                 _kb: Optional[bytes] = None, _kh: Optional[int] = None) -> None:
-        self.session = session
-        self.key = key
-        self.token = token
-        self.limit = limit  # 0: a lock; >= 1: a semaphore of that limit
-        self.released = False
-        self._kb = _kb if _kb is not None else _key(key)
-        self._kh = _kh  # the session's handle on the key, if it keeps one
+    if TYPE_CHECKING:  # the attributes of both kinds
+        session: "Session"
+        key: str
+        token: int
+        limit: int  # 0: a lock; >= 1: a semaphore of that limit
+        released: bool
+
+        def release(self) -> None:
+            """Release the hold and hand the key to the next waiter (local_release())."""
+
+        def __enter__(self) -> "Hold":
+            ...
+
+        def __exit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException],
+                     tb: Optional[TracebackType]) -> None:
+            ...
 
     @property
     def kind(self) -> str:
         return "semaphore" if self.limit else "lock"
-
-    def release(self) -> None:
-        """Release the hold and hand the key to the next waiter (local_release())."""
-        if self.released:
-            return
-        try:
-            self.session._release(self._kb, self._kh)
-        except ShmlockError as e:
-            if e.code != _lib.EFORKED:
-                self.released = True
-            raise
-        self.released = True
 
     def renew(self, lease: Optional[float] = None) -> float:
         """Extend the lease to @lease seconds from now (None: its original length).
@@ -152,6 +152,38 @@ class Hold:
                 return False
             raise
 
+    def __repr__(self) -> str:
+        state = "released" if self.released else "held"
+        return f"<shmlock.Hold {self.kind} {self.key!r} token={self.token} {state}>"
+
+
+class _CtypesHold(Hold):
+    """The Hold of the ctypes path (the accelerator's is C: python/ext/fast_hold.c)."""
+
+    __slots__ = ("session", "key", "token", "limit", "released", "_kb", "_kh")
+
+    def __init__(self, session: "Session", key: str, token: int, limit: int = 0,
+                 _kb: Optional[bytes] = None, _kh: Optional[int] = None) -> None:
+        self.session = session
+        self.key = key
+        self.token = token
+        self.limit = limit
+        self.released = False
+        self._kb = _kb if _kb is not None else _key(key)
+        self._kh = _kh  # the session's handle on the key, if it keeps one
+
+    def release(self) -> None:
+        """Release the hold and hand the key to the next waiter (local_release())."""
+        if self.released:
+            return
+        try:
+            self.session._release(self._kb, self._kh)
+        except ShmlockError as e:
+            if e.code != _lib.EFORKED:
+                self.released = True
+            raise
+        self.released = True
+
     def __enter__(self) -> "Hold":
         return self
 
@@ -164,10 +196,6 @@ class Hold:
         except ShmlockError:
             if et is None:
                 raise
-
-    def __repr__(self) -> str:
-        state = "released" if self.released else "held"
-        return f"<shmlock.Hold {self.kind} {self.key!r} token={self.token} {state}>"
 
 
 class Pending:
@@ -194,7 +222,7 @@ class Pending:
         """
         if self.granted:
             self._done = True
-            return Hold(self.session, self.key, self.token, self.limit)
+            return _CtypesHold(self.session, self.key, self.token, self.limit)
         if self._done:
             raise error_for(-_lib.ENOTENQUEUED, "local_wait")
         tok = c_uint64()
@@ -208,7 +236,7 @@ class Pending:
         self._done = True
         self.granted = True
         self.token = tok.value
-        return Hold(self.session, self.key, self.token, self.limit)
+        return _CtypesHold(self.session, self.key, self.token, self.limit)
 
     def cancel(self) -> None:
         """Give up the request; a grant that already landed is released.
@@ -254,6 +282,7 @@ class Session:
                  survive_process: bool = False, broker_wait: Optional[float] = None) -> None:
         lib = _lib.lib()
         self._h: Optional[int] = None
+        self._core: Any = None  # shmlock._fast's Core, when the accelerator is in use
         self._closed = True
         self.pid = os.getpid()
         self._gen = _forks[0]
@@ -273,6 +302,10 @@ class Session:
             opts.flags |= _lib.SESSION_NO_PROCESS_CHECK
         if broker_wait is not None:
             opts.broker_wait_ms = int(math.ceil(broker_wait * 1000))
+        # The accelerator (shmlock/_accel.py), chosen before the session
+        # opens (a SHMLOCK_ACCEL path that does not load raises here): its
+        # Core (below) serves lock() and semaphore(). It needs key handles.
+        fast = _accel.fast() if getattr(lib, "local_key_open", None) is not None else None
         h = c_void_p()
         raise_for(lib.local_session_open(byref(opts), byref(h)), "local_session_open")
         self._h = h.value
@@ -300,6 +333,10 @@ class Session:
         if self._key_open_fn is not None:
             self._klock_fn, self._krelease_fn = lib.local_key_lock, lib.local_key_release
             self._ksem_fn = lib.local_key_sem_acquire
+        # The Core keeps its own key handles and counts its waits in
+        # _inflight as _enter() does; None: ctypes alone.
+        if fast is not None:
+            self._core = fast.Core(self._h, self._inflight, self._idle, _HANDLES_MAX)
 
     # ---- lifetime -------------------------------------------------------
 
@@ -361,6 +398,8 @@ class Session:
             if self._h is None:
                 return
             self._closed = True
+            if self._core is not None:
+                self._core.close()  # its calls are refused from here, as _enter()'s
             if self._inflight and not self._idle.wait(_CLOSE_GRACE):
                 # Wake the blocked waits: a destroyed session makes them return.
                 lib.local_session_destroy(self._h, self.id.encode())
@@ -370,6 +409,8 @@ class Session:
         lib.local_session_close(h)
 
     def _close_handles(self) -> None:
+        if self._core is not None:
+            self._core.close_handles()
         handles, self._handles = self._handles, {}
         if handles:
             close = _lib.lib().local_key_close
@@ -455,6 +496,9 @@ class Session:
         attached to the hold, for leader discovery. Use as
         ``with session.lock("jobs/nightly", timeout=5) as hold: ...``.
         """
+        core = self._core
+        if core is not None:
+            return core.lock(self, key, timeout, lease, value)  # type: ignore[no-any-return]
         kb = _key(key)
         o = self._opts_ref(timeout, lease, value)
         tok = c_uint64()
@@ -469,7 +513,7 @@ class Session:
             self._leave()
         if rc < 0:
             raise error_for(rc, "local_lock")
-        return Hold(self, key, tok.value, 0, kb, kh)
+        return _CtypesHold(self, key, tok.value, 0, kb, kh)
 
     def try_lock(self, key: str, *, lease: Optional[float] = None,
                  value: Value = None) -> Optional[Hold]:
@@ -489,6 +533,10 @@ class Session:
         """
         if limit < 1:
             raise ValueError("a semaphore's limit is at least 1")
+        core = self._core
+        if core is not None:
+            return core.semaphore(  # type: ignore[no-any-return]
+                self, key, limit, timeout, lease, value)
         kb = _key(key)
         o = self._opts_ref(timeout, lease, value)
         tok = c_uint64()
@@ -503,7 +551,7 @@ class Session:
             self._leave()
         if rc < 0:
             raise error_for(rc, "local_sem_acquire")
-        return Hold(self, key, tok.value, limit, kb, kh)
+        return _CtypesHold(self, key, tok.value, limit, kb, kh)
 
     def release(self, key: str) -> None:
         """Release the session's hold on @key (local_release()); NotHeld / Expired if lost."""

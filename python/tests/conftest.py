@@ -28,6 +28,13 @@ sys.path.insert(0, str(HERE.parent))  # the package under test, not an installed
 import shmlock  # noqa: E402
 
 
+# Tests of the ctypes path's own internals (its key handles in
+# Session._handles): test_accel.py has the accelerator's. make python-check
+# runs the suite with and without it (SHMLOCK_ACCEL).
+ctypes_path = pytest.mark.skipif(shmlock.accelerator() == "_fast",
+                                 reason="the ctypes path's internals; the accelerator is in use")
+
+
 def wait_for(cond: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
     """Poll @cond until true, failing after @timeout seconds (a deadline, not a sleep)."""
     deadline = time.monotonic() + timeout

@@ -11,7 +11,7 @@ import pytest
 import shmlock
 from shmlock import errors
 
-from conftest import wait_for
+from conftest import ctypes_path, wait_for
 
 
 def test_version_and_strerror() -> None:
@@ -313,6 +313,7 @@ def test_default_session_configure_and_reopen(broker, key: str) -> None:
         shmlock.configure()
 
 
+@ctypes_path
 def test_lock_goes_through_a_key_handle(session: shmlock.Session, other: shmlock.Session,
                                         key: str) -> None:
     """with s.lock(k): opens the key's handle once and goes through it: the same
@@ -342,6 +343,7 @@ def test_lock_goes_through_a_key_handle(session: shmlock.Session, other: shmlock
     assert 0 < len(session._handles) <= session_mod._HANDLES_MAX
 
 
+@ctypes_path
 def test_handles_are_bounded_and_keys_beyond_go_by_name(
         session: shmlock.Session, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from shmlock import session as session_mod
