@@ -123,7 +123,7 @@ static inline __attribute__((always_inline)) uint64_t ours(const struct segment 
 	const struct seg_node *n;
 	uint64_t w;
 
-	if (!h || h - 1 >= seg->nnodes)
+	if (h - 1 >= seg->nnodes) /* h 0 (none) too: it wraps */
 		return 0;
 	n = &seg->nodes[h - 1];
 	w = atomic_load_explicit(&n->word, memory_order_acquire);
@@ -145,9 +145,8 @@ static inline __attribute__((always_inline)) uint64_t ours(const struct segment 
  * path must draw.
  */
 static inline __attribute__((always_inline)) uint64_t fast_token(const struct seg_key *k,
-								 uint64_t f)
+								 uint64_t f, uint64_t b)
 {
-	uint64_t b = atomic_load_explicit(&k->fast_base, memory_order_relaxed);
 	uint64_t n = (FAST_SEQ(f) + 1 - FBASE_SEQ(b)) & FAST_SEQ_MASK;
 
 	if (b & FBASE_FOLDING)
@@ -155,6 +154,13 @@ static inline __attribute__((always_inline)) uint64_t fast_token(const struct se
 	return key_token_for(k, atomic_load_explicit(&k->lock_index, memory_order_relaxed) +
 					(n + !(b & FBASE_HELD)) / 2);
 }
+
+/* acquire_at() for a key handle's first try (fast_key_lock()): a cluster
+ * key, or a claim that needs a search, is left to a second try with
+ * everything (FAST_AGAIN, before anything is written), so that the first
+ * calls nothing: no argument moves and spills around calls on the common
+ * path. */
+#define FAST_AGAIN (FAST_MISS + 1)
 
 /* Free a node no fast word names and that is in flight: ours alone. */
 static void free_in_flight(struct seg_node *n)
@@ -168,9 +174,9 @@ static void free_in_flight(struct seg_node *n)
  * call layers were a third of an uncontended lock+release.
  */
 static inline __attribute__((always_inline)) int
-acquire_at(struct segment *seg, struct seg_key *k, uint64_t f, uint32_t idx, uint32_t kind,
-	   uint32_t limit, bool try_only, struct owner who, struct node_hints *hints,
-	   uint64_t *token, uint32_t *key_idx)
+acquire_at(struct segment *seg, struct seg_key *k, uint64_t f, const uint64_t *base, uint32_t idx,
+	   uint32_t kind, uint32_t limit, bool try_only, bool first_try, struct owner who,
+	   struct node_hints *hints, uint64_t *token, uint32_t *key_idx)
 {
 	struct seg_node *n;
 	uint64_t tok, claimed;
@@ -181,8 +187,13 @@ acquire_at(struct segment *seg, struct seg_key *k, uint64_t f, uint32_t idx, uin
 	if (k->kind != kind || k->limit != limit)
 		return FAST_MISS;
 	/* A cluster key only while its host holds it (see the top). */
-	if (__builtin_expect(cluster_fast_refused(seg, k), 0))
+	if (first_try) {
+		if (__builtin_expect(
+			    atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_KEY, 0))
+			return FAST_AGAIN; /* the gate reads the clock: a call */
+	} else if (__builtin_expect(cluster_fast_refused(seg, k), 0)) {
 		return FAST_MISS;
+	}
 	*key_idx = idx;
 	if (__builtin_expect(FAST_HOLDER(f) != 0, 0)) {
 		uint64_t w;
@@ -202,14 +213,20 @@ acquire_at(struct segment *seg, struct seg_key *k, uint64_t f, uint32_t idx, uin
 	 * Two values, as acquisitions may all land on odd or on even ones. */
 	if (((FAST_SEQ(f) + 1) & (FAST_FOLD_EVERY - 1)) <= 1)
 		return FAST_MISS;
-	tok = fast_token(k, f);
+	/* The base read after @f: the caller's, or now. */
+	tok = fast_token(k, f,
+			 base ? *base : atomic_load_explicit(&k->fast_base, memory_order_relaxed));
 	if (!tok)
 		return FAST_MISS; /* the key's token range is spent: the mutex path reserves */
 	/* Usually the node this session freed last: one CAS, no search. */
 	claimed = NODE_PACK(NODE_FAST_CLAIMED, who.slot, idx);
 	node = atomic_load_explicit(&hints->hold, memory_order_relaxed);
-	n = node < seg->caps.max_holds ? &seg->nodes[node] : NULL;
-	if (!n || !atomic_compare_exchange_strong(&n->word, &(uint64_t){ 0 }, claimed)) {
+	if (node < seg->caps.max_holds &&
+	    atomic_compare_exchange_strong(&seg->nodes[node].word, &(uint64_t){ 0 }, claimed)) {
+		n = &seg->nodes[node];
+	} else if (first_try) {
+		return FAST_AGAIN;
+	} else {
 		node = node_claim_as(seg, NODE_FAST_CLAIMED, 0, seg->caps.max_holds, who.slot, idx,
 				     &hints->hold);
 		if (node == IDX_NONE)
@@ -247,7 +264,8 @@ acquire(struct segment *seg, const char *key, uint32_t kind, uint32_t limit, boo
 
 	if (__builtin_expect(!k, 0))
 		return FAST_MISS;
-	return acquire_at(seg, k, f, idx, kind, limit, try_only, who, hints, token, key_idx);
+	return acquire_at(seg, k, f, NULL, idx, kind, limit, try_only, false, who, hints, token,
+			  key_idx);
 }
 
 int fast_acquire(struct segment *seg, const char *key, const struct acquire_req *req,
@@ -436,79 +454,175 @@ static __attribute__((noinline)) struct seg_key *handle_probe(struct segment *se
 	return *f & FAST_SLOW ? NULL : k;
 }
 
-/* find() for a handle: the cached entry, checked as above. */
+/* acquired() with notes to drop: a call, kept out of the first try. */
+static __attribute__((noinline)) int handle_acquired_expiry(local_session *s, uint32_t key_idx,
+							    uint64_t tok, uint64_t *token)
+{
+	api_forget_expiry(s, key_idx);
+	if (token)
+		*token = tok;
+	return 0;
+}
+
+/* The cached entry, checked as above, with its fast word in *f and the
+ * fast_base read after it in *b; NULL when the cache cannot answer. */
 static inline __attribute__((always_inline)) struct seg_key *
-handle_find(struct segment *seg, local_key *h, uint64_t *f, uint32_t *out_idx)
+handle_cached(const struct segment *seg, const local_key *h, uint64_t *f, uint64_t *b,
+	      uint32_t *out_idx)
 {
 	uint64_t c = atomic_load_explicit(&h->cache, memory_order_acquire);
 	uint32_t idx = HCACHE_IDX(c);
 	struct seg_key *k;
 
-	if (__builtin_expect(idx < seg->caps.max_keys, 1)) {
-		k = &seg->keys[idx];
-		*f = atomic_load_explicit(&k->fast, memory_order_acquire);
-		if (__builtin_expect(!(*f & FAST_SLOW) &&
-					     (c & HCACHE_BASE) ==
-						     (atomic_load_explicit(&k->fast_base,
-									   memory_order_relaxed) &
-						      (FBASE_HELD | FAST_SEQ_MASK)) &&
-					     atomic_load_explicit(&k->hash, memory_order_relaxed) ==
-						     h->hash &&
-					     k->key_len == h->len,
-				     1)) {
-			*out_idx = idx;
-			return k;
-		}
+	if (__builtin_expect(idx >= seg->caps.max_keys, 0))
+		return NULL;
+	k = &seg->keys[idx];
+	*f = atomic_load_explicit(&k->fast, memory_order_acquire);
+	*b = atomic_load_explicit(&k->fast_base, memory_order_relaxed);
+	if (__builtin_expect(
+		    !(*f & FAST_SLOW) && (c & HCACHE_BASE) == (*b & (FBASE_HELD | FAST_SEQ_MASK)) &&
+			    atomic_load_explicit(&k->hash, memory_order_relaxed) == h->hash &&
+			    k->key_len == h->len,
+		    1)) {
+		*out_idx = idx;
+		return k;
 	}
-	return handle_probe(seg, h, f, out_idx);
+	return NULL;
 }
 
-/* entry_acquire() for a handle. */
+/* find() for a handle: the cached entry, else by its bytes. */
+static inline __attribute__((always_inline)) struct seg_key *
+handle_find(struct segment *seg, local_key *h, uint64_t *f, uint32_t *out_idx)
+{
+	uint64_t b;
+	struct seg_key *k = handle_cached(seg, h, f, &b, out_idx);
+
+	return k ? k : handle_probe(seg, h, f, out_idx);
+}
+
+/* Can the lock-free path take @opts? (A lease, a value: the mutex path.) */
+static inline bool opts_lock_free(const struct local_acquire_opts *opts)
+{
+	return !opts ||
+	       (opts->sz == sizeof(*opts) && !opts->lease_ms && !opts->value && !opts->value_len);
+}
+
+/* entry_acquire() for a handle, up to the grant (its token in *tok, the
+ * entry in *key_idx): by its cache first (@first_try: a call-free try,
+ * FAST_AGAIN when that is not enough), else with everything. */
 static inline __attribute__((always_inline)) int
 handle_acquire(local_key *h, uint32_t kind, uint32_t limit, const struct local_acquire_opts *opts,
-	       uint64_t *token)
+	       bool first_try, uint64_t *tok, uint32_t *key_idx)
 {
 	local_session *s = h->s;
+	struct segment *seg = s->seg;
 	struct seg_key *k;
-	uint32_t key_idx, idx;
-	uint64_t tok, f;
-	int err;
+	uint32_t idx;
+	uint64_t f, b;
 
-	if (__builtin_expect(!usable(s) || !limit || crash_fast_path_off() ||
-				     (opts && (opts->sz != sizeof(*opts) || opts->lease_ms ||
-					       opts->value || opts->value_len)),
+	if (__builtin_expect(!usable(s) || !limit || crash_fast_path_off() || !opts_lock_free(opts),
 			     0))
 		return FAST_MISS;
-	k = handle_find(s->seg, h, &f, &idx);
-	if (__builtin_expect(!k, 0))
-		return FAST_MISS;
-	err = acquire_at(s->seg, k, f, idx, kind, limit, opts && opts->timeout_ms == 0, s->who,
-			 &s->hints, &tok, &key_idx);
+	if (first_try) {
+		k = handle_cached(seg, h, &f, &b, &idx);
+		if (__builtin_expect(!k, 0))
+			return FAST_AGAIN;
+	} else {
+		k = handle_find(seg, h, &f, &idx);
+		if (!k)
+			return FAST_MISS;
+	}
+	return acquire_at(seg, k, f, first_try ? &b : NULL, idx, kind, limit,
+			  opts && opts->timeout_ms == 0, first_try, s->who, &s->hints, tok,
+			  key_idx);
+}
+
+/* What follows a grant by handle_acquire(): acquired(), with its call in
+ * a tail position, out of the way of the first try. */
+static inline __attribute__((always_inline)) int handle_acquired(local_key *h, uint32_t key_idx,
+								 uint64_t tok, uint64_t *token)
+{
+	local_session *s = h->s;
+
+	if (__builtin_expect(atomic_load_explicit(&s->seg->sessions[s->who.slot].expired_next,
+						  memory_order_relaxed),
+			     0))
+		return handle_acquired_expiry(s, key_idx, tok, token);
+	if (token)
+		*token = tok;
+	return 0;
+}
+
+/* What a try by the cache leaves (FAST_AGAIN): the same with everything,
+ * then the calls by name. */
+static __attribute__((noinline)) int handle_acquire_again(local_key *h, uint32_t kind,
+							  uint32_t limit,
+							  const struct local_acquire_opts *opts,
+							  uint64_t *token)
+{
+	uint32_t key_idx;
+	uint64_t tok;
+	int err = handle_acquire(h, kind, limit, opts, false, &tok, &key_idx);
+
 	if (!err)
-		acquired(s, key_idx, tok, token);
-	return err;
+		return handle_acquired(h, key_idx, tok, token);
+	if (err != FAST_MISS)
+		return err;
+	return kind == LOCAL_KIND_LOCK ? api_lock_full(h->s, h->name, opts, token)
+				       : api_sem_acquire_full(h->s, h->name, limit, opts, token);
 }
 
 int fast_key_lock(local_key *h, const struct local_acquire_opts *opts, uint64_t *token)
 {
-	int err = handle_acquire(h, LOCAL_KIND_LOCK, 1, opts, token);
+	uint32_t key_idx;
+	uint64_t tok;
+	int err = handle_acquire(h, LOCAL_KIND_LOCK, 1, opts, true, &tok, &key_idx);
 
-	return err != FAST_MISS ? err : api_lock_full(h->s, h->name, opts, token);
+	if (__builtin_expect(!err, 1))
+		return handle_acquired(h, key_idx, tok, token);
+	if (err < 0)
+		return err;
+	if (err == FAST_AGAIN)
+		return handle_acquire_again(h, LOCAL_KIND_LOCK, 1, opts, token);
+	return api_lock_full(h->s, h->name, opts, token);
 }
 
 int fast_key_sem_acquire(local_key *h, uint32_t limit, const struct local_acquire_opts *opts,
 			 uint64_t *token)
 {
-	int err = handle_acquire(h, LOCAL_KIND_SEMAPHORE, limit, opts, token);
+	uint32_t key_idx;
+	uint64_t tok;
+	int err = handle_acquire(h, LOCAL_KIND_SEMAPHORE, limit, opts, true, &tok, &key_idx);
 
-	return err != FAST_MISS ? err : api_sem_acquire_full(h->s, h->name, limit, opts, token);
+	if (__builtin_expect(!err, 1))
+		return handle_acquired(h, key_idx, tok, token);
+	if (err < 0)
+		return err;
+	if (err == FAST_AGAIN)
+		return handle_acquire_again(h, LOCAL_KIND_SEMAPHORE, limit, opts, token);
+	return api_sem_acquire_full(h->s, h->name, limit, opts, token);
+}
+
+/* fast_key_release() when the cache cannot answer: by the bytes. */
+static __attribute__((noinline)) int handle_release_again(local_key *h)
+{
+	local_session *s = h->s;
+	struct seg_key *k;
+	uint64_t f;
+	uint32_t idx;
+
+	k = handle_probe(s->seg, h, &f, &idx);
+	if (!k || release_at(s->seg, k, f, idx, s->who) == FAST_MISS)
+		return api_release_tried(s, h->name);
+	return 0;
 }
 
 int fast_key_release(local_key *h)
 {
 	local_session *s = h->s;
+	struct segment *seg = s->seg;
 	struct seg_key *k;
-	uint64_t f;
+	uint64_t f, b;
 	uint32_t idx;
 
 	/* As fast_unlock(): what it leaves to the full path, this does too. */
@@ -516,8 +630,10 @@ int fast_key_release(local_key *h)
 	    atomic_load_explicit(&s->npending, memory_order_relaxed) ||
 	    atomic_load_explicit(&s->nwaited, memory_order_relaxed))
 		return api_release_full(s, h->name);
-	k = handle_find(s->seg, h, &f, &idx);
-	if (!k || release_at(s->seg, k, f, idx, s->who) == FAST_MISS)
+	k = handle_cached(seg, h, &f, &b, &idx);
+	if (__builtin_expect(!k, 0))
+		return handle_release_again(h);
+	if (release_at(seg, k, f, idx, s->who) == FAST_MISS)
 		return api_release_tried(s, h->name);
 	return 0;
 }

@@ -186,9 +186,9 @@ uint32_t node_claim_as(struct segment *seg, uint32_t state, uint32_t first, uint
  * lock-free path asks on every acquire. */
 static inline bool session_is(const struct segment *seg, struct owner who)
 {
-	const struct seg_session *s = seg_session_at(seg, who.slot);
-
-	return s && atomic_load(&s->state_gen) == SESS_PACK(SESS_ACTIVE, who.gen);
+	/* Not seg_session_at(): its NULL is one more test on the lock path. */
+	return who.slot < seg->caps.max_sessions &&
+	       atomic_load(&seg->sessions[who.slot].state_gen) == SESS_PACK(SESS_ACTIVE, who.gen);
 }
 
 /* Walk the key's holder list for @who's hold; IDX_NONE if none. */

@@ -288,3 +288,54 @@ TEST(fastpath, watched_key_takes_the_mutex_path, 20)
 	CHECK_EQ(segment_violations(a), 0);
 	broker_stop(&b);
 }
+
+/*
+ * A key handle's lock-free acquire tries the cached entry first without a
+ * call (fastpath.c, FAST_AGAIN), and leaves a second try with everything
+ * the claim that must search and the grant that has an expiry note to
+ * drop: both answer as the first try does.
+ */
+TEST(fastpath, a_handle_s_second_try_answers_as_the_first, 20)
+{
+	LOCAL_OPTS(local_acquire_opts, leased, .timeout_ms = 0, .lease_ms = 100);
+	struct broker_proc b;
+	local_session *a;
+	local_key *h1 = NULL, *h2 = NULL;
+	uint64_t t1 = 0, t2 = 0, t3 = 0, held = 0;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "a", 0, 0);
+	CHECK_OK(local_key_open(a, "fp2/one", &h1));
+	CHECK_OK(local_key_open(a, "fp2/two", &h2));
+	/* Made by name, so that both are in fast mode. */
+	CHECK_OK(local_lock(a, "fp2/one", NULL, NULL));
+	CHECK_OK(local_release(a, "fp2/one"));
+	CHECK_OK(local_lock(a, "fp2/two", NULL, NULL));
+	CHECK_OK(local_release(a, "fp2/two"));
+	/* Two holds at once: the second cannot have the node the session
+	 * freed last (the first holds it), so its claim searches. */
+	CHECK_OK(local_key_lock(h1, NULL, &t1));
+	CHECK_OK(local_key_lock(h2, &try_once, &t2));
+	CHECK(t1 != 0 && t2 != 0 && t1 != t2);
+	CHECK_EQ(named_state(a, "fp2/one"), NODE_FAST_CLAIMED);
+	CHECK_EQ(named_state(a, "fp2/two"), NODE_FAST_CLAIMED);
+	CHECK_OK(local_key_release(h2));
+	CHECK_OK(local_key_release(h1));
+	CHECK_RC(local_key_release(h1), -LOCAL_ENOTHELD);
+	CHECK_RC(local_held(a, "fp2/two", &held), -LOCAL_ENOTHELD);
+	/* A lease the broker ends leaves an expiry note; the next grant of
+	 * the key, lock-free by handle, drops it. */
+	CHECK_OK(local_key_lock(h1, &leased, &t1));
+	CHECK(WAIT_FOR(local_held(a, "fp2/one", NULL) == -LOCAL_EEXPIRED, 5000));
+	CHECK_OK(local_key_lock(h1, NULL, &t3));
+	CHECK(t3 > t1);
+	CHECK_EQ(named_state(a, "fp2/one"), NODE_FAST_CLAIMED);
+	CHECK_OK(local_held(a, "fp2/one", &held));
+	CHECK_EQ(held, t3);
+	CHECK_OK(local_key_release(h1));
+	CHECK_RC(local_key_release(h1), -LOCAL_ENOTHELD);
+	CHECK_OK(local_key_close(h1));
+	CHECK_OK(local_key_close(h2));
+	CHECK_EQ(segment_violations(a), 0);
+	broker_stop(&b);
+}
