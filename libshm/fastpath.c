@@ -230,14 +230,13 @@ slot_token(const struct seg_key *k, const uint64_t *f, uint32_t nslots, uint32_t
 	/* Twice the grants the slots showed: each slot's (d + !held) / 2,
 	 * d its changes since its base; slot 0's odd bit goes in the halving
 	 * below, the others' here. */
-	S = ((FAST_SEQ(f[0]) - FBASE_SEQ(b0)) & FAST_SEQ_MASK) + !(b0 & FBASE_HELD);
+	S = ((f[0] - b0) & FAST_SEQ_MASK) + !(b0 & FBASE_HELD); /* seq bits only */
 #pragma GCC unroll 4
 	for (j = 1; j < SEG_KEY_SLOTS; j++) {
 		if (j >= nslots)
 			break;
 		b = atomic_load_explicit(&k->fast_xbase[j - 1], memory_order_relaxed);
-		S += (((FAST_SEQ(f[j]) - FBASE_SEQ(b)) & FAST_SEQ_MASK) + !(b & FBASE_HELD)) &
-		     ~1ull;
+		S += (((f[j] - b) & FAST_SEQ_MASK) + !(b & FBASE_HELD)) & ~1ull;
 	}
 	/* FOLDING (slot 0's base only): a fold is under way. A slot read
 	 * before a mutex holder came and went shows a seq below its new base:
@@ -320,49 +319,17 @@ static __attribute__((noinline)) int slot_twin(struct segment *seg, struct seg_k
 	return 0;
 }
 
+/* slots_acquire_k() past its choice of free slot @i: number the grant,
+ * claim a node, commit, re-check. Inlined with @i a constant for the first
+ * holder (slot 0). */
 static inline __attribute__((always_inline)) int
-slots_acquire_k(struct segment *seg, struct seg_key *k, uint64_t f0, uint32_t idx, uint32_t limit,
-		uint32_t nslots, bool try_only, struct owner who, struct node_hints *hints,
-		uint64_t *token)
+slot_commit(struct segment *seg, struct seg_key *k, uint64_t *f, uint32_t idx, uint32_t nslots,
+	    uint32_t i, struct owner who, struct node_hints *hints, uint64_t *token)
 {
-	uint32_t i, j, node;
+	uint64_t o[SEG_KEY_SLOTS], tok, g, any = 0, changed = 0;
+	uint32_t j, node;
 	int err;
-	uint64_t f[SEG_KEY_SLOTS], o[SEG_KEY_SLOTS], tok, g, any, changed;
-	struct seg_node *n;
 
-	f[0] = f0;
-	any = f0;
-#pragma GCC unroll 4
-	for (j = 1; j < SEG_KEY_SLOTS; j++) {
-		if (j >= nslots)
-			break;
-		f[j] = atomic_load_explicit(&k->fast_x[j - 1], memory_order_acquire);
-		any |= f[j];
-	}
-	if (any & FAST_SLOW)
-		return FAST_MISS;
-	i = 0;
-	if (__builtin_expect((any & ~FAST_SEQ_MASK) != 0, 0)) {
-		/* Some slot is held: ours (a re-acquire: its token, no second
-		 * unit), or take the first free one. */
-		if (!session_is(seg, who))
-			return -LOCAL_ESESSION;
-		i = IDX_NONE;
-		for (j = 0; j < nslots; j++) {
-			if (!FAST_HOLDER(f[j])) {
-				if (i == IDX_NONE)
-					i = j;
-			} else if (ours(seg, f[j], idx, who)) {
-				*token = seg->nodes[FAST_HOLDER(f[j]) - 1].token;
-				return 0;
-			}
-		}
-		/* Every slot held: with limit == K the key is full (the list
-		 * is empty while the slots are open); a wait, or room past K,
-		 * is the mutex path's. */
-		if (i == IDX_NONE)
-			return try_only && limit == nslots ? -EBUSY : FAST_MISS;
-	}
 	if (((FAST_SEQ(f[i]) + 1) & (FAST_FOLD_EVERY - 1)) <= 1)
 		return FAST_MISS;
 	tok = slot_token(k, f, nslots, i);
@@ -371,10 +338,9 @@ slots_acquire_k(struct segment *seg, struct seg_key *k, uint64_t f0, uint32_t id
 	err = claim_in_flight(seg, idx, tok, who, hints, &node);
 	if (err)
 		return err;
-	n = &seg->nodes[node];
 	g = FAST_PACK(0, node + 1, FAST_SEQ(f[i]) + 1);
 	if (!atomic_compare_exchange_strong(seg_key_slot(k, i), &f[i], g)) {
-		free_in_flight(n);
+		free_in_flight(&seg->nodes[node]);
 		return FAST_MISS;
 	}
 	if (i)
@@ -387,25 +353,66 @@ slots_acquire_k(struct segment *seg, struct seg_key *k, uint64_t f0, uint32_t id
 	 * least one's re-check sees the other's (C11's single total order). On
 	 * x86 the locked CAS is the barrier and these are plain loads. */
 	f[i] = g; /* what we wrote: our own slot counts as unchanged */
-	any = 0;
-	changed = 0;
 #pragma GCC unroll 4
 	for (j = 0; j < SEG_KEY_SLOTS; j++) {
 		if (j >= nslots)
 			break;
 		o[j] = atomic_load_explicit(seg_key_slot(k, j), memory_order_seq_cst);
-		any |= o[j];
 		changed |= o[j] ^ f[j];
 	}
-	if (__builtin_expect((any & FAST_SLOW) != 0, 0))
-		return settle(seg, k, idx, node, tok, who, token);
 	/* A slot whose word did not change names the hold it named before,
-	 * which was not ours (the first pass asked); a changed one may name a
-	 * twin's commit. */
-	if (__builtin_expect(changed != 0, 0))
+	 * which was not ours (the first pass asked), and is not SLOW; a
+	 * changed one may be frozen, or name a twin's commit. */
+	if (__builtin_expect(changed != 0, 0)) {
+		for (j = 0; j < nslots; j++)
+			any |= o[j];
+		if (any & FAST_SLOW)
+			return settle(seg, k, idx, node, tok, who, token);
 		return slot_twin(seg, k, idx, node, tok, who, token, o, nslots, i, g);
-	*token = tok; /* not n->token: the hold may already have been ended */
+	}
+	*token = tok; /* not the node's: the hold may already have been ended */
 	return 0;
+}
+
+static inline __attribute__((always_inline)) int
+slots_acquire_k(struct segment *seg, struct seg_key *k, uint64_t f0, uint32_t idx, uint32_t limit,
+		uint32_t nslots, bool try_only, struct owner who, struct node_hints *hints,
+		uint64_t *token)
+{
+	uint64_t f[SEG_KEY_SLOTS], any = f0;
+	uint32_t i = IDX_NONE, j;
+
+	f[0] = f0;
+#pragma GCC unroll 4
+	for (j = 1; j < SEG_KEY_SLOTS; j++) {
+		if (j >= nslots)
+			break;
+		f[j] = atomic_load_explicit(&k->fast_x[j - 1], memory_order_acquire);
+		any |= f[j];
+	}
+	if (any & FAST_SLOW)
+		return FAST_MISS;
+	if (__builtin_expect(!(any & ~FAST_SEQ_MASK), 1))
+		return slot_commit(seg, k, f, idx, nslots, 0, who, hints, token); /* the first */
+	/* Some slot is held: ours (a re-acquire: its token, no second unit),
+	 * or take the first free one. */
+	if (!session_is(seg, who))
+		return -LOCAL_ESESSION;
+	for (j = 0; j < nslots; j++) {
+		if (!FAST_HOLDER(f[j])) {
+			if (i == IDX_NONE)
+				i = j;
+		} else if (ours(seg, f[j], idx, who)) {
+			*token = seg->nodes[FAST_HOLDER(f[j]) - 1].token;
+			return 0;
+		}
+	}
+	/* Every slot held: with limit == K the key is full (the list is empty
+	 * while the slots are open); a wait, or room past K, is the mutex
+	 * path's. */
+	if (i == IDX_NONE)
+		return try_only && limit == nslots ? -EBUSY : FAST_MISS;
+	return slot_commit(seg, k, f, idx, nslots, i, who, hints, token);
 }
 
 /* slots_acquire_k() with K a constant in the common case (limit >= 4):
