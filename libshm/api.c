@@ -181,7 +181,7 @@ again:
 	err = key_acquire_locked(s->seg, k, req, &tok, &waiter, &s->hints);
 	req->queued_ns = NULL; /* no pointer to this frame outlives it */
 	key_idx = seg_key_index(s->seg, k);
-	key_unlock(k);
+	key_unlock_giving(s->seg, k);
 	if (err == 1) {
 		err = waiter_wait(s->seg, waiter, key_idx, s->who, deadline, &tok);
 		/* Out of the queue (granted and consumed, or timed out and
@@ -301,7 +301,7 @@ static int release_slow(local_session *s, const char *key, size_t len)
 	 * (or preempted us on this CPU) would block on it at its own release,
 	 * two more system calls and a switch per handoff. If we die between
 	 * the two (HANDOFF_UNLOCKED), the broker wakes it (segment_wake_granted()). */
-	key_unlock(k);
+	key_unlock_giving(s->seg, k);
 	if (wake != IDX_NONE) {
 		CRASH_POINT(HANDOFF_UNLOCKED);
 		waiter_wake(s->seg, wake);

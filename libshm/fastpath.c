@@ -169,6 +169,273 @@ static void free_in_flight(struct seg_node *n)
 }
 
 /*
+ * Claim a hold node in flight (NODE_FAST_CLAIMED, steps 2 and 3 at the
+ * top) for a grant of @tok on key @idx, in *node: 0, FAST_MISS (none free:
+ * the mutex path reports EMAXHOLDS) or -LOCAL_ESESSION (the node is freed).
+ */
+static inline __attribute__((always_inline)) int claim_in_flight(struct segment *seg, uint32_t idx,
+								 uint64_t tok, struct owner who,
+								 struct node_hints *hints,
+								 bool first_try, uint32_t *node)
+{
+	uint64_t claimed = NODE_PACK(NODE_FAST_CLAIMED, who.slot, idx);
+	struct seg_node *n;
+
+	/* Usually the node this session freed last: one CAS, no search. */
+	*node = atomic_load_explicit(&hints->hold, memory_order_relaxed);
+	n = *node < seg->caps.max_holds ? &seg->nodes[*node] : NULL;
+	if (!n || !atomic_compare_exchange_strong(&n->word, &(uint64_t){ 0 }, claimed)) {
+		if (first_try)
+			return FAST_AGAIN; /* the search is a call: the second try's */
+		*node = node_claim_as(seg, NODE_FAST_CLAIMED, 0, seg->caps.max_holds, who.slot, idx,
+				      &hints->hold);
+		if (*node == IDX_NONE)
+			return FAST_MISS;
+		n = &seg->nodes[*node];
+	}
+	CRASH_POINT(FAST_ACQ_CLAIMED);
+	n->session_gen = who.gen;
+	n->token = tok;
+	n->lease_until_ns = 0;
+	n->lease_ms = 0;
+	n->hold = n->prev = n->next = IDX_NONE;
+	if (!session_is(seg, who)) {
+		free_in_flight(n);
+		return -LOCAL_ESESSION;
+	}
+	return 0;
+}
+
+/*
+ * ---- Semaphore slots (limit > 1) ------------------------------------------
+ *
+ * A semaphore of limit L has K = min(L, SEG_KEY_SLOTS) fast words, each the
+ * one-holder word above (segment.h, SEG_KEY_SLOTS); docs/performance.md,
+ * "Lock-free semaphore holders beyond the first", has the design and
+ * tests/model/slots.pml its model. In short:
+ *   - read every slot: any SLOW is the mutex path's; one naming a hold of
+ *     our session is a re-acquire (its token, no second unit);
+ *   - else take the first free slot i, number the grant lock_index + K * S +
+ *     i + 1 (S: the grants every slot showed since its base), claim a node
+ *     and commit with the one-holder CAS on slot i;
+ *   - then read the other slots again (after a seq_cst fence: the commit
+ *     and these loads are a store-then-load pair, and two threads of one
+ *     session committing at once must see at least one of each other): a
+ *     SLOW one, or one naming another hold of our session, sends us to
+ *     settle() under the mutex (first giving our slot back, in the second
+ *     case, when we still can);
+ *   - release: the slot naming our hold, with the one-holder CAS.
+ */
+
+/* The grant number a commit on slot @i of @nslots would make, from the
+ * words @f read (before), or 0 when the mutex path must count. */
+static inline __attribute__((always_inline)) uint64_t
+slot_token(const struct seg_key *k, const uint64_t *f, uint32_t nslots, uint32_t i)
+{
+	uint64_t b0 = atomic_load_explicit(&k->fast_base, memory_order_relaxed), b, S;
+	uint32_t j;
+
+	/* Twice the grants the slots showed: each slot's (d + !held) / 2,
+	 * d its changes since its base; slot 0's odd bit goes in the halving
+	 * below, the others' here. */
+	S = ((f[0] - b0) & FAST_SEQ_MASK) + !(b0 & FBASE_HELD); /* seq bits only */
+#pragma GCC unroll 4
+	for (j = 1; j < SEG_KEY_SLOTS; j++) {
+		if (j >= nslots)
+			break;
+		b = atomic_load_explicit(&k->fast_xbase[j - 1], memory_order_relaxed);
+		S += (((f[j] - b) & FAST_SEQ_MASK) + !(b & FBASE_HELD)) & ~1ull;
+	}
+	/* FOLDING (slot 0's base only): a fold is under way. A slot read
+	 * before a mutex holder came and went shows a seq below its new base:
+	 * a distance near 2^39, where no slot runs more than FAST_FOLD_EVERY
+	 * operations without the mutex (so a sane sum stays below 2^33). */
+	if ((b0 & FBASE_FOLDING) || S >= (1ull << 38))
+		return 0;
+	return key_token_for(k, atomic_load_explicit(&k->lock_index, memory_order_relaxed) +
+					nslots * (S / 2) + i + 1);
+}
+
+/*
+ * After a lock-free commit of node @node whose token is @tok: the mutex
+ * decides whether it stands. Under it (key_lock() has listed every slot's
+ * hold), if our node is still our session's hold and the session has
+ * another, ours was the later commit (the other thread's re-check ran
+ * before ours, or saw ours and settles too): end ours and answer the
+ * other's token. Else ours stands. Our node no longer a hold of ours (the
+ * sweep, an operator): FAST_MISS, the mutex path answers.
+ */
+static __attribute__((noinline)) int settle(struct segment *seg, struct seg_key *k, uint32_t idx,
+					    uint32_t node, uint64_t tok, struct owner who,
+					    uint64_t *token)
+{
+	struct seg_node *n = &seg->nodes[node];
+	uint32_t x, other = IDX_NONE, wake = IDX_NONE, steps = 0;
+	int err = key_lock(seg, k);
+
+	if (err)
+		return err == -LOCAL_ECORRUPT ? err : FAST_MISS;
+	if (atomic_load(&k->state) != KEY_USED || k->kind != LOCAL_KIND_SEMAPHORE ||
+	    atomic_load(&n->word) != NODE_PACK(NODE_HOLDING, who.slot, idx) ||
+	    n->session_gen != who.gen || !session_is(seg, who)) {
+		key_unlock_giving(seg, k);
+		return FAST_MISS;
+	}
+	for (x = k->h_head; x != IDX_NONE && x < seg->nnodes && steps++ < seg->nnodes;
+	     x = seg->nodes[x].next)
+		if (x != node &&
+		    atomic_load(&seg->nodes[x].word) == NODE_PACK(NODE_HOLDING, who.slot, idx) &&
+		    seg->nodes[x].session_gen == who.gen)
+			other = x;
+	if (other != IDX_NONE) {
+		tok = seg->nodes[other].token;
+		wake = key_release_hold_locked(seg, k, node, REL_VOLUNTARY);
+		CRASH_POINT(SLOT_SETTLED);
+	}
+	key_unlock_giving(seg, k);
+	if (wake != IDX_NONE)
+		waiter_wake(seg, wake);
+	*token = tok;
+	return 0;
+}
+
+/*
+ * The re-check after our commit on slot @i (word @g) found other slots
+ * held (words @f): if one is another hold of our session (a thread of it
+ * committed at the same time), give ours back and let the mutex path
+ * answer that one's token; if ours cannot be given back (the slot was
+ * frozen meanwhile), settle under the mutex. Else our grant stands.
+ */
+static __attribute__((noinline)) int slot_twin(struct segment *seg, struct seg_key *k, uint32_t idx,
+					       uint32_t node, uint64_t tok, struct owner who,
+					       uint64_t *token, const uint64_t *f, uint32_t nslots,
+					       uint32_t i, uint64_t g)
+{
+	uint32_t j;
+
+	for (j = 0; j < nslots; j++) {
+		if (j == i || !FAST_HOLDER(f[j]) || !ours(seg, f[j], idx, who))
+			continue;
+		if (!atomic_compare_exchange_strong(seg_key_slot(k, i), &g,
+						    FAST_PACK(0, 0, FAST_SEQ(g) + 1)))
+			return settle(seg, k, idx, node, tok, who, token);
+		CRASH_POINT(SLOT_YIELDED);
+		free_in_flight(&seg->nodes[node]);
+		return FAST_MISS;
+	}
+	*token = tok;
+	return 0;
+}
+
+/* slots_acquire_k() past its choice of free slot @i: number the grant,
+ * claim a node, commit, re-check. Inlined with @i a constant for the first
+ * holder (slot 0). */
+static inline __attribute__((always_inline)) int
+slot_commit(struct segment *seg, struct seg_key *k, uint64_t *f, uint32_t idx, uint32_t nslots,
+	    uint32_t i, struct owner who, struct node_hints *hints, uint64_t *token)
+{
+	uint64_t o[SEG_KEY_SLOTS], tok, g, any = 0, changed = 0;
+	uint32_t j, node;
+	int err;
+
+	if (((FAST_SEQ(f[i]) + 1) & (FAST_FOLD_EVERY - 1)) <= 1)
+		return FAST_MISS;
+	tok = slot_token(k, f, nslots, i);
+	if (!tok)
+		return FAST_MISS;
+	err = claim_in_flight(seg, idx, tok, who, hints, false, &node);
+	if (err)
+		return err;
+	g = FAST_PACK(0, node + 1, FAST_SEQ(f[i]) + 1);
+	if (!atomic_compare_exchange_strong(seg_key_slot(k, i), &f[i], g)) {
+		free_in_flight(&seg->nodes[node]);
+		return FAST_MISS;
+	}
+	if (i)
+		CRASH_POINT(SLOT_ACQ_PUBLISHED);
+	else
+		CRASH_POINT(FAST_ACQ_PUBLISHED);
+	/* The re-check: every slot, read after our commit. A store-then-load
+	 * pair: our commit is a seq_cst read-modify-write, and these loads are
+	 * seq_cst (acquire loads would not do), so of two commits at once at
+	 * least one's re-check sees the other's (C11's single total order). On
+	 * x86 the locked CAS is the barrier and these are plain loads. */
+	f[i] = g; /* what we wrote: our own slot counts as unchanged */
+#pragma GCC unroll 4
+	for (j = 0; j < SEG_KEY_SLOTS; j++) {
+		if (j >= nslots)
+			break;
+		o[j] = atomic_load_explicit(seg_key_slot(k, j), memory_order_seq_cst);
+		changed |= o[j] ^ f[j];
+	}
+	/* A slot whose word did not change names the hold it named before,
+	 * which was not ours (the first pass asked), and is not SLOW; a
+	 * changed one may be frozen, or name a twin's commit. */
+	if (__builtin_expect(changed != 0, 0)) {
+		for (j = 0; j < nslots; j++)
+			any |= o[j];
+		if (any & FAST_SLOW)
+			return settle(seg, k, idx, node, tok, who, token);
+		return slot_twin(seg, k, idx, node, tok, who, token, o, nslots, i, g);
+	}
+	*token = tok; /* not the node's: the hold may already have been ended */
+	return 0;
+}
+
+static inline __attribute__((always_inline)) int
+slots_acquire_k(struct segment *seg, struct seg_key *k, uint64_t f0, uint32_t idx, uint32_t limit,
+		uint32_t nslots, bool try_only, struct owner who, struct node_hints *hints,
+		uint64_t *token)
+{
+	uint64_t f[SEG_KEY_SLOTS], any = f0;
+	uint32_t i = IDX_NONE, j;
+
+	f[0] = f0;
+#pragma GCC unroll 4
+	for (j = 1; j < SEG_KEY_SLOTS; j++) {
+		if (j >= nslots)
+			break;
+		f[j] = atomic_load_explicit(&k->fast_x[j - 1], memory_order_acquire);
+		any |= f[j];
+	}
+	if (any & FAST_SLOW)
+		return FAST_MISS;
+	if (__builtin_expect(!(any & ~FAST_SEQ_MASK), 1))
+		return slot_commit(seg, k, f, idx, nslots, 0, who, hints, token); /* the first */
+	/* Some slot is held: ours (a re-acquire: its token, no second unit),
+	 * or take the first free one. */
+	if (!session_is(seg, who))
+		return -LOCAL_ESESSION;
+	for (j = 0; j < nslots; j++) {
+		if (!FAST_HOLDER(f[j])) {
+			if (i == IDX_NONE)
+				i = j;
+		} else if (ours(seg, f[j], idx, who)) {
+			*token = seg->nodes[FAST_HOLDER(f[j]) - 1].token;
+			return 0;
+		}
+	}
+	/* Every slot held: with limit == K the key is full (the list is empty
+	 * while the slots are open); a wait, or room past K, is the mutex
+	 * path's. */
+	if (i == IDX_NONE)
+		return try_only && limit == nslots ? -EBUSY : FAST_MISS;
+	return slot_commit(seg, k, f, idx, nslots, i, who, hints, token);
+}
+
+/* slots_acquire_k() with K a constant in the common case (limit >= 4):
+ * the loops over the slots lose their bounds checks. */
+static inline __attribute__((always_inline)) int
+slots_acquire_at(struct segment *seg, struct seg_key *k, uint64_t f0, uint32_t idx, uint32_t limit,
+		 bool try_only, struct owner who, struct node_hints *hints, uint64_t *token)
+{
+	if (__builtin_expect(limit >= SEG_KEY_SLOTS, 1))
+		return slots_acquire_k(seg, k, f0, idx, limit, SEG_KEY_SLOTS, try_only, who, hints,
+				       token);
+	return slots_acquire_k(seg, k, f0, idx, limit, limit, try_only, who, hints, token);
+}
+
+/*
  * The lock-free acquire, inlined into each entry point below so that the
  * lock kind and limit are constants there and no request is built: the
  * call layers were a third of an uncontended lock+release.
@@ -179,8 +446,9 @@ acquire_at(struct segment *seg, struct seg_key *k, uint64_t f, const uint64_t *b
 	   struct node_hints *hints, uint64_t *token, uint32_t *key_idx)
 {
 	struct seg_node *n;
-	uint64_t tok, claimed;
+	uint64_t tok;
 	uint32_t node;
+	int err;
 
 	/* Stable while SLOW is clear (they change under the mutex only); a
 	 * mismatch is the mutex path's to report. */
@@ -195,6 +463,8 @@ acquire_at(struct segment *seg, struct seg_key *k, uint64_t f, const uint64_t *b
 		return FAST_MISS;
 	}
 	*key_idx = idx;
+	if (kind == LOCAL_KIND_SEMAPHORE && limit > 1)
+		return slots_acquire_at(seg, k, f, idx, limit, try_only, who, hints, token);
 	if (__builtin_expect(FAST_HOLDER(f) != 0, 0)) {
 		uint64_t w;
 
@@ -218,31 +488,10 @@ acquire_at(struct segment *seg, struct seg_key *k, uint64_t f, const uint64_t *b
 			 base ? *base : atomic_load_explicit(&k->fast_base, memory_order_relaxed));
 	if (!tok)
 		return FAST_MISS; /* the key's token range is spent: the mutex path reserves */
-	/* Usually the node this session freed last: one CAS, no search. */
-	claimed = NODE_PACK(NODE_FAST_CLAIMED, who.slot, idx);
-	node = atomic_load_explicit(&hints->hold, memory_order_relaxed);
-	if (node < seg->caps.max_holds &&
-	    atomic_compare_exchange_strong(&seg->nodes[node].word, &(uint64_t){ 0 }, claimed)) {
-		n = &seg->nodes[node];
-	} else if (first_try) {
-		return FAST_AGAIN;
-	} else {
-		node = node_claim_as(seg, NODE_FAST_CLAIMED, 0, seg->caps.max_holds, who.slot, idx,
-				     &hints->hold);
-		if (node == IDX_NONE)
-			return FAST_MISS; /* the mutex path reports EMAXHOLDS */
-		n = &seg->nodes[node];
-	}
-	CRASH_POINT(FAST_ACQ_CLAIMED);
-	n->session_gen = who.gen;
-	n->token = tok;
-	n->lease_until_ns = 0;
-	n->lease_ms = 0;
-	n->hold = n->prev = n->next = IDX_NONE;
-	if (!session_is(seg, who)) {
-		free_in_flight(n);
-		return -LOCAL_ESESSION;
-	}
+	err = claim_in_flight(seg, idx, tok, who, hints, first_try, &node);
+	if (err)
+		return err;
+	n = &seg->nodes[node];
 	if (!atomic_compare_exchange_strong(&k->fast, &f,
 					    FAST_PACK(0, node + 1, FAST_SEQ(f) + 1))) {
 		free_in_flight(n);
@@ -335,21 +584,18 @@ int fast_sem_acquire(local_session *s, const char *key, uint32_t limit,
 	return err != FAST_MISS ? err : api_sem_acquire_full(s, key, limit, opts, token);
 }
 
-/* The lock-free release of entry @k (index @idx) whose fast word was @f,
- * inlined into each entry point below. */
+/* The release of our hold @w that slot @slot names, read as @f. */
 static inline __attribute__((always_inline)) int
-release_at(struct segment *seg, struct seg_key *k, uint64_t f, uint32_t idx, struct owner who)
+release_slot(struct segment *seg, _Atomic uint64_t *slot, uint64_t f, uint64_t w, struct owner who)
 {
-	uint64_t w;
 	struct seg_node *n;
 
-	w = ours(seg, f, idx, who);
-	if (!w || !session_is(seg, who))
+	if (!session_is(seg, who))
 		return FAST_MISS; /* the mutex path tells not-held from ended */
 	/* A sweep that began after this check sets SLOW before it touches
 	 * the key, so our CAS fails and the mutex path answers. */
 	n = &seg->nodes[FAST_HOLDER(f) - 1];
-	if (!atomic_compare_exchange_strong(&k->fast, &f, FAST_PACK(0, 0, FAST_SEQ(f) + 1)))
+	if (!atomic_compare_exchange_strong(slot, &f, FAST_PACK(0, 0, FAST_SEQ(f) + 1)))
 		return FAST_MISS;
 	CRASH_POINT(FAST_REL_PUBLISHED);
 	/* No mutex holder came between our read and our CAS, so the node is
@@ -359,6 +605,37 @@ release_at(struct segment *seg, struct seg_key *k, uint64_t f, uint32_t idx, str
 	else /* NODE_HOLDING: the sweep frees unnamed holds too */
 		atomic_compare_exchange_strong(&n->word, &w, 0);
 	return 0;
+}
+
+/* release_at() when slot 0 does not name our hold: a semaphore's other
+ * slots (none for a lock). */
+static __attribute__((noinline)) int release_other_slot(struct segment *seg, struct seg_key *k,
+							uint32_t idx, struct owner who)
+{
+	uint32_t j, nslots = seg_key_nslots(k);
+	uint64_t f, w;
+
+	for (j = 1; j < nslots; j++) {
+		f = atomic_load_explicit(&k->fast_x[j - 1], memory_order_acquire);
+		if (f & FAST_SLOW)
+			return FAST_MISS; /* frozen: the mutex path's (our CAS must not clear it) */
+		w = ours(seg, f, idx, who);
+		if (w)
+			return release_slot(seg, &k->fast_x[j - 1], f, w, who);
+	}
+	return FAST_MISS;
+}
+
+/* The lock-free release of entry @k (index @idx) whose fast word was @f,
+ * inlined into each entry point below. */
+static inline __attribute__((always_inline)) int
+release_at(struct segment *seg, struct seg_key *k, uint64_t f, uint32_t idx, struct owner who)
+{
+	uint64_t w = ours(seg, f, idx, who);
+
+	if (__builtin_expect(!w, 0))
+		return release_other_slot(seg, k, idx, who);
+	return release_slot(seg, &k->fast, f, w, who);
 }
 
 /* release_at() the entry find() gives for @key. */

@@ -131,6 +131,9 @@ int keytab_find_hinted(struct segment *seg, const char *key, size_t len, bool cr
  */
 int key_lock(struct segment *seg, struct seg_key *k);
 void key_unlock(struct seg_key *k);
+/* key_unlock(), giving a semaphore's listed holds back to its slots when
+ * they fit (keytab.c): the unlock of the semaphore mutex paths. */
+void key_unlock_giving(struct segment *seg, struct seg_key *k);
 
 /* As key_lock(), giving up with -ETIMEDOUT: the broker must not stall on a
  * client stopped (SIGSTOP) inside a critical section, or on a mutex word a

@@ -89,6 +89,7 @@ static void drop_nodes_locked(struct segment *seg, uint32_t idx, struct key_rese
 /* A fresh, free entry; modify_index only ever rises (watchers compare it). */
 static void clear_entry_locked(struct segment *seg, struct seg_key *k)
 {
+	uint32_t i;
 	uint64_t seq = (FAST_SEQ(atomic_load(&k->fast)) + 1) & FAST_SEQ_MASK;
 
 	k->kind = LOCAL_KIND_NONE;
@@ -103,7 +104,14 @@ static void clear_entry_locked(struct segment *seg, struct seg_key *k)
 	atomic_store(&k->value_word, 0);
 	atomic_store(&k->lock_index, 0);
 	k->fold_lock_index = k->fold_modify_index = 0;
-	/* SLOW, nobody named, seq moved on: no CAS prepared before succeeds. */
+	/* SLOW, nobody named, seq moved on: no CAS prepared before succeeds.
+	 * Every slot, as a later key in this entry may be a semaphore. */
+	for (i = 1; i < SEG_KEY_SLOTS; i++) {
+		uint64_t xs = (FAST_SEQ(atomic_load(seg_key_slot(k, i))) + 1) & FAST_SEQ_MASK;
+
+		atomic_store(seg_key_slot_base(k, i), FBASE_PACK(xs, 0, 0));
+		atomic_store(seg_key_slot(k, i), FAST_PACK(1, 0, xs));
+	}
 	atomic_store(&k->fast_base, FBASE_PACK(seq, 0, 0));
 	atomic_store(&k->fast, FAST_PACK(1, 0, seq));
 	atomic_store(&k->modify_index, atomic_load(&k->modify_index) + 1);

@@ -41,79 +41,147 @@ int key_check(const char *key, size_t len)
 }
 
 /*
- * Freeze the fast path: set SLOW, so every CAS a lock-free caller prepared
- * before this point fails (and keeps failing: key_unlock() bumps seq when
- * it clears SLOW). seq is left alone, so that it still says where the last
- * lock-free operation left it (see fast_base). Under the mutex the word is
- * usually SLOW already, and then this is a load, not a locked instruction.
+ * Freeze the fast path: set SLOW on every slot, so every CAS a lock-free
+ * caller prepared before this point fails (and keeps failing: key_unlock()
+ * bumps seq when it clears SLOW). seq is left alone, so that it still says
+ * where the last lock-free operation left it (see fast_base). Under the
+ * mutex the words are usually SLOW already, and then these are loads, not
+ * locked instructions. Slot 0 first: an acquire on another slot re-checks
+ * every slot after its commit, and takes the mutex path if one is SLOW.
  */
 static void enter_slow(struct seg_key *k)
 {
-	uint64_t f = atomic_load(&k->fast);
+	uint32_t i;
 
-	while (!(f & FAST_SLOW) && !atomic_compare_exchange_weak(&k->fast, &f, f | FAST_SLOW))
-		;
+	for (i = 0; i < SEG_KEY_SLOTS; i++) {
+		_Atomic uint64_t *w = seg_key_slot(k, i);
+		uint64_t f = atomic_load(w);
+
+		while (!(f & FAST_SLOW) && !atomic_compare_exchange_weak(w, &f, f | FAST_SLOW))
+			;
+	}
+}
+
+/* Slots 1.. get bases at their (frozen) words: what a fold does last, and
+ * what its redo does. */
+static void rebase_slots(struct seg_key *k)
+{
+	uint32_t i;
+
+	for (i = 1; i < SEG_KEY_SLOTS; i++) {
+		uint64_t f = atomic_load_explicit(seg_key_slot(k, i), memory_order_relaxed);
+
+		atomic_store(seg_key_slot_base(k, i),
+			     FBASE_PACK(FAST_SEQ(f), FAST_HOLDER(f) != 0, 0));
+	}
+}
+
+/* The lock-free operations slot @i counted since its base: changes in *n,
+ * acquisitions returned. */
+static uint64_t slot_grants(struct seg_key *k, uint32_t i, uint64_t *n)
+{
+	uint64_t f = atomic_load_explicit(seg_key_slot(k, i), memory_order_relaxed);
+	uint64_t b = atomic_load_explicit(seg_key_slot_base(k, i), memory_order_relaxed);
+	uint64_t seq = FAST_SEQ(f);
+
+	*n = (seq - FBASE_SEQ(b)) & FAST_SEQ_MASK;
+	/* Nothing since the base; or a base one ahead: a key_unlock() that
+	 * died between setting the base and publishing the word, so that no
+	 * lock-free operation could start. */
+	if (*n == 0 || FBASE_SEQ(b) == ((seq + 1) & FAST_SEQ_MASK)) {
+		*n = 0;
+		return 0;
+	}
+	/* They alternate, an acquisition first if the slot was free. */
+	return (*n + !(b & FBASE_HELD)) / 2;
 }
 
 /*
- * Add the lock-free operations since fast_base to lock_index and
+ * Add the lock-free operations since the slots' bases to lock_index and
  * modify_index (see fast_base in segment.h for the steps, each of which a
- * crash may end). The fast word is frozen: SLOW is set and we hold the mutex.
+ * crash may end). The slots are frozen: SLOW is set and we hold the mutex.
+ * Slot 0's base carries FOLDING for the fold of every slot: its redo sets
+ * the other slots' bases to their words, which nobody changed since (they
+ * are SLOW, and only a mutex holder writes a SLOW word).
+ *
+ * With K > 1 slots a lock-free grant numbered itself lock_index + K * S + i
+ * + 1 (fastpath.c, slot_token()), so the fold also raises tok_last to the
+ * highest token any of them could have shown: the next mutex grant maps its
+ * range above it (key_next_token_locked()). Raised before anything else
+ * changes: a tok_last too high only moves later tokens up.
  */
 static void fold_fast_counts_locked(struct seg_key *k)
 {
 	uint64_t f = atomic_load_explicit(&k->fast, memory_order_relaxed);
 	uint64_t b = atomic_load_explicit(&k->fast_base, memory_order_relaxed);
-	uint64_t seq = FAST_SEQ(f), n;
+	uint64_t grants = 0, changes = 0, n;
+	uint32_t i, nslots = seg_key_nslots(k);
 
 	if (b & FBASE_FOLDING) {
 		/* A holder died mid-fold: its sums are recorded; store them. */
+		rebase_slots(k);
 		atomic_store(&k->lock_index, k->fold_lock_index);
 		atomic_store(&k->modify_index, k->fold_modify_index);
 		atomic_store(&k->fast_base, b & ~FBASE_FOLDING);
 		return;
 	}
-	n = (seq - FBASE_SEQ(b)) & FAST_SEQ_MASK;
-	/* Nothing since the base; or a base one ahead: a key_unlock() that
-	 * died between setting the base and publishing the word, so that no
-	 * lock-free operation could start. */
-	if (n == 0 || FBASE_SEQ(b) == ((seq + 1) & FAST_SEQ_MASK))
+	for (i = 0; i < nslots; i++) {
+		grants += slot_grants(k, i, &n);
+		changes += n;
+	}
+	if (changes == 0)
 		return;
-	/* They alternate, an acquisition first if the key was free. */
-	k->fold_lock_index = atomic_load(&k->lock_index) + (n + !(b & FBASE_HELD)) / 2;
-	k->fold_modify_index = atomic_load(&k->modify_index) + n;
-	atomic_store(&k->fast_base, FBASE_PACK(seq, FAST_HOLDER(f) != 0, 1));
+	if (nslots > 1 && grants) {
+		uint64_t top = __atomic_load_n(&k->tok_off, __ATOMIC_RELAXED) +
+			       atomic_load(&k->lock_index) + nslots * grants;
+		uint64_t hi = __atomic_load_n(&k->tok_hi, __ATOMIC_RELAXED);
+
+		/* Each was at most tok_hi (key_token_for()): the range cannot
+		 * have changed since, a mutex holder would have failed it. */
+		if (top > hi)
+			top = hi;
+		if (top > __atomic_load_n(&k->tok_last, __ATOMIC_RELAXED))
+			__atomic_store_n(&k->tok_last, top, __ATOMIC_RELAXED);
+	}
+	k->fold_lock_index = atomic_load(&k->lock_index) + grants;
+	k->fold_modify_index = atomic_load(&k->modify_index) + changes;
+	atomic_store(&k->fast_base, FBASE_PACK(FAST_SEQ(f), FAST_HOLDER(f) != 0, 1));
 	CRASH_POINT(FOLD_NOTED);
+	rebase_slots(k);
 	atomic_store(&k->lock_index, k->fold_lock_index);
 	atomic_store(&k->modify_index, k->fold_modify_index);
-	atomic_store(&k->fast_base, FBASE_PACK(seq, FAST_HOLDER(f) != 0, 0));
+	atomic_store(&k->fast_base, FBASE_PACK(FAST_SEQ(f), FAST_HOLDER(f) != 0, 0));
 }
 
 /*
- * A lock-free acquire commits by naming its node in the fast word and leaves
+ * A lock-free acquire commits by naming its node in a slot and leaves
  * the node NODE_FAST_CLAIMED (one CAS less than claiming, then re-marking
  * it). Under the mutex it becomes an ordinary hold, so that nothing past
- * key_lock() needs to know: the word is frozen, and its owner no longer
- * writes a node the word names, so only we change it now.
+ * key_lock() needs to know: the slots are frozen, and their owners no longer
+ * write a node a slot names, so only we change it now. (A node a slot names
+ * that is NODE_HOLDING already was given back by key_unlock_giving().)
  */
 static void adopt_fast_hold_locked(struct segment *seg, struct seg_key *k)
 {
-	uint32_t h = FAST_HOLDER(atomic_load_explicit(&k->fast, memory_order_relaxed));
-	uint32_t key = seg_key_index(seg, k);
+	uint32_t key = seg_key_index(seg, k), i, h;
 	uint64_t w;
 
-	if (!h || h - 1 >= seg->nnodes)
-		return;
-	w = atomic_load(&seg->nodes[h - 1].word);
-	if (w != NODE_PACK(NODE_FAST_CLAIMED, NODE_SESSION(w), key))
-		return;
-	atomic_compare_exchange_strong(&seg->nodes[h - 1].word, &w,
-				       NODE_PACK(NODE_HOLDING, NODE_SESSION(w), key));
-	CRASH_POINT(FAST_HOLD_ADOPTED);
+	for (i = 0; i < SEG_KEY_SLOTS; i++) {
+		h = FAST_HOLDER(atomic_load_explicit(seg_key_slot(k, i), memory_order_relaxed));
+		if (!h || h - 1 >= seg->nnodes)
+			continue;
+		w = atomic_load(&seg->nodes[h - 1].word);
+		if (w != NODE_PACK(NODE_FAST_CLAIMED, NODE_SESSION(w), key))
+			continue;
+		atomic_compare_exchange_strong(&seg->nodes[h - 1].word, &w,
+					       NODE_PACK(NODE_HOLDING, NODE_SESSION(w), key));
+		CRASH_POINT(FAST_HOLD_ADOPTED);
+	}
 }
 
 /* Can the key leave the mutex to the fast path? A lock, or a semaphore
- * without holders, with an empty queue, no lock-delay pending and nobody
+ * without listed holders (its holds are in its slots, key_unlock_giving()),
+ * with an empty queue, no lock-delay pending and nobody
  * watching (a watcher sleeps on modify_index, which the fast path does not
  * touch; so while anyone watches, every change goes through the mutex). */
 static bool fast_eligible(const struct seg_key *k)
@@ -144,6 +212,7 @@ void key_unlock(struct seg_key *k)
 	uint64_t f = atomic_load_explicit(&k->fast, memory_order_relaxed);
 	uint64_t seq = (FAST_SEQ(f) + 1) & FAST_SEQ_MASK;
 	bool wake = false;
+	uint32_t i, nslots;
 
 	/* Watchers registered before we unlock are counted here; one that
 	 * registers after re-reads modify_index. */
@@ -151,11 +220,28 @@ void key_unlock(struct seg_key *k)
 		k->wake_pending = 0;
 		wake = atomic_load_explicit(&k->watchers, memory_order_relaxed) != 0;
 	}
-	/* Only the mutex holder writes the word while SLOW is set. The base
-	 * first: lock-free operations count from it as soon as SLOW clears. */
+	/* Only the mutex holder writes the words while SLOW is set. The bases
+	 * first: lock-free operations count from them as soon as SLOW clears.
+	 * Every slot's base before any slot opens: an acquire needs all of
+	 * them open, a release only its own. */
 	if (fast_eligible(k)) {
+		nslots = seg_key_nslots(k);
+		for (i = 1; i < nslots; i++) {
+			uint64_t g = atomic_load_explicit(seg_key_slot(k, i), memory_order_relaxed);
+
+			atomic_store_explicit(seg_key_slot_base(k, i),
+					      FBASE_PACK(FAST_SEQ(g) + 1, FAST_HOLDER(g) != 0, 0),
+					      memory_order_release);
+		}
 		atomic_store_explicit(&k->fast_base, FBASE_PACK(seq, FAST_HOLDER(f) != 0, 0),
 				      memory_order_release);
+		for (i = 1; i < nslots; i++) {
+			uint64_t g = atomic_load_explicit(seg_key_slot(k, i), memory_order_relaxed);
+
+			atomic_store_explicit(seg_key_slot(k, i),
+					      FAST_PACK(0, FAST_HOLDER(g), FAST_SEQ(g) + 1),
+					      memory_order_release);
+		}
 		atomic_store_explicit(&k->fast, FAST_PACK(0, FAST_HOLDER(f), seq),
 				      memory_order_release);
 	}
@@ -181,42 +267,75 @@ void key_publish_holder_locked(struct seg_key *k, uint32_t node)
 
 void key_clear_fast_holder_locked(struct seg_key *k)
 {
-	uint64_t f = atomic_load_explicit(&k->fast, memory_order_relaxed);
+	uint32_t i;
 
-	if (FAST_HOLDER(f))
-		atomic_store_explicit(&k->fast, FAST_PACK(1, 0, FAST_SEQ(f)), memory_order_release);
+	for (i = 0; i < SEG_KEY_SLOTS; i++) {
+		_Atomic uint64_t *w = seg_key_slot(k, i);
+		uint64_t f = atomic_load_explicit(w, memory_order_relaxed);
+
+		if (FAST_HOLDER(f))
+			atomic_store_explicit(w, FAST_PACK(1, 0, FAST_SEQ(f)),
+					      memory_order_release);
+	}
+}
+
+/* Is @h (node + 1) a hold of key @key that a slot may name, by a session
+ * slot that exists? (A bogus session is never swept.) */
+static bool named_hold_ok(const struct segment *seg, uint32_t h, uint32_t key)
+{
+	uint64_t w;
+
+	if (h - 1 >= seg->nnodes)
+		return false;
+	w = atomic_load(&seg->nodes[h - 1].word);
+	return w == NODE_PACK(NODE_HOLDING, NODE_SESSION(w), key) &&
+	       seg_session_at(seg, NODE_SESSION(w));
 }
 
 /*
  * A lock key's holder list mirrors its fast word, which is the truth. A
- * semaphore's fast word names at most a lock-free hold, taken while the key
- * had no other holder: it joins the holder list, and the word names nobody.
+ * semaphore's slots name the holds taken lock-free or given back while its
+ * list was empty: they join the holder list, and the slots name nobody.
+ * Whatever a slot names is checked (the segment is untrusted): a hold of
+ * this key, no node twice, nothing past the key's K slots, and no slot
+ * naming anything while the list has holds; else the key is repaired.
  */
 static bool sync_fast_holder_locked(struct segment *seg, struct seg_key *k)
 {
 	uint32_t h = FAST_HOLDER(atomic_load(&k->fast)), key = seg_key_index(seg, k);
+	uint32_t named[SEG_KEY_SLOTS], nn = 0, nslots, i, j;
 	struct seg_node *n;
-	uint64_t w;
 
 	if (atomic_load(&k->state) != KEY_USED)
 		return true;
+	nslots = seg_key_nslots(k);
+	for (i = 0; i < SEG_KEY_SLOTS; i++) {
+		uint32_t x = FAST_HOLDER(atomic_load(seg_key_slot(k, i)));
+
+		if (!x)
+			continue;
+		if (i >= nslots || !named_hold_ok(seg, x, key))
+			return false; /* damaged: repair */
+		for (j = 0; j < nn; j++)
+			if (named[j] == x - 1)
+				return false;
+		named[nn++] = x - 1;
+	}
 	if (k->kind != LOCAL_KIND_LOCK && k->kind != LOCAL_KIND_SEMAPHORE)
-		return !h;
-	if (h && (h - 1 >= seg->nnodes ||
-		  ((w = atomic_load(&seg->nodes[h - 1].word)),
-		   w != NODE_PACK(NODE_HOLDING, NODE_SESSION(w), key)) ||
-		  !seg_session_at(seg, NODE_SESSION(w))))
-		return false; /* damaged: repair (a bogus session is never swept) */
+		return !nn;
 	if (k->kind == LOCAL_KIND_SEMAPHORE) {
-		if (!h)
+		if (!nn)
 			return true;
 		if (k->holders != 0)
-			return false; /* a named hold is the only one */
-		n = &seg->nodes[h - 1];
-		n->prev = IDX_NONE;
-		n->next = IDX_NONE;
-		k->h_head = h - 1;
-		k->holders = 1;
+			return false; /* named holds are the only ones */
+		k->h_head = IDX_NONE;
+		for (j = 0; j < nn; j++) {
+			n = &seg->nodes[named[j]];
+			n->prev = IDX_NONE;
+			n->next = k->h_head;
+			k->h_head = named[j];
+			k->holders = j + 1;
+		}
 		CRASH_POINT(SEM_HOLD_LISTED);
 		key_clear_fast_holder_locked(k);
 		return true;
@@ -232,26 +351,96 @@ static bool sync_fast_holder_locked(struct segment *seg, struct seg_key *k)
 	return true;
 }
 
+/*
+ * key_unlock(), and for a semaphore of K > 1 slots whose listed holds fit
+ * them (at most K, no session twice), with nothing else keeping it on the
+ * mutex path, their hand-back to the slots first: each slot names a listed
+ * hold (NODE_HOLDING, as a lock's word names its holder), then the list is
+ * emptied, then key_unlock() opens the slots. So a holder beyond the first
+ * releases without the mutex, and the next acquire finds a free slot. A
+ * crash at any step leaves the mutex to be repaired: key_repair_locked()
+ * lists every NODE_HOLDING node of the key and clears the slots.
+ */
+void key_unlock_giving(struct segment *seg, struct seg_key *k)
+{
+	uint32_t nslots = seg_key_nslots(k), key, nodes[SEG_KEY_SLOTS], nn = 0, i, j, x;
+	uint64_t w;
+
+	if (nslots < 2 || !k->holders || k->holders > nslots ||
+	    atomic_load(&k->state) != KEY_USED ||
+	    (atomic_load_explicit(&k->cluster, memory_order_relaxed) & CL_KEY) ||
+	    k->q_head != IDX_NONE || k->delay_until_ns != 0 || atomic_load(&k->watchers) != 0)
+		goto out;
+	for (i = 0; i < SEG_KEY_SLOTS; i++)
+		if (FAST_HOLDER(seg_key_slot_load(k, i)))
+			goto out; /* not after a key_lock(): leave it to the next */
+	key = seg_key_index(seg, k);
+	for (x = k->h_head; x != IDX_NONE; x = seg->nodes[x].next) {
+		if (x >= seg->nnodes || nn == nslots)
+			goto out;
+		w = atomic_load(&seg->nodes[x].word);
+		if (w != NODE_PACK(NODE_HOLDING, NODE_SESSION(w), key))
+			goto out;
+		for (j = 0; j < nn; j++)
+			if (NODE_SESSION(atomic_load(&seg->nodes[nodes[j]].word)) ==
+			    NODE_SESSION(w))
+				goto out; /* a session twice: settlers have not run yet */
+		nodes[nn++] = x;
+	}
+	if (nn != k->holders)
+		goto out;
+	for (i = 0; i < nn; i++) {
+		_Atomic uint64_t *sw = seg_key_slot(k, i);
+
+		atomic_store_explicit(
+			sw,
+			FAST_PACK(1, nodes[i] + 1,
+				  FAST_SEQ(atomic_load_explicit(sw, memory_order_relaxed))),
+			memory_order_release);
+	}
+	CRASH_POINT(SLOT_GIVEN_NAMED);
+	k->h_head = IDX_NONE;
+	k->holders = 0;
+	CRASH_POINT(SLOT_GIVEN_UNLISTED);
+out:
+	key_unlock(k);
+}
+
 void key_counts_peek(const struct seg_key *k, uint64_t *lock_index, uint64_t *modify_index)
 {
+	uint32_t nslots = seg_key_nslots(k), i;
 	unsigned tries;
 
-	/* fast_base changes (FOLDING first) before a fold stores the counters,
-	 * and before key_unlock() lets lock-free operations count from a new
-	 * base: the same base on both sides means the counters and the word
-	 * read between belong together. */
+	/* The bases change (slot 0's FOLDING first) before a fold stores the
+	 * counters, and before key_unlock() lets lock-free operations count
+	 * from new bases: the same bases on both sides mean the counters and
+	 * the words read between belong together. */
 	for (tries = 0; tries < 16; tries++) {
-		uint64_t b = atomic_load(&k->fast_base), n;
-		uint64_t l = atomic_load(&k->lock_index), m = atomic_load(&k->modify_index);
-		uint64_t seq = FAST_SEQ(atomic_load(&k->fast));
+		uint64_t b[SEG_KEY_SLOTS], l, m, grants = 0, changes = 0;
+		bool same = true;
 
-		if ((b & FBASE_FOLDING) || atomic_load(&k->fast_base) != b)
+		for (i = 0; i < nslots; i++)
+			b[i] = atomic_load(i ? &k->fast_xbase[i - 1] : &k->fast_base);
+		l = atomic_load(&k->lock_index);
+		m = atomic_load(&k->modify_index);
+		for (i = 0; i < nslots; i++) {
+			uint64_t seq = FAST_SEQ(seg_key_slot_load(k, i)), n;
+
+			n = (seq - FBASE_SEQ(b[i])) & FAST_SEQ_MASK;
+			if (FBASE_SEQ(b[i]) == ((seq + 1) & FAST_SEQ_MASK))
+				n = 0;
+			grants += n ? (n + !(b[i] & FBASE_HELD)) / 2 : 0;
+			changes += n;
+		}
+		if (b[0] & FBASE_FOLDING)
 			continue;
-		n = (seq - FBASE_SEQ(b)) & FAST_SEQ_MASK;
-		if (FBASE_SEQ(b) == ((seq + 1) & FAST_SEQ_MASK))
-			n = 0;
-		*lock_index = l + (n ? (n + !(b & FBASE_HELD)) / 2 : 0);
-		*modify_index = m + n;
+		for (i = 0; i < nslots; i++)
+			if (atomic_load(i ? &k->fast_xbase[i - 1] : &k->fast_base) != b[i])
+				same = false;
+		if (!same)
+			continue;
+		*lock_index = l + grants;
+		*modify_index = m + changes;
 		return;
 	}
 	/* Changing too fast to catch still: what the mutex holders counted. */

@@ -156,11 +156,11 @@ int key_repair_locked(struct segment *seg, struct seg_key *k)
 		k->h_head = i;
 		nh++;
 	}
-	/* A semaphore's lock-free hold is listed above with the others. */
+	/* A semaphore's slot holds are listed above with the others; no slot
+	 * names anything now but a lock's holder, in slot 0. */
+	key_clear_fast_holder_locked(k);
 	if (is_lock)
 		key_publish_holder_locked(k, holder);
-	else
-		key_clear_fast_holder_locked(k);
 	qsort_r(waiting, nw, sizeof(*waiting), by_seq, seg->nodes);
 	k->q_head = k->q_tail = IDX_NONE;
 	for (i = 0; i < nw; i++) {

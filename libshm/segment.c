@@ -82,7 +82,7 @@ int seg_format(void *mem, size_t size, const struct seg_caps *caps)
 	struct seg_header *h = mem;
 	struct segment seg;
 	struct layout l;
-	uint32_t i;
+	uint32_t i, j;
 
 	if (seg_caps_valid(caps))
 		return -EINVAL;
@@ -116,7 +116,8 @@ int seg_format(void *mem, size_t size, const struct seg_caps *caps)
 	seg.nodes = (struct seg_node *)((char *)mem + l.off_nodes);
 	for (i = 0; i < caps->max_keys; i++) {
 		seg.keys[i].q_head = seg.keys[i].q_tail = seg.keys[i].h_head = IDX_NONE;
-		atomic_store(&seg.keys[i].fast, FAST_SLOW);
+		for (j = 0; j < SEG_KEY_SLOTS; j++)
+			atomic_store(seg_key_slot(&seg.keys[i], j), FAST_SLOW);
 	}
 	for (i = 0; i < seg.nnodes; i++) {
 		seg.nodes[i].next = IDX_NONE;

@@ -69,8 +69,12 @@ struct lw_judge; /* lockword.h */
  * a waiter asleep if its releaser died between the two.
  * 11: a cluster key is open only under the etcd lease it was opened under
  * (seg_key.cluster_lease against seg_header.cluster_lease_id): an older
- * client would grant under a later lease a key the broker could not close. */
-#define SEG_ABI 11u
+ * client would grant under a later lease a key the broker could not close.
+ * 12: a semaphore of limit L has K = min(L, SEG_KEY_SLOTS) fast words
+ * (seg_key.fast and fast_x[], in the entry's former tail padding), each
+ * with its own base: an older client would read only the first and grant
+ * past the limit, and an older broker would not sweep the others. */
+#define SEG_ABI 12u
 
 /*
  * A lock word (seg_key.lock, seg_header.table_lock): one 32-bit futex word,
@@ -307,6 +311,20 @@ static inline bool key_state_free(uint32_t st)
  * redoes the stores. key_unlock() sets the base to the seq it publishes.
  */
 #define FBASE_FOLDING (1ull << 41)
+/*
+ * Semaphore slots: a semaphore of limit L has K = min(L, SEG_KEY_SLOTS) fast
+ * words ("slots"), each exactly the one-holder word above {SLOW, holder node
+ * + 1, seq} with a fast_base of its own. Slot 0 is seg_key.fast (and
+ * fast_base), so locks and semaphores of limit 1 have K = 1 and the path
+ * above unchanged; slots 1..K-1 are fast_x[] and fast_xbase[] in the
+ * entry's last line. Every slot is SLOW whenever slot 0 is (the mutex
+ * holder freezes them all, key_unlock() opens them all); a slot at or
+ * beyond K stays SLOW and names nobody. docs/performance.md, "Lock-free
+ * semaphore holders beyond the first", has the protocol and
+ * tests/model/slots.pml its model. FOLDING is used in slot 0's base only:
+ * it covers the fold of every slot (fold_fast_counts_locked()).
+ */
+#define SEG_KEY_SLOTS 4u
 #define FBASE_HELD (1ull << 40)
 #define FBASE_SEQ(b) ((b)&FAST_SEQ_MASK)
 #define FBASE_PACK(seq, held, folding)                                 \
@@ -393,6 +411,10 @@ struct seg_key {
 	 * add them up with seg_slow_counts(). */
 	_Atomic uint64_t n_handoffs;
 	_Atomic uint64_t n_timeouts;
+	/* Semaphore slots 1..SEG_KEY_SLOTS-1 (see SEG_KEY_SLOTS): fast words
+	 * and their bases, in the entry's last line, away from slot 0's. */
+	_Atomic uint64_t fast_x[SEG_KEY_SLOTS - 1];
+	_Atomic uint64_t fast_xbase[SEG_KEY_SLOTS - 1];
 } __attribute__((aligned(64)));
 
 /* ---- header ----------------------------------------------------------- */
@@ -496,6 +518,13 @@ _Static_assert(offsetof(struct seg_key, n_timeouts) >= 64 &&
 		       offsetof(struct seg_key, n_timeouts) + 8 <= sizeof(struct seg_key),
 	       "the slow-path counters are in their key's own lines, not its fast line");
 
+_Static_assert(sizeof(struct seg_key) == 512,
+	       "the semaphore slots live in the key entry's former tail padding: no entry grows");
+_Static_assert(offsetof(struct seg_key, fast_x) / 64 == (sizeof(struct seg_key) - 1) / 64 &&
+		       offsetof(struct seg_key, fast_xbase) / 64 ==
+			       (sizeof(struct seg_key) - 1) / 64,
+	       "slots 1..K-1 share the key's last line, not its first (slot 0's)");
+
 /* A process's view of one mapped segment. */
 struct segment {
 	struct seg_header *hdr;
@@ -569,9 +598,67 @@ static inline struct seg_node *seg_node_at(const struct segment *seg, uint32_t i
 	return i < seg->nnodes ? &seg->nodes[i] : NULL;
 }
 
+/* How many slots key entry @k uses: K = min(limit, SEG_KEY_SLOTS) for a
+ * semaphore, 1 for anything else. kind and limit change only under the
+ * mutex with every slot SLOW; read without it, the answer is bounded. */
+static inline uint32_t seg_key_nslots(const struct seg_key *k)
+{
+	uint32_t l = __atomic_load_n(&k->limit, __ATOMIC_RELAXED);
+
+	if (__atomic_load_n(&k->kind, __ATOMIC_RELAXED) != LOCAL_KIND_SEMAPHORE || l <= 1)
+		return 1;
+	return l < SEG_KEY_SLOTS ? l : SEG_KEY_SLOTS;
+}
+
+/* Slot @i's fast word and base (i < SEG_KEY_SLOTS). */
+static inline _Atomic uint64_t *seg_key_slot(struct seg_key *k, uint32_t i)
+{
+	return i ? &k->fast_x[i - 1] : &k->fast;
+}
+
+static inline _Atomic uint64_t *seg_key_slot_base(struct seg_key *k, uint32_t i)
+{
+	return i ? &k->fast_xbase[i - 1] : &k->fast_base;
+}
+
+static inline const _Atomic uint64_t *seg_key_slot_c(const struct seg_key *k, uint32_t i)
+{
+	return i ? &k->fast_x[i - 1] : &k->fast;
+}
+
+static inline uint64_t seg_key_slot_load(const struct seg_key *k, uint32_t i)
+{
+	return atomic_load_explicit(i ? &k->fast_x[i - 1] : &k->fast, memory_order_acquire);
+}
+
+/* Does a slot of @k name node @i (as holder node + 1)? Any slot is asked,
+ * not only the first K: a slot past K names nobody in a sane entry. */
+static inline bool seg_key_names(const struct seg_key *k, uint32_t i)
+{
+	uint32_t s;
+
+	for (s = 0; s < SEG_KEY_SLOTS; s++)
+		if (FAST_HOLDER(seg_key_slot_load(k, s)) == i + 1)
+			return true;
+	return false;
+}
+
+/* The first node a slot of @k names (node + 1; 0: none). */
+static inline uint32_t seg_key_first_named(const struct seg_key *k)
+{
+	uint32_t s, h;
+
+	for (s = 0; s < SEG_KEY_SLOTS; s++) {
+		h = FAST_HOLDER(seg_key_slot_load(k, s));
+		if (h)
+			return h;
+	}
+	return 0;
+}
+
 /*
  * Is node @i, whose word is @w, a hold? A NODE_HOLDING node, or a
- * NODE_FAST_CLAIMED one its key's fast word names (a lock-free acquire's
+ * NODE_FAST_CLAIMED one a slot of its key names (a lock-free acquire's
  * committed hold). For readers without the key mutex; under it, key_lock()
  * has already turned the second kind into the first.
  */
@@ -584,7 +671,7 @@ static inline bool seg_node_is_hold(const struct segment *seg, uint32_t i, uint6
 	if (NODE_STATE(w) != NODE_FAST_CLAIMED || NODE_KEY(w) >= seg->caps.max_keys)
 		return false;
 	k = &seg->keys[NODE_KEY(w)];
-	return FAST_HOLDER(atomic_load_explicit(&k->fast, memory_order_acquire)) == i + 1;
+	return seg_key_names(k, i);
 }
 
 /* Watchers sleep on the low 32 bits of modify_index (little-endian only). */

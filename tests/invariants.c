@@ -81,6 +81,32 @@ static int check_key(struct segment *seg, uint32_t ki)
 		VIOLATION("key %s: %u waiting nodes, count says %u", k->key, waiting, k->waiters);
 	if (k->kind != LOCAL_KIND_NONE && holding > k->limit)
 		VIOLATION("key %s: %u holders over limit %u", k->key, holding, k->limit);
+	/* A session holds a key once (two threads committing to two slots at
+	 * once settle to one before either returns). */
+	for (i = 0; i < seg->nnodes; i++) {
+		uint64_t w = atomic_load(&seg->nodes[i].word);
+		uint32_t j;
+
+		if (NODE_STATE(w) != NODE_HOLDING || NODE_KEY(w) != ki)
+			continue;
+		for (j = i + 1; j < seg->nnodes; j++) {
+			uint64_t x = atomic_load(&seg->nodes[j].word);
+
+			if (x == w && seg->nodes[j].session_gen == seg->nodes[i].session_gen)
+				VIOLATION("key %s: session slot %u holds it twice (nodes %u, %u)",
+					  k->key, NODE_SESSION(w), i, j);
+		}
+	}
+	/* Under the mutex every slot is frozen and names nobody: key_lock()
+	 * listed what they named. */
+	for (i = 0; i < SEG_KEY_SLOTS; i++) {
+		uint64_t f = seg_key_slot_load(k, i);
+
+		if (!(f & FAST_SLOW) || (k->kind != LOCAL_KIND_LOCK && FAST_HOLDER(f)) ||
+		    (i && FAST_HOLDER(f)))
+			VIOLATION("key %s: slot %u is %s under the mutex", k->key, i,
+				  f & FAST_SLOW ? "naming a node" : "open");
+	}
 	for (n = 0, i = k->h_head; i != IDX_NONE && n <= seg->nnodes; i = seg->nodes[i].next, n++)
 		if (i >= seg->nnodes ||
 		    NODE_STATE(atomic_load(&seg->nodes[i].word)) != NODE_HOLDING) {

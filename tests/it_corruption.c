@@ -682,3 +682,59 @@ TEST(corruption, two_entries_with_one_name, 30)
 	check_reported(&b, "two entries");
 	broker_stop_clean(&b);
 }
+
+/*
+ * Slots naming what they may not: a lock's slot 2 naming its holder (locks
+ * have one slot), a limit-2 semaphore's slot 3 (past its K = 2) naming a
+ * holder that is listed already. --check reports both; the next locker's
+ * check of the slots repairs the key (the holds listed once, the slots
+ * cleared): the lock keeps its one holder, the semaphore its limit.
+ */
+TEST(corruption, slots_naming_what_they_may_not, 30)
+{
+	LOCAL_OPTS(local_acquire_opts, try, .timeout_ms = 0);
+	struct broker_proc b;
+	local_session *obs, *s2, *s3;
+	struct seg_key *k;
+	uint64_t tok = 0, held = 0;
+	uint32_t h;
+
+	broker_start(&b, caps);
+	obs = open_session(&b, "obs", 0, 0);
+	s2 = open_session(&b, "s2", 0, 0);
+	s3 = open_session(&b, "s3", 0, 0);
+	/* The lock. */
+	CHECK_OK(acquire(obs, "c/lockslot", 0, 0, &tok));
+	k = grab(obs, "c/lockslot");
+	h = FAST_HOLDER(atomic_load(&k->fast));
+	CHECK(h != 0);
+	atomic_store(&k->fast_x[1], FAST_PACK(1, h, 0));
+	key_unlock(k);
+	check_reported(&b, "a lock's slot 2 names a node");
+	CHECK_RC(acquire(s2, "c/lockslot", 0, 0, NULL), -EBUSY);
+	CHECK_OK(local_held(obs, "c/lockslot", &held));
+	CHECK_EQ(held, tok);
+	CHECK_EQ(FAST_HOLDER(atomic_load(&k->fast_x[1])), 0);
+	CHECK_OK(local_release(obs, "c/lockslot"));
+	/* The semaphore: its one holder listed by grab()'s key_lock(), and
+	 * named again in a slot it does not have. */
+	CHECK_OK(local_sem_acquire(obs, "c/semslot", 2, &try, &tok));
+	k = grab(obs, "c/semslot");
+	CHECK_EQ(k->holders, 1);
+	h = k->h_head + 1;
+	atomic_store(&k->fast_x[2], FAST_PACK(1, h, 0));
+	key_unlock(k);
+	check_reported(&b, "its slot 3 names node");
+	CHECK_OK(local_sem_acquire(s2, "c/semslot", 2, &try, NULL));
+	CHECK_RC(local_sem_acquire(s3, "c/semslot", 2, &try, NULL), -EBUSY);
+	CHECK_OK(local_held(obs, "c/semslot", &held));
+	CHECK_EQ(held, tok);
+	CHECK_EQ(segment_violations(obs), 0);
+	CHECK_OK(local_release(obs, "c/semslot"));
+	CHECK_OK(local_release(s2, "c/semslot"));
+	CHECK_OK(local_sem_acquire(s3, "c/semslot", 2, &try, NULL));
+	CHECK_OK(local_release(s3, "c/semslot"));
+	CHECK_EQ(segment_violations(obs), 0);
+	check_healthy(&b, obs);
+	broker_stop_clean(&b);
+}

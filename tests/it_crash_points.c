@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdbool.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #include "crashpoint.h"
 #include "harness.h"
 #include "invariants.h"
+#include "word_fixture.h"
 
 #define KEY "crash/point"
 #define SEM_KEY "crash/sem"
@@ -95,8 +97,15 @@ static void crasher_child(void *p, int in, int out)
 		_exit(2);
 	/* Points of the mutex path that the lock-free path would bypass. */
 	if ((a->point >= CP_GRANT_CLAIMED && a->point <= CP_GRANT_DONE) ||
-	    a->point == CP_REL_UNLINKED || a->point == CP_REL_FREED)
+	    a->point == CP_REL_UNLINKED || a->point == CP_REL_FREED ||
+	    a->point == CP_SLOT_GIVEN_NAMED || a->point == CP_SLOT_GIVEN_UNLISTED)
 		setenv("SHMLOCK_NO_FAST_PATH", "1", 1);
+	/* A twin's commit is made for it while it stands stopped after its own
+	 * (scenario_slot_twin()). */
+	if (a->point == CP_SLOT_YIELDED || a->point == CP_SLOT_SETTLED) {
+		snprintf(num, sizeof(num), "%d", CP_SLOT_ACQ_PUBLISHED);
+		setenv("SHMLOCK_STOP_AT", num, 1);
+	}
 	s = open_session(a->b, "crasher", 0, 0);
 	say(out, "open");
 	while (!hear(in, cmd, sizeof(cmd))) {
@@ -108,6 +117,15 @@ static void crasher_child(void *p, int in, int out)
 			break;
 		if (!strcmp(cmd, "release")) {
 			say(out, "released %d", local_release(s, KEY));
+			continue;
+		}
+		if (!strcmp(cmd, "semtry")) {
+			o.timeout_ms = 0;
+			r = local_sem_acquire(s, SEM_KEY, SEM_LIMIT, &o, &tok);
+			if (r)
+				say(out, "error %d", r);
+			else
+				say(out, "got %d %llu", CRASHER_ID, (unsigned long long)tok);
 			continue;
 		}
 		if (!strcmp(cmd, "info") || !strcmp(cmd, "seminfo")) {
@@ -819,6 +837,140 @@ static void scenario_sem_listed(struct world *w)
 	CP_CHECK_EQ(si.holders, 0);
 }
 
+/* The semaphore's entry (IDX_NONE: none), from the segment. */
+static uint32_t sem_entry(local_session *s)
+{
+	uint32_t i;
+
+	for (i = 0; i < s->seg->caps.max_keys; i++)
+		if (atomic_load(&s->seg->keys[i].state) == KEY_USED &&
+		    !strcmp(s->seg->keys[i].key, SEM_KEY))
+			return i;
+	return IDX_NONE;
+}
+
+/*
+ * After a crash on the semaphore, the observer holding one unit with token
+ * @tok: the dead session's unit is back (the observer and SEM_LIMIT - 1
+ * others fill the semaphore, and one more is refused), nothing leaks, and
+ * the invariants hold throughout.
+ */
+static void sem_after_crash(struct world *w, uint64_t tok)
+{
+	static LOCAL_OPTS(local_key_info, si);
+	LOCAL_OPTS(local_acquire_opts, o, .timeout_ms = 0);
+	local_session *more[SEM_LIMIT];
+	uint64_t held = 0;
+	int i;
+
+	CP_CHECK_EQ(segment_violations(w->obs), 0);
+	CP_CHECK_OK(local_info(w->obs, SEM_KEY, &si));
+	CP_CHECK_EQ(si.holders, 1);
+	CP_CHECK_OK(local_held(w->obs, SEM_KEY, &held));
+	CP_CHECK_EQ(held, tok);
+	for (i = 0; i < SEM_LIMIT; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "sem-%d", i);
+		more[i] = open_session(&w->b, name, 0, 0);
+		if (i < SEM_LIMIT - 1)
+			CP_CHECK_OK(local_sem_acquire(more[i], SEM_KEY, SEM_LIMIT, &o, NULL));
+		else
+			CP_CHECK_EQ(local_sem_acquire(more[i], SEM_KEY, SEM_LIMIT, &o, NULL),
+				    -EBUSY);
+	}
+	CP_CHECK_EQ(segment_violations(w->obs), 0);
+	CP_CHECK_OK(local_release(w->obs, SEM_KEY));
+	CP_CHECK_OK(local_sem_acquire(more[SEM_LIMIT - 1], SEM_KEY, SEM_LIMIT, &o, NULL));
+	for (i = 0; i < SEM_LIMIT; i++) {
+		CP_CHECK_OK(local_release(more[i], SEM_KEY));
+		CP_CHECK_OK(local_session_close(more[i]));
+	}
+	CP_CHECK(WAIT_SESSIONS(w->obs, 1, STEP_MS));
+	CP_CHECK_EQ(used_nodes(w->obs), 0);
+	CP_CHECK_OK(local_info(w->obs, SEM_KEY, &si));
+	CP_CHECK_EQ(si.holders, 0);
+	CP_CHECK_EQ(segment_violations(w->obs), 0);
+}
+
+/*
+ * SLOT_ACQ_PUBLISHED: the observer holds a unit (slot 0); the child commits
+ * lock-free on slot 1 and dies before its re-check. The broker's sweep
+ * adopts and ends its hold. SLOT_GIVEN_NAMED, SLOT_GIVEN_UNLISTED: the
+ * child, on the mutex path, is granted beside the observer and dies giving
+ * both holds back to the slots; repair lists them, the sweep ends the
+ * child's.
+ */
+static void scenario_slot(struct world *w)
+{
+	uint64_t tok;
+
+	obs_sem_take(w); /* creates the key; given back to slot 0 */
+	tok = w->last;
+	child_send(&w->crasher, "semtry");
+	expect_crash(w);
+	wait_sessions(w, 1);
+	sem_after_crash(w, tok);
+}
+
+/*
+ * SLOT_YIELDED, SLOT_SETTLED: two threads of one session committing at
+ * once. The child commits on slot 1 and stops (SHMLOCK_STOP_AT) before its
+ * re-check; the observer then commits a twin for it on slot 2, as another
+ * thread of its session would (a node of its session, named by the slot).
+ * Resumed, the child's re-check finds the twin and gives its slot back
+ * (SLOT_YIELDED); or, for SLOT_SETTLED, finds the key frozen (the observer
+ * took the mutex meanwhile, listing all three) and settles under the mutex,
+ * ending its own hold as the later one. It dies there; the sweep ends the
+ * twin, and frees the in-flight node.
+ */
+static void scenario_slot_twin(struct world *w)
+{
+	static LOCAL_OPTS(local_key_info, si);
+	struct segment *seg = w->obs->seg;
+	uint32_t ki, mine, twin;
+	struct seg_key *k;
+	struct seg_node *tn;
+	uint64_t tok, f, x;
+
+	obs_sem_take(w); /* slot 0 */
+	tok = w->last;
+	ki = sem_entry(w->obs);
+	CP_CHECK(ki != IDX_NONE);
+	k = &seg->keys[ki];
+	child_send(&w->crasher, "semtry");
+	if (!WAIT_FOR(is_stopped(w->crasher.pid), STEP_MS))
+		CP_FAIL("the child did not stop after its commit on slot 1");
+	f = atomic_load(&k->fast_x[0]);
+	CP_CHECK(FAST_HOLDER(f) != 0);
+	mine = FAST_HOLDER(f) - 1;
+	/* A free hold node, claimed as the twin's lock-free claim. */
+	for (twin = 0; twin < seg->caps.max_holds; twin++)
+		if (!atomic_load(&seg->nodes[twin].word))
+			break;
+	CP_CHECK(twin < seg->caps.max_holds);
+	tn = &seg->nodes[twin];
+	tn->session_gen = seg->nodes[mine].session_gen;
+	tn->token = seg->nodes[mine].token;
+	tn->lease_until_ns = 0;
+	tn->lease_ms = 0;
+	tn->hold = tn->prev = tn->next = IDX_NONE;
+	atomic_store(&tn->word, NODE_PACK(NODE_FAST_CLAIMED,
+					  NODE_SESSION(atomic_load(&seg->nodes[mine].word)), ki));
+	x = atomic_load(&k->fast_x[1]);
+	CP_CHECK(!(x & FAST_SLOW) && !FAST_HOLDER(x));
+	CP_CHECK(atomic_compare_exchange_strong(&k->fast_x[1], &x,
+						FAST_PACK(0, twin + 1, FAST_SEQ(x) + 1)));
+	if (cur.n == CP_SLOT_SETTLED) {
+		CP_CHECK_OK(local_info(w->obs, SEM_KEY, &si)); /* freezes and lists */
+		CP_CHECK_EQ(si.holders, 3);
+	}
+	CP_CHECK_EQ(kill(w->crasher.pid, SIGCONT), 0);
+	expect_crash(w);
+	wait_sessions(w, 1);
+	sem_after_crash(w, tok);
+}
+
 /*
  * LOCK_WORD_TAKEN, LOCK_WORD_RELEASED: the child dies holding the key's lock
  * word (nothing done under it yet), or right after releasing it, before
@@ -944,6 +1096,11 @@ static const struct scenario scenarios[] = {
 	{ CP_TOKEN_RESERVED, scenario_token_range },
 	{ CP_TOKEN_RANGE_SET, scenario_token_range },
 	{ CP_TOKEN_REMAPPED, scenario_token_remap },
+	{ CP_SLOT_GIVEN_NAMED, scenario_slot },
+	{ CP_SLOT_GIVEN_UNLISTED, scenario_slot },
+	{ CP_SLOT_ACQ_PUBLISHED, scenario_slot },
+	{ CP_SLOT_YIELDED, scenario_slot_twin },
+	{ CP_SLOT_SETTLED, scenario_slot_twin },
 };
 
 #define NSCENARIOS (sizeof(scenarios) / sizeof(scenarios[0]))

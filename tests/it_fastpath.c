@@ -18,7 +18,7 @@
 static const LOCAL_OPTS(local_acquire_opts, try_once, .timeout_ms = 0);
 
 /* The fast word of @key's entry (0 when there is no such entry). */
-static uint64_t fast_word(local_session *s, const char *key)
+static uint64_t slot_word(local_session *s, const char *key, uint32_t slot)
 {
 	uint32_t i;
 
@@ -26,8 +26,14 @@ static uint64_t fast_word(local_session *s, const char *key)
 		if (atomic_load(&s->seg->keys[i].state) == KEY_USED &&
 		    s->seg->keys[i].key_len == strlen(key) &&
 		    !memcmp(s->seg->keys[i].key, key, strlen(key)))
-			return atomic_load(&s->seg->keys[i].fast);
+			return seg_key_slot_load(&s->seg->keys[i], slot);
 	return 0;
+}
+
+/* @key's fast word (its slot 0). */
+static uint64_t fast_word(local_session *s, const char *key)
+{
+	return slot_word(s, key, 0);
 }
 
 /* @key's watcher count (0 when there is no such entry). */
@@ -145,9 +151,10 @@ TEST(fastpath, lock_free_holds_are_holds, 20)
 }
 
 /*
- * A semaphore's first holder takes and gives back its slot lock-free; a
- * second holder goes through the mutex, which moves the first into the
- * holder list; with no holder left the key is lock-free again.
+ * A semaphore's holders take and give back their slots lock-free: the first
+ * slot 0, the second slot 1 (limit 2: K = 2 slots). A mutex holder (here
+ * local_info()) moves them into the holder list; the next semaphore
+ * operation under the mutex gives them back to the slots.
  */
 TEST(fastpath, semaphore_first_holder_is_lock_free, 20)
 {
@@ -162,6 +169,8 @@ TEST(fastpath, semaphore_first_holder_is_lock_free, 20)
 	CHECK_OK(local_sem_acquire(a, "fp/sem", 2, &try_once, NULL)); /* makes it */
 	CHECK_OK(local_release(a, "fp/sem"));
 	CHECK(!(fast_word(a, "fp/sem") & FAST_SLOW));
+	CHECK(!(slot_word(a, "fp/sem", 1) & FAST_SLOW));
+	CHECK(slot_word(a, "fp/sem", 2) & FAST_SLOW); /* past K */
 	CHECK_OK(local_sem_acquire(a, "fp/sem", 2, &try_once, &t1));
 	CHECK_EQ(named_state(a, "fp/sem"), NODE_FAST_CLAIMED);
 	/* Re-acquiring keeps the token; a wrong limit or kind is refused. */
@@ -169,13 +178,25 @@ TEST(fastpath, semaphore_first_holder_is_lock_free, 20)
 	CHECK_EQ(t2, t1);
 	CHECK_RC(local_sem_acquire(c, "fp/sem", 3, &try_once, NULL), -LOCAL_ELIMIT);
 	CHECK_RC(local_lock(c, "fp/sem", &try_once, NULL), -LOCAL_EKIND);
-	/* The second holder: through the mutex, which lists the first. */
+	/* The second holder: lock-free too, in slot 1. */
 	CHECK_OK(local_sem_acquire(c, "fp/sem", 2, &try_once, &t3));
 	CHECK(t3 > t1);
+	CHECK(!(fast_word(a, "fp/sem") & FAST_SLOW));
+	CHECK(FAST_HOLDER(slot_word(a, "fp/sem", 1)) != 0);
+	CHECK_OK(local_sem_acquire(c, "fp/sem", 2, &try_once, &t2));
+	CHECK_EQ(t2, t3);
+	/* Full: a try fails at once, lock-free. */
+	CHECK_RC(local_sem_acquire(d, "fp/sem", 2, &try_once, NULL), -EBUSY);
+	CHECK(!(fast_word(a, "fp/sem") & FAST_SLOW));
+	/* The mutex lists both; the next semaphore operation under it gives
+	 * them back to the slots. */
+	CHECK_EQ(info_of(a, "fp/sem")->holders, 2);
 	CHECK(fast_word(a, "fp/sem") & FAST_SLOW);
 	CHECK_EQ(FAST_HOLDER(fast_word(a, "fp/sem")), 0);
-	CHECK_EQ(info_of(a, "fp/sem")->holders, 2);
 	CHECK_RC(local_sem_acquire(d, "fp/sem", 2, &try_once, NULL), -EBUSY);
+	CHECK(!(fast_word(a, "fp/sem") & FAST_SLOW));
+	CHECK(FAST_HOLDER(fast_word(a, "fp/sem")) && FAST_HOLDER(slot_word(a, "fp/sem", 1)));
+	CHECK_EQ(named_state(a, "fp/sem"), NODE_HOLDING);
 	CHECK_OK(local_held(a, "fp/sem", &t2));
 	CHECK_EQ(t2, t1);
 	CHECK_EQ(segment_violations(a), 0);
@@ -184,6 +205,9 @@ TEST(fastpath, semaphore_first_holder_is_lock_free, 20)
 	CHECK_OK(local_release(c, "fp/sem"));
 	CHECK_OK(local_release(d, "fp/sem"));
 	CHECK_EQ(info_of(a, "fp/sem")->holders, 0);
+	CHECK_EQ(info_of(a, "fp/sem")->lock_index, 4);
+	CHECK_OK(local_sem_acquire(a, "fp/sem", 2, &try_once, NULL));
+	CHECK_OK(local_release(a, "fp/sem"));
 	CHECK(!(fast_word(a, "fp/sem") & FAST_SLOW));
 	/* A limit of 1 held lock-free: a try fails at once. */
 	CHECK_OK(local_sem_acquire(a, "fp/one", 1, &try_once, NULL));

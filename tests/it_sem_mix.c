@@ -13,10 +13,12 @@
  * whatever path a semaphore's holders take: two threads of one session
  * releasing the same hold at once, two threads of one session acquiring at
  * once, and an acquire stopped in its lock-free step while its key is
- * released, reclaimed and created again as a lock.
+ * released, reclaimed and created again as a lock. And holders in every
+ * slot killed at any instruction.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -289,6 +291,178 @@ TEST(sem_mix, two_threads_of_one_session_hold_one_unit, 120)
 	CHECK_EQ(segment_violations(other), 0);
 	CHECK_OK(local_release(other, key));
 	broker_stop_clean(&b);
+}
+
+/* ---- lock-free holders in every slot, killed ------------------------------ */
+
+#define KILL_PROCS 6
+#define KILL_RUN_MS 3000
+#define KILL_UNITS 6 /* the largest limit below */
+
+struct slotkill {
+	pthread_mutex_t unit[KILL_UNITS]; /* robust: one per unit a holder is in */
+	_Atomic uint32_t violations;
+	_Atomic uint32_t errors;
+	_Atomic int last_error;
+	_Atomic uint64_t rounds;
+};
+
+struct slotkill_arg {
+	const struct broker_proc *b;
+	struct slotkill *c;
+	const char *key;
+	uint32_t limit;
+};
+
+/* A free unit mutex (one whose holder died counts as free), or -1. */
+static int unit_take(struct slotkill *c, uint32_t limit)
+{
+	uint32_t i;
+	int r;
+
+	for (i = 0; i < limit; i++) {
+		r = pthread_mutex_trylock(&c->unit[i]);
+		if (r == EOWNERDEAD)
+			pthread_mutex_consistent(&c->unit[i]);
+		if (r == 0 || r == EOWNERDEAD)
+			return (int)i;
+	}
+	return -1;
+}
+
+static void slotkill_error(struct slotkill *c, int err)
+{
+	atomic_fetch_add(&c->errors, 1);
+	atomic_store(&c->last_error, err);
+	_exit(1);
+}
+
+/* Tries, holds a moment, asks again (same token), releases; its own
+ * tokens must rise. Killed at any instruction by the parent. */
+static void slotkill_child(void *p, int in, int out)
+{
+	static const LOCAL_OPTS(local_acquire_opts, try, .timeout_ms = 0);
+	static const LOCAL_OPTS(local_acquire_opts, wait, .timeout_ms = 10000);
+	const struct slotkill_arg *a = p;
+	struct slotkill *c = a->c;
+	local_session *s = open_session(a->b, "slotkill", 0, 0);
+	uint64_t tok, again, last = 0;
+	unsigned seed = (unsigned)getpid();
+	int rc, u;
+
+	(void)in;
+	(void)out;
+	for (;;) {
+		rc = local_sem_acquire(s, a->key, a->limit, &try, &tok);
+		if (rc == -EBUSY) {
+			sched_yield();
+			continue;
+		}
+		if (rc)
+			slotkill_error(c, rc);
+		if (tok <= last)
+			slotkill_error(c, -ERANGE);
+		last = tok;
+		u = unit_take(c, a->limit);
+		if (u < 0)
+			atomic_fetch_add(&c->violations, 1);
+		/* Asked again: the same token at once. Not a try: with the
+		 * key on the mutex path (a sweep of a killed holder just froze
+		 * it) a try may find the mutex busy and answer EBUSY. */
+		rc = local_sem_acquire(s, a->key, a->limit, &wait, &again);
+		if (rc || again != tok)
+			slotkill_error(c, rc ? rc : -EINVAL);
+		if (rand_r(&seed) % 4 == 0)
+			usleep((useconds_t)(rand_r(&seed) % 300));
+		if (u >= 0)
+			pthread_mutex_unlock(&c->unit[u]);
+		rc = local_release(s, a->key);
+		if (rc)
+			slotkill_error(c, rc);
+		atomic_fetch_add(&c->rounds, 1);
+	}
+}
+
+/* Processes take units of @key (limit @limit) lock-free, in every slot,
+ * while the parent kills one every few milliseconds and starts another. */
+static void slotkill_run(const char *key, uint32_t limit)
+{
+	static const LOCAL_OPTS(local_acquire_opts, try, .timeout_ms = 0);
+	struct slotkill *c =
+		mmap(NULL, sizeof(*c), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct slotkill_arg a;
+	struct child kids[KILL_PROCS];
+	local_session *obs, *fill[KILL_UNITS + 1];
+	pthread_mutexattr_t ma;
+	struct broker_proc b;
+	unsigned kills = 0, seed = (unsigned)getpid(), i, v;
+	uint64_t end;
+
+	CHECK(c != MAP_FAILED);
+	memset(c, 0, sizeof(*c));
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
+	for (i = 0; i < KILL_UNITS; i++)
+		CHECK_OK(pthread_mutex_init(&c->unit[i], &ma));
+	pthread_mutexattr_destroy(&ma);
+	broker_start(&b, NULL);
+	obs = open_session(&b, "obs", 0, 0);
+	CHECK_OK(local_sem_acquire(obs, key, limit, &try, NULL)); /* makes it */
+	CHECK_OK(local_release(obs, key));
+	a = (struct slotkill_arg){ &b, c, key, limit };
+	for (i = 0; i < KILL_PROCS; i++)
+		child_spawn(&kids[i], slotkill_child, &a);
+	end = now_ms() + KILL_RUN_MS;
+	while (now_ms() < end && !atomic_load(&c->errors)) {
+		usleep(1000 + (useconds_t)(rand_r(&seed) % 4000));
+		v = (unsigned)rand_r(&seed) % KILL_PROCS;
+		child_kill(&kids[v]);
+		child_wait(&kids[v], 5000);
+		kills++;
+		child_spawn(&kids[v], slotkill_child, &a);
+	}
+	for (i = 0; i < KILL_PROCS; i++) {
+		child_kill(&kids[i]);
+		child_wait(&kids[i], 5000);
+	}
+	fprintf(stderr, "    %s (limit %u): %llu rounds, %u kills\n", key, limit,
+		(unsigned long long)atomic_load(&c->rounds), kills);
+	if (atomic_load(&c->errors))
+		FAIL_AT("%s: a worker failed: %s", key,
+			local_strerror(atomic_load(&c->last_error)));
+	CHECK_EQ(atomic_load(&c->violations), 0);
+	CHECK(atomic_load(&c->rounds) > 0);
+	/* Every dead holder's unit is back and nothing leaked. */
+	CHECK(WAIT_SESSIONS(obs, 1, 5000));
+	CHECK_EQ(segment_violations(obs), 0);
+	CHECK_EQ(used_nodes(obs), 0);
+	for (i = 0; i <= limit; i++) {
+		fill[i] = open_session(&b, "fill", 0, 0);
+		CHECK_RC(local_sem_acquire(fill[i], key, limit, &try, NULL),
+			 i < limit ? 0 : -EBUSY);
+	}
+	CHECK_EQ(segment_violations(obs), 0);
+	for (i = 0; i < limit; i++)
+		CHECK_OK(local_release(fill[i], key));
+	CHECK_EQ(used_nodes(obs), 0);
+	broker_stop_clean(&b);
+	munmap(c, sizeof(*c));
+}
+
+/*
+ * Holders in every slot killed at any instruction: with limit 4 (a slot
+ * per unit) and 6 (four slots, the rest on the mutex path). No more units
+ * held than the limit at any time (robust mutexes, one per unit, that a
+ * killed holder's death gives back before the broker can), each process's
+ * tokens rise, and afterwards every dead holder's unit is back (the limit's
+ * worth of new sessions take one each, one more is refused), with no node
+ * left behind and the segment's invariants whole.
+ */
+TEST(sem_mix, slot_holders_killed_at_any_instruction, 60)
+{
+	slotkill_run("slotkill/4", 4);
+	slotkill_run("slotkill/6", 6);
 }
 
 #ifdef LOCAL_CRASH_POINTS

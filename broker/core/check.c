@@ -296,9 +296,12 @@ static void check_queue(const struct segment *seg, struct report *r, const struc
 static void check_holders(const struct segment *seg, struct report *r, const struct seg_key *k,
 			  uint32_t ki, const char *name, const struct key_tally *t)
 {
-	uint32_t i = k->h_head, n = 0, fast = 0;
+	uint32_t i = k->h_head, n = 0, fast = 0, s;
 
 	if (k->kind == LOCAL_KIND_LOCK) {
+		for (s = 1; s < SEG_KEY_SLOTS; s++)
+			if (FAST_HOLDER(atomic_load(seg_key_slot_c(k, s))))
+				PROBLEM(r, "key '%s': a lock's slot %u names a node", name, s);
 		/* The fast word is the truth; the list is synced from it at the
 		 * next key_lock(). Unpublished holds are fast-path acquires that
 		 * died before their commit; the sweep of their session frees them. */
@@ -316,19 +319,27 @@ static void check_holders(const struct segment *seg, struct report *r, const str
 			     name, t->holding - (h ? 1u : 0u));
 		return;
 	}
-	/* A semaphore's fast word names at most a lock-free hold taken while
-	 * it had no other holder; it joins the list at the next key_lock(). */
-	if (FAST_HOLDER(atomic_load(&k->fast))) {
-		uint32_t h = FAST_HOLDER(atomic_load(&k->fast));
-		const struct seg_node *nd = seg_node_at(seg, h - 1);
+	/* A semaphore's slots name the holds taken lock-free (FAST_CLAIMED)
+	 * or given back to them (HOLDING) while its holder list was empty;
+	 * they join the list at the next key_lock(). */
+	for (s = 0; s < SEG_KEY_SLOTS; s++) {
+		uint32_t h = FAST_HOLDER(atomic_load(seg_key_slot_c(k, s)));
+		const struct seg_node *nd = h ? seg_node_at(seg, h - 1) : NULL;
 		uint64_t w = nd ? atomic_load(&nd->word) : 0;
 
-		if (w != NODE_PACK(NODE_FAST_CLAIMED, NODE_SESSION(w), ki) || k->holders) {
-			PROBLEM(r, "key '%s': its lock-free holder (node %u) is not its only hold",
-				name, h - 1);
+		if (!h)
+			continue;
+		if (s >= seg_key_nslots(k) ||
+		    (w != NODE_PACK(NODE_FAST_CLAIMED, NODE_SESSION(w), ki) &&
+		     w != NODE_PACK(NODE_HOLDING, NODE_SESSION(w), ki)) ||
+		    k->holders) {
+			PROBLEM(r,
+				"key '%s': its slot %u names node %u, not a hold of it beside an "
+				"empty holder list",
+				name, s, h - 1);
 			return;
 		}
-		fast = 1;
+		fast++;
 	}
 	while (i != IDX_NONE) {
 		const struct seg_node *nd = seg_node_at(seg, i);

@@ -94,7 +94,7 @@ uint32_t operator_quarantined(const struct segment *seg,
  * Read without the mutex: everything is bounds-checked. */
 static uint32_t first_holder(const struct segment *seg, const struct seg_key *k, uint32_t idx)
 {
-	uint32_t h = FAST_HOLDER(atomic_load(&k->fast));
+	uint32_t h = seg_key_first_named(k);
 	uint32_t i = h ? h - 1 : k->h_head;
 	uint64_t w;
 

@@ -52,7 +52,7 @@ uint64_t ui_stamp(struct http *h)
 	struct ui *u = h->ui;
 	uint64_t s = 1, now = mono_ns(), li, mi;
 	struct ui_seen *seen = NULL;
-	uint32_t i, n = 0, cap = 0;
+	uint32_t i, j, n = 0, cap = 0;
 
 	for (i = 0; i < seg->caps.max_keys; i++) {
 		struct seg_key *k = &seg->keys[i];
@@ -63,7 +63,8 @@ uint64_t ui_stamp(struct http *h)
 		key_counts_peek(k, &li, &mi);
 		s = mix(s, i);
 		s = mix(s, state);
-		s = mix(s, atomic_load(&k->fast));
+		for (j = 0; j < SEG_KEY_SLOTS; j++)
+			s = mix(s, seg_key_slot_load(k, j));
 		s = mix(s, mi);
 		s = mix(s, k->holders ^ ((uint64_t)k->waiters << 32));
 		s = mix(s, k->delay_until_ns > now);
@@ -365,7 +366,7 @@ static json_t *key_table(struct http *h, const struct ui_query *q)
 	struct krow *rows = malloc((seg->caps.max_keys ? seg->caps.max_keys : 1) * sizeof(*rows));
 	uint64_t now = mono_ns(), li, mi;
 	size_t qlen = strlen(q->q);
-	uint32_t i, n = 0, all = 0, off, cnt;
+	uint32_t i, n = 0, all = 0, off, cnt, sl;
 	json_t *j;
 
 	if (!rows)
@@ -384,9 +385,10 @@ static json_t *key_table(struct http *h, const struct ui_query *q)
 		r->idx = i;
 		r->holders = k->holders;
 		r->waiters = k->waiters;
-		/* A lock-free holder is in the fast word, not yet in holders. */
-		if (!r->holders && FAST_HOLDER(atomic_load(&k->fast)))
-			r->holders = 1;
+		/* Lock-free holders are in the slots, not yet in holders. */
+		if (!r->holders)
+			for (sl = 0; sl < SEG_KEY_SLOTS; sl++)
+				r->holders += FAST_HOLDER(seg_key_slot_load(k, sl)) != 0;
 		r->delay_ms = ms_left(k->delay_until_ns, now);
 		r->p0 = be_prefix(r->name, r->len, 0);
 		r->p1 = be_prefix(r->name, r->len, 8);
