@@ -1049,7 +1049,8 @@ static bool watch_value(local_session *s, const char *key, const char *want, uin
 		 * cluster keys for a moment (LOCAL_ECLUSTER): a watcher watches
 		 * again, as a client would, within the same deadline. */
 		if (rc == -LOCAL_ECLUSTER) {
-			fprintf(stderr, "    watch of %s: the host lost the key; watching again\n", key);
+			fprintf(stderr, "    watch of %s: the host lost the key; watching again\n",
+				key);
 			usleep(50000);
 			continue;
 		}
