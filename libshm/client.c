@@ -540,6 +540,7 @@ int local_session_open(const struct local_session_opts *opts, local_session **ou
 	if (!s)
 		return -ENOMEM;
 	pthread_mutex_init(&s->pending_lock, NULL);
+	pthread_mutex_init(&s->handles_lock, NULL);
 	if (opts->socket_path && strlen(opts->socket_path) >= sizeof(s->socket_path)) {
 		err = -ENAMETOOLONG;
 		goto fail;
@@ -624,6 +625,7 @@ static void session_free(local_session *s)
 		free(p);
 	}
 	pthread_mutex_destroy(&s->pending_lock);
+	pthread_mutex_destroy(&s->handles_lock);
 	free(s);
 }
 
@@ -634,6 +636,7 @@ local_session *session_inproc_new(struct segment *seg, struct owner who, const u
 	if (!s)
 		return NULL;
 	pthread_mutex_init(&s->pending_lock, NULL);
+	pthread_mutex_init(&s->handles_lock, NULL);
 	s->seg = seg;
 	s->who = who;
 	hints_spread(s);
@@ -692,6 +695,7 @@ int local_session_close(local_session *s)
 		session_free(s);
 		return -LOCAL_EFORKED;
 	}
+	api_handles_unpark(s);
 	err = send_close(s);
 	mapping_put(s->map);
 	session_free(s);

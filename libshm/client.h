@@ -52,7 +52,16 @@ struct local_session {
 		_Atomic uint32_t key_idx; /* the entry, as the key hint names it */
 	} waited[4];
 	_Atomic uint32_t nwaited;
+	/* The open key handles (api_handle.c), so that closing the session
+	 * frees the hold nodes they keep (fastpath.c, "A handle's node"). */
+	pthread_mutex_t handles_lock;
+	struct local_key *handles;
+	_Atomic uint32_t nkept; /* nodes its handles keep, at most LOCAL_KEPT_MAX */
 };
+
+/* Hold nodes the handles of one session keep between holds, at most (each
+ * counts against --max-holds). */
+#define LOCAL_KEPT_MAX 16
 
 /* 0 when @s may be used by this process: -EINVAL, -LOCAL_EFORKED otherwise. */
 int session_usable(const local_session *s);
@@ -193,6 +202,13 @@ void api_note_wait(local_session *s, const char *key, int err, uint64_t since, u
 struct local_key {
 	local_session *s;
 	_Atomic uint64_t cache;
+	/* The hold node kept between holds (IDX_NONE: none), whether it is
+	 * the hold now, and the one thread that keeps it (0: none yet); only
+	 * that thread changes them. fastpath.c, "A handle's node". */
+	_Atomic uint32_t kept;
+	bool kept_busy;
+	_Atomic uintptr_t owner;
+	struct local_key *prev, *next; /* in s->handles, under handles_lock */
 	uint32_t hash;
 	uint32_t len;
 	char name[]; /* len bytes and a NUL */
@@ -213,6 +229,10 @@ int fast_key_lock(local_key *h, const struct local_acquire_opts *opts, uint64_t 
 int fast_key_sem_acquire(local_key *h, uint32_t limit, const struct local_acquire_opts *opts,
 			 uint64_t *token);
 int fast_key_release(local_key *h);
+/* Free the node @h keeps, if any (its session usable by this process). */
+void fast_key_unpark(local_key *h);
+/* api_handle.c: fast_key_unpark() every open handle of @s. */
+void api_handles_unpark(local_session *s);
 
 void hex_encode(const uint8_t *in, size_t n, char *out);
 int hex_decode(const char *in, uint8_t *out, size_t n);

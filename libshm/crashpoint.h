@@ -57,7 +57,9 @@
 	X(33, SLOT_ACQ_PUBLISHED,                                                                 \
 	  "lock-free acquire on slot > 0: committed, other slots not re-checked")                 \
 	X(34, SLOT_YIELDED, "lock-free acquire: our slot given back to a twin's, node not freed") \
-	X(35, SLOT_SETTLED, "settle under the mutex: the later of a session's two holds ended")
+	X(35, SLOT_SETTLED, "settle under the mutex: the later of a session's two holds ended")   \
+	X(36, FAST_ACQ_TAKEN,                                                                     \
+	  "lock-free acquire by handle: its kept node taken back, not filled in")
 
 enum crash_point {
 #define X(n, name, what) CP_##name = n,

@@ -51,6 +51,7 @@
  * key_lock()) to end.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "clock.h"
@@ -169,18 +170,207 @@ static void free_in_flight(struct seg_node *n)
 }
 
 /*
+ * ---- A handle's node ------------------------------------------------------
+ *
+ * A node no fast word names, NODE_FAST_CLAIMED, is in flight: only its own
+ * process writes or frees it while that process lives (the sweep counts it
+ * busy and waits; repair and resets leave it), and the sweep frees it once
+ * the process is dead. A key handle keeps the node of its lock-free hold
+ * after the release, in that state, instead of freeing it, and its next
+ * lock-free acquire takes it back with no CAS: of the three locked
+ * instructions of a lock+release (claim, commit, release) it saves the
+ * first, which is most of what a handle costs over a robust mutex
+ * (docs/performance.md, "Key handles").
+ *
+ * The node is one thread's, the handle's owner (the first thread to keep
+ * one through it, set once by a CAS): any thread may use a handle at once,
+ * and only a node one thread alone takes and puts back can do without a
+ * locked instruction. Other threads claim and free as by name. The handle
+ * keeps the node (h->kept) while it is the hold too (h->kept_busy), so that
+ * the session's count of kept nodes (s->nkept, at most LOCAL_KEPT_MAX, so
+ * that handles cannot use up --max-holds) changes only when a handle first
+ * keeps one and when it loses it (the hold was released another way, or
+ * ended by the broker: found at the next acquire, when the key is free
+ * while the handle thinks its node the hold) or gives it up.
+ *
+ * Why taking it back needs no barrier: the session check after a claim
+ * (step 3 at the top) is there so that a sweep cannot miss a node claimed
+ * while it scans. A kept node is in flight or a hold from its first claim
+ * on, so the sweep of our session sees it at every pass and stays pending
+ * (busy) while our process lives, whatever our check reads; a hold we
+ * commit meanwhile it finds at its next pass and ends, as if we had
+ * committed just before it began. Only where the word itself must change
+ * (the key is in another entry now) is the node freed and claimed again.
+ *
+ * What it costs: a kept node counts against --max-holds; and a session that
+ * ends while its process lives (a TTL, an operator) keeps its slot until the
+ * node is given back: by the handle's next use (which then reports
+ * -LOCAL_ESESSION), local_key_close() or local_session_close(), or the
+ * process's exit.
+ */
+
+/* This thread, as a number no other live thread shares: its thread
+ * pointer, read without a call where the compiler can. */
+static inline uintptr_t thread_self(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+	return (uintptr_t)__builtin_thread_pointer();
+#else
+	return (uintptr_t)pthread_self();
+#endif
+}
+
+/* Is this thread @h's owner? */
+static inline bool handle_mine(const local_key *h)
+{
+	return atomic_load_explicit(&h->owner, memory_order_relaxed) == thread_self();
+}
+
+/* @h keeps no node any more (its owner's call). */
+static void kept_drop(local_key *h)
+{
+	atomic_store_explicit(&h->kept, IDX_NONE, memory_order_relaxed);
+	h->kept_busy = false;
+	atomic_fetch_sub_explicit(&h->s->nkept, 1, memory_order_relaxed);
+}
+
+/* Free @n if it is still our session's, in flight (else leave it alone:
+ * it is a hold, or no longer ours). */
+static void free_if_in_flight(local_key *h, struct seg_node *n)
+{
+	uint64_t w = atomic_load_explicit(&n->word, memory_order_relaxed);
+
+	if (w == NODE_PACK(NODE_FAST_CLAIMED, h->s->who.slot, NODE_KEY(w)) &&
+	    n->session_gen == h->s->who.gen &&
+	    !seg_node_is_hold(h->s->seg, n - h->s->seg->nodes, w))
+		free_in_flight(n);
+}
+
+/* Keep node @node (in flight, ours alone) in @h, if this thread may and
+ * the session keeps fewer than LOCAL_KEPT_MAX: true when kept. */
+static __attribute__((noinline)) bool kept_adopt(local_key *h, uint32_t node)
+{
+	local_session *s = h->s;
+	uintptr_t o = 0;
+
+	if (atomic_load_explicit(&h->kept, memory_order_relaxed) != IDX_NONE) {
+		if (!handle_mine(h) || !h->kept_busy)
+			return false;
+		/* Its node was the hold, and is no longer (another's release
+		 * freed it): forget it, keep this one. */
+		kept_drop(h);
+	}
+	if (!atomic_compare_exchange_strong(&h->owner, &o, thread_self()) && o != thread_self())
+		return false;
+	if (atomic_fetch_add_explicit(&s->nkept, 1, memory_order_relaxed) >= LOCAL_KEPT_MAX) {
+		atomic_fetch_sub_explicit(&s->nkept, 1, memory_order_relaxed);
+		return false;
+	}
+	h->kept_busy = false;
+	atomic_store_explicit(&h->kept, node, memory_order_relaxed);
+	return true;
+}
+
+/* A node in flight, ours alone, that we are done with (@node): back to
+ * handle @h (NULL: none) when it is the one @h keeps for this thread, or
+ * @h can keep it; else freed. */
+static inline __attribute__((always_inline)) void put_in_flight(struct segment *seg, local_key *h,
+								uint32_t node)
+{
+	if (h) {
+		if (__builtin_expect(atomic_load_explicit(&h->kept, memory_order_relaxed) == node &&
+					     handle_mine(h),
+				     1)) {
+			h->kept_busy = false;
+			return;
+		}
+		if (kept_adopt(h, node))
+			return;
+	}
+	free_in_flight(&seg->nodes[node]);
+}
+
+/* The hold on node @node was freed (it had been made a listed hold): if it
+ * was @h's, @h no longer keeps it. */
+static inline void kept_freed(local_key *h, uint32_t node)
+{
+	if (h && atomic_load_explicit(&h->kept, memory_order_relaxed) == node && handle_mine(h))
+		kept_drop(h);
+}
+
+/* The node @h keeps, taken back by its owner for a claim into @claimed (the
+ * word it has while in flight for that key: then unchanged); IDX_NONE when
+ * it keeps none for this thread, or none usable (then it is given up, and
+ * the caller claims as usual). */
+static __attribute__((noinline)) uint32_t kept_lost(struct segment *seg, local_key *h, uint32_t p)
+{
+	/* Busy: our hold on this key, and yet the key is free (the caller
+	 * found no holder): released another way, or ended; no longer ours.
+	 * Else it is ours, in flight, for another entry (the key moved): we
+	 * free it. */
+	if (!h->kept_busy && p < seg->caps.max_holds)
+		free_if_in_flight(h, &seg->nodes[p]);
+	kept_drop(h);
+	return IDX_NONE;
+}
+
+static inline __attribute__((always_inline)) uint32_t take_kept(struct segment *seg, local_key *h,
+								uint64_t claimed, struct owner who)
+{
+	uint32_t p = atomic_load_explicit(&h->kept, memory_order_relaxed);
+	const struct seg_node *n;
+
+	if (p == IDX_NONE || !handle_mine(h))
+		return IDX_NONE;
+	if (__builtin_expect(h->kept_busy || p >= seg->caps.max_holds, 0))
+		return kept_lost(seg, h, p);
+	n = &seg->nodes[p];
+	if (__builtin_expect(atomic_load_explicit(&n->word, memory_order_relaxed) != claimed ||
+				     n->session_gen != who.gen,
+			     0))
+		return kept_lost(seg, h, p);
+	h->kept_busy = true;
+	return p;
+}
+
+void fast_key_unpark(local_key *h)
+{
+	struct segment *seg = h->s->seg;
+	uint32_t p = atomic_load_explicit(&h->kept, memory_order_relaxed);
+
+	if (p == IDX_NONE)
+		return;
+	/* A node that is the hold stays the session's hold. */
+	if (!h->kept_busy && p < seg->caps.max_holds)
+		free_if_in_flight(h, &seg->nodes[p]);
+	kept_drop(h);
+}
+
+/*
  * Claim a hold node in flight (NODE_FAST_CLAIMED, steps 2 and 3 at the
  * top) for a grant of @tok on key @idx, in *node: 0, FAST_MISS (none free:
  * the mutex path reports EMAXHOLDS) or -LOCAL_ESESSION (the node is freed).
  */
-static inline __attribute__((always_inline)) int claim_in_flight(struct segment *seg, uint32_t idx,
-								 uint64_t tok, struct owner who,
-								 struct node_hints *hints,
-								 bool first_try, uint32_t *node)
+static inline __attribute__((always_inline)) int
+claim_in_flight(struct segment *seg, uint32_t idx, uint64_t tok, struct owner who,
+		struct node_hints *hints, local_key *h, bool first_try, uint32_t *node)
 {
 	uint64_t claimed = NODE_PACK(NODE_FAST_CLAIMED, who.slot, idx);
 	struct seg_node *n;
 
+	/* A handle's own node, kept since its last release: no CAS. */
+	if (h) {
+		*node = take_kept(seg, h, claimed, who);
+		if (__builtin_expect(*node != IDX_NONE, 1)) {
+			/* As its last hold left it (the lease and links a
+			 * lock-free hold never sets; take_kept() checked the
+			 * word and session_gen): only the token is new. */
+			n = &seg->nodes[*node];
+			CRASH_POINT(FAST_ACQ_TAKEN);
+			n->token = tok;
+			goto check;
+		}
+	}
 	/* Usually the node this session freed last: one CAS, no search. */
 	*node = atomic_load_explicit(&hints->hold, memory_order_relaxed);
 	n = *node < seg->caps.max_holds ? &seg->nodes[*node] : NULL;
@@ -199,7 +389,9 @@ static inline __attribute__((always_inline)) int claim_in_flight(struct segment 
 	n->lease_until_ns = 0;
 	n->lease_ms = 0;
 	n->hold = n->prev = n->next = IDX_NONE;
+check:
 	if (!session_is(seg, who)) {
+		kept_freed(h, *node);
 		free_in_flight(n);
 		return -LOCAL_ESESSION;
 	}
@@ -343,7 +535,7 @@ slot_commit(struct segment *seg, struct seg_key *k, uint64_t *f, uint32_t idx, u
 	tok = slot_token(k, f, nslots, i);
 	if (!tok)
 		return FAST_MISS;
-	err = claim_in_flight(seg, idx, tok, who, hints, false, &node);
+	err = claim_in_flight(seg, idx, tok, who, hints, NULL, false, &node);
 	if (err)
 		return err;
 	g = FAST_PACK(0, node + 1, FAST_SEQ(f[i]) + 1);
@@ -443,9 +635,8 @@ slots_acquire_at(struct segment *seg, struct seg_key *k, uint64_t f0, uint32_t i
 static inline __attribute__((always_inline)) int
 acquire_at(struct segment *seg, struct seg_key *k, uint64_t f, const uint64_t *base, uint32_t idx,
 	   uint32_t kind, uint32_t limit, bool try_only, bool first_try, struct owner who,
-	   struct node_hints *hints, uint64_t *token, uint32_t *key_idx)
+	   struct node_hints *hints, local_key *h, uint64_t *token, uint32_t *key_idx)
 {
-	struct seg_node *n;
 	uint64_t tok;
 	uint32_t node;
 	int err;
@@ -488,13 +679,12 @@ acquire_at(struct segment *seg, struct seg_key *k, uint64_t f, const uint64_t *b
 			 base ? *base : atomic_load_explicit(&k->fast_base, memory_order_relaxed));
 	if (!tok)
 		return FAST_MISS; /* the key's token range is spent: the mutex path reserves */
-	err = claim_in_flight(seg, idx, tok, who, hints, first_try, &node);
+	err = claim_in_flight(seg, idx, tok, who, hints, h, first_try, &node);
 	if (err)
 		return err;
-	n = &seg->nodes[node];
 	if (!atomic_compare_exchange_strong(&k->fast, &f,
 					    FAST_PACK(0, node + 1, FAST_SEQ(f) + 1))) {
-		free_in_flight(n);
+		put_in_flight(seg, h, node);
 		return FAST_MISS;
 	}
 	CRASH_POINT(FAST_ACQ_PUBLISHED);
@@ -513,8 +703,8 @@ acquire(struct segment *seg, const char *key, uint32_t kind, uint32_t limit, boo
 
 	if (__builtin_expect(!k, 0))
 		return FAST_MISS;
-	return acquire_at(seg, k, f, NULL, idx, kind, limit, try_only, false, who, hints, token,
-			  key_idx);
+	return acquire_at(seg, k, f, NULL, idx, kind, limit, try_only, false, who, hints, NULL,
+			  token, key_idx);
 }
 
 int fast_acquire(struct segment *seg, const char *key, const struct acquire_req *req,
@@ -585,8 +775,10 @@ int fast_sem_acquire(local_session *s, const char *key, uint32_t limit,
 }
 
 /* The release of our hold @w that slot @slot names, read as @f. */
-static inline __attribute__((always_inline)) int
-release_slot(struct segment *seg, _Atomic uint64_t *slot, uint64_t f, uint64_t w, struct owner who)
+static inline __attribute__((always_inline)) int release_slot(struct segment *seg,
+							      _Atomic uint64_t *slot, uint64_t f,
+							      uint64_t w, struct owner who,
+							      local_key *h)
 {
 	struct seg_node *n;
 
@@ -601,9 +793,9 @@ release_slot(struct segment *seg, _Atomic uint64_t *slot, uint64_t f, uint64_t w
 	/* No mutex holder came between our read and our CAS, so the node is
 	 * as ours() saw it. */
 	if (NODE_STATE(w) == NODE_FAST_CLAIMED)
-		free_in_flight(n);
-	else /* NODE_HOLDING: the sweep frees unnamed holds too */
-		atomic_compare_exchange_strong(&n->word, &w, 0);
+		put_in_flight(seg, h, FAST_HOLDER(f) - 1);
+	else if (atomic_compare_exchange_strong(&n->word, &w, 0)) /* NODE_HOLDING: */
+		kept_freed(h, FAST_HOLDER(f) - 1); /* the sweep frees unnamed holds too */
 	return 0;
 }
 
@@ -621,21 +813,22 @@ static __attribute__((noinline)) int release_other_slot(struct segment *seg, str
 			return FAST_MISS; /* frozen: the mutex path's (our CAS must not clear it) */
 		w = ours(seg, f, idx, who);
 		if (w)
-			return release_slot(seg, &k->fast_x[j - 1], f, w, who);
+			return release_slot(seg, &k->fast_x[j - 1], f, w, who, NULL);
 	}
 	return FAST_MISS;
 }
 
 /* The lock-free release of entry @k (index @idx) whose fast word was @f,
  * inlined into each entry point below. */
-static inline __attribute__((always_inline)) int
-release_at(struct segment *seg, struct seg_key *k, uint64_t f, uint32_t idx, struct owner who)
+static inline __attribute__((always_inline)) int release_at(struct segment *seg, struct seg_key *k,
+							    uint64_t f, uint32_t idx,
+							    struct owner who, local_key *h)
 {
 	uint64_t w = ours(seg, f, idx, who);
 
 	if (__builtin_expect(!w, 0))
 		return release_other_slot(seg, k, idx, who);
-	return release_slot(seg, &k->fast, f, w, who);
+	return release_slot(seg, &k->fast, f, w, who, h);
 }
 
 /* release_at() the entry find() gives for @key. */
@@ -648,7 +841,7 @@ static inline __attribute__((always_inline)) int release(struct segment *seg, co
 
 	if (!k)
 		return FAST_MISS;
-	return release_at(seg, k, f, idx, who);
+	return release_at(seg, k, f, idx, who, NULL);
 }
 
 int fast_release(struct segment *seg, const char *key, struct owner who, struct node_hints *hints)
@@ -810,7 +1003,7 @@ handle_acquire(local_key *h, uint32_t kind, uint32_t limit, const struct local_a
 			return FAST_MISS;
 	}
 	return acquire_at(seg, k, f, first_try ? &b : NULL, idx, kind, limit,
-			  opts && opts->timeout_ms == 0, first_try, s->who, &s->hints, tok,
+			  opts && opts->timeout_ms == 0, first_try, s->who, &s->hints, h, tok,
 			  key_idx);
 }
 
@@ -889,7 +1082,7 @@ static __attribute__((noinline)) int handle_release_again(local_key *h)
 	uint32_t idx;
 
 	k = handle_probe(s->seg, h, &f, &idx);
-	if (!k || release_at(s->seg, k, f, idx, s->who) == FAST_MISS)
+	if (!k || release_at(s->seg, k, f, idx, s->who, h) == FAST_MISS)
 		return api_release_tried(s, h->name);
 	return 0;
 }
@@ -910,7 +1103,7 @@ int fast_key_release(local_key *h)
 	k = handle_cached(seg, h, &f, &b, &idx);
 	if (__builtin_expect(!k, 0))
 		return handle_release_again(h);
-	if (release_at(seg, k, f, idx, s->who) == FAST_MISS)
+	if (release_at(seg, k, f, idx, s->who, h) == FAST_MISS)
 		return api_release_tried(s, h->name);
 	return 0;
 }

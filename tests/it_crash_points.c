@@ -119,6 +119,26 @@ static void crasher_child(void *p, int in, int out)
 			say(out, "released %d", local_release(s, KEY));
 			continue;
 		}
+		if (!strcmp(cmd, "handle")) {
+			/* By a key handle: the second lock takes back the node
+			 * the release left it (FAST_ACQ_TAKEN). The handle is
+			 * left open: the child exits, or dies, with it. */
+			local_key *h = NULL;
+
+			o.timeout_ms = 0;
+			r = local_key_open(s, KEY, &h);
+			if (!r)
+				r = local_key_lock(h, &o, NULL);
+			if (!r)
+				r = local_key_release(h);
+			if (!r)
+				r = local_key_lock(h, &o, &tok);
+			if (r)
+				say(out, "error %d", r);
+			else
+				say(out, "got %d %llu", CRASHER_ID, (unsigned long long)tok);
+			continue;
+		}
 		if (!strcmp(cmd, "semtry")) {
 			o.timeout_ms = 0;
 			r = local_sem_acquire(s, SEM_KEY, SEM_LIMIT, &o, &tok);
@@ -477,6 +497,20 @@ static void scenario_fast_path(struct world *w)
 	expect_crash(w);
 	wait_sessions(w, 1);
 	CP_CHECK_EQ(segment_violations(w->obs), 0);
+	check_free_then_handover(w);
+}
+
+/* FAST_ACQ_TAKEN: as the fast path, by a key handle whose release kept its
+ * node: the sweep at death frees that node too (nothing in use after). */
+static void scenario_handle(struct world *w)
+{
+	obs_take(w, true);
+	CP_CHECK_OK(local_release(w->obs, KEY));
+	child_send(&w->crasher, "handle");
+	expect_crash(w);
+	wait_sessions(w, 1);
+	CP_CHECK_EQ(segment_violations(w->obs), 0);
+	CP_CHECK_EQ(used_nodes(w->obs), 0);
 	check_free_then_handover(w);
 }
 
@@ -1101,6 +1135,7 @@ static const struct scenario scenarios[] = {
 	{ CP_SLOT_ACQ_PUBLISHED, scenario_slot },
 	{ CP_SLOT_YIELDED, scenario_slot_twin },
 	{ CP_SLOT_SETTLED, scenario_slot_twin },
+	{ CP_FAST_ACQ_TAKEN, scenario_handle },
 };
 
 #define NSCENARIOS (sizeof(scenarios) / sizeof(scenarios[0]))

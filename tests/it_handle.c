@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,6 +37,18 @@ static local_key *key_open(local_session *s, const char *key)
 	CHECK_OK(local_key_open(s, key, &h));
 	CHECK(h != NULL);
 	return h;
+}
+
+/* Lock and release by @h twice: the first makes the key (under its mutex),
+ * the second is lock-free, and its release leaves the handle its node. */
+static void lock_twice(local_key *h)
+{
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		CHECK_OK(local_key_lock(h, &try_once, NULL));
+		CHECK_OK(local_key_release(h));
+	}
 }
 
 /* Lock, try, re-acquire, release and their errors: as by name, token for token. */
@@ -308,7 +321,9 @@ TEST(handle, a_child_after_fork_gets_the_session_error, 20)
 	s = open_session(&b, "parent", 0, 0);
 	h = key_open(s, "fork/k");
 	other = key_open(s, "fork/other");
+	lock_twice(other); /* it keeps a node, the parent's */
 	CHECK_OK(local_key_lock(h, NULL, NULL));
+	CHECK_EQ(used_nodes(s), 2);
 	pid = fork();
 	if (pid == 0) {
 		local_key *n = NULL;
@@ -325,6 +340,8 @@ TEST(handle, a_child_after_fork_gets_the_session_error, 20)
 			_exit(5);
 		if (local_key_close(h) != -LOCAL_EFORKED) /* frees the child's copy only */
 			_exit(6);
+		if (local_key_close(other) != -LOCAL_EFORKED) /* and leaves the node */
+			_exit(7);
 		_exit(0);
 	}
 	CHECK(pid > 0);
@@ -332,6 +349,7 @@ TEST(handle, a_child_after_fork_gets_the_session_error, 20)
 	CHECK(WIFEXITED(status));
 	CHECK_EQ(WEXITSTATUS(status), 0);
 	CHECK_EQ(info_of(s, "fork/k").holders, 1);
+	CHECK_EQ(used_nodes(s), 2);
 	CHECK_OK(local_key_release(h));
 	CHECK_OK(local_key_lock(other, &try_once, NULL));
 	CHECK_OK(local_key_release(other));
@@ -501,5 +519,256 @@ TEST(handle, a_handle_races_the_reuse_of_its_entry, 60)
 	CHECK(mine > 0);
 	CHECK_OK(local_key_close(h));
 	CHECK_EQ(segment_violations(a), 0);
+	broker_stop(&b);
+}
+
+/*
+ * A handle keeps the node of its last lock-free hold for its next one (no
+ * claim: fastpath.c, "A handle's node"): one node in use between holds, not
+ * a hold (info and stats say free), counted against --max-holds until the
+ * handle is closed.
+ */
+TEST(handle, a_handle_keeps_one_node_between_holds, 20)
+{
+	static const char *const flags[] = { "--max-holds", "2", NULL };
+	struct broker_proc b;
+	local_session *a, *o;
+	local_key *h;
+	uint64_t t = 0, last = 0, held = 0;
+	int i;
+
+	broker_start(&b, flags);
+	a = open_session(&b, "a", 0, 0);
+	o = open_session(&b, "o", 0, 0);
+	h = key_open(a, "keep/k");
+	lock_twice(h);
+	for (i = 0; i < 1000; i++) {
+		CHECK_OK(local_key_lock(h, &try_once, &t));
+		CHECK(t > last);
+		last = t;
+		CHECK_OK(local_key_release(h));
+		CHECK_EQ(used_nodes(a), 1);
+	}
+	/* (Asked while held, info and held take the key's mutex, which makes
+	 * a lock-free hold a listed one: its release frees the node.) */
+	CHECK_EQ(info_of(o, "keep/k").holders, 0);
+	CHECK_OK(local_key_lock(h, &try_once, &t));
+	CHECK_OK(local_held(a, "keep/k", &held));
+	CHECK_EQ(held, t);
+	CHECK_OK(local_key_release(h));
+	CHECK_EQ(used_nodes(a), 0);
+	CHECK_OK(local_key_lock(h, &try_once, &t));
+	CHECK_OK(local_key_release(h));
+	CHECK_EQ(used_nodes(a), 1);
+	/* Released by name (the node freed), the handle keeps another. */
+	CHECK_OK(local_key_lock(h, &try_once, NULL));
+	CHECK_OK(local_release(a, "keep/k"));
+	CHECK_EQ(used_nodes(a), 0);
+	CHECK_OK(local_key_lock(h, &try_once, NULL));
+	CHECK_OK(local_key_release(h));
+	CHECK_EQ(used_nodes(a), 1);
+	CHECK_EQ(atomic_load(&a->nkept), 1);
+	/* The other node: one hold more, then the cap. */
+	CHECK_OK(local_lock(o, "keep/other", &try_once, NULL));
+	CHECK_RC(local_lock(a, "keep/third", &try_once, NULL), -LOCAL_EMAXHOLDS);
+	/* The key is free to the other session, which takes it by name. */
+	CHECK_OK(local_release(o, "keep/other"));
+	CHECK_OK(local_lock(o, "keep/k", &try_once, &t));
+	CHECK(t > last);
+	CHECK_RC(local_key_lock(h, &try_once, NULL), -EBUSY);
+	CHECK_OK(local_release(o, "keep/k"));
+	/* Closed, the handle gives its node back. */
+	CHECK_OK(local_key_close(h));
+	CHECK_EQ(used_nodes(a), 0);
+	CHECK_EQ(atomic_load(&a->nkept), 0);
+	CHECK_OK(local_lock(a, "keep/third", &try_once, NULL));
+	CHECK_OK(local_lock(o, "keep/other", &try_once, NULL));
+	CHECK_EQ(segment_violations(a), 0);
+	broker_stop(&b);
+}
+
+/* The node is one thread's: another thread using the same handle claims
+ * and frees a node of its own, and the kept one stays the first's. */
+static void *lock_release_once(void *p)
+{
+	local_key *h = p;
+
+	if (local_key_lock(h, &try_once, NULL) || local_key_release(h))
+		return (void *)1;
+	return NULL;
+}
+
+static void *lock_once(void *p)
+{
+	return local_key_lock(p, &try_once, NULL) ? (void *)1 : NULL;
+}
+
+TEST(handle, a_kept_node_is_one_thread_s, 20)
+{
+	struct broker_proc b;
+	local_session *a;
+	local_key *h;
+	pthread_t th;
+	void *rc = (void *)1;
+	int i;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "a", 0, 0);
+	h = key_open(a, "thread/k");
+	lock_twice(h);
+	CHECK_EQ(used_nodes(a), 1);
+	for (i = 0; i < 3; i++) {
+		CHECK(pthread_create(&th, NULL, lock_release_once, h) == 0);
+		CHECK(pthread_join(th, &rc) == 0);
+		CHECK(rc == NULL);
+		CHECK_EQ(used_nodes(a), 1);
+	}
+	/* The other thread's hold (a node of its own), released by the
+	 * owner: freed, not kept, as the owner keeps one already. */
+	CHECK(pthread_create(&th, NULL, lock_once, h) == 0);
+	CHECK(pthread_join(th, &rc) == 0);
+	CHECK(rc == NULL);
+	CHECK_EQ(used_nodes(a), 2);
+	CHECK_OK(local_key_release(h));
+	CHECK_EQ(used_nodes(a), 1);
+	CHECK_OK(local_key_lock(h, &try_once, NULL));
+	CHECK_EQ(used_nodes(a), 1); /* the kept node, now the hold */
+	CHECK_OK(local_key_release(h));
+	CHECK_EQ(used_nodes(a), 1);
+	CHECK_OK(local_key_close(h));
+	CHECK_EQ(used_nodes(a), 0);
+	broker_stop(&b);
+}
+
+/*
+ * A session that ends while a handle keeps a node (an operator ends it; a
+ * TTL would do the same): its holds end at once, and its slot stays closing
+ * until the node is given back, by the handle's next use (which reports the
+ * session gone) or its close.
+ */
+TEST(handle, a_session_ended_under_a_kept_node, 30)
+{
+	struct broker_proc b;
+	local_session *a, *c, *o;
+	local_key *ha, *hc, *hk;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "a", 0, 0);
+	c = open_session(&b, "c", 0, 0);
+	o = open_session(&b, "o", 0, 0);
+	ha = key_open(a, "ended/a");
+	hk = key_open(a, "ended/held");
+	hc = key_open(c, "ended/c");
+	lock_twice(ha);
+	CHECK_OK(local_key_lock(hk, &try_once, NULL));
+	lock_twice(hc);
+	CHECK_EQ(used_nodes(o), 3);
+	CHECK_OK(local_session_destroy(o, local_session_id(a)));
+	CHECK_OK(local_session_destroy(o, local_session_id(c)));
+	/* The holds end at once; the sessions stay closing. */
+	CHECK_OK(local_lock(o, "ended/held", &try_once, NULL));
+	CHECK_OK(local_release(o, "ended/held"));
+	CHECK_EQ(live_sessions(o), 3);
+	/* a: the handle's next use gives the node back; c: its close. */
+	CHECK_RC(local_key_lock(ha, &try_once, NULL), -LOCAL_ESESSION);
+	CHECK_OK(local_key_close(hc));
+	WAIT_SESSIONS(o, 1, 5000);
+	CHECK_EQ(used_nodes(o), 0);
+	CHECK_EQ(segment_violations(o), 0);
+	CHECK_OK(local_key_close(ha));
+	CHECK_OK(local_key_close(hk));
+	broker_stop(&b);
+}
+
+/* Closing a session with a handle still open (the caller's mistake)
+ * gives the handle's node back, so the session's slot is freed at once. */
+TEST(handle, closing_the_session_gives_the_kept_node_back, 20)
+{
+	struct broker_proc b;
+	local_session *a, *o;
+	local_key *h;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "a", 0, 0);
+	o = open_session(&b, "o", 0, 0);
+	h = key_open(a, "close/kept");
+	lock_twice(h);
+	CHECK_EQ(used_nodes(o), 1);
+	CHECK_OK(local_session_close(a));
+	WAIT_SESSIONS(o, 1, 5000);
+	CHECK_EQ(used_nodes(o), 0);
+	CHECK_EQ(segment_violations(o), 0);
+	free(h); /* what local_key_close() would free: its session is gone */
+	broker_stop(&b);
+}
+
+/* A process killed while its handle keeps a node: the sweep at its death
+ * frees the node with the session. */
+TEST(handle, a_kept_node_of_a_killed_process_is_freed, 20)
+{
+	struct broker_proc b;
+	local_session *o;
+	int fds[2], status;
+	char c = 0;
+	pid_t pid;
+
+	broker_start(&b, NULL);
+	o = open_session(&b, "o", 0, 0);
+	CHECK(pipe(fds) == 0);
+	pid = fork();
+	if (pid == 0) {
+		local_session *s = open_session(&b, "killed", 0, 0);
+		local_key *h = NULL;
+
+		if (local_key_open(s, "killed/k", &h))
+			_exit(1);
+		lock_twice(h);
+		if (write(fds[1], "k", 1) != 1)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	CHECK(pid > 0);
+	close(fds[1]);
+	CHECK_EQ(read(fds[0], &c, 1), 1);
+	close(fds[0]);
+	CHECK_EQ(used_nodes(o), 1);
+	CHECK_EQ(live_sessions(o), 2);
+	CHECK_OK(kill(pid, SIGKILL));
+	CHECK_EQ(waitpid(pid, &status, 0), pid);
+	WAIT_SESSIONS(o, 1, 5000);
+	CHECK_EQ(used_nodes(o), 0);
+	CHECK_EQ(segment_violations(o), 0);
+	broker_stop(&b);
+}
+
+/* A session's handles keep LOCAL_KEPT_MAX nodes at most: the others free
+ * theirs, as by name. */
+TEST(handle, a_session_keeps_a_bounded_number_of_nodes, 20)
+{
+	struct broker_proc b;
+	local_session *a;
+	local_key *h[LOCAL_KEPT_MAX + 4];
+	char key[32];
+	unsigned i;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "a", 0, 0);
+	for (i = 0; i < LOCAL_KEPT_MAX + 4; i++) {
+		snprintf(key, sizeof(key), "bound/%u", i);
+		h[i] = key_open(a, key);
+		lock_twice(h[i]);
+	}
+	CHECK_EQ(used_nodes(a), LOCAL_KEPT_MAX);
+	CHECK_EQ(atomic_load(&a->nkept), LOCAL_KEPT_MAX);
+	/* One closed, the next keeps one in its place. */
+	CHECK_OK(local_key_close(h[0]));
+	CHECK_EQ(used_nodes(a), LOCAL_KEPT_MAX - 1);
+	lock_twice(h[LOCAL_KEPT_MAX + 3]);
+	CHECK_EQ(used_nodes(a), LOCAL_KEPT_MAX);
+	for (i = 1; i < LOCAL_KEPT_MAX + 4; i++)
+		CHECK_OK(local_key_close(h[i]));
+	CHECK_EQ(used_nodes(a), 0);
+	CHECK_EQ(atomic_load(&a->nkept), 0);
 	broker_stop(&b);
 }
