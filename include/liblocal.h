@@ -343,6 +343,11 @@ LOCAL_API int local_key_open(local_session *s, const char *key, local_key **out)
  * session's (local_release() or another handle ends it). No other thread may
  * be inside a call on @k. Returns 0; -EINVAL for NULL; in a child after
  * fork() it frees the child's copy and returns -LOCAL_EFORKED.
+ *
+ * A handle keeps the hold node of its last lock-free hold for the thread
+ * that released it, so that its next lock takes no atomic claim: at most 16
+ * per session, each counted against the broker's --max-holds until
+ * local_key_close() or local_session_close() gives it back (liblocal(3)).
  */
 LOCAL_API int local_key_close(local_key *k);
 

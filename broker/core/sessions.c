@@ -433,8 +433,9 @@ static int sweep(struct broker *b, uint32_t slot, uint32_t gen, bool lost, const
 		pend->gen = gen;
 		if (blog_backoff_allow(&pend->busy_log, mono_ns(), &quiet))
 			blog(LOG_WARNING,
-			     "session %s: %u key(s) busy (a stalled process, or one "
-			     "of its operations in flight); retrying (%u such line(s) left out)",
+			     "session %s: %u key(s) busy (a stalled process, one of its "
+			     "operations in flight, or a key handle's kept node); retrying "
+			     "(%u such line(s) left out)",
 			     id, busy, quiet);
 		broker_schedule(b, mono_ns() + 1000000000ull, TIMER_SWEEP, slot, gen);
 		return -EBUSY;
