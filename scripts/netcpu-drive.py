@@ -2,13 +2,14 @@
 # SPDX-License-Identifier: MIT
 """A fixed-count client for profiling the broker's network paths
 (scripts/netcpu-profile.sh): N threads, one connection each, acquire+release
-over dflockd's TCP protocol or the HTTP API, own keys or one shared key.
+over dflockd's TCP protocol or the HTTP API, own keys or one shared key; or
+(connect) a new HTTP connection per op, one GET /v1/stats on it.
 
 Phases, so that the profiler counts only the measured ops: connect and warm
 up, print "ready" and wait for a line on stdin; run OPS ops per client,
 print "done" and wait for a line; close.
 
-usage: netcpu-drive.py tcp|http PORT CLIENTS OPS own|shared [WARM]
+usage: netcpu-drive.py tcp|http|connect PORT CLIENTS OPS own|shared [WARM]
 """
 import socket
 import sys
@@ -22,11 +23,14 @@ shared = keys == "shared"
 
 class Client:
     def __init__(self, idx):
-        self.s = socket.create_connection(("127.0.0.1", port))
-        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.s = None
         self.buf = b""
         self.key = "prof-shared" if shared else "prof-%d" % idx
         self.session = None
+        if proto == "connect":
+            return  # a connection per op
+        self.s = socket.create_connection(("127.0.0.1", port))
+        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if proto == "http":
             st, body = self.http(b"POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                  b"Content-Length: 0\r\n\r\n")
@@ -64,6 +68,15 @@ class Client:
         return int(head.split(b" ")[1]), rest[:n]
 
     def op(self):
+        if proto == "connect":
+            self.s = socket.create_connection(("127.0.0.1", port))
+            self.buf = b""
+            st, rb = self.http(b"GET /v1/stats HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                               b"Connection: close\r\n\r\n")
+            self.s.close()
+            self.s = None
+            assert st == 200, (st, rb)
+            return
         t = 10 if shared else 0
         if proto == "tcp":
             self.s.sendall(b"l\n%s\n%d\n" % (self.key.encode(), t))
@@ -112,4 +125,5 @@ run(clients, ops)
 print("done", flush=True)
 sys.stdin.readline()
 for c in clients:
-    c.s.close()
+    if c.s:
+        c.s.close()

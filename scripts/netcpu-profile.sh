@@ -7,13 +7,18 @@
 # first, outside the count), so figures are stable on a busy machine,
 # unlike CPU times.
 #
-#   scripts/netcpu-profile.sh callgrind|strace BROKER tcp|http CLIENTS OPS own|shared
+#   scripts/netcpu-profile.sh callgrind|strace BROKER tcp|http|connect CLIENTS OPS own|shared
 #
 # Prints "<tool> <proto> <clients> <keys>: <N> per op" and, for strace, the
 # table of system calls (totals over CLIENTS*OPS ops). The client is
 # scripts/netcpu-drive.py (slow, but only the broker is counted). Needs
 # valgrind (scripts/install-deps.sh installs it) or strace (not installed
 # there: a developer's tool, not used by make check).
+#
+# connect: each op is a new HTTP connection with one GET /v1/stats, made as
+# user NETCPU_UID (default 65534; run as root, which setpriv needs), and
+# admitted by that uid as the control socket would admit it (the socket's
+# group is the user's): what the admission of a local peer costs.
 set -eu
 
 tool=$1 bin=$2 proto=$3 nclients=$4 ops=$5 keys=$6
@@ -31,10 +36,17 @@ cleanup() {
 trap cleanup EXIT
 
 set -- --socket "$dir/sock" --shm-name "/netcpu-$$" --destroy-segment-on-exit
+run_as=
 if [ "$proto" = tcp ]; then
 	set -- "$@" --tcp-listen "127.0.0.1:$port" --tcp-insecure-no-auth
-else
+elif [ "$proto" = http ]; then
 	set -- "$@" --http-listen "127.0.0.1:$port" --http-insecure-no-auth
+else
+	uid=${NETCPU_UID:-65534}
+	gid=$(id -g "$uid" 2>/dev/null || echo "$uid")
+	chmod 0755 "$dir"
+	set -- "$@" --http-listen "127.0.0.1:$port" --socket-group "$gid"
+	run_as="setpriv --reuid=$uid --regid=$gid --clear-groups"
 fi
 if [ "$tool" = callgrind ]; then
 	valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" "$bin" "$@" \
@@ -52,7 +64,7 @@ until /usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1',
 done
 
 mkfifo "$dir/in" "$dir/out"
-/usr/bin/python3 "$here/netcpu-drive.py" "$proto" "$port" "$nclients" "$ops" "$keys" \
+$run_as /usr/bin/python3 "$here/netcpu-drive.py" "$proto" "$port" "$nclients" "$ops" "$keys" \
 	<"$dir/in" >"$dir/out" &
 exec 3>"$dir/in" 4<"$dir/out"
 read -r line <&4 # ready

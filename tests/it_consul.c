@@ -289,12 +289,15 @@ static char *curl_cmd(const char *fmt, ...)
 	return strdup(buf);
 }
 
-/* `shmlock lock -socket=... -lock-delay=0 FLAGS... KEY cat`, holding KEY until
- * the test closes *@wfd (cat's standard input). */
+/* `shmlock lock -socket=... -lock-delay=0 -pass-stdin FLAGS... KEY cat`, holding
+ * KEY until the test closes *@wfd (cat's standard input). -pass-stdin is what
+ * makes it so: without it (consul lock's default) the CLI gives its child
+ * /dev/null, cat ends at once and the CLI releases within milliseconds, while
+ * the test still counts on the hold. */
 static pid_t cli_hold(const struct broker_proc *b, const char *flags[], int nflags, const char *key,
 		      int *wfd)
 {
-	const char *cli = getenv("SHMLOCK_CLI_BIN"), *argv[16];
+	const char *cli = getenv("SHMLOCK_CLI_BIN"), *argv[18];
 	char sockarg[200];
 	int pfd[2], n = 0, i;
 	pid_t pid;
@@ -308,6 +311,7 @@ static pid_t cli_hold(const struct broker_proc *b, const char *flags[], int nfla
 	argv[n++] = "lock";
 	argv[n++] = sockarg;
 	argv[n++] = "-lock-delay=0";
+	argv[n++] = "-pass-stdin";
 	for (i = 0; i < nflags; i++)
 		argv[n++] = flags[i];
 	argv[n++] = key;
@@ -771,6 +775,8 @@ TEST(consul, blocking_queries_woken_by_api_liblocal_and_cli, 30)
 	idx = r->index;
 	g = bg_start(strf("/v1/kv/w/?recurse&index=%llu&wait=20s", (unsigned long long)idx));
 	wait_blocked(g);
+	/* The CLI still holds: cat ends only when the pipe closes. */
+	CHECK_EQ(waitpid(pid, &st, WNOHANG), 0);
 	close(wfd); /* the CLI's command ends: it releases */
 	r = bg_join(g);
 	CHECK(r->index > idx && !json_object_get(json_array_get(js(r), 0), "Session"));
@@ -1068,14 +1074,14 @@ TEST(consul, python_consul_client_runs_a_lock_and_leader_election, 40)
  * `shmlock lock` (the CLI's session, its -name and -value). */
 TEST(consul, python_consul_discovers_a_cli_leader_by_name, 40)
 {
-	const char *flags[] = { "-name=web-leader", "-value=10.0.0.7:80", "-pass-stdin" };
+	const char *flags[] = { "-name=web-leader", "-value=10.0.0.7:80" };
 	struct broker_proc b;
 	char *cmd;
 	int st, wfd;
 	pid_t pid;
 
 	cstart(&b, NULL);
-	pid = cli_hold(&b, flags, 3, "service/web/leader", &wfd);
+	pid = cli_hold(&b, flags, 2, "service/web/leader", &wfd);
 	cmd = strf("/usr/bin/python3 '%s' %d discover service/web/leader web-leader 10.0.0.7:80",
 		   consul_client_script(), port);
 	st = system(cmd);

@@ -9,6 +9,7 @@
  * it send is refused when the user is all that admits a request.
  */
 #include <errno.h>
+#include <grp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -292,24 +293,38 @@ TEST(net_uid, ipv6_and_v4_mapped_loopback_peers_are_named_too, 60)
 	broker_stop(&b);
 }
 
-/* As nobody: GET @arg (a URL) without a token; say the status. */
-static void nobody_gets(void *arg, int in, int out)
+struct as_user {
+	const char *url;
+	uid_t uid; /* and its gid, with no other group */
+};
+
+/* As @arg's user: GET its URL without a token; say the status. */
+static void user_gets(void *arg, int in, int out)
 {
+	const struct as_user *u = arg;
+
 	(void)in;
-	become_nobody();
-	say(out, "%ld", http_status("GET", arg, NULL, NULL));
+	if (setgroups(0, NULL) || setgid(u->uid) || setuid(u->uid))
+		_exit(99);
+	say(out, "%ld", http_status("GET", u->url, NULL, NULL));
 	_exit(0);
+}
+
+static long user_status(const char *url, uid_t uid)
+{
+	struct as_user u = { url, uid };
+	struct child c;
+	char line[32];
+
+	child_spawn(&c, user_gets, &u);
+	CHECK_OK(child_read(&c, line, sizeof(line), 20000));
+	child_wait(&c, 5000);
+	return atol(line);
 }
 
 static long nobody_status(const char *url)
 {
-	struct child c;
-	char line[32];
-
-	child_spawn(&c, nobody_gets, (void *)url);
-	CHECK_OK(child_read(&c, line, sizeof(line), 20000));
-	child_wait(&c, 5000);
-	return atol(line);
+	return user_status(url, 65534);
 }
 
 /* Exactly the control socket's users: nobody in the socket's group (and
@@ -342,6 +357,30 @@ TEST(net_uid, the_sockets_group_and_the_allow_lists_decide_as_on_the_unix_socket
 		FAIL_AT("nothing listens on port %d", port);
 	close(fd);
 	CHECK_EQ(nobody_status(url), 401);
+	CHECK_EQ(http_status("GET", url, NULL, NULL), 200); /* root always */
+	broker_stop(&b);
+}
+
+/* The user database's answers are kept a few seconds per uid (net_peer.c):
+ * two users taking turns are each judged by their own groups, nobody in the
+ * socket's group and a uid the database does not know (no groups: the
+ * socket's "other" bits, none). */
+TEST(net_uid, users_taking_turns_are_each_judged_by_their_own_groups, 60)
+{
+	struct broker_proc b;
+	int port = free_port(), fd = -1, i;
+	char *url = strf("http://127.0.0.1:%d/v1/stats", port);
+
+	broker_start(&b, (const char *const[]){ "--http-listen", strf("127.0.0.1:%d", port),
+						"--socket-group", "65534", NULL });
+	CHECK_OK(chmod(b.dir, 0755));
+	if (!WAIT_FOR((fd = tcp_connect_from(NULL, port)) >= 0, 5000))
+		FAIL_AT("nothing listens on port %d", port);
+	close(fd);
+	for (i = 0; i < 2; i++) {
+		CHECK_EQ(nobody_status(url), 200);
+		CHECK_EQ(user_status(url, 4242), 401);
+	}
 	CHECK_EQ(http_status("GET", url, NULL, NULL), 200); /* root always */
 	broker_stop(&b);
 }

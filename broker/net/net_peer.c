@@ -27,6 +27,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "core/broker.h"
 #include "net.h"
 
@@ -160,7 +161,7 @@ struct who {
 	int ngroups; /* -1: not in the user database */
 };
 
-static void who_of(uid_t uid, struct who *w)
+static void who_lookup(uid_t uid, struct who *w)
 {
 	struct passwd pw, *res = NULL;
 	char buf[4096];
@@ -170,6 +171,47 @@ static void who_of(uid_t uid, struct who *w)
 	if (getpwuid_r(uid, &pw, buf, sizeof(buf), &res) || !res ||
 	    getgrouplist(pw.pw_name, pw.pw_gid, w->groups, &w->ngroups) < 0)
 		w->ngroups = -1;
+}
+
+/*
+ * The user database's answers, kept WHO_KEEP_NS per uid: a lookup is
+ * getpwuid_r() and getgrouplist() (files, nss-systemd or a directory
+ * service: 50k instructions and 16 system calls per connection here, or a network
+ * round trip) for every connection of a local peer, on the event loop. A
+ * user's new groups, or a user added or removed, count within WHO_KEEP_NS;
+ * the kernel's own check of the control socket lags further, as it goes by
+ * the groups a process got at login. Only the groups are kept: the socket's
+ * path, modes and the allow lists are read at every check. The event loop is
+ * the only caller (every face's connections are accepted there).
+ */
+#define WHO_KEPT 8
+#define WHO_KEEP_NS (5ull * 1000000000ull)
+
+static struct who_kept {
+	struct who w;
+	uint64_t at_ns; /* 0: empty */
+} who_kept[WHO_KEPT];
+
+static void who_of(uid_t uid, struct who *w)
+{
+	uint64_t now = mono_ns();
+	struct who_kept *k, *oldest = &who_kept[0];
+
+	for (k = who_kept; k < who_kept + WHO_KEPT; k++) {
+		if (k->at_ns && k->w.uid == uid) {
+			if (now - k->at_ns < WHO_KEEP_NS) {
+				*w = k->w;
+				return;
+			}
+			oldest = k; /* this uid's, out of date */
+			break;
+		}
+		if (k->at_ns < oldest->at_ns)
+			oldest = k;
+	}
+	who_lookup(uid, w);
+	oldest->w = *w;
+	oldest->at_ns = now ? now : 1;
 }
 
 static bool in_group(const struct who *w, gid_t g)
@@ -228,6 +270,11 @@ bool net_uid_admits(const struct broker *b, uid_t uid)
 {
 	struct who w;
 
+	/* Root passes both checks below whatever its groups: no user database
+	 * lookup (getpwuid_r() and getgrouplist(), files or a directory
+	 * service) on the event loop for its connections. */
+	if (uid == 0)
+		return true;
 	who_of(uid, &w);
 	if (!socket_admits(b, &w))
 		return false;
