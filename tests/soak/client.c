@@ -32,6 +32,10 @@ struct cl {
 	uint32_t inc;
 	uint64_t rng;
 	local_session *s;
+	/* Key handles of this session, opened on first use: half the plain
+	 * acquires and releases go through them (the node a handle keeps
+	 * between holds, and its take-back, under kills and expiries). */
+	local_key *h[SOAK_KEYS];
 	uint32_t ttl_ms;
 	uint64_t renewed_ns;
 	uint64_t held[SOAK_KEYS]; /* our token per key; 0: not held */
@@ -90,6 +94,17 @@ static void forget_holds(struct cl *c)
 	}
 }
 
+/* The handle of @key for this session, or NULL (then by name): half the
+ * time, at random. */
+static local_key *maybe_handle(struct cl *c, unsigned key)
+{
+	if (rng_below(&c->rng, 2))
+		return NULL;
+	if (!c->h[key] && local_key_open(c->s, soak_key_name[key], &c->h[key]))
+		c->h[key] = NULL;
+	return c->h[key];
+}
+
 static bool open_session(struct cl *c)
 {
 	struct local_session_opts o;
@@ -136,6 +151,12 @@ static void close_session(struct cl *c)
 	for (k = 0; k < SOAK_KEYS; k++)
 		holding |= c->held[k] != 0;
 	forget_holds(c);
+	/* Handles first, as liblocal(3) asks (they give their nodes back). */
+	for (k = 0; k < SOAK_KEYS; k++) {
+		if (c->h[k])
+			local_key_close(c->h[k]);
+		c->h[k] = NULL;
+	}
 	op_begin(c, OP_CLOSE, SOAK_KEYS, -1);
 	rc = local_session_close(c->s);
 	op_end(c);
@@ -292,12 +313,13 @@ static void check_occupancy(struct cl *c, unsigned key, const char *when)
 
 static void release(struct cl *c, unsigned key)
 {
+	local_key *h = maybe_handle(c, key);
 	int rc;
 
 	atomic_store(&c->sh->occ[key][c->idx], 0);
 	occ_changed(c, key);
 	op_begin(c, OP_RELEASE, key, 0);
-	rc = local_release(c->s, soak_key_name[key]);
+	rc = h ? local_key_release(h) : local_release(c->s, soak_key_name[key]);
 	op_end(c);
 	c->held[key] = 0;
 	if (rc == -LOCAL_EEXPIRED && c->leased[key])
@@ -443,9 +465,15 @@ static bool acquire(struct cl *c, unsigned key, enum mode mode)
 		}
 		check_grant(c, key, before, tok, granted ? "enqueue" : "wait");
 	} else {
+		local_key *h = maybe_handle(c, key);
+
 		op_begin(c, limit ? sem_op[mode] : lock_op[mode], key, o.timeout_ms);
-		rc = limit ? local_sem_acquire(c->s, name, limit, &o, &tok)
-			   : local_lock(c->s, name, &o, &tok);
+		if (h)
+			rc = limit ? local_key_sem_acquire(h, limit, &o, &tok)
+				   : local_key_lock(h, &o, &tok);
+		else
+			rc = limit ? local_sem_acquire(c->s, name, limit, &o, &tok)
+				   : local_lock(c->s, name, &o, &tok);
 		op_end(c);
 		if (rc == -EBUSY && mode == TRY) {
 			outcome(c, OUT_BUSY);
