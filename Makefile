@@ -456,7 +456,7 @@ model: deps
 # builds too (event loop, doorbell and liburcu threads). Each process logs
 # to $(O)/tsan.PID; any such file fails the run. The other lease tests
 # restart brokers in a loop and outrun their deadlines under TSan.
-TSAN_SUITES := locks handoff unit watch leases/every_lease_of_a_storm_expires http cluster \
+TSAN_SUITES := locks handoff unit watch leases/every_lease_of_a_storm_expires http cluster handle \
 	consul/blocking_queries_woken_by_api_liblocal_and_cli
 # Three tests at once: under TSan a broker and its clients run 5 to 15
 # times slower, but they mostly wait (the pass used 95 CPU seconds in 409 s
