@@ -251,16 +251,21 @@ static void free_if_in_flight(local_key *h, struct seg_node *n)
 static __attribute__((noinline)) bool kept_adopt(local_key *h, uint32_t node)
 {
 	local_session *s = h->s;
-	uintptr_t o = 0;
+	uintptr_t me = thread_self(), o = atomic_load_explicit(&h->owner, memory_order_relaxed);
 
+	/* Another thread's handle: no locked instruction per release (many
+	 * threads may share a handle). */
+	if (o != me && (o || !atomic_compare_exchange_strong(&h->owner, &o, me)))
+		return false;
 	if (atomic_load_explicit(&h->kept, memory_order_relaxed) != IDX_NONE) {
-		if (!handle_mine(h) || !h->kept_busy)
+		if (!h->kept_busy)
 			return false;
 		/* Its node was the hold, and is no longer (another's release
 		 * freed it): forget it, keep this one. */
 		kept_drop(h);
 	}
-	if (!atomic_compare_exchange_strong(&h->owner, &o, thread_self()) && o != thread_self())
+	/* At the bound, a load, not two locked instructions per release. */
+	if (atomic_load_explicit(&s->nkept, memory_order_relaxed) >= LOCAL_KEPT_MAX)
 		return false;
 	if (atomic_fetch_add_explicit(&s->nkept, 1, memory_order_relaxed) >= LOCAL_KEPT_MAX) {
 		atomic_fetch_sub_explicit(&s->nkept, 1, memory_order_relaxed);
