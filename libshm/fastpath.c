@@ -252,6 +252,7 @@ static __attribute__((noinline)) bool kept_adopt(local_key *h, uint32_t node)
 {
 	local_session *s = h->s;
 	uintptr_t me = thread_self(), o = atomic_load_explicit(&h->owner, memory_order_relaxed);
+	uint64_t w;
 
 	/* Another thread's handle: no locked instruction per release (many
 	 * threads may share a handle). */
@@ -264,6 +265,13 @@ static __attribute__((noinline)) bool kept_adopt(local_key *h, uint32_t node)
 		 * freed it): forget it, keep this one. */
 		kept_drop(h);
 	}
+	/* A semaphore's slots claim a node at every acquire (slot_commit()
+	 * takes none back): kept, it would only hold a node and a place in
+	 * the bound. (Read without the mutex: a wrong answer keeps or frees a
+	 * node in flight, either of which is safe.) */
+	w = atomic_load_explicit(&s->seg->nodes[node].word, memory_order_relaxed);
+	if (NODE_KEY(w) >= s->seg->caps.max_keys || seg_key_nslots(&s->seg->keys[NODE_KEY(w)]) > 1)
+		return false;
 	/* At the bound, a load, not two locked instructions per release. */
 	if (atomic_load_explicit(&s->nkept, memory_order_relaxed) >= LOCAL_KEPT_MAX)
 		return false;

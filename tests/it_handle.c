@@ -772,3 +772,43 @@ TEST(handle, a_session_keeps_a_bounded_number_of_nodes, 20)
 	CHECK_EQ(atomic_load(&a->nkept), 0);
 	broker_stop(&b);
 }
+
+/*
+ * A semaphore of limit > 1 is taken through its slots, which claim a node
+ * at every acquire (slot_commit() has no handle): a handle cannot take such
+ * a node back, so it must not keep it either (it would hold one of the
+ * session's LOCAL_KEPT_MAX and a --max-holds node for nothing, and handles
+ * of locks that can use one would go without).
+ */
+TEST(handle, a_semaphore_handle_keeps_no_node_it_cannot_use, 20)
+{
+	struct broker_proc b;
+	local_session *a;
+	local_key *h[LOCAL_KEPT_MAX], *lk;
+	char key[32];
+	unsigned i, j;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "a", 0, 0);
+	for (i = 0; i < LOCAL_KEPT_MAX; i++) {
+		snprintf(key, sizeof(key), "semkeep/%u", i);
+		h[i] = key_open(a, key);
+		for (j = 0; j < 3; j++) {
+			CHECK_OK(local_key_sem_acquire(h[i], 3, &try_once, NULL));
+			CHECK_OK(local_key_release(h[i]));
+		}
+	}
+	CHECK_EQ(used_nodes(a), 0);
+	CHECK_EQ(atomic_load(&a->nkept), 0);
+	/* A lock's handle still keeps its node. */
+	lk = key_open(a, "semkeep/lock");
+	lock_twice(lk);
+	CHECK_EQ(used_nodes(a), 1);
+	CHECK_EQ(atomic_load(&a->nkept), 1);
+	CHECK_OK(local_key_close(lk));
+	for (i = 0; i < LOCAL_KEPT_MAX; i++)
+		CHECK_OK(local_key_close(h[i]));
+	CHECK_EQ(used_nodes(a), 0);
+	CHECK_EQ(segment_violations(a), 0);
+	broker_stop(&b);
+}
