@@ -812,3 +812,82 @@ TEST(handle, a_semaphore_handle_keeps_no_node_it_cannot_use, 20)
 	CHECK_EQ(segment_violations(a), 0);
 	broker_stop(&b);
 }
+
+struct mt_arg {
+	local_session *s, *other;
+	local_key *h;
+	int n, id;
+	_Atomic long bad, grants;
+};
+
+static void *mt_worker(void *p)
+{
+	struct mt_arg *a = p;
+	LOCAL_OPTS(local_key_info, info);
+	int i, r;
+
+	for (i = 0; i < a->n; i++) {
+		r = local_key_lock(a->h, &try_once, NULL);
+		if (r == -EBUSY)
+			continue;
+		if (r) {
+			fprintf(stderr, "lock %d\n", r);
+			atomic_fetch_add(&a->bad, 1);
+			continue;
+		}
+		atomic_fetch_add(&a->grants, 1);
+		if ((i + a->id) % 13 == 0)
+			(void)local_info(a->other, "mt/k", &info); /* adopts the hold */
+		if ((i + a->id) % 5 == 0)
+			r = local_release(a->s, "mt/k");
+		else
+			r = local_key_release(a->h);
+		if (r && r != -LOCAL_ENOTHELD) {
+			fprintf(stderr, "release %d\n", r);
+			atomic_fetch_add(&a->bad, 1);
+		}
+	}
+	return NULL;
+}
+
+TEST(handle, threads_sharing_handles_keep_the_counts, 60)
+{
+	struct broker_proc b;
+	local_session *s[2];
+	local_key *h[2];
+	struct mt_arg arg[6];
+	pthread_t th[6];
+	int i;
+
+	broker_start(&b, NULL);
+	for (i = 0; i < 2; i++) {
+		s[i] = open_session(&b, "mt", 0, 0);
+		h[i] = key_open(s[i], "mt/k");
+	}
+	for (i = 0; i < 6; i++) {
+		arg[i] = (struct mt_arg){
+			.s = s[i % 2], .other = s[1 - i % 2], .h = h[i % 2], .n = 20000, .id = i
+		};
+		CHECK(pthread_create(&th[i], NULL, mt_worker, &arg[i]) == 0);
+	}
+	for (i = 0; i < 6; i++) {
+		CHECK(pthread_join(th[i], NULL) == 0);
+		CHECK_EQ(atomic_load(&arg[i].bad), 0);
+		fprintf(stderr, "    thread %d: %ld grants\n", i, atomic_load(&arg[i].grants));
+	}
+	CHECK_EQ(segment_violations(s[0]), 0);
+	for (i = 0; i < 2; i++)
+		(void)local_release(s[i], "mt/k");
+	CHECK(atomic_load(&s[0]->nkept) <= 1);
+	CHECK(atomic_load(&s[1]->nkept) <= 1);
+	/* (A handle whose node another thread freed counts it until its owner's
+	 * next acquire finds that out.) */
+	CHECK(used_nodes(s[0]) <= atomic_load(&s[0]->nkept) + atomic_load(&s[1]->nkept));
+	for (i = 0; i < 2; i++)
+		CHECK_OK(local_key_close(h[i]));
+	CHECK_EQ(used_nodes(s[0]), 0);
+	CHECK_EQ(atomic_load(&s[0]->nkept), 0);
+	CHECK_EQ(atomic_load(&s[1]->nkept), 0);
+	CHECK_EQ(segment_violations(s[0]), 0);
+	broker_stop(&b);
+}
