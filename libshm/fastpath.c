@@ -204,9 +204,9 @@ static void free_in_flight(struct seg_node *n)
  *
  * What it costs: a kept node counts against --max-holds; and a session that
  * ends while its process lives (a TTL, an operator) keeps its slot until the
- * node is given back: by the handle's next use (which then reports
- * -LOCAL_ESESSION), local_key_close() or local_session_close(), or the
- * process's exit.
+ * node is given back: by its owner's next call on the handle (which then
+ * reports -LOCAL_ESESSION, whatever path found that: handle_answer()),
+ * local_key_close() or local_session_close(), or the process's exit.
  */
 
 /* This thread, as a number no other live thread shares: its thread
@@ -1036,6 +1036,38 @@ static inline __attribute__((always_inline)) int handle_acquired(local_key *h, u
 	return 0;
 }
 
+/*
+ * What a call by @h answers, @err: when it is that the session has ended,
+ * the node @h keeps is of no more use, and the session's slot stays closing
+ * while it is kept (the sweep waits for a node in flight): its owner gives
+ * it back now, whichever way the call found the session gone (a key held by
+ * another, a key on the mutex path, a release). Other threads leave it:
+ * only the owner changes what a handle keeps.
+ */
+static __attribute__((noinline)) int handle_answer(local_key *h, int err)
+{
+	if (err == -LOCAL_ESESSION && handle_mine(h))
+		fast_key_unpark(h);
+	return err;
+}
+
+/* The calls by name, for what the lock-free path left. */
+static __attribute__((noinline)) int handle_acquire_full(local_key *h, uint32_t kind,
+							 uint32_t limit,
+							 const struct local_acquire_opts *opts,
+							 uint64_t *token)
+{
+	return handle_answer(h, kind == LOCAL_KIND_LOCK
+					? api_lock_full(h->s, h->name, opts, token)
+					: api_sem_acquire_full(h->s, h->name, limit, opts, token));
+}
+
+static __attribute__((noinline)) int handle_release_full(local_key *h, bool tried)
+{
+	return handle_answer(h, tried ? api_release_tried(h->s, h->name)
+				      : api_release_full(h->s, h->name));
+}
+
 /* What a try by the cache leaves (FAST_AGAIN): the same with everything,
  * then the calls by name. */
 static __attribute__((noinline)) int handle_acquire_again(local_key *h, uint32_t kind,
@@ -1050,9 +1082,8 @@ static __attribute__((noinline)) int handle_acquire_again(local_key *h, uint32_t
 	if (!err)
 		return handle_acquired(h, key_idx, tok, token);
 	if (err != FAST_MISS)
-		return err;
-	return kind == LOCAL_KIND_LOCK ? api_lock_full(h->s, h->name, opts, token)
-				       : api_sem_acquire_full(h->s, h->name, limit, opts, token);
+		return handle_answer(h, err);
+	return handle_acquire_full(h, kind, limit, opts, token);
 }
 
 int fast_key_lock(local_key *h, const struct local_acquire_opts *opts, uint64_t *token)
@@ -1064,10 +1095,10 @@ int fast_key_lock(local_key *h, const struct local_acquire_opts *opts, uint64_t 
 	if (__builtin_expect(!err, 1))
 		return handle_acquired(h, key_idx, tok, token);
 	if (err < 0)
-		return err;
+		return handle_answer(h, err);
 	if (err == FAST_AGAIN)
 		return handle_acquire_again(h, LOCAL_KIND_LOCK, 1, opts, token);
-	return api_lock_full(h->s, h->name, opts, token);
+	return handle_acquire_full(h, LOCAL_KIND_LOCK, 1, opts, token);
 }
 
 int fast_key_sem_acquire(local_key *h, uint32_t limit, const struct local_acquire_opts *opts,
@@ -1080,10 +1111,10 @@ int fast_key_sem_acquire(local_key *h, uint32_t limit, const struct local_acquir
 	if (__builtin_expect(!err, 1))
 		return handle_acquired(h, key_idx, tok, token);
 	if (err < 0)
-		return err;
+		return handle_answer(h, err);
 	if (err == FAST_AGAIN)
 		return handle_acquire_again(h, LOCAL_KIND_SEMAPHORE, limit, opts, token);
-	return api_sem_acquire_full(h->s, h->name, limit, opts, token);
+	return handle_acquire_full(h, LOCAL_KIND_SEMAPHORE, limit, opts, token);
 }
 
 /* fast_key_release() when the cache cannot answer: by the bytes. */
@@ -1096,7 +1127,7 @@ static __attribute__((noinline)) int handle_release_again(local_key *h)
 
 	k = handle_probe(s->seg, h, &f, &idx);
 	if (!k || release_at(s->seg, k, f, idx, s->who, h) == FAST_MISS)
-		return api_release_tried(s, h->name);
+		return handle_release_full(h, true);
 	return 0;
 }
 
@@ -1112,11 +1143,11 @@ int fast_key_release(local_key *h)
 	if (!usable(s) || crash_fast_path_off() ||
 	    atomic_load_explicit(&s->npending, memory_order_relaxed) ||
 	    atomic_load_explicit(&s->nwaited, memory_order_relaxed))
-		return api_release_full(s, h->name);
+		return handle_release_full(h, false);
 	k = handle_cached(seg, h, &f, &b, &idx);
 	if (__builtin_expect(!k, 0))
 		return handle_release_again(h);
 	if (release_at(seg, k, f, idx, s->who, h) == FAST_MISS)
-		return api_release_tried(s, h->name);
+		return handle_release_full(h, true);
 	return 0;
 }

@@ -891,3 +891,42 @@ TEST(handle, threads_sharing_handles_keep_the_counts, 60)
 	CHECK_EQ(segment_violations(s[0]), 0);
 	broker_stop(&b);
 }
+
+/*
+ * After its session ended, any call by a handle that reports the session
+ * gone gives the handle's node back (the session's slot stays closing until
+ * it does): a lock while another session holds the key, a lock while the
+ * key is on the mutex path, a release.
+ */
+TEST(handle, every_session_error_gives_the_kept_node_back, 40)
+{
+	struct broker_proc b;
+	local_session *a, *o;
+	local_key *h;
+	int round;
+
+	broker_start(&b, NULL);
+	o = open_session(&b, "o", 0, 0);
+	for (round = 0; round < 3; round++) {
+		a = open_session(&b, "a", 0, 0);
+		h = key_open(a, "esess/k");
+		lock_twice(h);
+		CHECK_EQ(used_nodes(o), 1);
+		if (round == 0) /* held by another: no claim to make */
+			CHECK_OK(local_lock(o, "esess/k", &try_once, NULL));
+		CHECK_OK(local_session_destroy(o, local_session_id(a)));
+		if (round == 2)
+			CHECK_RC(local_key_release(h), -LOCAL_ESESSION);
+		else
+			CHECK_RC(local_key_lock(h, &try_once, NULL), -LOCAL_ESESSION);
+		CHECK(WAIT_SESSIONS(o, 1, 5000));
+		CHECK_EQ(atomic_load(&a->nkept), 0);
+		if (round == 0)
+			CHECK_OK(local_release(o, "esess/k"));
+		CHECK_EQ(used_nodes(o), 0);
+		CHECK_OK(local_key_close(h));
+		CHECK_RC(local_session_close(a), -LOCAL_ESESSION);
+	}
+	CHECK_EQ(segment_violations(o), 0);
+	broker_stop(&b);
+}
