@@ -930,3 +930,43 @@ TEST(handle, every_session_error_gives_the_kept_node_back, 40)
 	CHECK_EQ(segment_violations(o), 0);
 	broker_stop(&b);
 }
+
+/*
+ * A broker restart while a handle keeps a node: a live session keeps it (the
+ * next lock takes it back); an ended one whose sweep waits for it is still
+ * closing after the restart, and ends once the handle gives the node back.
+ */
+TEST(handle, a_kept_node_across_a_broker_restart, 40)
+{
+	struct broker_proc b;
+	local_session *a, *c, *o;
+	local_key *ha, *hc;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "a", 0, 0);
+	c = open_session(&b, "c", 0, 0);
+	o = open_session(&b, "o", 0, 0);
+	ha = key_open(a, "rs/a");
+	hc = key_open(c, "rs/c");
+	lock_twice(ha);
+	lock_twice(hc);
+	CHECK_OK(local_session_destroy(o, local_session_id(c)));
+	CHECK_EQ(live_sessions(o), 3);
+	broker_signal_wait(&b, SIGKILL);
+	broker_restart(&b);
+	CHECK(WAIT_SESSIONS(o, 3, 5000));
+	CHECK_EQ(used_nodes(o), 2);
+	/* a's node, taken back after the restart. */
+	CHECK_OK(local_key_lock(ha, &try_once, NULL));
+	CHECK_EQ(used_nodes(o), 2);
+	CHECK_OK(local_key_release(ha));
+	/* c's: given back at its handle's next call, then the slot is freed. */
+	CHECK_RC(local_key_lock(hc, &try_once, NULL), -LOCAL_ESESSION);
+	CHECK(WAIT_SESSIONS(o, 2, 5000));
+	CHECK_EQ(used_nodes(o), 1);
+	CHECK_EQ(segment_violations(o), 0);
+	CHECK_OK(local_key_close(ha));
+	CHECK_OK(local_key_close(hc));
+	CHECK_EQ(used_nodes(o), 0);
+	broker_stop(&b);
+}
