@@ -970,3 +970,46 @@ TEST(handle, a_kept_node_across_a_broker_restart, 40)
 	CHECK_EQ(used_nodes(o), 0);
 	broker_stop(&b);
 }
+
+/*
+ * A hold taken back from the kept node and then ended by the broker (an
+ * operator's force-release; a lease set by a renew running out): the
+ * node goes with the hold, the handle finds that at its next lock and
+ * claims another, and the counts stay exact. (A lease is set under the
+ * mutex only, on a listed hold: never on a node a handle keeps.)
+ */
+TEST(handle, a_kept_node_ended_as_a_hold, 30)
+{
+	struct broker_proc b;
+	local_session *a, *o;
+	local_key *h;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "a", 0, 0);
+	o = open_session(&b, "o", 0, 0);
+	h = key_open(a, "ended-hold/k");
+	lock_twice(h);
+	/* Taken back, then force-released. */
+	CHECK_OK(local_key_lock(h, &try_once, NULL));
+	CHECK_OK(local_force_release(o, "ended-hold/k", NULL));
+	CHECK_EQ(used_nodes(o), 0);
+	CHECK_RC(local_key_release(h), -LOCAL_ENOTHELD);
+	CHECK_EQ(atomic_load(&a->nkept), 1); /* found out at the next lock */
+	lock_twice(h);
+	CHECK_EQ(used_nodes(o), 1);
+	CHECK_EQ(atomic_load(&a->nkept), 1);
+	/* Taken back, then a lease by a renew (under the mutex: a listed
+	 * hold), which runs out. */
+	CHECK_OK(local_key_lock(h, &try_once, NULL));
+	CHECK_OK(local_renew(a, "ended-hold/k", 50, NULL));
+	CHECK(WAIT_FOR(used_nodes(o) == 0, 5000));
+	CHECK_RC(local_key_release(h), -LOCAL_EEXPIRED);
+	lock_twice(h);
+	CHECK_EQ(used_nodes(o), 1);
+	CHECK_EQ(atomic_load(&a->nkept), 1);
+	CHECK_EQ(segment_violations(o), 0);
+	CHECK_OK(local_key_close(h));
+	CHECK_EQ(used_nodes(o), 0);
+	CHECK_EQ(atomic_load(&a->nkept), 0);
+	broker_stop(&b);
+}
