@@ -128,11 +128,34 @@ static inline __attribute__((always_inline)) uint64_t ours(const struct segment 
 		return 0;
 	n = &seg->nodes[h - 1];
 	w = atomic_load_explicit(&n->word, memory_order_acquire);
+	/* (@f may be stale, and the node claimed again meanwhile by a thread of
+	 * our session, writing the same gen: a relaxed read.) */
 	if ((w != NODE_PACK(NODE_FAST_CLAIMED, who.slot, key) &&
 	     w != NODE_PACK(NODE_HOLDING, who.slot, key)) ||
-	    n->session_gen != who.gen)
+	    __atomic_load_n(&n->session_gen, __ATOMIC_RELAXED) != who.gen)
 		return 0;
 	return w;
+}
+
+/*
+ * The token of our hold that slot @slot names in its word @f (ours() said
+ * so), for a re-acquire; 0 when the slot no longer shows @f. The node's
+ * word alone does not say the token is still that hold's: once the hold is
+ * released, a thread of our session may take the node back (a key
+ * handle's, whose word stays ours: take_kept()) or claim it again for the
+ * key, and write the token of a grant it is about to commit, which another
+ * session gets instead when that commit loses. The slot unchanged after the
+ * read (seq moves at every change) means no release came between: the
+ * tokens are stored with release after the release they follow was read,
+ * so a token read (acquire) from a later grant is followed by a read of the
+ * slot that sees that release, or later.
+ */
+static inline __attribute__((always_inline)) uint64_t
+held_token(const struct segment *seg, const _Atomic uint64_t *slot, uint64_t f)
+{
+	uint64_t tok = __atomic_load_n(&seg->nodes[FAST_HOLDER(f) - 1].token, __ATOMIC_ACQUIRE);
+
+	return atomic_load_explicit(slot, memory_order_relaxed) == f ? tok : 0;
 }
 
 /*
@@ -380,7 +403,7 @@ claim_in_flight(struct segment *seg, uint32_t idx, uint64_t tok, struct owner wh
 			 * word and session_gen): only the token is new. */
 			n = &seg->nodes[*node];
 			CRASH_POINT(FAST_ACQ_TAKEN);
-			n->token = tok;
+			__atomic_store_n(&n->token, tok, __ATOMIC_RELEASE); /* held_token() */
 			goto check;
 		}
 	}
@@ -397,8 +420,8 @@ claim_in_flight(struct segment *seg, uint32_t idx, uint64_t tok, struct owner wh
 		n = &seg->nodes[*node];
 	}
 	CRASH_POINT(FAST_ACQ_CLAIMED);
-	n->session_gen = who.gen;
-	n->token = tok;
+	__atomic_store_n(&n->session_gen, who.gen, __ATOMIC_RELAXED); /* ours() */
+	__atomic_store_n(&n->token, tok, __ATOMIC_RELEASE);	      /* held_token() */
 	n->lease_until_ns = 0;
 	n->lease_ms = 0;
 	n->hold = n->prev = n->next = IDX_NONE;
@@ -616,8 +639,8 @@ slots_acquire_k(struct segment *seg, struct seg_key *k, uint64_t f0, uint32_t id
 			if (i == IDX_NONE)
 				i = j;
 		} else if (ours(seg, f[j], idx, who)) {
-			*token = seg->nodes[FAST_HOLDER(f[j]) - 1].token;
-			return 0;
+			*token = held_token(seg, seg_key_slot(k, j), f[j]);
+			return *token ? 0 : FAST_MISS;
 		}
 	}
 	/* Every slot held: with limit == K the key is full (the list is empty
@@ -675,9 +698,9 @@ acquire_at(struct segment *seg, struct seg_key *k, uint64_t f, const uint64_t *b
 		if (!session_is(seg, who))
 			return -LOCAL_ESESSION;
 		w = ours(seg, f, idx, who);
-		if (w) { /* re-acquire: keep the token */
-			*token = seg->nodes[FAST_HOLDER(f) - 1].token;
-			return 0;
+		if (w) { /* re-acquire: keep the token (0: the mutex path's) */
+			*token = held_token(seg, &k->fast, f);
+			return *token ? 0 : FAST_MISS;
 		}
 		/* Held, no queue: a try on a full key fails here; anything
 		 * else (a wait; a semaphore with room) is the mutex path's. */

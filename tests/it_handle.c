@@ -1013,3 +1013,133 @@ TEST(handle, a_kept_node_ended_as_a_hold, 30)
 	CHECK_EQ(atomic_load(&a->nkept), 0);
 	broker_stop(&b);
 }
+
+/*
+ * Fencing tokens with two threads of one session on one key: a re-acquire
+ * answers the token of the hold it found, never that of another grant. The
+ * handle's owner takes its node back with no claim, so the node's word stays
+ * the session's across a release and the next take: a re-acquire that read
+ * the fast word before the release must not believe the node's token still
+ * that hold's (it may be the token the owner is about to commit, which
+ * another session gets instead when the owner's commit loses).
+ */
+#define TOKS_MAX 400000
+struct tok_arg {
+	local_session *s;
+	local_key *h;
+	const char *key;
+	bool by_name, stop_on_n;
+	long n;
+	uint64_t *toks;
+	_Atomic long ntoks, bad;
+	_Atomic int *stop;
+};
+
+static void *tok_worker(void *p)
+{
+	struct tok_arg *a = p;
+	uint64_t t;
+	long i, j;
+	int r;
+
+	for (i = 0; i < a->n && !atomic_load(a->stop); i++) {
+		t = 0;
+		r = a->by_name ? local_lock(a->s, a->key, &try_once, &t)
+			       : local_key_lock(a->h, &try_once, &t);
+		if (r == -EBUSY)
+			continue;
+		if (r) {
+			atomic_fetch_add(&a->bad, 1);
+			continue;
+		}
+		j = atomic_fetch_add(&a->ntoks, 1);
+		if (j < TOKS_MAX)
+			a->toks[j] = t;
+		r = a->by_name ? local_release(a->s, a->key) : local_key_release(a->h);
+		if (r && r != -LOCAL_ENOTHELD)
+			atomic_fetch_add(&a->bad, 1);
+	}
+	return NULL;
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+
+	return (a > b) - (a < b);
+}
+
+TEST(handle, a_re_acquire_never_answers_another_grant_s_token, 60)
+{
+	struct broker_proc b;
+	local_session *a, *o;
+	local_key *h;
+	struct tok_arg arg[3];
+	pthread_t th[3];
+	_Atomic int stop = 0;
+	long na, no, i, j, shared = 0;
+	uint64_t *ta, *to;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "a", 0, 0);
+	o = open_session(&b, "o", 0, 0);
+	h = key_open(a, "tok/k");
+	lock_twice(h);
+	ta = calloc(2 * TOKS_MAX, sizeof(*ta));
+	to = calloc(TOKS_MAX, sizeof(*to));
+	CHECK(ta && to);
+	/* Session a: two threads on one handle (the first keeps the node);
+	 * session o: by name. */
+	for (i = 0; i < 3; i++) {
+		arg[i] = (struct tok_arg){ .s = i < 2 ? a : o,
+					   .h = h,
+					   .key = "tok/k",
+					   .by_name = i == 2,
+					   .n = 2000000,
+					   .toks = i == 0   ? ta
+						   : i == 1 ? ta + TOKS_MAX
+							    : to,
+					   .stop = &stop };
+		CHECK(pthread_create(&th[i], NULL, tok_worker, &arg[i]) == 0);
+	}
+	CHECK(WAIT_FOR(atomic_load(&arg[2].ntoks) >= TOKS_MAX ||
+			       atomic_load(&arg[0].ntoks) >= TOKS_MAX,
+		       10000) ||
+	      1);
+	atomic_store(&stop, 1);
+	for (i = 0; i < 3; i++) {
+		CHECK(pthread_join(th[i], NULL) == 0);
+		CHECK_EQ(atomic_load(&arg[i].bad), 0);
+	}
+	/* Every token session a was told, against every grant of o. */
+	na = 0;
+	for (i = 0; i < 2; i++) {
+		long n = atomic_load(&arg[i].ntoks);
+
+		n = n < TOKS_MAX ? n : TOKS_MAX;
+		for (j = 0; j < n; j++)
+			ta[na++] = arg[i].toks[j];
+	}
+	no = atomic_load(&arg[2].ntoks);
+	no = no < TOKS_MAX ? no : TOKS_MAX;
+	qsort(ta, (size_t)na, sizeof(*ta), cmp_u64);
+	qsort(to, (size_t)no, sizeof(*to), cmp_u64);
+	for (i = 0, j = 0; i < na && j < no;) {
+		if (ta[i] == to[j]) {
+			shared++;
+			i++;
+		} else if (ta[i] < to[j]) {
+			i++;
+		} else {
+			j++;
+		}
+	}
+	fprintf(stderr, "    %ld answers to a, %ld grants to o, %ld tokens in both\n", na, no,
+		shared);
+	CHECK_EQ(shared, 0);
+	free(ta);
+	free(to);
+	CHECK_OK(local_key_close(h));
+	CHECK_EQ(segment_violations(o), 0);
+	broker_stop(&b);
+}
