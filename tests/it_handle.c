@@ -51,6 +51,22 @@ static void lock_twice(local_key *h)
 	}
 }
 
+/* A broker, sessions "a" and "o", and a handle of a's on @key that keeps its
+ * node (the one node in use). */
+static local_key *kept_setup(struct broker_proc *b, local_session **a, local_session **o,
+			     const char *key)
+{
+	local_key *h;
+
+	broker_start(b, NULL);
+	*a = open_session(b, "a", 0, 0);
+	*o = open_session(b, "o", 0, 0);
+	h = key_open(*a, key);
+	lock_twice(h);
+	CHECK_EQ(used_nodes(*o), 1);
+	return h;
+}
+
 /* Lock, try, re-acquire, release and their errors: as by name, token for token. */
 TEST(handle, lock_and_release_answer_as_by_name, 20)
 {
@@ -688,12 +704,7 @@ TEST(handle, closing_the_session_gives_the_kept_node_back, 20)
 	local_session *a, *o;
 	local_key *h;
 
-	broker_start(&b, NULL);
-	a = open_session(&b, "a", 0, 0);
-	o = open_session(&b, "o", 0, 0);
-	h = key_open(a, "close/kept");
-	lock_twice(h);
-	CHECK_EQ(used_nodes(o), 1);
+	h = kept_setup(&b, &a, &o, "close/kept");
 	CHECK_OK(local_session_close(a));
 	WAIT_SESSIONS(o, 1, 5000);
 	CHECK_EQ(used_nodes(o), 0);
@@ -984,11 +995,7 @@ TEST(handle, a_kept_node_ended_as_a_hold, 30)
 	local_session *a, *o;
 	local_key *h;
 
-	broker_start(&b, NULL);
-	a = open_session(&b, "a", 0, 0);
-	o = open_session(&b, "o", 0, 0);
-	h = key_open(a, "ended-hold/k");
-	lock_twice(h);
+	h = kept_setup(&b, &a, &o, "ended-hold/k");
 	/* Taken back, then force-released. */
 	CHECK_OK(local_key_lock(h, &try_once, NULL));
 	CHECK_OK(local_force_release(o, "ended-hold/k", NULL));
@@ -1141,5 +1148,37 @@ TEST(handle, a_re_acquire_never_answers_another_grant_s_token, 60)
 	free(to);
 	CHECK_OK(local_key_close(h));
 	CHECK_EQ(segment_violations(o), 0);
+	broker_stop(&b);
+}
+
+/*
+ * A kept node is an operation in flight: while its process lives, only that
+ * process frees it, even when its key has been quarantined meanwhile (the
+ * sweep of its ended session cannot lock the key, and must not free the node
+ * under a process that may take it back at any moment: the session stays
+ * closing until the handle gives it back, as for any other key).
+ */
+TEST(handle, a_kept_node_of_a_quarantined_key_stays_its_process_s, 30)
+{
+	LOCAL_OPTS(local_key_info, info);
+	struct broker_proc b;
+	local_session *a, *o;
+	struct seg_key *k;
+	local_key *h;
+
+	h = kept_setup(&b, &a, &o, "quar/k");
+	/* Damage the entry (a lock of limit 0): the next mutex holder
+	 * quarantines it. */
+	CHECK_OK(keytab_find(o->seg, "quar/k", strlen("quar/k"), false, &k));
+	k->limit = 0;
+	key_unlock(k);
+	CHECK_RC(local_info(o, "quar/k", &info), -LOCAL_ECORRUPT);
+	CHECK_OK(local_session_destroy(o, local_session_id(a)));
+	CHECK_EQ(used_nodes(o), 1);
+	CHECK_EQ(live_sessions(o), 2);
+	CHECK_OK(local_key_close(h));
+	CHECK(WAIT_SESSIONS(o, 1, 5000));
+	CHECK_EQ(used_nodes(o), 0);
+	CHECK_RC(local_session_close(a), -LOCAL_ESESSION);
 	broker_stop(&b);
 }

@@ -401,7 +401,16 @@ static int sweep(struct broker *b, uint32_t slot, uint32_t gen, bool lost, const
 			continue;
 		}
 		if (r) {
-			/* A node pointing at no usable key: just free it. */
+			/* A node pointing at no usable key (quarantined): just
+			 * free it; but one in flight (unnamed, lock-free: a key
+			 * handle keeps one between holds) is its process's to
+			 * free while that process lives, as in
+			 * sweep_node_locked(), and as a reset leaves it. */
+			if (NODE_STATE(w) == NODE_FAST_CLAIMED && k &&
+			    !seg_node_is_hold(seg, i, w) && creator_alive(b, slot)) {
+				busy++;
+				continue;
+			}
 			atomic_compare_exchange_strong(&seg->nodes[i].word, &w, 0);
 			continue;
 		}
