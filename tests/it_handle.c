@@ -1182,3 +1182,50 @@ TEST(handle, a_kept_node_of_a_quarantined_key_stays_its_process_s, 30)
 	CHECK_RC(local_session_close(a), -LOCAL_ESESSION);
 	broker_stop(&b);
 }
+
+/*
+ * A session without a process check outlives its process, which may exit
+ * without closing it or its handles: the node a handle kept is then nobody's
+ * (no other process can use the session), and is freed once the broker sees
+ * the process gone, as liblocal(3) says ("or the process's exit"), not left
+ * in use for as long as the session lasts. The session and its hold stay.
+ */
+TEST(handle, a_kept_node_goes_with_its_process_when_the_session_stays, 30)
+{
+	struct broker_proc b;
+	local_session *o;
+	int status, i;
+	pid_t pid;
+
+	broker_start(&b, NULL);
+	o = open_session(&b, "o", 0, 0);
+	pid = fork();
+	if (pid == 0) {
+		struct local_session_opts so;
+		local_session *s = NULL;
+		local_key *h = NULL;
+
+		local_session_opts_init(&so);
+		so.socket_path = b.sock;
+		so.name = "nocheck";
+		so.flags = LOCAL_SESSION_NO_PROCESS_CHECK;
+		if (local_session_open(&so, &s) || local_key_open(s, "noproc/k", &h))
+			_exit(1);
+		for (i = 0; i < 2; i++)
+			if (local_key_lock(h, &try_once, NULL) || local_key_release(h))
+				_exit(2);
+		if (local_lock(s, "noproc/held", &try_once, NULL))
+			_exit(3);
+		_exit(0); /* nothing closed: the session outlives this process */
+	}
+	CHECK(pid > 0);
+	CHECK_EQ(waitpid(pid, &status, 0), pid);
+	CHECK(WIFEXITED(status));
+	CHECK_EQ(WEXITSTATUS(status), 0);
+	CHECK_EQ(live_sessions(o), 2);
+	CHECK(WAIT_FOR(used_nodes(o) == 1, 5000)); /* the hold only */
+	CHECK_EQ(info_of(o, "noproc/held").holders, 1);
+	CHECK_EQ(live_sessions(o), 2);
+	CHECK_EQ(segment_violations(o), 0);
+	broker_stop(&b);
+}
