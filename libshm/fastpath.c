@@ -128,11 +128,34 @@ static inline __attribute__((always_inline)) uint64_t ours(const struct segment 
 		return 0;
 	n = &seg->nodes[h - 1];
 	w = atomic_load_explicit(&n->word, memory_order_acquire);
+	/* (@f may be stale, and the node claimed again meanwhile by a thread of
+	 * our session, writing the same gen: a relaxed read.) */
 	if ((w != NODE_PACK(NODE_FAST_CLAIMED, who.slot, key) &&
 	     w != NODE_PACK(NODE_HOLDING, who.slot, key)) ||
-	    n->session_gen != who.gen)
+	    __atomic_load_n(&n->session_gen, __ATOMIC_RELAXED) != who.gen)
 		return 0;
 	return w;
+}
+
+/*
+ * The token of our hold that slot @slot names in its word @f (ours() said
+ * so), for a re-acquire; 0 when the slot no longer shows @f. The node's
+ * word alone does not say the token is still that hold's: once the hold is
+ * released, a thread of our session may take the node back (a key
+ * handle's, whose word stays ours: take_kept()) or claim it again for the
+ * key, and write the token of a grant it is about to commit, which another
+ * session gets instead when that commit loses. The slot unchanged after the
+ * read (seq moves at every change) means no release came between: the
+ * tokens are stored with release after the release they follow was read,
+ * so a token read (acquire) from a later grant is followed by a read of the
+ * slot that sees that release, or later.
+ */
+static inline __attribute__((always_inline)) uint64_t
+held_token(const struct segment *seg, const _Atomic uint64_t *slot, uint64_t f)
+{
+	uint64_t tok = __atomic_load_n(&seg->nodes[FAST_HOLDER(f) - 1].token, __ATOMIC_ACQUIRE);
+
+	return atomic_load_explicit(slot, memory_order_relaxed) == f ? tok : 0;
 }
 
 /*
@@ -204,9 +227,9 @@ static void free_in_flight(struct seg_node *n)
  *
  * What it costs: a kept node counts against --max-holds; and a session that
  * ends while its process lives (a TTL, an operator) keeps its slot until the
- * node is given back: by the handle's next use (which then reports
- * -LOCAL_ESESSION), local_key_close() or local_session_close(), or the
- * process's exit.
+ * node is given back: by its owner's next call on the handle (which then
+ * reports -LOCAL_ESESSION, whatever path found that: handle_answer()),
+ * local_key_close() or local_session_close(), or the process's exit.
  */
 
 /* This thread, as a number no other live thread shares: its thread
@@ -252,6 +275,7 @@ static __attribute__((noinline)) bool kept_adopt(local_key *h, uint32_t node)
 {
 	local_session *s = h->s;
 	uintptr_t me = thread_self(), o = atomic_load_explicit(&h->owner, memory_order_relaxed);
+	uint64_t w;
 
 	/* Another thread's handle: no locked instruction per release (many
 	 * threads may share a handle). */
@@ -264,6 +288,13 @@ static __attribute__((noinline)) bool kept_adopt(local_key *h, uint32_t node)
 		 * freed it): forget it, keep this one. */
 		kept_drop(h);
 	}
+	/* A semaphore's slots claim a node at every acquire (slot_commit()
+	 * takes none back): kept, it would only hold a node and a place in
+	 * the bound. (Read without the mutex: a wrong answer keeps or frees a
+	 * node in flight, either of which is safe.) */
+	w = atomic_load_explicit(&s->seg->nodes[node].word, memory_order_relaxed);
+	if (NODE_KEY(w) >= s->seg->caps.max_keys || seg_key_nslots(&s->seg->keys[NODE_KEY(w)]) > 1)
+		return false;
 	/* At the bound, a load, not two locked instructions per release. */
 	if (atomic_load_explicit(&s->nkept, memory_order_relaxed) >= LOCAL_KEPT_MAX)
 		return false;
@@ -372,7 +403,7 @@ claim_in_flight(struct segment *seg, uint32_t idx, uint64_t tok, struct owner wh
 			 * word and session_gen): only the token is new. */
 			n = &seg->nodes[*node];
 			CRASH_POINT(FAST_ACQ_TAKEN);
-			n->token = tok;
+			__atomic_store_n(&n->token, tok, __ATOMIC_RELEASE); /* held_token() */
 			goto check;
 		}
 	}
@@ -389,8 +420,8 @@ claim_in_flight(struct segment *seg, uint32_t idx, uint64_t tok, struct owner wh
 		n = &seg->nodes[*node];
 	}
 	CRASH_POINT(FAST_ACQ_CLAIMED);
-	n->session_gen = who.gen;
-	n->token = tok;
+	__atomic_store_n(&n->session_gen, who.gen, __ATOMIC_RELAXED); /* ours() */
+	__atomic_store_n(&n->token, tok, __ATOMIC_RELEASE);	      /* held_token() */
 	n->lease_until_ns = 0;
 	n->lease_ms = 0;
 	n->hold = n->prev = n->next = IDX_NONE;
@@ -608,8 +639,8 @@ slots_acquire_k(struct segment *seg, struct seg_key *k, uint64_t f0, uint32_t id
 			if (i == IDX_NONE)
 				i = j;
 		} else if (ours(seg, f[j], idx, who)) {
-			*token = seg->nodes[FAST_HOLDER(f[j]) - 1].token;
-			return 0;
+			*token = held_token(seg, seg_key_slot(k, j), f[j]);
+			return *token ? 0 : FAST_MISS;
 		}
 	}
 	/* Every slot held: with limit == K the key is full (the list is empty
@@ -667,9 +698,9 @@ acquire_at(struct segment *seg, struct seg_key *k, uint64_t f, const uint64_t *b
 		if (!session_is(seg, who))
 			return -LOCAL_ESESSION;
 		w = ours(seg, f, idx, who);
-		if (w) { /* re-acquire: keep the token */
-			*token = seg->nodes[FAST_HOLDER(f) - 1].token;
-			return 0;
+		if (w) { /* re-acquire: keep the token (0: the mutex path's) */
+			*token = held_token(seg, &k->fast, f);
+			return *token ? 0 : FAST_MISS;
 		}
 		/* Held, no queue: a try on a full key fails here; anything
 		 * else (a wait; a semaphore with room) is the mutex path's. */
@@ -1028,6 +1059,38 @@ static inline __attribute__((always_inline)) int handle_acquired(local_key *h, u
 	return 0;
 }
 
+/*
+ * What a call by @h answers, @err: when it is that the session has ended,
+ * the node @h keeps is of no more use, and the session's slot stays closing
+ * while it is kept (the sweep waits for a node in flight): its owner gives
+ * it back now, whichever way the call found the session gone (a key held by
+ * another, a key on the mutex path, a release). Other threads leave it:
+ * only the owner changes what a handle keeps.
+ */
+static __attribute__((noinline)) int handle_answer(local_key *h, int err)
+{
+	if (err == -LOCAL_ESESSION && handle_mine(h))
+		fast_key_unpark(h);
+	return err;
+}
+
+/* The calls by name, for what the lock-free path left. */
+static __attribute__((noinline)) int handle_acquire_full(local_key *h, uint32_t kind,
+							 uint32_t limit,
+							 const struct local_acquire_opts *opts,
+							 uint64_t *token)
+{
+	return handle_answer(h, kind == LOCAL_KIND_LOCK
+					? api_lock_full(h->s, h->name, opts, token)
+					: api_sem_acquire_full(h->s, h->name, limit, opts, token));
+}
+
+static __attribute__((noinline)) int handle_release_full(local_key *h, bool tried)
+{
+	return handle_answer(h, tried ? api_release_tried(h->s, h->name)
+				      : api_release_full(h->s, h->name));
+}
+
 /* What a try by the cache leaves (FAST_AGAIN): the same with everything,
  * then the calls by name. */
 static __attribute__((noinline)) int handle_acquire_again(local_key *h, uint32_t kind,
@@ -1042,9 +1105,8 @@ static __attribute__((noinline)) int handle_acquire_again(local_key *h, uint32_t
 	if (!err)
 		return handle_acquired(h, key_idx, tok, token);
 	if (err != FAST_MISS)
-		return err;
-	return kind == LOCAL_KIND_LOCK ? api_lock_full(h->s, h->name, opts, token)
-				       : api_sem_acquire_full(h->s, h->name, limit, opts, token);
+		return handle_answer(h, err);
+	return handle_acquire_full(h, kind, limit, opts, token);
 }
 
 int fast_key_lock(local_key *h, const struct local_acquire_opts *opts, uint64_t *token)
@@ -1056,10 +1118,10 @@ int fast_key_lock(local_key *h, const struct local_acquire_opts *opts, uint64_t 
 	if (__builtin_expect(!err, 1))
 		return handle_acquired(h, key_idx, tok, token);
 	if (err < 0)
-		return err;
+		return handle_answer(h, err);
 	if (err == FAST_AGAIN)
 		return handle_acquire_again(h, LOCAL_KIND_LOCK, 1, opts, token);
-	return api_lock_full(h->s, h->name, opts, token);
+	return handle_acquire_full(h, LOCAL_KIND_LOCK, 1, opts, token);
 }
 
 int fast_key_sem_acquire(local_key *h, uint32_t limit, const struct local_acquire_opts *opts,
@@ -1072,10 +1134,10 @@ int fast_key_sem_acquire(local_key *h, uint32_t limit, const struct local_acquir
 	if (__builtin_expect(!err, 1))
 		return handle_acquired(h, key_idx, tok, token);
 	if (err < 0)
-		return err;
+		return handle_answer(h, err);
 	if (err == FAST_AGAIN)
 		return handle_acquire_again(h, LOCAL_KIND_SEMAPHORE, limit, opts, token);
-	return api_sem_acquire_full(h->s, h->name, limit, opts, token);
+	return handle_acquire_full(h, LOCAL_KIND_SEMAPHORE, limit, opts, token);
 }
 
 /* fast_key_release() when the cache cannot answer: by the bytes. */
@@ -1088,7 +1150,7 @@ static __attribute__((noinline)) int handle_release_again(local_key *h)
 
 	k = handle_probe(s->seg, h, &f, &idx);
 	if (!k || release_at(s->seg, k, f, idx, s->who, h) == FAST_MISS)
-		return api_release_tried(s, h->name);
+		return handle_release_full(h, true);
 	return 0;
 }
 
@@ -1104,11 +1166,11 @@ int fast_key_release(local_key *h)
 	if (!usable(s) || crash_fast_path_off() ||
 	    atomic_load_explicit(&s->npending, memory_order_relaxed) ||
 	    atomic_load_explicit(&s->nwaited, memory_order_relaxed))
-		return api_release_full(s, h->name);
+		return handle_release_full(h, false);
 	k = handle_cached(seg, h, &f, &b, &idx);
 	if (__builtin_expect(!k, 0))
 		return handle_release_again(h);
 	if (release_at(seg, k, f, idx, s->who, h) == FAST_MISS)
-		return api_release_tried(s, h->name);
+		return handle_release_full(h, true);
 	return 0;
 }

@@ -161,8 +161,10 @@ static int grant_uncontended_locked(struct segment *seg, struct seg_key *k,
 		node_set(&node->word, 0);
 		return -LOCAL_ESESSION;
 	}
-	node->session_gen = req->who.gen;
-	node->token = key_next_token_locked(seg, k);
+	/* Read without the mutex by a thread of the session whose fast word is
+	 * stale (fastpath.c: ours(), held_token()): atomic stores. */
+	__atomic_store_n(&node->session_gen, req->who.gen, __ATOMIC_RELAXED);
+	__atomic_store_n(&node->token, key_next_token_locked(seg, k), __ATOMIC_RELEASE);
 	node->lease_until_ns = lease_deadline(req->lease_ms);
 	node->lease_ms = req->lease_ms;
 	node->hold = IDX_NONE;
@@ -300,8 +302,9 @@ static void grant_waiter_locked(struct segment *seg, struct seg_key *k, uint32_t
 	wn->hold = h;
 	wn->token = token;
 	CRASH_POINT(HANDOFF_HOLD_SET);
-	hn->token = token;
-	hn->session_gen = wn->session_gen;
+	__atomic_store_n(&hn->token, token,
+			 __ATOMIC_RELEASE); /* as in grant_uncontended_locked() */
+	__atomic_store_n(&hn->session_gen, wn->session_gen, __ATOMIC_RELAXED);
 	hn->lease_until_ns = lease_deadline(wn->lease_ms);
 	hn->lease_ms = wn->lease_ms;
 	node_set(&hn->word, NODE_PACK(NODE_HOLDING, NODE_SESSION(ww), key));

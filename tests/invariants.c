@@ -60,6 +60,18 @@ static int check_key(struct segment *seg, uint32_t ki)
 		case NODE_WATCHING:
 			watching++;
 			break;
+		case NODE_FAST_CLAIMED:
+			/* Under the mutex (key_lock() adopted the named ones), an
+			 * operation in flight, or a key handle's kept node: only
+			 * while its session's process may still free it. */
+			ss = seg_session_at(seg, NODE_SESSION(w));
+			if (!ss || (atomic_load(&ss->state_gen) !=
+					    SESS_PACK(SESS_ACTIVE, seg->nodes[i].session_gen) &&
+				    atomic_load(&ss->state_gen) !=
+					    SESS_PACK(SESS_CLOSING, seg->nodes[i].session_gen)))
+				VIOLATION("key %s: node %u in flight for a session that has ended",
+					  k->key, i);
+			continue;
 		default:
 			VIOLATION("key %s: node %u in state %u under the key mutex", k->key, i,
 				  NODE_STATE(w));

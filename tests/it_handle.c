@@ -51,6 +51,22 @@ static void lock_twice(local_key *h)
 	}
 }
 
+/* A broker, sessions "a" and "o", and a handle of a's on @key that keeps its
+ * node (the one node in use). */
+static local_key *kept_setup(struct broker_proc *b, local_session **a, local_session **o,
+			     const char *key)
+{
+	local_key *h;
+
+	broker_start(b, NULL);
+	*a = open_session(b, "a", 0, 0);
+	*o = open_session(b, "o", 0, 0);
+	h = key_open(*a, key);
+	lock_twice(h);
+	CHECK_EQ(used_nodes(*o), 1);
+	return h;
+}
+
 /* Lock, try, re-acquire, release and their errors: as by name, token for token. */
 TEST(handle, lock_and_release_answer_as_by_name, 20)
 {
@@ -688,12 +704,7 @@ TEST(handle, closing_the_session_gives_the_kept_node_back, 20)
 	local_session *a, *o;
 	local_key *h;
 
-	broker_start(&b, NULL);
-	a = open_session(&b, "a", 0, 0);
-	o = open_session(&b, "o", 0, 0);
-	h = key_open(a, "close/kept");
-	lock_twice(h);
-	CHECK_EQ(used_nodes(o), 1);
+	h = kept_setup(&b, &a, &o, "close/kept");
 	CHECK_OK(local_session_close(a));
 	WAIT_SESSIONS(o, 1, 5000);
 	CHECK_EQ(used_nodes(o), 0);
@@ -770,5 +781,451 @@ TEST(handle, a_session_keeps_a_bounded_number_of_nodes, 20)
 		CHECK_OK(local_key_close(h[i]));
 	CHECK_EQ(used_nodes(a), 0);
 	CHECK_EQ(atomic_load(&a->nkept), 0);
+	broker_stop(&b);
+}
+
+/*
+ * A semaphore of limit > 1 is taken through its slots, which claim a node
+ * at every acquire (slot_commit() has no handle): a handle cannot take such
+ * a node back, so it must not keep it either (it would hold one of the
+ * session's LOCAL_KEPT_MAX and a --max-holds node for nothing, and handles
+ * of locks that can use one would go without).
+ */
+TEST(handle, a_semaphore_handle_keeps_no_node_it_cannot_use, 20)
+{
+	struct broker_proc b;
+	local_session *a;
+	local_key *h[LOCAL_KEPT_MAX], *lk;
+	char key[32];
+	unsigned i, j;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "a", 0, 0);
+	for (i = 0; i < LOCAL_KEPT_MAX; i++) {
+		snprintf(key, sizeof(key), "semkeep/%u", i);
+		h[i] = key_open(a, key);
+		for (j = 0; j < 3; j++) {
+			CHECK_OK(local_key_sem_acquire(h[i], 3, &try_once, NULL));
+			CHECK_OK(local_key_release(h[i]));
+		}
+	}
+	CHECK_EQ(used_nodes(a), 0);
+	CHECK_EQ(atomic_load(&a->nkept), 0);
+	/* A lock's handle still keeps its node. */
+	lk = key_open(a, "semkeep/lock");
+	lock_twice(lk);
+	CHECK_EQ(used_nodes(a), 1);
+	CHECK_EQ(atomic_load(&a->nkept), 1);
+	CHECK_OK(local_key_close(lk));
+	for (i = 0; i < LOCAL_KEPT_MAX; i++)
+		CHECK_OK(local_key_close(h[i]));
+	CHECK_EQ(used_nodes(a), 0);
+	CHECK_EQ(segment_violations(a), 0);
+	broker_stop(&b);
+}
+
+struct mt_arg {
+	local_session *s, *other;
+	local_key *h;
+	int n, id;
+	_Atomic long bad, grants;
+};
+
+static void *mt_worker(void *p)
+{
+	struct mt_arg *a = p;
+	LOCAL_OPTS(local_key_info, info);
+	int i, r;
+
+	for (i = 0; i < a->n; i++) {
+		r = local_key_lock(a->h, &try_once, NULL);
+		if (r == -EBUSY)
+			continue;
+		if (r) {
+			fprintf(stderr, "lock %d\n", r);
+			atomic_fetch_add(&a->bad, 1);
+			continue;
+		}
+		atomic_fetch_add(&a->grants, 1);
+		if ((i + a->id) % 13 == 0)
+			(void)local_info(a->other, "mt/k", &info); /* adopts the hold */
+		if ((i + a->id) % 5 == 0)
+			r = local_release(a->s, "mt/k");
+		else
+			r = local_key_release(a->h);
+		if (r && r != -LOCAL_ENOTHELD) {
+			fprintf(stderr, "release %d\n", r);
+			atomic_fetch_add(&a->bad, 1);
+		}
+	}
+	return NULL;
+}
+
+TEST(handle, threads_sharing_handles_keep_the_counts, 60)
+{
+	struct broker_proc b;
+	local_session *s[2];
+	local_key *h[2];
+	struct mt_arg arg[6];
+	pthread_t th[6];
+	int i;
+
+	broker_start(&b, NULL);
+	for (i = 0; i < 2; i++) {
+		s[i] = open_session(&b, "mt", 0, 0);
+		h[i] = key_open(s[i], "mt/k");
+	}
+	for (i = 0; i < 6; i++) {
+		arg[i] = (struct mt_arg){
+			.s = s[i % 2], .other = s[1 - i % 2], .h = h[i % 2], .n = 20000, .id = i
+		};
+		CHECK(pthread_create(&th[i], NULL, mt_worker, &arg[i]) == 0);
+	}
+	for (i = 0; i < 6; i++) {
+		CHECK(pthread_join(th[i], NULL) == 0);
+		CHECK_EQ(atomic_load(&arg[i].bad), 0);
+		fprintf(stderr, "    thread %d: %ld grants\n", i, atomic_load(&arg[i].grants));
+	}
+	CHECK_EQ(segment_violations(s[0]), 0);
+	for (i = 0; i < 2; i++)
+		(void)local_release(s[i], "mt/k");
+	CHECK(atomic_load(&s[0]->nkept) <= 1);
+	CHECK(atomic_load(&s[1]->nkept) <= 1);
+	/* (A handle whose node another thread freed counts it until its owner's
+	 * next acquire finds that out.) */
+	CHECK(used_nodes(s[0]) <= atomic_load(&s[0]->nkept) + atomic_load(&s[1]->nkept));
+	for (i = 0; i < 2; i++)
+		CHECK_OK(local_key_close(h[i]));
+	CHECK_EQ(used_nodes(s[0]), 0);
+	CHECK_EQ(atomic_load(&s[0]->nkept), 0);
+	CHECK_EQ(atomic_load(&s[1]->nkept), 0);
+	CHECK_EQ(segment_violations(s[0]), 0);
+	broker_stop(&b);
+}
+
+/*
+ * After its session ended, any call by a handle that reports the session
+ * gone gives the handle's node back (the session's slot stays closing until
+ * it does): a lock while another session holds the key, a lock while the
+ * key is on the mutex path, a release.
+ */
+TEST(handle, every_session_error_gives_the_kept_node_back, 40)
+{
+	struct broker_proc b;
+	local_session *a, *o;
+	local_key *h;
+	int round;
+
+	broker_start(&b, NULL);
+	o = open_session(&b, "o", 0, 0);
+	for (round = 0; round < 3; round++) {
+		a = open_session(&b, "a", 0, 0);
+		h = key_open(a, "esess/k");
+		lock_twice(h);
+		CHECK_EQ(used_nodes(o), 1);
+		if (round == 0) /* held by another: no claim to make */
+			CHECK_OK(local_lock(o, "esess/k", &try_once, NULL));
+		CHECK_OK(local_session_destroy(o, local_session_id(a)));
+		if (round == 2)
+			CHECK_RC(local_key_release(h), -LOCAL_ESESSION);
+		else
+			CHECK_RC(local_key_lock(h, &try_once, NULL), -LOCAL_ESESSION);
+		CHECK(WAIT_SESSIONS(o, 1, 5000));
+		CHECK_EQ(atomic_load(&a->nkept), 0);
+		if (round == 0)
+			CHECK_OK(local_release(o, "esess/k"));
+		CHECK_EQ(used_nodes(o), 0);
+		CHECK_OK(local_key_close(h));
+		CHECK_RC(local_session_close(a), -LOCAL_ESESSION);
+	}
+	CHECK_EQ(segment_violations(o), 0);
+	broker_stop(&b);
+}
+
+/*
+ * A broker restart while a handle keeps a node: a live session keeps it (the
+ * next lock takes it back); an ended one whose sweep waits for it is still
+ * closing after the restart, and ends once the handle gives the node back.
+ */
+TEST(handle, a_kept_node_across_a_broker_restart, 40)
+{
+	struct broker_proc b;
+	local_session *a, *c, *o;
+	local_key *ha, *hc;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "a", 0, 0);
+	c = open_session(&b, "c", 0, 0);
+	o = open_session(&b, "o", 0, 0);
+	ha = key_open(a, "rs/a");
+	hc = key_open(c, "rs/c");
+	lock_twice(ha);
+	lock_twice(hc);
+	CHECK_OK(local_session_destroy(o, local_session_id(c)));
+	CHECK_EQ(live_sessions(o), 3);
+	broker_signal_wait(&b, SIGKILL);
+	broker_restart(&b);
+	CHECK(WAIT_SESSIONS(o, 3, 5000));
+	CHECK_EQ(used_nodes(o), 2);
+	/* a's node, taken back after the restart. */
+	CHECK_OK(local_key_lock(ha, &try_once, NULL));
+	CHECK_EQ(used_nodes(o), 2);
+	CHECK_OK(local_key_release(ha));
+	/* c's: given back at its handle's next call, then the slot is freed. */
+	CHECK_RC(local_key_lock(hc, &try_once, NULL), -LOCAL_ESESSION);
+	CHECK(WAIT_SESSIONS(o, 2, 5000));
+	CHECK_EQ(used_nodes(o), 1);
+	CHECK_EQ(segment_violations(o), 0);
+	CHECK_OK(local_key_close(ha));
+	CHECK_OK(local_key_close(hc));
+	CHECK_EQ(used_nodes(o), 0);
+	broker_stop(&b);
+}
+
+/*
+ * A hold taken back from the kept node and then ended by the broker (an
+ * operator's force-release; a lease set by a renew running out): the
+ * node goes with the hold, the handle finds that at its next lock and
+ * claims another, and the counts stay exact. (A lease is set under the
+ * mutex only, on a listed hold: never on a node a handle keeps.)
+ */
+TEST(handle, a_kept_node_ended_as_a_hold, 30)
+{
+	struct broker_proc b;
+	local_session *a, *o;
+	local_key *h;
+
+	h = kept_setup(&b, &a, &o, "ended-hold/k");
+	/* Taken back, then force-released. */
+	CHECK_OK(local_key_lock(h, &try_once, NULL));
+	CHECK_OK(local_force_release(o, "ended-hold/k", NULL));
+	CHECK_EQ(used_nodes(o), 0);
+	CHECK_RC(local_key_release(h), -LOCAL_ENOTHELD);
+	CHECK_EQ(atomic_load(&a->nkept), 1); /* found out at the next lock */
+	lock_twice(h);
+	CHECK_EQ(used_nodes(o), 1);
+	CHECK_EQ(atomic_load(&a->nkept), 1);
+	/* Taken back, then a lease by a renew (under the mutex: a listed
+	 * hold), which runs out. */
+	CHECK_OK(local_key_lock(h, &try_once, NULL));
+	CHECK_OK(local_renew(a, "ended-hold/k", 50, NULL));
+	CHECK(WAIT_FOR(used_nodes(o) == 0, 5000));
+	CHECK_RC(local_key_release(h), -LOCAL_EEXPIRED);
+	lock_twice(h);
+	CHECK_EQ(used_nodes(o), 1);
+	CHECK_EQ(atomic_load(&a->nkept), 1);
+	CHECK_EQ(segment_violations(o), 0);
+	CHECK_OK(local_key_close(h));
+	CHECK_EQ(used_nodes(o), 0);
+	CHECK_EQ(atomic_load(&a->nkept), 0);
+	broker_stop(&b);
+}
+
+/*
+ * Fencing tokens with two threads of one session on one key: a re-acquire
+ * answers the token of the hold it found, never that of another grant. The
+ * handle's owner takes its node back with no claim, so the node's word stays
+ * the session's across a release and the next take: a re-acquire that read
+ * the fast word before the release must not believe the node's token still
+ * that hold's (it may be the token the owner is about to commit, which
+ * another session gets instead when the owner's commit loses).
+ */
+#define TOKS_MAX 400000
+struct tok_arg {
+	local_session *s;
+	local_key *h;
+	const char *key;
+	bool by_name, stop_on_n;
+	long n;
+	uint64_t *toks;
+	_Atomic long ntoks, bad;
+	_Atomic int *stop;
+};
+
+static void *tok_worker(void *p)
+{
+	struct tok_arg *a = p;
+	uint64_t t;
+	long i, j;
+	int r;
+
+	for (i = 0; i < a->n && !atomic_load(a->stop); i++) {
+		t = 0;
+		r = a->by_name ? local_lock(a->s, a->key, &try_once, &t)
+			       : local_key_lock(a->h, &try_once, &t);
+		if (r == -EBUSY)
+			continue;
+		if (r) {
+			atomic_fetch_add(&a->bad, 1);
+			continue;
+		}
+		j = atomic_fetch_add(&a->ntoks, 1);
+		if (j < TOKS_MAX)
+			a->toks[j] = t;
+		r = a->by_name ? local_release(a->s, a->key) : local_key_release(a->h);
+		if (r && r != -LOCAL_ENOTHELD)
+			atomic_fetch_add(&a->bad, 1);
+	}
+	return NULL;
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+
+	return (a > b) - (a < b);
+}
+
+TEST(handle, a_re_acquire_never_answers_another_grant_s_token, 60)
+{
+	struct broker_proc b;
+	local_session *a, *o;
+	local_key *h;
+	struct tok_arg arg[3];
+	pthread_t th[3];
+	_Atomic int stop = 0;
+	long na, no, i, j, shared = 0;
+	uint64_t *ta, *to;
+
+	broker_start(&b, NULL);
+	a = open_session(&b, "a", 0, 0);
+	o = open_session(&b, "o", 0, 0);
+	h = key_open(a, "tok/k");
+	lock_twice(h);
+	ta = calloc(2 * TOKS_MAX, sizeof(*ta));
+	to = calloc(TOKS_MAX, sizeof(*to));
+	CHECK(ta && to);
+	/* Session a: two threads on one handle (the first keeps the node);
+	 * session o: by name. */
+	for (i = 0; i < 3; i++) {
+		arg[i] = (struct tok_arg){ .s = i < 2 ? a : o,
+					   .h = h,
+					   .key = "tok/k",
+					   .by_name = i == 2,
+					   .n = 2000000,
+					   .toks = i == 0   ? ta
+						   : i == 1 ? ta + TOKS_MAX
+							    : to,
+					   .stop = &stop };
+		CHECK(pthread_create(&th[i], NULL, tok_worker, &arg[i]) == 0);
+	}
+	CHECK(WAIT_FOR(atomic_load(&arg[2].ntoks) >= TOKS_MAX ||
+			       atomic_load(&arg[0].ntoks) >= TOKS_MAX,
+		       10000) ||
+	      1);
+	atomic_store(&stop, 1);
+	for (i = 0; i < 3; i++) {
+		CHECK(pthread_join(th[i], NULL) == 0);
+		CHECK_EQ(atomic_load(&arg[i].bad), 0);
+	}
+	/* Every token session a was told, against every grant of o. */
+	na = 0;
+	for (i = 0; i < 2; i++) {
+		long n = atomic_load(&arg[i].ntoks);
+
+		n = n < TOKS_MAX ? n : TOKS_MAX;
+		for (j = 0; j < n; j++)
+			ta[na++] = arg[i].toks[j];
+	}
+	no = atomic_load(&arg[2].ntoks);
+	no = no < TOKS_MAX ? no : TOKS_MAX;
+	qsort(ta, (size_t)na, sizeof(*ta), cmp_u64);
+	qsort(to, (size_t)no, sizeof(*to), cmp_u64);
+	for (i = 0, j = 0; i < na && j < no;) {
+		if (ta[i] == to[j]) {
+			shared++;
+			i++;
+		} else if (ta[i] < to[j]) {
+			i++;
+		} else {
+			j++;
+		}
+	}
+	fprintf(stderr, "    %ld answers to a, %ld grants to o, %ld tokens in both\n", na, no,
+		shared);
+	CHECK_EQ(shared, 0);
+	free(ta);
+	free(to);
+	CHECK_OK(local_key_close(h));
+	CHECK_EQ(segment_violations(o), 0);
+	broker_stop(&b);
+}
+
+/*
+ * A kept node is an operation in flight: while its process lives, only that
+ * process frees it, even when its key has been quarantined meanwhile (the
+ * sweep of its ended session cannot lock the key, and must not free the node
+ * under a process that may take it back at any moment: the session stays
+ * closing until the handle gives it back, as for any other key).
+ */
+TEST(handle, a_kept_node_of_a_quarantined_key_stays_its_process_s, 30)
+{
+	LOCAL_OPTS(local_key_info, info);
+	struct broker_proc b;
+	local_session *a, *o;
+	struct seg_key *k;
+	local_key *h;
+
+	h = kept_setup(&b, &a, &o, "quar/k");
+	/* Damage the entry (a lock of limit 0): the next mutex holder
+	 * quarantines it. */
+	CHECK_OK(keytab_find(o->seg, "quar/k", strlen("quar/k"), false, &k));
+	k->limit = 0;
+	key_unlock(k);
+	CHECK_RC(local_info(o, "quar/k", &info), -LOCAL_ECORRUPT);
+	CHECK_OK(local_session_destroy(o, local_session_id(a)));
+	CHECK_EQ(used_nodes(o), 1);
+	CHECK_EQ(live_sessions(o), 2);
+	CHECK_OK(local_key_close(h));
+	CHECK(WAIT_SESSIONS(o, 1, 5000));
+	CHECK_EQ(used_nodes(o), 0);
+	CHECK_RC(local_session_close(a), -LOCAL_ESESSION);
+	broker_stop(&b);
+}
+
+/*
+ * A session without a process check outlives its process, which may exit
+ * without closing it or its handles: the node a handle kept is then nobody's
+ * (no other process can use the session), and is freed once the broker sees
+ * the process gone, as liblocal(3) says ("or the process's exit"), not left
+ * in use for as long as the session lasts. The session and its hold stay.
+ */
+TEST(handle, a_kept_node_goes_with_its_process_when_the_session_stays, 30)
+{
+	struct broker_proc b;
+	local_session *o;
+	int status, i;
+	pid_t pid;
+
+	broker_start(&b, NULL);
+	o = open_session(&b, "o", 0, 0);
+	pid = fork();
+	if (pid == 0) {
+		struct local_session_opts so;
+		local_session *s = NULL;
+		local_key *h = NULL;
+
+		local_session_opts_init(&so);
+		so.socket_path = b.sock;
+		so.name = "nocheck";
+		so.flags = LOCAL_SESSION_NO_PROCESS_CHECK;
+		if (local_session_open(&so, &s) || local_key_open(s, "noproc/k", &h))
+			_exit(1);
+		for (i = 0; i < 2; i++)
+			if (local_key_lock(h, &try_once, NULL) || local_key_release(h))
+				_exit(2);
+		if (local_lock(s, "noproc/held", &try_once, NULL))
+			_exit(3);
+		_exit(0); /* nothing closed: the session outlives this process */
+	}
+	CHECK(pid > 0);
+	CHECK_EQ(waitpid(pid, &status, 0), pid);
+	CHECK(WIFEXITED(status));
+	CHECK_EQ(WEXITSTATUS(status), 0);
+	CHECK_EQ(live_sessions(o), 2);
+	CHECK(WAIT_FOR(used_nodes(o) == 1, 5000)); /* the hold only */
+	CHECK_EQ(info_of(o, "noproc/held").holders, 1);
+	CHECK_EQ(live_sessions(o), 2);
+	CHECK_EQ(segment_violations(o), 0);
 	broker_stop(&b);
 }

@@ -401,7 +401,16 @@ static int sweep(struct broker *b, uint32_t slot, uint32_t gen, bool lost, const
 			continue;
 		}
 		if (r) {
-			/* A node pointing at no usable key: just free it. */
+			/* A node pointing at no usable key (quarantined): just
+			 * free it; but one in flight (unnamed, lock-free: a key
+			 * handle keeps one between holds) is its process's to
+			 * free while that process lives, as in
+			 * sweep_node_locked(), and as a reset leaves it. */
+			if (NODE_STATE(w) == NODE_FAST_CLAIMED && k &&
+			    !seg_node_is_hold(seg, i, w) && creator_alive(b, slot)) {
+				busy++;
+				continue;
+			}
 			atomic_compare_exchange_strong(&seg->nodes[i].word, &w, 0);
 			continue;
 		}
@@ -687,6 +696,33 @@ int session_bind(struct broker *b, const uint8_t id[16], pid_t peer, pid_t pid)
 	return 0;
 }
 
+/*
+ * The process of session @slot (generation @gen) has exited, and the session
+ * stays (no process check, or a bound process runs): the nodes it had in
+ * flight, unnamed lock-free claims (an operation it died in, or the node a
+ * key handle kept between holds), are nobody's now, since no other process
+ * acts for the session (a child after fork() cannot). Freed as the sweep
+ * frees a dead process's at its session's end, instead of staying in use
+ * until then; its holds, named ones included, stay the session's. (A claim
+ * that died before writing its session_gen is left to that sweep.)
+ */
+static void drop_in_flight(struct broker *b, uint32_t slot, uint32_t gen)
+{
+	struct segment *seg = &b->seg;
+	uint32_t i;
+
+	for (i = 0; i < seg->caps.max_holds; i++) {
+		struct seg_node *n = &seg->nodes[i];
+		uint64_t w = atomic_load(&n->word);
+
+		if (NODE_STATE(w) != NODE_FAST_CLAIMED || NODE_SESSION(w) != slot ||
+		    n->session_gen != gen || seg_node_is_hold(seg, i, w))
+			continue;
+		/* Its process is gone: nothing names it again. */
+		atomic_compare_exchange_strong(&n->word, &w, 0);
+	}
+}
+
 void session_died(struct broker *b, uint32_t slot)
 {
 	struct bsession *bs;
@@ -718,6 +754,8 @@ void session_died(struct broker *b, uint32_t slot)
 			     "session slot %u: its process exited; kept until pid %d, "
 			     "bound to it, exits too",
 			     slot, (int)bs->bound_pid);
+		if (main_gone)
+			drop_in_flight(b, slot, bs->gen);
 		repair_dead_mutexes(b);
 		return;
 	}
