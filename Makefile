@@ -456,7 +456,12 @@ model: deps
 # builds too (event loop, doorbell and liburcu threads). Each process logs
 # to $(O)/tsan.PID; any such file fails the run. The other lease tests
 # restart brokers in a loop and outrun their deadlines under TSan.
-TSAN_SUITES := locks handoff unit watch leases/every_lease_of_a_storm_expires http cluster handle \
+# Of the handle suite, the threaded tests but the one whose point is
+# lock-free reads of an entry another thread keeps re-creating (TSan reports
+# each field read, all checked against the fast word: tests/tsan.supp).
+TSAN_SUITES := locks handoff unit watch leases/every_lease_of_a_storm_expires http cluster \
+	handle/a_kept_node_is_one_thread_s handle/threads_sharing_handles_keep_the_counts \
+	handle/a_re_acquire_never_answers_another_grant_s_token \
 	consul/blocking_queries_woken_by_api_liblocal_and_cli
 # Three tests at once: under TSan a broker and its clients run 5 to 15
 # times slower, but they mostly wait (the pass used 95 CPU seconds in 409 s

@@ -663,6 +663,16 @@ slots_acquire_at(struct segment *seg, struct seg_key *k, uint64_t f0, uint32_t i
 	return slots_acquire_k(seg, k, f0, idx, limit, limit, try_only, who, hints, token);
 }
 
+/* Is entry @k of @kind and @limit? Stable while SLOW is clear (they change
+ * under the mutex only, which sets SLOW first, and our commit's CAS then
+ * fails); a mismatch is the mutex path's to report. A function of its own
+ * so that TSan's suppression of this read (tests/tsan.supp) names it alone. */
+static inline __attribute__((always_inline)) bool kind_matches(const struct seg_key *k,
+							       uint32_t kind, uint32_t limit)
+{
+	return k->kind == kind && k->limit == limit;
+}
+
 /*
  * The lock-free acquire, inlined into each entry point below so that the
  * lock kind and limit are constants there and no request is built: the
@@ -677,9 +687,7 @@ acquire_at(struct segment *seg, struct seg_key *k, uint64_t f, const uint64_t *b
 	uint32_t node;
 	int err;
 
-	/* Stable while SLOW is clear (they change under the mutex only); a
-	 * mismatch is the mutex path's to report. */
-	if (k->kind != kind || k->limit != limit)
+	if (!kind_matches(k, kind, limit))
 		return FAST_MISS;
 	/* A cluster key only while its host holds it (see the top). */
 	if (first_try) {
