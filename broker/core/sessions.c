@@ -886,7 +886,9 @@ void sessions_adopt(struct broker *b)
 		if (track(b, i, SESS_GEN(sg), s->id, fd, &who, !s->pid)) {
 			if (fd >= 0)
 				close(fd);
-			sweep_slot(b, i, SESS_GEN(sg), NULL, true,
+			/* Its process, when known, may live: a node it has in
+			 * flight (a key handle keeps one) waits for it. */
+			sweep_slot(b, i, SESS_GEN(sg), fd >= 0 ? &who : NULL, true,
 				   "ended: its process cannot be watched");
 			continue;
 		}
