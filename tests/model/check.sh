@@ -57,6 +57,10 @@ key_model() {
 		echo "model: search depth too small: the search was not exhaustive" >&2
 		fail=1
 	fi
+	if grep -q 'reached -DMEMLIM bound' pan.out; then
+		echo "model: the search reached its memory bound (MEMLIM): it was not exhaustive" >&2
+		fail=1
+	fi
 	# Each probe (REACH(n) in key.pml) must be reached, or the model lost a
 	# scenario it claims to cover. The exhaustive search above already says
 	# which statements it never reached (pan's "unreached in proctype" lists,

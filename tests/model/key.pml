@@ -25,9 +25,11 @@
  *   EXPIRY          instead of a death, client 0's session TTL expires once
  *                   while it runs on (a sweep of a live process: the fast
  *                   path's FAST_CLAIMED rule); a larger search, not in check
- *   BUG_LOST_DELAY  checks the documented rule that a hold handed to a
+ *   BUG_LOST_DELAY  the sweep visits a session's hold nodes before its
+ *                   waiter node, as it did before its fix, and the model
+ *                   checks the documented rule that a hold handed to a
  *                   waiter that died before taking it up is returned
- *                   without lock-delay (fails: open product bug)
+ *                   without lock-delay (fails)
  *   BUG_NO_WAKE_GRANTED  leaves out the broker's segment_wake_granted():
  *                   a releaser killed between its unlock and its wake-up
  *                   call then strands its waiter (fails: a lost wake-up)
@@ -35,11 +37,16 @@
  *                   another key, as its hint makes likely) and checks that
  *                   the granter is done with it (fails: open product bug)
  *
- * Sizes: N = 3 clients, ITER acquisitions each (1), MAXDEATH deaths (1).
+ * Sizes: N = 3 clients (CLIENTS of them run), ITER acquisitions each (1),
+ * MAXDEATH deaths (1).
  * Memory is sequentially consistent here; see docs/reliability.md.
  */
 
 #define N 3
+/* clients that run: N (2 leaves client 2 out) */
+#ifndef CLIENTS
+#define CLIENTS N
+#endif
 #ifndef ITER
 #define ITER 1
 #endif
@@ -54,6 +61,9 @@
 
 #define NONE 255
 #define BROKER N
+
+/* hold nodes */
+#define NH N
 
 /* node states: NODE_* in libshm/segment.h; OTHER: re-claimed for another key */
 #define FREE 0
@@ -101,9 +111,9 @@ byte fholder; /* fast word: holder node + 1; 0 free */
  * snap[p] says "no store to the fast word since p read it". */
 bool snap[N];
 
-/* Hold nodes [0, N) (any owner), and one waiter node per client (the one
+/* Hold nodes [0, NH) (any owner), and one waiter node per client (the one
  * its hint gives back), placed after the hold nodes in the node table. */
-byte hstate[N], howner[N];
+byte hstate[NH], howner[NH];
 byte wstate[N], wseq[N], whold[N], wnext[N], wprev[N], wfutex[N];
 
 /* The key entry: lists and counters (a cache of the nodes). */
@@ -236,9 +246,9 @@ inline claim_hold(h, who, state)
 {
 	h = 0;
 	do
-	:: h < N && hstate[h] != FREE -> h++
-	:: h < N && hstate[h] == FREE -> hstate[h] = state; howner[h] = who; break
-	:: h == N -> assert(false) /* N hold nodes always suffice here */
+	:: h < NH && hstate[h] != FREE -> h++
+	:: h < NH && hstate[h] == FREE -> hstate[h] = state; howner[h] = who; break
+	:: h == NH -> assert(false) /* NH hold nodes always suffice here */
 	od
 }
 
@@ -325,15 +335,21 @@ next:
 	/* session_is() after the claim; free_in_flight(): a plain store */
 	if
 	:: sess[p] != S_ACTIVE ->
-		atomic { assert(hstate[h] == FCLAIMED && howner[h] == p); hfree(h); h = NONE };
+		atomic {
+			assert(hstate[h] == FCLAIMED && howner[h] == p);
+			hfree(h);
+			h = NONE
+		};
 		goto ended
 	:: else -> skip
 	fi;
 #endif
-	/* The commit: the CAS of the fast word names the node, still FCLAIMED */
+	/* The commit: the CAS of the fast word names the node, still FCLAIMED;
+	 * never for a session whose sweep is complete */
 	atomic {
 		if
 		:: snap[p] ->
+			assert(hstate[h] == FCLAIMED && howner[h] == p && sess[p] != S_FREE);
 			fast_store(0, h + 1);
 			no_waiting_node(); /* no barging */
 			goto incs_enter
@@ -342,7 +358,11 @@ next:
 	}
 	/* CAS lost: free_in_flight(), a plain store: the claim is ours alone */
 	REACH(1);
-	atomic { assert(hstate[h] == FCLAIMED && howner[h] == p); hfree(h); h = NONE };
+	atomic {
+		assert(hstate[h] == FCLAIMED && howner[h] == p);
+		hfree(h);
+		h = NONE
+	};
 
 	/* ---- mutex path: key_acquire_locked() (keyops.c) ---- */
 slowpath:
@@ -499,7 +519,9 @@ incs_enter:
 	 * sweep, which frees unnamed holds. */
 	atomic {
 		if
-		:: fc -> assert(hstate[h] == FCLAIMED && howner[h] == p); hfree(h)
+		:: fc ->
+			assert(hstate[h] == FCLAIMED && howner[h] == p);
+			hfree(h)
 		:: else ->
 			REACH(15);
 			if :: hstate[h] == HOLDING && howner[h] == p -> hfree(h) :: else -> skip fi
@@ -630,18 +652,29 @@ inline sweep_tail(w, h, ok, wake)
 	atomic { key_unlock_body() }
 }
 
-/* The sweep of session @p (sessions.c: sweep()): CLOSING first, then each
- * node of the session in index order (hold nodes, then its waiter node),
- * each read without the lock, then re-read and handled under the key
- * mutex (sweep_node_locked()); lock-delay applies when @lost. A
- * FAST_CLAIMED node of a live process is left to its thread and the sweep
- * is retried later, the session staying CLOSING. */
-inline sweep(p, lost, i, w, h, ok, wake, mine, busy)
+/* A FAST_CLAIMED node (unnamed: key_lock_body() adopted a named one) of
+ * a live process is in flight: its thread's. */
+#define IN_FLIGHT(p, i) (hstate[i] == FCLAIMED && !dead[p])
+
+/* The sweep completes: no hold of the session is left, named by the fast
+ * word or listed. */
+inline swept_clean(p, i)
 {
-	sess[p] = S_CLOSING;
+	assert(fholder == 0 || howner[fholder - 1] != p);
 	i = 0;
 	do
-	:: i < N ->
+	:: i < NH -> assert(!(hstate[i] == HOLDING && howner[i] == p)); i++
+	:: else -> break
+	od;
+	i = 0
+}
+
+/* The sweep's visit of @p's hold nodes, in index order. */
+inline sweep_holds(p, lost, i, w, h, ok, wake, mine, busy)
+{
+	i = 0;
+	do
+	:: i < NH ->
 		if
 		:: hstate[i] != FREE && howner[i] == p ->
 			atomic {
@@ -665,10 +698,9 @@ inline sweep(p, lost, i, w, h, ok, wake, mine, busy)
 					fi;
 					broker_release(i, w, ok);
 					if :: w != NONE -> REACH(2) :: else -> skip fi
-				:: mine && hstate[i] == FCLAIMED && !dead[p] ->
+				:: mine && IN_FLIGHT(p, i) ->
 					busy = 1 /* creator_alive(): its thread frees it */
-				:: mine && !(hstate[i] == HOLDING && hhead == i) &&
-				   !(hstate[i] == FCLAIMED && !dead[p]) ->
+				:: mine && !(hstate[i] == HOLDING && hhead == i) && !IN_FLIGHT(p, i) ->
 					hfree(i); /* a dead claim, or a hold the fast word does not name */
 					REACH(11)
 				:: else -> skip
@@ -682,8 +714,12 @@ inline sweep(p, lost, i, w, h, ok, wake, mine, busy)
 		fi;
 		i++
 	:: else -> break
-	od;
-	/* its waiter node */
+	od
+}
+
+/* ... and of its waiter node. */
+inline sweep_waiter(p, lost, i, w, h, ok, wake, mine, busy)
+{
 	if
 	:: wstate[p] == WAITING || wstate[p] == GRANTED ->
 		atomic {
@@ -716,11 +752,30 @@ inline sweep(p, lost, i, w, h, ok, wake, mine, busy)
 		:: else -> atomic { key_unlock_body() }
 		fi
 	:: else -> skip
-	fi;
+	fi
+}
+
+/* The sweep of session @p (sessions.c: sweep()): CLOSING first, then each
+ * node of the session, its waiter node first, then its hold nodes in index
+ * order (BUG_LOST_DELAY: the other way round, as before the fix), each
+ * read without the lock, then re-read and handled under the key mutex
+ * (sweep_node_locked()); lock-delay applies when @lost. A FAST_CLAIMED
+ * node of a live process is left to its thread and the sweep is retried
+ * later, the session staying CLOSING. */
+inline sweep(p, lost, i, w, h, ok, wake, mine, busy)
+{
+	sess[p] = S_CLOSING;
+#ifdef BUG_LOST_DELAY
+	sweep_holds(p, lost, i, w, h, ok, wake, mine, busy);
+	sweep_waiter(p, lost, i, w, h, ok, wake, mine, busy);
+#else
+	sweep_waiter(p, lost, i, w, h, ok, wake, mine, busy);
+	sweep_holds(p, lost, i, w, h, ok, wake, mine, busy);
+#endif
 	atomic {
 		if
 		:: busy -> resweep = 1 /* broker_schedule(TIMER_SWEEP) */
-		:: else -> resweep = 0; sess[p] = S_FREE
+		:: else -> swept_clean(p, i); resweep = 0; sess[p] = S_FREE
 		fi
 	}
 }
@@ -877,6 +932,9 @@ init
 		run monitor();
 		run client(0);
 		run client(1);
-		run client(2)
+		if
+		:: CLIENTS > 2 -> run client(2)
+		:: else -> finished++ /* done before it began */
+		fi
 	}
 }
