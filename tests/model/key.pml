@@ -15,31 +15,51 @@
  * Checked by tests/model/check.sh (make model): assertions for mutual
  * exclusion, FIFO order, no barging and a consistent fast word; that a
  * plain-store free only ever frees the freeing client's own unnamed claim;
- * a final
- * monitor for "everything comes back"; spin's invalid-end-state check for
- * deadlock and lost wake-ups (a waiter without a deadline left asleep is a
- * terminal state with a process outside an end label); and probes that
- * every scenario above is reached.
+ * that a commit names its own claim and no hold outlives a completed sweep;
+ * a final monitor for "everything comes back"; spin's invalid-end-state
+ * check for deadlock and lost wake-ups (a waiter without a deadline left
+ * asleep is a terminal state with a process outside an end label); and
+ * probes that every scenario above is reached.
  *
  * Options (spin -D...):
  *   EXPIRY          instead of a death, client 0's session TTL expires once
  *                   while it runs on (a sweep of a live process: the fast
- *                   path's FAST_CLAIMED rule); a larger search, not in check
- *   BUG_LOST_DELAY  checks the documented rule that a hold handed to a
+ *                   path's FAST_CLAIMED rule); with three clients it
+ *                   outgrows 8 GiB: check.sh runs it with KEEP (two)
+ *   BUG_LOST_DELAY  the sweep visits a session's hold nodes before its
+ *                   waiter node, as it did before its fix, and the model
+ *                   checks the documented rule that a hold handed to a
  *                   waiter that died before taking it up is returned
- *                   without lock-delay (fails: open product bug)
+ *                   without lock-delay (fails)
  *   BUG_NO_WAKE_GRANTED  leaves out the broker's segment_wake_granted():
  *                   a releaser killed between its unlock and its wake-up
  *                   call then strands its waiter (fails: a lost wake-up)
  *   BUG_NODE_REUSE  lets a granted waiter re-claim its freed node (for
  *                   another key, as its hint makes likely) and checks that
  *                   the granter is done with it (fails: open product bug)
+ *   KEEP            a key handle's node: client 0's lock-free release (or
+ *                   lost commit) may keep the node in flight instead of
+ *                   freeing it, and its next lock-free acquire takes it
+ *                   back with no CAS and a session check that may read a
+ *                   stale ACTIVE; when it keeps one, it acquires once more
+ *   BUG_FREE_KEPT   (with KEEP and EXPIRY) the sweep frees the node a live
+ *                   process keeps instead of waiting for it (fails: a
+ *                   plain store frees a node the sweep freed)
  *
- * Sizes: N = 3 clients, ITER acquisitions each (1), MAXDEATH deaths (1).
+ * Sizes: N = 3 clients, ITER acquisitions each (1; client 0 one more when
+ * it keeps a node), MAXDEATH deaths (1).
  * Memory is sequentially consistent here; see docs/reliability.md.
  */
 
 #define N 3
+/* clients that run: N, or with KEEP 2 (its search grows beyond 8 GiB with 3) */
+#ifndef CLIENTS
+#ifdef KEEP
+#define CLIENTS 2
+#else
+#define CLIENTS N
+#endif
+#endif
 #ifndef ITER
 #define ITER 1
 #endif
@@ -54,6 +74,16 @@
 
 #define NONE 255
 #define BROKER N
+
+/* With KEEP, client KEEPER locks through a key handle (the others by name,
+ * which keep nothing), and the hold nodes are one more than the clients:
+ * it may keep one while another holds the key. */
+#define KEEPER 0
+#ifdef KEEP
+#define NH (N + 1)
+#else
+#define NH N
+#endif
 
 /* node states: NODE_* in libshm/segment.h; OTHER: re-claimed for another key */
 #define FREE 0
@@ -101,9 +131,9 @@ byte fholder; /* fast word: holder node + 1; 0 free */
  * snap[p] says "no store to the fast word since p read it". */
 bool snap[N];
 
-/* Hold nodes [0, N) (any owner), and one waiter node per client (the one
+/* Hold nodes [0, NH) (any owner), and one waiter node per client (the one
  * its hint gives back), placed after the hold nodes in the node table. */
-byte hstate[N], howner[N];
+byte hstate[NH], howner[NH];
 byte wstate[N], wseq[N], whold[N], wnext[N], wprev[N], wfutex[N];
 
 /* The key entry: lists and counters (a cache of the nodes). */
@@ -118,6 +148,20 @@ bool dead[N], swept[N];
 bool mdead[N + 2]; /* by mutex owner + 1: dead[] for clients, never the broker */
 byte deaths;
 bool expired, resweep;
+#ifdef KEEP
+/* h->kept: the node client p's key handle keeps in flight between holds,
+ * from its keep until the commit that takes it back (NONE: none) */
+byte kept[N];
+
+/* A node a key handle keeps is its process's alone: nobody else frees or
+ * claims it. BUG_FREE_KEPT does not assert it, to let the search go on to
+ * what the C code then does. */
+#ifdef BUG_FREE_KEPT
+#define KEPT_UNTOUCHED(x) skip
+#else
+#define KEPT_UNTOUCHED(x) assert(hstate[x] == FCLAIMED && howner[x] == p)
+#endif
+#endif
 
 /* ghosts: valid holders inside the critical section; clients done */
 byte incs;
@@ -236,9 +280,9 @@ inline claim_hold(h, who, state)
 {
 	h = 0;
 	do
-	:: h < N && hstate[h] != FREE -> h++
-	:: h < N && hstate[h] == FREE -> hstate[h] = state; howner[h] = who; break
-	:: h == N -> assert(false) /* N hold nodes always suffice here */
+	:: h < NH && hstate[h] != FREE -> h++
+	:: h < NH && hstate[h] == FREE -> hstate[h] = state; howner[h] = who; break
+	:: h == NH -> assert(false) /* NH hold nodes always suffice here */
 	od
 }
 
@@ -301,7 +345,12 @@ proctype client(byte p)
 
 next:
 	if
+#ifdef KEEP
+	/* a node kept: one more acquisition, to take it back */
+	:: it >= ITER && (it > ITER || kept[p] == NONE) -> goto finish
+#else
 	:: it == ITER -> goto finish
+#endif
 	:: else -> it++
 	fi;
 	if
@@ -319,30 +368,84 @@ next:
 		:: !fslow && fholder == 0 -> snap[p] = 1
 		fi
 	}
+#ifdef KEEP
+	/* take_kept(): the node the handle keeps, if its word is still
+	 * FAST_CLAIMED for our session and key (plain loads), taken back with
+	 * plain stores: no CAS. Else node_claim_as(). */
+	atomic {
+		if
+		:: kept[p] != NONE && hstate[kept[p]] == FCLAIMED && howner[kept[p]] == p -> h = kept[p]
+		:: kept[p] != NONE && !(hstate[kept[p]] == FCLAIMED && howner[kept[p]] == p) ->
+			KEPT_UNTOUCHED(kept[p]);
+			kept[p] = NONE; /* kept_lost() */
+			claim_hold(h, p, FCLAIMED)
+		:: kept[p] == NONE -> claim_hold(h, p, FCLAIMED)
+		fi
+	}
+#else
 	atomic { claim_hold(h, p, FCLAIMED) }
-	DIE_POINT; /* FAST_ACQ_CLAIMED */
+#endif
+	DIE_POINT; /* FAST_ACQ_CLAIMED, FAST_ACQ_TAKEN */
 #ifdef EXPIRY
 	/* session_is() after the claim; free_in_flight(): a plain store */
 	if
 	:: sess[p] != S_ACTIVE ->
-		atomic { assert(hstate[h] == FCLAIMED && howner[h] == p); hfree(h); h = NONE };
+		atomic {
+			assert(hstate[h] == FCLAIMED && howner[h] == p);
+			hfree(h);
+#ifdef KEEP
+			if :: kept[p] == h -> kept[p] = NONE :: else -> skip fi; /* kept_freed() */
+#endif
+			h = NONE
+		};
 		goto ended
 	:: else -> skip
+#ifdef KEEP
+	/* After a take-back the check is a plain load with no barrier before
+	 * it: it may read the session as it was before the take, ACTIVE. */
+	:: kept[p] == h -> skip
+#endif
 	fi;
 #endif
-	/* The commit: the CAS of the fast word names the node, still FCLAIMED */
+	/* The commit: the CAS of the fast word names the node, still FCLAIMED;
+	 * never for a session whose sweep is complete */
 	atomic {
 		if
 		:: snap[p] ->
+			assert(hstate[h] == FCLAIMED && howner[h] == p && sess[p] != S_FREE);
+#ifdef KEEP
+			if
+			:: kept[p] == h ->
+				REACH(16); /* taken back */
+				if :: sess[p] != S_ACTIVE -> REACH(17) :: else -> skip fi;
+				kept[p] = NONE /* the hold now (h->kept_busy) */
+			:: else -> skip
+			fi;
+#endif
 			fast_store(0, h + 1);
 			no_waiting_node(); /* no barging */
 			goto incs_enter
 		:: else -> skip
 		fi
 	}
-	/* CAS lost: free_in_flight(), a plain store: the claim is ours alone */
+	/* CAS lost: put_in_flight(): the handle keeps the node (always its own
+	 * node; a new one if it can), else free_in_flight(), a plain store:
+	 * the claim is ours alone */
 	REACH(1);
-	atomic { assert(hstate[h] == FCLAIMED && howner[h] == p); hfree(h); h = NONE };
+	atomic {
+#ifdef KEEP
+		if
+		:: kept[p] == h -> KEPT_UNTOUCHED(h) /* its own: kept, as is */
+		:: kept[p] != h ->
+			assert(hstate[h] == FCLAIMED && howner[h] == p);
+			if :: p == KEEPER -> kept[p] = h :: hfree(h) fi
+		fi;
+#else
+		assert(hstate[h] == FCLAIMED && howner[h] == p);
+		hfree(h);
+#endif
+		h = NONE
+	};
 
 	/* ---- mutex path: key_acquire_locked() (keyops.c) ---- */
 slowpath:
@@ -495,11 +598,19 @@ incs_enter:
 	}
 	DIE_POINT; /* FAST_REL_PUBLISHED */
 	/* Still FCLAIMED, as ours() saw it: unnamed, ours alone, a plain
-	 * store frees it. Adopted (HOLDING) meanwhile: a CAS, against the
+	 * store frees it (or the key handle keeps it in flight:
+	 * put_in_flight()). Adopted (HOLDING) meanwhile: a CAS, against the
 	 * sweep, which frees unnamed holds. */
 	atomic {
 		if
-		:: fc -> assert(hstate[h] == FCLAIMED && howner[h] == p); hfree(h)
+		:: fc ->
+			assert(hstate[h] == FCLAIMED && howner[h] == p);
+#ifdef KEEP
+			assert(kept[p] == NONE);
+			if :: p == KEEPER -> kept[p] = h :: hfree(h) fi
+#else
+			hfree(h)
+#endif
 		:: else ->
 			REACH(15);
 			if :: hstate[h] == HOLDING && howner[h] == p -> hfree(h) :: else -> skip fi
@@ -507,6 +618,9 @@ incs_enter:
 		h = NONE;
 		fc = 0
 	};
+#ifdef KEEP
+	if :: kept[p] != NONE -> DIE_POINT :: else -> skip fi; /* killed while it keeps one */
+#endif
 	goto next;
 
 	/* ---- release_slow(): key_release_hold_locked(), wake, unlock ---- */
@@ -553,6 +667,20 @@ ended:
 finish:
 	atomic {
 		if :: in_cs[p] -> incs--; in_cs[p] = 0 :: else -> skip fi;
+#ifdef KEEP
+		/* local_key_close(): fast_key_unpark() frees the node kept, still
+		 * in flight and ours: a plain store */
+		if
+		:: kept[p] != NONE ->
+			KEPT_UNTOUCHED(kept[p]);
+			if
+			:: hstate[kept[p]] == FCLAIMED && howner[kept[p]] == p -> hfree(kept[p])
+			:: else -> skip /* free_if_in_flight(): no longer ours */
+			fi;
+			kept[p] = NONE
+		:: else -> skip
+		fi;
+#endif
 		finished++;
 		mode = 0;
 		h = NONE
@@ -630,18 +758,34 @@ inline sweep_tail(w, h, ok, wake)
 	atomic { key_unlock_body() }
 }
 
-/* The sweep of session @p (sessions.c: sweep()): CLOSING first, then each
- * node of the session in index order (hold nodes, then its waiter node),
- * each read without the lock, then re-read and handled under the key
- * mutex (sweep_node_locked()); lock-delay applies when @lost. A
- * FAST_CLAIMED node of a live process is left to its thread and the sweep
- * is retried later, the session staying CLOSING. */
-inline sweep(p, lost, i, w, h, ok, wake, mine, busy)
+/* A FAST_CLAIMED node (unnamed: key_lock_body() adopted a named one) of
+ * a live process is in flight: its thread's. BUG_FREE_KEPT: except the one
+ * its key handle keeps. */
+#ifdef BUG_FREE_KEPT
+#define IN_FLIGHT(p, i) (hstate[i] == FCLAIMED && !dead[p] && kept[p] != i)
+#else
+#define IN_FLIGHT(p, i) (hstate[i] == FCLAIMED && !dead[p])
+#endif
+
+/* The sweep completes: no hold of the session is left, named by the fast
+ * word or listed. */
+inline swept_clean(p, i)
 {
-	sess[p] = S_CLOSING;
+	assert(fholder == 0 || howner[fholder - 1] != p);
 	i = 0;
 	do
-	:: i < N ->
+	:: i < NH -> assert(!(hstate[i] == HOLDING && howner[i] == p)); i++
+	:: else -> break
+	od;
+	i = 0
+}
+
+/* The sweep's visit of @p's hold nodes, in index order. */
+inline sweep_holds(p, lost, i, w, h, ok, wake, mine, busy)
+{
+	i = 0;
+	do
+	:: i < NH ->
 		if
 		:: hstate[i] != FREE && howner[i] == p ->
 			atomic {
@@ -665,12 +809,22 @@ inline sweep(p, lost, i, w, h, ok, wake, mine, busy)
 					fi;
 					broker_release(i, w, ok);
 					if :: w != NONE -> REACH(2) :: else -> skip fi
-				:: mine && hstate[i] == FCLAIMED && !dead[p] ->
-					busy = 1 /* creator_alive(): its thread frees it */
-				:: mine && !(hstate[i] == HOLDING && hhead == i) &&
-				   !(hstate[i] == FCLAIMED && !dead[p]) ->
+				:: mine && IN_FLIGHT(p, i) ->
+					busy = 1; /* creator_alive(): its thread frees it */
+#ifdef KEEP
+					if :: kept[p] == i -> REACH(18) :: else -> skip fi
+#else
+					skip
+#endif
+				:: mine && !(hstate[i] == HOLDING && hhead == i) && !IN_FLIGHT(p, i) ->
 					hfree(i); /* a dead claim, or a hold the fast word does not name */
-					REACH(11)
+					REACH(11);
+#ifdef KEEP
+					/* a dead process's kept node (its ghost forgotten) */
+					if :: kept[p] == i && dead[p] -> REACH(19); kept[p] = NONE :: else -> skip fi
+#else
+					skip
+#endif
 				:: else -> skip
 				fi
 			}
@@ -682,8 +836,12 @@ inline sweep(p, lost, i, w, h, ok, wake, mine, busy)
 		fi;
 		i++
 	:: else -> break
-	od;
-	/* its waiter node */
+	od
+}
+
+/* ... and of its waiter node. */
+inline sweep_waiter(p, lost, i, w, h, ok, wake, mine, busy)
+{
 	if
 	:: wstate[p] == WAITING || wstate[p] == GRANTED ->
 		atomic {
@@ -716,11 +874,31 @@ inline sweep(p, lost, i, w, h, ok, wake, mine, busy)
 		:: else -> atomic { key_unlock_body() }
 		fi
 	:: else -> skip
-	fi;
+	fi
+}
+
+/* The sweep of session @p (sessions.c: sweep()): CLOSING first, then each
+ * node of the session, its waiter node first, then its hold nodes in index
+ * order (BUG_LOST_DELAY: the other way round, as before the fix), each
+ * read without the lock, then re-read and handled under the key mutex
+ * (sweep_node_locked()); lock-delay applies when @lost. A FAST_CLAIMED
+ * node of a live process is left to its thread and the sweep is retried
+ * later, the session staying CLOSING. A node a key handle keeps is such a
+ * node, from its first claim to its free. */
+inline sweep(p, lost, i, w, h, ok, wake, mine, busy)
+{
+	sess[p] = S_CLOSING;
+#ifdef BUG_LOST_DELAY
+	sweep_holds(p, lost, i, w, h, ok, wake, mine, busy);
+	sweep_waiter(p, lost, i, w, h, ok, wake, mine, busy);
+#else
+	sweep_waiter(p, lost, i, w, h, ok, wake, mine, busy);
+	sweep_holds(p, lost, i, w, h, ok, wake, mine, busy);
+#endif
 	atomic {
 		if
 		:: busy -> resweep = 1 /* broker_schedule(TIMER_SWEEP) */
-		:: else -> resweep = 0; sess[p] = S_FREE
+		:: else -> swept_clean(p, i); resweep = 0; sess[p] = S_FREE
 		fi
 	}
 }
@@ -855,6 +1033,10 @@ proctype monitor()
 		assert(qhead == NONE && qtail == NONE && waiters == 0);
 		assert(fholder == 0);
 		assert(hstate[0] == FREE && hstate[1] == FREE && hstate[2] == FREE);
+#ifdef KEEP
+		assert(hstate[3] == FREE);
+		assert(kept[0] == NONE && kept[1] == NONE && kept[2] == NONE);
+#endif
 		assert(wstate[0] != WAITING && wstate[1] != WAITING && wstate[2] != WAITING);
 		assert(wstate[0] != GRANTED && wstate[1] != GRANTED && wstate[2] != GRANTED)
 	}
@@ -872,11 +1054,18 @@ init
 		wprev[0] = NONE; wprev[1] = NONE; wprev[2] = NONE;
 		whold[0] = NONE; whold[1] = NONE; whold[2] = NONE;
 		howner[0] = NONE; howner[1] = NONE; howner[2] = NONE;
+#ifdef KEEP
+		howner[3] = NONE;
+		kept[0] = NONE; kept[1] = NONE; kept[2] = NONE;
+#endif
 		run broker();
 		run clock();
 		run monitor();
 		run client(0);
 		run client(1);
-		run client(2)
+		if
+		:: CLIENTS > 2 -> run client(2)
+		:: else -> finished++ /* done before it began */
+		fi
 	}
 }
