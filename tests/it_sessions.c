@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 /* Sessions against a real broker: TTL, close, fork, caps, pidfd fallback. */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -491,6 +493,83 @@ TEST(sessions, a_sweep_stuck_on_a_busy_key_warns_with_backoff, 60)
 	CHECK(WAIT_SESSIONS(obs, 2, 10000)); /* obs and the staller: the sweep ended */
 	child_kill(&st);
 	child_wait(&st, 5000);
+	broker_stop(&b);
+}
+
+/* Child: hold the key, then on "release" release it and stop (SIGSTOP)
+ * between handing it to the waiter and waking it (HANDOFF_UNLOCKED). */
+static void releaser_stopped_before_the_wake(void *p, int in, int out)
+{
+	local_session *s;
+	char buf[16], num[8];
+
+	snprintf(num, sizeof(num), "%d", CP_HANDOFF_UNLOCKED);
+	setenv("SHMLOCK_STOP_AT", num, 1);
+	s = open_session(p, "releaser", 0, 0);
+	say(out, "held %d", local_lock(s, "granted/k", NULL, NULL));
+	hear(in, buf, sizeof(buf));
+	say(out, "released %d", local_release(s, "granted/k"));
+	hear(in, buf, sizeof(buf));
+}
+
+struct sleeper {
+	local_session *s;
+	_Atomic int done, rc;
+};
+
+static void *lock_without_deadline(void *p)
+{
+	struct sleeper *sl = p;
+
+	atomic_store(&sl->rc, local_lock(sl->s, "granted/k", NULL, NULL));
+	atomic_store(&sl->done, 1);
+	return NULL;
+}
+
+/*
+ * A thread asleep on a key with no deadline is handed the key by a releaser
+ * that stops (or dies) before its wake-up call, and then its session ends
+ * while its process lives (an operator; a TTL would do the same): the sweep
+ * gives the grant back, and must wake the sleeper, whom nobody else will
+ * (the broker's wake of granted waiters after a releaser's death finds the
+ * node freed). Found by the spin model (key.pml -DEXPIRY -DMAXDEATH=1).
+ */
+TEST(sessions, a_granted_sleeper_whose_session_ends_is_woken, 30)
+{
+	struct broker_proc b;
+	struct sleeper sl = { 0 };
+	local_session *obs;
+	struct child r;
+	pthread_t th;
+	int status;
+
+	broker_start(&b, NULL);
+	obs = open_session(&b, "obs", 0, 0);
+	child_spawn(&r, releaser_stopped_before_the_wake, &b);
+	child_expect(&r, "held 0", 5000);
+	sl.s = open_session(&b, "sleeper", 0, 0);
+	CHECK(pthread_create(&th, NULL, lock_without_deadline, &sl) == 0);
+	CHECK(WAIT_FOR(({
+			       LOCAL_OPTS(local_key_info, i);
+			       !local_info(obs, "granted/k", &i) && i.waiters == 1;
+		       }),
+		       5000));
+	child_send(&r, "release");
+	/* Stopped at the point: the key is the sleeper's, not yet woken. */
+	CHECK_EQ(waitpid(r.pid, &status, WUNTRACED), r.pid);
+	CHECK(WIFSTOPPED(status));
+	CHECK_EQ(atomic_load(&sl.done), 0);
+	CHECK_OK(local_session_destroy(obs, local_session_id(sl.s)));
+	CHECK(WAIT_FOR(atomic_load(&sl.done), 5000));
+	CHECK_EQ(atomic_load(&sl.rc), -LOCAL_ESESSION);
+	CHECK(pthread_join(th, NULL) == 0);
+	/* The grant went back: the key is free. */
+	CHECK_OK(local_lock(obs, "granted/k",
+			    &(struct local_acquire_opts){ .sz = sizeof(struct local_acquire_opts),
+							  .timeout_ms = 0 },
+			    NULL));
+	kill(r.pid, SIGCONT);
+	child_kill(&r);
 	broker_stop(&b);
 }
 #endif

@@ -357,7 +357,13 @@ static uint32_t sweep_node_locked(struct broker *b, struct seg_key *k, uint32_t 
 		    atomic_load(&seg->nodes[n->hold].word) ==
 			    NODE_PACK(NODE_HOLDING, NODE_SESSION(w), NODE_KEY(w)))
 			wake = key_release_hold_locked(seg, k, n->hold, REL_SESSION_END);
-		atomic_compare_exchange_strong(&n->word, &w, 0);
+		/* Its thread may still sleep there (a process that lives, its
+		 * session ended by a TTL or an operator) with nobody to wake
+		 * it: a granter that died before its wake-up call leaves that
+		 * to the broker, whose wake finds no granted node once this
+		 * one is freed. Woken, it finds its node gone and returns. */
+		if (atomic_compare_exchange_strong(&n->word, &w, 0))
+			waiter_wake(seg, i);
 		break;
 	}
 	return wake;

@@ -31,6 +31,9 @@
  *                   checks the documented rule that a hold handed to a
  *                   waiter that died before taking it up is returned
  *                   without lock-delay (fails)
+ *   BUG_SWEEP_NO_WAKE_GRANTED  the sweep frees a GRANTED node without waking
+ *                   it (a live sleeper, its granter dead before its wake,
+ *                   then sleeps for ever: with -DEXPIRY -DMAXDEATH=1)
  *   BUG_NO_WAKE_GRANTED  leaves out the broker's segment_wake_granted():
  *                   a releaser killed between its unlock and its wake-up
  *                   call then strands its waiter (fails: a lost wake-up)
@@ -865,7 +868,14 @@ inline sweep_waiter(p, lost, i, w, h, ok, wake, mine, busy)
 				:: hstate[h] == HOLDING && howner[h] == p -> broker_release(h, w, ok)
 				:: else -> skip
 				fi;
-				wfree(p)
+				wfree(p);
+#ifndef BUG_SWEEP_NO_WAKE_GRANTED
+				/* its thread may sleep there, its granter dead
+				 * before the wake: the broker's wake of granted
+				 * nodes finds this one freed */
+				wake = p;
+#endif
+				skip
 			:: else -> skip
 			fi
 		}
